@@ -1,0 +1,148 @@
+// Package bustest starts real embedded NATS JetStream servers for tests: a
+// single node, or a 3-node cluster, shut down when the test ends.
+package bustest
+
+import (
+	"context"
+	"fmt"
+		"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"github.com/toolgate/toolgate/bus"
+)
+
+// Topology is a kind of deployment a test runs against.
+type Topology struct {
+	Name     string
+	Replicas int
+}
+
+// Topologies are the deployments the core suite must pass on.
+var Topologies = []Topology{{"single", 1}, {"cluster", 3}}
+
+// Env is a running deployment with one client connection.
+type Env struct {
+	Servers []*server.Server
+	URLs    string // comma-separated client URLs
+	NC      *nats.Conn
+	JS      jetstream.JetStream
+	KV      jetstream.KeyValue
+	Store   *bus.KVStore
+}
+
+// Start starts topo, connects, provisions, and stops it all at cleanup.
+func Start(t testing.TB, topo Topology) *Env {
+	t.Helper()
+	var servers []*server.Server
+	if topo.Replicas > 1 {
+		servers = Cluster(t, topo.Replicas)
+	} else {
+		servers = []*server.Server{Server(t)}
+	}
+	env := &Env{Servers: servers, URLs: ClientURLs(servers)}
+	env.NC, env.JS = Connect(t, env.URLs)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := bus.Provision(ctx, env.JS, bus.Topology{Replicas: topo.Replicas})
+	require.NoError(t, err)
+	env.KV = kv
+	env.Store = bus.NewKVStore(kv)
+	return env
+}
+
+// Server starts one JetStream server on a free port.
+func Server(t testing.TB) *server.Server {
+	t.Helper()
+	s, err := bus.StartServer(bus.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+// Cluster starts n JetStream servers routed to each other and waits for the
+// JetStream meta leader: before there is one, creating a stream or bucket
+// blocks until its deadline.
+func Cluster(t testing.TB, n int) []*server.Server {
+	t.Helper()
+	routePorts := make([]int, n)
+	routes := make([]string, n)
+	for i := range routePorts {
+		routePorts[i] = freePort(t)
+		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", routePorts[i])
+	}
+	name := fmt.Sprintf("tg-%s", strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()))
+	servers := make([]*server.Server, n)
+	for i := range servers {
+		s, err := bus.StartServer(bus.ServerConfig{
+			Name:     fmt.Sprintf("%s-%d", name, i),
+			Host:     "127.0.0.1",
+			Port:     -1,
+			StoreDir: filepath.Join(t.TempDir(), fmt.Sprint(i)),
+			Cluster:  &bus.ClusterConfig{Name: name, Host: "127.0.0.1", Port: routePorts[i], Routes: routes},
+		})
+		require.NoError(t, err)
+		t.Cleanup(s.Shutdown)
+		servers[i] = s
+	}
+	WaitMetaLeader(t, servers)
+	return servers
+}
+
+// WaitMetaLeader waits until one of servers leads JetStream's meta group.
+func WaitMetaLeader(t testing.TB, servers []*server.Server) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, s := range servers {
+			if s.JetStreamIsLeader() {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 20*time.Millisecond, "no JetStream meta leader")
+}
+
+// ClientURLs joins the servers' client URLs.
+func ClientURLs(servers []*server.Server) string {
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.ClientURL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// Connect connects to urls and closes the connection at cleanup.
+func Connect(t testing.TB, urls string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := bus.Connect(bus.ConnConfig{URLs: urls, Name: t.Name()})
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return nc, js
+}
+
+// Logger discards logs, or writes them to stderr with -v. (Not t.Log: the
+// goroutines a test starts may still log after it has ended.)
+func Logger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,52 @@
+package bus
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ConnConfig says how to reach NATS servers.
+type ConnConfig struct {
+	URLs      string // comma-separated nats:// URLs
+	User      string
+	Password  string
+	Token     string
+	CredsFile string
+	Name      string // connection name shown by the server
+}
+
+// Options returns the nats.go options for c: credentials, and reconnecting
+// for as long as the process runs, since a toolgate role is useless without
+// its bus and a cluster member may come back.
+func (c ConnConfig) Options() []nats.Option {
+	opts := []nats.Option{
+		nats.Name(c.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+	}
+	if c.User != "" {
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.Token != "" {
+		opts = append(opts, nats.Token(c.Token))
+	}
+	if c.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(c.CredsFile))
+	}
+	return opts
+}
+
+// Connect connects to the servers in c.URLs.
+func Connect(c ConnConfig, extra ...nats.Option) (*nats.Conn, error) {
+	if strings.TrimSpace(c.URLs) == "" {
+		return nil, fmt.Errorf("nats: no server URL given")
+	}
+	nc, err := nats.Connect(c.URLs, append(c.Options(), extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("nats: connect %s: %w", c.URLs, err)
+	}
+	return nc, nil
+}

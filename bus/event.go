@@ -1,0 +1,38 @@
+package bus
+
+import (
+	"fmt"
+
+	"github.com/toolgate/toolgate/machine"
+)
+
+// Event is the envelope published for every transition: what happened, to
+// which entry, from which state, by whom and why, with the entry as it was
+// written.
+type Event struct {
+	ID       string         `json:"id"` // <pendingId>:<revision>, also the Nats-Msg-Id
+	Type     string         `json:"type"`
+	Event    machine.Event  `json:"event"`
+	From     machine.State  `json:"from,omitempty"`
+	To       machine.State  `json:"to"`
+	Actor    string         `json:"actor,omitempty"`
+	Reason   string         `json:"reason,omitempty"`
+	At       int64          `json:"at"`
+	Revision uint64         `json:"revision"`
+	Entry    *machine.Entry `json:"entry"`
+}
+
+// WorkItem is queued on tool.work.<tool> when a call may run. The executor
+// claims the entry by CAS before running anything; the item only says where
+// to look.
+type WorkItem struct {
+	PendingID string `json:"pendingId"`
+	ToolName  string `json:"toolName"`
+	Revision  uint64 `json:"revision"`
+}
+
+// msgID is the de-duplication id of what the relay publishes for one
+// revision: a replay after a crash publishes the same id and is dropped.
+func msgID(pendingID string, revision uint64) string {
+	return fmt.Sprintf("%s:%d", pendingID, revision)
+}

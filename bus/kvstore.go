@@ -1,0 +1,100 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// KVStore keeps entries in the tool_calls JetStream KV bucket, one key per
+// pendingId, and maps JetStream's errors to the domain's.
+type KVStore struct {
+	kv jetstream.KeyValue
+}
+
+var _ machine.Store = (*KVStore)(nil)
+
+// NewKVStore returns a Store over kv.
+func NewKVStore(kv jetstream.KeyValue) *KVStore { return &KVStore{kv: kv} }
+
+// Create implements machine.Store.
+func (s *KVStore) Create(ctx context.Context, e *machine.Entry) (uint64, error) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := s.kv.Create(ctx, e.PendingID, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("%s: %w", e.PendingID, machine.ErrExists)
+	}
+	return rev, err
+}
+
+// Get implements machine.Store.
+func (s *KVStore) Get(ctx context.Context, pendingID string) (*machine.Entry, uint64, error) {
+	if !machine.ValidPendingID(pendingID) {
+		return nil, 0, fmt.Errorf("%w: pendingId %q is not a toolgate id", machine.ErrNotFound, pendingID)
+	}
+	kve, err := s.kv.Get(ctx, pendingID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("pendingId %s: %w", pendingID, machine.ErrNotFound)
+	} else if err != nil {
+		return nil, 0, err
+	}
+	e, err := decodeEntry(kve.Value())
+	if err != nil {
+		return nil, 0, fmt.Errorf("pendingId %s revision %d: %w", pendingID, kve.Revision(), err)
+	}
+	return e, kve.Revision(), nil
+}
+
+// Update implements machine.Store.
+func (s *KVStore) Update(ctx context.Context, e *machine.Entry, revision uint64) (uint64, error) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := s.kv.Update(ctx, e.PendingID, data, revision)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return 0, fmt.Errorf("%s at revision %d: %w", e.PendingID, revision, machine.ErrConflict)
+	}
+	return rev, err
+}
+
+// ListConversation implements machine.Store. It watches only the
+// conversation's keys, so the server reads nothing of other conversations.
+func (s *KVStore) ListConversation(ctx context.Context, conversationID string) ([]*machine.Entry, error) {
+	w, err := s.kv.WatchFiltered(ctx, []string{machine.ConversationKey(conversationID) + ".*"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	var entries []*machine.Entry
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case kve := <-w.Updates():
+			if kve == nil { // the initial values are all in
+				return entries, nil
+			}
+			e, err := decodeEntry(kve.Value())
+			if err != nil {
+				return nil, fmt.Errorf("key %s: %w", kve.Key(), err)
+			}
+			entries = append(entries, e)
+		}
+	}
+}
+
+func decodeEntry(data []byte) (*machine.Entry, error) {
+	var e machine.Entry
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, fmt.Errorf("decode entry: %w", err)
+	}
+	return &e, nil
+}

@@ -1,0 +1,78 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Topology is how the buckets and streams are sized.
+type Topology struct {
+	Replicas     int           // 1 on one machine, 3 on a cluster
+	EventsMaxAge time.Duration // how long TOOL_EVENTS keeps history; 0 keeps it for ever
+}
+
+// DefaultEventsMaxAge is how long events are kept when not configured.
+const DefaultEventsMaxAge = 30 * 24 * time.Hour
+
+// kvHistory is the number of revisions the bucket keeps per key. The relay
+// reads every revision from the bucket's stream, so a revision must survive
+// until it is relayed: an entry rarely sees more than a handful of writes,
+// and 64 (JetStream's maximum) lets a relay lag far behind without losing one.
+const kvHistory = 64
+
+// duplicateWindow is how long a Nats-Msg-Id is remembered: a relay that
+// crashed after publishing and before acking replays within it.
+const duplicateWindow = 10 * time.Minute
+
+// Provision creates or updates the bucket and streams toolgate needs. It is
+// idempotent: every process calls it at start.
+func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (jetstream.KeyValue, error) {
+	if t.Replicas < 1 {
+		t.Replicas = 1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      CallsBucket,
+		Description: "toolgate tool calls (PendingToolCallEntry by pendingId)",
+		History:     kvHistory,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("provision bucket %s: %w", CallsBucket, err)
+	}
+	streams := []jetstream.StreamConfig{{
+		Name:        EventsStream,
+		Description: "toolgate: one event per tool-call transition",
+		Subjects:    EventSubjects(),
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      t.EventsMaxAge,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
+		Duplicates:  duplicateWindow,
+	}, {
+		Name:        WorkStream,
+		Description: "toolgate: runnable tool calls, one queue per tool",
+		Subjects:    []string{WorkSubject(">")},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
+		Duplicates:  duplicateWindow,
+	}, {
+		Name:        DeadLetterStream,
+		Description: "toolgate: messages a consumer gave up on",
+		Subjects:    []string{DeadLetterSubject(">")},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      t.EventsMaxAge,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
+	}}
+	for _, cfg := range streams {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+		}
+	}
+	return kv, nil
+}

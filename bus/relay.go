@@ -1,0 +1,212 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// RelayConfig tunes the relay.
+type RelayConfig struct {
+	// Durable names the relay's consumer on the bucket's stream. Every relay
+	// process uses the same one, so they share the work and a restarted
+	// relay goes on where the last one stopped.
+	Durable string
+	// AckWait is how long a revision handed to a relay that died stays
+	// unclaimed before another relay gets it.
+	AckWait time.Duration
+}
+
+// Relay turns every revision written to the tool_calls bucket into the event
+// of the transition it recorded, on that transition's subject in
+// TOOL_EVENTS, and queues the call on tool.work.<tool> when the revision
+// made it runnable.
+//
+// The KV write is the commit point; the relay only reads what was
+// committed. It acks a revision after JetStream has stored everything
+// published for it, and publishes with Nats-Msg-Id <pendingId>:<revision>,
+// so a crash anywhere between the write and the ack loses nothing (the
+// revision is redelivered) and doubles nothing (the replay is dropped as a
+// duplicate).
+type Relay struct {
+	js  jetstream.JetStream
+	cfg RelayConfig
+	log *slog.Logger
+
+	// beforePublish and beforeAck, when set, are failure points for tests:
+	// an error stops the relay there, as a crash would.
+	beforePublish func(revision uint64) error
+	beforeAck     func(revision uint64) error
+}
+
+// NewRelay returns a relay; Run starts it.
+func NewRelay(js jetstream.JetStream, cfg RelayConfig, log *slog.Logger) *Relay {
+	if cfg.Durable == "" {
+		cfg.Durable = "toolgate-relay"
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 10 * time.Second
+	}
+	return &Relay{js: js, cfg: cfg, log: log}
+}
+
+// relayed is one revision whose publishes are in flight.
+type relayed struct {
+	msg      jetstream.Msg
+	revision uint64
+	acks     []jetstream.PubAckFuture
+}
+
+// Run relays until ctx ends or a failure point fires.
+func (r *Relay) Run(ctx context.Context) error {
+	stream := "KV_" + CallsBucket
+	cons, err := r.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:       r.cfg.Durable,
+		Description:   "toolgate relay: KV revisions to events",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       r.cfg.AckWait,
+		MaxAckPending: 4096,
+	})
+	if err != nil {
+		return fmt.Errorf("relay: consumer %s on %s: %w", r.cfg.Durable, stream, err)
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		iter.Stop()
+	}()
+
+	// Publishing is asynchronous so the relay keeps up with many writers;
+	// the acker waits for each revision's publishes in the order they were
+	// sent and only then acks it.
+	inflight := make(chan relayed, 1024)
+	ackerDone := make(chan error, 1)
+	go func() {
+		err := r.acker(ctx, inflight)
+		if err != nil {
+			cancel()
+		}
+		ackerDone <- err
+	}()
+
+	err = r.pump(ctx, iter, inflight)
+	close(inflight)
+	if aerr := <-ackerDone; aerr != nil {
+		return aerr
+	}
+	if ctx.Err() != nil && (errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, context.Canceled)) {
+		return nil
+	}
+	return err
+}
+
+func (r *Relay) pump(ctx context.Context, iter jetstream.MessagesContext, inflight chan<- relayed) error {
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			return err
+		}
+		item, err := r.publish(msg)
+		if err != nil {
+			return err
+		}
+		select {
+		case inflight <- item:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// publish sends the event (and work item) for one revision.
+func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return relayed{}, fmt.Errorf("relay: metadata: %w", err)
+	}
+	item := relayed{msg: msg, revision: meta.Sequence.Stream}
+	if op := msg.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return item, nil
+	}
+	var e machine.Entry
+	if err := json.Unmarshal(msg.Data(), &e); err != nil {
+		// Nothing later can make this revision readable: say so and move on.
+		r.log.Error("relay: undecodable revision", "subject", msg.Subject(), "revision", item.revision, "err", err)
+		return item, nil
+	}
+	t := e.LastTransition
+	if t == nil {
+		return item, nil
+	}
+	subject, ok := EventSubject(t.Event)
+	if !ok {
+		return item, nil
+	}
+	if r.beforePublish != nil {
+		if err := r.beforePublish(item.revision); err != nil {
+			return relayed{}, err
+		}
+	}
+	id := msgID(e.PendingID, item.revision)
+	ev, _ := json.Marshal(Event{
+		ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
+		Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: item.revision, Entry: &e,
+	})
+	fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: ev}, jetstream.WithMsgID(id))
+	if err != nil {
+		return relayed{}, fmt.Errorf("relay: publish %s: %w", id, err)
+	}
+	item.acks = append(item.acks, fut)
+	if e.Runnable(time.UnixMilli(t.At)) {
+		work, _ := json.Marshal(WorkItem{PendingID: e.PendingID, ToolName: e.ToolName, Revision: item.revision})
+		fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: WorkSubject(e.ToolName), Data: work}, jetstream.WithMsgID(id))
+		if err != nil {
+			return relayed{}, fmt.Errorf("relay: queue %s: %w", id, err)
+		}
+		item.acks = append(item.acks, fut)
+	}
+	return item, nil
+}
+
+func (r *Relay) acker(ctx context.Context, inflight <-chan relayed) error {
+	for item := range inflight {
+		stored := true
+		for _, fut := range item.acks {
+			select {
+			case <-fut.Ok():
+			case err := <-fut.Err():
+				// Leave it to redelivery; the replay is de-duplicated.
+				r.log.Warn("relay: publish failed, will retry", "revision", item.revision, "err", err)
+				stored = false
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if !stored {
+			_ = item.msg.NakWithDelay(time.Second)
+			continue
+		}
+		if r.beforeAck != nil {
+			if err := r.beforeAck(item.revision); err != nil {
+				return err
+			}
+		}
+		if err := item.msg.Ack(); err != nil {
+			r.log.Warn("relay: ack failed", "revision", item.revision, "err", err)
+		}
+	}
+	return nil
+}

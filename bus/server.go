@@ -1,0 +1,62 @@
+package bus
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ServerConfig configures an embedded NATS server with JetStream.
+type ServerConfig struct {
+	Name     string // server name; unique within a cluster
+	Host     string // client listen host
+	Port     int    // client port; -1 picks a free one
+	StoreDir string // JetStream file storage
+
+	// Cluster, when set, joins the server to a cluster of embedded servers.
+	Cluster *ClusterConfig
+}
+
+// ClusterConfig places an embedded server in a NATS cluster.
+type ClusterConfig struct {
+	Name   string
+	Host   string
+	Port   int      // route port; -1 picks a free one
+	Routes []string // nats-route://host:port of every member, this one included
+}
+
+// StartServer starts an embedded server and waits until it takes clients.
+func StartServer(cfg ServerConfig) (*server.Server, error) {
+	opts := &server.Options{
+		ServerName: cfg.Name,
+		Host:       cfg.Host,
+		Port:       cfg.Port,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		NoSigs:     true,
+	}
+	if c := cfg.Cluster; c != nil {
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: c.Host, Port: c.Port}
+		for _, r := range c.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("cluster route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats server: %w", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("nats server on %s: not ready for connections after 10s", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+	}
+	return s, nil
+}

@@ -1,0 +1,7 @@
+// Package machine is toolgate's domain: the PendingToolCallEntry, its states
+// and events, the one transition table that says what may follow what, and
+// Machine, whose commands (Submit, Decide, Claim, Complete, Fail, Cancel,
+// Expire) move an entry through a Store by compare-and-set.
+//
+// Nothing here knows about NATS or HTTP; adapters implement Store.
+package machine

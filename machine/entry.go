@@ -1,0 +1,158 @@
+package machine
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Entry is a PendingToolCallEntry: one tool call and everything that has
+// happened to it. Times are epoch milliseconds, as in the reference design.
+type Entry struct {
+	PendingID      string          `json:"pendingId"`
+	ToolCallID     string          `json:"toolCallId"`
+	ToolName       string          `json:"toolName"`
+	ToolArguments  json.RawMessage `json:"toolArguments"`
+	CallerBotID    string          `json:"callerBotId"`
+	ConversationID string          `json:"conversationId"`
+	RequestedAt    int64           `json:"requestedAt"`
+
+	Status            State  `json:"status"`
+	StatusReason      string `json:"statusReason,omitempty"`
+	ExecutionAttempts int    `json:"executionAttempts"`
+	LastAttemptTime   int64  `json:"lastAttemptTime,omitempty"`
+
+	ScheduledExecutionTime     int64  `json:"scheduledExecutionTime,omitempty"`
+	ApprovalTimeoutAt          int64  `json:"approvalTimeoutAt,omitempty"`
+	AutoRejectOnTimeout        bool   `json:"autoRejectOnTimeout,omitempty"`
+	UserIDToApprove            string `json:"userIdToApprove,omitempty"`
+	ApprovedOrRejectedByUserID string `json:"approvedOrRejectedByUserId,omitempty"`
+	DecisionTime               int64  `json:"decisionTime,omitempty"`
+
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	Cost   float64         `json:"cost,omitempty"`
+
+	Team          string  `json:"team,omitempty"`
+	EstimatedCost float64 `json:"estimatedCost,omitempty"`
+	// Lease is held by the executor running the call (EXECUTING only).
+	Lease *Lease `json:"lease,omitempty"`
+	// LastTransition is the transition that wrote this revision of the
+	// entry. The relay publishes it as an event.
+	LastTransition *Transition `json:"lastTransition,omitempty"`
+}
+
+// Transition records one move of an entry: the event, where it came from,
+// who made it and why.
+type Transition struct {
+	Event  Event  `json:"event"`
+	From   State  `json:"from,omitempty"`
+	To     State  `json:"to"`
+	Actor  string `json:"actor,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	At     int64  `json:"at"`
+}
+
+// Lease is an executor's claim on a running call. When it expires without
+// the call finishing, another executor may reclaim the call.
+type Lease struct {
+	Holder    string `json:"holder"`
+	ExpiresAt int64  `json:"expiresAt"`
+}
+
+// Runnable reports whether an executor may start the entry at now: approved,
+// or scheduled and due.
+func (e *Entry) Runnable(now time.Time) bool {
+	switch e.Status {
+	case StateApproved:
+		return true
+	case StateScheduled:
+		return e.ScheduledExecutionTime <= now.UnixMilli()
+	}
+	return false
+}
+
+// Call is what an agent asks to run.
+type Call struct {
+	ToolCallID     string          `json:"toolCallId,omitempty"` // generated when empty
+	ToolName       string          `json:"toolName"`
+	Arguments      json.RawMessage `json:"toolArguments,omitempty"`
+	CallerBotID    string          `json:"callerBotId"`
+	ConversationID string          `json:"conversationId"`
+	Team           string          `json:"team,omitempty"`
+	EstimatedCost  float64         `json:"estimatedCost,omitempty"`
+}
+
+var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// validate checks the call and fills in what may be left out.
+func (c *Call) validate() error {
+	if !toolNameRE.MatchString(c.ToolName) {
+		return invalidf("toolName: must be 1 to 128 letters, digits, '_' or '-', got %q", c.ToolName)
+	}
+	if c.ConversationID == "" || len(c.ConversationID) > 256 {
+		return invalidf("conversationId: must be 1 to 256 bytes, got %d", len(c.ConversationID))
+	}
+	if c.CallerBotID == "" {
+		return invalidf("callerBotId: required")
+	}
+	if len(c.ToolCallID) > 256 {
+		return invalidf("toolCallId: at most 256 bytes, got %d", len(c.ToolCallID))
+	}
+	if c.EstimatedCost < 0 {
+		return invalidf("estimatedCost: must be >= 0, got %v", c.EstimatedCost)
+	}
+	if len(c.Arguments) == 0 {
+		c.Arguments = json.RawMessage("{}")
+	}
+	var args map[string]any
+	if err := json.Unmarshal(c.Arguments, &args); err != nil || args == nil {
+		return invalidf("toolArguments: must be a JSON object")
+	}
+	if c.ToolCallID == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		c.ToolCallID = "tg_" + hex.EncodeToString(b[:])
+	}
+	return nil
+}
+
+// PendingID is the id of the entry for a tool call: the conversation's key,
+// a dot, the tool call's key. Deriving it (rather than drawing a random one)
+// makes a retried submit find the entry it already created, and lets a
+// conversation's entries be listed by key prefix without scanning others.
+func PendingID(conversationID, toolCallID string) string {
+	return ConversationKey(conversationID) + "." + keyToken(toolCallID)
+}
+
+// ConversationKey is the key prefix under which a conversation's entries live.
+func ConversationKey(conversationID string) string { return keyToken(conversationID) }
+
+var plainToken = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// keyToken makes s one token of a key: kept as it is when it is plain, else
+// "=" and its unpadded base64url, which cannot collide with a plain one.
+func keyToken(s string) string {
+	if plainToken.MatchString(s) {
+		return s
+	}
+	return "=" + base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+// ValidPendingID reports whether id has the shape PendingID gives.
+func ValidPendingID(id string) bool {
+	conv, call, ok := strings.Cut(id, ".")
+	return ok && validToken(conv) && validToken(call)
+}
+
+func validToken(t string) bool {
+	if rest, ok := strings.CutPrefix(t, "="); ok {
+		_, err := base64.RawURLEncoding.DecodeString(rest)
+		return rest != "" && err == nil
+	}
+	return plainToken.MatchString(t)
+}

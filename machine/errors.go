@@ -1,0 +1,53 @@
+package machine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The domain's errors. Adapters map them once, at their edge (HTTP status,
+// NATS error header, CLI exit code); everything in between wraps them.
+var (
+	ErrNotFound          = errors.New("not found")
+	ErrExists            = errors.New("already exists")
+	ErrConflict          = errors.New("conflict")
+	ErrInvalidTransition = errors.New("invalid transition")
+	ErrForbidden         = errors.New("forbidden")
+	ErrInvalid           = errors.New("invalid")
+)
+
+// TransitionError says an event is not allowed in the state the entry is in
+// now, and what that state is, who put it there and why: the answer an
+// approver needs when someone (or the timer) decided first.
+//
+// It matches both ErrInvalidTransition and ErrConflict with errors.Is: the
+// request conflicts with the entry's current state.
+type TransitionError struct {
+	Event Event
+	Entry *Entry // the entry as it is now
+}
+
+func (e *TransitionError) Error() string {
+	msg := fmt.Sprintf("%s not allowed: %s is %s", e.Event, e.Entry.PendingID, e.Entry.Status)
+	if t := e.Entry.LastTransition; t != nil {
+		if t.Actor != "" {
+			msg += " by " + t.Actor
+		}
+		msg += " at " + time.UnixMilli(t.At).UTC().Format(time.RFC3339)
+		if t.Reason != "" {
+			msg += fmt.Sprintf(" (%s)", t.Reason)
+		}
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrInvalidTransition) and errors.Is(err, ErrConflict) hold.
+func (e *TransitionError) Is(target error) bool {
+	return target == ErrInvalidTransition || target == ErrConflict
+}
+
+// invalidf returns an ErrInvalid naming the bad input.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}

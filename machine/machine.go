@@ -1,0 +1,321 @@
+package machine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/looplab/fsm"
+)
+
+// Machine runs the commands that move entries, each through transition.
+// It holds no entry state of its own, so any number of Machines in any
+// number of processes can share one Store.
+type Machine struct {
+	store Store
+	eval  Evaluator
+	now   func() time.Time
+}
+
+// Option configures a Machine.
+type Option func(*Machine)
+
+// WithEvaluator sets the policy that Submit consults (default AskEverything).
+func WithEvaluator(e Evaluator) Option { return func(m *Machine) { m.eval = e } }
+
+// WithClock replaces time.Now, for tests.
+func WithClock(now func() time.Time) Option { return func(m *Machine) { m.now = now } }
+
+// New returns a Machine over store.
+func New(store Store, opts ...Option) *Machine {
+	m := &Machine{store: store, eval: AskEverything, now: time.Now}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// Submit evaluates the policy for c and creates its entry in the first state
+// the verdict calls for. Submitting the same toolCallId in the same
+// conversation again returns the entry already there, unchanged: agents retry.
+func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("submit: %w", err)
+	}
+	id := PendingID(c.ConversationID, c.ToolCallID)
+	if e, _, err := m.store.Get(ctx, id); err == nil {
+		return e, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("submit %s: %w", id, err)
+	}
+	v, err := m.eval.Evaluate(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("submit %s: policy: %w", id, err)
+	}
+	now := m.now()
+	e := &Entry{
+		PendingID:      id,
+		ToolCallID:     c.ToolCallID,
+		ToolName:       c.ToolName,
+		ToolArguments:  c.Arguments,
+		CallerBotID:    c.CallerBotID,
+		ConversationID: c.ConversationID,
+		RequestedAt:    now.UnixMilli(),
+		StatusReason:   v.Reason,
+		Team:           c.Team,
+		EstimatedCost:  c.EstimatedCost,
+	}
+	var ev Event
+	switch v.Action {
+	case ActionAsk:
+		ev = EventAsk
+		timeout := v.ApprovalTimeout
+		if timeout <= 0 {
+			timeout = DefaultApprovalTimeout
+		}
+		e.ApprovalTimeoutAt = now.Add(timeout).UnixMilli()
+		e.AutoRejectOnTimeout = v.AutoRejectOnTimeout
+		e.UserIDToApprove = v.Approver
+	case ActionRun:
+		ev = EventSchedule
+		e.ScheduledExecutionTime = now.Add(max(v.Delay, 0)).UnixMilli()
+	case ActionDeny:
+		ev = EventDeny
+		e.DecisionTime = now.UnixMilli()
+	default:
+		return nil, fmt.Errorf("submit %s: policy gave unknown action %q", id, v.Action)
+	}
+	e.Status, _ = ev.Target()
+	e.LastTransition = &Transition{Event: ev, To: e.Status, Actor: "policy", Reason: v.Reason, At: now.UnixMilli()}
+	if _, err := m.store.Create(ctx, e); errors.Is(err, ErrExists) {
+		// A retry of the same call raced us to it: theirs stands.
+		existing, _, err := m.store.Get(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("submit %s: %w", id, err)
+		}
+		return existing, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("submit %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// Get returns one entry.
+func (m *Machine) Get(ctx context.Context, pendingID string) (*Entry, error) {
+	e, _, err := m.store.Get(ctx, pendingID)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
+// ListConversation returns every entry of one conversation.
+func (m *Machine) ListConversation(ctx context.Context, conversationID string) ([]*Entry, error) {
+	return m.store.ListConversation(ctx, conversationID)
+}
+
+// Decision is a human's answer to a pending call.
+type Decision struct {
+	Approve bool
+	By      string // the user deciding
+	Reason  string
+}
+
+// Decide approves or rejects a pending call. Only the call's named approver,
+// if it has one, may decide, and never the agent that asked.
+func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*Entry, error) {
+	if d.By == "" {
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("by: who decides is required"))
+	}
+	ev := EventReject
+	if d.Approve {
+		ev = EventApprove
+	}
+	e, err := m.transition(ctx, pendingID, ev, d.By, d.Reason, func(e *Entry, now time.Time) error {
+		if e.UserIDToApprove != "" && e.UserIDToApprove != d.By {
+			return fmt.Errorf("%w: only %s may decide this call, not %s", ErrForbidden, e.UserIDToApprove, d.By)
+		}
+		if d.By == e.CallerBotID {
+			return fmt.Errorf("%w: %s asked for this call and may not decide it", ErrForbidden, d.By)
+		}
+		e.ApprovedOrRejectedByUserID = d.By
+		e.DecisionTime = now.UnixMilli()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
+// Claim hands a runnable call to the executor holder for lease: approved,
+// scheduled and due, or running under a lease that has run out.
+func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease time.Duration) (*Entry, error) {
+	if holder == "" || lease <= 0 {
+		return nil, fmt.Errorf("claim %s: %w", pendingID, invalidf("holder and a positive lease are required"))
+	}
+	cur, _, err := m.store.Get(ctx, pendingID)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", pendingID, err)
+	}
+	ev := EventStart
+	if cur.Status == StateExecuting {
+		ev = EventReclaim
+	}
+	e, err := m.transition(ctx, pendingID, ev, holder, "", func(e *Entry, now time.Time) error {
+		if !e.Runnable(now) && (e.Lease == nil || now.UnixMilli() < e.Lease.ExpiresAt) {
+			return &TransitionError{Event: ev, Entry: e}
+		}
+		e.ExecutionAttempts++
+		e.LastAttemptTime = now.UnixMilli()
+		e.Lease = &Lease{Holder: holder, ExpiresAt: now.Add(lease).UnixMilli()}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
+// Outcome is what an executor reports when a call finishes.
+type Outcome struct {
+	Holder string // the executor holding the lease
+	Result json.RawMessage
+	Error  string
+	Cost   float64
+}
+
+// Complete records a successful run.
+func (m *Machine) Complete(ctx context.Context, pendingID string, o Outcome) (*Entry, error) {
+	return m.finish(ctx, pendingID, EventSucceed, o)
+}
+
+// Fail records a failed run.
+func (m *Machine) Fail(ctx context.Context, pendingID string, o Outcome) (*Entry, error) {
+	return m.finish(ctx, pendingID, EventFail, o)
+}
+
+func (m *Machine) finish(ctx context.Context, pendingID string, ev Event, o Outcome) (*Entry, error) {
+	if o.Cost < 0 {
+		return nil, fmt.Errorf("%s %s: %w", ev, pendingID, invalidf("cost: must be >= 0, got %v", o.Cost))
+	}
+	if len(o.Result) > 0 && !json.Valid(o.Result) {
+		return nil, fmt.Errorf("%s %s: %w", ev, pendingID, invalidf("result: not valid JSON"))
+	}
+	e, err := m.transition(ctx, pendingID, ev, o.Holder, o.Error, func(e *Entry, now time.Time) error {
+		// An executor whose lease ran out and was reclaimed must not
+		// overwrite the run that replaced it.
+		if e.Lease != nil && e.Lease.Holder != o.Holder {
+			return &TransitionError{Event: ev, Entry: e}
+		}
+		e.Lease = nil
+		e.Result = o.Result
+		e.Error = o.Error
+		e.Cost = o.Cost
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", ev, pendingID, err)
+	}
+	return e, nil
+}
+
+// Cancel stops a call that has not started running.
+func (m *Machine) Cancel(ctx context.Context, pendingID, by, reason string) (*Entry, error) {
+	e, err := m.transition(ctx, pendingID, EventCancel, by, reason, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cancel %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
+// Expire rejects a pending call whose approval deadline has passed.
+func (m *Machine) Expire(ctx context.Context, pendingID string) (*Entry, error) {
+	e, err := m.transition(ctx, pendingID, EventTimeout, "timer", "approval timed out", func(e *Entry, now time.Time) error {
+		// A timer whose clock runs ahead must not reject what a human
+		// still has time to answer.
+		if now.UnixMilli() < e.ApprovalTimeoutAt {
+			return &TransitionError{Event: EventTimeout, Entry: e}
+		}
+		e.DecisionTime = now.UnixMilli()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("expire %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
+// transition is the one way an entry changes: read it with its revision,
+// validate ev against its state, apply the change, and write it back only if
+// nobody wrote in between. When somebody did, read again and start over, so
+// the event is validated against what the entry is now: of an approval and a
+// timeout racing, exactly one wins and the other gets a TransitionError that
+// names the winner.
+func (m *Machine) transition(ctx context.Context, pendingID string, ev Event, actor, reason string, apply func(e *Entry, now time.Time) error) (*Entry, error) {
+	for {
+		cur, rev, err := m.store.Get(ctx, pendingID)
+		if err != nil {
+			return nil, err
+		}
+		to, err := validate(ctx, cur.Status, ev)
+		if err != nil {
+			if errors.Is(err, ErrInvalidTransition) {
+				return nil, &TransitionError{Event: ev, Entry: cur}
+			}
+			return nil, err
+		}
+		now := m.now()
+		next := *cur
+		// apply sees the entry still in its current state, to check what
+		// the event alone cannot (a lease, a deadline, who may decide).
+		if apply != nil {
+			if err := apply(&next, now); err != nil {
+				return nil, err
+			}
+		}
+		next.Status = to
+		next.StatusReason = reason
+		next.LastTransition = &Transition{Event: ev, From: cur.Status, To: to, Actor: actor, Reason: reason, At: now.UnixMilli()}
+		if _, err := m.store.Update(ctx, &next, rev); errors.Is(err, ErrConflict) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		return &next, nil
+	}
+}
+
+var fsmEvents = func() []fsm.EventDesc {
+	var descs []fsm.EventDesc
+	for _, t := range transitions {
+		src := make([]string, len(t.From))
+		for i, s := range t.From {
+			src[i] = string(s)
+		}
+		descs = append(descs, fsm.EventDesc{Name: string(t.Event), Src: src, Dst: string(t.To)})
+	}
+	return descs
+}()
+
+// validate asks looplab/fsm whether ev may follow from, and where it leads.
+// The FSM is built fresh from the stored state for each command: a shared
+// long-lived one would hold state that is not the store's, and a cancelled
+// context can leave one stuck mid-transition (looplab/fsm #115).
+func validate(ctx context.Context, from State, ev Event) (State, error) {
+	f := fsm.NewFSM(string(from), fsmEvents, nil)
+	err := f.Event(ctx, string(ev))
+	var noTransition fsm.NoTransitionError
+	switch {
+	case err == nil, errors.As(err, &noTransition) && noTransition.Err == nil:
+		return State(f.Current()), nil
+	case errors.As(err, new(fsm.InvalidEventError)), errors.As(err, new(fsm.UnknownEventError)):
+		return "", ErrInvalidTransition
+	case ctx.Err() != nil:
+		return "", ctx.Err()
+	default:
+		return "", err
+	}
+}

@@ -1,0 +1,18 @@
+package machine
+
+import "context"
+
+// Store keeps entries, each under its PendingID with a revision that every
+// write bumps. Implementations: bus.KVStore (NATS JetStream KV).
+type Store interface {
+	// Create stores a new entry; ErrExists if its PendingID is taken.
+	Create(ctx context.Context, e *Entry) (revision uint64, err error)
+	// Get returns the entry and its revision; ErrNotFound if there is none.
+	Get(ctx context.Context, pendingID string) (*Entry, uint64, error)
+	// Update replaces the entry only if it is still at revision;
+	// ErrConflict if another writer got there first.
+	Update(ctx context.Context, e *Entry, revision uint64) (uint64, error)
+	// ListConversation returns one conversation's entries without reading
+	// any other conversation's.
+	ListConversation(ctx context.Context, conversationID string) ([]*Entry, error)
+}

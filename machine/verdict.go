@@ -1,0 +1,53 @@
+package machine
+
+import (
+	"context"
+	"time"
+)
+
+// Action is what a policy says to do with a call.
+type Action string
+
+// The actions a Verdict may carry.
+const (
+	ActionRun  Action = "run"  // run now, or after Delay
+	ActionAsk  Action = "ask"  // a human decides
+	ActionDeny Action = "deny" // never run
+)
+
+// Verdict is a policy's answer for one call, with the rule or field that
+// decided it in Reason.
+type Verdict struct {
+	Action              Action
+	Delay               time.Duration // ActionRun: wait this long first
+	ApprovalTimeout     time.Duration // ActionAsk: reject (or flag) after this long
+	AutoRejectOnTimeout bool          // ActionAsk: reject at the timeout, else only flag it
+	Approver            string        // ActionAsk: the only user who may decide, if set
+	Reason              string
+}
+
+// Evaluator decides what a call needs. policy.Engine is the real one.
+type Evaluator interface {
+	Evaluate(ctx context.Context, c Call) (Verdict, error)
+}
+
+// EvaluatorFunc adapts a function to Evaluator.
+type EvaluatorFunc func(ctx context.Context, c Call) (Verdict, error)
+
+// Evaluate calls f.
+func (f EvaluatorFunc) Evaluate(ctx context.Context, c Call) (Verdict, error) { return f(ctx, c) }
+
+// DefaultApprovalTimeout is how long a call waits for a human when the
+// policy does not say.
+const DefaultApprovalTimeout = 5 * time.Minute
+
+// AskEverything is the evaluator used when none is configured: the safe
+// answer is to ask a human about every call.
+var AskEverything = EvaluatorFunc(func(context.Context, Call) (Verdict, error) {
+	return Verdict{
+		Action:              ActionAsk,
+		ApprovalTimeout:     DefaultApprovalTimeout,
+		AutoRejectOnTimeout: true,
+		Reason:              "no policy configured: every call asks",
+	}, nil
+})
