@@ -5,7 +5,7 @@ package bustest
 import (
 	"context"
 	"fmt"
-		"log/slog"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
