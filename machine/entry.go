@@ -26,19 +26,25 @@ type Entry struct {
 	ExecutionAttempts int    `json:"executionAttempts"`
 	LastAttemptTime   int64  `json:"lastAttemptTime,omitempty"`
 
-	ScheduledExecutionTime     int64  `json:"scheduledExecutionTime,omitempty"`
-	ApprovalTimeoutAt          int64  `json:"approvalTimeoutAt,omitempty"`
-	AutoRejectOnTimeout        bool   `json:"autoRejectOnTimeout,omitempty"`
-	UserIDToApprove            string `json:"userIdToApprove,omitempty"`
-	ApprovedOrRejectedByUserID string `json:"approvedOrRejectedByUserId,omitempty"`
-	DecisionTime               int64  `json:"decisionTime,omitempty"`
+	ScheduledExecutionTime     int64    `json:"scheduledExecutionTime,omitempty"`
+	ApprovalTimeoutAt          int64    `json:"approvalTimeoutAt,omitempty"`
+	AutoRejectOnTimeout        bool     `json:"autoRejectOnTimeout,omitempty"`
+	UserIDToApprove            string   `json:"userIdToApprove,omitempty"`
+	Approvers                  []string `json:"approvers,omitempty"` // who may decide, when set
+	ApprovedOrRejectedByUserID string   `json:"approvedOrRejectedByUserId,omitempty"`
+	DecisionTime               int64    `json:"decisionTime,omitempty"`
 
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  string          `json:"error,omitempty"`
 	Cost   float64         `json:"cost,omitempty"`
 
-	Team          string  `json:"team,omitempty"`
-	EstimatedCost float64 `json:"estimatedCost,omitempty"`
+	Team           string  `json:"team,omitempty"`
+	EstimatedCost  float64 `json:"estimatedCost,omitempty"`
+	PermissionMode string  `json:"permissionMode,omitempty"`
+	// Description is the policy's one-line account of what the call does.
+	Description string `json:"description,omitempty"`
+	// MaxExecutionAttempts bounds claims of the call; 0 means the default.
+	MaxExecutionAttempts int `json:"maxExecutionAttempts,omitempty"`
 	// Lease is held by the executor running the call (EXECUTING only).
 	Lease *Lease `json:"lease,omitempty"`
 	// LastTransition is the transition that wrote this revision of the
@@ -85,6 +91,9 @@ type Call struct {
 	ConversationID string          `json:"conversationId"`
 	Team           string          `json:"team,omitempty"`
 	EstimatedCost  float64         `json:"estimatedCost,omitempty"`
+	// PermissionMode is the agent's mode for its conversation, as Claude
+	// Code names them: default, acceptEdits, plan, bypassPermissions.
+	PermissionMode string `json:"permissionMode,omitempty"`
 }
 
 var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/looplab/fsm"
@@ -66,6 +67,10 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 		StatusReason:   v.Reason,
 		Team:           c.Team,
 		EstimatedCost:  c.EstimatedCost,
+		PermissionMode: c.PermissionMode,
+		Description:    v.Description,
+
+		MaxExecutionAttempts: v.MaxExecutionAttempts,
 	}
 	var ev Event
 	switch v.Action {
@@ -78,6 +83,7 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 		e.ApprovalTimeoutAt = now.Add(timeout).UnixMilli()
 		e.AutoRejectOnTimeout = v.AutoRejectOnTimeout
 		e.UserIDToApprove = v.Approver
+		e.Approvers = v.Approvers
 	case ActionRun:
 		ev = EventSchedule
 		e.ScheduledExecutionTime = now.Add(max(v.Delay, 0)).UnixMilli()
@@ -136,6 +142,9 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 	e, err := m.transition(ctx, pendingID, ev, d.By, d.Reason, func(e *Entry, now time.Time) error {
 		if e.UserIDToApprove != "" && e.UserIDToApprove != d.By {
 			return fmt.Errorf("%w: only %s may decide this call, not %s", ErrForbidden, e.UserIDToApprove, d.By)
+		}
+		if len(e.Approvers) > 0 && !slices.Contains(e.Approvers, d.By) {
+			return fmt.Errorf("%w: %s is not among this call's approvers %v", ErrForbidden, d.By, e.Approvers)
 		}
 		if d.By == e.CallerBotID {
 			return fmt.Errorf("%w: %s asked for this call and may not decide it", ErrForbidden, d.By)

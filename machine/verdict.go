@@ -23,7 +23,13 @@ type Verdict struct {
 	ApprovalTimeout     time.Duration // ActionAsk: reject (or flag) after this long
 	AutoRejectOnTimeout bool          // ActionAsk: reject at the timeout, else only flag it
 	Approver            string        // ActionAsk: the only user who may decide, if set
-	Reason              string
+	Approvers           []string      // ActionAsk: the users who may decide, if set
+	// MaxExecutionAttempts bounds how often the call is claimed; 0: default.
+	MaxExecutionAttempts int
+	// Description is one human sentence saying what the call will do.
+	Description string
+	// Reason names the rule or field that decided.
+	Reason string
 }
 
 // Evaluator decides what a call needs. policy.Engine is the real one.
