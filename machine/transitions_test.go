@@ -44,7 +44,9 @@ var commands = []command{
 	{"reject", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
 		return m.Decide(ctx, id, machine.Decision{Approve: false, By: "alice", Reason: "no"})
 	}},
-	{"expire", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) { return m.Expire(ctx, id) }},
+	{"expire", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
+		return m.Expire(ctx, id)
+	}},
 	{"cancel", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
 		return m.Cancel(ctx, id, "system", "swarm stopped")
 	}},
