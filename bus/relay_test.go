@@ -1,0 +1,236 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+)
+
+var errCrash = errors.New("injected crash")
+
+// startRelay runs a relay until the test ends or it stops by itself; the
+// returned channel gets its result.
+func startRelay(t *testing.T, js jetstream.JetStream, configure func(*bus.Relay)) (stop func(), done <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	r := bus.NewRelay(js, bus.RelayConfig{AckWait: 500 * time.Millisecond}, bustest.Logger())
+	if configure != nil {
+		configure(r)
+	}
+	ch := make(chan error, 1)
+	go func() { ch <- r.Run(ctx) }()
+	t.Cleanup(cancel)
+	return cancel, ch
+}
+
+func submitter(env *bustest.Env, v machine.Verdict) *machine.Machine {
+	return machine.New(env.Store, machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+		return v, nil
+	})))
+}
+
+func submit(t *testing.T, m *machine.Machine, conv, id string) *machine.Entry {
+	t.Helper()
+	e, err := m.Submit(t.Context(), machine.Call{ToolCallID: id, ToolName: "web_search", Arguments: json.RawMessage(`{"query":"nats"}`), CallerBotID: "bot", ConversationID: conv})
+	require.NoError(t, err)
+	return e
+}
+
+// streamMsgs waits until the relay has acked every revision written so
+// far, then returns every message in stream. Counting after the relay is
+// drained, rather than as soon as n messages are in, is what lets a test
+// see a duplicate.
+func streamMsgs(t *testing.T, js jetstream.JetStream, stream string, n int) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := t.Context()
+	s, err := js.Stream(ctx, stream)
+	require.NoError(t, err)
+	var info *jetstream.StreamInfo
+	require.Eventually(t, func() bool {
+		c, err := js.Consumer(ctx, "KV_"+bus.CallsBucket, "toolgate-relay")
+		if err != nil {
+			return false
+		}
+		ci, err := c.Info(ctx)
+		if err != nil || ci.NumPending > 0 || ci.NumAckPending > 0 {
+			return false
+		}
+		info, err = s.Info(ctx)
+		return err == nil && info.State.Msgs >= uint64(n)
+	}, 30*time.Second, 20*time.Millisecond, "the relay never caught up")
+	var msgs []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		msgs = append(msgs, m)
+	}
+	require.Len(t, msgs, n, "messages in %s", stream)
+	return msgs
+}
+
+func decodeEvent(t *testing.T, data []byte) bus.Event {
+	t.Helper()
+	var ev bus.Event
+	require.NoError(t, json.Unmarshal(data, &ev))
+	return ev
+}
+
+func TestRelay_PublishesEachTransitionOnItsSubject(t *testing.T) {
+	t.Parallel()
+	for _, topo := range bustest.Topologies {
+		t.Run(topo.Name, func(t *testing.T) {
+			t.Parallel()
+			env := bustest.Start(t, topo)
+			ctx := t.Context()
+			startRelay(t, env.JS, nil)
+
+			// Subscribed like `nats sub tool.approval_required`.
+			sub, err := env.NC.SubscribeSync(bus.SubjectApprovalRequired)
+			require.NoError(t, err)
+
+			asker := submitter(env, machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute})
+			e := submit(t, asker, "relay", "c1")
+			_, err = asker.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice", Reason: "ok"})
+			require.NoError(t, err)
+			runner := submitter(env, machine.Verdict{Action: machine.ActionRun})
+			now := submit(t, runner, "relay", "c2")
+			later := submitter(env, machine.Verdict{Action: machine.ActionRun, Delay: time.Hour})
+			submit(t, later, "relay", "c3")
+			denier := submitter(env, machine.Verdict{Action: machine.ActionDeny, Reason: "rules.deny"})
+			submit(t, denier, "relay", "c4")
+
+			msgs := streamMsgs(t, env.JS, bus.EventsStream, 5)
+			require.Len(t, msgs, 5)
+			var subjects []string
+			for _, m := range msgs {
+				subjects = append(subjects, m.Subject)
+			}
+			assert.Equal(t, []string{bus.SubjectApprovalRequired, bus.SubjectApprovalGranted, bus.SubjectScheduledExecution, bus.SubjectScheduledExecution, bus.SubjectPolicyDenied}, subjects)
+
+			granted := decodeEvent(t, msgs[1].Data)
+			assert.Equal(t, machine.EventApprove, granted.Event)
+			assert.Equal(t, machine.StatePendingApproval, granted.From)
+			assert.Equal(t, machine.StateApproved, granted.To)
+			assert.Equal(t, "alice", granted.Actor)
+			assert.Equal(t, "ok", granted.Reason)
+			assert.Equal(t, fmt.Sprintf("%s:%d", e.PendingID, granted.Revision), granted.ID)
+			assert.Equal(t, granted.ID, msgs[1].Header.Get(jetstream.MsgIDHeader))
+			assert.Equal(t, "alice", granted.Entry.ApprovedOrRejectedByUserID)
+
+			plain, err := sub.NextMsg(5 * time.Second)
+			require.NoError(t, err)
+			assert.Equal(t, e.PendingID, decodeEvent(t, plain.Data).Entry.PendingID)
+
+			// Work: the approved call and the one due now; not the delayed
+			// one, not the denied one.
+			work := streamMsgs(t, env.JS, bus.WorkStream, 2)
+			require.Len(t, work, 2)
+			for i, want := range []string{e.PendingID, now.PendingID} {
+				var item bus.WorkItem
+				require.NoError(t, json.Unmarshal(work[i].Data, &item))
+				assert.Equal(t, want, item.PendingID)
+				assert.Equal(t, bus.WorkSubject("web_search"), work[i].Subject)
+			}
+		})
+	}
+}
+
+func TestRelay_CrashBeforePublishLosesNothing(t *testing.T) {
+	t.Parallel()
+	for _, topo := range bustest.Topologies {
+		t.Run(topo.Name, func(t *testing.T) {
+			t.Parallel()
+			env := bustest.Start(t, topo)
+			m := submitter(env, machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute})
+			for i := range 10 {
+				submit(t, m, "crash", fmt.Sprint("c", i))
+			}
+			// The relay dies as it is about to publish the 6th revision.
+			var seen atomic.Int32
+			_, done := startRelay(t, env.JS, func(r *bus.Relay) {
+				bus.FailRelay(r, func(uint64) error {
+					if seen.Add(1) == 6 {
+						return errCrash
+					}
+					return nil
+				}, nil)
+			})
+			require.ErrorIs(t, <-done, errCrash)
+
+			// A fresh relay on the same consumer publishes the rest, and
+			// every event exactly once.
+			startRelay(t, env.JS, nil)
+			assertEventsOnce(t, env, 10)
+		})
+	}
+}
+
+func TestRelay_CrashAfterPublishBeforeAckDoublesNothing(t *testing.T) {
+	t.Parallel()
+	for _, topo := range bustest.Topologies {
+		t.Run(topo.Name, func(t *testing.T) {
+			t.Parallel()
+			env := bustest.Start(t, topo)
+			m := submitter(env, machine.Verdict{Action: machine.ActionRun})
+			for i := range 10 {
+				submit(t, m, "crash", fmt.Sprint("c", i))
+			}
+			// Every publish reaches the stream, but the relay dies before
+			// acking the first revision, so all ten are delivered again.
+			_, done := startRelay(t, env.JS, func(r *bus.Relay) {
+				bus.FailRelay(r, nil, func(uint64) error { return errCrash })
+			})
+			require.ErrorIs(t, <-done, errCrash)
+			startRelay(t, env.JS, nil)
+			assertEventsOnce(t, env, 10)
+			work := streamMsgs(t, env.JS, bus.WorkStream, 10)
+			assert.Len(t, work, 10, "work items are de-duplicated too")
+		})
+	}
+}
+
+func TestRelay_ResumesWhereItStopped(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	m := submitter(env, machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute})
+	stop, done := startRelay(t, env.JS, nil)
+	for i := range 5 {
+		submit(t, m, "resume", fmt.Sprint("a", i))
+	}
+	assertEventsOnce(t, env, 5)
+	stop()
+	require.NoError(t, <-done, "a stopped relay returns nil")
+
+	for i := range 5 {
+		submit(t, m, "resume", fmt.Sprint("b", i))
+	}
+	startRelay(t, env.JS, nil)
+	assertEventsOnce(t, env, 10)
+}
+
+// assertEventsOnce waits for n events and checks each revision's event
+// is there exactly once.
+func assertEventsOnce(t *testing.T, env *bustest.Env, n int) {
+	t.Helper()
+	msgs := streamMsgs(t, env.JS, bus.EventsStream, n)
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[decodeEvent(t, m.Data).ID]++
+	}
+	assert.Len(t, msgs, n)
+	assert.Len(t, seen, n)
+	for id, c := range seen {
+		assert.Equal(t, 1, c, id)
+	}
+}

@@ -1,0 +1,163 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+)
+
+// runRunner starts a runner over TOOL_WORK's tool.work.<tool> queue.
+func runRunner(t *testing.T, env *bustest.Env, tool string, h bus.Handler, mw ...bus.Middleware) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	r := bus.NewRunner(env.JS, bus.ConsumerConfig{
+		Stream:         bus.WorkStream,
+		Durable:        "test-" + tool,
+		FilterSubjects: []string{bus.WorkSubject(tool)},
+		MaxDeliver:     3,
+		Backoff:        []time.Duration{10 * time.Millisecond},
+		AckWait:        time.Second,
+	}, bustest.Logger(), h, mw...)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(cancel)
+	return func() error { cancel(); return <-done }
+}
+
+func publish(t *testing.T, env *bustest.Env, subject, data string) {
+	t.Helper()
+	_, err := env.JS.Publish(t.Context(), subject, []byte(data))
+	require.NoError(t, err)
+}
+
+func TestRunner_RetriesWithBackoffThenAcks(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	var calls atomic.Int32
+	handled := make(chan string, 1)
+	runRunner(t, env, "flaky", func(_ context.Context, msg jetstream.Msg) error {
+		if calls.Add(1) < 3 {
+			return errors.New("not yet")
+		}
+		handled <- string(msg.Data())
+		return nil
+	})
+	publish(t, env, bus.WorkSubject("flaky"), "job")
+	select {
+	case got := <-handled:
+		assert.Equal(t, "job", got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler never succeeded")
+	}
+	// Acked: the work queue empties and no dead letter is written.
+	assertStreamMsgs(t, env, bus.WorkStream, 0)
+	assertStreamMsgs(t, env, bus.DeadLetterStream, 0)
+	assert.Equal(t, int32(3), calls.Load())
+}
+
+func TestRunner_DeadLettersAfterMaxDeliver(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	var dead, alive atomic.Int32
+	runRunner(t, env, "mixed", func(_ context.Context, msg jetstream.Msg) error {
+		if string(msg.Data()) == "poison" {
+			dead.Add(1)
+			return errors.New("cannot parse poison")
+		}
+		alive.Add(1)
+		return nil
+	})
+	publish(t, env, bus.WorkSubject("mixed"), "poison")
+	for i := range 5 {
+		publish(t, env, bus.WorkSubject("mixed"), fmt.Sprint("ok-", i))
+	}
+	require.Eventually(t, func() bool { return streamCount(t, env, bus.DeadLetterStream) == 1 }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, int32(3), dead.Load(), "tried MaxDeliver times")
+	assert.Equal(t, int32(5), alive.Load(), "the poison message held nothing up")
+
+	s, err := env.JS.Stream(t.Context(), bus.DeadLetterStream)
+	require.NoError(t, err)
+	m, err := s.GetLastMsgForSubject(t.Context(), bus.DeadLetterSubject("test-mixed"))
+	require.NoError(t, err)
+	assert.Equal(t, "poison", string(m.Data))
+	assert.Equal(t, "cannot parse poison", m.Header.Get(bus.HeaderDeadError))
+	assert.Equal(t, bus.WorkSubject("mixed"), m.Header.Get(bus.HeaderDeadSubject))
+	assert.Equal(t, "3", m.Header.Get(bus.HeaderDeadDeliveries))
+	assertStreamMsgs(t, env, bus.WorkStream, 0)
+}
+
+func TestRunner_PermanentErrorDeadLettersAtOnce(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	var calls atomic.Int32
+	runRunner(t, env, "perm", func(context.Context, jetstream.Msg) error {
+		calls.Add(1)
+		return bus.Permanent(errors.New("bad input"))
+	})
+	publish(t, env, bus.WorkSubject("perm"), "x")
+	require.Eventually(t, func() bool { return streamCount(t, env, bus.DeadLetterStream) == 1 }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, int32(1), calls.Load())
+}
+
+func TestRunner_MiddlewareWrapsOutermostFirst(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	order := make(chan string, 3)
+	tag := func(name string) bus.Middleware {
+		return func(next bus.Handler) bus.Handler {
+			return func(ctx context.Context, msg jetstream.Msg) error {
+				order <- name
+				return next(ctx, msg)
+			}
+		}
+	}
+	runRunner(t, env, "mw", func(context.Context, jetstream.Msg) error { order <- "handler"; return nil }, tag("outer"), tag("inner"))
+	publish(t, env, bus.WorkSubject("mw"), "x")
+	for _, want := range []string{"outer", "inner", "handler"} {
+		select {
+		case got := <-order:
+			assert.Equal(t, want, got)
+		case <-time.After(10 * time.Second):
+			t.Fatal("handler not called")
+		}
+	}
+}
+
+func TestRunner_StopWaitsForHandlerInFlight(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	started := make(chan struct{})
+	var finished atomic.Bool
+	stop := runRunner(t, env, "slow", func(ctx context.Context, _ jetstream.Msg) error {
+		close(started)
+		time.Sleep(200 * time.Millisecond) // work that ignores ctx
+		finished.Store(true)
+		return nil
+	})
+	publish(t, env, bus.WorkSubject("slow"), "x")
+	<-started
+	require.NoError(t, stop())
+	assert.True(t, finished.Load(), "Run returned before its handler did")
+}
+
+func streamCount(t *testing.T, env *bustest.Env, stream string) uint64 {
+	s, err := env.JS.Stream(t.Context(), stream)
+	require.NoError(t, err)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	return info.State.Msgs
+}
+
+func assertStreamMsgs(t *testing.T, env *bustest.Env, stream string, want uint64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return streamCount(t, env, stream) == want }, 10*time.Second, 10*time.Millisecond, "%s should hold %d", stream, want)
+}
