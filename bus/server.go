@@ -17,6 +17,9 @@ type ServerConfig struct {
 	Port     int    // client port; -1 picks a free one
 	StoreDir string // JetStream file storage
 
+	// User and Password, or Token, when set, are required of clients.
+	User, Password, Token string
+
 	// Cluster, when set, joins the server to a cluster of embedded servers.
 	Cluster *ClusterConfig
 }
@@ -32,12 +35,15 @@ type ClusterConfig struct {
 // StartServer starts an embedded server and waits until it takes clients.
 func StartServer(cfg ServerConfig) (*server.Server, error) {
 	opts := &server.Options{
-		ServerName: cfg.Name,
-		Host:       cfg.Host,
-		Port:       cfg.Port,
-		JetStream:  true,
-		StoreDir:   cfg.StoreDir,
-		NoSigs:     true,
+		ServerName:    cfg.Name,
+		Host:          cfg.Host,
+		Port:          cfg.Port,
+		JetStream:     true,
+		StoreDir:      cfg.StoreDir,
+		NoSigs:        true,
+		Username:      cfg.User,
+		Password:      cfg.Password,
+		Authorization: cfg.Token,
 	}
 	if c := cfg.Cluster; c != nil {
 		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: c.Host, Port: c.Port}

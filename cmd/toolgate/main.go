@@ -1,0 +1,118 @@
+// Command toolgate is the durable approval gate for AI agents' tool calls:
+// `toolgate serve` runs it, the other verbs talk to a running one.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `toolgate: a durable approval gate for AI agents' tool calls
+
+Usage:
+  toolgate serve [flags]   run toolgate (embedded NATS, or --nats to use a cluster)
+  toolgate version         print the version
+
+Run 'toolgate <command> -h' for a command's flags.
+`
+
+// run dispatches a command and returns the process's exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, args[1:], stderr)
+	case "version":
+		printVersion(stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "toolgate: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(stderr, "toolgate %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+func printVersion(w io.Writer) {
+	rev := ""
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				rev = " " + s.Value
+			}
+		}
+	}
+	fmt.Fprintf(w, "toolgate %s%s (%s, nats-server %s)\n", version, rev, runtime.Version(), server.VERSION)
+}
+
+// errUsage is returned for bad flags; the flag package has said why.
+var errUsage = errors.New("usage")
+
+// parseFlags parses args into fs, then fills every flag not given on the
+// command line from its TOOLGATE_* environment variable (--nats-user reads
+// TOOLGATE_NATS_USER).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		name := envName(f.Name)
+		if v, ok := os.LookupEnv(name); ok {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("%s=%q: %v", name, v, serr)
+			}
+		}
+	})
+	return err
+}
+
+func envName(flagName string) string {
+	return "TOOLGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// startMain runs Main in-process until the test ends and waits until it is
+// ready.
+func startMain(t *testing.T, cfg Config) *Main {
+	t.Helper()
+	m := &Main{Config: cfg, Log: bustest.Logger(), ready: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done, "Main stops cleanly")
+	})
+	select {
+	case <-m.ready:
+	case err := <-done:
+		t.Fatalf("Main stopped before it was ready: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("Main not ready after 60s")
+	}
+	return m
+}
+
+func defaultConfig(t *testing.T) Config {
+	return Config{Data: t.TempDir(), Listen: "127.0.0.1:" + fmt.Sprint(freePort(t)), Replicas: 1, RelayAckWait: time.Second}
+}
+
+func TestServe_EmbeddedServerRelaysToOtherProcesses(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfig(t)
+	startMain(t, cfg)
+	// Another process connects to the address serve listens on.
+	_, js := bustest.Connect(t, "nats://"+cfg.Listen)
+	assertRelays(t, js)
+}
+
+func TestServe_OnAClusterWithReplicas3(t *testing.T) {
+	t.Parallel()
+	servers := bustest.Cluster(t, 3)
+	cfg := Config{Conn: bus.ConnConfig{URLs: bustest.ClientURLs(servers)}, Replicas: 3, RelayAckWait: time.Second}
+	startMain(t, cfg)
+	_, js := bustest.Connect(t, cfg.Conn.URLs)
+	kv := assertRelays(t, js)
+	st, err := kv.Status(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 3, st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas)
+	for _, name := range []string{bus.EventsStream, bus.WorkStream, bus.DeadLetterStream} {
+		s, err := js.Stream(t.Context(), name)
+		require.NoError(t, err)
+		assert.Equal(t, 3, s.CachedInfo().Config.Replicas, name)
+	}
+}
+
+// assertRelays submits a call through js and waits for its event.
+func assertRelays(t *testing.T, js jetstream.JetStream) jetstream.KeyValue {
+	t.Helper()
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.CallsBucket)
+	require.NoError(t, err)
+	m := machine.New(bus.NewKVStore(kv))
+	e, err := m.Submit(ctx, machine.Call{ToolName: "web_search", CallerBotID: "bot", ConversationID: "serve"})
+	require.NoError(t, err)
+	s, err := js.Stream(ctx, bus.EventsStream)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		msg, err := s.GetLastMsgForSubject(ctx, bus.SubjectApprovalRequired)
+		return err == nil && bytes.Contains(msg.Data, []byte(e.PendingID))
+	}, 30*time.Second, 20*time.Millisecond)
+	return kv
+}
+
+func TestServe_BadConfigurationIsNamed(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{args: []string{"--replicas", "0"}, want: "--replicas: must be 1 to 5, got 0"},
+		{args: []string{"--replicas", "3"}, want: "--replicas 3 needs a cluster"},
+		{args: []string{"--listen", "4222"}, want: `--listen "4222"`},
+		{args: []string{"--listen", "127.0.0.1:http"}, want: "port must be a number"},
+		{env: map[string]string{"TOOLGATE_REPLICAS": "three"}, want: `TOOLGATE_REPLICAS="three"`},
+		{env: map[string]string{"TOOLGATE_LOG_LEVEL": "loud"}, want: "TOOLGATE_LOG_LEVEL"},
+		{args: []string{"extra"}, want: `unexpected argument "extra"`},
+	} {
+		t.Run(strings.Join(tc.args, " ")+fmt.Sprint(tc.env), func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var stderr bytes.Buffer
+			code := run(t.Context(), append([]string{"serve"}, tc.args...), &stderr, &stderr)
+			assert.NotZero(t, code)
+			assert.Contains(t, stderr.String(), tc.want)
+		})
+	}
+}
+
+func TestServe_FlagsFromEnvironment(t *testing.T) {
+	t.Setenv("TOOLGATE_EVENTS_MAX_AGE", "1h")
+	t.Setenv("TOOLGATE_NATS_USER", "agent")
+	fs, cfg := newServeFlags(&bytes.Buffer{})
+	require.NoError(t, parseFlags(fs, []string{"--replicas", "1"}))
+	assert.Equal(t, time.Hour, cfg.EventsMaxAge)
+	assert.Equal(t, "agent", cfg.Conn.User)
+
+	t.Setenv("TOOLGATE_REPLICAS", "2")
+	fs, cfg = newServeFlags(&bytes.Buffer{})
+	require.NoError(t, parseFlags(fs, []string{"--replicas", "1"}))
+	assert.Equal(t, 1, cfg.Replicas, "a flag on the command line beats the environment")
+}
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	assert.Equal(t, 0, run(t.Context(), []string{"version"}, &out, &out))
+	assert.Contains(t, out.String(), "toolgate ")
+	assert.Equal(t, 2, run(t.Context(), []string{"frobnicate"}, &out, &out))
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func decode[T any](t *testing.T, data []byte) T {
+	var v T
+	require.NoError(t, json.Unmarshal(data, &v))
+	return v
+}
