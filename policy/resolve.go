@@ -1,0 +1,422 @@
+package policy
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/toolgate/toolgate/machine"
+)
+
+// Built-in defaults, for fields no scope sets.
+const (
+	// DefaultMaxExecutionAttempts is how often a call is claimed before it
+	// is left failed.
+	DefaultMaxExecutionAttempts = 3
+	// BuiltIn is the scope Resolved.Sources names for a built-in default.
+	BuiltIn = "built-in"
+)
+
+// defaultReadOnlyTools are Claude Code's tools that only look.
+var defaultReadOnlyTools = []string{"Read", "Glob", "Grep", "LS", "NotebookRead"}
+
+// defaultEditTools are Claude Code's tools that edit files.
+var defaultEditTools = []string{"Write", "Edit", "MultiEdit", "NotebookEdit"}
+
+// maxMs bounds delays and timeouts: a year, far below where milliseconds
+// overflow a time.Duration.
+const maxMs = 365 * 24 * 60 * 60 * 1000
+
+// Resolved is the policy in force for one team and conversation: every
+// field filled, from the narrowest scope that sets it or a built-in default.
+type Resolved struct {
+	RequiresApprovalTools    ToolSet
+	DefaultDelay             time.Duration
+	ToolSpecificDelays       map[string]time.Duration
+	ApprovalTimeout          time.Duration
+	AutoRejectOnTimeout      bool
+	ReadOnlyTools            []string
+	EditTools                []string
+	Rules                    RuleSet
+	Describe                 map[string]string // tool → template source
+	MatchArgument            map[string]string
+	RequireApprovalAboveCost *float64 // nil: no threshold
+	DailyCostLimit           *float64 // nil: no limit
+	Approvers                []string
+	UserIDToApprove          string
+	MaxExecutionAttempts     int
+	PermissionMode           Mode
+	// DisableBypassPermissionsMode makes a call's bypassPermissions count as default.
+	DisableBypassPermissionsMode bool
+
+	// Sources names the scope each value came from ("default",
+	// "teams.finance", "conversations.c1", or BuiltIn), keyed by the field's
+	// name in the document, and for per-tool maps by name and key:
+	// `toolSpecificDelays["slow_report"]`. Verdict reasons quote it.
+	Sources map[string]string
+
+	templates map[string]*template.Template
+}
+
+// RuleSet holds the rules of every scope that applies, by kind, each list in
+// the order it is checked: the narrowest scope's rules first, then the
+// wider ones', each scope's in the order written.
+type RuleSet struct {
+	Deny, Ask, Allow []Rule
+}
+
+// Rule is one permission rule and where it came from.
+type Rule struct {
+	Kind    string // "deny", "ask" or "allow"
+	Pattern Pattern
+	Scope   string
+}
+
+// String names the rule as verdict reasons do: rules.deny "Bash(rm -rf *)" (default).
+func (r Rule) String() string {
+	return fmt.Sprintf("rules.%s %q (%s)", r.Kind, r.Pattern.String(), r.Scope)
+}
+
+// ReadOnly reports whether tool is one of ReadOnlyTools.
+func (r *Resolved) ReadOnly(tool string) bool { return containsTool(r.ReadOnlyTools, tool) }
+
+// EditTool reports whether tool is one of EditTools.
+func (r *Resolved) EditTool(tool string) bool { return containsTool(r.EditTools, tool) }
+
+// Delay is how long tool waits before running when nobody approved it, and
+// the field (with its scope) that says so.
+func (r *Resolved) Delay(tool string) (time.Duration, string) {
+	if d, ok := r.ToolSpecificDelays[tool]; ok {
+		f := index("toolSpecificDelays", tool)
+		return d, fmt.Sprintf("%s %dms (%s)", f, d.Milliseconds(), r.Sources[f])
+	}
+	return r.DefaultDelay, fmt.Sprintf("defaultDelayMs %d (%s)", r.DefaultDelay.Milliseconds(), r.Sources["defaultDelayMs"])
+}
+
+// Description says in one line what a call of tool with args does: the
+// tool's describe template rendered over args, or when there is none or it
+// fails, the tool's name and its arguments (raw, as sent) in compact JSON.
+func (r *Resolved) Description(tool string, args map[string]any, raw []byte) string {
+	if t := r.templates[tool]; t != nil {
+		if s, ok := render(t, args); ok {
+			return s
+		}
+	}
+	return defaultDescription(tool, raw)
+}
+
+// layer is one scope of a document, checked and compiled.
+type layer struct {
+	scope     string
+	p         Policy // a deep copy: the caller may change the Document later
+	rules     RuleSet
+	templates map[string]*template.Template
+}
+
+// compiled is a document ready to resolve.
+type compiled struct {
+	def   *layer
+	teams map[string]*layer
+	convs map[string]*layer
+}
+
+// compile checks d and compiles its patterns and templates. It returns what
+// it could compile even when it also returns errors.
+func compile(d *Document) (*compiled, error) {
+	c := &compiled{teams: map[string]*layer{}, convs: map[string]*layer{}}
+	var errs errorList
+	if d == nil {
+		d = &Document{}
+	}
+	c.def = compileLayer(&errs, "default", d.Default)
+	for _, name := range slices.Sorted(maps.Keys(d.Teams)) {
+		scope := child("teams", name)
+		checkName(&errs, scope, "team name", name)
+		c.teams[name] = compileLayer(&errs, scope, d.Teams[name])
+	}
+	for _, id := range slices.Sorted(maps.Keys(d.Conversations)) {
+		scope := child("conversations", id)
+		checkName(&errs, scope, "conversation id", id)
+		c.convs[id] = compileLayer(&errs, scope, d.Conversations[id])
+	}
+	return c, errs.err()
+}
+
+type errorList []error
+
+func (l *errorList) add(path, format string, args ...any) {
+	*l = append(*l, fieldErrorf(path, format, args...))
+}
+
+func (l errorList) err() error {
+	switch len(l) {
+	case 0:
+		return nil
+	case 1:
+		return l[0]
+	}
+	return joinedErrors(l)
+}
+
+// joinedErrors is errors.Join with a count up front, so a long list reads
+// as one answer.
+type joinedErrors []error
+
+func (j joinedErrors) Error() string {
+	s := fmt.Sprintf("policy: %d problems:", len(j))
+	for _, e := range j {
+		s += "\n\t" + strings.TrimPrefix(e.Error(), "policy: ")
+	}
+	return s
+}
+
+func (j joinedErrors) Unwrap() []error { return j }
+
+func checkName(errs *errorList, path, what, name string) {
+	if name == "" || len(name) > 256 {
+		errs.add(path, "%s must be 1 to 256 bytes, got %d", what, len(name))
+	}
+}
+
+func compileLayer(errs *errorList, scope string, src *Policy) *layer {
+	l := &layer{scope: scope, templates: map[string]*template.Template{}}
+	if src == nil {
+		return l
+	}
+	l.p = src.clone()
+	p := &l.p
+	at := func(field string) string { return scope + "." + field }
+
+	if p.RequiresApprovalTools != nil {
+		checkTools(errs, at("requiresApprovalTools"), p.RequiresApprovalTools.Tools)
+	}
+	checkMs(errs, at("approvalTimeoutMs"), p.ApprovalTimeoutMs, 1)
+	checkMs(errs, at("defaultDelayMs"), p.DefaultDelayMs, 0)
+	for _, tool := range slices.Sorted(maps.Keys(p.ToolSpecificDelays)) {
+		f := index(at("toolSpecificDelays"), tool)
+		checkToolName(errs, f, tool)
+		ms := p.ToolSpecificDelays[tool]
+		checkMs(errs, f, &ms, 0)
+	}
+	checkTools(errs, at("readOnlyTools"), p.ReadOnlyTools)
+	checkTools(errs, at("editTools"), p.EditTools)
+	for _, kind := range []struct {
+		name string
+		src  []string
+		dst  *[]Rule
+	}{{"deny", p.Rules.Deny, &l.rules.Deny}, {"ask", p.Rules.Ask, &l.rules.Ask}, {"allow", p.Rules.Allow, &l.rules.Allow}} {
+		for i, s := range kind.src {
+			pat, err := parsePattern(s)
+			if err != nil {
+				errs.add(fmt.Sprintf("%s[%d]", at("rules."+kind.name), i), "%q: %v", s, err)
+				continue
+			}
+			*kind.dst = append(*kind.dst, Rule{Kind: kind.name, Pattern: pat, Scope: scope})
+		}
+	}
+	for _, tool := range slices.Sorted(maps.Keys(p.Describe)) {
+		f := index(at("describe"), tool)
+		checkToolName(errs, f, tool)
+		t, err := parseTemplate(tool, p.Describe[tool])
+		if err != nil {
+			errs.add(f, "%v", err)
+			continue
+		}
+		l.templates[tool] = t
+	}
+	for _, tool := range slices.Sorted(maps.Keys(p.MatchArgument)) {
+		f := index(at("matchArgument"), tool)
+		checkToolName(errs, f, tool)
+		if args, ok := builtinArgs[tool]; ok {
+			errs.add(f, "%s is matched against its %s argument; that cannot be changed", tool, args[0])
+		} else if p.MatchArgument[tool] == "" {
+			errs.add(f, "argument name is empty")
+		}
+	}
+	checkCost(errs, at("requireApprovalAboveCost"), p.RequireApprovalAboveCost)
+	checkCost(errs, at("dailyCostLimit"), p.DailyCostLimit)
+	seen := map[string]bool{}
+	for i, u := range p.Approvers {
+		f := fmt.Sprintf("%s[%d]", at("approvers"), i)
+		switch {
+		case u == "" || len(u) > 256:
+			errs.add(f, "user id must be 1 to 256 bytes, got %q", u)
+		case seen[u]:
+			errs.add(f, "%q is listed twice", u)
+		}
+		seen[u] = true
+	}
+	if u := p.UserIDToApprove; u != nil {
+		switch {
+		case *u == "" || len(*u) > 256:
+			errs.add(at("userIdToApprove"), "user id must be 1 to 256 bytes, got %q", *u)
+		case len(p.Approvers) > 0 && !seen[*u]:
+			// machine.Decide wants both, so nobody could decide.
+			errs.add(at("userIdToApprove"), "%q is not among this scope's approvers %q", *u, []string(p.Approvers))
+		}
+	}
+	if n := p.MaxExecutionAttempts; n != nil && (*n < 1 || *n > 100) {
+		errs.add(at("maxExecutionAttempts"), "must be 1 to 100, got %d", *n)
+	}
+	if m := p.PermissionMode; m != nil && !m.Valid() {
+		errs.add(at("permissionMode"), "must be default, acceptEdits, plan or bypassPermissions, got %q", string(*m))
+	}
+	return l
+}
+
+func checkMs(errs *errorList, path string, v *int64, least int64) {
+	switch {
+	case v == nil:
+	case *v < least:
+		errs.add(path, "must be >= %d, got %d", least, *v)
+	case *v > maxMs:
+		errs.add(path, "must be at most a year (%d), got %d", int64(maxMs), *v)
+	}
+}
+
+func checkCost(errs *errorList, path string, v *float64) {
+	switch {
+	case v == nil:
+	case math.IsNaN(*v) || math.IsInf(*v, 0):
+		errs.add(path, "must be a finite number, got %v", *v)
+	case *v < 0:
+		errs.add(path, "must be >= 0, got %v", *v)
+	}
+}
+
+func checkToolName(errs *errorList, path, tool string) {
+	if !toolNameRE.MatchString(tool) {
+		errs.add(path, "tool name must be 1 to 128 letters, digits, '_' or '-', got %q", tool)
+	}
+}
+
+func checkTools(errs *errorList, path string, tools []string) {
+	for i, t := range tools {
+		if !validToolEntry(t) {
+			errs.add(fmt.Sprintf("%s[%d]", path, i), "must be a tool name or an MCP server (mcp__server), got %q", t)
+		}
+	}
+}
+
+// clone copies p deeply enough that changing the original's lists and
+// maps afterwards does not reach the copy.
+func (p *Policy) clone() Policy {
+	c := *p
+	if p.RequiresApprovalTools != nil {
+		ts := *p.RequiresApprovalTools
+		ts.Tools = slices.Clone(ts.Tools)
+		c.RequiresApprovalTools = &ts
+	}
+	c.ApprovalTimeoutMs = clonePtr(p.ApprovalTimeoutMs)
+	c.AutoRejectOnTimeout = clonePtr(p.AutoRejectOnTimeout)
+	c.DefaultDelayMs = clonePtr(p.DefaultDelayMs)
+	c.ToolSpecificDelays = maps.Clone(p.ToolSpecificDelays)
+	c.ReadOnlyTools = slices.Clone(p.ReadOnlyTools)
+	c.EditTools = slices.Clone(p.EditTools)
+	c.Rules = Rules{Deny: slices.Clone(p.Rules.Deny), Ask: slices.Clone(p.Rules.Ask), Allow: slices.Clone(p.Rules.Allow)}
+	c.Describe = maps.Clone(p.Describe)
+	c.MatchArgument = maps.Clone(p.MatchArgument)
+	c.RequireApprovalAboveCost = clonePtr(p.RequireApprovalAboveCost)
+	c.DailyCostLimit = clonePtr(p.DailyCostLimit)
+	c.Approvers = slices.Clone(p.Approvers)
+	c.UserIDToApprove = clonePtr(p.UserIDToApprove)
+	c.MaxExecutionAttempts = clonePtr(p.MaxExecutionAttempts)
+	c.PermissionMode = clonePtr(p.PermissionMode)
+	c.DisableBypassPermissionsMode = clonePtr(p.DisableBypassPermissionsMode)
+	return c
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// resolve merges the scopes that apply, widest first so narrower ones
+// overwrite, except rules, which add up narrowest first.
+func (c *compiled) resolve(team, conversationID string) *Resolved {
+	r := &Resolved{
+		RequiresApprovalTools: ToolSet{All: true},
+		ToolSpecificDelays:    map[string]time.Duration{},
+		ApprovalTimeout:       machine.DefaultApprovalTimeout,
+		AutoRejectOnTimeout:   true,
+		ReadOnlyTools:         slices.Clone(defaultReadOnlyTools),
+		EditTools:             slices.Clone(defaultEditTools),
+		Describe:              map[string]string{},
+		MatchArgument:         map[string]string{},
+		MaxExecutionAttempts:  DefaultMaxExecutionAttempts,
+		PermissionMode:        ModeDefault,
+		Sources:               map[string]string{},
+		templates:             map[string]*template.Template{},
+	}
+	for _, f := range []string{"requiresApprovalTools", "defaultDelayMs", "approvalTimeoutMs", "autoRejectOnTimeout",
+		"readOnlyTools", "editTools", "maxExecutionAttempts", "permissionMode", "disableBypassPermissionsMode"} {
+		r.Sources[f] = BuiltIn
+	}
+	layers := []*layer{c.def}
+	if l := c.teams[team]; l != nil && team != "" {
+		layers = append(layers, l)
+	}
+	if l := c.convs[conversationID]; l != nil && conversationID != "" {
+		layers = append(layers, l)
+	}
+	for _, l := range layers {
+		r.merge(l)
+	}
+	for i := len(layers) - 1; i >= 0; i-- {
+		r.Rules.Deny = append(r.Rules.Deny, layers[i].rules.Deny...)
+		r.Rules.Ask = append(r.Rules.Ask, layers[i].rules.Ask...)
+		r.Rules.Allow = append(r.Rules.Allow, layers[i].rules.Allow...)
+	}
+	return r
+}
+
+func (r *Resolved) merge(l *layer) {
+	p, s := &l.p, l.scope
+	set := func(field string, ok bool, apply func()) {
+		if ok {
+			apply()
+			r.Sources[field] = s
+		}
+	}
+	set("requiresApprovalTools", p.RequiresApprovalTools != nil, func() { r.RequiresApprovalTools = *p.RequiresApprovalTools })
+	set("defaultDelayMs", p.DefaultDelayMs != nil, func() { r.DefaultDelay = ms(*p.DefaultDelayMs) })
+	set("approvalTimeoutMs", p.ApprovalTimeoutMs != nil, func() { r.ApprovalTimeout = ms(*p.ApprovalTimeoutMs) })
+	set("autoRejectOnTimeout", p.AutoRejectOnTimeout != nil, func() { r.AutoRejectOnTimeout = *p.AutoRejectOnTimeout })
+	set("readOnlyTools", p.ReadOnlyTools != nil, func() { r.ReadOnlyTools = p.ReadOnlyTools })
+	set("editTools", p.EditTools != nil, func() { r.EditTools = p.EditTools })
+	set("requireApprovalAboveCost", p.RequireApprovalAboveCost != nil, func() { r.RequireApprovalAboveCost = p.RequireApprovalAboveCost })
+	set("dailyCostLimit", p.DailyCostLimit != nil, func() { r.DailyCostLimit = p.DailyCostLimit })
+	set("approvers", p.Approvers != nil, func() { r.Approvers = p.Approvers })
+	set("userIdToApprove", p.UserIDToApprove != nil, func() { r.UserIDToApprove = *p.UserIDToApprove })
+	set("maxExecutionAttempts", p.MaxExecutionAttempts != nil, func() { r.MaxExecutionAttempts = *p.MaxExecutionAttempts })
+	set("permissionMode", p.PermissionMode != nil, func() { r.PermissionMode = *p.PermissionMode })
+	set("disableBypassPermissionsMode", p.DisableBypassPermissionsMode != nil, func() {
+		r.DisableBypassPermissionsMode = *p.DisableBypassPermissionsMode
+	})
+	for tool, v := range p.ToolSpecificDelays {
+		r.ToolSpecificDelays[tool] = ms(v)
+		r.Sources[index("toolSpecificDelays", tool)] = s
+	}
+	for tool, src := range p.Describe {
+		r.Describe[tool] = src
+		r.templates[tool] = l.templates[tool] // nil when it did not compile
+		r.Sources[index("describe", tool)] = s
+	}
+	for tool, arg := range p.MatchArgument {
+		r.MatchArgument[tool] = arg
+		r.Sources[index("matchArgument", tool)] = s
+	}
+}
+
+func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// formatNumber prints a cost as the document would: 100, 0.5.
+func formatNumber(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
