@@ -1,0 +1,231 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolgate/toolgate/machine"
+)
+
+// Grants finds a human's standing permission for a call: "allow for this
+// session" or "always allow". bus implements it on NATS KV.
+type Grants interface {
+	Match(ctx context.Context, c machine.Call) (Grant, bool, error)
+}
+
+// Budget reserves estimated cost against a team's daily limit. Reserve must
+// be atomic: of two calls racing for the last of a budget, one gets it. It
+// reports false, and reserves nothing, when amount would take the team's
+// total for day past limit.
+type Budget interface {
+	Reserve(ctx context.Context, team string, day string, amount, limit float64) (bool, error)
+}
+
+// Engine evaluates calls against a policy document. It is safe for
+// concurrent use, and SetDocument replaces the document while calls are
+// being evaluated: each evaluation sees one document, old or new, whole.
+type Engine struct {
+	snap   atomic.Pointer[snapshot]
+	grants Grants
+	budget Budget
+	now    func() time.Time
+}
+
+var _ machine.Evaluator = (*Engine)(nil)
+
+type snapshot struct {
+	doc *Document
+	c   *compiled
+}
+
+// EngineOption configures an Engine.
+type EngineOption func(*Engine)
+
+// WithClock replaces time.Now, which picks the budget's day, for tests.
+func WithClock(now func() time.Time) EngineOption { return func(e *Engine) { e.now = now } }
+
+// NewEngine returns an Engine for doc (nil: built-in defaults only). grants
+// and budget may be nil: then no grant ever matches, and a dailyCostLimit
+// makes every costed call ask, since nothing can count what was spent.
+func NewEngine(doc *Document, grants Grants, budget Budget, opts ...EngineOption) (*Engine, error) {
+	e := &Engine{grants: grants, budget: budget, now: time.Now}
+	for _, o := range opts {
+		o(e)
+	}
+	if err := e.SetDocument(doc); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// SetDocument validates doc and, if it is valid, puts it in force for every
+// evaluation from now on. An invalid document leaves the old one in force.
+// The Engine keeps its own copy: changing doc afterwards changes nothing.
+func (e *Engine) SetDocument(doc *Document) error {
+	doc = doc.Clone()
+	c, err := compile(doc)
+	if err != nil {
+		return err
+	}
+	e.snap.Store(&snapshot{doc: doc, c: c})
+	return nil
+}
+
+// Document returns a copy of the document in force.
+func (e *Engine) Document() *Document { return e.snap.Load().doc.Clone() }
+
+// Resolve returns the policy in force for a team and conversation.
+func (e *Engine) Resolve(team, conversationID string) Resolved {
+	return *e.snap.Load().c.resolve(team, conversationID)
+}
+
+// Evaluate decides what c needs. In order, the first that applies decides:
+//
+//  1. a deny rule: deny;
+//  2. the permission mode (the call's, else the policy's): plan denies
+//     every tool that is not read-only; bypassPermissions runs the call;
+//  3. a grant: run;
+//  4. an ask rule: ask;
+//  5. an allow rule: run;
+//  6. a read-only tool: run;
+//  7. acceptEdits mode and an edit tool: run;
+//  8. a tool in requiresApprovalTools: ask;
+//  9. otherwise run, after the tool's delay.
+//
+// Every run from steps 3 to 9 must then pass the cost checks: an estimated
+// cost above requireApprovalAboveCost asks, and so does one the team's
+// dailyCostLimit has no room left for. The verdict's Reason names the rule
+// or field that decided, and the scope it came from.
+//
+// Errors: a call whose arguments are not a JSON object, or whose
+// permission mode or estimated cost is invalid, wraps machine.ErrInvalid;
+// an error from Grants or Budget is returned, wrapped, rather than guessed
+// around: Submit fails and the agent retries, where a guess would either
+// ask a human needlessly or run a call nobody allowed.
+func (e *Engine) Evaluate(ctx context.Context, c machine.Call) (machine.Verdict, error) {
+	args, err := callArguments(c)
+	if err != nil {
+		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName, err)
+	}
+	if math.IsNaN(c.EstimatedCost) || math.IsInf(c.EstimatedCost, 0) || c.EstimatedCost < 0 {
+		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName,
+			fieldErrorf("estimatedCost", "must be a finite number >= 0, got %v", c.EstimatedCost))
+	}
+	r := e.snap.Load().c.resolve(c.Team, c.ConversationID)
+	v, err := e.decide(ctx, r, c, args)
+	if err != nil {
+		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName, err)
+	}
+	v.Description = r.Description(c.ToolName, args, c.Arguments)
+	v.MaxExecutionAttempts = r.MaxExecutionAttempts
+	if v.Action == machine.ActionAsk {
+		v.ApprovalTimeout = r.ApprovalTimeout
+		v.AutoRejectOnTimeout = r.AutoRejectOnTimeout
+		v.Approver = r.UserIDToApprove
+		v.Approvers = slices.Clone(r.Approvers)
+	}
+	return v, nil
+}
+
+func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args map[string]any) (machine.Verdict, error) {
+	tool := c.ToolName
+	call := newCallSubject(tool, args, r.MatchArgument[tool])
+	if rule, ok := firstMatch(r.Rules.Deny, call, false); ok {
+		return verdict(machine.ActionDeny, rule.String()), nil
+	}
+	mode, modeFrom, err := r.mode(c.PermissionMode)
+	if err != nil {
+		return machine.Verdict{}, err
+	}
+	switch mode {
+	case ModePlan:
+		if !r.ReadOnly(tool) {
+			return verdict(machine.ActionDeny, fmt.Sprintf("permissionMode plan (%s): %s is not in readOnlyTools (%s)",
+				modeFrom, tool, r.Sources["readOnlyTools"])), nil
+		}
+	case ModeBypassPermissions:
+		return verdict(machine.ActionRun, fmt.Sprintf("permissionMode bypassPermissions (%s)", modeFrom)), nil
+	}
+	if e.grants != nil {
+		g, ok, err := e.grants.Match(ctx, c)
+		if err != nil {
+			return machine.Verdict{}, fmt.Errorf("grants: %w", err)
+		}
+		if ok {
+			return e.charge(ctx, r, c, verdict(machine.ActionRun, g.String()))
+		}
+	}
+	if rule, ok := firstMatch(r.Rules.Ask, call, false); ok {
+		return verdict(machine.ActionAsk, rule.String()), nil
+	}
+	if rule, ok := firstMatch(r.Rules.Allow, call, true); ok {
+		return e.charge(ctx, r, c, verdict(machine.ActionRun, rule.String()))
+	}
+	if r.ReadOnly(tool) {
+		return e.charge(ctx, r, c, verdict(machine.ActionRun, fmt.Sprintf("readOnlyTools (%s)", r.Sources["readOnlyTools"])))
+	}
+	if mode == ModeAcceptEdits && r.EditTool(tool) {
+		return e.charge(ctx, r, c, verdict(machine.ActionRun, fmt.Sprintf("permissionMode acceptEdits (%s): editTools (%s)",
+			modeFrom, r.Sources["editTools"])))
+	}
+	if r.RequiresApprovalTools.Contains(tool) {
+		return verdict(machine.ActionAsk, fmt.Sprintf("requiresApprovalTools (%s)", r.Sources["requiresApprovalTools"])), nil
+	}
+	delay, why := r.Delay(tool)
+	v := verdict(machine.ActionRun, fmt.Sprintf("not in requiresApprovalTools (%s); %s", r.Sources["requiresApprovalTools"], why))
+	v.Delay = delay
+	return e.charge(ctx, r, c, v)
+}
+
+func verdict(a machine.Action, reason string) machine.Verdict {
+	return machine.Verdict{Action: a, Reason: reason}
+}
+
+// charge applies cost protection to a call about to run. The threshold is
+// checked first so a call that will be asked about anyway reserves nothing.
+// A reservation is not given back if the call is later cancelled: the
+// budget errs towards asking.
+func (e *Engine) charge(ctx context.Context, r *Resolved, c machine.Call, run machine.Verdict) (machine.Verdict, error) {
+	cost := c.EstimatedCost
+	if t := r.RequireApprovalAboveCost; t != nil && cost > *t {
+		return verdict(machine.ActionAsk, fmt.Sprintf("requireApprovalAboveCost %s < %s (%s)",
+			formatNumber(*t), formatNumber(cost), r.Sources["requireApprovalAboveCost"])), nil
+	}
+	limit := r.DailyCostLimit
+	if limit == nil || cost == 0 {
+		return run, nil
+	}
+	what := fmt.Sprintf("dailyCostLimit %s (%s)", formatNumber(*limit), r.Sources["dailyCostLimit"])
+	if e.budget == nil {
+		return verdict(machine.ActionAsk, what+": no budget is configured to count spending against it"), nil
+	}
+	day := e.now().UTC().Format("2006-01-02")
+	ok, err := e.budget.Reserve(ctx, c.Team, day, cost, *limit)
+	if err != nil {
+		return machine.Verdict{}, fmt.Errorf("reserve %s of team %q's budget for %s: %w", formatNumber(cost), c.Team, day, err)
+	}
+	if !ok {
+		return verdict(machine.ActionAsk, fmt.Sprintf("%s would be exceeded: no room for %s more on %s",
+			what, formatNumber(cost), day)), nil
+	}
+	return run, nil
+}
+
+// mode is the permission mode in force for a call, and where it came from.
+func (r *Resolved) mode(callMode string) (Mode, string, error) {
+	m, from := Mode(callMode), "call"
+	if callMode == "" {
+		m, from = r.PermissionMode, r.Sources["permissionMode"]
+	}
+	if !m.Valid() {
+		return "", "", fieldErrorf("permissionMode", "must be default, acceptEdits, plan or bypassPermissions, got %q", callMode)
+	}
+	if m == ModeBypassPermissions && r.DisableBypassPermissionsMode {
+		return ModeDefault, "disableBypassPermissionsMode (" + r.Sources["disableBypassPermissionsMode"] + ")", nil
+	}
+	return m, from, nil
+}
