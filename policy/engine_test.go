@@ -56,7 +56,9 @@ conversations:
 // day is the UTC day of testClock, a day after its local one.
 const day = "2026-03-02"
 
-func testClock() time.Time { return time.Date(2026, 3, 1, 23, 30, 0, 0, time.FixedZone("UTC-5", -5*3600)).UTC() }
+func testClock() time.Time {
+	return time.Date(2026, 3, 1, 23, 30, 0, 0, time.FixedZone("UTC-5", -5*3600)).UTC()
+}
 
 func newTestEngine(t *testing.T, src string, grants Grants, budget Budget) *Engine {
 	t.Helper()
