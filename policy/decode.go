@@ -33,8 +33,13 @@ type decoder struct {
 func newDecoder() *decoder { return &decoder{budget: maxNodes} }
 
 func (d *decoder) errorf(path *fieldPath, format string, args ...any) {
-	if len(d.errs) < maxErrors {
-		d.errs = append(d.errs, fieldErrorf(path.String(), format, args...))
+	if len(d.errs) >= maxErrors {
+		return
+	}
+	if p := path.String(); p != "" {
+		d.errs = append(d.errs, fieldErrorf(p, format, args...))
+	} else {
+		d.errs = append(d.errs, malformed(format, args...)) // nothing to name at the top
 	}
 }
 

@@ -57,7 +57,7 @@ conversations:
 const day = "2026-03-02"
 
 func testClock() time.Time {
-	return time.Date(2026, 3, 1, 23, 30, 0, 0, time.FixedZone("UTC-5", -5*3600)).UTC()
+	return time.Date(2026, 3, 1, 23, 30, 0, 0, time.FixedZone("UTC-5", -5*3600))
 }
 
 func newTestEngine(t *testing.T, src string, grants Grants, budget Budget) *Engine {

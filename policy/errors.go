@@ -16,6 +16,7 @@ type FieldError struct {
 	Msg  string
 }
 
+// Error reads "policy: <path>: <what is wrong>".
 func (e *FieldError) Error() string {
 	if e.Path == "" {
 		return "policy: " + e.Msg
