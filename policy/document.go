@@ -168,6 +168,9 @@ func (m Mode) Valid() bool { return slices.Contains(modes, m) }
 // and name the field they are about; when there are several, all are
 // returned, joined.
 func Parse(data []byte) (*Document, error) {
+	if j, ok := jsonForYAML(data); ok {
+		data = j
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
 	switch err := dec.Decode(&root); {

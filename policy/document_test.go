@@ -97,6 +97,18 @@ func TestParse_JSON(t *testing.T) {
 	assert.Equal(t, "conversations.c-1", r.Sources["autoRejectOnTimeout"])
 }
 
+func TestParse_JSONEscapesYAMLLacks(t *testing.T) {
+	// As Python's json.dumps writes them: "\/" and a surrogate pair.
+	doc, err := Parse([]byte(`{"default": {"describe": {"x": "a\/b \u00e9 \ud83d\ude00 <&>"}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, "a/b é 😀 <&>", doc.Default.Describe["x"])
+
+	_, err = Parse([]byte(`{"default": {"defaultDelayMs": 1, "defaultDelayMs": 2}}`))
+	assert.ErrorContains(t, err, "policy: default.defaultDelayMs: set twice", "duplicate keys survive the rewrite")
+	_, err = Parse([]byte(`{"default": {"defaultDelayMs": 1.5}}`))
+	assert.ErrorContains(t, err, `policy: default.defaultDelayMs: must be an integer, got "1.5"`)
+}
+
 func TestParse_Empty(t *testing.T) {
 	for _, in := range []string{"", "# nothing\n", "null", "{}"} {
 		doc, err := Parse([]byte(in))

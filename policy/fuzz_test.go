@@ -80,6 +80,7 @@ func FuzzParse(f *testing.F) {
 		"teams:\n  finance:\n    toolSpecificDelays: {web_search: -5}",
 		"default: &d {defaultDelayMs: 1}\nteams:\n  x: *d\n  y:\n    <<: *d",
 		"default:\n  describe: {a: '{{.x'}\n  colour: red",
+		`{"default": {"describe": {"x": "a\/b \ud83d\ude00"}, "approvers": ["a", "a"]}}`,
 		"default: [",
 		"- a",
 		"default: {}\n---\n",
