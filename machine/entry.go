@@ -13,13 +13,16 @@ import (
 // Entry is a PendingToolCallEntry: one tool call and everything that has
 // happened to it. Times are epoch milliseconds, as in the reference design.
 type Entry struct {
-	PendingID      string          `json:"pendingId"`
-	ToolCallID     string          `json:"toolCallId"`
-	ToolName       string          `json:"toolName"`
-	ToolArguments  json.RawMessage `json:"toolArguments"`
-	CallerBotID    string          `json:"callerBotId"`
-	ConversationID string          `json:"conversationId"`
-	RequestedAt    int64           `json:"requestedAt"`
+	PendingID     string          `json:"pendingId"`
+	ToolCallID    string          `json:"toolCallId"`
+	ToolName      string          `json:"toolName"`
+	ToolArguments json.RawMessage `json:"toolArguments"`
+	// OriginalArguments are the agent's arguments when an approver edited
+	// them; ToolArguments then holds the edited ones, which are what runs.
+	OriginalArguments json.RawMessage `json:"originalArguments,omitempty"`
+	CallerBotID       string          `json:"callerBotId"`
+	ConversationID    string          `json:"conversationId"`
+	RequestedAt       int64           `json:"requestedAt"`
 
 	Status            State  `json:"status"`
 	StatusReason      string `json:"statusReason,omitempty"`
@@ -33,6 +36,8 @@ type Entry struct {
 	Approvers                  []string `json:"approvers,omitempty"` // who may decide, when set
 	ApprovedOrRejectedByUserID string   `json:"approvedOrRejectedByUserId,omitempty"`
 	DecisionTime               int64    `json:"decisionTime,omitempty"`
+	// DecisionScope is how far an approval reaches: once, session, always.
+	DecisionScope Scope `json:"decisionScope,omitempty"`
 
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  string          `json:"error,omitempty"`
@@ -45,6 +50,10 @@ type Entry struct {
 	Description string `json:"description,omitempty"`
 	// MaxExecutionAttempts bounds claims of the call; 0 means the default.
 	MaxExecutionAttempts int `json:"maxExecutionAttempts,omitempty"`
+	// CostReserved is what the policy reserved of the team's daily budget
+	// (on CostDay) for this call, to settle or release when it ends.
+	CostReserved float64 `json:"costReserved,omitempty"`
+	CostDay      string  `json:"costDay,omitempty"`
 	// Lease is held by the executor running the call (EXECUTING only).
 	Lease *Lease `json:"lease,omitempty"`
 	// LastTransition is the transition that wrote this revision of the
@@ -118,9 +127,8 @@ func (c *Call) validate() error {
 	if len(c.Arguments) == 0 {
 		c.Arguments = json.RawMessage("{}")
 	}
-	var args map[string]any
-	if err := json.Unmarshal(c.Arguments, &args); err != nil || args == nil {
-		return invalidf("toolArguments: must be a JSON object")
+	if err := validArguments(c.Arguments); err != nil {
+		return err
 	}
 	if c.ToolCallID == "" {
 		var b [12]byte
@@ -129,6 +137,24 @@ func (c *Call) validate() error {
 	}
 	return nil
 }
+
+func validArguments(raw json.RawMessage) error {
+	var args map[string]any
+	if err := json.Unmarshal(raw, &args); err != nil || args == nil {
+		return invalidf("toolArguments: must be a JSON object")
+	}
+	return nil
+}
+
+// Scope is how far a human's approval reaches.
+type Scope string
+
+// The scopes of an approval.
+const (
+	ScopeOnce    Scope = "once"    // this call only
+	ScopeSession Scope = "session" // and later calls like it in the conversation
+	ScopeAlways  Scope = "always"  // and later calls like it in the team, as an allow rule
+)
 
 // PendingID is the id of the entry for a tool call: the conversation's key,
 // a dot, the tool call's key. Deriving it (rather than drawing a random one)

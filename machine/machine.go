@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,9 +16,10 @@ import (
 // It holds no entry state of its own, so any number of Machines in any
 // number of processes can share one Store.
 type Machine struct {
-	store Store
-	eval  Evaluator
-	now   func() time.Time
+	store    Store
+	eval     Evaluator
+	now      func() time.Time
+	observer func(ctx context.Context, e *Entry)
 }
 
 // Option configures a Machine.
@@ -28,6 +30,15 @@ func WithEvaluator(e Evaluator) Option { return func(m *Machine) { m.eval = e } 
 
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(m *Machine) { m.now = now } }
+
+// WithObserver has f called with every entry this Machine writes, after the
+// write won. Only the winner of a race sees its transition, so f runs once
+// per transition across all Machines; it does not run at all if the process
+// dies right after the write, so f must keep nothing that matters more than
+// an estimate (budgets settle this way: a lost release over-reserves).
+func WithObserver(f func(ctx context.Context, e *Entry)) Option {
+	return func(m *Machine) { m.observer = f }
+}
 
 // New returns a Machine over store.
 func New(store Store, opts ...Option) *Machine {
@@ -71,6 +82,8 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 		Description:    v.Description,
 
 		MaxExecutionAttempts: v.MaxExecutionAttempts,
+		CostReserved:         v.CostReserved,
+		CostDay:              v.CostDay,
 	}
 	var ev Event
 	switch v.Action {
@@ -105,7 +118,14 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("submit %s: %w", id, err)
 	}
+	m.observe(ctx, e)
 	return e, nil
+}
+
+func (m *Machine) observe(ctx context.Context, e *Entry) {
+	if m.observer != nil {
+		m.observer(ctx, e)
+	}
 }
 
 // Get returns one entry.
@@ -127,6 +147,11 @@ type Decision struct {
 	Approve bool
 	By      string // the user deciding
 	Reason  string
+	// Scope of an approval; empty means once.
+	Scope Scope
+	// Arguments, when set on an approval, replace the call's arguments;
+	// the original ones are kept in OriginalArguments.
+	Arguments json.RawMessage
 }
 
 // Decide approves or rejects a pending call. Only the call's named approver,
@@ -138,6 +163,19 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 	ev := EventReject
 	if d.Approve {
 		ev = EventApprove
+	}
+	switch d.Scope {
+	case "", ScopeOnce, ScopeSession, ScopeAlways:
+	default:
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("scope: must be once, session or always, got %q", d.Scope))
+	}
+	if len(d.Arguments) > 0 {
+		if !d.Approve {
+			return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("arguments: only an approval may edit them"))
+		}
+		if err := validArguments(d.Arguments); err != nil {
+			return nil, fmt.Errorf("decide %s: %w", pendingID, err)
+		}
 	}
 	e, err := m.transition(ctx, pendingID, ev, d.By, d.Reason, func(e *Entry, now time.Time) error {
 		if e.UserIDToApprove != "" && e.UserIDToApprove != d.By {
@@ -151,6 +189,15 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		}
 		e.ApprovedOrRejectedByUserID = d.By
 		e.DecisionTime = now.UnixMilli()
+		if d.Approve {
+			e.DecisionScope = cmp.Or(d.Scope, ScopeOnce)
+		}
+		if len(d.Arguments) > 0 {
+			if e.OriginalArguments == nil {
+				e.OriginalArguments = e.ToolArguments
+			}
+			e.ToolArguments = d.Arguments
+		}
 		return nil
 	})
 	if err != nil {
@@ -293,6 +340,7 @@ func (m *Machine) transition(ctx context.Context, pendingID string, ev Event, ac
 		} else if err != nil {
 			return nil, err
 		}
+		m.observe(ctx, &next)
 		return &next, nil
 	}
 }

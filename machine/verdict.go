@@ -30,6 +30,10 @@ type Verdict struct {
 	Description string
 	// Reason names the rule or field that decided.
 	Reason string
+	// CostReserved is what the policy reserved of the team's daily budget,
+	// on CostDay (UTC, 2006-01-02), for the call.
+	CostReserved float64
+	CostDay      string
 }
 
 // Evaluator decides what a call needs. policy.Engine is the real one.
