@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/toolgate/toolgate/machine"
 )
@@ -64,3 +65,35 @@ func plainKey(s string) bool {
 	}
 	return true
 }
+
+// errorList collects the problems of a whole document, so that its author
+// can fix them all in one go.
+type errorList []error
+
+func (l *errorList) add(path, format string, args ...any) {
+	*l = append(*l, fieldErrorf(path, format, args...))
+}
+
+func (l errorList) err() error {
+	switch len(l) {
+	case 0:
+		return nil
+	case 1:
+		return l[0]
+	}
+	return joinedErrors(l)
+}
+
+// joinedErrors is errors.Join with a count up front, so a long list reads
+// as one answer.
+type joinedErrors []error
+
+func (j joinedErrors) Error() string {
+	s := fmt.Sprintf("policy: %d problems:", len(j))
+	for _, e := range j {
+		s += "\n\t" + strings.TrimPrefix(e.Error(), "policy: ")
+	}
+	return s
+}
+
+func (j joinedErrors) Unwrap() []error { return j }

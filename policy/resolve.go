@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"text/template"
 	"time"
 
@@ -34,6 +33,7 @@ const maxMs = 365 * 24 * 60 * 60 * 1000
 
 // Resolved is the policy in force for one team and conversation: every
 // field filled, from the narrowest scope that sets it or a built-in default.
+// Its lists may be shared with the Engine that resolved it: read, don't write.
 type Resolved struct {
 	RequiresApprovalTools    ToolSet
 	DefaultDelay             time.Duration
@@ -146,36 +146,6 @@ func compile(d *Document) (*compiled, error) {
 	}
 	return c, errs.err()
 }
-
-type errorList []error
-
-func (l *errorList) add(path, format string, args ...any) {
-	*l = append(*l, fieldErrorf(path, format, args...))
-}
-
-func (l errorList) err() error {
-	switch len(l) {
-	case 0:
-		return nil
-	case 1:
-		return l[0]
-	}
-	return joinedErrors(l)
-}
-
-// joinedErrors is errors.Join with a count up front, so a long list reads
-// as one answer.
-type joinedErrors []error
-
-func (j joinedErrors) Error() string {
-	s := fmt.Sprintf("policy: %d problems:", len(j))
-	for _, e := range j {
-		s += "\n\t" + strings.TrimPrefix(e.Error(), "policy: ")
-	}
-	return s
-}
-
-func (j joinedErrors) Unwrap() []error { return j }
 
 func checkName(errs *errorList, path, what, name string) {
 	if name == "" || len(name) > 256 {
