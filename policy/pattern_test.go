@@ -225,3 +225,18 @@ func TestToolLists(t *testing.T) {
 	assert.True(t, ToolSet{All: true}.Contains("anything"))
 	assert.False(t, ToolSet{}.Contains("anything"))
 }
+
+func TestToolSet_String(t *testing.T) {
+	assert.Equal(t, "all", ToolSet{All: true}.String())
+	assert.Equal(t, "none", ToolSet{}.String())
+	assert.Equal(t, `["a","mcp__b"]`, ToolSet{Tools: []string{"a", "mcp__b"}}.String())
+
+	doc, err := Parse([]byte("default:\n  readOnlyTools: [mcp__fs, mcp__db__*]\n  requiresApprovalTools: [mcp__github]\n"))
+	require.NoError(t, err)
+	r := doc.Resolve("", "")
+	assert.True(t, r.ReadOnly("mcp__db__query"))
+	assert.True(t, r.RequiresApprovalTools.Contains("mcp__github__push"))
+	_, err = Parse([]byte("default:\n  readOnlyTools: ['mcp____*', 'mcp__x*']\n"))
+	assert.ErrorContains(t, err, `default.readOnlyTools[0]: must be a tool name or an MCP server (mcp__server), got "mcp____*"`)
+	assert.ErrorContains(t, err, `default.readOnlyTools[1]`)
+}
