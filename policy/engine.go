@@ -187,8 +187,8 @@ func verdict(a machine.Action, reason string) machine.Verdict {
 
 // charge applies cost protection to a call about to run. The threshold is
 // checked first so a call that will be asked about anyway reserves nothing.
-// A reservation is not given back if the call is later cancelled: the
-// budget errs towards asking.
+// Giving a reservation back (a call cancelled, or cheaper than estimated)
+// is for whoever sees the call end; the verdict says what was reserved.
 func (e *Engine) charge(ctx context.Context, r *Resolved, c machine.Call, run machine.Verdict) (machine.Verdict, error) {
 	cost := c.EstimatedCost
 	if t := r.RequireApprovalAboveCost; t != nil && cost > *t {
@@ -212,6 +212,9 @@ func (e *Engine) charge(ctx context.Context, r *Resolved, c machine.Call, run ma
 		return verdict(machine.ActionAsk, fmt.Sprintf("%s would be exceeded: no room for %s more on %s",
 			what, formatNumber(cost), day)), nil
 	}
+	// The entry records the reservation, so that whoever sees the call
+	// end can settle it at the real cost or release it.
+	run.CostReserved, run.CostDay = cost, day
 	return run, nil
 }
 

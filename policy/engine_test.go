@@ -172,6 +172,11 @@ func TestEvaluate(t *testing.T) {
 				assert.Zero(t, v.ApprovalTimeout)
 				assert.Nil(t, v.Approvers)
 			}
+			if v.Action == machine.ActionRun && tt.call.team == "finance" && tt.call.cost > 0 && tt.call.mode != "bypassPermissions" {
+				assert.Equal(t, tt.call.cost, v.CostReserved)
+			} else {
+				assert.Zero(t, v.CostReserved)
+			}
 		})
 	}
 }
@@ -278,7 +283,10 @@ func TestEvaluate_DailyBudget(t *testing.T) {
 		return v
 	}
 	for range 9 {
-		assert.Equal(t, machine.ActionRun, spend(100).Action)
+		v := spend(100)
+		assert.Equal(t, machine.ActionRun, v.Action)
+		assert.Equal(t, 100.0, v.CostReserved)
+		assert.Equal(t, day, v.CostDay)
 	}
 	assert.Equal(t, 900.0, budget.Spent("finance", day), "the budget's day is the UTC day")
 	v := spend(100.5)
@@ -288,11 +296,15 @@ func TestEvaluate_DailyBudget(t *testing.T) {
 	assert.Equal(t, machine.ActionRun, v.Action)
 	v = spend(80)
 	assert.Equal(t, machine.ActionAsk, v.Action)
+	assert.Zero(t, v.CostReserved, "an asked call reserves nothing")
+	assert.Empty(t, v.CostDay)
 	assert.Equal(t, "dailyCostLimit 1000 (teams.finance) would be exceeded: no room for 80 more on 2026-03-02", v.Reason)
 	assert.Equal(t, 980.0, budget.Spent("finance", day))
 	assert.Equal(t, machine.ActionRun, spend(20).Action, "what fits still runs")
 	calls := budget.calls
-	assert.Equal(t, machine.ActionRun, spend(0).Action, "a call that costs nothing")
+	v = spend(0)
+	assert.Equal(t, machine.ActionRun, v.Action, "a call that costs nothing")
+	assert.Empty(t, v.CostDay)
 	assert.Equal(t, calls, budget.calls, "reserves nothing")
 
 	// Asked calls reserve nothing: a human decides about them.
