@@ -1,0 +1,165 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// startService serves the request API over a machine that asks about
+// every call except tools named run_*, which it runs at once.
+func startService(t *testing.T) (*bustest.Env, *bus.Service) {
+	t.Helper()
+	env := bustest.Start(t, bustest.Topologies[0])
+	m := machine.New(env.Store, machine.WithEvaluator(machine.EvaluatorFunc(func(_ context.Context, c machine.Call) (machine.Verdict, error) {
+		if len(c.ToolName) > 4 && c.ToolName[:4] == "run_" {
+			return machine.Verdict{Action: machine.ActionRun}, nil
+		}
+		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute, Approvers: []string{"alice", "bob"}}, nil
+	})))
+	svc := bus.NewService(m, env.KV, bustest.Logger())
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx, env.NC, "0.0.1-test") }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, func() bool {
+		_, err := env.NC.Request("$SRV.PING.toolgate", nil, time.Second)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	return env, svc
+}
+
+// call makes a request and decodes its reply into T.
+func request[T any](t *testing.T, nc *nats.Conn, endpoint string, body any) (T, error) {
+	t.Helper()
+	data, err := json.Marshal(body)
+	require.NoError(t, err)
+	msg, err := nc.Request(bus.APISubject(endpoint), data, 5*time.Second)
+	require.NoError(t, err)
+	var v T
+	return v, bus.DecodeReply(msg, &v)
+}
+
+func TestService_DiscoverableAsMicroService(t *testing.T) {
+	t.Parallel()
+	env, _ := startService(t)
+	msg, err := env.NC.Request("$SRV.INFO.toolgate", nil, 5*time.Second)
+	require.NoError(t, err)
+	var info micro.Info
+	require.NoError(t, json.Unmarshal(msg.Data, &info))
+	assert.Equal(t, "toolgate", info.Name)
+	var subjects []string
+	for _, e := range info.Endpoints {
+		subjects = append(subjects, e.Subject)
+	}
+	for _, ep := range []string{bus.EndpointSubmit, bus.EndpointGet, bus.EndpointList, bus.EndpointDecide, bus.EndpointCancel,
+		bus.EndpointCancelConversation, bus.EndpointStarted, bus.EndpointSucceeded, bus.EndpointFailed} {
+		assert.Contains(t, subjects, bus.APISubject(ep))
+	}
+}
+
+func TestService_SubmitDecideAndRefusals(t *testing.T) {
+	t.Parallel()
+	env, _ := startService(t)
+	nc := env.NC
+	call := machine.Call{ToolCallID: "c1", ToolName: "web_search", Arguments: json.RawMessage(`{"query":"q"}`), CallerBotID: "bot", ConversationID: "svc"}
+	e, err := request[machine.Entry](t, nc, bus.EndpointSubmit, call)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, e.Status)
+
+	again, err := request[machine.Entry](t, nc, bus.EndpointSubmit, call)
+	require.NoError(t, err)
+	assert.Equal(t, e.PendingID, again.PendingID, "a retried submit returns the same entry")
+
+	got, err := request[machine.Entry](t, nc, bus.EndpointGet, bus.GetRequest{PendingID: e.PendingID})
+	require.NoError(t, err)
+	assert.Equal(t, e.PendingID, got.PendingID)
+
+	_, err = request[machine.Entry](t, nc, bus.EndpointDecide, bus.DecideRequest{PendingID: e.PendingID, Approved: true, By: "mallory"})
+	assertAPIError(t, err, 403, machine.ErrForbidden, "mallory")
+
+	decided, err := request[machine.Entry](t, nc, bus.EndpointDecide, bus.DecideRequest{PendingID: e.PendingID, Approved: false, By: "alice", Reason: "too costly"})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateRejectedByUser, decided.Status)
+
+	_, err = request[machine.Entry](t, nc, bus.EndpointDecide, bus.DecideRequest{PendingID: e.PendingID, Approved: true, By: "bob"})
+	apiErr := assertAPIError(t, err, 409, machine.ErrConflict, "REJECTED_BY_USER by alice")
+	require.NotNil(t, apiErr.Entry, "a conflict carries the entry as it is now")
+	assert.Equal(t, "alice", apiErr.Entry.ApprovedOrRejectedByUserID)
+
+	_, err = request[machine.Entry](t, nc, bus.EndpointGet, bus.GetRequest{PendingID: "svc.nope"})
+	assertAPIError(t, err, 404, machine.ErrNotFound, "svc.nope")
+	_, err = request[machine.Entry](t, nc, bus.EndpointGet, bus.GetRequest{})
+	assertAPIError(t, err, 400, machine.ErrInvalid, "pendingId: required")
+	_, err = request[machine.Entry](t, nc, bus.EndpointSubmit, json.RawMessage(`{"toolName": 5}`))
+	assertAPIError(t, err, 400, machine.ErrInvalid, "request body")
+	_, err = request[machine.Entry](t, nc, bus.EndpointSubmit, machine.Call{ToolName: "x y", CallerBotID: "b", ConversationID: "c"})
+	assertAPIError(t, err, 400, machine.ErrInvalid, "toolName")
+	_, err = request[[]*machine.Entry](t, nc, bus.EndpointList, bus.ListRequest{Status: "DONE"})
+	assertAPIError(t, err, 400, machine.ErrInvalid, "status")
+}
+
+func assertAPIError(t *testing.T, err error, status int, is error, contains string) *bus.APIError {
+	t.Helper()
+	var apiErr *bus.APIError
+	require.True(t, errors.As(err, &apiErr), "want an API error, got %v", err)
+	assert.Equal(t, status, apiErr.Status)
+	assert.ErrorIs(t, err, is)
+	assert.Contains(t, apiErr.Message, contains)
+	return apiErr
+}
+
+func TestService_ListAndCancelConversation(t *testing.T) {
+	t.Parallel()
+	env, _ := startService(t)
+	nc := env.NC
+	submit := func(conv, id, tool string) machine.Entry {
+		e, err := request[machine.Entry](t, nc, bus.EndpointSubmit, machine.Call{ToolCallID: id, ToolName: tool, CallerBotID: "bot-" + conv, ConversationID: conv})
+		require.NoError(t, err)
+		return e
+	}
+	submit("swarm", "a", "web_search")
+	submit("swarm", "b", "send_email")
+	running := submit("swarm", "c", "run_report")
+	submit("other", "a", "web_search")
+
+	list, err := request[[]*machine.Entry](t, nc, bus.EndpointList, bus.ListRequest{ConversationID: "swarm", Status: machine.StatePendingApproval})
+	require.NoError(t, err)
+	assert.Len(t, list, 2)
+	list, err = request[[]*machine.Entry](t, nc, bus.EndpointList, bus.ListRequest{ToolName: "web_search"})
+	require.NoError(t, err)
+	assert.Len(t, list, 2, "across conversations")
+	list, err = request[[]*machine.Entry](t, nc, bus.EndpointList, bus.ListRequest{CallerBotID: "bot-other"})
+	require.NoError(t, err)
+	assert.Len(t, list, 1)
+
+	// The run_ call is being run by the agent itself.
+	started, err := request[machine.Entry](t, nc, bus.EndpointStarted, bus.ReportRequest{PendingID: running.PendingID, By: "bot-swarm"})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateExecuting, started.Status)
+
+	reply, err := request[bus.CancelConversationReply](t, nc, bus.EndpointCancelConversation, bus.CancelRequest{ConversationID: "swarm", By: "ops", Reason: "swarm stopped"})
+	require.NoError(t, err)
+	assert.Len(t, reply.Cancelled, 2)
+	require.Len(t, reply.Running, 1)
+	assert.Equal(t, running.PendingID, reply.Running[0].PendingID)
+
+	other, err := request[[]*machine.Entry](t, nc, bus.EndpointList, bus.ListRequest{ConversationID: "other"})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, other[0].Status, "other conversations are untouched")
+
+	done, err := request[machine.Entry](t, nc, bus.EndpointSucceeded, bus.ReportRequest{PendingID: running.PendingID, By: "bot-swarm", Result: json.RawMessage(`{"rows":3}`), Cost: 0.5})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateCompletedSuccess, done.Status)
+	assert.InDelta(t, 0.5, done.Cost, 1e-9)
+}
