@@ -25,7 +25,9 @@ const (
 )
 
 // eventSubjects maps each event to its subject. A reclaim is an execution
-// that starts again, so it shares execution_started.
+// that starts again, so it shares execution_started; an overdue call is a
+// timeout that did not reject, so it shares approval_timeout. A heartbeat
+// has no subject: the relay publishes nothing for it.
 var eventSubjects = map[machine.Event]string{
 	machine.EventAsk:      SubjectApprovalRequired,
 	machine.EventSchedule: SubjectScheduledExecution,
@@ -33,6 +35,7 @@ var eventSubjects = map[machine.Event]string{
 	machine.EventApprove:  SubjectApprovalGranted,
 	machine.EventReject:   SubjectApprovalRejected,
 	machine.EventTimeout:  SubjectApprovalTimeout,
+	machine.EventOverdue:  SubjectApprovalTimeout,
 	machine.EventCancel:   SubjectCancelled,
 	machine.EventStart:    SubjectExecutionStarted,
 	machine.EventReclaim:  SubjectExecutionStarted,
@@ -53,7 +56,7 @@ func EventSubjects() []string {
 	var subs []string
 	seen := map[string]bool{}
 	for _, ev := range machine.Events() {
-		if s := eventSubjects[ev]; !seen[s] {
+		if s, ok := eventSubjects[ev]; ok && !seen[s] {
 			seen[s] = true
 			subs = append(subs, s)
 		}

@@ -29,8 +29,11 @@ type Entry struct {
 	ExecutionAttempts int    `json:"executionAttempts"`
 	LastAttemptTime   int64  `json:"lastAttemptTime,omitempty"`
 
-	ScheduledExecutionTime     int64    `json:"scheduledExecutionTime,omitempty"`
-	ApprovalTimeoutAt          int64    `json:"approvalTimeoutAt,omitempty"`
+	ScheduledExecutionTime int64 `json:"scheduledExecutionTime,omitempty"`
+	ApprovalTimeoutAt      int64 `json:"approvalTimeoutAt,omitempty"`
+	// Overdue is set when the approval deadline passed and the policy
+	// kept the call pending.
+	Overdue                    bool     `json:"overdue,omitempty"`
 	AutoRejectOnTimeout        bool     `json:"autoRejectOnTimeout,omitempty"`
 	UserIDToApprove            string   `json:"userIdToApprove,omitempty"`
 	Approvers                  []string `json:"approvers,omitempty"` // who may decide, when set

@@ -221,7 +221,8 @@ func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease tim
 		ev = EventReclaim
 	}
 	e, err := m.transition(ctx, pendingID, ev, holder, "", func(e *Entry, now time.Time) error {
-		if !e.Runnable(now) && (e.Lease == nil || now.UnixMilli() < e.Lease.ExpiresAt) {
+		reclaimable := e.Lease != nil && now.UnixMilli() >= e.Lease.ExpiresAt && e.AttemptsLeft() > 0
+		if !e.Runnable(now) && !reclaimable {
 			return &TransitionError{Event: ev, Entry: e}
 		}
 		e.ExecutionAttempts++
@@ -287,19 +288,78 @@ func (m *Machine) Cancel(ctx context.Context, pendingID, by, reason string) (*En
 	return e, nil
 }
 
-// Expire rejects a pending call whose approval deadline has passed.
+// Expire handles a pending call whose approval deadline has passed: it is
+// rejected (REJECTED_BY_TIMEOUT) when its policy says autoRejectOnTimeout,
+// and otherwise flagged overdue, once, and left pending.
 func (m *Machine) Expire(ctx context.Context, pendingID string) (*Entry, error) {
-	e, err := m.transition(ctx, pendingID, EventTimeout, "timer", "approval timed out", func(e *Entry, now time.Time) error {
+	cur, _, err := m.store.Get(ctx, pendingID)
+	if err != nil {
+		return nil, fmt.Errorf("expire %s: %w", pendingID, err)
+	}
+	ev, reason := EventTimeout, "approval timed out"
+	if !cur.AutoRejectOnTimeout {
+		ev, reason = EventOverdue, "approval overdue, kept pending"
+	}
+	e, err := m.transition(ctx, pendingID, ev, "timer", reason, func(e *Entry, now time.Time) error {
 		// A timer whose clock runs ahead must not reject what a human
-		// still has time to answer.
-		if now.UnixMilli() < e.ApprovalTimeoutAt {
-			return &TransitionError{Event: EventTimeout, Entry: e}
+		// still has time to answer; a call is flagged overdue only once.
+		if now.UnixMilli() < e.ApprovalTimeoutAt || (ev == EventOverdue && e.Overdue) {
+			return &TransitionError{Event: ev, Entry: e}
 		}
-		e.DecisionTime = now.UnixMilli()
+		if ev == EventTimeout {
+			e.DecisionTime = now.UnixMilli()
+		}
+		e.Overdue = true
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
+// Heartbeat renews the lease of the executor running a call.
+func (m *Machine) Heartbeat(ctx context.Context, pendingID, holder string, lease time.Duration) (*Entry, error) {
+	e, err := m.transition(ctx, pendingID, EventHeartbeat, holder, "", func(e *Entry, now time.Time) error {
+		if e.Lease == nil || e.Lease.Holder != holder {
+			return &TransitionError{Event: EventHeartbeat, Entry: e}
+		}
+		e.Lease = &Lease{Holder: holder, ExpiresAt: now.Add(lease).UnixMilli()}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
+// DefaultMaxExecutionAttempts bounds the claims of a call whose policy
+// does not say.
+const DefaultMaxExecutionAttempts = 3
+
+// AttemptsLeft reports how many more times e may be claimed.
+func (e *Entry) AttemptsLeft() int {
+	limit := e.MaxExecutionAttempts
+	if limit <= 0 {
+		limit = DefaultMaxExecutionAttempts
+	}
+	return max(limit-e.ExecutionAttempts, 0)
+}
+
+// AbandonLease fails a running call whose executor's lease ran out after
+// its last allowed attempt. (With attempts left, the call is queued again
+// instead, and the next executor reclaims it.)
+func (m *Machine) AbandonLease(ctx context.Context, pendingID string) (*Entry, error) {
+	e, err := m.transition(ctx, pendingID, EventFail, "timer", "", func(e *Entry, now time.Time) error {
+		if e.Lease == nil || now.UnixMilli() < e.Lease.ExpiresAt || e.AttemptsLeft() > 0 {
+			return &TransitionError{Event: EventFail, Entry: e}
+		}
+		e.Error = fmt.Sprintf("executor %s lost its lease on attempt %d, the last allowed", e.Lease.Holder, e.ExecutionAttempts)
+		e.Lease = nil
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("abandon %s: %w", pendingID, err)
 	}
 	return e, nil
 }

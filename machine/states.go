@@ -58,11 +58,17 @@ const (
 	EventApprove  Event = "approve"
 	EventReject   Event = "reject"
 	EventTimeout  Event = "timeout" // nobody answered before approvalTimeoutAt
-	EventCancel   Event = "cancel"
-	EventStart    Event = "start"   // an executor claimed it
-	EventReclaim  Event = "reclaim" // the previous executor's lease ran out
-	EventSucceed  Event = "succeed"
-	EventFail     Event = "fail"
+	// EventOverdue flags a call nobody answered in time whose policy does
+	// not reject it then: it stays pending, and the flag is raised once.
+	EventOverdue Event = "overdue"
+	EventCancel  Event = "cancel"
+	EventStart   Event = "start"   // an executor claimed it
+	EventReclaim Event = "reclaim" // the previous executor's lease ran out
+	// EventHeartbeat renews a running call's lease. It is not an event
+	// anyone is told of: the relay publishes nothing for it.
+	EventHeartbeat Event = "heartbeat"
+	EventSucceed   Event = "succeed"
+	EventFail      Event = "fail"
 )
 
 // transition is one row of the table: ev moves an entry in any of From to To.
@@ -81,9 +87,11 @@ var transitions = []transition{
 	{EventApprove, []State{StatePendingApproval}, StateApproved, "approved"},
 	{EventReject, []State{StatePendingApproval}, StateRejectedByUser, "rejected"},
 	{EventTimeout, []State{StatePendingApproval}, StateRejectedByTimeout, "nobody answered in time"},
+	{EventOverdue, []State{StatePendingApproval}, StatePendingApproval, "nobody answered in time, kept pending"},
 	{EventCancel, []State{StatePendingApproval, StateScheduled, StateApproved}, StateCancelled, "cancelled"},
 	{EventStart, []State{StateScheduled, StateApproved}, StateExecuting, "executor claims it"},
 	{EventReclaim, []State{StateExecuting}, StateExecuting, "lease lost, claimed again"},
+	{EventHeartbeat, []State{StateExecuting}, StateExecuting, "lease renewed"},
 	{EventSucceed, []State{StateExecuting}, StateCompletedSuccess, "tool succeeded"},
 	{EventFail, []State{StateExecuting}, StateCompletedFailure, "tool failed"},
 }

@@ -59,6 +59,9 @@ var commands = []command{
 	{"fail", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
 		return m.Fail(ctx, id, machine.Outcome{Holder: "exec-1", Error: "boom"})
 	}},
+	{"heartbeat", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
+		return m.Heartbeat(ctx, id, "exec-1", time.Minute)
+	}},
 }
 
 // legal is the specification the table must implement, written out by hand
@@ -77,8 +80,9 @@ var legal = map[string]map[machine.State]machine.State{
 		machine.StateApproved:  machine.StateExecuting,
 		machine.StateExecuting: machine.StateExecuting, // lease ran out
 	},
-	"complete": {machine.StateExecuting: machine.StateCompletedSuccess},
-	"fail":     {machine.StateExecuting: machine.StateCompletedFailure},
+	"complete":  {machine.StateExecuting: machine.StateCompletedSuccess},
+	"fail":      {machine.StateExecuting: machine.StateCompletedFailure},
+	"heartbeat": {machine.StateExecuting: machine.StateExecuting},
 }
 
 // seed stores an entry directly in state s, with every deadline passed and
@@ -90,7 +94,7 @@ func seed(t *testing.T, ctx context.Context, store machine.Store, s machine.Stat
 	e := &machine.Entry{
 		PendingID: machine.PendingID("table", id), ToolCallID: id, ToolName: "web_search",
 		ToolArguments: json.RawMessage(`{}`), CallerBotID: "bot-1", ConversationID: "table",
-		RequestedAt: past, Status: s, ApprovalTimeoutAt: past, ScheduledExecutionTime: past,
+		RequestedAt: past, Status: s, ApprovalTimeoutAt: past, ScheduledExecutionTime: past, AutoRejectOnTimeout: true,
 		LastTransition: &machine.Transition{Event: "seed", To: s, Actor: "test", At: past},
 	}
 	if s == machine.StateExecuting {
@@ -305,7 +309,7 @@ func TestExpire_NotBeforeTheDeadline(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}))
+	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, AutoRejectOnTimeout: true}))
 	e, err := m.Submit(ctx, call("expire", "c1"))
 	require.NoError(t, err)
 	_, err = m.Expire(ctx, e.PendingID)
@@ -387,4 +391,69 @@ func TestTransitionError_Message(t *testing.T) {
 	err := fmt.Errorf("decide c.1: %w", &machine.TransitionError{Event: machine.EventApprove, Entry: e})
 	assert.Equal(t, "decide c.1: approve not allowed: c.1 is REJECTED_BY_TIMEOUT by timer at 1970-01-01T00:00:00Z (approval timed out)", err.Error())
 	assert.True(t, errors.Is(err, machine.ErrConflict))
+}
+
+func TestExpire_WithoutAutoRejectFlagsOnceAndStaysPending(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Nanosecond, AutoRejectOnTimeout: false}))
+	e, err := m.Submit(ctx, call("overdue", "c1"))
+	require.NoError(t, err)
+	got, err := m.Expire(ctx, e.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, got.Status)
+	assert.Equal(t, machine.EventOverdue, got.LastTransition.Event)
+	assert.True(t, got.Overdue)
+	_, err = m.Expire(ctx, e.PendingID)
+	assert.ErrorIs(t, err, machine.ErrConflict, "flagged once")
+	got, err = m.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err, "an overdue call can still be decided")
+	assert.Equal(t, machine.StateApproved, got.Status)
+}
+
+func TestAbandonLease_FailsOnlyWhenAttemptsAreSpent(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun, MaxExecutionAttempts: 2}))
+	later := machine.New(env.Store, machine.WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
+	e, err := m.Submit(ctx, call("abandon", "c1"))
+	require.NoError(t, err)
+	_, err = m.Claim(ctx, e.PendingID, "exec-1", time.Minute)
+	require.NoError(t, err)
+
+	_, err = later.AbandonLease(ctx, e.PendingID)
+	assert.ErrorIs(t, err, machine.ErrConflict, "one attempt is left: the call is queued again, not failed")
+	got, err := later.Claim(ctx, e.PendingID, "exec-2", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, 2, got.ExecutionAttempts)
+	assert.Equal(t, 0, got.AttemptsLeft())
+
+	evenLater := machine.New(env.Store, machine.WithClock(func() time.Time { return time.Now().Add(3 * time.Hour) }))
+	_, err = evenLater.Claim(ctx, e.PendingID, "exec-3", time.Minute)
+	assert.ErrorIs(t, err, machine.ErrConflict, "no attempts left to reclaim with")
+	_, err = m.AbandonLease(ctx, e.PendingID)
+	assert.ErrorIs(t, err, machine.ErrConflict, "the lease has not run out yet")
+	got, err = evenLater.AbandonLease(ctx, e.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateCompletedFailure, got.Status)
+	assert.Contains(t, got.Error, "exec-2 lost its lease on attempt 2")
+}
+
+func TestHeartbeat_RenewsOnlyTheHoldersLease(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun}))
+	e, err := m.Submit(ctx, call("hb", "c1"))
+	require.NoError(t, err)
+	claimed, err := m.Claim(ctx, e.PendingID, "exec-1", time.Second)
+	require.NoError(t, err)
+	_, err = m.Heartbeat(ctx, e.PendingID, "exec-2", time.Minute)
+	assert.ErrorIs(t, err, machine.ErrConflict)
+	got, err := m.Heartbeat(ctx, e.PendingID, "exec-1", time.Minute)
+	require.NoError(t, err)
+	assert.Greater(t, got.Lease.ExpiresAt, claimed.Lease.ExpiresAt+50_000)
+	assert.Equal(t, 1, got.ExecutionAttempts, "a heartbeat is not an attempt")
 }

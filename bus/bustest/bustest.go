@@ -97,17 +97,19 @@ func Cluster(t testing.TB, n int) []*server.Server {
 	return servers
 }
 
-// WaitMetaLeader waits until one of servers leads JetStream's meta group.
+// WaitMetaLeader waits until one of servers leads JetStream's meta group
+// and has heard from every peer: a leader that has not yet seen them all
+// fails to place a replicated stream ("no suitable peers for placement").
 func WaitMetaLeader(t testing.TB, servers []*server.Server) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for _, s := range servers {
-			if s.JetStreamIsLeader() {
+			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == len(servers) {
 				return true
 			}
 		}
 		return false
-	}, 30*time.Second, 20*time.Millisecond, "no JetStream meta leader")
+	}, 30*time.Second, 20*time.Millisecond, "no JetStream meta leader with every peer")
 }
 
 // ClientURLs joins the servers' client URLs.

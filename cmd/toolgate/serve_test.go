@@ -34,6 +34,7 @@ func startMain(t *testing.T, cfg Config) *Main {
 	select {
 	case <-m.ready:
 	case err := <-done:
+		done <- nil // for the cleanup
 		t.Fatalf("Main stopped before it was ready: %v", err)
 	case <-time.After(60 * time.Second):
 		t.Fatal("Main not ready after 60s")
