@@ -27,21 +27,37 @@ const kvHistory = 64
 // crashed after publishing and before acking replays within it.
 const duplicateWindow = 10 * time.Minute
 
-// Provision creates or updates the bucket and streams toolgate needs. It is
-// idempotent: every process calls it at start.
-func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (jetstream.KeyValue, error) {
+// Buckets are the KV buckets toolgate keeps its state in.
+type Buckets struct {
+	Calls    jetstream.KeyValue // the entries
+	Policies jetstream.KeyValue
+	Grants   jetstream.KeyValue
+	Budgets  jetstream.KeyValue
+}
+
+// Provision creates or updates the buckets and streams toolgate needs. It
+// is idempotent: every process calls it at start.
+func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Buckets, error) {
 	if t.Replicas < 1 {
 		t.Replicas = 1
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      CallsBucket,
-		Description: "toolgate tool calls (PendingToolCallEntry by pendingId)",
-		History:     kvHistory,
-		Storage:     jetstream.FileStorage,
-		Replicas:    t.Replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("provision bucket %s: %w", CallsBucket, err)
+	var b Buckets
+	for _, kv := range []struct {
+		dst *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
+	}{
+		{&b.Calls, jetstream.KeyValueConfig{Bucket: CallsBucket, Description: "toolgate tool calls (PendingToolCallEntry by pendingId)", History: kvHistory}},
+		{&b.Policies, jetstream.KeyValueConfig{Bucket: PoliciesBucket, Description: "toolgate policy document", History: 16}},
+		{&b.Grants, jetstream.KeyValueConfig{Bucket: GrantsBucket, Description: "toolgate session grants by conversation"}},
+		{&b.Budgets, jetstream.KeyValueConfig{Bucket: BudgetsBucket, Description: "toolgate spending per team and day"}},
+	} {
+		kv.cfg.Storage = jetstream.FileStorage
+		kv.cfg.Replicas = t.Replicas
+		bucket, err := js.CreateOrUpdateKeyValue(ctx, kv.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("provision bucket %s: %w", kv.cfg.Bucket, err)
+		}
+		*kv.dst = bucket
 	}
 	streams := []jetstream.StreamConfig{{
 		Name:        EventsStream,
@@ -74,5 +90,5 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (jetstre
 			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
-	return kv, nil
+	return &b, nil
 }

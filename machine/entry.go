@@ -164,17 +164,18 @@ const (
 // makes a retried submit find the entry it already created, and lets a
 // conversation's entries be listed by key prefix without scanning others.
 func PendingID(conversationID, toolCallID string) string {
-	return ConversationKey(conversationID) + "." + keyToken(toolCallID)
+	return ConversationKey(conversationID) + "." + KeyToken(toolCallID)
 }
 
 // ConversationKey is the key prefix under which a conversation's entries live.
-func ConversationKey(conversationID string) string { return keyToken(conversationID) }
+func ConversationKey(conversationID string) string { return KeyToken(conversationID) }
 
 var plainToken = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// keyToken makes s one token of a key: kept as it is when it is plain, else
-// "=" and its unpadded base64url, which cannot collide with a plain one.
-func keyToken(s string) string {
+// KeyToken makes s one token of a KV key (or NATS subject): kept as it is
+// when it is plain, else "=" and its unpadded base64url, which cannot
+// collide with a plain one.
+func KeyToken(s string) string {
 	if plainToken.MatchString(s) {
 		return s
 	}

@@ -488,3 +488,34 @@ func TestEvaluate_WithMachine(t *testing.T) {
 	assert.Equal(t, machine.ActionDeny, v.Action)
 	assert.Equal(t, fmt.Sprintf("Bash %s", `{"command":"rm -rf /"}`), v.Description)
 }
+
+func TestGrantPattern_CoversTheCallItCameFrom(t *testing.T) {
+	for _, tc := range []struct {
+		tool, args, want, refused string
+	}{
+		{tool: "Bash", args: `{"command":"npm test"}`, want: "Bash(npm test)"},
+		{tool: "Write", args: `{"file_path":"src/a.go","content":"x"}`, want: "Write(src/a.go)"},
+		{tool: "WebFetch", args: `{"url":"https://Example.com/x"}`, want: "WebFetch(domain:example.com)"},
+		{tool: "web_search", args: `{"query":"nats"}`, want: "web_search"},
+		{tool: "mcp__github__create_issue", args: `{"title":"x"}`, want: "mcp__github__create_issue"},
+		{tool: "Bash", args: `{"command":"npm test && curl x | sh"}`, refused: "approve it once"},
+		{tool: "Bash", args: `{}`, refused: "nothing to grant by"},
+	} {
+		t.Run(tc.tool+tc.args, func(t *testing.T) {
+			c := machine.Call{ToolName: tc.tool, Arguments: json.RawMessage(tc.args), ConversationID: "c", CallerBotID: "b"}
+			got, err := GrantPattern(c)
+			if tc.refused != "" {
+				assert.ErrorContains(t, err, tc.refused)
+				assert.ErrorIs(t, err, machine.ErrInvalid)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+			other := c
+			other.Arguments = json.RawMessage(`{"command":"rm -rf /","file_path":"/etc/passwd","url":"https://evil.test"}`)
+			if got != tc.tool {
+				assert.False(t, Grant{Pattern: got, By: "a"}.Allows(other), "the grant covers only calls like the one approved")
+			}
+		})
+	}
+}

@@ -64,3 +64,33 @@ func (g Grant) String() string {
 	}
 	return fmt.Sprintf("grant %s %q by %s (%s)", g.ID, g.Pattern, g.By, scope)
 }
+
+// GrantPattern is the pattern a human's "allow for this session" or "always
+// allow" of c records: for the built-in tools that take a command, path or
+// URL, that exact one (Bash(npm test), Write(src/a.go),
+// WebFetch(domain:example.com)); for any other tool, the tool, all of its
+// calls. A pattern that would not cover c itself (a compound command line,
+// which an allow rule must cover part by part) is refused rather than
+// widened: the human approved this call, not the whole tool.
+func GrantPattern(c machine.Call) (string, error) {
+	pattern := c.ToolName
+	if _, builtin := builtinArgs[c.ToolName]; builtin {
+		args, err := callArguments(c)
+		if err != nil {
+			return "", err
+		}
+		v, ok := argument(c.ToolName, args, "")
+		if !ok || v == "" {
+			return "", fieldErrorf("toolArguments", "%s call has nothing to grant by", c.ToolName)
+		}
+		pattern = c.ToolName + "(" + v + ")"
+	}
+	g := Grant{Pattern: pattern, By: "-", ConversationID: c.ConversationID, Team: c.Team}
+	if err := g.Validate(); err != nil {
+		return "", err
+	}
+	if !g.Allows(c) {
+		return "", fieldErrorf("toolArguments", "no pattern covers this %s call alone (%s); approve it once", c.ToolName, pattern)
+	}
+	return pattern, nil
+}

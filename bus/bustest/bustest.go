@@ -35,7 +35,8 @@ type Env struct {
 	URLs    string // comma-separated client URLs
 	NC      *nats.Conn
 	JS      jetstream.JetStream
-	KV      jetstream.KeyValue
+	KV      jetstream.KeyValue // the entries' bucket
+	Buckets *bus.Buckets
 	Store   *bus.KVStore
 }
 
@@ -52,10 +53,10 @@ func Start(t testing.TB, topo Topology) *Env {
 	env.NC, env.JS = Connect(t, env.URLs)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	kv, err := bus.Provision(ctx, env.JS, bus.Topology{Replicas: topo.Replicas})
+	b, err := bus.Provision(ctx, env.JS, bus.Topology{Replicas: topo.Replicas})
 	require.NoError(t, err)
-	env.KV = kv
-	env.Store = bus.NewKVStore(kv)
+	env.Buckets, env.KV = b, b.Calls
+	env.Store = bus.NewKVStore(b.Calls)
 	return env
 }
 

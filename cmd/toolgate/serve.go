@@ -8,8 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -18,6 +20,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // Config is everything `toolgate serve` can be told.
@@ -29,6 +33,8 @@ type Config struct {
 	EventsMaxAge time.Duration
 	RelayAckWait time.Duration
 	LogLevel     slog.Level
+	Roles        roleList // which roles this process runs
+	PolicyFile   string   // loaded into the policies bucket at start
 }
 
 func newServeFlags(stderr io.Writer) (*flag.FlagSet, *Config) {
@@ -46,6 +52,9 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *Config) {
 	fs.DurationVar(&cfg.EventsMaxAge, "events-max-age", bus.DefaultEventsMaxAge, "how long TOOL_EVENTS keeps events (0: for ever)")
 	fs.DurationVar(&cfg.RelayAckWait, "relay-ack-wait", 10*time.Second, "how long a revision handed to a relay that died waits before another relay takes it")
 	fs.TextVar(&cfg.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	cfg.Roles = roleList{"all"}
+	fs.Var(&cfg.Roles, "roles", "roles this process runs: all, or a comma-separated list of "+strings.Join(knownRoles, ","))
+	fs.StringVar(&cfg.PolicyFile, "policy", "", "policy document (YAML or JSON) to put in force at start")
 	return fs, cfg
 }
 
@@ -72,6 +81,9 @@ func (c Config) validate() error {
 		if c.Replicas > 1 {
 			return fmt.Errorf("--replicas %d needs a cluster: give its servers with --nats", c.Replicas)
 		}
+	}
+	if err := c.Roles.validate(); err != nil {
+		return fmt.Errorf("--roles: %v", err)
 	}
 	if c.EventsMaxAge < 0 {
 		return fmt.Errorf("--events-max-age: must be >= 0, got %s", c.EventsMaxAge)
@@ -125,18 +137,76 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := m.provision(ctx, js); err != nil {
+	buckets, err := m.provision(ctx, js)
+	if err != nil {
+		return err
+	}
+	d, err := m.deps(ctx, nc, js, buckets)
+	if err != nil {
 		return err
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
-	relay := bus.NewRelay(js, bus.RelayConfig{AckWait: m.Config.RelayAckWait}, m.Log.With("role", "relay"))
-	g.Go(func() error { return relay.Run(ctx) })
-	m.Log.Info("toolgate serving", "nats", nc.ConnectedUrlRedacted(), "replicas", m.Config.Replicas)
+	for _, name := range m.Config.Roles.resolve() {
+		run := roles[name]
+		log := m.Log.With("role", name)
+		g.Go(func() error {
+			if err := run(ctx, d, log); err != nil {
+				return fmt.Errorf("role %s: %w", name, err)
+			}
+			return nil
+		})
+	}
+	m.Log.Info("toolgate serving", "nats", nc.ConnectedUrlRedacted(), "replicas", m.Config.Replicas, "roles", strings.Join(m.Config.Roles.resolve(), ","))
 	if m.ready != nil {
 		close(m.ready)
 	}
 	return g.Wait()
+}
+
+// deps is what the roles share: one connection, one Machine.
+type deps struct {
+	cfg      Config
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	buckets  *bus.Buckets
+	machine  *machine.Machine
+	engine   *policy.Engine
+	policies *bus.PolicyStore
+	grants   *bus.GrantStore
+}
+
+func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, b *bus.Buckets) (*deps, error) {
+	policies := bus.NewPolicyStore(b.Policies)
+	if m.Config.PolicyFile != "" {
+		data, err := os.ReadFile(m.Config.PolicyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
+		loaded, err := policies.LoadFile(ctx, data)
+		if err != nil {
+			return nil, fmt.Errorf("--policy %s: %w", m.Config.PolicyFile, err)
+		}
+		if loaded {
+			m.Log.Info("policy loaded", "file", m.Config.PolicyFile)
+		} else {
+			m.Log.Info("policy file unchanged since it was loaded; keeping the stored policy, which may have grown", "file", m.Config.PolicyFile)
+		}
+	}
+	doc, _, err := policies.Get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	grants := bus.NewGrantStore(b.Grants)
+	ledger := bus.NewBudgetLedger(b.Budgets)
+	engine, err := policy.NewEngine(doc, grants, ledger)
+	if err != nil {
+		return nil, fmt.Errorf("stored policy: %w", err)
+	}
+	mach := machine.New(bus.NewKVStore(b.Calls),
+		machine.WithEvaluator(engine),
+		machine.WithObserver(ledger.SettleObserver(m.Log)))
+	return &deps{cfg: m.Config, nc: nc, js: js, buckets: b, machine: mach, engine: engine, policies: policies, grants: grants}, nil
 }
 
 // connect starts the embedded server, or dials the configured ones.
@@ -167,16 +237,16 @@ func (m *Main) connect() (*nats.Conn, error) {
 	return nc, err
 }
 
-// provision creates the bucket and streams, retrying while a cluster is
+// provision creates the buckets and streams, retrying while a cluster is
 // still electing its JetStream leader.
-func (m *Main) provision(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+func (m *Main) provision(ctx context.Context, js jetstream.JetStream) (*bus.Buckets, error) {
 	topo := bus.Topology{Replicas: m.Config.Replicas, EventsMaxAge: m.Config.EventsMaxAge}
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		kv, err := bus.Provision(pctx, js, topo)
+		b, err := bus.Provision(pctx, js, topo)
 		cancel()
 		if err == nil {
-			return kv, nil
+			return b, nil
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// knownRoles are the roles a toolgate process can run, each on its own or
+// with any others, in any number of processes at once.
+var knownRoles = []string{"relay", "intake", "timer", "executor", "notifier", "analytics", "http"}
+
+// roles are the roles this build runs: `--roles all` starts every one.
+var roles = map[string]func(ctx context.Context, d *deps, log *slog.Logger) error{
+	"relay":  runRelay,
+	"intake": runIntake,
+}
+
+// roleList is the value of --roles.
+type roleList []string
+
+func (r *roleList) String() string { return strings.Join(*r, ",") }
+
+func (r *roleList) Set(v string) error {
+	*r = nil
+	for _, name := range strings.Split(v, ",") {
+		if name = strings.TrimSpace(name); name != "" && !slices.Contains(*r, name) {
+			*r = append(*r, name)
+		}
+	}
+	return r.validate()
+}
+
+func (r roleList) validate() error {
+	if len(r) == 0 {
+		return errors.New("no role given")
+	}
+	for _, name := range r {
+		switch {
+		case name == "all" && len(r) > 1:
+			return errors.New(`"all" stands alone`)
+		case name == "all":
+		case !slices.Contains(knownRoles, name):
+			return fmt.Errorf("unknown role %q: want all, or any of %s", name, strings.Join(knownRoles, ","))
+		case roles[name] == nil:
+			return fmt.Errorf("role %q is not in this build yet", name)
+		}
+	}
+	return nil
+}
+
+// resolve lists the roles to run, in the order of knownRoles; none given
+// means all.
+func (r roleList) resolve() []string {
+	all := len(r) == 0 || r[0] == "all"
+	var names []string
+	for _, name := range knownRoles {
+		if roles[name] != nil && (all || slices.Contains(r, name)) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
+	return bus.NewRelay(d.js, bus.RelayConfig{AckWait: d.cfg.RelayAckWait}, log).Run(ctx)
+}
+
+// runIntake serves the request API, evaluating calls against the policy
+// kept in KV and recording what a decision's scope grants beyond its call.
+func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
+	svc := bus.NewService(d.machine, d.buckets.Calls, log)
+	svc.OnDecided = func(ctx context.Context, e *machine.Entry) error {
+		return recordScope(ctx, d, e)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- d.policies.Follow(ctx, d.engine, log) }()
+	err := svc.Run(ctx, d.nc, version)
+	return errors.Join(err, <-errc)
+}
+
+// recordScope turns an approval "for this session" into a grant later
+// calls of the conversation match, and "always" into an allow rule of the
+// call's team.
+func recordScope(ctx context.Context, d *deps, e *machine.Entry) error {
+	if e.Status != machine.StateApproved || e.DecisionScope == machine.ScopeOnce || e.DecisionScope == "" {
+		return nil
+	}
+	c := machine.Call{ToolName: e.ToolName, Arguments: e.ToolArguments, ConversationID: e.ConversationID, Team: e.Team, CallerBotID: e.CallerBotID}
+	pattern, err := policy.GrantPattern(c)
+	if err != nil {
+		return err
+	}
+	if e.DecisionScope == machine.ScopeAlways {
+		return d.policies.AddAllowRule(ctx, e.Team, pattern)
+	}
+	_, err = d.grants.Add(ctx, policy.Grant{Pattern: pattern, ConversationID: e.ConversationID, Team: e.Team, By: e.ApprovedOrRejectedByUserID, At: e.DecisionTime})
+	return err
+}
