@@ -17,6 +17,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
@@ -174,6 +176,8 @@ type deps struct {
 	engine   *policy.Engine
 	policies *bus.PolicyStore
 	grants   *bus.GrantStore
+	// registry holds every Prometheus collector this process exports.
+	registry *prometheus.Registry
 }
 
 func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, b *bus.Buckets) (*deps, error) {
@@ -206,7 +210,9 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	mach := machine.New(bus.NewKVStore(b.Calls),
 		machine.WithEvaluator(engine),
 		machine.WithObserver(ledger.SettleObserver(m.Log)))
-	return &deps{cfg: m.Config, nc: nc, js: js, buckets: b, machine: mach, engine: engine, policies: policies, grants: grants}, nil
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &deps{cfg: m.Config, nc: nc, js: js, buckets: b, machine: mach, engine: engine, policies: policies, grants: grants, registry: registry}, nil
 }
 
 // connect starts the embedded server, or dials the configured ones.
