@@ -115,7 +115,7 @@ func TestServe_SIGKILLMidLoadLosesNothing(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	args := []string{"--data", data, "--listen", listen, "--relay-ack-wait", "1s"}
+	args := []string{"--data", data, "--listen", listen, "--relay-ack-wait", "1s", "--http", "127.0.0.1:0"}
 	proc := startServe(t, args...)
 
 	nc, js := bustest.Connect(t, "nats://"+listen)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,9 @@ type Config struct {
 	LogLevel     slog.Level
 	Roles        roleList // which roles this process runs
 	PolicyFile   string   // loaded into the policies bucket at start
+	HTTP         string   // the http role's address
+	TokensFile   string   // bearer tokens for the HTTP API
+	TokensData   string   // the same, inline
 }
 
 func newServeFlags(stderr io.Writer) (*flag.FlagSet, *Config) {
@@ -57,6 +61,9 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *Config) {
 	cfg.Roles = roleList{"all"}
 	fs.Var(&cfg.Roles, "roles", "roles this process runs: all, or a comma-separated list of "+strings.Join(knownRoles, ","))
 	fs.StringVar(&cfg.PolicyFile, "policy", "", "policy document (YAML or JSON) to put in force at start")
+	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "HOST:PORT of the HTTP API and web inbox (role http)")
+	fs.StringVar(&cfg.TokensFile, "tokens", "", "file of HTTP bearer tokens, one per line: TOKEN USER ROLE[,ROLE…]")
+	fs.StringVar(&cfg.TokensData, "tokens-data", "", "HTTP bearer tokens inline, entries separated by ';'")
 	return fs, cfg
 }
 
@@ -86,6 +93,11 @@ func (c Config) validate() error {
 	}
 	if err := c.Roles.validate(); err != nil {
 		return fmt.Errorf("--roles: %v", err)
+	}
+	if slices.Contains(c.Roles.resolve(), "http") {
+		if _, _, err := splitHostPort(c.HTTP); err != nil {
+			return fmt.Errorf("--http %q: %v", c.HTTP, err)
+		}
 	}
 	if c.EventsMaxAge < 0 {
 		return fmt.Errorf("--events-max-age: must be >= 0, got %s", c.EventsMaxAge)

@@ -43,7 +43,7 @@ func startMain(t *testing.T, cfg Config) *Main {
 }
 
 func defaultConfig(t *testing.T) Config {
-	return Config{Data: t.TempDir(), Listen: "127.0.0.1:" + fmt.Sprint(freePort(t)), Replicas: 1, RelayAckWait: time.Second}
+	return Config{Data: t.TempDir(), Listen: "127.0.0.1:" + fmt.Sprint(freePort(t)), Replicas: 1, RelayAckWait: time.Second, HTTP: "127.0.0.1:0"}
 }
 
 func TestServe_EmbeddedServerRelaysToOtherProcesses(t *testing.T) {
@@ -58,7 +58,7 @@ func TestServe_EmbeddedServerRelaysToOtherProcesses(t *testing.T) {
 func TestServe_OnAClusterWithReplicas3(t *testing.T) {
 	t.Parallel()
 	servers := bustest.Cluster(t, 3)
-	cfg := Config{Conn: bus.ConnConfig{URLs: bustest.ClientURLs(servers)}, Replicas: 3, RelayAckWait: time.Second}
+	cfg := Config{Conn: bus.ConnConfig{URLs: bustest.ClientURLs(servers)}, Replicas: 3, RelayAckWait: time.Second, HTTP: "127.0.0.1:0"}
 	startMain(t, cfg)
 	_, js := bustest.Connect(t, cfg.Conn.URLs)
 	kv := assertRelays(t, js)

@@ -1,0 +1,388 @@
+package api_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
+)
+
+const tokens = `
+agent-token-000000001 bot-1 agent
+alice-token-000000001 alice approver
+bob-token-00000000001 bob approver
+carol-token-000000001 carol approver
+viewer-token-00000001 vic viewer
+admin-token-000000001 root admin
+`
+
+const testPolicy = `
+default:
+  requiresApprovalTools: all
+  approvers: [alice, bob, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9]
+`
+
+type harness struct {
+	t   *testing.T
+	url string
+	env *bustest.Env
+}
+
+func start(t *testing.T, tokenData string) *harness {
+	t.Helper()
+	env := bustest.Start(t, bustest.Topologies[0])
+	doc, err := policy.Parse([]byte(testPolicy))
+	require.NoError(t, err)
+	engine, err := policy.NewEngine(doc, nil, nil)
+	require.NoError(t, err)
+	toks, err := api.ParseTokens([]byte(tokenData))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	relayDone := make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		_ = bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx)
+	}()
+	srv := httptest.NewServer(api.New(api.Config{
+		Machine: machine.New(env.Store, machine.WithEvaluator(engine)),
+		JS:      env.JS, Calls: env.KV, Tokens: toks, Log: bustest.Logger(),
+	}))
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-relayDone })
+	return &harness{t: t, url: srv.URL, env: env}
+}
+
+// do sends a JSON request as the holder of token and decodes the reply.
+func (h *harness) do(method, path, token string, body any, out any) int {
+	h.t.Helper()
+	var r io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		require.NoError(h.t, err)
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, h.url+path, r)
+	require.NoError(h.t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(h.t, err)
+	defer resp.Body.Close()
+	if out != nil {
+		require.NoError(h.t, json.NewDecoder(resp.Body).Decode(out))
+	}
+	return resp.StatusCode
+}
+
+func (h *harness) submit(conv, id string) machine.Entry {
+	h.t.Helper()
+	var e machine.Entry
+	status := h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolCallID: id, ToolName: "web_search", Arguments: json.RawMessage(`{"query":"q"}`), ConversationID: conv}, &e)
+	require.Equal(h.t, http.StatusCreated, status)
+	return e
+}
+
+func TestAPI_ErrorCodes(t *testing.T) {
+	t.Parallel()
+	h := start(t, tokens)
+	e := h.submit("errors", "c1")
+	assert.Equal(t, "bot-1", e.CallerBotID, "an agent submits as itself")
+	var again machine.Entry
+	assert.Equal(t, http.StatusOK, h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolCallID: "c1", ToolName: "web_search", ConversationID: "errors"}, &again), "a retry is not a new entry")
+	assert.Equal(t, e.PendingID, again.PendingID)
+
+	check := func(name string, wantStatus int, wantCode, wantMsg string, send func(out any) int) {
+		t.Run(name, func(t *testing.T) {
+			var body api.ErrorBody
+			assert.Equal(t, wantStatus, send(&body))
+			assert.Equal(t, wantCode, body.Error.Code)
+			assert.Contains(t, body.Error.Message, wantMsg)
+		})
+	}
+	yes := true
+	check("400 names the field", 400, "invalid", "toolName", func(out any) int {
+		return h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolName: "web search", ConversationID: "c"}, out)
+	})
+	check("400 unknown field", 400, "invalid", `unknown field "approve"`, func(out any) int {
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "alice-token-000000001", map[string]any{"approve": true}, out)
+	})
+	check("400 approved missing", 400, "invalid", "approved: required", func(out any) int {
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "alice-token-000000001", map[string]any{"reason": "x"}, out)
+	})
+	check("400 bad status filter", 400, "invalid", "status", func(out any) int {
+		return h.do("GET", "/v1/tool-calls?status=DONE", "viewer-token-00000001", nil, out)
+	})
+	check("401 no token", 401, "unauthorized", "bearer token", func(out any) int {
+		return h.do("GET", "/v1/tool-calls", "", nil, out)
+	})
+	check("401 unknown token", 401, "unauthorized", "bearer token", func(out any) int {
+		return h.do("GET", "/v1/tool-calls", "nobody-token-00000001", nil, out)
+	})
+	check("403 viewer decides", 403, "forbidden", "vic may not POST", func(out any) int {
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "viewer-token-00000001", api.DecisionRequest{Approved: &yes}, out)
+	})
+	check("403 agent submits as another", 403, "forbidden", "submits as itself", func(out any) int {
+		return h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolName: "x", ConversationID: "c", CallerBotID: "alice"}, out)
+	})
+	check("403 agent approves", 403, "forbidden", "bot-1 may not", func(out any) int {
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "agent-token-000000001", api.DecisionRequest{Approved: &yes}, out)
+	})
+	check("403 approver not allowed by policy", 403, "forbidden", "carol is not among", func(out any) int {
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "carol-token-000000001", api.DecisionRequest{Approved: &yes}, out)
+	})
+	check("404", 404, "not_found", "errors.nope", func(out any) int {
+		return h.do("GET", "/v1/tool-calls/errors.nope", "viewer-token-00000001", nil, out)
+	})
+	check("404 respond in another conversation", 404, "not_found", "conversation other", func(out any) int {
+		return h.do("POST", "/v1/respond", "alice-token-000000001", api.RespondRequest{ConversationID: "other", PendingID: e.PendingID, Approved: &yes}, out)
+	})
+	check("413", 413, "too_large", "over", func(out any) int {
+		big := machine.Call{ToolName: "x", ConversationID: "c", Arguments: json.RawMessage(`{"a":"` + strings.Repeat("x", 2<<20) + `"}`)}
+		return h.do("POST", "/v1/tool-calls", "agent-token-000000001", big, out)
+	})
+	check("415", 415, "unsupported_media_type", "application/json", func(out any) int {
+		req, _ := http.NewRequest("POST", h.url+"/v1/tool-calls", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer agent-token-000000001")
+		req.Header.Set("Content-Type", "text/plain")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+		return resp.StatusCode
+	})
+
+	var decided machine.Entry
+	require.Equal(t, 200, h.do("POST", "/v1/respond", "alice-token-000000001", api.RespondRequest{ConversationID: "errors", PendingID: e.PendingID, Approved: &yes, Reason: "fine"}, &decided))
+	assert.Equal(t, "alice", decided.ApprovedOrRejectedByUserID)
+	check("409 says who decided", 409, "conflict", "APPROVED_READY_FOR_EXECUTION by alice", func(out any) int {
+		no := false
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "bob-token-00000000001", api.DecisionRequest{Approved: &no}, out)
+	})
+
+	var stored machine.Entry
+	require.Equal(t, 200, h.do("GET", "/v1/tool-calls/"+e.PendingID, "viewer-token-00000001", nil, &stored))
+	assert.Equal(t, machine.StateApproved, stored.Status, "no refusal changed the entry")
+	assert.Equal(t, "fine", stored.StatusReason)
+}
+
+func TestAPI_TenApproversOneDecisionStands(t *testing.T) {
+	t.Parallel()
+	var toks strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&toks, "approver-token-%06d a%d approver\n", i, i)
+	}
+	toks.WriteString("agent-token-000000001 bot-1 agent\n")
+	h := start(t, toks.String())
+	for round := range 5 {
+		e := h.submit("race", fmt.Sprint("c", round))
+		statuses := make([]int, 10)
+		var wg sync.WaitGroup
+		for i := range 10 {
+			wg.Go(func() {
+				approve := i%2 == 0
+				statuses[i] = h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", fmt.Sprintf("approver-token-%06d", i), api.DecisionRequest{Approved: &approve}, nil)
+			})
+		}
+		wg.Wait()
+		counts := map[int]int{}
+		for _, s := range statuses {
+			counts[s]++
+		}
+		assert.Equal(t, map[int]int{200: 1, 409: 9}, counts, "round %d", round)
+	}
+}
+
+func TestAPI_ListPagesHistoryAndCancel(t *testing.T) {
+	t.Parallel()
+	h := start(t, tokens)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, h.submit("paged", fmt.Sprint("c", i)).PendingID)
+		time.Sleep(2 * time.Millisecond) // distinct requestedAt
+	}
+	h.submit("elsewhere", "c0")
+
+	var got []string
+	cursor := ""
+	for {
+		var page api.Page
+		require.Equal(t, 200, h.do("GET", "/v1/tool-calls?conversationId=paged&limit=2&cursor="+cursor, "viewer-token-00000001", nil, &page))
+		for _, e := range page.Items {
+			got = append(got, e.PendingID)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	assert.Equal(t, ids, got, "every entry once, oldest first")
+
+	yes := true
+	require.Equal(t, 200, h.do("POST", "/v1/tool-calls/"+ids[0]+"/decision", "alice-token-000000001", api.DecisionRequest{Approved: &yes, Reason: "ok"}, nil))
+	require.Equal(t, 200, h.do("POST", "/v1/tool-calls/"+ids[0]+"/cancel", "alice-token-000000001", api.CancelRequest{Reason: "changed my mind"}, nil))
+	var hist []api.HistoryItem
+	require.Equal(t, 200, h.do("GET", "/v1/tool-calls/"+ids[0]+"/history", "viewer-token-00000001", nil, &hist))
+	require.Len(t, hist, 3)
+	assert.Equal(t, []machine.Event{machine.EventAsk, machine.EventApprove, machine.EventCancel}, []machine.Event{hist[0].Event, hist[1].Event, hist[2].Event})
+	assert.Equal(t, "alice", hist[1].Actor)
+	assert.Equal(t, "changed my mind", hist[2].Reason)
+
+	var reply bus.CancelConversationReply
+	require.Equal(t, 200, h.do("POST", "/v1/conversations/paged/cancel", "agent-token-000000001", nil, &reply))
+	assert.Len(t, reply.Cancelled, 4)
+	var page api.Page
+	require.Equal(t, 200, h.do("GET", "/v1/tool-calls?status=PENDING_APPROVAL", "viewer-token-00000001", nil, &page))
+	require.Len(t, page.Items, 1)
+	assert.Equal(t, "elsewhere", page.Items[0].ConversationID)
+}
+
+// sse reads server-sent events from the API.
+type sse struct {
+	resp *http.Response
+	sc   *bufio.Scanner
+}
+
+type sseEvent struct {
+	id, event string
+	data      bus.Event
+}
+
+func (h *harness) events(query, lastID string) *sse {
+	h.t.Helper()
+	req, err := http.NewRequest("GET", h.url+"/v1/events"+query, nil)
+	require.NoError(h.t, err)
+	req.Header.Set("Authorization", "Bearer viewer-token-00000001")
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(h.t, err)
+	require.Equal(h.t, "text/event-stream", resp.Header.Get("Content-Type"))
+	h.t.Cleanup(func() { resp.Body.Close() })
+	return &sse{resp: resp, sc: bufio.NewScanner(resp.Body)}
+}
+
+func (s *sse) next(t *testing.T) sseEvent {
+	t.Helper()
+	var ev sseEvent
+	for s.sc.Scan() {
+		line := s.sc.Text()
+		switch {
+		case line == "" && ev.id != "":
+			return ev
+		case strings.HasPrefix(line, "id: "):
+			ev.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			ev.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			require.NoError(t, json.Unmarshal([]byte(line[6:]), &ev.data))
+		}
+	}
+	t.Fatalf("event stream ended: %v", s.sc.Err())
+	return ev
+}
+
+func TestAPI_EventsResumeWithLastEventID(t *testing.T) {
+	t.Parallel()
+	h := start(t, tokens)
+	stream := h.events("?conversationId=live", "")
+	first := h.submit("live", "c1")
+	h.submit("other", "c1") // filtered out
+	ev := stream.next(t)
+	assert.Equal(t, bus.SubjectApprovalRequired, ev.event)
+	assert.Equal(t, first.PendingID, ev.data.Entry.PendingID)
+	stream.resp.Body.Close()
+
+	// Disconnected: these happen while nobody listens.
+	yes := true
+	require.Equal(t, 200, h.do("POST", "/v1/tool-calls/"+first.PendingID+"/decision", "alice-token-000000001", api.DecisionRequest{Approved: &yes}, nil))
+	second := h.submit("live", "c2")
+
+	resumed := h.events("?conversationId=live", ev.id)
+	got := []sseEvent{resumed.next(t), resumed.next(t)}
+	assert.Equal(t, bus.SubjectApprovalGranted, got[0].event)
+	assert.Equal(t, first.PendingID, got[0].data.Entry.PendingID)
+	assert.Equal(t, bus.SubjectApprovalRequired, got[1].event)
+	assert.Equal(t, second.PendingID, got[1].data.Entry.PendingID)
+}
+
+func TestAPI_OpenAPIDocumentsEveryRoute(t *testing.T) {
+	t.Parallel()
+	h := start(t, tokens)
+	var doc struct {
+		OpenAPI string                                `json:"openapi"`
+		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	require.Equal(t, 200, h.do("GET", "/v1/openapi.json", "", nil, &doc))
+	assert.Equal(t, "3.0.3", doc.OpenAPI)
+	documented := map[[2]string]bool{}
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			documented[[2]string{strings.ToUpper(method), path}] = true
+		}
+	}
+	served := map[[2]string]bool{}
+	for _, r := range api.Routes() {
+		served[r] = true
+		assert.True(t, documented[r], "%s %s is served but not documented", r[0], r[1])
+	}
+	for r := range documented {
+		assert.True(t, served[r], "%s %s is documented but not served", r[0], r[1])
+	}
+}
+
+func TestAPI_HealthReadyMetricsOpen(t *testing.T) {
+	t.Parallel()
+	h := start(t, tokens)
+	assert.Equal(t, 200, h.do("GET", "/healthz", "", nil, nil))
+	assert.Equal(t, 200, h.do("GET", "/readyz", "", nil, nil))
+	resp, err := http.Get(h.url + "/metrics")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 200, resp.StatusCode)
+
+	open := start(t, "")
+	var me api.Me
+	req, _ := http.NewRequest("GET", open.url+"/v1/me", nil)
+	req.Header.Set("X-Toolgate-User", "alice")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&me))
+	assert.Equal(t, api.Me{ID: "alice", Roles: []api.Role{api.RoleAdmin}, Open: true}, me)
+}
+
+func TestParseTokens_NamesTheBadEntry(t *testing.T) {
+	t.Parallel()
+	for data, want := range map[string]string{
+		"short alice approver":                     "at least 16 characters",
+		"long-enough-token-01 alice approver,boss": `unknown role "boss"`,
+		"long-enough-token-01 alice":               "want TOKEN USER ROLE",
+	} {
+		_, err := api.ParseTokens([]byte(data))
+		assert.ErrorContains(t, err, want)
+	}
+	toks, err := api.ParseTokens([]byte("# comment\nlong-enough-token-01 alice approver;long-enough-token-02 bob viewer"))
+	require.NoError(t, err)
+	assert.False(t, toks.Open())
+}

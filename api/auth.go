@@ -1,0 +1,121 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Role is what a token may do.
+type Role string
+
+// The roles a token can carry.
+const (
+	RoleAgent    Role = "agent"    // submits calls and reports on them, as itself
+	RoleApprover Role = "approver" // decides and cancels
+	RoleAdmin    Role = "admin"    // everything
+	RoleViewer   Role = "viewer"   // reads
+)
+
+var allRoles = []Role{RoleAgent, RoleApprover, RoleAdmin, RoleViewer}
+
+// User is who a request comes from.
+type User struct {
+	ID    string
+	Roles []Role
+}
+
+// Can reports whether u holds any of roles (an admin holds them all).
+func (u User) Can(roles ...Role) bool {
+	if slices.Contains(u.Roles, RoleAdmin) {
+		return true
+	}
+	for _, r := range roles {
+		if slices.Contains(u.Roles, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// Tokens maps bearer tokens to users. The zero Tokens is open: every
+// request is an admin named by its X-Toolgate-User header (or "anonymous"),
+// for one machine on loopback only.
+type Tokens struct {
+	entries []tokenEntry
+}
+
+type tokenEntry struct {
+	sum  [32]byte // sha256 of the token: equal lengths for constant-time compares
+	user User
+}
+
+// Open reports whether no tokens are configured.
+func (t *Tokens) Open() bool { return t == nil || len(t.entries) == 0 }
+
+// ParseTokens reads tokens, one per line: TOKEN USER ROLE[,ROLE…]. Blank
+// lines and lines starting with # are skipped; ";" also ends an entry, so
+// a list fits in one environment variable.
+func ParseTokens(data []byte) (*Tokens, error) {
+	t := &Tokens{}
+	data = bytes.ReplaceAll(data, []byte(";"), []byte("\n"))
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("tokens: entry %d: want TOKEN USER ROLE[,ROLE…], got %d fields", n, len(f))
+		}
+		if len(f[0]) < 16 {
+			return nil, fmt.Errorf("tokens: entry %d (user %s): token must be at least 16 characters", n, f[1])
+		}
+		u := User{ID: f[1]}
+		for _, r := range strings.Split(f[2], ",") {
+			if !slices.Contains(allRoles, Role(r)) {
+				return nil, fmt.Errorf("tokens: entry %d (user %s): unknown role %q: want agent, approver, admin or viewer", n, f[1], r)
+			}
+			u.Roles = append(u.Roles, Role(r))
+		}
+		t.entries = append(t.entries, tokenEntry{sum: sha256.Sum256([]byte(f[0])), user: u})
+	}
+	return t, sc.Err()
+}
+
+// authenticate returns the request's user, or false when the token is
+// missing or unknown. Every configured token is compared, in constant
+// time, so timing tells nothing about which one nearly matched.
+func (t *Tokens) authenticate(r *http.Request) (User, bool) {
+	if t.Open() {
+		id := r.Header.Get("X-Toolgate-User")
+		if id == "" {
+			id = "anonymous"
+		}
+		return User{ID: id, Roles: []Role{RoleAdmin}}, true
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		// EventSource cannot set headers: the inbox passes its token in
+		// the query for the event stream only.
+		token = r.URL.Query().Get("access_token")
+	}
+	if token == "" {
+		return User{}, false
+	}
+	sum := sha256.Sum256([]byte(token))
+	var found User
+	match := 0
+	for _, e := range t.entries {
+		if subtle.ConstantTimeCompare(sum[:], e.sum[:]) == 1 {
+			found, match = e.user, 1
+		}
+	}
+	return found, match == 1
+}

@@ -1,0 +1,529 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// Config is what the HTTP API serves from.
+type Config struct {
+	Machine *machine.Machine
+	JS      jetstream.JetStream
+	Calls   jetstream.KeyValue // the entries' bucket: lists and history
+	Tokens  *Tokens            // nil or empty: open (loopback only)
+	// Gatherer serves /metrics.
+	Gatherer prometheus.Gatherer
+	// Ready reports whether the process can serve (NATS connected,
+	// buckets there); nil means always.
+	Ready func(ctx context.Context) error
+	// OnDecided runs after a decision stands (grants for its scope).
+	OnDecided func(ctx context.Context, e *machine.Entry) error
+	// Analytics, when set, serves GET /v1/analytics.
+	Analytics http.Handler
+	Log       *slog.Logger
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg Config
+	mux *http.ServeMux
+}
+
+// route is one endpoint: who may call it and what it does. The table is
+// the one list of the API: it registers the handlers and the OpenAPI test
+// checks the document against it.
+type route struct {
+	method, path string
+	roles        []Role // nil: anyone, no token needed
+	handle       func(s *Server, w http.ResponseWriter, r *http.Request, u User) error
+}
+
+var readers = []Role{RoleViewer, RoleAgent, RoleApprover}
+
+var routes = []route{
+	{"POST", "/v1/tool-calls", []Role{RoleAgent}, (*Server).submit},
+	{"GET", "/v1/tool-calls", readers, (*Server).list},
+	{"GET", "/v1/tool-calls/{pendingId}", readers, (*Server).get},
+	{"GET", "/v1/tool-calls/{pendingId}/history", readers, (*Server).history},
+	{"POST", "/v1/tool-calls/{pendingId}/decision", []Role{RoleApprover}, (*Server).decision},
+	{"POST", "/v1/respond", []Role{RoleApprover}, (*Server).respond},
+	{"POST", "/v1/tool-calls/{pendingId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancel},
+	{"POST", "/v1/conversations/{conversationId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancelConversation},
+	{"GET", "/v1/events", readers, (*Server).events},
+	{"GET", "/v1/analytics", readers, (*Server).analytics},
+	{"GET", "/v1/me", readers, (*Server).me},
+	{"GET", "/v1/openapi.json", nil, (*Server).openAPI},
+	{"GET", "/healthz", nil, (*Server).healthz},
+	{"GET", "/readyz", nil, (*Server).readyz},
+	{"GET", "/metrics", nil, (*Server).metrics},
+}
+
+// New returns the API server.
+func New(cfg Config) *Server {
+	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	for _, rt := range routes {
+		s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
+			s.serve(w, r, rt)
+		})
+	}
+	s.mux.Handle("GET /", inbox())
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
+	var u User
+	if rt.roles != nil {
+		var ok bool
+		if u, ok = s.cfg.Tokens.authenticate(r); !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
+			writeError(w, s.cfg.Log, httpErr(http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"))
+			return
+		}
+		if !u.Can(rt.roles...) {
+			writeError(w, s.cfg.Log, httpErr(http.StatusForbidden, "forbidden",
+				fmt.Sprintf("%s may not %s %s: needs one of the roles %v", u.ID, rt.method, rt.path, rt.roles)))
+			return
+		}
+	}
+	if err := rt.handle(s, w, r, u); err != nil {
+		writeError(w, s.cfg.Log, err)
+	}
+}
+
+// httpError is a refusal of HTTP's own (401, 413, 415, …).
+type httpError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *httpError) Error() string { return e.message }
+
+func httpErr(status int, code, message string) error {
+	return &httpError{status: status, code: code, message: message}
+}
+
+// ErrorBody is every error's JSON.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail names what went wrong; on a conflict it carries the entry as
+// it is now (its state and who decided).
+type ErrorDetail struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Entry   *machine.Entry `json:"entry,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
+	var he *httpError
+	var te *machine.TransitionError
+	body := ErrorBody{Error: ErrorDetail{Message: err.Error()}}
+	status := http.StatusInternalServerError
+	switch {
+	case errors.As(err, &he):
+		status, body.Error.Code = he.status, he.code
+	default:
+		status, body.Error.Code = bus.ErrorStatus(err)
+		if errors.As(err, &te) {
+			body.Error.Entry = te.Entry
+		}
+	}
+	if status == http.StatusInternalServerError && log != nil {
+		log.Error("request failed", "err", err)
+		body.Error.Message = "internal error"
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// maxBody bounds a request body: tool arguments are small.
+const maxBody = 1 << 20
+
+// readJSON decodes a JSON request body into v, refusing other media types,
+// bodies over maxBody, unknown fields and trailing data.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return httpErr(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json")
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			return httpErr(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", maxBody))
+		}
+		return fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: request body: more than one JSON value", machine.ErrInvalid)
+	}
+	return nil
+}
+
+func (s *Server) submit(w http.ResponseWriter, r *http.Request, u User) error {
+	start := time.Now().UnixMilli()
+	var c machine.Call
+	if err := readJSON(w, r, &c); err != nil {
+		return err
+	}
+	if !u.Can(RoleAdmin) {
+		// An agent submits as itself: it cannot ask on another's behalf,
+		// nor so make itself the approver of its own call.
+		if c.CallerBotID == "" {
+			c.CallerBotID = u.ID
+		} else if c.CallerBotID != u.ID {
+			return fmt.Errorf("%w: callerBotId %q: agent %s submits as itself", machine.ErrForbidden, c.CallerBotID, u.ID)
+		}
+	}
+	e, err := s.cfg.Machine.Submit(r.Context(), c)
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if e.RequestedAt < start {
+		status = http.StatusOK // a retry: the entry an earlier submit made
+	}
+	w.Header().Set("Location", "/v1/tool-calls/"+e.PendingID)
+	writeJSON(w, status, e)
+	return nil
+}
+
+// Page is a page of entries.
+type Page struct {
+	Items      []*machine.Entry `json:"items"`
+	NextCursor string           `json:"nextCursor,omitempty"`
+	// EventsSeq is the TOOL_EVENTS sequence read before the entries: a
+	// client that then follows /v1/events?since=EventsSeq misses nothing.
+	EventsSeq uint64 `json:"eventsSeq"`
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, _ User) error {
+	q := r.URL.Query()
+	status := machine.State(q.Get("status"))
+	if status != "" && !status.Valid() {
+		return fmt.Errorf("%w: status: unknown state %q", machine.ErrInvalid, status)
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return fmt.Errorf("%w: limit: must be 1 to 1000, got %q", machine.ErrInvalid, v)
+		}
+		limit = n
+	}
+	seq, err := s.eventsSeq(r.Context())
+	if err != nil {
+		return err
+	}
+	var all []*machine.Entry
+	if conv := q.Get("conversationId"); conv != "" {
+		all, err = s.cfg.Machine.ListConversation(r.Context(), conv)
+	} else {
+		all, err = listAll(r.Context(), s.cfg.Calls)
+	}
+	if err != nil {
+		return err
+	}
+	items := []*machine.Entry{}
+	for _, e := range all {
+		if (status == "" || e.Status == status) &&
+			(q.Get("toolName") == "" || e.ToolName == q.Get("toolName")) &&
+			(q.Get("callerBotId") == "" || e.CallerBotID == q.Get("callerBotId")) {
+			items = append(items, e)
+		}
+	}
+	slices.SortFunc(items, func(a, b *machine.Entry) int {
+		if a.RequestedAt != b.RequestedAt {
+			return int(a.RequestedAt - b.RequestedAt)
+		}
+		return strings.Compare(a.PendingID, b.PendingID)
+	})
+	if c := q.Get("cursor"); c != "" {
+		at, id, ok := strings.Cut(c, "~")
+		ms, err := strconv.ParseInt(at, 10, 64)
+		if !ok || err != nil {
+			return fmt.Errorf("%w: cursor: not one this API gave", machine.ErrInvalid)
+		}
+		i, _ := slices.BinarySearchFunc(items, struct{}{}, func(e *machine.Entry, _ struct{}) int {
+			if e.RequestedAt != ms {
+				return int(e.RequestedAt - ms)
+			}
+			return strings.Compare(e.PendingID, id+"\x00")
+		})
+		items = items[i:]
+	}
+	page := Page{Items: items, EventsSeq: seq}
+	if len(items) > limit {
+		last := items[limit-1]
+		page.Items, page.NextCursor = items[:limit], fmt.Sprintf("%d~%s", last.RequestedAt, last.PendingID)
+	}
+	writeJSON(w, http.StatusOK, page)
+	return nil
+}
+
+func (s *Server) eventsSeq(ctx context.Context) (uint64, error) {
+	st, err := s.cfg.JS.Stream(ctx, bus.EventsStream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
+}
+
+// listAll reads every entry: for lists across conversations.
+func listAll(ctx context.Context, kv jetstream.KeyValue) ([]*machine.Entry, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	var entries []*machine.Entry
+	for kve := range w.Updates() {
+		if kve == nil {
+			return entries, nil
+		}
+		var e machine.Entry
+		if err := json.Unmarshal(kve.Value(), &e); err != nil {
+			return nil, fmt.Errorf("key %s: %w", kve.Key(), err)
+		}
+		entries = append(entries, &e)
+	}
+	return nil, ctx.Err()
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, _ User) error {
+	e, err := s.cfg.Machine.Get(r.Context(), r.PathValue("pendingId"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
+// HistoryItem is one transition of an entry.
+type HistoryItem struct {
+	machine.Transition
+	Revision uint64 `json:"revision"`
+}
+
+func (s *Server) history(w http.ResponseWriter, r *http.Request, _ User) error {
+	id := r.PathValue("pendingId")
+	if !machine.ValidPendingID(id) {
+		return fmt.Errorf("pendingId %s: %w", id, machine.ErrNotFound)
+	}
+	revs, err := s.cfg.Calls.History(r.Context(), id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("pendingId %s: %w", id, machine.ErrNotFound)
+	} else if err != nil {
+		return err
+	}
+	items := []HistoryItem{}
+	for _, kve := range revs {
+		var e machine.Entry
+		if kve.Operation() != jetstream.KeyValuePut || json.Unmarshal(kve.Value(), &e) != nil || e.LastTransition == nil {
+			continue
+		}
+		if e.LastTransition.Event == machine.EventHeartbeat {
+			continue
+		}
+		items = append(items, HistoryItem{Transition: *e.LastTransition, Revision: kve.Revision()})
+	}
+	writeJSON(w, http.StatusOK, items)
+	return nil
+}
+
+// DecisionRequest is the body of POST /v1/tool-calls/{pendingId}/decision.
+type DecisionRequest struct {
+	Approved  *bool           `json:"approved"`
+	Reason    string          `json:"reason,omitempty"`
+	Scope     machine.Scope   `json:"scope,omitempty"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+func (s *Server) decision(w http.ResponseWriter, r *http.Request, u User) error {
+	var d DecisionRequest
+	if err := readJSON(w, r, &d); err != nil {
+		return err
+	}
+	return s.decide(w, r, u, r.PathValue("pendingId"), d)
+}
+
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, u User, id string, d DecisionRequest) error {
+	if d.Approved == nil {
+		return fmt.Errorf("%w: approved: required, true or false", machine.ErrInvalid)
+	}
+	e, err := s.cfg.Machine.Decide(r.Context(), id, machine.Decision{
+		Approve: *d.Approved, By: u.ID, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
+	})
+	if err != nil {
+		return err
+	}
+	if s.cfg.OnDecided != nil {
+		if err := s.cfg.OnDecided(r.Context(), e); err != nil && s.cfg.Log != nil {
+			s.cfg.Log.Error("recording the decision's scope failed", "pendingId", e.PendingID, "scope", e.DecisionScope, "err", err)
+		}
+	}
+	writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
+// RespondRequest is the reference design's decision body, at /v1/respond.
+type RespondRequest struct {
+	ConversationID string `json:"conversationId"`
+	PendingID      string `json:"pendingId"`
+	Approved       *bool  `json:"approved"`
+	Reason         string `json:"reason,omitempty"`
+}
+
+func (s *Server) respond(w http.ResponseWriter, r *http.Request, u User) error {
+	var req RespondRequest
+	if err := readJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.PendingID == "" || req.ConversationID == "" {
+		return fmt.Errorf("%w: conversationId and pendingId: required", machine.ErrInvalid)
+	}
+	e, err := s.cfg.Machine.Get(r.Context(), req.PendingID)
+	if err != nil {
+		return err
+	}
+	if e.ConversationID != req.ConversationID {
+		return fmt.Errorf("pendingId %s in conversation %s: %w", req.PendingID, req.ConversationID, machine.ErrNotFound)
+	}
+	return s.decide(w, r, u, req.PendingID, DecisionRequest{Approved: req.Approved, Reason: req.Reason})
+}
+
+// CancelRequest is the optional body of a cancel.
+type CancelRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+func (s *Server) cancelReason(w http.ResponseWriter, r *http.Request) (string, error) {
+	if r.ContentLength == 0 {
+		return "cancelled", nil
+	}
+	var c CancelRequest
+	if err := readJSON(w, r, &c); err != nil {
+		return "", err
+	}
+	return cmp.Or(c.Reason, "cancelled"), nil
+}
+
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request, u User) error {
+	reason, err := s.cancelReason(w, r)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("pendingId")
+	if !u.Can(RoleApprover) {
+		e, err := s.cfg.Machine.Get(r.Context(), id)
+		if err != nil {
+			return err
+		}
+		if e.CallerBotID != u.ID {
+			return fmt.Errorf("%w: agent %s may cancel only its own calls", machine.ErrForbidden, u.ID)
+		}
+	}
+	e, err := s.cfg.Machine.Cancel(r.Context(), id, u.ID, reason)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
+func (s *Server) cancelConversation(w http.ResponseWriter, r *http.Request, u User) error {
+	reason, err := s.cancelReason(w, r)
+	if err != nil {
+		return err
+	}
+	reply, err := bus.CancelConversation(r.Context(), s.cfg.Machine, r.PathValue("conversationId"), u.ID, reason)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, reply)
+	return nil
+}
+
+func (s *Server) analytics(w http.ResponseWriter, r *http.Request, _ User) error {
+	if s.cfg.Analytics == nil {
+		return httpErr(http.StatusNotFound, "not_found", "analytics are not served by this process")
+	}
+	s.cfg.Analytics.ServeHTTP(w, r)
+	return nil
+}
+
+// Me is who the caller is, for the inbox to show the right buttons.
+type Me struct {
+	ID    string `json:"id"`
+	Roles []Role `json:"roles"`
+	Open  bool   `json:"open"` // no tokens configured
+}
+
+func (s *Server) me(w http.ResponseWriter, _ *http.Request, u User) error {
+	writeJSON(w, http.StatusOK, Me{ID: u.ID, Roles: u.Roles, Open: s.cfg.Tokens.Open()})
+	return nil
+}
+
+//go:embed openapi.json
+var openAPIDoc []byte
+
+func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request, _ User) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(openAPIDoc)
+	return nil
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request, _ User) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ User) error {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(r.Context()); err != nil {
+			return httpErr(http.StatusServiceUnavailable, "not_ready", err.Error())
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ User) error {
+	g := s.cfg.Gatherer
+	if g == nil {
+		g = prometheus.NewRegistry()
+	}
+	promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	return nil
+}

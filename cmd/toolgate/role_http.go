@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// loadTokens reads the HTTP API's bearer tokens from --tokens and
+// --tokens-data; none at all leaves the API open.
+func loadTokens(cfg Config) (*api.Tokens, error) {
+	data := []byte(cfg.TokensData)
+	if cfg.TokensFile != "" {
+		file, err := os.ReadFile(cfg.TokensFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tokens: %w", err)
+		}
+		data = append(append(data, '\n'), file...)
+	}
+	return api.ParseTokens(data)
+}
+
+// runHTTP serves the HTTP API and the web inbox. Without tokens it serves
+// only on loopback, where whoever can reach it is on this machine; bound
+// anywhere else it refuses to start open.
+func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
+	tokens, err := loadTokens(d.cfg)
+	if err != nil {
+		return err
+	}
+	host, _, _ := splitHostPort(d.cfg.HTTP)
+	if tokens.Open() {
+		if !isLoopback(host) {
+			return fmt.Errorf("--http %s is not loopback: give bearer tokens with --tokens or --tokens-data", d.cfg.HTTP)
+		}
+		log.Warn("HTTP API is open: no tokens configured, every caller on this machine is an admin", "http", d.cfg.HTTP)
+	}
+	srv := api.New(api.Config{
+		Machine:  d.machine,
+		JS:       d.js,
+		Calls:    d.buckets.Calls,
+		Tokens:   tokens,
+		Gatherer: d.registry,
+		Ready: func(ctx context.Context) error {
+			if !d.nc.IsConnected() {
+				return errors.New("NATS is not connected")
+			}
+			_, err := d.buckets.Calls.Status(ctx)
+			return err
+		},
+		OnDecided: func(ctx context.Context, e *machine.Entry) error { return recordScope(ctx, d, e) },
+		Log:       log,
+	})
+	l, err := net.Listen("tcp", d.cfg.HTTP)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	log.Info("HTTP API and inbox", "url", "http://"+l.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+		return nil
+	}
+}
