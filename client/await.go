@@ -1,0 +1,233 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/machine"
+)
+
+// Kind says what an Outcome lets the agent do.
+type Kind string
+
+// The kinds of Outcome. The zero Outcome, returned with every error but an
+// *ExecutionError, has the empty Kind, which is none of these.
+const (
+	// Approved: a human approved the call; run it now with the Outcome's
+	// Arguments (Started first).
+	Approved Kind = "approved"
+	// Scheduled: nobody had to approve the call (a policy rule, a session
+	// grant, a read-only tool, a policy that does not ask) and its
+	// scheduled time has come; run it now with the Outcome's Arguments
+	// (Started first).
+	Scheduled Kind = "scheduled"
+	// Executed: the call has run and succeeded; Result and Cost say how.
+	Executed Kind = "executed"
+	// Failed: the call ran and failed. It comes with an *ExecutionError.
+	Failed Kind = "failed"
+)
+
+// Outcome is what became of a call that was not refused.
+type Outcome struct {
+	Kind      Kind
+	PendingID string
+	// Arguments are what to run: the approver's when they edited the
+	// agent's (then Edited is true), else the agent's own.
+	Arguments json.RawMessage
+	Edited    bool
+	// By is who let the call run: the approving user, or "policy".
+	By string
+	// Reason is why: the approver's reason (Approved), or the rule or
+	// grant that let the call run without asking (Scheduled).
+	Reason string
+	// Scope is how far a human's approval reaches (once, session, always).
+	Scope machine.Scope
+	// Result and Cost of a call that ran (Executed, Failed).
+	Result json.RawMessage
+	Cost   float64
+	// Entry is the entry as Await last saw it.
+	Entry *machine.Entry
+}
+
+// Runnable reports whether the agent should run the tool now: the call was
+// approved, or scheduled and due. False for the zero Outcome.
+func (o Outcome) Runnable() bool { return o.Kind == Approved || o.Kind == Scheduled }
+
+// AwaitOption changes what Await waits for.
+type AwaitOption func(*awaitConfig)
+
+type awaitConfig struct {
+	untilFinished bool
+}
+
+// UntilFinished makes Await wait past the approval until the call has run
+// (Executed, or Failed with an *ExecutionError): for calls that executors
+// run rather than the agent. A call nobody runs is waited for until ctx
+// ends.
+func UntilFinished() AwaitOption { return func(c *awaitConfig) { c.untilFinished = true } }
+
+// Await waits until the call pendingID reaches a state the agent acts on,
+// and says what that is (see the package documentation): an Outcome of
+// Kind Approved, Scheduled or Executed; a *RejectedError (with the zero
+// Outcome) when the call was rejected, timed out, cancelled or denied by
+// policy; or an *ExecutionError (with an Outcome of Kind Failed) when it
+// ran and failed.
+//
+// It watches the call's key in the tool_calls bucket, whose first value is
+// the entry as it is now: an agent that restarted calls Await again with
+// the same pendingId and gets the answer whether it came before the
+// restart or comes after. A scheduled call is answered at its
+// scheduledExecutionTime, by a timer.
+//
+// Await never hands back a call that is already running (EXECUTING) as one
+// to run: somebody claimed it (an executor, or this agent before it
+// restarted), and running it again could run it twice. It waits for that
+// run to finish and returns Executed or the *ExecutionError.
+//
+// It returns ctx's error when ctx ends first, and an error matching
+// machine.ErrNotFound when there is no such call.
+func (c *Client) Await(ctx context.Context, pendingID string, opts ...AwaitOption) (Outcome, error) {
+	var cfg awaitConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	// A pendingId is two plain key tokens; anything else could be a
+	// wildcard that watches other calls' keys.
+	if !machine.ValidPendingID(pendingID) {
+		return Outcome{}, fmt.Errorf("await %q: not a toolgate pendingId: %w", pendingID, machine.ErrNotFound)
+	}
+	kv, err := c.calls(ctx)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("await %s: %w", pendingID, err)
+	}
+	w, err := kv.Watch(ctx, pendingID)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("await %s: watch: %w", pendingID, err)
+	}
+	defer func() { _ = w.Stop() }()
+
+	var (
+		cur   *machine.Entry
+		timer *time.Timer
+		wake  <-chan time.Time
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			if cur != nil {
+				return Outcome{}, fmt.Errorf("await %s (still %s): %w", pendingID, cur.Status, ctx.Err())
+			}
+			return Outcome{}, fmt.Errorf("await %s: %w", pendingID, ctx.Err())
+		case <-wake:
+			// The scheduled time has come: look at cur again.
+			wake = nil
+		case kve, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return Outcome{}, fmt.Errorf("await %s: the watch ended (NATS connection closed?)", pendingID)
+			case kve == nil: // the initial value, if any, is in
+				if cur == nil {
+					return Outcome{}, fmt.Errorf("await %s: %w", pendingID, machine.ErrNotFound)
+				}
+				continue
+			case kve.Operation() != jetstream.KeyValuePut:
+				return Outcome{}, fmt.Errorf("await %s: the entry was removed (%s): %w", pendingID, kve.Operation(), machine.ErrNotFound)
+			}
+			var e machine.Entry
+			if err := json.Unmarshal(kve.Value(), &e); err != nil {
+				return Outcome{}, fmt.Errorf("await %s: revision %d: decode entry: %w", pendingID, kve.Revision(), err)
+			}
+			cur = &e
+		}
+		a := answer(cur, cfg, time.Now())
+		if a.done {
+			return a.out, a.err
+		}
+		if timer != nil {
+			timer.Stop()
+			timer, wake = nil, nil
+		}
+		if !a.wake.IsZero() {
+			timer = time.NewTimer(time.Until(a.wake))
+			wake = timer.C
+		}
+	}
+}
+
+// Request submits call and awaits its answer: Submit, then Await.
+func (c *Client) Request(ctx context.Context, call machine.Call, opts ...AwaitOption) (Outcome, error) {
+	e, err := c.Submit(ctx, call)
+	if err != nil {
+		return Outcome{}, err
+	}
+	var cfg awaitConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	// A denial (or a retried submit of a finished call) is answered by
+	// the entry Submit returned; no need to watch.
+	if a := answer(e, cfg, time.Now()); a.done {
+		return a.out, a.err
+	}
+	return c.Await(ctx, e.PendingID, opts...)
+}
+
+// step is what Await makes of an entry: an answer (done), or a time to
+// look again without news (wake), or neither: wait for the next revision.
+type step struct {
+	done bool
+	out  Outcome
+	err  error
+	wake time.Time
+}
+
+// answer reads an entry at now.
+func answer(e *machine.Entry, cfg awaitConfig, now time.Time) step {
+	if rej := refusal(e); rej != nil {
+		return step{done: true, err: rej}
+	}
+	o := Outcome{
+		PendingID: e.PendingID,
+		Arguments: e.ToolArguments,
+		Edited:    len(e.OriginalArguments) > 0,
+		By:        cmp.Or(e.ApprovedOrRejectedByUserID, "policy"),
+		Scope:     e.DecisionScope,
+		Entry:     e,
+	}
+	switch e.Status {
+	case machine.StateCompletedSuccess:
+		o.Kind, o.Result, o.Cost = Executed, e.Result, e.Cost
+		return step{done: true, out: o}
+	case machine.StateCompletedFailure:
+		o.Kind, o.Result, o.Cost = Failed, e.Result, e.Cost
+		return step{done: true, out: o, err: &ExecutionError{Message: e.Error, Cost: e.Cost, Entry: e}}
+	case machine.StateApproved:
+		if cfg.untilFinished {
+			return step{}
+		}
+		o.Kind, o.Reason = Approved, e.StatusReason
+		return step{done: true, out: o}
+	case machine.StateScheduled:
+		if cfg.untilFinished {
+			return step{}
+		}
+		due := time.UnixMilli(e.ScheduledExecutionTime)
+		if now.Before(due) {
+			return step{wake: due}
+		}
+		o.Kind, o.By, o.Reason = Scheduled, "policy", e.StatusReason
+		return step{done: true, out: o}
+	}
+	// Pending approval, or running: the answer is still to come.
+	return step{}
+}

@@ -1,0 +1,202 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// DefaultRequestTimeout bounds a request whose context has no deadline. It
+// is a little longer than the 30 seconds toolgate gives a request, so that
+// toolgate's own answer (even "internal error") arrives first.
+const DefaultRequestTimeout = 35 * time.Second
+
+// Client talks to toolgate over one NATS connection. It is safe for
+// concurrent use; it does not own the connection, which the caller closes.
+type Client struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	timeout time.Duration
+
+	mu sync.Mutex
+	kv jetstream.KeyValue // the tool_calls bucket, once bound
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithRequestTimeout sets how long a request waits for toolgate when its
+// context has no deadline (default DefaultRequestTimeout).
+func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// New returns a client over nc. It does no I/O: the tool_calls bucket is
+// bound at the first Await, so an agent may start before toolgate does.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("client: nil NATS connection")
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("client: jetstream: %w", err)
+	}
+	c := &Client{nc: nc, js: js, timeout: DefaultRequestTimeout}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// calls binds the tool_calls bucket, once it exists.
+func (c *Client) calls(ctx context.Context) (jetstream.KeyValue, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kv != nil {
+		return c.kv, nil
+	}
+	kv, err := c.js.KeyValue(ctx, bus.CallsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: no %s bucket on NATS %s: is toolgate serving there? (%w)",
+			ErrUnavailable, bus.CallsBucket, c.nc.ConnectedUrlRedacted(), err)
+	} else if err != nil {
+		return nil, fmt.Errorf("bind %s bucket: %w", bus.CallsBucket, err)
+	}
+	c.kv = kv
+	return kv, nil
+}
+
+// request sends body to an endpoint and decodes the reply into out. A
+// refusal comes back as the *bus.APIError it carries, which matches the
+// machine package's errors with errors.Is.
+func (c *Client) request(ctx context.Context, endpoint string, body, out any) error {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("%s: encode request: %w", endpoint, err)
+	}
+	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	subject := bus.APISubject(endpoint)
+	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("%w: toolgate's request API is not reachable on NATS %s: nothing answers %s (is `toolgate serve` running there, with the intake role?)",
+			ErrUnavailable, c.nc.ConnectedUrlRedacted(), subject)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return fmt.Errorf("%s: no answer from toolgate on NATS %s: %w", endpoint, c.nc.ConnectedUrlRedacted(), err)
+	case err != nil:
+		return fmt.Errorf("%s: %w", endpoint, err)
+	}
+	return bus.DecodeReply(msg, out)
+}
+
+// Submit asks toolgate to gate a call and returns its entry: pending
+// approval, scheduled, or already denied by policy (REJECTED_BY_POLICY is
+// an entry here, not an error; Await and Request turn it into a
+// *RejectedError). Submitting the same ToolCallID in the same conversation
+// again returns the entry already there: retrying is safe.
+func (c *Client) Submit(ctx context.Context, call machine.Call) (*machine.Entry, error) {
+	var e machine.Entry
+	if err := c.request(ctx, bus.EndpointSubmit, call, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Get returns one entry.
+func (c *Client) Get(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	var e machine.Entry
+	if err := c.request(ctx, bus.EndpointGet, bus.GetRequest{PendingID: pendingID}, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// List returns the entries matching every field set in r. With a
+// ConversationID, toolgate reads only that conversation's entries.
+func (c *Client) List(ctx context.Context, r bus.ListRequest) ([]*machine.Entry, error) {
+	var entries []*machine.Entry
+	if err := c.request(ctx, bus.EndpointList, r, &entries); err != nil {
+		return nil, err
+	}
+	return entries, nil
+}
+
+// Decision is a human's answer to a pending call: Approve or not, By whom,
+// with a Reason, the Scope of an approval (once, session, always; empty is
+// once) and, on an approval, edited Arguments to run instead of the
+// agent's.
+type Decision = machine.Decision
+
+// Decide approves or rejects a pending call. A call someone (or the timer)
+// already decided is refused with an error matching machine.ErrConflict
+// whose message says who decided it, when and why; a decider who may not
+// decide it, with machine.ErrForbidden.
+func (c *Client) Decide(ctx context.Context, pendingID string, d Decision) (*machine.Entry, error) {
+	var e machine.Entry
+	err := c.request(ctx, bus.EndpointDecide, bus.DecideRequest{
+		PendingID: pendingID, Approved: d.Approve, By: d.By, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
+	}, &e)
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Cancel stops a call that has not started running.
+func (c *Client) Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error) {
+	var e machine.Entry
+	if err := c.request(ctx, bus.EndpointCancel, bus.CancelRequest{PendingID: pendingID, By: by, Reason: reason}, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// CancelConversation cancels every call of a conversation that has not
+// started running, and lists those that are running (and were not).
+func (c *Client) CancelConversation(ctx context.Context, conversationID, by, reason string) (*bus.CancelConversationReply, error) {
+	var r bus.CancelConversationReply
+	err := c.request(ctx, bus.EndpointCancelConversation, bus.CancelRequest{ConversationID: conversationID, By: by, Reason: reason}, &r)
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Started claims a runnable call (approved, or scheduled and due) for by,
+// an agent about to run it itself, moving it to EXECUTING. The claim is a
+// compare-and-set, so of an agent and an executor only one gets it; the
+// other gets an error matching machine.ErrConflict. The claim is held for
+// an hour.
+func (c *Client) Started(ctx context.Context, pendingID, by string) (*machine.Entry, error) {
+	return c.report(ctx, bus.EndpointStarted, bus.ReportRequest{PendingID: pendingID, By: by})
+}
+
+// Succeed records that the call by claimed with Started ran, with its
+// result (JSON, may be nil) and cost.
+func (c *Client) Succeed(ctx context.Context, pendingID, by string, result json.RawMessage, cost float64) (*machine.Entry, error) {
+	return c.report(ctx, bus.EndpointSucceeded, bus.ReportRequest{PendingID: pendingID, By: by, Result: result, Cost: cost})
+}
+
+// Fail records that the call by claimed with Started ran and failed.
+func (c *Client) Fail(ctx context.Context, pendingID, by, errMsg string, cost float64) (*machine.Entry, error) {
+	return c.report(ctx, bus.EndpointFailed, bus.ReportRequest{PendingID: pendingID, By: by, Error: errMsg, Cost: cost})
+}
+
+func (c *Client) report(ctx context.Context, endpoint string, r bus.ReportRequest) (*machine.Entry, error) {
+	var e machine.Entry
+	if err := c.request(ctx, endpoint, r, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}

@@ -1,0 +1,423 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// gate is toolgate's request API over a real embedded JetStream server,
+// evaluating calls against a policy document.
+type gate struct {
+	env *bustest.Env
+	c   *client.Client
+}
+
+func startGate(t *testing.T, doc string) *gate {
+	t.Helper()
+	env := bustest.Start(t, bustest.Topologies[0])
+	d, err := policy.Parse([]byte(doc))
+	require.NoError(t, err)
+	engine, err := policy.NewEngine(d, nil, nil)
+	require.NoError(t, err)
+	m := machine.New(env.Store, machine.WithEvaluator(engine))
+	svc := bus.NewService(m, env.KV, bustest.Logger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx, env.NC, "0.0.1-test") }()
+	t.Cleanup(func() { cancel(); <-done })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := env.NC.Request("$SRV.PING."+bus.ServiceName, nil, time.Second); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			done <- err // for the cleanup
+			t.Fatalf("service stopped: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "service not answering after 10s")
+	}
+	return &gate{env: env, c: newClient(t, env.URLs)}
+}
+
+// newClient connects anew, as an agent process would.
+func newClient(t *testing.T, urls string) *client.Client {
+	t.Helper()
+	nc, _ := bustest.Connect(t, urls)
+	c, err := client.New(nc)
+	require.NoError(t, err)
+	return c
+}
+
+func bash(conv, id, command string) machine.Call {
+	args, _ := json.Marshal(map[string]string{"command": command})
+	return machine.Call{ToolCallID: id, ToolName: "Bash", Arguments: args, CallerBotID: "bot", ConversationID: conv}
+}
+
+// awaitAsync runs Await in the background.
+func awaitAsync(c *client.Client, ctx context.Context, id string, opts ...client.AwaitOption) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		o, err := c.Await(ctx, id, opts...)
+		ch <- result{o, err}
+	}()
+	return ch
+}
+
+type result struct {
+	out client.Outcome
+	err error
+}
+
+func receive(t *testing.T, ch <-chan result) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("Await did not return")
+		return result{}
+	}
+}
+
+// assertStillWaiting checks that Await has not answered yet.
+func assertStillWaiting(t *testing.T, ch <-chan result) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("Await returned early: %+v, %v", r.out, r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestAwait_ApprovalWithEditedArguments(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "")
+	ctx := t.Context()
+	e, err := g.c.Submit(ctx, bash("c1", "t1", "rm -r build"))
+	require.NoError(t, err)
+	require.Equal(t, machine.StatePendingApproval, e.Status)
+
+	got := awaitAsync(g.c, ctx, e.PendingID)
+	assertStillWaiting(t, got)
+	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "alice", Reason: "only build/",
+		Arguments: json.RawMessage(`{"command":"rm -r build/out"}`)})
+	require.NoError(t, err)
+
+	r := receive(t, got)
+	require.NoError(t, r.err)
+	assert.Equal(t, client.Approved, r.out.Kind)
+	assert.True(t, r.out.Runnable())
+	assert.True(t, r.out.Edited)
+	assert.JSONEq(t, `{"command":"rm -r build/out"}`, string(r.out.Arguments))
+	assert.Equal(t, "alice", r.out.By)
+	assert.Equal(t, "only build/", r.out.Reason)
+	assert.Equal(t, machine.ScopeOnce, r.out.Scope)
+}
+
+func TestAwait_RejectionIsAnErrorNeverAResult(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "")
+	ctx := t.Context()
+	e, err := g.c.Submit(ctx, bash("c1", "t1", "git push --force"))
+	require.NoError(t, err)
+	got := awaitAsync(g.c, ctx, e.PendingID)
+	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{By: "alice", Reason: "not on main"})
+	require.NoError(t, err)
+
+	r := receive(t, got)
+	require.ErrorIs(t, r.err, client.ErrRejected)
+	var rej *client.RejectedError
+	require.ErrorAs(t, r.err, &rej)
+	assert.Equal(t, client.RejectedByUser, rej.Kind)
+	assert.Equal(t, "alice", rej.By)
+	assert.Equal(t, "not on main", rej.Reason)
+	assert.Equal(t, machine.StateRejectedByUser, rej.Entry.Status)
+	assert.Contains(t, r.err.Error(), "rejected by alice: not on main")
+	assert.Equal(t, client.Outcome{}, r.out, "a rejection carries no outcome")
+	assert.False(t, r.out.Runnable())
+	assert.NotErrorIs(t, r.err, machine.ErrConflict)
+
+	// Awaited again (the agent restarted), it is the same refusal.
+	_, err = newClient(t, g.env.URLs).Await(ctx, e.PendingID)
+	require.ErrorAs(t, err, &rej)
+	assert.Equal(t, client.RejectedByUser, rej.Kind)
+}
+
+func TestAwait_TimeoutAndCancelAreRejections(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "default: {approvalTimeoutMs: 1, autoRejectOnTimeout: true}")
+	ctx := t.Context()
+
+	e, err := g.c.Submit(ctx, bash("c1", "slow", "make release"))
+	require.NoError(t, err)
+	got := awaitAsync(g.c, ctx, e.PendingID)
+	// The timer role is not in this build: expire the call as it would.
+	later := machine.New(g.env.Store, machine.WithClock(func() time.Time { return time.Now().Add(time.Second) }))
+	_, err = later.Expire(ctx, e.PendingID)
+	require.NoError(t, err)
+	r := receive(t, got)
+	var rej *client.RejectedError
+	require.ErrorAs(t, r.err, &rej)
+	assert.ErrorIs(t, r.err, client.ErrRejected)
+	assert.Equal(t, client.RejectedByTimeout, rej.Kind)
+	assert.Equal(t, "timer", rej.By)
+	assert.Contains(t, r.err.Error(), "timed out")
+	assert.Empty(t, r.out.Kind)
+
+	e, err = g.c.Submit(ctx, bash("c1", "gone", "make release"))
+	require.NoError(t, err)
+	got = awaitAsync(g.c, ctx, e.PendingID)
+	_, err = g.c.Cancel(ctx, e.PendingID, "ops", "conversation closed")
+	require.NoError(t, err)
+	r = receive(t, got)
+	require.ErrorAs(t, r.err, &rej)
+	assert.Equal(t, client.Cancelled, rej.Kind)
+	assert.Equal(t, "ops", rej.By)
+	assert.Equal(t, "conversation closed", rej.Reason)
+	assert.Empty(t, r.out.Kind)
+}
+
+func TestRequest_PolicyDenyNamesTheRule(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, `default: {rules: {deny: ["Bash(rm -rf *)"]}}`)
+	out, err := g.c.Request(t.Context(), bash("c1", "t1", "rm -rf /"))
+	require.ErrorIs(t, err, client.ErrRejected)
+	var rej *client.RejectedError
+	require.ErrorAs(t, err, &rej)
+	assert.Equal(t, client.DeniedByPolicy, rej.Kind)
+	assert.Equal(t, "policy", rej.By)
+	assert.Equal(t, `rules.deny "Bash(rm -rf *)" (default)`, rej.Rule)
+	assert.Contains(t, err.Error(), `denied by policy: rules.deny "Bash(rm -rf *)"`)
+	assert.Equal(t, client.Outcome{}, out)
+}
+
+func TestAwait_ScheduledCallIsAnsweredAtItsTime(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "default: {requiresApprovalTools: none, defaultDelayMs: 300}")
+	start := time.Now()
+	out, err := g.c.Request(t.Context(), bash("c1", "t1", "ls"))
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, "answered before its scheduled time")
+	assert.Equal(t, client.Scheduled, out.Kind, "distinct from a human's approval")
+	assert.True(t, out.Runnable())
+	assert.Equal(t, "policy", out.By)
+	assert.Contains(t, out.Reason, "defaultDelayMs")
+	assert.JSONEq(t, `{"command":"ls"}`, string(out.Arguments))
+	assert.False(t, out.Edited)
+}
+
+func TestAwait_ScheduledCallCancelledBeforeItsTime(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "default: {requiresApprovalTools: none, defaultDelayMs: 60000}")
+	ctx := t.Context()
+	e, err := g.c.Submit(ctx, bash("c1", "t1", "ls"))
+	require.NoError(t, err)
+	require.Equal(t, machine.StateScheduled, e.Status)
+	got := awaitAsync(g.c, ctx, e.PendingID)
+	assertStillWaiting(t, got)
+	_, err = g.c.Cancel(ctx, e.PendingID, "alice", "changed my mind")
+	require.NoError(t, err)
+	var rej *client.RejectedError
+	require.ErrorAs(t, receive(t, got).err, &rej)
+	assert.Equal(t, client.Cancelled, rej.Kind)
+}
+
+func TestAwait_UntilFinishedWaitsForTheRun(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "")
+	ctx := t.Context()
+	agent, executor := g.c, newClient(t, g.env.URLs)
+
+	ok, err := agent.Submit(ctx, bash("c1", "ok", "make test"))
+	require.NoError(t, err)
+	bad, err := agent.Submit(ctx, bash("c1", "bad", "make lint"))
+	require.NoError(t, err)
+	gotOK := awaitAsync(agent, ctx, ok.PendingID, client.UntilFinished())
+	gotBad := awaitAsync(agent, ctx, bad.PendingID, client.UntilFinished())
+	for _, id := range []string{ok.PendingID, bad.PendingID} {
+		_, err = executor.Decide(ctx, id, client.Decision{Approve: true, By: "alice"})
+		require.NoError(t, err)
+		_, err = executor.Started(ctx, id, "exec-1")
+		require.NoError(t, err)
+	}
+	assertStillWaiting(t, gotOK)
+	_, err = executor.Succeed(ctx, ok.PendingID, "exec-1", json.RawMessage(`{"passed":12}`), 0.25)
+	require.NoError(t, err)
+	_, err = executor.Fail(ctx, bad.PendingID, "exec-1", "exit status 2", 0.1)
+	require.NoError(t, err)
+
+	r := receive(t, gotOK)
+	require.NoError(t, r.err)
+	assert.Equal(t, client.Executed, r.out.Kind)
+	assert.JSONEq(t, `{"passed":12}`, string(r.out.Result))
+	assert.InDelta(t, 0.25, r.out.Cost, 1e-9)
+	assert.Equal(t, "alice", r.out.By)
+	assert.False(t, r.out.Runnable(), "it already ran")
+
+	r = receive(t, gotBad)
+	var execErr *client.ExecutionError
+	require.ErrorAs(t, r.err, &execErr)
+	assert.NotErrorIs(t, r.err, client.ErrRejected, "a failure is not a rejection")
+	assert.Equal(t, "exit status 2", execErr.Message)
+	assert.Equal(t, client.Failed, r.out.Kind)
+	assert.InDelta(t, 0.1, r.out.Cost, 1e-9)
+}
+
+func TestAwait_RunningCallIsNotHandedOutAgain(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "")
+	ctx := t.Context()
+	e, err := g.c.Submit(ctx, bash("c1", "t1", "make deploy"))
+	require.NoError(t, err)
+	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	_, err = g.c.Started(ctx, e.PendingID, "bot")
+	require.NoError(t, err)
+
+	// The agent restarts mid-run: Await must not tell it to run the call
+	// again, only how the run it started ends.
+	got := awaitAsync(newClient(t, g.env.URLs), ctx, e.PendingID)
+	assertStillWaiting(t, got)
+	_, err = g.c.Succeed(ctx, e.PendingID, "bot", json.RawMessage(`"deployed"`), 0)
+	require.NoError(t, err)
+	r := receive(t, got)
+	require.NoError(t, r.err)
+	assert.Equal(t, client.Executed, r.out.Kind)
+
+	// An executor cannot claim what the agent already ran.
+	_, err = g.c.Started(ctx, e.PendingID, "exec-1")
+	assert.ErrorIs(t, err, machine.ErrConflict)
+}
+
+func TestDecide_RefusalsMatchTheDomainErrors(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "default: {approvers: [alice, bob]}")
+	ctx := t.Context()
+	e, err := g.c.Submit(ctx, bash("c1", "t1", "make deploy"))
+	require.NoError(t, err)
+
+	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "mallory"})
+	require.ErrorIs(t, err, machine.ErrForbidden)
+	assert.Contains(t, err.Error(), "mallory is not among this call's approvers")
+
+	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{By: "alice", Reason: "not today"})
+	require.NoError(t, err)
+	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "bob"})
+	require.ErrorIs(t, err, machine.ErrConflict)
+	assert.Contains(t, err.Error(), "REJECTED_BY_USER by alice")
+	assert.Contains(t, err.Error(), "not today")
+	var apiErr *bus.APIError
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, "alice", apiErr.Entry.ApprovedOrRejectedByUserID)
+
+	_, err = g.c.Get(ctx, "c1.nope")
+	assert.ErrorIs(t, err, machine.ErrNotFound)
+	_, err = g.c.Await(ctx, "c1.nope")
+	assert.ErrorIs(t, err, machine.ErrNotFound)
+	_, err = g.c.Await(ctx, "c1.>")
+	assert.ErrorIs(t, err, machine.ErrNotFound, "a wildcard is no pendingId")
+	_, err = g.c.Submit(ctx, machine.Call{ToolName: "no spaces", CallerBotID: "bot", ConversationID: "c1"})
+	assert.ErrorIs(t, err, machine.ErrInvalid)
+}
+
+func TestClient_ListAndCancelConversation(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "")
+	ctx := t.Context()
+	for _, id := range []string{"a", "b"} {
+		_, err := g.c.Submit(ctx, bash("conv-x", id, "echo "+id))
+		require.NoError(t, err)
+	}
+	_, err := g.c.Submit(ctx, bash("conv-y", "c", "echo c"))
+	require.NoError(t, err)
+
+	entries, err := g.c.List(ctx, bus.ListRequest{ConversationID: "conv-x", Status: machine.StatePendingApproval})
+	require.NoError(t, err)
+	assert.Len(t, entries, 2)
+
+	reply, err := g.c.CancelConversation(ctx, "conv-x", "ops", "done")
+	require.NoError(t, err)
+	assert.Len(t, reply.Cancelled, 2)
+	entries, err = g.c.List(ctx, bus.ListRequest{Status: machine.StatePendingApproval})
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.Equal(t, "conv-y", entries[0].ConversationID)
+}
+
+func TestClient_WithoutToolgateSaysItIsNotReachable(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Server(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	c, err := client.New(nc)
+	require.NoError(t, err)
+
+	_, err = c.Submit(t.Context(), bash("c1", "t1", "ls"))
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	assert.Contains(t, err.Error(), "toolgate's request API is not reachable on NATS")
+	assert.Contains(t, err.Error(), "toolgate.submit")
+	_, err = c.Await(t.Context(), "c1.t1")
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	assert.Contains(t, err.Error(), "tool_calls")
+}
+
+func TestAwait_EndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "")
+	e, err := g.c.Submit(t.Context(), bash("c1", "t1", "ls"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err = g.c.Await(ctx, e.PendingID)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "still PENDING_APPROVAL")
+}
+
+// TestAwait_ManyAgentsOneDecisionEach checks that each waiter gets its own
+// call's answer, not a neighbour's.
+func TestAwait_ManyAgentsOneDecisionEach(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "")
+	ctx := t.Context()
+	const n = 20
+	ids := make([]string, n)
+	chans := make([]<-chan result, n)
+	for i := range n {
+		e, err := g.c.Submit(ctx, bash("many", string(rune('a'+i)), "echo"))
+		require.NoError(t, err)
+		ids[i] = e.PendingID
+		chans[i] = awaitAsync(g.c, ctx, e.PendingID)
+	}
+	var approved atomic.Int32
+	for i, id := range ids {
+		_, err := g.c.Decide(ctx, id, client.Decision{Approve: i%2 == 0, By: "alice"})
+		require.NoError(t, err)
+	}
+	for i, ch := range chans {
+		r := receive(t, ch)
+		if i%2 == 0 {
+			require.NoError(t, r.err)
+			assert.Equal(t, ids[i], r.out.PendingID)
+			approved.Add(1)
+		} else {
+			assert.True(t, errors.Is(r.err, client.ErrRejected), "%s: %v", ids[i], r.err)
+		}
+	}
+	assert.EqualValues(t, n/2, approved.Load())
+}

@@ -1,0 +1,126 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/machine"
+)
+
+// ErrRejected matches every *RejectedError: the call will not run, because
+// a human rejected it, nobody answered in time, it was cancelled, or the
+// policy denied it.
+var ErrRejected = errors.New("tool call rejected")
+
+// ErrUnavailable matches the error of a request nobody answered: no
+// toolgate serves its request API on the NATS the client is connected to.
+var ErrUnavailable = errors.New("toolgate is not reachable")
+
+// Rejection says why a call will not run.
+type Rejection string
+
+// The ways a call is refused, one per state it ends in.
+const (
+	RejectedByUser    Rejection = "rejected"  // REJECTED_BY_USER: a human said no
+	RejectedByTimeout Rejection = "timed_out" // REJECTED_BY_TIMEOUT: nobody answered in time
+	Cancelled         Rejection = "cancelled" // CANCELLED_BY_SYSTEM: cancelled before it ran
+	DeniedByPolicy    Rejection = "denied"    // REJECTED_BY_POLICY: a policy rule forbids it
+)
+
+// rejections maps the states that refuse a call to their Rejection.
+var rejections = map[machine.State]Rejection{
+	machine.StateRejectedByUser:    RejectedByUser,
+	machine.StateRejectedByTimeout: RejectedByTimeout,
+	machine.StateCancelled:         Cancelled,
+	machine.StateRejectedByPolicy:  DeniedByPolicy,
+}
+
+// RejectedError is a call that will not run. It is an error, not an
+// outcome, so that a refusal can never be passed on as if the tool had
+// run: the agent tells its model the call was refused, and why.
+type RejectedError struct {
+	Kind Rejection
+	// By is who refused: the user who rejected or cancelled it, "timer"
+	// for a timeout, "policy" for a denial.
+	By string
+	// Reason is why, as they said it (the entry's statusReason).
+	Reason string
+	// Rule names the policy rule or field that denied the call
+	// (DeniedByPolicy only), e.g. rules.deny "Bash(rm -rf *)" (default).
+	Rule  string
+	Entry *machine.Entry // the entry as it was refused
+}
+
+func (e *RejectedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "tool call %s (%s) ", e.Entry.PendingID, e.Entry.ToolName)
+	switch e.Kind {
+	case RejectedByUser:
+		b.WriteString("rejected by " + e.By)
+	case RejectedByTimeout:
+		b.WriteString("timed out: nobody decided")
+		if at := e.Entry.ApprovalTimeoutAt; at > 0 {
+			b.WriteString(" by " + time.UnixMilli(at).UTC().Format(time.RFC3339))
+		}
+		return b.String()
+	case Cancelled:
+		b.WriteString("cancelled")
+		if e.By != "" {
+			b.WriteString(" by " + e.By)
+		}
+	case DeniedByPolicy:
+		b.WriteString("denied by policy: " + e.Rule)
+		return b.String()
+	default:
+		b.WriteString(string(e.Kind))
+	}
+	if e.Reason != "" {
+		b.WriteString(": " + e.Reason)
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrRejected) hold.
+func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+
+// ExecutionError is a call that ran and failed. It is not a rejection: the
+// call was allowed, and the tool's own error is in Message.
+type ExecutionError struct {
+	Message string  // the tool's error, as reported
+	Cost    float64 // what the failed run cost
+	Entry   *machine.Entry
+}
+
+func (e *ExecutionError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = "no error message reported"
+	}
+	return fmt.Sprintf("tool call %s (%s) failed: %s", e.Entry.PendingID, e.Entry.ToolName, msg)
+}
+
+// refusal returns the *RejectedError for an entry in a refusing state, or
+// nil for any other.
+func refusal(e *machine.Entry) *RejectedError {
+	kind, ok := rejections[e.Status]
+	if !ok {
+		return nil
+	}
+	r := &RejectedError{Kind: kind, Reason: e.StatusReason, Entry: e}
+	if t := e.LastTransition; t != nil {
+		r.By = t.Actor
+	}
+	switch kind {
+	case RejectedByUser:
+		// The transition's actor is the decider too; the field survives
+		// an entry written without a transition record.
+		if e.ApprovedOrRejectedByUserID != "" {
+			r.By = e.ApprovedOrRejectedByUserID
+		}
+	case DeniedByPolicy:
+		r.By, r.Rule = "policy", e.StatusReason
+	}
+	return r
+}
