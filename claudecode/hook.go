@@ -1,0 +1,281 @@
+package claudecode
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// The hook events handled.
+const (
+	EventPreToolUse         = "PreToolUse"
+	EventPermissionRequest  = "PermissionRequest"
+	EventPostToolUse        = "PostToolUse"
+	EventPostToolUseFailure = "PostToolUseFailure"
+)
+
+// Input is what Claude Code sends a hook, on stdin or as a POST body.
+type Input struct {
+	SessionID      string          `json:"session_id"`
+	TranscriptPath string          `json:"transcript_path,omitempty"`
+	Cwd            string          `json:"cwd,omitempty"`
+	PermissionMode string          `json:"permission_mode,omitempty"`
+	HookEventName  string          `json:"hook_event_name"`
+	ToolName       string          `json:"tool_name"`
+	ToolInput      json.RawMessage `json:"tool_input"`
+	ToolUseID      string          `json:"tool_use_id,omitempty"`
+	ToolResponse   json.RawMessage `json:"tool_response,omitempty"` // PostToolUse
+	Error          string          `json:"error,omitempty"`         // PostToolUseFailure
+}
+
+// ParseInput reads a hook's input, naming the field that is missing or bad.
+func ParseInput(data []byte) (Input, error) {
+	var in Input
+	if err := json.Unmarshal(data, &in); err != nil {
+		return in, fmt.Errorf("%w: hook input: %v", machine.ErrInvalid, err)
+	}
+	for field, v := range map[string]string{"session_id": in.SessionID, "hook_event_name": in.HookEventName, "tool_name": in.ToolName} {
+		if v == "" {
+			return in, fmt.Errorf("%w: hook input: %s: required", machine.ErrInvalid, field)
+		}
+	}
+	if len(in.ToolInput) == 0 {
+		in.ToolInput = json.RawMessage("{}")
+	}
+	return in, nil
+}
+
+// toolCallID is the call's id in toolgate: Claude Code's tool_use_id, or,
+// for inputs without one (a PermissionRequest), one derived from the
+// session, tool and input, so that the same request asked twice is one call.
+func (in Input) toolCallID() string {
+	if in.ToolUseID != "" {
+		return in.ToolUseID
+	}
+	sum := sha256.Sum256([]byte(in.SessionID + "\x00" + in.ToolName + "\x00" + string(in.ToolInput)))
+	return "cc_" + hex.EncodeToString(sum[:12])
+}
+
+// Call is the tool call the input asks about: the session is the
+// conversation, and Claude Code's permission mode is passed to the policy.
+func (in Input) Call(caller, team string) machine.Call {
+	mode := in.PermissionMode
+	if !policy.Mode(mode).Valid() {
+		mode = "" // a mode toolgate does not know: the policy's own applies
+	}
+	return machine.Call{
+		ToolCallID: in.toolCallID(), ToolName: in.ToolName, Arguments: in.ToolInput,
+		CallerBotID: caller, ConversationID: in.SessionID, Team: team, PermissionMode: mode,
+	}
+}
+
+// Behavior is a permission answer, in Claude Code's words.
+type Behavior string
+
+// The answers. Ask hands the decision back to Claude Code's own prompt.
+const (
+	Allow Behavior = "allow"
+	Deny  Behavior = "deny"
+	Ask   Behavior = "ask"
+)
+
+// Decision is toolgate's answer to one call, before it is put in the shape
+// of the hook or tool that asked.
+type Decision struct {
+	Behavior     Behavior
+	Reason       string
+	UpdatedInput json.RawMessage // the input to run: edited by an approver, or the original
+	Edited       bool
+}
+
+// Decide turns what Await returned into a Decision. A refusal is a deny
+// with its reason; only a call toolgate lets run is allowed; anything else
+// (an error, no answer in time) asks, so Claude Code's own prompt decides.
+func Decide(o client.Outcome, err error) Decision {
+	var rej *client.RejectedError
+	switch {
+	case errors.As(err, &rej):
+		return Decision{Behavior: Deny, Reason: "toolgate: " + rej.Error()}
+	case err != nil:
+		return Decision{Behavior: Ask, Reason: "toolgate could not decide: " + err.Error()}
+	case o.Runnable(), o.Kind == client.Executed:
+		reason := "toolgate: allowed by " + o.By
+		if o.Reason != "" {
+			reason += " (" + o.Reason + ")"
+		}
+		return Decision{Behavior: Allow, Reason: reason, UpdatedInput: o.Arguments, Edited: o.Edited}
+	default:
+		return Decision{Behavior: Ask, Reason: fmt.Sprintf("toolgate: unexpected outcome %q", o.Kind)}
+	}
+}
+
+// PreToolUseOutput is a PreToolUse hook's answer.
+type PreToolUseOutput struct {
+	HookSpecificOutput PreToolUseDecision `json:"hookSpecificOutput"`
+}
+
+// PreToolUseDecision is the hookSpecificOutput of PreToolUse.
+type PreToolUseDecision struct {
+	HookEventName            string          `json:"hookEventName"`
+	PermissionDecision       Behavior        `json:"permissionDecision"`
+	PermissionDecisionReason string          `json:"permissionDecisionReason"`
+	UpdatedInput             json.RawMessage `json:"updatedInput,omitempty"`
+}
+
+// PreToolUse puts d in PreToolUse's shape; updatedInput only when an
+// approver edited the input.
+func (d Decision) PreToolUse() PreToolUseOutput {
+	out := PreToolUseOutput{HookSpecificOutput: PreToolUseDecision{
+		HookEventName: EventPreToolUse, PermissionDecision: d.Behavior, PermissionDecisionReason: d.Reason,
+	}}
+	if d.Edited {
+		out.HookSpecificOutput.UpdatedInput = d.UpdatedInput
+	}
+	return out
+}
+
+// PermissionResult is the decision of a PermissionRequest hook, and the
+// text of the permission-prompt MCP tool's result.
+type PermissionResult struct {
+	Behavior     Behavior        `json:"behavior"`
+	UpdatedInput json.RawMessage `json:"updatedInput,omitempty"`
+	Message      string          `json:"message,omitempty"`
+}
+
+// PermissionRequestOutput is a PermissionRequest hook's answer.
+type PermissionRequestOutput struct {
+	HookSpecificOutput struct {
+		HookEventName string           `json:"hookEventName"`
+		Decision      PermissionResult `json:"decision"`
+	} `json:"hookSpecificOutput"`
+}
+
+// Permission puts d in the shape of a permission decision: allow with the
+// input to run (the original echoed when unedited), or deny with a
+// message. These have no "ask": an undecided call is denied, saying why.
+func (d Decision) Permission() PermissionResult {
+	if d.Behavior == Allow {
+		return PermissionResult{Behavior: Allow, UpdatedInput: d.UpdatedInput}
+	}
+	return PermissionResult{Behavior: Deny, Message: d.Reason}
+}
+
+// PermissionRequest puts d in PermissionRequest's shape.
+func (d Decision) PermissionRequest() PermissionRequestOutput {
+	var out PermissionRequestOutput
+	out.HookSpecificOutput.HookEventName = EventPermissionRequest
+	out.HookSpecificOutput.Decision = d.Permission()
+	return out
+}
+
+// Gate is what the hooks need of toolgate; *client.Client is one.
+type Gate interface {
+	Submit(ctx context.Context, call machine.Call) (*machine.Entry, error)
+	Await(ctx context.Context, pendingID string, opts ...client.AwaitOption) (client.Outcome, error)
+	Get(ctx context.Context, pendingID string) (*machine.Entry, error)
+	Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error)
+	Started(ctx context.Context, pendingID, by string) (*machine.Entry, error)
+	Succeed(ctx context.Context, pendingID, by string, result json.RawMessage, cost float64) (*machine.Entry, error)
+	Fail(ctx context.Context, pendingID, by, errMsg string, cost float64) (*machine.Entry, error)
+}
+
+// Options configure the hooks.
+type Options struct {
+	Caller string // callerBotId of the calls (default "claude-code")
+	Team   string
+	// Wait bounds how long a hook waits for a human; past it the hook
+	// answers ask (PreToolUse) or deny (permission decisions). 0: until
+	// the call's own approval deadline.
+	Wait time.Duration
+}
+
+func (o Options) caller() string {
+	if o.Caller == "" {
+		return "claude-code"
+	}
+	return o.Caller
+}
+
+// Handle answers one hook input: the JSON to print or send back.
+func Handle(ctx context.Context, g Gate, in Input, opts Options) (any, error) {
+	switch in.HookEventName {
+	case EventPreToolUse:
+		return decide(ctx, g, in, opts).PreToolUse(), nil
+	case EventPermissionRequest:
+		d := decide(ctx, g, in, opts)
+		if d.Behavior == Ask {
+			// No decision: Claude Code shows its own permission dialog.
+			return struct{}{}, nil
+		}
+		return d.PermissionRequest(), nil
+	case EventPostToolUse, EventPostToolUseFailure:
+		return struct{}{}, record(ctx, g, in, opts)
+	default:
+		return nil, fmt.Errorf("%w: hook_event_name: %q is not one toolgate handles (PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure)", machine.ErrInvalid, in.HookEventName)
+	}
+}
+
+// decide submits the call and waits for its verdict.
+func decide(ctx context.Context, g Gate, in Input, opts Options) Decision {
+	if opts.Wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Wait)
+		defer cancel()
+	}
+	e, err := g.Submit(ctx, in.Call(opts.caller(), opts.Team))
+	if err != nil {
+		return Decide(client.Outcome{}, err)
+	}
+	o, err := g.Await(ctx, e.PendingID)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Claude Code's own prompt decides now: withdraw the call, so
+		// that a late answer in toolgate cannot leave it dangling.
+		reason := fmt.Sprintf("no decision within %s: handed back to Claude Code's prompt", opts.Wait)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, cerr := g.Cancel(cctx, e.PendingID, opts.caller(), reason); cerr == nil || !errors.Is(cerr, machine.ErrConflict) {
+			return Decision{Behavior: Ask, Reason: "toolgate: " + e.PendingID + ": " + reason}
+		}
+		// It was decided just as we gave up: that decision stands.
+		o, err = g.Await(cctx, e.PendingID)
+	}
+	return Decide(o, err)
+}
+
+// record marks a call Claude Code ran as finished, so its entry ends
+// COMPLETED_SUCCESS or COMPLETED_FAILURE with the tool's response.
+func record(ctx context.Context, g Gate, in Input, opts Options) error {
+	id := machine.PendingID(in.SessionID, in.toolCallID())
+	e, err := g.Get(ctx, id)
+	if errors.Is(err, machine.ErrNotFound) {
+		return nil // a call toolgate was not asked about
+	} else if err != nil {
+		return err
+	}
+	if e.Status == machine.StateApproved || e.Status == machine.StateScheduled {
+		if _, err := g.Started(ctx, id, opts.caller()); err != nil && !errors.Is(err, machine.ErrConflict) {
+			return err
+		}
+	}
+	if in.HookEventName == EventPostToolUseFailure {
+		_, err = g.Fail(ctx, id, opts.caller(), in.Error, 0)
+	} else {
+		result := in.ToolResponse
+		if len(result) == 0 || !json.Valid(result) {
+			result = nil
+		}
+		_, err = g.Succeed(ctx, id, opts.caller(), result, 0)
+	}
+	if errors.Is(err, machine.ErrConflict) {
+		return nil // recorded already: the hook ran twice
+	}
+	return err
+}

@@ -1,0 +1,160 @@
+package claudecode_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/claudecode"
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+const gatePolicy = `
+default:
+  requiresApprovalTools: [Bash, Write]
+  readOnlyTools: [Read]
+  rules:
+    deny: ["Bash(rm -rf *)"]
+    allow: ["Bash(npm test:*)"]
+`
+
+// startGate runs toolgate's request API on a real embedded server and
+// returns a client of it.
+func startGate(t *testing.T) (*client.Client, *bustest.Env) {
+	t.Helper()
+	env := bustest.Start(t, bustest.Topologies[0])
+	doc, err := policy.Parse([]byte(gatePolicy))
+	require.NoError(t, err)
+	engine, err := policy.NewEngine(doc, nil, nil)
+	require.NoError(t, err)
+	svc := bus.NewService(machine.New(env.Store, machine.WithEvaluator(engine)), env.KV, bustest.Logger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx, env.NC, "0.0.1") }()
+	t.Cleanup(func() { cancel(); <-done })
+	c, err := client.New(env.NC)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := c.Get(t.Context(), "x.y")
+		return err == nil || !errorsIsUnavailable(err)
+	}, 10*time.Second, 10*time.Millisecond)
+	return c, env
+}
+
+func errorsIsUnavailable(err error) bool { return errors.Is(err, client.ErrUnavailable) }
+
+// input is a hook input as Claude Code documents it.
+func input(event, tool, toolInput, id string) []byte {
+	return []byte(`{"session_id":"abc123","transcript_path":"/home/u/.claude/projects/p/abc123.jsonl","cwd":"/home/u/p",` +
+		`"permission_mode":"default","hook_event_name":"` + event + `","tool_name":"` + tool + `","tool_input":` + toolInput +
+		`,"tool_use_id":"` + id + `"}`)
+}
+
+func handle(t *testing.T, g claudecode.Gate, raw []byte, opts claudecode.Options) []byte {
+	t.Helper()
+	in, err := claudecode.ParseInput(raw)
+	require.NoError(t, err)
+	out, err := claudecode.Handle(t.Context(), g, in, opts)
+	require.NoError(t, err)
+	data, err := json.MarshalIndent(out, "", "  ")
+	require.NoError(t, err)
+	return append(data, '\n')
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".json")
+	if *update {
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test ./claudecode -update")
+	assert.Equal(t, string(want), string(got))
+}
+
+func TestHooks_Golden(t *testing.T) {
+	t.Parallel()
+	c, _ := startGate(t)
+	opts := claudecode.Options{Caller: "claude-code"}
+	for _, event := range []string{claudecode.EventPreToolUse, claudecode.EventPermissionRequest} {
+		t.Run(event, func(t *testing.T) {
+			t.Parallel()
+			golden(t, event+".allow", handle(t, c, input(event, "Bash", `{"command":"npm test -- --watch=false"}`, "toolu_allow_"+event), opts))
+			golden(t, event+".deny", handle(t, c, input(event, "Bash", `{"command":"rm -rf /"}`, "toolu_deny_"+event), opts))
+			golden(t, event+".ask", handle(t, c, input(event, "Write", `{"file_path":"/home/u/p/a.go","content":"package a"}`, "toolu_ask_"+event),
+				claudecode.Options{Wait: 200 * time.Millisecond}))
+			asked, err := c.Get(t.Context(), machine.PendingID("abc123", "toolu_ask_"+event))
+			require.NoError(t, err)
+			assert.Equal(t, machine.StateCancelled, asked.Status, "handed back to Claude Code: withdrawn from toolgate")
+
+			// An approver edits the input while the hook waits.
+			id := machine.PendingID("abc123", "toolu_edit_"+event)
+			go func() {
+				assert.Eventually(t, func() bool {
+					_, err := c.Decide(context.Background(), id, client.Decision{Approve: true, By: "alice", Reason: "with a safer remote",
+						Arguments: json.RawMessage(`{"command":"git push origin feature"}`)})
+					return err == nil
+				}, 10*time.Second, 10*time.Millisecond)
+			}()
+			golden(t, event+".edited", handle(t, c, input(event, "Bash", `{"command":"git push --force origin main"}`, "toolu_edit_"+event), opts))
+		})
+	}
+}
+
+func TestHooks_UnreachableAsks(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0]) // NATS, but no toolgate on it
+	c, err := client.New(env.NC, client.WithRequestTimeout(500*time.Millisecond))
+	require.NoError(t, err)
+	got := handle(t, c, input(claudecode.EventPreToolUse, "Bash", `{"command":"ls"}`, "toolu_1"), claudecode.Options{})
+	var out claudecode.PreToolUseOutput
+	require.NoError(t, json.Unmarshal(got, &out))
+	assert.Equal(t, claudecode.Ask, out.HookSpecificOutput.PermissionDecision)
+	assert.Contains(t, out.HookSpecificOutput.PermissionDecisionReason, "not reachable")
+}
+
+func TestHooks_PostToolUseRecordsTheResult(t *testing.T) {
+	t.Parallel()
+	c, _ := startGate(t)
+	pre := input(claudecode.EventPreToolUse, "Bash", `{"command":"npm test"}`, "toolu_run")
+	handle(t, c, pre, claudecode.Options{})
+	post := []byte(`{"session_id":"abc123","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"npm test"},` +
+		`"tool_use_id":"toolu_run","tool_response":{"stdout":"ok","exitCode":0}}`)
+	assert.Equal(t, "{}\n", string(handle(t, c, post, claudecode.Options{})))
+	assert.Equal(t, "{}\n", string(handle(t, c, post, claudecode.Options{})), "a hook run twice records once")
+	e, err := c.Get(t.Context(), machine.PendingID("abc123", "toolu_run"))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateCompletedSuccess, e.Status)
+	assert.JSONEq(t, `{"stdout":"ok","exitCode":0}`, string(e.Result))
+
+	handle(t, c, input(claudecode.EventPreToolUse, "Bash", `{"command":"npm test -x"}`, "toolu_fail"), claudecode.Options{})
+	fail := []byte(`{"session_id":"abc123","hook_event_name":"PostToolUseFailure","tool_name":"Bash","tool_input":{},"tool_use_id":"toolu_fail","error":"exit 1"}`)
+	handle(t, c, fail, claudecode.Options{})
+	e, err = c.Get(t.Context(), machine.PendingID("abc123", "toolu_fail"))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateCompletedFailure, e.Status)
+	assert.Equal(t, "exit 1", e.Error)
+}
+
+func TestParseInput_NamesTheMissingField(t *testing.T) {
+	t.Parallel()
+	_, err := claudecode.ParseInput([]byte(`{"session_id":"s","hook_event_name":"PreToolUse"}`))
+	assert.ErrorContains(t, err, "tool_name: required")
+	assert.ErrorIs(t, err, machine.ErrInvalid)
+	_, err = claudecode.ParseInput([]byte(`not json`))
+	assert.ErrorContains(t, err, "hook input")
+}
