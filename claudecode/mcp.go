@@ -1,0 +1,51 @@
+package claudecode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ApproveToolName is the permission-prompt tool's name: with the server
+// registered as "toolgate", Claude Code calls it as mcp__toolgate__approve
+// (claude --permission-prompt-tool mcp__toolgate__approve).
+const ApproveToolName = "approve"
+
+// ApproveInput is what Claude Code passes the permission-prompt tool.
+type ApproveInput struct {
+	ToolName  string         `json:"tool_name" jsonschema:"the tool Claude Code wants to run"`
+	Input     map[string]any `json:"input" jsonschema:"the tool's input"`
+	ToolUseID string         `json:"tool_use_id,omitempty" jsonschema:"the tool call's id"`
+}
+
+// NewMCPServer returns an MCP server with the approve tool. Every call it
+// is asked about belongs to conversation (one server runs per Claude Code
+// session). Its result is one text block holding
+// {"behavior":"allow","updatedInput":{…}} (the input echoed when nobody
+// edited it) or {"behavior":"deny","message":"…"}: the tool has no "ask",
+// so a call toolgate cannot decide is denied, saying why.
+func NewMCPServer(g Gate, conversation, version string, opts Options) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "toolgate", Version: version}, nil)
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        ApproveToolName,
+		Description: "Ask toolgate whether Claude Code may run a tool call: its policy decides, or a human approves from toolgate's inbox, CLI or chat.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, a ApproveInput) (*mcp.CallToolResult, any, error) {
+		if a.ToolName == "" {
+			return nil, nil, fmt.Errorf("tool_name: required")
+		}
+		input, err := json.Marshal(a.Input)
+		if err != nil || a.Input == nil {
+			input = []byte("{}")
+		}
+		in := Input{SessionID: conversation, HookEventName: EventPermissionRequest, ToolName: a.ToolName, ToolInput: input, ToolUseID: a.ToolUseID}
+		d := decide(ctx, g, in, opts)
+		if d.Behavior == Allow && len(d.UpdatedInput) == 0 {
+			d.UpdatedInput = input
+		}
+		text, _ := json.Marshal(d.Permission())
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(text)}}}, nil, nil
+	})
+	return s
+}
