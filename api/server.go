@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -38,6 +39,8 @@ type Config struct {
 	OnDecided func(ctx context.Context, e *machine.Entry) error
 	// Analytics, when set, serves GET /v1/analytics.
 	Analytics http.Handler
+	// ClaudeCode, when set, answers Claude Code's HTTP hooks.
+	ClaudeCode claudecode.Gate
 	Log       *slog.Logger
 }
 
@@ -68,6 +71,7 @@ var routes = []route{
 	{"POST", "/v1/tool-calls/{pendingId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancel},
 	{"POST", "/v1/conversations/{conversationId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancelConversation},
 	{"GET", "/v1/events", readers, (*Server).events},
+	{"POST", "/v1/integrations/claude-code/{hook}", []Role{RoleAgent}, (*Server).claudeCodeHook},
 	{"GET", "/v1/analytics", readers, (*Server).analytics},
 	{"GET", "/v1/me", readers, (*Server).me},
 	{"GET", "/v1/openapi.json", nil, (*Server).openAPI},
@@ -472,6 +476,40 @@ func (s *Server) cancelConversation(w http.ResponseWriter, r *http.Request, u Us
 		return err
 	}
 	writeJSON(w, http.StatusOK, reply)
+	return nil
+}
+
+// claudeCodeHooks maps the hook paths to the events they take.
+var claudeCodeHooks = map[string][]string{
+	"pre-tool-use":       {claudecode.EventPreToolUse},
+	"permission-request": {claudecode.EventPermissionRequest},
+	"post-tool-use":      {claudecode.EventPostToolUse, claudecode.EventPostToolUseFailure},
+}
+
+// claudeCodeHook answers one of Claude Code's HTTP hooks, with the same
+// JSON its command hook prints. The calls are the agent's: the token's
+// user is their callerBotId; ?team= names their team.
+func (s *Server) claudeCodeHook(w http.ResponseWriter, r *http.Request, u User) error {
+	events, ok := claudeCodeHooks[r.PathValue("hook")]
+	if !ok || s.cfg.ClaudeCode == nil {
+		return httpErr(http.StatusNotFound, "not_found", "no such Claude Code hook here: pre-tool-use, permission-request or post-tool-use")
+	}
+	var raw json.RawMessage
+	if err := readJSON(w, r, &raw); err != nil {
+		return err
+	}
+	in, err := claudecode.ParseInput(raw)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(events, in.HookEventName) {
+		return fmt.Errorf("%w: hook_event_name: %q does not belong at %s", machine.ErrInvalid, in.HookEventName, r.URL.Path)
+	}
+	out, err := claudecode.Handle(r.Context(), s.cfg.ClaudeCode, in, claudecode.Options{Caller: u.ID, Team: r.URL.Query().Get("team")})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -43,6 +44,10 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 		}
 		log.Warn("HTTP API is open: no tokens configured, every caller on this machine is an admin", "http", d.cfg.HTTP)
 	}
+	gate, err := client.New(d.nc)
+	if err != nil {
+		return err
+	}
 	srv := api.New(api.Config{
 		Machine:  d.machine,
 		JS:       d.js,
@@ -56,8 +61,9 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 			_, err := d.buckets.Calls.Status(ctx)
 			return err
 		},
-		OnDecided: func(ctx context.Context, e *machine.Entry) error { return recordScope(ctx, d, e) },
-		Log:       log,
+		OnDecided:  func(ctx context.Context, e *machine.Entry) error { return recordScope(ctx, d, e) },
+		ClaudeCode: gate,
+		Log:        log,
 	})
 	l, err := net.Listen("tcp", d.cfg.HTTP)
 	if err != nil {
@@ -65,6 +71,9 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	log.Info("HTTP API and inbox", "url", "http://"+l.Addr().String())
+	if d.httpListening != nil {
+		d.httpListening(l.Addr().String())
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
 	select {

@@ -128,6 +128,8 @@ type Main struct {
 	ready chan struct{}
 	// server is the embedded NATS server, when there is one.
 	server *server.Server
+	// httpListening, when set, is told the HTTP role's address.
+	httpListening func(addr string)
 }
 
 // Run starts everything and blocks until ctx ends, then stops cleanly:
@@ -190,6 +192,8 @@ type deps struct {
 	grants   *bus.GrantStore
 	// registry holds every Prometheus collector this process exports.
 	registry *prometheus.Registry
+	// httpListening, when set, is told the HTTP role's address.
+	httpListening func(addr string)
 }
 
 func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, b *bus.Buckets) (*deps, error) {
@@ -224,7 +228,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		machine.WithObserver(ledger.SettleObserver(m.Log)))
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &deps{cfg: m.Config, nc: nc, js: js, buckets: b, machine: mach, engine: engine, policies: policies, grants: grants, registry: registry}, nil
+	return &deps{cfg: m.Config, nc: nc, js: js, buckets: b, machine: mach, engine: engine, policies: policies, grants: grants, registry: registry, httpListening: m.httpListening}, nil
 }
 
 // connect starts the embedded server, or dials the configured ones.

@@ -21,9 +21,12 @@ import (
 
 // startMain runs Main in-process until the test ends and waits until it is
 // ready.
-func startMain(t *testing.T, cfg Config) *Main {
+func startMain(t *testing.T, cfg Config, configure ...func(*Main)) *Main {
 	t.Helper()
 	m := &Main{Config: cfg, Log: bustest.Logger(), ready: make(chan struct{})}
+	for _, f := range configure {
+		f(m)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
