@@ -41,7 +41,7 @@ type Config struct {
 	Analytics http.Handler
 	// ClaudeCode, when set, answers Claude Code's HTTP hooks.
 	ClaudeCode claudecode.Gate
-	Log       *slog.Logger
+	Log        *slog.Logger
 }
 
 // Server is the HTTP API.
