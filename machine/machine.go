@@ -207,7 +207,9 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 }
 
 // Claim hands a runnable call to the executor holder for lease: approved,
-// scheduled and due, or running under a lease that has run out.
+// scheduled and due, or running under a lease that has run out. The holder
+// of a live lease may claim again to retry: each claim is an attempt, and
+// none is granted past the call's MaxExecutionAttempts.
 func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease time.Duration) (*Entry, error) {
 	if holder == "" || lease <= 0 {
 		return nil, fmt.Errorf("claim %s: %w", pendingID, invalidf("holder and a positive lease are required"))
@@ -221,7 +223,7 @@ func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease tim
 		ev = EventReclaim
 	}
 	e, err := m.transition(ctx, pendingID, ev, holder, "", func(e *Entry, now time.Time) error {
-		reclaimable := e.Lease != nil && now.UnixMilli() >= e.Lease.ExpiresAt && e.AttemptsLeft() > 0
+		reclaimable := e.Lease != nil && (e.Lease.Holder == holder || now.UnixMilli() >= e.Lease.ExpiresAt) && e.AttemptsLeft() > 0
 		if !e.Runnable(now) && !reclaimable {
 			return &TransitionError{Event: ev, Entry: e}
 		}

@@ -336,11 +336,14 @@ func TestClaim_LeaseAndHolder(t *testing.T) {
 
 	_, err = m.Claim(ctx, e.PendingID, "exec-2", time.Minute)
 	assert.ErrorIs(t, err, machine.ErrConflict, "a live lease is not taken over")
+	got, err = m.Claim(ctx, e.PendingID, "exec-1", time.Minute)
+	require.NoError(t, err, "its holder claims again to retry")
+	assert.Equal(t, 2, got.ExecutionAttempts)
 
 	later := machine.New(env.Store, machine.WithClock(func() time.Time { return time.Now().Add(2 * time.Minute) }))
 	got, err = later.Claim(ctx, e.PendingID, "exec-2", time.Minute)
 	require.NoError(t, err)
-	assert.Equal(t, 2, got.ExecutionAttempts)
+	assert.Equal(t, 3, got.ExecutionAttempts)
 	assert.Equal(t, machine.EventReclaim, got.LastTransition.Event)
 
 	_, err = m.Complete(ctx, e.PendingID, machine.Outcome{Holder: "exec-1", Result: json.RawMessage(`1`)})
