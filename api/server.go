@@ -471,7 +471,7 @@ func (s *Server) cancelConversation(w http.ResponseWriter, r *http.Request, u Us
 	if err != nil {
 		return err
 	}
-	reply, err := bus.CancelConversation(r.Context(), s.cfg.Machine, r.PathValue("conversationId"), u.ID, reason)
+	reply, err := bus.CancelConversation(r.Context(), s.cfg.JS.Conn(), s.cfg.Machine, r.PathValue("conversationId"), u.ID, reason)
 	if err != nil {
 		return err
 	}

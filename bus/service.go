@@ -157,6 +157,7 @@ func DecodeReply(msg *nats.Msg, v any) error {
 
 // Service serves the request API over a Machine.
 type Service struct {
+	nc  *nats.Conn
 	m   *machine.Machine
 	kv  jetstream.KeyValue
 	log *slog.Logger
@@ -174,6 +175,7 @@ func NewService(m *machine.Machine, kv jetstream.KeyValue, log *slog.Logger) *Se
 // Run serves requests until ctx ends. Handlers run concurrently (up to
 // 64 at once), since one slow write must not hold up the others.
 func (s *Service) Run(ctx context.Context, nc *nats.Conn, version string) error {
+	s.nc = nc
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     version,
@@ -361,12 +363,32 @@ func (s *Service) cancelConversation(ctx context.Context, data []byte) (any, err
 	if err := required("conversationId", r.ConversationID); err != nil {
 		return nil, err
 	}
-	return CancelConversation(ctx, s.m, r.ConversationID, r.By, r.Reason)
+	return CancelConversation(ctx, s.nc, s.m, r.ConversationID, r.By, r.Reason)
 }
 
+// CancelSubject is where a conversation's cancel is announced (core NATS,
+// a CancelConversationReply) so that executors stop its running calls,
+// which no transition can cancel.
+const CancelSubject = "toolgate.control.cancel"
+
 // CancelConversation moves every entry of a conversation that has not
-// started running to CANCELLED_BY_SYSTEM, reading only its keys.
-func CancelConversation(ctx context.Context, m *machine.Machine, conversationID, by, reason string) (*CancelConversationReply, error) {
+// started running to CANCELLED_BY_SYSTEM, reading only its keys, and
+// announces the cancel on nc so executors stop the calls already running.
+func CancelConversation(ctx context.Context, nc *nats.Conn, m *machine.Machine, conversationID, by, reason string) (*CancelConversationReply, error) {
+	reply, err := cancelConversation(ctx, m, conversationID, by, reason)
+	if err != nil {
+		return nil, err
+	}
+	if len(reply.Running) > 0 {
+		data, _ := json.Marshal(reply)
+		if err := nc.Publish(CancelSubject, data); err != nil {
+			return nil, fmt.Errorf("announce cancel of %s: %w", conversationID, err)
+		}
+	}
+	return reply, nil
+}
+
+func cancelConversation(ctx context.Context, m *machine.Machine, conversationID, by, reason string) (*CancelConversationReply, error) {
 	entries, err := m.ListConversation(ctx, conversationID)
 	if err != nil {
 		return nil, err
