@@ -33,6 +33,25 @@ Usage:
   toolgate serve [flags]   run toolgate (embedded NATS, or --nats to use a cluster)
   toolgate version         print the version
 
+  toolgate submit --tool T --args JSON --conversation C --caller BOT [--wait]
+                           submit a call as an agent would (--wait: and its answer)
+  toolgate pending         list the calls waiting for a decision
+  toolgate list            list calls in any state (--status S)
+  toolgate show ID         show one call
+  toolgate approve ID      approve a call (--scope once|session|always, --args JSON)
+  toolgate reject ID --reason R
+                           reject a call; the agent is told why
+  toolgate cancel ID | --conversation C
+                           cancel a call, or a conversation's calls
+  toolgate policy get|set FILE|validate FILE
+                           print, replace or check the policy
+
+The verbs that talk to a running toolgate take --nats URL (default
+nats://127.0.0.1:4222) and serve's credentials flags; every flag is also read
+from TOOLGATE_<FLAG>. Exit codes: 0 done, 1 refused or failed, 2 bad usage,
+3 submit: the call was rejected, timed out, cancelled or denied, 4 submit
+--wait: it ran and failed.
+
 Run 'toolgate <command> -h' for a command's flags.
 `
 
@@ -48,6 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serve(ctx, args[1:], stderr)
 	case "version":
 		printVersion(stdout)
+	case "submit", "pending", "list", "show", "approve", "reject", "cancel", "policy":
+		return runCLI(ctx, args[0], args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:

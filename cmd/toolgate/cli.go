@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/client"
+)
+
+// The CLI verbs talk to a running toolgate over NATS: its request API for
+// calls, the policies bucket for the policy. Their exit codes:
+const (
+	exitOK       = 0
+	exitRefused  = 1 // toolgate refused (conflict, forbidden, not found, invalid), or the verb failed
+	exitUsage    = 2 // bad command line: unknown flag, bad flag value, missing argument
+	exitRejected = 3 // submit: the call was rejected, timed out, cancelled or denied by policy
+	exitFailed   = 4 // submit --wait: the call ran and failed
+)
+
+// defaultNATS is where `toolgate serve` listens by default.
+const defaultNATS = "nats://127.0.0.1:4222"
+
+// cliVerbs are the verbs that talk to a running toolgate.
+var cliVerbs = map[string]func(ctx context.Context, args []string, out cliOutput) error{
+	"submit":  cliSubmit,
+	"pending": cliPending,
+	"list":    cliList,
+	"show":    cliShow,
+	"approve": cliApprove,
+	"reject":  cliReject,
+	"cancel":  cliCancel,
+	"policy":  cliPolicy,
+}
+
+// cliOutput is where a verb writes: results on stdout, everything else on
+// stderr.
+type cliOutput struct {
+	stdout, stderr io.Writer
+}
+
+// runCLI runs a CLI verb and maps its error to an exit code, once, here.
+func runCLI(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) int {
+	run, ok := cliVerbs[verb]
+	if !ok {
+		fmt.Fprintf(stderr, "toolgate: unknown command %q\n\n%s", verb, usage)
+		return exitUsage
+	}
+	err := run(ctx, args, cliOutput{stdout: stdout, stderr: stderr})
+	var (
+		ue      *cliUsageError
+		execErr *client.ExecutionError
+	)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "toolgate %s: %s\nRun 'toolgate %s -h' for its flags.\n", ue.verb, ue.msg, ue.verb)
+		return exitUsage
+	case errors.Is(err, errUsage):
+		return exitUsage // the flag package has said why
+	case errors.Is(err, client.ErrRejected):
+		fmt.Fprintf(stderr, "toolgate %s: %v\n", verb, err)
+		return exitRejected
+	case errors.As(err, &execErr):
+		fmt.Fprintf(stderr, "toolgate %s: %v\n", verb, err)
+		return exitFailed
+	default:
+		fmt.Fprintf(stderr, "toolgate %s: %v\n", verb, err)
+		return exitRefused
+	}
+}
+
+// cliUsageError is a bad command line, named by the flag or argument at fault.
+type cliUsageError struct {
+	verb, msg string
+}
+
+func (e *cliUsageError) Error() string { return e.msg }
+
+// Is makes errors.Is(err, errUsage) hold.
+func (e *cliUsageError) Is(target error) bool { return target == errUsage }
+
+// cliCmd is one verb's command line: its flags, the connection flags every
+// verb that talks to toolgate shares, and --json.
+type cliCmd struct {
+	verb string // "approve", "policy set"
+	fs   *flag.FlagSet
+	conn bus.ConnConfig
+	json bool
+	out  cliOutput
+}
+
+// newCLICmd starts a verb's flag set; synopsis is its usage line after
+// "toolgate", what follows the flags in the help text.
+func newCLICmd(verb, synopsis, help string, out cliOutput) *cliCmd {
+	c := &cliCmd{verb: verb, fs: flag.NewFlagSet(verb, flag.ContinueOnError), out: out}
+	c.fs.SetOutput(out.stderr)
+	c.fs.Usage = func() {
+		fmt.Fprintf(out.stderr, "Usage: toolgate %s\n\n%s\n\nFlags (each also read from TOOLGATE_<FLAG>, e.g. --nats-user from TOOLGATE_NATS_USER):\n", synopsis, help)
+		c.fs.PrintDefaults()
+	}
+	return c
+}
+
+// connFlags adds the flags saying how to reach toolgate's NATS: the same
+// names as serve's.
+func (c *cliCmd) connFlags() *cliCmd {
+	c.fs.StringVar(&c.conn.URLs, "nats", defaultNATS, "NATS server URLs (comma-separated) toolgate serves on")
+	c.fs.StringVar(&c.conn.User, "nats-user", "", "NATS user (with --nats-password)")
+	c.fs.StringVar(&c.conn.Password, "nats-password", "", "NATS password")
+	c.fs.StringVar(&c.conn.Token, "nats-token", "", "NATS token")
+	c.fs.StringVar(&c.conn.CredsFile, "nats-creds", "", "NATS credentials file")
+	return c
+}
+
+// jsonFlag adds --json.
+func (c *cliCmd) jsonFlag(what string) *cliCmd {
+	c.fs.BoolVar(&c.json, "json", false, "print "+what+" as JSON, for scripts")
+	return c
+}
+
+// usagef returns a usage error for the verb.
+func (c *cliCmd) usagef(format string, args ...any) error {
+	return &cliUsageError{verb: c.verb, msg: fmt.Sprintf(format, args...)}
+}
+
+// parse parses args, which may mix flags and positional arguments in any
+// order (`approve ID --reason R` and `approve --reason R ID`), fills the
+// flags not given from the environment, and returns the positional
+// arguments, of which there must be between least and most.
+func (c *cliCmd) parse(args []string, least, most int, names string) ([]string, error) {
+	var pos []string
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		rest := c.fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		// After "--" everything is positional.
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	// The flags are all parsed: parseFlags only fills the rest from the
+	// environment.
+	if err := parseFlags(c.fs, nil); err != nil {
+		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, c.usagef("%v", err)
+	}
+	switch {
+	case len(pos) < least:
+		return nil, c.usagef("missing %s", names)
+	case len(pos) > most:
+		return nil, c.usagef("unexpected argument %q", pos[most])
+	}
+	return pos, nil
+}
+
+// connect dials toolgate's NATS and returns a client over it, and how to
+// close it.
+func (c *cliCmd) connect() (*nats.Conn, *client.Client, error) {
+	cfg := c.conn
+	cfg.Name = "toolgate " + c.verb
+	// bus.Connect reconnects for ever: a `submit --wait` outlives a
+	// toolgate restart. A first connect that fails still fails at once.
+	nc, err := bus.Connect(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (is toolgate serving there? --nats or TOOLGATE_NATS says where)", err)
+	}
+	cl, err := client.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, cl, nil
+}
+
+// userFlag adds --as, who the verb acts as: $USER unless told.
+func (c *cliCmd) userFlag(as *string, what string) {
+	c.fs.StringVar(as, "as", os.Getenv("USER"), "the user who "+what+"; $USER unless given")
+}
+
+// requireUser checks that --as is known.
+func (c *cliCmd) requireUser(as string) error {
+	if strings.TrimSpace(as) == "" {
+		return c.usagef("--as: required: say who you are (it defaults to $USER, which is not set)")
+	}
+	return nil
+}

@@ -1,0 +1,396 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
+)
+
+func cliSubmit(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("submit", "submit --tool T --args JSON --conversation C --caller BOT [flags]",
+		"Submit a tool call as an agent would and print its entry. A call already refused\n"+
+			"(denied by policy) exits 3. With --wait, wait for the answer and print it: exit 0\n"+
+			"when the call may run now (approved, or allowed without asking) or has run, 3 when\n"+
+			"it was rejected, timed out, cancelled or denied by policy, 4 when it ran and failed.",
+		out).connFlags().jsonFlag("the entry (with --wait, as it was answered)")
+	var (
+		call          machine.Call
+		argsJSON      string
+		wait, through bool
+	)
+	c.fs.StringVar(&call.ToolName, "tool", "", "the tool's name (required)")
+	c.fs.StringVar(&argsJSON, "args", "{}", "the tool's arguments, a JSON object")
+	c.fs.StringVar(&call.ConversationID, "conversation", "", "the conversation the call belongs to (required)")
+	c.fs.StringVar(&call.CallerBotID, "caller", "", "the agent asking (required)")
+	c.fs.StringVar(&call.Team, "team", "", "the team (swarm) whose policy applies")
+	c.fs.Float64Var(&call.EstimatedCost, "cost", 0, "the call's estimated cost")
+	c.fs.StringVar(&call.ToolCallID, "id", "", "the tool call's id (default: generated); the same id submitted again gives the same entry")
+	c.fs.StringVar(&call.PermissionMode, "mode", "", "the agent's permission mode: default, acceptEdits, plan or bypassPermissions")
+	c.fs.BoolVar(&wait, "wait", false, "wait until the call may run, or is refused, and say which")
+	c.fs.BoolVar(&through, "until-finished", false, "wait past the approval until the call has run (implies --wait; for calls executors run)")
+	if _, err := c.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	switch {
+	case call.ToolName == "":
+		return c.usagef("--tool: required")
+	case call.ConversationID == "":
+		return c.usagef("--conversation: required")
+	case call.CallerBotID == "":
+		return c.usagef("--caller: required")
+	case call.EstimatedCost < 0 || math.IsNaN(call.EstimatedCost) || math.IsInf(call.EstimatedCost, 0):
+		return c.usagef("--cost: must be a number >= 0, got %v", call.EstimatedCost)
+	case call.PermissionMode != "" && !policy.Mode(call.PermissionMode).Valid():
+		return c.usagef("--mode: must be default, acceptEdits, plan or bypassPermissions, got %q", call.PermissionMode)
+	}
+	raw, err := jsonObject(argsJSON)
+	if err != nil {
+		return c.usagef("--args: %v", err)
+	}
+	call.Arguments = raw
+
+	nc, cl, err := c.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	e, err := cl.Submit(ctx, call)
+	if err != nil {
+		return err
+	}
+	// A call already answered for good (denied by policy, or an earlier
+	// submit of the same id that was decided) is reported as --wait would.
+	wait = wait || through || e.Status.Terminal()
+	if !c.json {
+		fmt.Fprintln(out.stdout, statusLine(e))
+	}
+	if !wait {
+		if c.json {
+			return cliPrintJSON(out.stdout, e)
+		}
+		return nil
+	}
+	var opts []client.AwaitOption
+	if through {
+		opts = append(opts, client.UntilFinished())
+	}
+	o, err := cl.Await(ctx, e.PendingID, opts...)
+	if c.json {
+		if last := answeredEntry(o, err); last != nil {
+			if perr := cliPrintJSON(out.stdout, last); perr != nil {
+				return perr
+			}
+		}
+		return err
+	}
+	if err == nil {
+		printOutcome(out, o)
+	}
+	return err
+}
+
+// statusLine says where a call stands in one line: its id, state and why.
+func statusLine(e *machine.Entry) string {
+	s := e.PendingID + " " + string(e.Status)
+	if e.StatusReason != "" {
+		s += ": " + e.StatusReason
+	}
+	return s
+}
+
+// answeredEntry is the entry an answer is about, whatever the answer.
+func answeredEntry(o client.Outcome, err error) *machine.Entry {
+	var (
+		rej     *client.RejectedError
+		execErr *client.ExecutionError
+	)
+	switch {
+	case errors.As(err, &rej):
+		return rej.Entry
+	case errors.As(err, &execErr):
+		return execErr.Entry
+	}
+	return o.Entry
+}
+
+func printOutcome(out cliOutput, o client.Outcome) {
+	w := out.stdout
+	switch o.Kind {
+	case client.Approved:
+		fmt.Fprintf(w, "approved by %s (scope %s)", o.By, cmp.Or(o.Scope, machine.ScopeOnce))
+	case client.Scheduled:
+		fmt.Fprint(w, "allowed without asking")
+	case client.Executed:
+		fmt.Fprintf(w, "executed: cost %v, result %s\n", o.Cost, cmp.Or(string(o.Result), "null"))
+		return
+	}
+	if o.Reason != "" {
+		fmt.Fprintf(w, ": %s", o.Reason)
+	}
+	fmt.Fprintln(w)
+	label := "arguments"
+	if o.Edited {
+		label = "arguments (edited by the approver)"
+	}
+	fmt.Fprintf(w, "%s: %s\n", label, o.Arguments)
+}
+
+// jsonObject checks that s is a JSON object and returns it compacted.
+func jsonObject(s string) (json.RawMessage, error) {
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(s), &obj); err != nil {
+		return nil, fmt.Errorf("must be a JSON object: %v", err)
+	}
+	if obj == nil {
+		return nil, fmt.Errorf("must be a JSON object, got %s", s)
+	}
+	return json.Marshal(obj)
+}
+
+// listFlags are the filters pending and list share.
+func listFlags(c *cliCmd, withStatus bool) (*bus.ListRequest, *string) {
+	r := new(bus.ListRequest)
+	c.fs.StringVar(&r.ConversationID, "conversation", "", "only this conversation's calls (reads only its entries)")
+	c.fs.StringVar(&r.ToolName, "tool", "", "only calls of this tool")
+	c.fs.StringVar(&r.CallerBotID, "caller", "", "only calls of this agent")
+	status := new(string)
+	if withStatus {
+		c.fs.StringVar(status, "status", "", "only calls in this state, e.g. PENDING_APPROVAL (any case)")
+	}
+	return r, status
+}
+
+func cliPending(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("pending", "pending [--conversation C] [--tool T] [--caller BOT] [flags]",
+		"List the calls waiting for a human's decision, oldest first.", out).connFlags().jsonFlag("the entries (an array)")
+	r, _ := listFlags(c, false)
+	if _, err := c.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	r.Status = machine.StatePendingApproval
+	return listEntries(ctx, c, *r)
+}
+
+func cliList(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("list", "list [--conversation C] [--tool T] [--caller BOT] [--status S] [flags]",
+		"List calls in any state, oldest first.", out).connFlags().jsonFlag("the entries (an array)")
+	r, status := listFlags(c, true)
+	if _, err := c.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	if *status != "" {
+		r.Status = machine.State(strings.ToUpper(*status))
+		if !r.Status.Valid() {
+			names := make([]string, len(machine.States))
+			for i, s := range machine.States {
+				names[i] = string(s)
+			}
+			return c.usagef("--status: unknown state %q; want one of %s", *status, strings.Join(names, ", "))
+		}
+	}
+	return listEntries(ctx, c, *r)
+}
+
+func listEntries(ctx context.Context, c *cliCmd, r bus.ListRequest) error {
+	nc, cl, err := c.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	entries, err := cl.List(ctx, r)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(entries, func(a, b *machine.Entry) int {
+		return cmp.Or(cmp.Compare(a.RequestedAt, b.RequestedAt), strings.Compare(a.PendingID, b.PendingID))
+	})
+	if c.json {
+		if entries == nil {
+			entries = []*machine.Entry{}
+		}
+		return cliPrintJSON(c.out.stdout, entries)
+	}
+	if len(entries) == 0 {
+		fmt.Fprintln(c.out.stderr, "no calls match")
+		return nil
+	}
+	return printTable(c.out.stdout, entries, timeNow())
+}
+
+func cliShow(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("show", "show ID [flags]", "Show one call: everything toolgate knows of it.", out).connFlags().jsonFlag("the entry")
+	pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
+	if err != nil {
+		return err
+	}
+	nc, cl, err := c.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	e, err := cl.Get(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return cliPrintJSON(out.stdout, e)
+	}
+	return printEntry(out.stdout, e, timeNow())
+}
+
+func cliApprove(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("approve", "approve ID [--reason R] [--scope once|session|always] [--as USER] [--args JSON] [flags]",
+		"Approve a pending call. --scope session also lets later calls like it in the same\n"+
+			"conversation run without asking; --scope always adds an allow rule to the team's policy.\n"+
+			"A call someone else already decided is refused (exit 1), saying who decided it.", out).connFlags().jsonFlag("the entry")
+	var (
+		d             client.Decision
+		scope, edited string
+	)
+	c.fs.StringVar(&d.Reason, "reason", "", "why (the agent is told)")
+	c.fs.StringVar(&scope, "scope", "once", "how far the approval reaches: once, session or always")
+	c.userFlag(&d.By, "approves")
+	c.fs.StringVar(&edited, "args", "", "run the call with these arguments instead (a JSON object)")
+	pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
+	if err != nil {
+		return err
+	}
+	if err := c.requireUser(d.By); err != nil {
+		return err
+	}
+	d.Approve, d.Scope = true, machine.Scope(scope)
+	switch d.Scope {
+	case machine.ScopeOnce, machine.ScopeSession, machine.ScopeAlways:
+	default:
+		return c.usagef("--scope: must be once, session or always, got %q", scope)
+	}
+	if edited != "" {
+		if d.Arguments, err = jsonObject(edited); err != nil {
+			return c.usagef("--args: %v", err)
+		}
+	}
+	return decide(ctx, c, pos[0], d)
+}
+
+func cliReject(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("reject", "reject ID --reason R [--as USER] [flags]",
+		"Reject a pending call; the agent is told it was refused, and why.\n"+
+			"A call someone else already decided is refused (exit 1), saying who decided it.", out).connFlags().jsonFlag("the entry")
+	var d client.Decision
+	c.fs.StringVar(&d.Reason, "reason", "", "why (required: the agent is told)")
+	c.userFlag(&d.By, "rejects")
+	pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
+	if err != nil {
+		return err
+	}
+	if err := c.requireUser(d.By); err != nil {
+		return err
+	}
+	if strings.TrimSpace(d.Reason) == "" {
+		return c.usagef("--reason: required: say why, the agent is told")
+	}
+	return decide(ctx, c, pos[0], d)
+}
+
+func decide(ctx context.Context, c *cliCmd, id string, d client.Decision) error {
+	nc, cl, err := c.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	e, err := cl.Decide(ctx, id, d)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return cliPrintJSON(c.out.stdout, e)
+	}
+	w := c.out.stdout
+	if d.Approve {
+		fmt.Fprintf(w, "approved %s (%s) as %s, scope %s\n", e.PendingID, e.ToolName, d.By, e.DecisionScope)
+		if len(e.OriginalArguments) > 0 {
+			fmt.Fprintf(w, "it runs with the arguments %s\n", e.ToolArguments)
+		}
+		switch e.DecisionScope {
+		case machine.ScopeSession:
+			fmt.Fprintf(w, "later calls like it in conversation %s run without asking\n", e.ConversationID)
+		case machine.ScopeAlways:
+			where := "the default policy"
+			if e.Team != "" {
+				where = "team " + e.Team + "'s policy"
+			}
+			fmt.Fprintf(w, "later calls like it run without asking: an allow rule of %s\n", where)
+		}
+		return nil
+	}
+	fmt.Fprintf(w, "rejected %s (%s) as %s: %s\n", e.PendingID, e.ToolName, d.By, d.Reason)
+	return nil
+}
+
+func cliCancel(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("cancel", "cancel ID | --conversation C [--reason R] [--as USER] [flags]",
+		"Cancel a call that has not started running, or every such call of a conversation.\n"+
+			"Running calls are listed, not cancelled.", out).connFlags().jsonFlag("the entry, or what a conversation's cancel did")
+	var conv, reason, by string
+	c.fs.StringVar(&conv, "conversation", "", "cancel every call of this conversation that has not started")
+	c.fs.StringVar(&reason, "reason", "", "why (the agent is told)")
+	c.userFlag(&by, "cancels")
+	pos, err := c.parse(args, 0, 1, "the call's ID, or --conversation")
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 1 && conv != "":
+		return c.usagef("give a call's ID or --conversation, not both")
+	case len(pos) == 0 && conv == "":
+		return c.usagef("missing the call's ID, or --conversation")
+	}
+	if err := c.requireUser(by); err != nil {
+		return err
+	}
+	nc, cl, err := c.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	w := out.stdout
+	if conv == "" {
+		e, err := cl.Cancel(ctx, pos[0], by, reason)
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return cliPrintJSON(w, e)
+		}
+		fmt.Fprintf(w, "cancelled %s (%s)\n", e.PendingID, e.ToolName)
+		return nil
+	}
+	reply, err := cl.CancelConversation(ctx, conv, by, reason)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return cliPrintJSON(w, reply)
+	}
+	fmt.Fprintf(w, "cancelled %d call(s) of conversation %s\n", len(reply.Cancelled), conv)
+	for _, e := range reply.Cancelled {
+		fmt.Fprintf(w, "  %s (%s)\n", e.PendingID, e.ToolName)
+	}
+	if len(reply.Running) > 0 {
+		fmt.Fprintf(w, "%d call(s) already running, not cancelled:\n", len(reply.Running))
+		for _, e := range reply.Running {
+			fmt.Fprintf(w, "  %s (%s)\n", e.PendingID, e.ToolName)
+		}
+	}
+	return nil
+}

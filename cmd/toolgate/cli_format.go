@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/machine"
+)
+
+// timeNow is the clock ages and deadlines are shown against.
+var timeNow = time.Now
+
+// cliPrintJSON writes v as indented JSON.
+func cliPrintJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printTable writes entries as an aligned table, one line each.
+func printTable(w io.Writer, entries []*machine.Entry, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTOOL\tSTATUS\tCALLER\tCONVERSATION\tAGE\tDEADLINE\tDESCRIPTION")
+	for _, e := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			oneLine(e.PendingID, 60), e.ToolName, e.Status, oneLine(e.CallerBotID, 30), oneLine(e.ConversationID, 30),
+			shortDuration(now.Sub(time.UnixMilli(e.RequestedAt))), deadline(e, now), oneLine(description(e), 60))
+	}
+	return tw.Flush()
+}
+
+// deadline says when a call's next step is due: the approval deadline of a
+// pending call, the start of a scheduled one.
+func deadline(e *machine.Entry, now time.Time) string {
+	var at int64
+	switch e.Status {
+	case machine.StatePendingApproval:
+		at = e.ApprovalTimeoutAt
+	case machine.StateScheduled:
+		at = e.ScheduledExecutionTime
+	}
+	if at == 0 {
+		return "-"
+	}
+	d := time.UnixMilli(at).Sub(now)
+	switch {
+	case e.Status == machine.StateScheduled && d <= 0:
+		return "due"
+	case e.Status == machine.StateScheduled:
+		return "runs in " + shortDuration(d)
+	case d <= 0 || e.Overdue:
+		return "overdue " + shortDuration(-d)
+	}
+	return "in " + shortDuration(d)
+}
+
+// description is the policy's account of the call, or its arguments.
+func description(e *machine.Entry) string {
+	if e.Description != "" {
+		return e.Description
+	}
+	return string(e.ToolArguments)
+}
+
+// oneLine flattens s to one line of at most n characters.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// shortDuration rounds d to its two largest units: 42s, 4m10s, 2h5m, 3d4h.
+func shortDuration(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// printEntry writes everything known of one call, a field a line.
+func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	field := func(name, format string, args ...any) {
+		fmt.Fprintf(tw, "%s:\t%s\n", name, fmt.Sprintf(format, args...))
+	}
+	when := func(ms int64) string {
+		t := time.UnixMilli(ms)
+		rel := shortDuration(now.Sub(t)) + " ago"
+		if t.After(now) {
+			rel = "in " + shortDuration(t.Sub(now))
+		}
+		return fmt.Sprintf("%s (%s)", t.Local().Format("2006-01-02 15:04:05 MST"), rel)
+	}
+	field("ID", "%s", e.PendingID)
+	field("Tool", "%s", e.ToolName)
+	field("Arguments", "%s", e.ToolArguments)
+	if len(e.OriginalArguments) > 0 {
+		field("Original arguments", "%s (edited by the approver)", e.OriginalArguments)
+	}
+	if e.Description != "" {
+		field("Description", "%s", oneLine(e.Description, 200))
+	}
+	field("Status", "%s", e.Status)
+	if e.StatusReason != "" {
+		field("Reason", "%s", e.StatusReason)
+	}
+	field("Caller", "%s", e.CallerBotID)
+	field("Conversation", "%s", e.ConversationID)
+	if e.Team != "" {
+		field("Team", "%s", e.Team)
+	}
+	field("Tool call ID", "%s", e.ToolCallID)
+	field("Requested", "%s", when(e.RequestedAt))
+	if e.Status == machine.StatePendingApproval && e.ApprovalTimeoutAt > 0 {
+		what := "rejected"
+		if !e.AutoRejectOnTimeout {
+			what = "flagged overdue"
+		}
+		field("Deadline", "%s, then %s", when(e.ApprovalTimeoutAt), what)
+	}
+	switch {
+	case e.UserIDToApprove != "":
+		field("Approver", "%s", e.UserIDToApprove)
+	case len(e.Approvers) > 0:
+		field("Approvers", "%s", strings.Join(e.Approvers, ", "))
+	}
+	if e.ScheduledExecutionTime > 0 {
+		field("Scheduled for", "%s", when(e.ScheduledExecutionTime))
+	}
+	if e.ApprovedOrRejectedByUserID != "" {
+		field("Decided by", "%s, %s", e.ApprovedOrRejectedByUserID, when(e.DecisionTime))
+	}
+	if e.DecisionScope != "" {
+		field("Scope", "%s", e.DecisionScope)
+	}
+	if e.ExecutionAttempts > 0 {
+		field("Attempts", "%d, last %s", e.ExecutionAttempts, when(e.LastAttemptTime))
+	}
+	if e.Lease != nil {
+		field("Running on", "%s, lease until %s", e.Lease.Holder, when(e.Lease.ExpiresAt))
+	}
+	if len(e.Result) > 0 {
+		field("Result", "%s", e.Result)
+	}
+	if e.Error != "" {
+		field("Error", "%s", e.Error)
+	}
+	if e.EstimatedCost > 0 {
+		field("Estimated cost", "%v", e.EstimatedCost)
+	}
+	if e.Cost > 0 {
+		field("Cost", "%v", e.Cost)
+	}
+	if t := e.LastTransition; t != nil {
+		field("Last change", "%s by %s, %s", t.Event, t.Actor, when(t.At))
+	}
+	return tw.Flush()
+}

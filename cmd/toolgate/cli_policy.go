@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/policy"
+)
+
+const policyUsage = `Usage:
+  toolgate policy get [--json] [flags]   print the policy in force (YAML)
+  toolgate policy set FILE [flags]       put FILE (YAML or JSON; - for stdin) in force
+  toolgate policy validate FILE          check FILE offline, naming every field at fault
+`
+
+func cliPolicy(ctx context.Context, args []string, out cliOutput) error {
+	if len(args) == 0 {
+		fmt.Fprint(out.stderr, policyUsage)
+		return errUsage
+	}
+	switch args[0] {
+	case "get":
+		return cliPolicyGet(ctx, args[1:], out)
+	case "set":
+		return cliPolicySet(ctx, args[1:], out)
+	case "validate":
+		return cliPolicyValidate(args[1:], out)
+	case "help", "-h", "--help":
+		fmt.Fprint(out.stdout, policyUsage)
+		return nil
+	}
+	return &cliUsageError{verb: "policy", msg: fmt.Sprintf("unknown subcommand %q: want get, set or validate", args[0])}
+}
+
+// policyStore connects and binds the policies bucket.
+func policyStore(ctx context.Context, c *cliCmd) (*bus.PolicyStore, func(), error) {
+	nc, _, err := c.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	kv, err := js.KeyValue(ctx, bus.PoliciesBucket)
+	if err != nil {
+		nc.Close()
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, nil, fmt.Errorf("no %s bucket on NATS %s: is toolgate serving there? (%w)", bus.PoliciesBucket, nc.ConnectedUrlRedacted(), err)
+		}
+		return nil, nil, fmt.Errorf("bind %s bucket: %w", bus.PoliciesBucket, err)
+	}
+	return bus.NewPolicyStore(kv), nc.Close, nil
+}
+
+func cliPolicyGet(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("policy get", "policy get [--json] [flags]",
+		"Print the policy document in force, as YAML (which `policy set` reads back).", out).connFlags().jsonFlag("the document")
+	if _, err := c.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	store, closeConn, err := policyStore(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	doc, rev, err := store.Get(ctx)
+	if err != nil {
+		return err
+	}
+	if rev == 0 {
+		fmt.Fprintln(out.stderr, "no policy stored: the built-in defaults apply (every call asks)")
+	}
+	if c.json {
+		return cliPrintJSON(out.stdout, doc)
+	}
+	data, err := policy.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	_, err = out.stdout.Write(data)
+	return err
+}
+
+func cliPolicySet(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("policy set", "policy set FILE [flags]",
+		"Put the policy document in FILE (YAML or JSON; - reads stdin) in force on every toolgate\n"+
+			"replica at once. An invalid document is refused, naming each field at fault, and the\n"+
+			"policy in force stays as it was.", out).connFlags()
+	pos, err := c.parse(args, 1, 1, "the policy FILE")
+	if err != nil {
+		return err
+	}
+	doc, err := readPolicy(pos[0])
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	store, closeConn, err := policyStore(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if err := store.Set(ctx, doc); err != nil {
+		return fmt.Errorf("%s: %w", pos[0], err)
+	}
+	fmt.Fprintf(out.stdout, "policy from %s in force\n", pos[0])
+	return nil
+}
+
+func cliPolicyValidate(args []string, out cliOutput) error {
+	c := newCLICmd("policy validate", "policy validate FILE",
+		"Check a policy document offline: every field, rule pattern and template. Exit 1, naming\n"+
+			"each field at fault, when it is invalid.", out)
+	pos, err := c.parse(args, 1, 1, "the policy FILE")
+	if err != nil {
+		return err
+	}
+	if _, err := readPolicy(pos[0]); err != nil {
+		return err
+	}
+	fmt.Fprintf(out.stdout, "%s: valid\n", pos[0])
+	return nil
+}
+
+// readPolicy reads and checks a policy document; "-" is stdin.
+func readPolicy(file string) (*policy.Document, error) {
+	var (
+		data []byte
+		err  error
+	)
+	if file == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, err
+	}
+	doc, err := policy.Parse(data) // Parse validates, too
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return doc, nil
+}
