@@ -41,6 +41,7 @@ type Config struct {
 	HTTP         string   // the http role's address
 	TokensFile   string   // bearer tokens for the HTTP API
 	TokensData   string   // the same, inline
+	Tools        []string // built-in tools the executor role hosts
 }
 
 func newServeFlags(stderr io.Writer) (*flag.FlagSet, *Config) {
@@ -64,6 +65,19 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *Config) {
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "HOST:PORT of the HTTP API and web inbox (role http)")
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "file of HTTP bearer tokens, one per line: TOKEN USER ROLE[,ROLE…]")
 	fs.StringVar(&cfg.TokensData, "tokens-data", "", "HTTP bearer tokens inline, entries separated by ';'")
+	fs.Func("tools", "built-in tools the executor role hosts: http, exec (comma-separated; none by default)", func(v string) error {
+		cfg.Tools = nil
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); t == "" {
+				continue
+			}
+			if _, ok := builtinTools[t]; !ok {
+				return fmt.Errorf("unknown tool %q: want http or exec", t)
+			}
+			cfg.Tools = append(cfg.Tools, t)
+		}
+		return nil
+	})
 	return fs, cfg
 }
 
