@@ -1,0 +1,114 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/toolgate/toolgate/bus"
+)
+
+// ExporterConfig tunes an Exporter.
+type ExporterConfig struct {
+	// FromStart counts every event still in TOOL_EVENTS, not only those
+	// published after the exporter started. Counters are meant to be read
+	// with rate(), for which starting from zero is right; replaying the
+	// stream is for tests and one-off inspection.
+	FromStart bool
+}
+
+// Exporter keeps a process's toolgate_* metrics up to date: an ordered
+// consumer of its own counts every event of TOOL_EVENTS once, a KV watch
+// keeps the pending-approvals gauge, and consumer lag is read at scrape
+// time. See the package comment for how to aggregate them across replicas.
+type Exporter struct {
+	js      jetstream.JetStream
+	cfg     ExporterConfig
+	log     *slog.Logger
+	metrics *Metrics
+	pending *PendingApprovals
+
+	seq   atomic.Uint64 // stream sequence of the last event counted
+	ready chan struct{}
+}
+
+// NewExporter registers the metrics with reg (sharing them with any other
+// caller of For(reg)), and the pending-approvals gauge over the calls
+// bucket and the consumer-lag collector; Run feeds them. One Exporter per
+// registry: a second one's collectors are refused as already registered.
+func NewExporter(js jetstream.JetStream, calls jetstream.KeyValue, reg prometheus.Registerer, cfg ExporterConfig, log *slog.Logger) (*Exporter, error) {
+	m, err := For(reg)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	pending := NewPendingApprovals(calls)
+	for _, c := range []prometheus.Collector{pending, NewConsumerLag(js, log)} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return &Exporter{js: js, cfg: cfg, log: log, metrics: m, pending: pending, ready: make(chan struct{})}, nil
+}
+
+// Metrics returns the counters the exporter feeds.
+func (x *Exporter) Metrics() *Metrics { return x.metrics }
+
+// Ready is closed once the event consumer exists and the pending gauge has
+// read the bucket: from then on, every event published is counted.
+func (x *Exporter) Ready() <-chan struct{} { return x.ready }
+
+// Sequence is the TOOL_EVENTS stream sequence of the last event counted.
+func (x *Exporter) Sequence() uint64 { return x.seq.Load() }
+
+// Run counts events and watches the bucket until ctx ends.
+func (x *Exporter) Run(ctx context.Context) error {
+	deliver := jetstream.DeliverNewPolicy
+	if x.cfg.FromStart {
+		deliver = jetstream.DeliverAllPolicy
+	}
+	// An ordered consumer is ephemeral, unacknowledged and strictly in
+	// order; the client recreates it after a gap (a reconnect, a lost
+	// heartbeat) from the last sequence it delivered, so no event is
+	// counted twice or skipped.
+	cons, err := x.js.OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{DeliverPolicy: deliver})
+	if err != nil {
+		return fmt.Errorf("metrics: consumer on %s: %w", bus.EventsStream, err)
+	}
+	cc, err := cons.Consume(x.count)
+	if err != nil {
+		return fmt.Errorf("metrics: consume %s: %w", bus.EventsStream, err)
+	}
+	defer cc.Stop()
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return x.pending.Run(gctx) })
+	g.Go(func() error {
+		select {
+		case <-x.pending.Synced():
+			close(x.ready)
+		case <-gctx.Done():
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+func (x *Exporter) count(msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return
+	}
+	var ev bus.Event
+	if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+		x.log.Error("metrics: undecodable event", "subject", msg.Subject(), "seq", meta.Sequence.Stream, "err", err)
+	} else {
+		x.metrics.Observe(&ev)
+	}
+	x.seq.Store(meta.Sequence.Stream)
+}

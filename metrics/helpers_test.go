@@ -1,0 +1,118 @@
+package metrics_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// clock is a settable clock for a Machine.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// startRelay runs a relay until the test ends.
+func startRelay(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- bus.NewRelay(js, bus.RelayConfig{AckWait: time.Second}, bustest.Logger()).Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// waitRelayed waits until the relay has published an event for every
+// revision written so far, and returns the events stream's last sequence.
+func waitRelayed(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	ctx := t.Context()
+	require.Eventually(t, func() bool {
+		c, err := js.Consumer(ctx, "KV_"+bus.CallsBucket, "toolgate-relay")
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	}, 30*time.Second, 10*time.Millisecond, "the relay never caught up")
+	s, err := js.Stream(ctx, bus.EventsStream)
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	return info.State.LastSeq
+}
+
+// evaluator answers by tool: the tools of a scripted run.
+var evaluator = machine.EvaluatorFunc(func(_ context.Context, c machine.Call) (machine.Verdict, error) {
+	switch c.ToolName {
+	case "read_file":
+		return machine.Verdict{Action: machine.ActionRun, Reason: "readOnlyTools"}, nil
+	case "rm_rf":
+		return machine.Verdict{Action: machine.ActionDeny, Reason: "deny rm_rf"}, nil
+	case "send_email":
+		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: 5 * time.Minute, AutoRejectOnTimeout: false, Reason: "ask"}, nil
+	}
+	return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: 5 * time.Minute, AutoRejectOnTimeout: true, Reason: "ask"}, nil
+})
+
+// samples renders every series of a metric family as `name{k="v",…} value`
+// lines, sorted; a histogram gives its _count and _sum.
+func samples(t *testing.T, g prometheus.Gatherer, name string) []string {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	var lines []string
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			sort.Strings(labels)
+			ls := "{" + strings.Join(labels, ",") + "}"
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				lines = append(lines, fmt.Sprintf("%s%s %g", name, ls, m.GetCounter().GetValue()))
+			case dto.MetricType_GAUGE:
+				lines = append(lines, fmt.Sprintf("%s%s %g", name, ls, m.GetGauge().GetValue()))
+			case dto.MetricType_HISTOGRAM:
+				lines = append(lines,
+					fmt.Sprintf("%s_count%s %d", name, ls, m.GetHistogram().GetSampleCount()),
+					fmt.Sprintf("%s_sum%s %g", name, ls, m.GetHistogram().GetSampleSum()))
+			}
+		}
+	}
+	slices.Sort(lines)
+	return lines
+}

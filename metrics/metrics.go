@@ -1,0 +1,199 @@
+package metrics
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// The names of the metrics this package exports.
+const (
+	NameToolCalls            = "toolgate_tool_calls_total"
+	NameTransitions          = "toolgate_transitions_total"
+	NameApprovalResponse     = "toolgate_approval_response_seconds"
+	NamePendingApprovals     = "toolgate_pending_approvals"
+	NameApprovalTimeouts     = "toolgate_approval_timeouts_total"
+	NameExecution            = "toolgate_execution_seconds"
+	NameExecutionAttempts    = "toolgate_execution_attempts_total"
+	NameCost                 = "toolgate_cost_total"
+	NameNotifications        = "toolgate_notifications_total"
+	NameTransitionConflicts  = "toolgate_transition_conflicts_total"
+	NameConsumerPending      = "toolgate_consumer_pending_messages"
+	NameConsumerAckPending   = "toolgate_consumer_ack_pending_messages"
+	NameConsumerRedeliveries = "toolgate_consumer_redelivered_messages"
+)
+
+// The results a notifier reports to Notification.
+const (
+	NotificationSent    = "sent"    // the channel accepted it
+	NotificationFailed  = "failed"  // the channel refused it or could not be reached
+	NotificationSkipped = "skipped" // nothing to send (no channel for the team, muted)
+)
+
+// DecisionApproved and DecisionRejected are the values of the decision label.
+const (
+	DecisionApproved = "approved"
+	DecisionRejected = "rejected"
+)
+
+// stateNone is the from label of a transition that created its entry.
+const stateNone = "none"
+
+// Metrics are the counters and histograms of one process. Those fed by
+// TOOL_EVENTS are updated by Observe, which an Exporter calls for every
+// event; the notifier and the machine's callers update the others.
+type Metrics struct {
+	ToolCalls           *prometheus.CounterVec   // tool, outcome (the terminal state)
+	Transitions         *prometheus.CounterVec   // from, to
+	ApprovalResponse    *prometheus.HistogramVec // tool, decision: request to human decision
+	ApprovalTimeouts    *prometheus.CounterVec   // tool
+	Execution           *prometheus.HistogramVec // tool, outcome: claim to result
+	ExecutionAttempts   *prometheus.CounterVec   // tool
+	Cost                *prometheus.CounterVec   // team, tool
+	Notifications       *prometheus.CounterVec   // channel, result
+	TransitionConflicts *prometheus.CounterVec   // event
+}
+
+// New creates the metrics and registers them with reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameToolCalls,
+			Help: "Tool calls that ended, by tool and terminal state (outcome). Every replica counts every event: aggregate with max, not sum.",
+		}, []string{"tool", "outcome"}),
+		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameTransitions,
+			Help: `Transitions of tool calls, by state left (from, "none" when the call was created) and entered (to).`,
+		}, []string{"from", "to"}),
+		ApprovalResponse: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    NameApprovalResponse,
+			Help:    "Time from a call's request to a human's decision, by tool and decision (approved, rejected).",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200, 86400},
+		}, []string{"tool", "decision"}),
+		ApprovalTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameApprovalTimeouts,
+			Help: "Calls nobody decided before their approval deadline (rejected by the timeout, or flagged overdue), by tool.",
+		}, []string{"tool"}),
+		Execution: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    NameExecution,
+			Help:    "Time from an executor's claim of a call to its result, by tool and terminal state (outcome).",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+		}, []string{"tool", "outcome"}),
+		ExecutionAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameExecutionAttempts,
+			Help: "Claims of calls by executors (first attempts and reclaims after a lost lease), by tool.",
+		}, []string{"tool"}),
+		Cost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameCost,
+			Help: "Cost executors reported for finished calls, by team and tool.",
+		}, []string{"team", "tool"}),
+		Notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameNotifications,
+			Help: "Notifications this process sent, by channel and result (sent, failed, skipped). Per process: sum across instances.",
+		}, []string{"channel", "result"}),
+		TransitionConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameTransitionConflicts,
+			Help: "Commands of this process refused because another actor moved the call first, by event. Per process: sum across instances.",
+		}, []string{"event"}),
+	}
+	for _, c := range []prometheus.Collector{m.ToolCalls, m.Transitions, m.ApprovalResponse, m.ApprovalTimeouts,
+		m.Execution, m.ExecutionAttempts, m.Cost, m.Notifications, m.TransitionConflicts} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+var (
+	registeredMu sync.Mutex
+	registered   = map[prometheus.Registerer]*Metrics{}
+)
+
+// For returns the Metrics registered with reg, creating and registering
+// them the first time. Every role of a process shares one registry, so the
+// notifier, the analytics role and the HTTP API each call For with it and
+// get the same counters, without anything passing them around.
+func For(reg prometheus.Registerer) (*Metrics, error) {
+	registeredMu.Lock()
+	defer registeredMu.Unlock()
+	if m, ok := registered[reg]; ok {
+		return m, nil
+	}
+	m, err := New(reg)
+	if err != nil {
+		return nil, err
+	}
+	registered[reg] = m
+	return m, nil
+}
+
+// Observe counts one event. Each event must be observed once per process:
+// the Exporter's ordered consumer sees every event exactly once.
+func (m *Metrics) Observe(ev *bus.Event) {
+	from := string(ev.From)
+	if from == "" {
+		from = stateNone
+	}
+	m.Transitions.WithLabelValues(from, string(ev.To)).Inc()
+	e := ev.Entry
+	if e == nil {
+		return
+	}
+	tool := e.ToolName
+	if ev.To.Terminal() {
+		m.ToolCalls.WithLabelValues(tool, string(ev.To)).Inc()
+	}
+	switch ev.Event {
+	case machine.EventApprove, machine.EventReject:
+		decision := DecisionApproved
+		if ev.Event == machine.EventReject {
+			decision = DecisionRejected
+		}
+		m.ApprovalResponse.WithLabelValues(tool, decision).Observe(seconds(e.DecisionTime - e.RequestedAt))
+	case machine.EventTimeout, machine.EventOverdue:
+		m.ApprovalTimeouts.WithLabelValues(tool).Inc()
+	case machine.EventStart, machine.EventReclaim:
+		m.ExecutionAttempts.WithLabelValues(tool).Inc()
+	case machine.EventSucceed, machine.EventFail:
+		if e.LastAttemptTime > 0 {
+			m.Execution.WithLabelValues(tool, string(ev.To)).Observe(seconds(ev.At - e.LastAttemptTime))
+		}
+		m.Cost.WithLabelValues(e.Team, tool).Add(e.Cost)
+	}
+}
+
+func seconds(ms int64) float64 { return float64(max(ms, 0)) / 1000 }
+
+// Notification counts one notification a notifier sent (or tried to) on a
+// channel ("slack", "webhook", "ntfy", …) with one of NotificationSent,
+// NotificationFailed, NotificationSkipped.
+func (m *Metrics) Notification(channel, result string) {
+	m.Notifications.WithLabelValues(channel, result).Inc()
+}
+
+// TransitionConflict counts one command refused because the entry had
+// already moved on: an approval that lost to a timeout, a second executor's
+// claim.
+func (m *Metrics) TransitionConflict(ev machine.Event) {
+	m.TransitionConflicts.WithLabelValues(string(ev)).Inc()
+}
+
+// ObserveError counts err as a transition conflict if it is one (a
+// *machine.TransitionError, however wrapped) and reports whether it was.
+// Callers of the machine's commands pass every error they get:
+//
+//	e, err := mach.Decide(ctx, id, d)
+//	mx.ObserveError(err)
+func (m *Metrics) ObserveError(err error) bool {
+	var te *machine.TransitionError
+	if !errors.As(err, &te) {
+		return false
+	}
+	m.TransitionConflict(te.Event)
+	return true
+}

@@ -1,0 +1,265 @@
+package metrics_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
+)
+
+// startExporter runs an exporter on a registry of its own until the test
+// ends, and waits until it is ready.
+func startExporter(t *testing.T, env *bustest.Env) (*metrics.Exporter, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	x, err := metrics.NewExporter(env.JS, env.KV, reg, metrics.ExporterConfig{}, bustest.Logger())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	select {
+	case <-x.Ready():
+	case err := <-done:
+		t.Fatalf("exporter stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("exporter not ready")
+	}
+	return x, reg
+}
+
+// TestExporter_ScriptedRun drives calls through every kind of transition
+// and pins each metric's labels and values.
+func TestExporter_ScriptedRun(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	startRelay(t, env.JS)
+	// A durable consumer nobody runs: its lag is every event.
+	_, err := env.JS.CreateOrUpdateConsumer(ctx, bus.EventsStream, jetstreamDurable("idle-notifier"))
+	require.NoError(t, err)
+	x, reg := startExporter(t, env)
+
+	t0 := time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
+	clk := &clock{t: t0}
+	m := machine.New(env.Store, machine.WithClock(clk.Now), machine.WithEvaluator(evaluator))
+	at := func(d time.Duration) { clk.Set(t0.Add(d)) }
+	submit := func(id, tool, team string) *machine.Entry {
+		at(0)
+		e, err := m.Submit(ctx, machine.Call{ToolCallID: id, ToolName: tool, Team: team, CallerBotID: "bot", ConversationID: "conv"})
+		require.NoError(t, err)
+		return e
+	}
+	must := func(_ *machine.Entry, err error) { t.Helper(); require.NoError(t, err) }
+
+	ws1 := submit("ws1", "web_search", "research")
+	at(3 * time.Second)
+	must(m.Decide(ctx, ws1.PendingID, machine.Decision{Approve: true, By: "alice"}))
+	at(4 * time.Second)
+	must(m.Claim(ctx, ws1.PendingID, "exec-1", time.Minute))
+	at(6500 * time.Millisecond)
+	must(m.Complete(ctx, ws1.PendingID, machine.Outcome{Holder: "exec-1", Cost: 0.25}))
+
+	ws2 := submit("ws2", "web_search", "research")
+	at(20 * time.Second)
+	must(m.Decide(ctx, ws2.PendingID, machine.Decision{Approve: true, By: "bob"}))
+	at(21 * time.Second)
+	must(m.Claim(ctx, ws2.PendingID, "exec-1", time.Minute))
+	at(22 * time.Second)
+	must(m.Fail(ctx, ws2.PendingID, machine.Outcome{Holder: "exec-1", Error: "boom", Cost: 0.5}))
+
+	d1 := submit("d1", "deploy", "ops")
+	at(90 * time.Second)
+	must(m.Decide(ctx, d1.PendingID, machine.Decision{Approve: false, By: "alice", Reason: "too risky"}))
+	d2 := submit("d2", "deploy", "ops")
+	se := submit("se", "send_email", "ops")
+	at(5*time.Minute + time.Second)
+	must(m.Expire(ctx, d2.PendingID))
+	must(m.Expire(ctx, se.PendingID))
+
+	rf := submit("rf", "read_file", "research")
+	at(time.Second)
+	must(m.Claim(ctx, rf.PendingID, "exec-1", 10*time.Second))
+	at(12 * time.Second)
+	must(m.Claim(ctx, rf.PendingID, "exec-2", 10*time.Second)) // the first executor's lease ran out
+	at(13 * time.Second)
+	must(m.Complete(ctx, rf.PendingID, machine.Outcome{Holder: "exec-2"}))
+
+	submit("rm", "rm_rf", "research")
+	ws3 := submit("ws3", "web_search", "research") // left pending
+	d3 := submit("d3", "deploy", "ops")
+	at(10 * time.Second)
+	must(m.Cancel(ctx, d3.PendingID, "system", "conversation ended"))
+
+	// A second decision loses: the caller counts the conflict.
+	_, err = m.Decide(ctx, d1.PendingID, machine.Decision{Approve: true, By: "bob"})
+	require.Error(t, err)
+	assert.True(t, x.Metrics().ObserveError(err))
+	assert.False(t, x.Metrics().ObserveError(errors.New("unrelated")))
+	assert.False(t, x.Metrics().ObserveError(nil))
+	// The notifier counts what it sends.
+	mx, err := metrics.For(reg)
+	require.NoError(t, err)
+	require.Same(t, x.Metrics(), mx, "every role of a process shares the registry's metrics")
+	mx.Notification("slack", metrics.NotificationSent)
+	mx.Notification("slack", metrics.NotificationSent)
+	mx.Notification("webhook", metrics.NotificationFailed)
+
+	last := waitRelayed(t, env.JS)
+	require.Equal(t, uint64(22), last, "events of the script")
+	require.Eventually(t, func() bool { return x.Sequence() == last }, 30*time.Second, 10*time.Millisecond)
+
+	assert.Equal(t, []string{
+		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="deploy"} 1`,
+		`toolgate_tool_calls_total{outcome="COMPLETED_FAILURE",tool="web_search"} 1`,
+		`toolgate_tool_calls_total{outcome="COMPLETED_SUCCESS",tool="read_file"} 1`,
+		`toolgate_tool_calls_total{outcome="COMPLETED_SUCCESS",tool="web_search"} 1`,
+		`toolgate_tool_calls_total{outcome="REJECTED_BY_POLICY",tool="rm_rf"} 1`,
+		`toolgate_tool_calls_total{outcome="REJECTED_BY_TIMEOUT",tool="deploy"} 1`,
+		`toolgate_tool_calls_total{outcome="REJECTED_BY_USER",tool="deploy"} 1`,
+	}, samples(t, reg, metrics.NameToolCalls))
+	assert.Equal(t, []string{
+		`toolgate_transitions_total{from="APPROVED_READY_FOR_EXECUTION",to="EXECUTING"} 2`,
+		`toolgate_transitions_total{from="EXECUTING",to="COMPLETED_FAILURE"} 1`,
+		`toolgate_transitions_total{from="EXECUTING",to="COMPLETED_SUCCESS"} 2`,
+		`toolgate_transitions_total{from="EXECUTING",to="EXECUTING"} 1`,
+		`toolgate_transitions_total{from="PENDING_APPROVAL",to="APPROVED_READY_FOR_EXECUTION"} 2`,
+		`toolgate_transitions_total{from="PENDING_APPROVAL",to="CANCELLED_BY_SYSTEM"} 1`,
+		`toolgate_transitions_total{from="PENDING_APPROVAL",to="PENDING_APPROVAL"} 1`,
+		`toolgate_transitions_total{from="PENDING_APPROVAL",to="REJECTED_BY_TIMEOUT"} 1`,
+		`toolgate_transitions_total{from="PENDING_APPROVAL",to="REJECTED_BY_USER"} 1`,
+		`toolgate_transitions_total{from="SCHEDULED_FOR_EXECUTION",to="EXECUTING"} 1`,
+		`toolgate_transitions_total{from="none",to="PENDING_APPROVAL"} 7`,
+		`toolgate_transitions_total{from="none",to="REJECTED_BY_POLICY"} 1`,
+		`toolgate_transitions_total{from="none",to="SCHEDULED_FOR_EXECUTION"} 1`,
+	}, samples(t, reg, metrics.NameTransitions))
+	assert.Equal(t, []string{
+		`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 2`,
+		`toolgate_approval_response_seconds_count{decision="rejected",tool="deploy"} 1`,
+		`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 23`,
+		`toolgate_approval_response_seconds_sum{decision="rejected",tool="deploy"} 90`,
+	}, samples(t, reg, metrics.NameApprovalResponse))
+	assert.Equal(t, []string{
+		`toolgate_approval_timeouts_total{tool="deploy"} 1`,
+		`toolgate_approval_timeouts_total{tool="send_email"} 1`,
+	}, samples(t, reg, metrics.NameApprovalTimeouts))
+	assert.Equal(t, []string{
+		`toolgate_execution_seconds_count{outcome="COMPLETED_FAILURE",tool="web_search"} 1`,
+		`toolgate_execution_seconds_count{outcome="COMPLETED_SUCCESS",tool="read_file"} 1`,
+		`toolgate_execution_seconds_count{outcome="COMPLETED_SUCCESS",tool="web_search"} 1`,
+		`toolgate_execution_seconds_sum{outcome="COMPLETED_FAILURE",tool="web_search"} 1`,
+		`toolgate_execution_seconds_sum{outcome="COMPLETED_SUCCESS",tool="read_file"} 1`,
+		`toolgate_execution_seconds_sum{outcome="COMPLETED_SUCCESS",tool="web_search"} 2.5`,
+	}, samples(t, reg, metrics.NameExecution))
+	assert.Equal(t, []string{
+		`toolgate_execution_attempts_total{tool="read_file"} 2`,
+		`toolgate_execution_attempts_total{tool="web_search"} 2`,
+	}, samples(t, reg, metrics.NameExecutionAttempts))
+	assert.Equal(t, []string{
+		`toolgate_cost_total{team="research",tool="read_file"} 0`,
+		`toolgate_cost_total{team="research",tool="web_search"} 0.75`,
+	}, samples(t, reg, metrics.NameCost))
+	assert.Equal(t, []string{
+		`toolgate_notifications_total{channel="slack",result="sent"} 2`,
+		`toolgate_notifications_total{channel="webhook",result="failed"} 1`,
+	}, samples(t, reg, metrics.NameNotifications))
+	assert.Equal(t, []string{`toolgate_transition_conflicts_total{event="approve"} 1`},
+		samples(t, reg, metrics.NameTransitionConflicts))
+	assert.Equal(t, 2.0, testutil.ToFloat64(x.Metrics().ToolCalls.WithLabelValues("web_search", string(machine.StateCompletedSuccess)))+
+		testutil.ToFloat64(x.Metrics().ToolCalls.WithLabelValues("web_search", string(machine.StateCompletedFailure))))
+
+	// The relay's consumer is drained; the idle one lags by every event.
+	assert.Equal(t, []string{
+		`toolgate_consumer_ack_pending_messages{consumer="idle-notifier",stream="TOOL_EVENTS"} 0`,
+		`toolgate_consumer_ack_pending_messages{consumer="toolgate-relay",stream="KV_tool_calls"} 0`,
+	}, samples(t, reg, metrics.NameConsumerAckPending))
+	assert.Equal(t, []string{
+		`toolgate_consumer_pending_messages{consumer="idle-notifier",stream="TOOL_EVENTS"} 22`,
+		`toolgate_consumer_pending_messages{consumer="toolgate-relay",stream="KV_tool_calls"} 0`,
+	}, samples(t, reg, metrics.NameConsumerPending))
+
+	// Pending approvals come from the store: ws3 and the overdue email.
+	wantPending := []string{
+		`toolgate_pending_approvals{team="ops"} 1`,
+		`toolgate_pending_approvals{team="research"} 1`,
+	}
+	require.Eventually(t, func() bool {
+		return fmt.Sprint(samples(t, reg, metrics.NamePendingApprovals)) == fmt.Sprint(wantPending)
+	},
+		10*time.Second, 10*time.Millisecond, "pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	// A replica started now reports the same, though it saw none of the
+	// events: the gauge is the fleet's, not one process's counters.
+	x2, reg2 := startExporter(t, env)
+	assert.Equal(t, wantPending, samples(t, reg2, metrics.NamePendingApprovals))
+	assert.Empty(t, samples(t, reg2, metrics.NameToolCalls), "a new replica counts from when it started")
+
+	at(time.Hour)
+	must(m.Decide(ctx, ws3.PendingID, machine.Decision{Approve: true, By: "alice"}))
+	for _, r := range []*prometheus.Registry{reg, reg2} {
+		require.Eventually(t, func() bool {
+			return fmt.Sprint(samples(t, r, metrics.NamePendingApprovals)) == fmt.Sprint([]string{
+				`toolgate_pending_approvals{team="ops"} 1`,
+				`toolgate_pending_approvals{team="research"} 0`,
+			})
+		}, 10*time.Second, 10*time.Millisecond)
+	}
+	last = waitRelayed(t, env.JS)
+	require.Eventually(t, func() bool { return x2.Sequence() == last }, 10*time.Second, 10*time.Millisecond)
+	// The new replica counts events from its start.
+	assert.Equal(t, []string{
+		`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 1`,
+		`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 3600`,
+	}, samples(t, reg2, metrics.NameApprovalResponse))
+}
+
+func jetstreamDurable(name string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy}
+}
+
+func TestFor_OneMetricsPerRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, err := metrics.For(reg)
+	require.NoError(t, err)
+	b, err := metrics.For(reg)
+	require.NoError(t, err)
+	assert.Same(t, a, b)
+	c, err := metrics.For(prometheus.NewRegistry())
+	require.NoError(t, err)
+	assert.NotSame(t, a, c)
+	_, err = metrics.New(reg)
+	assert.Error(t, err, "registering twice is refused")
+}
+
+// TestMetrics_ObserveDecodesRelayedEvents feeds Observe an event as the
+// relay writes it, to keep the two in step.
+func TestMetrics_ObserveDecodesRelayedEvents(t *testing.T) {
+	data := []byte(`{"id":"c.x:3","type":"tool.approval_granted","event":"approve","from":"PENDING_APPROVAL","to":"APPROVED_READY_FOR_EXECUTION",
+		"actor":"alice","at":1500,"revision":3,"entry":{"pendingId":"c.x","toolName":"web_search","requestedAt":1000,"decisionTime":1500,"status":"APPROVED_READY_FOR_EXECUTION"}}`)
+	var ev bus.Event
+	require.NoError(t, json.Unmarshal(data, &ev))
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	m.Observe(&ev)
+	assert.Equal(t, []string{
+		`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 1`,
+		`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 0.5`,
+	}, samples(t, reg, metrics.NameApprovalResponse))
+	assert.Empty(t, samples(t, reg, metrics.NameToolCalls), "not terminal")
+}

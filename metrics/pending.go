@@ -1,0 +1,121 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolgate/toolgate/machine"
+)
+
+// PendingApprovals is the toolgate_pending_approvals gauge: the calls
+// waiting for a human, per team, across every replica. It is computed from
+// the tool_calls bucket, not from one process's counters, so that every
+// replica reports the same number and a restart loses nothing. A KV watch
+// of every key keeps it up to date as entries are written; a scrape only
+// reads what the watch has gathered.
+type PendingApprovals struct {
+	kv   jetstream.KeyValue
+	desc *prometheus.Desc
+
+	mu     sync.Mutex
+	byKey  map[string]string // pendingId → team, for entries pending approval
+	counts map[string]int    // team → pending; teams once seen stay, at 0
+	synced chan struct{}     // closed once the watch has read every key
+}
+
+var _ prometheus.Collector = (*PendingApprovals)(nil)
+
+// NewPendingApprovals returns the gauge over the tool_calls bucket; Run
+// feeds it.
+func NewPendingApprovals(calls jetstream.KeyValue) *PendingApprovals {
+	return &PendingApprovals{
+		kv: calls,
+		desc: prometheus.NewDesc(NamePendingApprovals,
+			"Calls waiting for a human's decision (PENDING_APPROVAL), by team, read from the store: every replica reports the fleet's number.",
+			[]string{"team"}, nil),
+		byKey:  map[string]string{},
+		counts: map[string]int{},
+		synced: make(chan struct{}),
+	}
+}
+
+// Synced is closed once the gauge reflects every entry stored when Run
+// started.
+func (p *PendingApprovals) Synced() <-chan struct{} { return p.synced }
+
+// pendingFields is all the gauge reads of an entry.
+type pendingFields struct {
+	Status machine.State `json:"status"`
+	Team   string        `json:"team"`
+}
+
+// Run watches the bucket until ctx ends.
+func (p *PendingApprovals) Run(ctx context.Context) error {
+	w, err := p.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("pending approvals: watch %s: %w", p.kv.Bucket(), err)
+	}
+	defer func() { _ = w.Stop() }()
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case kve, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("pending approvals: watch of %s stopped", p.kv.Bucket())
+			}
+			if kve == nil {
+				if initial {
+					initial = false
+					close(p.synced)
+				}
+				continue
+			}
+			p.update(kve)
+		}
+	}
+}
+
+func (p *PendingApprovals) update(kve jetstream.KeyValueEntry) {
+	var f pendingFields
+	pending := kve.Operation() == jetstream.KeyValuePut &&
+		json.Unmarshal(kve.Value(), &f) == nil && f.Status == machine.StatePendingApproval
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if team, ok := p.byKey[kve.Key()]; ok {
+		delete(p.byKey, kve.Key())
+		p.counts[team]--
+	}
+	if pending {
+		p.byKey[kve.Key()] = f.Team
+		p.counts[f.Team]++
+	}
+}
+
+// Pending returns the number of pending calls of a team.
+func (p *PendingApprovals) Pending(team string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counts[team]
+}
+
+// Describe implements prometheus.Collector.
+func (p *PendingApprovals) Describe(ch chan<- *prometheus.Desc) { ch <- p.desc }
+
+// Collect implements prometheus.Collector.
+func (p *PendingApprovals) Collect(ch chan<- prometheus.Metric) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for team, n := range p.counts {
+		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, float64(n), team)
+	}
+}
