@@ -1,0 +1,142 @@
+package worker
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/machine"
+)
+
+func pending(id string, timeoutAt int64) *machine.Entry {
+	return &machine.Entry{PendingID: id, Status: machine.StatePendingApproval, ApprovalTimeoutAt: timeoutAt}
+}
+
+func executing(id string, expiresAt int64) *machine.Entry {
+	return &machine.Entry{PendingID: id, Status: machine.StateExecuting, Lease: &machine.Lease{Holder: "x", ExpiresAt: expiresAt}}
+}
+
+func TestDeadlineOf(t *testing.T) {
+	written := func(e *machine.Entry, at int64) *machine.Entry {
+		e.LastTransition = &machine.Transition{Event: machine.EventSchedule, To: e.Status, At: at}
+		return e
+	}
+	for _, tc := range []struct {
+		name  string
+		entry *machine.Entry
+		kind  kind
+		at    int64
+	}{
+		{"pending", pending("a.b", 100), kindApproval, 100},
+		{"pending, overdue", &machine.Entry{Status: machine.StatePendingApproval, ApprovalTimeoutAt: 100, Overdue: true}, kindNone, 0},
+		{"scheduled later", written(&machine.Entry{Status: machine.StateScheduled, ScheduledExecutionTime: 200}, 100), kindStart, 200},
+		{"scheduled, due when written: the relay's", written(&machine.Entry{Status: machine.StateScheduled, ScheduledExecutionTime: 100}, 100), kindNone, 0},
+		{"executing", executing("a.b", 300), kindLease, 300},
+		{"executing without a lease", &machine.Entry{Status: machine.StateExecuting}, kindNone, 0},
+		{"approved", &machine.Entry{Status: machine.StateApproved}, kindNone, 0},
+		{"rejected by timeout", &machine.Entry{Status: machine.StateRejectedByTimeout, ApprovalTimeoutAt: 100}, kindNone, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, at := deadlineOf(tc.entry)
+			assert.Equal(t, tc.kind, k)
+			assert.Equal(t, tc.at, at)
+		})
+	}
+}
+
+func TestDeadlines_EarliestFirst(t *testing.T) {
+	s := newDeadlines()
+	for i, at := range []int64{50, 10, 40, 30, 20} {
+		s.observe(pending(string(rune('a'+i))+".x", at), 1)
+	}
+	_, ok := s.popDue(9)
+	assert.False(t, ok, "nothing due before 10")
+	var got []int64
+	for {
+		j, ok := s.popDue(45)
+		if !ok {
+			break
+		}
+		got = append(got, j.at)
+	}
+	assert.Equal(t, []int64{10, 20, 30, 40}, got)
+	next, ok := s.next()
+	assert.True(t, ok)
+	assert.Equal(t, int64(50), next)
+}
+
+func TestDeadlines_StaleRevisionChangesNothing(t *testing.T) {
+	s := newDeadlines()
+	s.observe(executing("a.b", 500), 7) // from the bucket
+	s.observe(executing("a.b", 100), 5) // an older event, arriving late
+	j, ok := s.popDue(1000)
+	require.True(t, ok)
+	assert.Equal(t, int64(500), j.at)
+	assert.Equal(t, uint64(7), j.rev)
+}
+
+func TestDeadlines_FinishedEntryIsForgotten(t *testing.T) {
+	s := newDeadlines()
+	s.observe(pending("a.b", 100), 1)
+	s.observe(&machine.Entry{PendingID: "a.b", Status: machine.StateApproved}, 2)
+	assert.Zero(t, s.len())
+	_, ok := s.next()
+	assert.False(t, ok)
+}
+
+func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
+	t.Run("what the action read stands", func(t *testing.T) {
+		s := newDeadlines()
+		s.observe(executing("a.b", 100), 3)
+		j, _ := s.popDue(100)
+		// A heartbeat renewed the lease: revision 4, due at 400.
+		s.done(outcome{id: j.id, rev: 4, kind: kindLease, at: 400})
+		next, ok := s.next()
+		require.True(t, ok)
+		assert.Equal(t, int64(400), next)
+	})
+	t.Run("an event newer than the read wins", func(t *testing.T) {
+		s := newDeadlines()
+		s.observe(executing("a.b", 100), 3)
+		j, _ := s.popDue(100)
+		s.observe(executing("a.b", 900), 6) // reclaimed while the action ran
+		_, ok := s.popDue(1000)
+		assert.False(t, ok, "not acted on twice at once")
+		s.done(outcome{id: j.id, rev: 4, kind: kindLease, at: 400})
+		next, ok := s.next()
+		require.True(t, ok)
+		assert.Equal(t, int64(900), next)
+	})
+	t.Run("an action that read nothing stands unless an event came", func(t *testing.T) {
+		s := newDeadlines()
+		s.observe(pending("a.b", 100), 1)
+		j, _ := s.popDue(100)
+		s.done(outcome{id: j.id}) // expired
+		assert.Zero(t, s.len())
+
+		s.observe(pending("c.d", 100), 1)
+		j, _ = s.popDue(100)
+		s.observe(executing("c.d", 700), 3) // approved and claimed meanwhile
+		s.done(outcome{id: j.id})
+		next, ok := s.next()
+		require.True(t, ok)
+		assert.Equal(t, int64(700), next)
+	})
+	t.Run("a failed action is retried", func(t *testing.T) {
+		s := newDeadlines()
+		s.observe(pending("a.b", 100), 1)
+		j, _ := s.popDue(100)
+		s.done(outcome{id: j.id, rev: j.rev, kind: j.kind, at: 1100})
+		j, ok := s.popDue(1100)
+		require.True(t, ok)
+		assert.Equal(t, kindApproval, j.kind)
+	})
+	t.Run("a gone entry is forgotten", func(t *testing.T) {
+		s := newDeadlines()
+		s.observe(pending("a.b", 100), 1)
+		j, _ := s.popDue(100)
+		s.done(outcome{id: j.id, gone: true})
+		assert.Zero(t, s.len())
+	})
+}

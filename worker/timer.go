@@ -1,0 +1,369 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// Timer owns every deadline of the tool_calls bucket: approval timeouts,
+// scheduled starts and executor leases. It keeps them in a heap in memory,
+// learns them from the events the relay publishes and, at start, from one
+// read of the bucket; when one falls due it reads the entry again and acts
+// on what the entry is now, never on the event that announced it.
+//
+// Any number of Timers may run against one bucket. Each acts on every
+// deadline; compare-and-set makes a second firing a refused transition,
+// and Nats-Msg-Id de-duplication makes a second queueing a dropped publish.
+type Timer struct {
+	js          jetstream.JetStream
+	kv          jetstream.KeyValue
+	store       *bus.KVStore
+	m           *machine.Machine
+	log         *slog.Logger
+	concurrency int
+	retry       time.Duration
+}
+
+// TimerOption configures a Timer.
+type TimerOption func(*Timer)
+
+// WithConcurrency bounds how many deadlines are acted on at once (default
+// 32). Each action is a few round trips to JetStream, so a burst of
+// deadlines (a restart after an outage) drains at about this many times
+// the round-trip rate.
+func WithConcurrency(n int) TimerOption {
+	return func(t *Timer) {
+		if n > 0 {
+			t.concurrency = n
+		}
+	}
+}
+
+// WithRetryDelay sets how long the timer waits before acting again on a
+// deadline whose action failed (JetStream unreachable, say), and before
+// looking once more at a call it queued again after its lease ran out
+// (default 1s).
+func WithRetryDelay(d time.Duration) TimerOption {
+	return func(t *Timer) {
+		if d > 0 {
+			t.retry = d
+		}
+	}
+}
+
+// NewTimer returns a Timer over kv, the tool_calls bucket, moving entries
+// through m. Run starts it.
+func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m *machine.Machine, log *slog.Logger, opts ...TimerOption) *Timer {
+	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 32, retry: time.Second}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+// timerSubjects are the events that can set or clear a deadline: every
+// kind but a policy denial, which creates an entry with none.
+var timerSubjects = slices.DeleteFunc(bus.EventSubjects(), func(s string) bool { return s == bus.SubjectPolicyDenied })
+
+// observation is one revision of an entry, from the bucket or an event.
+type observation struct {
+	entry *machine.Entry
+	rev   uint64
+}
+
+// Run acts on deadlines until ctx ends, then waits for the actions in
+// flight and returns nil. It returns an error if it cannot start, or if
+// the events it learns deadlines from stop before ctx ends.
+func (t *Timer) Run(ctx context.Context) error {
+	iter, dl, err := t.open(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
+		return err
+	}
+	defer iter.Stop()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		<-ctx.Done()
+		iter.Stop()
+	})
+	updates := make(chan observation, 256)
+	var followErr error
+	wg.Go(func() {
+		followErr = t.follow(ctx, iter, updates)
+		cancel()
+	})
+	t.schedule(ctx, dl, updates)
+	cancel()
+	wg.Wait()
+	return followErr
+}
+
+// open subscribes to the events and reads the bucket.
+func (t *Timer) open(ctx context.Context) (jetstream.MessagesContext, *deadlines, error) {
+	// Subscribe first and read the bucket second: an entry written after
+	// the read began has its event after the subscription's start, and
+	// one written before is in the read. The start is a stream sequence,
+	// not "new messages", so that the ordered consumer, recreated after a
+	// disconnect, resumes there even if it had delivered nothing yet.
+	events, err := t.js.Stream(ctx, bus.EventsStream)
+	if err != nil {
+		return nil, nil, fmt.Errorf("timer: stream %s: %w", bus.EventsStream, err)
+	}
+	info, err := events.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("timer: stream %s: %w", bus.EventsStream, err)
+	}
+	cons, err := events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: timerSubjects,
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    info.State.LastSeq + 1,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", bus.EventsStream, err)
+	}
+	iter, err := cons.Messages()
+	if err != nil {
+		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", bus.EventsStream, err)
+	}
+	dl := newDeadlines()
+	n, err := t.load(ctx, dl)
+	if err != nil {
+		iter.Stop()
+		return nil, nil, err
+	}
+	t.log.Info("timer started", "entries", n, "deadlines", dl.len())
+	return iter, dl, nil
+}
+
+// load reads every entry in the bucket once, at its latest revision.
+func (t *Timer) load(ctx context.Context, dl *deadlines) (int, error) {
+	w, err := t.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return 0, fmt.Errorf("timer: read %s: %w", bus.CallsBucket, err)
+	}
+	defer w.Stop()
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case kve, ok := <-w.Updates():
+			if !ok {
+				return n, fmt.Errorf("timer: read %s: watcher stopped", bus.CallsBucket)
+			}
+			if kve == nil { // every entry is in
+				return n, nil
+			}
+			var e machine.Entry
+			if err := json.Unmarshal(kve.Value(), &e); err != nil {
+				t.log.Error("timer: undecodable entry", "key", kve.Key(), "revision", kve.Revision(), "err", err)
+				continue
+			}
+			n++
+			dl.observe(&e, kve.Revision())
+		}
+	}
+}
+
+// follow hands every event's entry to the scheduler until ctx ends. It
+// returns an error only if the events stopped before that: the ordered
+// consumer recreates itself after a disconnect, so that is a failure the
+// process must not go on with, a timer that hears of no new deadline.
+func (t *Timer) follow(ctx context.Context, iter jetstream.MessagesContext, updates chan<- observation) error {
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("timer: events from %s: %w", bus.EventsStream, err)
+		}
+		var ev bus.Event
+		if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
+			// Nothing later can make it readable; the entry's next
+			// event, or the next start, tells the timer what is due.
+			t.log.Error("timer: undecodable event", "subject", msg.Subject(), "err", err)
+			continue
+		}
+		select {
+		case updates <- observation{entry: ev.Entry, rev: ev.Revision}:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// schedule is the one goroutine that owns the deadlines: it takes in what
+// the events say, starts the actions that are due, at most concurrency at
+// once, and takes in what they found.
+func (t *Timer) schedule(ctx context.Context, dl *deadlines, updates <-chan observation) {
+	// Room for every action in flight, so none blocks on its way out
+	// after the loop has stopped listening.
+	outcomes := make(chan outcome, t.concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
+	busy := 0
+	for {
+		for busy < t.concurrency {
+			j, ok := dl.popDue(time.Now().UnixMilli())
+			if !ok {
+				break
+			}
+			busy++
+			wg.Go(func() { outcomes <- t.act(ctx, j) })
+		}
+		var wakeC <-chan time.Time
+		if at, ok := dl.next(); ok && busy < t.concurrency {
+			wake.Reset(time.Until(time.UnixMilli(at)))
+			wakeC = wake.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case o := <-updates:
+			dl.observe(o.entry, o.rev)
+		case o := <-outcomes:
+			busy--
+			dl.done(o)
+		case <-wakeC:
+		}
+	}
+}
+
+// act handles one deadline that fell due.
+func (t *Timer) act(ctx context.Context, j job) outcome {
+	log := t.log.With("pendingId", j.id, "deadline", j.kind.String())
+	if j.kind == kindApproval {
+		// Expire reads the entry and checks the deadline itself, inside
+		// the compare-and-set: reading it here first would only add a
+		// round trip.
+		return t.expire(ctx, log, j)
+	}
+	e, rev, err := t.store.Get(ctx, j.id)
+	if errors.Is(err, machine.ErrNotFound) {
+		return outcome{id: j.id, gone: true}
+	} else if err != nil {
+		return t.retryLater(ctx, log, j, err)
+	}
+	k, at := deadlineOf(e)
+	now := time.Now().UnixMilli()
+	switch {
+	case k == kindNone:
+		return outcome{id: j.id, rev: rev}
+	case at > now:
+		// Not due after all: a heartbeat renewed the lease (heartbeats
+		// publish no event), or the entry moved on to a later deadline.
+		return outcome{id: j.id, rev: rev, kind: k, at: at}
+	case k == kindApproval:
+		return t.expire(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
+	case k == kindStart:
+		return t.start(ctx, log, e, rev)
+	default:
+		return t.leaseExpired(ctx, log, j, e, rev)
+	}
+}
+
+func (t *Timer) expire(ctx context.Context, log *slog.Logger, j job) outcome {
+	e, err := t.m.Expire(ctx, j.id)
+	switch {
+	case err == nil:
+		log.Debug("timer: approval deadline passed", "status", e.Status)
+		return outcome{id: j.id}
+	case errors.Is(err, machine.ErrNotFound):
+		return outcome{id: j.id, gone: true}
+	case errors.Is(err, machine.ErrConflict):
+		// Someone decided first, or another timer fired first.
+		log.Debug("timer: nothing to expire", "err", err)
+		return outcome{id: j.id}
+	default:
+		return t.retryLater(ctx, log, j, err)
+	}
+}
+
+// start queues a scheduled call that has become due, with the de-dup id
+// the relay would have used for the same revision: two timers, or a timer
+// and the relay, queue it once.
+func (t *Timer) start(ctx context.Context, log *slog.Logger, e *machine.Entry, rev uint64) outcome {
+	id := fmt.Sprintf("%s:%d", e.PendingID, rev)
+	if err := t.queue(ctx, e, rev, id); err != nil {
+		return t.retryLater(ctx, log, job{id: e.PendingID, kind: kindStart, at: e.ScheduledExecutionTime, rev: rev}, err)
+	}
+	log.Debug("timer: scheduled call queued", "msgId", id)
+	return outcome{id: e.PendingID, rev: rev}
+}
+
+// leaseExpired queues a call whose executor's lease ran out for another
+// executor to reclaim, or fails it when it has no attempt left.
+func (t *Timer) leaseExpired(ctx context.Context, log *slog.Logger, j job, e *machine.Entry, rev uint64) outcome {
+	if rev == j.requeued {
+		// Queued again already, and nothing renewed or reclaimed it
+		// since: the queue holds it until an executor takes it.
+		return outcome{id: j.id, rev: rev}
+	}
+	if e.AttemptsLeft() > 0 {
+		id := fmt.Sprintf("%s:%d:requeue", e.PendingID, rev)
+		if err := t.queue(ctx, e, rev, id); err != nil {
+			return t.retryLater(ctx, log, job{id: j.id, kind: kindLease, at: e.Lease.ExpiresAt, rev: rev}, err)
+		}
+		log.Debug("timer: lease expired, queued again", "holder", e.Lease.Holder, "attempts", e.ExecutionAttempts, "msgId", id)
+		// A late heartbeat may have renewed the lease between the read
+		// and the publish; it publishes no event, so look once more.
+		// The executor the item reaches then finds the call still
+		// leased and leaves it.
+		return outcome{id: j.id, rev: rev, kind: kindLease, at: time.Now().Add(t.retry).UnixMilli(), requeued: rev}
+	}
+	_, err := t.m.AbandonLease(ctx, j.id)
+	var terr *machine.TransitionError
+	switch {
+	case err == nil:
+		log.Info("timer: lease expired on the last attempt, call failed", "holder", e.Lease.Holder, "attempts", e.ExecutionAttempts)
+		return outcome{id: j.id, rev: rev}
+	case errors.As(err, &terr):
+		// It finished, or a heartbeat renewed the lease just now: the
+		// entry as it is now says which, and a renewal has no event.
+		k, at := deadlineOf(terr.Entry)
+		return outcome{id: j.id, rev: rev, kind: k, at: at}
+	case errors.Is(err, machine.ErrNotFound):
+		return outcome{id: j.id, gone: true}
+	default:
+		return t.retryLater(ctx, log, job{id: j.id, kind: kindLease, at: e.Lease.ExpiresAt, rev: rev}, err)
+	}
+}
+
+// queue publishes a work item for e on its tool's queue.
+func (t *Timer) queue(ctx context.Context, e *machine.Entry, rev uint64, msgID string) error {
+	data, err := json.Marshal(bus.WorkItem{PendingID: e.PendingID, ToolName: e.ToolName, Revision: rev})
+	if err != nil {
+		return err
+	}
+	_, err = t.js.PublishMsg(ctx, &nats.Msg{Subject: bus.WorkSubject(e.ToolName), Data: data},
+		jetstream.WithMsgID(msgID), jetstream.WithExpectStream(bus.WorkStream))
+	return err
+}
+
+// retryLater keeps the deadline j, due again after the retry delay.
+func (t *Timer) retryLater(ctx context.Context, log *slog.Logger, j job, err error) outcome {
+	if ctx.Err() == nil {
+		log.Warn("timer: action failed, will retry", "in", t.retry, "err", err)
+	}
+	return outcome{id: j.id, rev: j.rev, kind: j.kind, at: time.Now().Add(t.retry).UnixMilli(), requeued: j.requeued}
+}

@@ -1,0 +1,529 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/worker"
+)
+
+// waitFor is how long a test waits for something the timer should do
+// within a fraction of a second; generous for -race on two cores.
+const waitFor = 10 * time.Second
+
+// startEnv starts a single server and the relay, whose events the timer
+// learns deadlines from.
+func startEnv(t *testing.T) *bustest.Env {
+	t.Helper()
+	env := bustest.Start(t, bustest.Topology{Name: "single", Replicas: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.NewRelay(env.JS, bus.RelayConfig{AckWait: time.Second}, bustest.Logger()).Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done, "relay stops cleanly")
+	})
+	return env
+}
+
+// startTimer runs a Timer until the returned stop is called or the test
+// ends; stop waits for Run to return and checks it returned nil.
+func startTimer(t *testing.T, env *bustest.Env, opts ...worker.TimerOption) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.NewTimer(env.JS, env.KV, machine.New(env.Store), bustest.Logger(), opts...).Run(ctx)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				assert.NoError(t, err, "timer stops cleanly")
+			case <-time.After(10 * time.Second):
+				t.Error("timer did not stop within 10s of its context ending")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// policy is a machine whose every Submit gets verdict v.
+func policy(env *bustest.Env, v machine.Verdict) *machine.Machine {
+	return machine.New(env.Store, machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+		return v, nil
+	})))
+}
+
+func ask(timeout time.Duration, autoReject bool) machine.Verdict {
+	return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: timeout, AutoRejectOnTimeout: autoReject, Reason: "test asks"}
+}
+
+func run(delay time.Duration, maxAttempts int) machine.Verdict {
+	return machine.Verdict{Action: machine.ActionRun, Delay: delay, MaxExecutionAttempts: maxAttempts, Reason: "test runs"}
+}
+
+func submit(t *testing.T, m *machine.Machine, id string) *machine.Entry {
+	t.Helper()
+	e, err := m.Submit(t.Context(), machine.Call{ToolCallID: id, ToolName: "deploy", Arguments: json.RawMessage(`{"env":"staging"}`), CallerBotID: "bot", ConversationID: "timer"})
+	require.NoError(t, err)
+	return e
+}
+
+// waitEntry waits until the entry satisfies ok and returns it.
+func waitEntry(t *testing.T, env *bustest.Env, id string, ok func(*machine.Entry) bool, msg string) *machine.Entry {
+	t.Helper()
+	var e *machine.Entry
+	require.Eventually(t, func() bool {
+		var err error
+		e, _, err = env.Store.Get(t.Context(), id)
+		return err == nil && ok(e)
+	}, waitFor, 5*time.Millisecond, "%s: %s", id, msg)
+	return e
+}
+
+func hasStatus(s machine.State) func(*machine.Entry) bool {
+	return func(e *machine.Entry) bool { return e.Status == s }
+}
+
+// relayDrained waits until the relay has published everything written so
+// far, so that counting events afterwards can see a duplicate.
+func relayDrained(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c, err := js.Consumer(t.Context(), "KV_"+bus.CallsBucket, "toolgate-relay")
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(t.Context())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	}, waitFor, 10*time.Millisecond, "the relay never caught up")
+}
+
+// streamMsgs returns every message in stream.
+func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	s, err := js.Stream(t.Context(), stream)
+	require.NoError(t, err)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	var msgs []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		msg, err := s.GetMsg(t.Context(), seq)
+		if err != nil {
+			continue // a gap: removed from a work queue
+		}
+		msgs = append(msgs, msg)
+	}
+	return msgs
+}
+
+// eventsByEntry lists each entry's events in TOOL_EVENTS, in order, once
+// the relay has caught up.
+func eventsByEntry(t *testing.T, js jetstream.JetStream) map[string][]bus.Event {
+	t.Helper()
+	relayDrained(t, js)
+	byID := map[string][]bus.Event{}
+	for _, msg := range streamMsgs(t, js, bus.EventsStream) {
+		var ev bus.Event
+		require.NoError(t, json.Unmarshal(msg.Data, &ev))
+		byID[ev.Entry.PendingID] = append(byID[ev.Entry.PendingID], ev)
+	}
+	return byID
+}
+
+// count counts the events of kind ev among evs.
+func count(evs []bus.Event, ev machine.Event) int {
+	n := 0
+	for _, e := range evs {
+		if e.Event == ev {
+			n++
+		}
+	}
+	return n
+}
+
+// workItem is one message queued in TOOL_WORK.
+type workItem struct {
+	bus.WorkItem
+	MsgID string
+	At    time.Time
+}
+
+// workByEntry lists what is queued in TOOL_WORK for each entry. Nothing
+// consumes the queue in these tests, so it holds everything ever queued.
+func workByEntry(t *testing.T, js jetstream.JetStream) map[string][]workItem {
+	t.Helper()
+	byID := map[string][]workItem{}
+	for _, msg := range streamMsgs(t, js, bus.WorkStream) {
+		var w workItem
+		require.NoError(t, json.Unmarshal(msg.Data, &w.WorkItem))
+		w.MsgID, w.At = msg.Header.Get(jetstream.MsgIDHeader), msg.Time
+		byID[w.PendingID] = append(byID[w.PendingID], w)
+	}
+	return byID
+}
+
+func TestTimer_TimeoutRejects(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env)
+	e := submit(t, policy(env, ask(300*time.Millisecond, true)), "reject-me")
+
+	got := waitEntry(t, env, e.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected by timeout")
+	assert.GreaterOrEqual(t, got.DecisionTime, e.ApprovalTimeoutAt, "not rejected before its deadline")
+	assert.Equal(t, "timer", got.LastTransition.Actor)
+	assert.True(t, got.Overdue)
+
+	evs := eventsByEntry(t, env.JS)[e.PendingID]
+	assert.Equal(t, 1, count(evs, machine.EventTimeout), "one timeout event")
+}
+
+func TestTimer_NoAutoRejectFlagsOnceAndStaysPending(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env)
+	m := policy(env, ask(200*time.Millisecond, false))
+	e := submit(t, m, "flag-me")
+
+	waitEntry(t, env, e.PendingID, func(e *machine.Entry) bool { return e.Overdue }, "flagged overdue")
+	// Long past the deadline, the call is still the human's to decide.
+	time.Sleep(500 * time.Millisecond)
+	got, err := m.Get(t.Context(), e.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, got.Status)
+	evs := eventsByEntry(t, env.JS)[e.PendingID]
+	assert.Equal(t, 1, count(evs, machine.EventOverdue), "flagged once")
+	assert.Equal(t, bus.SubjectApprovalTimeout, evs[len(evs)-1].Type)
+
+	approved, err := m.Decide(t.Context(), e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateApproved, approved.Status)
+}
+
+func TestTimer_DecisionBeforeDeadlineLeavesItAlone(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env)
+	m := policy(env, ask(400*time.Millisecond, true))
+	approved := submit(t, m, "approved")
+	rejected := submit(t, m, "rejected")
+	cancelled := submit(t, m, "cancelled")
+	control := submit(t, m, "control") // same deadline, nobody answers
+	_, err := m.Decide(t.Context(), approved.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	_, err = m.Decide(t.Context(), rejected.PendingID, machine.Decision{Approve: false, By: "alice"})
+	require.NoError(t, err)
+	_, err = m.Cancel(t.Context(), cancelled.PendingID, "agent", "conversation ended")
+	require.NoError(t, err)
+
+	// Once the control is rejected the deadline has passed for all four.
+	waitEntry(t, env, control.PendingID, hasStatus(machine.StateRejectedByTimeout), "control rejected by timeout")
+	time.Sleep(100 * time.Millisecond)
+	events := eventsByEntry(t, env.JS)
+	for id, want := range map[string]machine.State{
+		approved.PendingID:  machine.StateApproved,
+		rejected.PendingID:  machine.StateRejectedByUser,
+		cancelled.PendingID: machine.StateCancelled,
+	} {
+		got, err := m.Get(t.Context(), id)
+		require.NoError(t, err)
+		assert.Equal(t, want, got.Status, id)
+		assert.Zero(t, count(events[id], machine.EventTimeout)+count(events[id], machine.EventOverdue), id)
+	}
+}
+
+func TestTimer_ScheduledStartQueuedOnceWhenDue(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env)
+	later := submit(t, policy(env, run(700*time.Millisecond, 0)), "later")
+	cancelled := submit(t, policy(env, run(700*time.Millisecond, 0)), "cancelled")
+	now := submit(t, policy(env, run(0, 0)), "now") // the relay's to queue
+	_, err := policy(env, run(0, 0)).Cancel(t.Context(), cancelled.PendingID, "agent", "changed its mind")
+	require.NoError(t, err)
+
+	time.Sleep(300 * time.Millisecond)
+	assert.Empty(t, workByEntry(t, env.JS)[later.PendingID], "queued before it was due")
+
+	require.Eventually(t, func() bool { return len(workByEntry(t, env.JS)[later.PendingID]) > 0 }, waitFor, 5*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // room for a second one, which must not come
+	relayDrained(t, env.JS)
+	work := workByEntry(t, env.JS)
+	if assert.Len(t, work[later.PendingID], 1) {
+		w := work[later.PendingID][0]
+		kve, err := env.KV.Get(t.Context(), later.PendingID)
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprintf("%s:%d", later.PendingID, kve.Revision()), w.MsgID, "the relay's de-dup id for the revision")
+		assert.Equal(t, bus.WorkItem{PendingID: later.PendingID, ToolName: "deploy", Revision: kve.Revision()}, w.WorkItem)
+		assert.False(t, w.At.Before(time.UnixMilli(later.ScheduledExecutionTime)), "queued at %s, due at %s", w.At, time.UnixMilli(later.ScheduledExecutionTime))
+	}
+	assert.Len(t, work[now.PendingID], 1, "a call due when written is queued once, by the relay")
+	assert.Empty(t, work[cancelled.PendingID], "a cancelled call is not queued")
+}
+
+// claimed submits a call that runs at once and claims it for a lease,
+// as an executor would, and returns the entry as claimed.
+func claimed(t *testing.T, env *bustest.Env, id string, maxAttempts int, lease time.Duration) *machine.Entry {
+	t.Helper()
+	m := policy(env, run(0, maxAttempts))
+	e := submit(t, m, id)
+	e, err := m.Claim(t.Context(), e.PendingID, "ghost-executor", lease)
+	require.NoError(t, err)
+	return e
+}
+
+func TestTimer_LeaseExpiryRequeuesWithAttemptsLeft(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env)
+	e := claimed(t, env, "requeue", 3, 300*time.Millisecond)
+	kve, err := env.KV.Get(t.Context(), e.PendingID)
+	require.NoError(t, err)
+
+	requeueID := fmt.Sprintf("%s:%d:requeue", e.PendingID, kve.Revision())
+	var requeued workItem
+	require.Eventually(t, func() bool {
+		for _, w := range workByEntry(t, env.JS)[e.PendingID] {
+			if w.MsgID == requeueID {
+				requeued = w
+				return true
+			}
+		}
+		return false
+	}, waitFor, 5*time.Millisecond, "queued again as %s", requeueID)
+	assert.False(t, requeued.At.Before(time.UnixMilli(e.Lease.ExpiresAt)), "queued again before the lease ran out")
+	assert.Equal(t, kve.Revision(), requeued.Revision)
+
+	// The next executor reclaims it, with one attempt more.
+	again, err := machine.New(env.Store).Claim(t.Context(), e.PendingID, "executor-2", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, 2, again.ExecutionAttempts)
+	assert.Equal(t, machine.EventReclaim, again.LastTransition.Event)
+
+	time.Sleep(300 * time.Millisecond)
+	assert.Len(t, workByEntry(t, env.JS)[e.PendingID], 2, "the relay's item and one requeue")
+	assert.Zero(t, count(eventsByEntry(t, env.JS)[e.PendingID], machine.EventFail))
+}
+
+func TestTimer_LeaseExpiryOnLastAttemptFails(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env)
+	e := claimed(t, env, "abandon", 1, 300*time.Millisecond)
+
+	got := waitEntry(t, env, e.PendingID, hasStatus(machine.StateCompletedFailure), "failed")
+	assert.Contains(t, got.Error, "lost its lease")
+	assert.Nil(t, got.Lease)
+	assert.GreaterOrEqual(t, got.LastTransition.At, e.Lease.ExpiresAt)
+	evs := eventsByEntry(t, env.JS)[e.PendingID]
+	assert.Equal(t, 1, count(evs, machine.EventFail))
+	assert.Equal(t, "timer", evs[len(evs)-1].Actor)
+	assert.Len(t, workByEntry(t, env.JS)[e.PendingID], 1, "only the relay's item: nothing queued again")
+}
+
+func TestTimer_RenewedLeaseReschedules(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env)
+	const lease = 300 * time.Millisecond
+	e := claimed(t, env, "renewed", 3, lease)
+	m := machine.New(env.Store)
+
+	// Heartbeats publish no event: the timer learns of each renewal only
+	// by reading the entry when the lease it knew of runs out.
+	var last *machine.Entry
+	for end := time.Now().Add(1200 * time.Millisecond); time.Now().Before(end); time.Sleep(lease / 4) {
+		var err error
+		last, err = m.Heartbeat(t.Context(), e.PendingID, "ghost-executor", lease)
+		require.NoError(t, err)
+	}
+	assert.Len(t, workByEntry(t, env.JS)[e.PendingID], 1, "queued again while its lease was being renewed")
+
+	// The executor goes quiet: the renewed lease runs out and the call is
+	// queued again, not before.
+	var requeued []workItem
+	require.Eventually(t, func() bool {
+		requeued = workByEntry(t, env.JS)[e.PendingID]
+		return len(requeued) == 2
+	}, waitFor, 5*time.Millisecond)
+	assert.False(t, requeued[1].At.Before(time.UnixMilli(last.Lease.ExpiresAt)), "queued again at %s, lease ran out at %s", requeued[1].At, time.UnixMilli(last.Lease.ExpiresAt))
+	assert.Contains(t, requeued[1].MsgID, ":requeue")
+}
+
+// deadlines is one of each kind of deadline, all due at about the same
+// time: a timeout that rejects, one that flags, a scheduled start, a lease
+// with attempts left and one without.
+type deadlines struct {
+	reject, flag, start, requeue, abandon []*machine.Entry
+}
+
+func submitDeadlines(t *testing.T, env *bustest.Env, n int, in time.Duration) *deadlines {
+	t.Helper()
+	var d deadlines
+	for i := range n {
+		// Spread over the next few hundred ms, so that some fall due
+		// while others are being acted on.
+		at := in + time.Duration(i)*in/time.Duration(max(n, 1))
+		d.reject = append(d.reject, submit(t, policy(env, ask(at, true)), fmt.Sprint("reject-", i)))
+		d.flag = append(d.flag, submit(t, policy(env, ask(at, false)), fmt.Sprint("flag-", i)))
+		d.start = append(d.start, submit(t, policy(env, run(at, 0)), fmt.Sprint("start-", i)))
+		d.requeue = append(d.requeue, claimed(t, env, fmt.Sprint("requeue-", i), 3, at))
+		d.abandon = append(d.abandon, claimed(t, env, fmt.Sprint("abandon-", i), 1, at))
+	}
+	return &d
+}
+
+// waitFired waits until every deadline in d was acted on.
+func (d *deadlines) waitFired(t *testing.T, env *bustest.Env) {
+	t.Helper()
+	for _, e := range d.reject {
+		waitEntry(t, env, e.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected")
+	}
+	for _, e := range d.flag {
+		waitEntry(t, env, e.PendingID, func(e *machine.Entry) bool { return e.Overdue }, "flagged")
+	}
+	for _, e := range d.abandon {
+		waitEntry(t, env, e.PendingID, hasStatus(machine.StateCompletedFailure), "failed")
+	}
+	require.Eventually(t, func() bool {
+		work := workByEntry(t, env.JS)
+		for _, e := range d.start {
+			if len(work[e.PendingID]) == 0 {
+				return false
+			}
+		}
+		for _, e := range d.requeue {
+			if len(work[e.PendingID]) < 2 {
+				return false
+			}
+		}
+		return true
+	}, waitFor, 10*time.Millisecond, "every scheduled call queued, every lost lease queued again")
+}
+
+// assertOnce checks that every deadline in d was acted on exactly once:
+// one event per timeout, one work item per start and per requeue.
+func (d *deadlines) assertOnce(t *testing.T, env *bustest.Env) {
+	t.Helper()
+	events := eventsByEntry(t, env.JS)
+	work := workByEntry(t, env.JS)
+	for _, e := range d.reject {
+		assert.Equal(t, 1, count(events[e.PendingID], machine.EventTimeout), "timeouts of %s", e.PendingID)
+	}
+	for _, e := range d.flag {
+		assert.Equal(t, 1, count(events[e.PendingID], machine.EventOverdue), "overdue flags of %s", e.PendingID)
+	}
+	for _, e := range d.abandon {
+		assert.Equal(t, 1, count(events[e.PendingID], machine.EventFail), "failures of %s", e.PendingID)
+		assert.Len(t, work[e.PendingID], 1, "work for %s: the relay's only", e.PendingID)
+	}
+	for _, e := range d.start {
+		assert.Len(t, work[e.PendingID], 1, "work for %s", e.PendingID)
+	}
+	for _, e := range d.requeue {
+		assert.Len(t, work[e.PendingID], 2, "work for %s: the relay's and one requeue", e.PendingID)
+	}
+}
+
+func TestTimer_RestartFiresPassedDeadlinesAtOnce(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	stop := startTimer(t, env)
+	stop()
+
+	d := submitDeadlines(t, env, 4, 200*time.Millisecond)
+	time.Sleep(600 * time.Millisecond) // every deadline passes with no timer running
+	for _, e := range append(d.reject, d.flag...) {
+		got, _, err := env.Store.Get(t.Context(), e.PendingID)
+		require.NoError(t, err)
+		require.Equal(t, machine.StatePendingApproval, got.Status)
+		require.False(t, got.Overdue)
+	}
+
+	restarted := time.Now()
+	startTimer(t, env)
+	d.waitFired(t, env)
+	assert.Less(t, time.Since(restarted), 5*time.Second, "overdue deadlines fire as soon as the timer is back")
+	d.assertOnce(t, env)
+}
+
+func TestTimer_TwoTimersActOnceEach(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env)
+	startTimer(t, env)
+
+	d := submitDeadlines(t, env, 10, 300*time.Millisecond)
+	d.waitFired(t, env)
+	time.Sleep(200 * time.Millisecond) // room for a second firing, which must not land
+	d.assertOnce(t, env)
+}
+
+// TestTimer_DecisionsRaceTheDeadline has humans approve calls at the very
+// moment two timers reject them: each call ends either approved or rejected
+// by timeout, with exactly one event saying which.
+func TestTimer_DecisionsRaceTheDeadline(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env)
+	startTimer(t, env)
+	const n = 100
+	m := policy(env, ask(500*time.Millisecond, true))
+	entries := make([]*machine.Entry, n)
+	for i := range entries {
+		entries[i] = submit(t, m, fmt.Sprint("race-", i))
+	}
+	// Decide each at its deadline, give or take a few ms.
+	var wg sync.WaitGroup
+	for i, e := range entries {
+		wg.Go(func() {
+			time.Sleep(time.Until(time.UnixMilli(e.ApprovalTimeoutAt).Add(time.Duration(i%7-3) * time.Millisecond)))
+			_, err := m.Decide(context.Background(), e.PendingID, machine.Decision{Approve: true, By: "alice"})
+			if err != nil {
+				assert.ErrorIs(t, err, machine.ErrConflict)
+			}
+		})
+	}
+	wg.Wait()
+
+	for _, e := range entries {
+		waitEntry(t, env, e.PendingID, func(e *machine.Entry) bool { return e.Status != machine.StatePendingApproval }, "decided or timed out")
+	}
+	time.Sleep(200 * time.Millisecond)
+	events := eventsByEntry(t, env.JS)
+	won := map[machine.State]int{}
+	for _, e := range entries {
+		got, err := m.Get(t.Context(), e.PendingID)
+		require.NoError(t, err)
+		won[got.Status]++
+		evs := events[e.PendingID]
+		approvals, timeouts := count(evs, machine.EventApprove), count(evs, machine.EventTimeout)
+		assert.Equal(t, 1, approvals+timeouts, "%s: one decision", e.PendingID)
+		switch got.Status {
+		case machine.StateApproved:
+			assert.Equal(t, 1, approvals, e.PendingID)
+		case machine.StateRejectedByTimeout:
+			assert.Equal(t, 1, timeouts, e.PendingID)
+		default:
+			t.Errorf("%s: %s", e.PendingID, got.Status)
+		}
+	}
+	t.Logf("approved %d, timed out %d", won[machine.StateApproved], won[machine.StateRejectedByTimeout])
+}
