@@ -1,6 +1,7 @@
 package claudecode
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -42,9 +43,11 @@ func ParseInput(data []byte) (Input, error) {
 	if err := json.Unmarshal(data, &in); err != nil {
 		return in, fmt.Errorf("%w: hook input: %v", machine.ErrInvalid, err)
 	}
-	for field, v := range map[string]string{"session_id": in.SessionID, "hook_event_name": in.HookEventName, "tool_name": in.ToolName} {
-		if v == "" {
-			return in, fmt.Errorf("%w: hook input: %s: required", machine.ErrInvalid, field)
+	for _, f := range []struct{ name, value string }{
+		{"session_id", in.SessionID}, {"hook_event_name", in.HookEventName}, {"tool_name", in.ToolName},
+	} {
+		if f.value == "" {
+			return in, fmt.Errorf("%w: hook input: %s: required", machine.ErrInvalid, f.name)
 		}
 	}
 	if len(in.ToolInput) == 0 {
@@ -192,9 +195,13 @@ type Options struct {
 	Caller string // callerBotId of the calls (default "claude-code")
 	Team   string
 	// Wait bounds how long a hook waits for a human; past it the hook
-	// answers ask (PreToolUse) or deny (permission decisions). 0: until
-	// the call's own approval deadline.
+	// hands the decision back to Claude Code's own prompt. 0: until the
+	// call's own approval deadline.
 	Wait time.Duration
+	// OnError is the answer when toolgate cannot decide (it cannot be
+	// reached, say): Ask (the default: Claude Code's prompt decides) or
+	// Deny.
+	OnError Behavior
 }
 
 func (o Options) caller() string {
@@ -207,20 +214,32 @@ func (o Options) caller() string {
 // Handle answers one hook input: the JSON to print or send back.
 func Handle(ctx context.Context, g Gate, in Input, opts Options) (any, error) {
 	switch in.HookEventName {
-	case EventPreToolUse:
-		return decide(ctx, g, in, opts).PreToolUse(), nil
-	case EventPermissionRequest:
-		d := decide(ctx, g, in, opts)
-		if d.Behavior == Ask {
-			// No decision: Claude Code shows its own permission dialog.
-			return struct{}{}, nil
-		}
-		return d.PermissionRequest(), nil
+	case EventPreToolUse, EventPermissionRequest:
+		return Answer(in, decide(ctx, g, in, opts)), nil
 	case EventPostToolUse, EventPostToolUseFailure:
 		return struct{}{}, record(ctx, g, in, opts)
 	default:
 		return nil, fmt.Errorf("%w: hook_event_name: %q is not one toolgate handles (PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure)", machine.ErrInvalid, in.HookEventName)
 	}
+}
+
+// Answer puts d in the shape of the hook that asked. A PermissionRequest
+// without a decision answers nothing, so that Claude Code shows its own
+// permission dialog; a PostToolUse answers nothing at all.
+func Answer(in Input, d Decision) any {
+	switch {
+	case in.HookEventName == EventPreToolUse:
+		return d.PreToolUse()
+	case in.HookEventName == EventPermissionRequest && d.Behavior != Ask:
+		return d.PermissionRequest()
+	default:
+		return struct{}{}
+	}
+}
+
+// Unreachable is the decision when toolgate cannot be asked at all.
+func Unreachable(opts Options, err error) Decision {
+	return Decision{Behavior: cmp.Or(opts.OnError, Ask), Reason: "toolgate could not decide: " + err.Error()}
 }
 
 // decide submits the call and waits for its verdict.
@@ -232,7 +251,7 @@ func decide(ctx context.Context, g Gate, in Input, opts Options) Decision {
 	}
 	e, err := g.Submit(ctx, in.Call(opts.caller(), opts.Team))
 	if err != nil {
-		return Decide(client.Outcome{}, err)
+		return Unreachable(opts, err)
 	}
 	o, err := g.Await(ctx, e.PendingID)
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -246,6 +265,9 @@ func decide(ctx context.Context, g Gate, in Input, opts Options) Decision {
 		}
 		// It was decided just as we gave up: that decision stands.
 		o, err = g.Await(cctx, e.PendingID)
+	}
+	if err != nil && !errors.Is(err, client.ErrRejected) {
+		return Unreachable(opts, err)
 	}
 	return Decide(o, err)
 }

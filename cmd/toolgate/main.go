@@ -43,6 +43,9 @@ Usage:
                            reject a call; the agent is told why
   toolgate cancel ID | --conversation C
                            cancel a call, or a conversation's calls
+
+  toolgate hook claude-code   a Claude Code hook (PreToolUse, PermissionRequest, PostToolUse)
+  toolgate mcp                an MCP server on stdio: --permission-prompt-tool mcp__toolgate__approve
   toolgate policy get|set FILE|validate FILE
                            print, replace or check the policy
 
@@ -67,13 +70,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serve(ctx, args[1:], stderr)
 	case "version":
 		printVersion(stdout)
-	case "submit", "pending", "list", "show", "approve", "reject", "cancel", "policy":
-		return runCLI(ctx, args[0], args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
-		fmt.Fprintf(stderr, "toolgate: unknown command %q\n\n%s", args[0], usage)
-		return 2
+		// runCLI knows the verbs that talk to a running toolgate, and
+		// says so when args[0] is none of them.
+		return runCLI(ctx, args[0], args[1:], stdout, stderr)
 	}
 	switch {
 	case err == nil:

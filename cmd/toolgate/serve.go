@@ -181,17 +181,43 @@ func (m *Main) Run(ctx context.Context) error {
 		run := roles[name]
 		log := m.Log.With("role", name)
 		g.Go(func() error {
-			if err := run(ctx, d, log); err != nil {
+			// An error while shutting down is the shutdown, not a failure.
+			if err := run(ctx, d, log); err != nil && ctx.Err() == nil {
 				return fmt.Errorf("role %s: %w", name, err)
 			}
 			return nil
 		})
+	}
+	if slices.Contains(m.Config.Roles.resolve(), "intake") {
+		// "Serving" means a client can submit: wait for this process's
+		// request API to answer, so nobody who waits for the log line
+		// gets "no responders".
+		if err := waitForService(ctx, nc); err != nil {
+			return errors.Join(err, g.Wait())
+		}
 	}
 	m.Log.Info("toolgate serving", "nats", nc.ConnectedUrlRedacted(), "replicas", m.Config.Replicas, "roles", strings.Join(m.Config.Roles.resolve(), ","))
 	if m.ready != nil {
 		close(m.ready)
 	}
 	return g.Wait()
+}
+
+// waitForService waits until toolgate's request API answers a ping.
+func waitForService(ctx context.Context, nc *nats.Conn) error {
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := nc.RequestWithContext(pctx, "$SRV.PING."+bus.ServiceName, nil)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // deps is what the roles share: one connection, one Machine.
