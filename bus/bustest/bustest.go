@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/embedded"
 )
 
 // Topology is a kind of deployment a test runs against.
@@ -63,7 +64,7 @@ func Start(t testing.TB, topo Topology) *Env {
 // Server starts one JetStream server on a free port.
 func Server(t testing.TB) *server.Server {
 	t.Helper()
-	s, err := bus.StartServer(bus.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir()})
+	s, err := embedded.StartServer(embedded.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir()})
 	require.NoError(t, err)
 	t.Cleanup(s.Shutdown)
 	return s
@@ -83,12 +84,12 @@ func Cluster(t testing.TB, n int) []*server.Server {
 	name := fmt.Sprintf("tg-%s", strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()))
 	servers := make([]*server.Server, n)
 	for i := range servers {
-		s, err := bus.StartServer(bus.ServerConfig{
+		s, err := embedded.StartServer(embedded.ServerConfig{
 			Name:     fmt.Sprintf("%s-%d", name, i),
 			Host:     "127.0.0.1",
 			Port:     -1,
 			StoreDir: filepath.Join(t.TempDir(), fmt.Sprint(i)),
-			Cluster:  &bus.ClusterConfig{Name: name, Host: "127.0.0.1", Port: routePorts[i], Routes: routes},
+			Cluster:  &embedded.ClusterConfig{Name: name, Host: "127.0.0.1", Port: routePorts[i], Routes: routes},
 		})
 		require.NoError(t, err)
 		t.Cleanup(s.Shutdown)

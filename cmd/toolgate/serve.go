@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/embedded"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -279,7 +280,7 @@ func (m *Main) connect() (*nats.Conn, error) {
 		return bus.Connect(c)
 	}
 	host, port, _ := splitHostPort(m.Config.Listen)
-	srv, err := bus.StartServer(bus.ServerConfig{
+	srv, err := embedded.StartServer(embedded.ServerConfig{
 		Host: host, Port: port, StoreDir: filepath.Join(m.Config.Data, "jetstream"),
 		User: c.User, Password: c.Password, Token: c.Token,
 	})

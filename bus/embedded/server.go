@@ -1,4 +1,7 @@
-package bus
+// Package embedded runs a NATS server with JetStream inside the process:
+// toolgate serve's single-machine mode, and the tests' servers. It is apart
+// from bus so that agents importing the client do not link a NATS server.
+package embedded
 
 import (
 	"fmt"
