@@ -1,0 +1,587 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// AnalyticsBucket is the KV bucket the analytics keep their aggregates in.
+const AnalyticsBucket = "tool_analytics"
+
+// metaKey holds the generation in force: the aggregates read and written
+// are those under "g<generation>.", and the consumer that feeds them is
+// durableName(generation). A rebuild builds the next generation beside the
+// current one and switches to it when it has caught up.
+const metaKey = "meta"
+
+type analyticsMeta struct {
+	Generation uint64 `json:"generation"`
+	RebuiltAt  int64  `json:"rebuiltAt,omitempty"`
+}
+
+func durableName(gen uint64) string { return fmt.Sprintf("toolgate-analytics-g%d", gen) }
+
+func genPrefix(gen uint64) string { return fmt.Sprintf("g%d.", gen) }
+
+// AnalyticsConfig tunes Analytics.
+type AnalyticsConfig struct {
+	// Replicas of the bucket, when ProvisionAnalytics creates it (default 1).
+	Replicas int
+	// AckWait is how long a batch handed to a process that died waits
+	// before another process takes it (default 30s).
+	AckWait time.Duration
+	// BatchSize is how many events are folded into one round of KV writes
+	// (default 256).
+	BatchSize int
+	Log       *slog.Logger
+}
+
+// Analytics keeps approval statistics in the tool_analytics bucket and
+// reads them back as a Report.
+//
+// Run is a durable consumer of TOOL_EVENTS, one consumer shared by every
+// process running it: they split the events between them, and a restarted
+// process goes on where the consumer stopped. Each batch of events is
+// folded into the aggregates it touches (per tool, per team, per approver,
+// per hour), one compare-and-set per aggregate, and acknowledged after
+// every aggregate is written.
+//
+// An aggregate must take each event in exactly once although a batch may
+// be redelivered (its process died after writing some aggregates and
+// before acknowledging) or be in the hands of two processes at once (one
+// was slow past AckWait). So every aggregate records the stream sequences
+// it has taken in (Applied) in the same write as the counts: an event whose
+// sequence is already there is skipped, and a compare-and-set that loses
+// to another writer re-reads and re-checks. Order does not matter, since
+// the aggregates are sums. The set stays small: it holds the sequences of
+// every batch that wrote the aggregate, contiguous runs merge, and
+// everything at or below the consumer's ack floor (acknowledged, hence
+// written everywhere it belongs) folds into one number.
+type Analytics struct {
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	cfg AnalyticsConfig
+	log *slog.Logger
+	now func() time.Time
+
+	// afterApply, when set, is a failure point for tests: an error stops
+	// Run after a batch is written and before it is acknowledged, as a
+	// crash would.
+	afterApply func(seqs []uint64) error
+}
+
+// ProvisionAnalytics creates the analytics bucket, or updates it; it is
+// idempotent.
+func ProvisionAnalytics(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      AnalyticsBucket,
+		Description: "toolgate analytics: aggregates per tool, team, approver and hour",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("provision bucket %s: %w", AnalyticsBucket, err)
+	}
+	return kv, nil
+}
+
+// OpenAnalytics provisions the bucket and returns the analytics over it.
+func OpenAnalytics(ctx context.Context, js jetstream.JetStream, cfg AnalyticsConfig) (*Analytics, error) {
+	kv, err := ProvisionAnalytics(ctx, js, cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	return NewAnalytics(js, kv, cfg), nil
+}
+
+// NewAnalytics returns the analytics over an existing bucket.
+func NewAnalytics(js jetstream.JetStream, kv jetstream.KeyValue, cfg AnalyticsConfig) *Analytics {
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 256
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Analytics{js: js, kv: kv, cfg: cfg, log: log, now: time.Now}
+}
+
+// generation returns the generation in force and the meta key's revision,
+// creating generation 1 if there is none.
+func (a *Analytics) generation(ctx context.Context) (uint64, uint64, error) {
+	for {
+		kve, err := a.kv.Get(ctx, metaKey)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			data, _ := json.Marshal(analyticsMeta{Generation: 1})
+			rev, err := a.kv.Create(ctx, metaKey, data)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+			return 1, rev, err
+		} else if err != nil {
+			return 0, 0, err
+		}
+		var m analyticsMeta
+		if err := json.Unmarshal(kve.Value(), &m); err != nil || m.Generation == 0 {
+			return 0, 0, fmt.Errorf("analytics: key %s of %s is not readable: %q", metaKey, AnalyticsBucket, kve.Value())
+		}
+		return m.Generation, kve.Revision(), nil
+	}
+}
+
+// crash is the error of a test failure point: Run returns it at once.
+type crash struct{ err error }
+
+func (c crash) Error() string { return c.err.Error() }
+func (c crash) Unwrap() error { return c.err }
+
+// Run consumes events into the aggregates of the generation in force until
+// ctx ends, switching to a new generation as soon as a rebuild puts one in
+// force. Failures of the bus are logged and retried, not returned: the
+// aggregates wait, and the consumer's lag says so.
+func (a *Analytics) Run(ctx context.Context) error {
+	w, err := a.kv.Watch(ctx, metaKey, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("analytics: watch %s: %w", metaKey, err)
+	}
+	defer func() { _ = w.Stop() }()
+	updates := w.Updates()
+	backoff := time.Duration(0)
+	for {
+		if backoff > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+		}
+		gen, _, err := a.generation(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			backoff = nextBackoff(backoff)
+			a.log.Warn("analytics: reading the generation failed, retrying", "in", backoff, "err", err)
+			continue
+		}
+		gctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- a.consume(gctx, gen, nil) }()
+		stopped, err := a.follow(ctx, gen, &updates, done)
+		cancel()
+		if !stopped {
+			err = <-done
+		}
+		var c crash
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &c):
+			return c.err
+		case err != nil || stopped:
+			backoff = nextBackoff(backoff)
+			a.log.Warn("analytics: consumer stopped, restarting", "generation", gen, "in", backoff, "err", err)
+		default:
+			backoff = 0
+			a.log.Info("analytics: another generation is in force", "was", gen)
+		}
+	}
+}
+
+// follow waits until the consumer of gen stops (stopped, with its error),
+// ctx ends, or the meta key names another generation.
+func (a *Analytics) follow(ctx context.Context, gen uint64, updates *<-chan jetstream.KeyValueEntry, done <-chan error) (stopped bool, err error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case err := <-done:
+			return true, err
+		case kve, ok := <-*updates:
+			if !ok {
+				// The watch ended; the consumer's errors still say when a
+				// rebuild deletes the generation's consumer.
+				*updates = nil
+				continue
+			}
+			if kve == nil || kve.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var m analyticsMeta
+			if json.Unmarshal(kve.Value(), &m) == nil && m.Generation != gen {
+				return false, nil
+			}
+		}
+	}
+}
+
+func nextBackoff(d time.Duration) time.Duration {
+	return min(max(2*d, 250*time.Millisecond), 10*time.Second)
+}
+
+// consume runs the durable consumer of gen until ctx ends or the consumer
+// goes away. caughtUp, when set, is called once when every event in the
+// stream has been applied and acknowledged.
+func (a *Analytics) consume(ctx context.Context, gen uint64, caughtUp func()) error {
+	cons, err := a.js.CreateOrUpdateConsumer(ctx, bus.EventsStream, jetstream.ConsumerConfig{
+		Durable:       durableName(gen),
+		Description:   fmt.Sprintf("toolgate analytics, generation %d", gen),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       a.cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 4 * a.cfg.BatchSize,
+	})
+	if err != nil {
+		return fmt.Errorf("analytics: consumer %s: %w", durableName(gen), err)
+	}
+	if caughtUp != nil {
+		if info := cons.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
+			caughtUp()
+		}
+	}
+	msgs := make(chan jetstream.Msg, a.cfg.BatchSize)
+	gone := make(chan error, 1)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-ctx.Done():
+			_ = m.Nak()
+		}
+	}, jetstream.PullMaxMessages(a.cfg.BatchSize), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			select {
+			case gone <- err:
+			default:
+			}
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("analytics: consume %s: %w", durableName(gen), err)
+	}
+	defer func() {
+		cc.Stop()
+		// Hand back what was delivered and not applied, so that whoever
+		// consumes next gets it now rather than after AckWait.
+		for {
+			select {
+			case m := <-msgs:
+				_ = m.Nak()
+			default:
+				return
+			}
+		}
+	}()
+	for {
+		var batch []jetstream.Msg
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-gone:
+			return fmt.Errorf("analytics: consumer %s: %w", durableName(gen), err)
+		case m := <-msgs:
+			batch = append(batch, m)
+		}
+	more:
+		for len(batch) < a.cfg.BatchSize {
+			select {
+			case m := <-msgs:
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		seqs, last, err := a.apply(ctx, cons, gen, batch)
+		if err != nil {
+			for _, m := range batch {
+				_ = m.NakWithDelay(time.Second)
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			a.log.Warn("analytics: applying a batch failed, it will be redelivered", "events", len(batch), "err", err)
+			continue
+		}
+		if a.afterApply != nil {
+			if err := a.afterApply(seqs); err != nil {
+				return crash{err}
+			}
+		}
+		for _, m := range batch {
+			_ = m.Ack()
+		}
+		if caughtUp != nil && last != nil && last.NumPending == 0 && len(msgs) == 0 {
+			caughtUp()
+		}
+	}
+}
+
+// touch is one aggregate a batch changes, and the events that change it.
+type touch struct {
+	fresh func() aggregate
+	evs   []event
+}
+
+// apply folds a batch into the aggregates of gen. It returns the batch's
+// sequences and the metadata of its last message.
+func (a *Analytics) apply(ctx context.Context, cons jetstream.Consumer, gen uint64, batch []jetstream.Msg) ([]uint64, *jetstream.MsgMetadata, error) {
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("consumer info: %w", err)
+	}
+	floor := info.AckFloor.Stream
+	var (
+		seqs    []uint64
+		last    *jetstream.MsgMetadata
+		seen    = map[uint64]bool{}
+		touches = map[string]*touch{}
+	)
+	for _, m := range batch {
+		meta, err := m.Metadata()
+		if err != nil {
+			continue
+		}
+		last = meta
+		seq := meta.Sequence.Stream
+		if seen[seq] {
+			continue // delivered twice into one batch (redelivered while queued)
+		}
+		seen[seq] = true
+		seqs = append(seqs, seq)
+		var ev bus.Event
+		if err := json.Unmarshal(m.Data(), &ev); err != nil || ev.Entry == nil {
+			// Nothing can make it readable later: it counts as applied.
+			a.log.Error("analytics: undecodable event", "seq", seq, "subject", m.Subject(), "err", err)
+			continue
+		}
+		for key, fresh := range keysFor(gen, &ev) {
+			t := touches[key]
+			if t == nil {
+				t = &touch{fresh: fresh}
+				touches[key] = t
+			}
+			t.evs = append(t.evs, event{seq: seq, Event: &ev})
+		}
+	}
+	ranges := seqRanges(seqs)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for key, t := range touches {
+		g.Go(func() error { return a.update(gctx, key, t, ranges, floor) })
+	}
+	return seqs, last, g.Wait()
+}
+
+// keysFor names the aggregates an event changes, each with a constructor
+// of its empty value.
+func keysFor(gen uint64, ev *bus.Event) map[string]func() aggregate {
+	e := ev.Entry
+	p := genPrefix(gen)
+	keys := map[string]func() aggregate{
+		p + "tool." + machine.KeyToken(e.ToolName): func() aggregate { return &toolStats{Stats{Name: e.ToolName}} },
+		p + "team." + machine.KeyToken(e.Team):     func() aggregate { return &Stats{Name: e.Team} },
+	}
+	hour := time.UnixMilli(ev.At).UTC().Truncate(time.Hour)
+	keys[hourKey(gen, hour)] = func() aggregate { return &HourStats{Hour: hour.UnixMilli()} }
+	if ev.Event == machine.EventApprove || ev.Event == machine.EventReject {
+		by := e.ApprovedOrRejectedByUserID
+		if by == "" {
+			by = ev.Actor
+		}
+		keys[p+"approver."+machine.KeyToken(by)] = func() aggregate { return &ApproverStats{Name: by} }
+	}
+	return keys
+}
+
+func hourKey(gen uint64, hour time.Time) string {
+	return genPrefix(gen) + "hour." + hour.UTC().Format("2006010215")
+}
+
+// update applies the events of t not yet in the aggregate at key, by
+// compare-and-set, and records the batch's sequences in it.
+func (a *Analytics) update(ctx context.Context, key string, t *touch, ranges [][2]uint64, floor uint64) error {
+	for {
+		v := t.fresh()
+		var rev uint64
+		kve, err := a.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return fmt.Errorf("get %s: %w", key, err)
+		default:
+			if err := json.Unmarshal(kve.Value(), v); err != nil {
+				return fmt.Errorf("aggregate %s is not readable: %w", key, err)
+			}
+			rev = kve.Revision()
+		}
+		applied := v.applied()
+		applied.Raise(floor)
+		changed := false
+		for _, ev := range t.evs {
+			if !applied.Has(ev.seq) {
+				v.add(ev)
+				changed = true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		applied.Add(ranges)
+		data, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = a.kv.Create(ctx, key, data)
+		} else {
+			_, err = a.kv.Update(ctx, key, data, rev)
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // another process wrote it: re-read, and re-check what it took in
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", key, err)
+		}
+		return nil
+	}
+}
+
+// Rebuild re-derives every aggregate from the start of TOOL_EVENTS (as far
+// back as the stream keeps events) into a new generation, puts it in force
+// once it has caught up, and removes the old one. Processes running Run
+// meanwhile keep the old generation current until the switch, then carry
+// on with the new one's consumer; readers see the old numbers until the
+// switch and the new ones after, never a half-built set. It returns the new
+// generation.
+func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
+	cur, rev, err := a.generation(ctx)
+	if err != nil {
+		return 0, err
+	}
+	next := cur + 1
+	// What a rebuild that failed earlier may have left behind.
+	if err := a.js.DeleteConsumer(ctx, bus.EventsStream, durableName(next)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, fmt.Errorf("rebuild: %w", err)
+	}
+	if err := a.purgeGenerations(ctx, func(g uint64) bool { return g == next }); err != nil {
+		return 0, err
+	}
+
+	caught := make(chan struct{})
+	var once sync.Once
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.consume(cctx, next, func() { once.Do(func() { close(caught) }) }) }()
+	select {
+	case <-caught:
+	case err := <-done:
+		if err == nil {
+			err = ctx.Err()
+		}
+		return 0, fmt.Errorf("rebuild: %w", err)
+	case <-ctx.Done():
+		cancel()
+		<-done
+		return 0, ctx.Err()
+	}
+
+	data, _ := json.Marshal(analyticsMeta{Generation: next, RebuiltAt: a.now().UnixMilli()})
+	_, err = a.kv.Update(ctx, metaKey, data, rev)
+	cancel()
+	<-done
+	if err != nil {
+		return 0, fmt.Errorf("rebuild: putting generation %d in force (did another rebuild run?): %w", next, err)
+	}
+	if err := a.js.DeleteConsumer(ctx, bus.EventsStream, durableName(cur)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		a.log.Warn("rebuild: deleting the old consumer failed", "consumer", durableName(cur), "err", err)
+	}
+	// A process that had not yet seen the switch may still write a key of
+	// the old generation after this: harmless, as nothing reads it, and the
+	// next rebuild removes it.
+	if err := a.purgeGenerations(ctx, func(g uint64) bool { return g != next }); err != nil {
+		a.log.Warn("rebuild: removing old generations failed", "err", err)
+	}
+	return next, nil
+}
+
+// purgeGenerations removes every key of the generations doomed says.
+func (a *Analytics) purgeGenerations(ctx context.Context, doomed func(uint64) bool) error {
+	lister, err := a.kv.ListKeys(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil
+		}
+		return fmt.Errorf("list %s: %w", AnalyticsBucket, err)
+	}
+	gens := map[uint64]bool{}
+	for k := range lister.Keys() {
+		head, _, ok := strings.Cut(k, ".")
+		if g, err := strconv.ParseUint(strings.TrimPrefix(head, "g"), 10, 64); ok && strings.HasPrefix(head, "g") && err == nil && doomed(g) {
+			gens[g] = true
+		}
+	}
+	if len(gens) == 0 {
+		return nil
+	}
+	s, err := a.js.Stream(ctx, "KV_"+AnalyticsBucket)
+	if err != nil {
+		return err
+	}
+	for g := range gens {
+		if err := s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+AnalyticsBucket+"."+genPrefix(g)+">")); err != nil {
+			return fmt.Errorf("purge generation %d: %w", g, err)
+		}
+	}
+	return nil
+}
+
+// Lag is how many events the analytics of the generation in force have yet
+// to take in: not yet delivered, or delivered and not acknowledged.
+func (a *Analytics) Lag(ctx context.Context) (uint64, error) {
+	gen, _, err := a.generation(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return a.lag(ctx, gen)
+}
+
+func (a *Analytics) lag(ctx context.Context, gen uint64) (uint64, error) {
+	c, err := a.js.Consumer(ctx, bus.EventsStream, durableName(gen))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// Nobody has consumed yet: everything is to come.
+		s, err := a.js.Stream(ctx, bus.EventsStream)
+		if err != nil {
+			return 0, err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return info.State.Msgs, nil
+	} else if err != nil {
+		return 0, err
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.NumPending + uint64(info.NumAckPending), nil
+}

@@ -1,0 +1,382 @@
+package metrics
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+)
+
+// Report is what the analytics say: GET /v1/analytics and `toolgate stats`
+// show it.
+type Report struct {
+	GeneratedAt int64  `json:"generatedAt"` // epoch milliseconds
+	Generation  uint64 `json:"generation"`
+	// Lag is how many events are not yet counted: when it is not 0, the
+	// numbers are catching up.
+	Lag             uint64           `json:"lag"`
+	Totals          ToolReport       `json:"totals"`
+	Tools           []ToolReport     `json:"tools"`
+	Teams           []ToolReport     `json:"teams"`
+	Approvers       []ApproverReport `json:"approvers"`
+	Recommendations []Recommendation `json:"recommendations"`
+	Series          Series           `json:"series"`
+}
+
+// ToolReport is what happened to the calls of a tool, or of a team.
+type ToolReport struct {
+	Name         string `json:"name"`
+	Calls        int64  `json:"calls"`
+	Asked        int64  `json:"asked"`
+	RanUnasked   int64  `json:"ranUnasked"`
+	PolicyDenied int64  `json:"policyDenied"`
+	Approved     int64  `json:"approved"`
+	Rejected     int64  `json:"rejected"`
+	TimedOut     int64  `json:"timedOut"`
+	Overdue      int64  `json:"overdue"`
+	Cancelled    int64  `json:"cancelled"`
+	Attempts     int64  `json:"attempts"`
+	Succeeded    int64  `json:"succeeded"`
+	Failed       int64  `json:"failed"`
+	// Decided are the asked calls that got an answer: approved, rejected,
+	// or rejected by the timeout.
+	Decided       int64   `json:"decided"`
+	ApprovalRate  float64 `json:"approvalRate"`  // approved / decided
+	RejectionRate float64 `json:"rejectionRate"` // rejected (by a human) / decided
+	TimeoutRate   float64 `json:"timeoutRate"`   // (timed out + overdue) / asked
+	// TimeToDecide is request to a human's decision.
+	TimeToDecide        DurationSummary `json:"timeToDecide"`
+	TopRejectionReasons []NameCount     `json:"topRejectionReasons,omitempty"`
+	Cost                float64         `json:"cost"`
+	EstimatedCost       float64         `json:"estimatedCost"`
+	ApprovalTimeoutMs   int64           `json:"approvalTimeoutMs,omitempty"` // the longest a call was given
+	Teams               []NameCount     `json:"teams,omitempty"`             // a tool's calls per team
+	LastAskedAt         int64           `json:"lastAskedAt,omitempty"`
+}
+
+// ApproverReport is one approver's decisions.
+type ApproverReport struct {
+	Name              string          `json:"name"`
+	Decisions         int64           `json:"decisions"`
+	Approved          int64           `json:"approved"`
+	Rejected          int64           `json:"rejected"`
+	ApprovalRate      float64         `json:"approvalRate"`
+	ResponseTime      DurationSummary `json:"responseTime"`
+	MostRejectedTools []NameCount     `json:"mostRejectedTools,omitempty"`
+}
+
+// Series is activity over time, for charts.
+type Series struct {
+	Resolution string        `json:"resolution"` // "hour" or "minute"
+	From       int64         `json:"from"`       // epoch milliseconds, inclusive
+	To         int64         `json:"to"`         // exclusive
+	Points     []SeriesPoint `json:"points"`     // one per interval, oldest first, empty ones included
+}
+
+// SeriesPoint is one interval's activity. Decisions are by the time they
+// were made; their response time is from the call's request.
+type SeriesPoint struct {
+	T              int64   `json:"t"` // start, epoch milliseconds
+	Calls          int64   `json:"calls"`
+	Asked          int64   `json:"asked"`
+	Decisions      int64   `json:"decisions"`
+	Approved       int64   `json:"approved"`
+	Rejected       int64   `json:"rejected"`
+	TimedOut       int64   `json:"timedOut"`
+	MeanResponseMs float64 `json:"meanResponseMs"`
+	P50ResponseMs  float64 `json:"p50ResponseMs,omitempty"` // hourly points only
+	P90ResponseMs  float64 `json:"p90ResponseMs,omitempty"`
+}
+
+// Resolutions of a Series.
+const (
+	ResolutionHour   = "hour"
+	ResolutionMinute = "minute"
+)
+
+// Windows a report's series may span.
+const (
+	DefaultSeriesHours   = 24
+	MaxSeriesHours       = 31 * 24
+	MaxMinuteSeriesHours = 24
+)
+
+// ReportOptions choose the time series of a Report.
+type ReportOptions struct {
+	Hours      int       // window, ending at Until (default DefaultSeriesHours)
+	Resolution string    // ResolutionHour (default) or ResolutionMinute
+	Until      time.Time // end of the window (default now)
+}
+
+func (o *ReportOptions) normalize(now time.Time) error {
+	if o.Hours == 0 {
+		o.Hours = DefaultSeriesHours
+	}
+	if o.Resolution == "" {
+		o.Resolution = ResolutionHour
+	}
+	if o.Until.IsZero() {
+		o.Until = now
+	}
+	switch o.Resolution {
+	case ResolutionHour:
+		if o.Hours < 1 || o.Hours > MaxSeriesHours {
+			return fmt.Errorf("hours: must be 1 to %d, got %d", MaxSeriesHours, o.Hours)
+		}
+	case ResolutionMinute:
+		if o.Hours < 1 || o.Hours > MaxMinuteSeriesHours {
+			return fmt.Errorf("hours: must be 1 to %d at minute resolution, got %d", MaxMinuteSeriesHours, o.Hours)
+		}
+	default:
+		return fmt.Errorf("resolution: must be %s or %s, got %q", ResolutionHour, ResolutionMinute, o.Resolution)
+	}
+	return nil
+}
+
+// ErrBadOptions wraps what is wrong with ReportOptions.
+var ErrBadOptions = errors.New("bad report options")
+
+// Report reads the aggregates of the generation in force.
+func (a *Analytics) Report(ctx context.Context, opts ReportOptions) (*Report, error) {
+	now := a.now()
+	if err := opts.normalize(now); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadOptions, err)
+	}
+	gen, _, err := a.generation(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{GeneratedAt: now.UnixMilli(), Generation: gen,
+		Tools: []ToolReport{}, Teams: []ToolReport{}, Approvers: []ApproverReport{}}
+	if r.Lag, err = a.lag(ctx, gen); err != nil {
+		return nil, err
+	}
+
+	tools, teams, approvers, err := a.readAggregates(ctx, gen)
+	if err != nil {
+		return nil, err
+	}
+	var totals Stats
+	for _, t := range tools {
+		totals.merge(&t.Stats)
+		r.Tools = append(r.Tools, t.report())
+	}
+	for _, t := range teams {
+		r.Teams = append(r.Teams, t.report())
+	}
+	for _, ap := range approvers {
+		r.Approvers = append(r.Approvers, ap.report())
+	}
+	r.Totals = totals.report()
+	r.Totals.Name = "total"
+	r.Recommendations = recommend(r)
+	if r.Series, err = a.series(ctx, gen, opts); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// readAggregates reads every tool's, team's and approver's aggregate of
+// gen (a watch's initial values: one request, however many keys), sorted
+// by name.
+func (a *Analytics) readAggregates(ctx context.Context, gen uint64) ([]*toolStats, []*Stats, []*ApproverStats, error) {
+	p := genPrefix(gen)
+	w, err := a.kv.WatchFiltered(ctx, []string{p + "tool.*", p + "team.*", p + "approver.*"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	var (
+		tools     []*toolStats
+		teams     []*Stats
+		approvers []*ApproverStats
+	)
+	for {
+		var kve jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return nil, nil, nil, ctx.Err()
+		case kve = <-w.Updates():
+		}
+		if kve == nil {
+			break
+		}
+		var v any
+		switch kind, _, _ := strings.Cut(strings.TrimPrefix(kve.Key(), p), "."); kind {
+		case "tool":
+			t := &toolStats{}
+			tools, v = append(tools, t), t
+		case "team":
+			t := &Stats{}
+			teams, v = append(teams, t), t
+		case "approver":
+			ap := &ApproverStats{}
+			approvers, v = append(approvers, ap), ap
+		default:
+			continue
+		}
+		if err := json.Unmarshal(kve.Value(), v); err != nil {
+			return nil, nil, nil, fmt.Errorf("aggregate %s is not readable: %w", kve.Key(), err)
+		}
+	}
+	slices.SortFunc(tools, func(x, y *toolStats) int { return cmp.Compare(x.Name, y.Name) })
+	slices.SortFunc(teams, func(x, y *Stats) int { return cmp.Compare(x.Name, y.Name) })
+	slices.SortFunc(approvers, func(x, y *ApproverStats) int { return cmp.Compare(x.Name, y.Name) })
+	return tools, teams, approvers, nil
+}
+
+// series reads the hours of the window.
+func (a *Analytics) series(ctx context.Context, gen uint64, opts ReportOptions) (Series, error) {
+	end := opts.Until.UTC().Truncate(time.Hour).Add(time.Hour)
+	start := end.Add(-time.Duration(opts.Hours) * time.Hour)
+	hours := make([]*HourStats, opts.Hours)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range hours {
+		h := start.Add(time.Duration(i) * time.Hour)
+		g.Go(func() error {
+			kve, err := a.kv.Get(gctx, hourKey(gen, h))
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				hours[i] = &HourStats{Hour: h.UnixMilli()}
+				return nil
+			} else if err != nil {
+				return err
+			}
+			hs := &HourStats{}
+			if err := json.Unmarshal(kve.Value(), hs); err != nil {
+				return fmt.Errorf("aggregate %s is not readable: %w", kve.Key(), err)
+			}
+			hours[i] = hs
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return Series{}, err
+	}
+	s := Series{Resolution: opts.Resolution, From: start.UnixMilli(), To: end.UnixMilli(), Points: []SeriesPoint{}}
+	for _, h := range hours {
+		if opts.Resolution == ResolutionHour {
+			p := h.Point.report(h.Hour)
+			p.P50ResponseMs = math.Round(h.Response.Quantile(0.5))
+			p.P90ResponseMs = math.Round(h.Response.Quantile(0.9))
+			s.Points = append(s.Points, p)
+			continue
+		}
+		for m := range 60 {
+			var p Point
+			if h.Minutes[m] != nil {
+				p = *h.Minutes[m]
+			}
+			s.Points = append(s.Points, p.report(h.Hour+int64(m)*time.Minute.Milliseconds()))
+		}
+	}
+	return s, nil
+}
+
+func (p *Point) report(t int64) SeriesPoint {
+	sp := SeriesPoint{T: t, Calls: p.Calls, Asked: p.Asked, Decisions: p.Approved + p.Rejected,
+		Approved: p.Approved, Rejected: p.Rejected, TimedOut: p.TimedOut}
+	if sp.Decisions > 0 {
+		sp.MeanResponseMs = math.Round(float64(p.ResponseSumMs) / float64(sp.Decisions))
+	}
+	return sp
+}
+
+func ratio(n, d int64) float64 {
+	if d == 0 {
+		return 0
+	}
+	return float64(n) / float64(d)
+}
+
+func (s *Stats) report() ToolReport {
+	decided := s.Approved + s.Rejected + s.TimedOut
+	return ToolReport{
+		Name: s.Name, Calls: s.Calls, Asked: s.Asked, RanUnasked: s.RanUnasked, PolicyDenied: s.PolicyDenied,
+		Approved: s.Approved, Rejected: s.Rejected, TimedOut: s.TimedOut, Overdue: s.Overdue,
+		Cancelled: s.Cancelled, Attempts: s.Attempts, Succeeded: s.Succeeded, Failed: s.Failed,
+		Decided:             decided,
+		ApprovalRate:        ratio(s.Approved, decided),
+		RejectionRate:       ratio(s.Rejected, decided),
+		TimeoutRate:         ratio(s.TimedOut+s.Overdue, s.Asked),
+		TimeToDecide:        s.Decide.Summary(),
+		TopRejectionReasons: top(s.Reasons, 5),
+		Cost:                s.Cost,
+		EstimatedCost:       s.EstimatedCost,
+		ApprovalTimeoutMs:   s.TimeoutMs,
+		LastAskedAt:         s.LastAskedAt,
+	}
+}
+
+func (t *toolStats) report() ToolReport {
+	r := t.Stats.report()
+	r.Teams = top(t.Teams, maxTeamsKept+1)
+	return r
+}
+
+func (a *ApproverStats) report() ApproverReport {
+	return ApproverReport{
+		Name: a.Name, Decisions: a.Approved + a.Rejected, Approved: a.Approved, Rejected: a.Rejected,
+		ApprovalRate:      ratio(a.Approved, a.Approved+a.Rejected),
+		ResponseTime:      a.Response.Summary(),
+		MostRejectedTools: top(a.RejectedTools, 5),
+	}
+}
+
+// ServeHTTP serves GET /v1/analytics: the Report as JSON. Query
+// parameters: hours (the series' window, default 24), resolution (hour or
+// minute) and until (the window's end, epoch milliseconds; default now).
+func (a *Analytics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeJSONError(w, http.StatusMethodNotAllowed, "use GET")
+		return
+	}
+	q := r.URL.Query()
+	var opts ReportOptions
+	if v := q.Get("hours"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("hours: must be a whole number, got %q", v))
+			return
+		}
+		opts.Hours = n
+	}
+	opts.Resolution = q.Get("resolution")
+	if v := q.Get("until"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 {
+			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("until: must be epoch milliseconds, got %q", v))
+			return
+		}
+		opts.Until = time.UnixMilli(ms)
+	}
+	rep, err := a.Report(r.Context(), opts)
+	switch {
+	case errors.Is(err, ErrBadOptions):
+		writeJSONError(w, http.StatusBadRequest, err.Error())
+		return
+	case err != nil:
+		writeJSONError(w, http.StatusServiceUnavailable, "analytics unavailable: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(rep)
+}
+
+func writeJSONError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
