@@ -47,6 +47,7 @@ var (
 	policyPtrType = reflect.TypeFor[*Policy]()
 	toolSetType   = reflect.TypeFor[ToolSet]()
 	namesType     = reflect.TypeFor[Names]()
+	channelsType  = reflect.TypeFor[Channels]()
 )
 
 func (d *decoder) document(root *yaml.Node, doc *Document) {
@@ -210,7 +211,7 @@ func (d *decoder) sequence(path *fieldPath, n *yaml.Node, v reflect.Value) {
 	}
 	t := v.Type()
 	if len(n.Content) == 0 {
-		if t == namesType {
+		if t == namesType || t == channelsType {
 			v.Set(reflect.MakeSlice(t, 0, 0)) // an explicit empty list overrides
 		}
 		return

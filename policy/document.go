@@ -68,7 +68,55 @@ type Policy struct {
 	// count as default: the agent being gated should not be able to switch
 	// the gate off by saying so.
 	DisableBypassPermissionsMode *bool `yaml:"disableBypassPermissionsMode,omitempty" json:"disableBypassPermissionsMode,omitempty"`
+	// Notify lists the channels told when a call waits for a human, and
+	// when it stops waiting. Like the other lists, the narrowest scope
+	// that sets it replaces the wider ones' list: "notify: []" mutes a
+	// team or conversation.
+	Notify Channels `yaml:"notify,omitempty" json:"notify,omitzero"`
+	// InboxURL is the web inbox's base URL, which notifications link to
+	// (<inboxUrl>/#/calls/<pendingId>). Without it they carry no links.
+	InboxURL *string `yaml:"inboxUrl,omitempty" json:"inboxUrl,omitempty"`
 }
+
+// Channel is somewhere notifications go.
+type Channel struct {
+	// Type is how the channel is spoken to: webhook, slack or ntfy.
+	Type ChannelType `yaml:"type" json:"type"`
+	// URL is the webhook's address, the Slack incoming webhook's, or the
+	// ntfy server's base (the topic is appended).
+	URL string `yaml:"url" json:"url"`
+	// Secret signs a webhook's deliveries (HMAC-SHA256, required for
+	// webhook); for ntfy it is an access token sent as a bearer token
+	// (optional). Slack takes none: its URL is the secret.
+	Secret string `yaml:"secret,omitempty" json:"secret,omitempty"`
+	// Topic is the ntfy topic (ntfy only, required there).
+	Topic string `yaml:"topic,omitempty" json:"topic,omitempty"`
+}
+
+// ChannelType says how a Channel is spoken to.
+type ChannelType string
+
+// The kinds of channel.
+const (
+	// ChannelWebhook POSTs the event, signed, to any HTTP endpoint.
+	ChannelWebhook ChannelType = "webhook"
+	// ChannelSlack posts a message to a Slack incoming webhook.
+	ChannelSlack ChannelType = "slack"
+	// ChannelNtfy publishes to an ntfy topic (ntfy.sh or self-hosted).
+	ChannelNtfy ChannelType = "ntfy"
+)
+
+var channelTypes = []ChannelType{ChannelWebhook, ChannelSlack, ChannelNtfy}
+
+// Valid reports whether t is one of the kinds of channel.
+func (t ChannelType) Valid() bool { return slices.Contains(channelTypes, t) }
+
+// Channels is a scope's notify list. Like Names, it is its own type so that
+// an explicit empty list survives Marshal.
+type Channels []Channel
+
+// IsZero reports whether the list is unset, for yaml's omitempty and json's omitzero.
+func (c Channels) IsZero() bool { return c == nil }
 
 // Rules are a scope's permission rules, each list checked in order.
 type Rules struct {

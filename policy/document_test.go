@@ -170,6 +170,33 @@ func TestParse_Errors(t *testing.T) {
 		{"syntax", "default: [", `policy: malformed document: yaml:`},
 		{"not a mapping", "- a\n- b", `policy: malformed document: want a mapping with default, teams or conversations, got a list`},
 		{"two documents", "default: {}\n---\ndefault: {}", `policy: malformed document: want one YAML document, found more`},
+		{"notify not a list", "default:\n  notify: {type: slack}", `policy: default.notify: must be a list, got a mapping`},
+		{"notify entry not a mapping", "default:\n  notify: [slack]", `policy: default.notify[0]: must be a mapping, got "slack"`},
+		{"notify unknown field", "default:\n  notify: [{type: slack, url: 'https://h/x', channel: '#ops'}]",
+			`policy: default.notify[0].channel: unknown field`},
+		{"notify type", "default:\n  notify: [{type: email, url: 'https://h/x'}]",
+			`policy: default.notify[0].type: must be webhook, slack or ntfy, got "email"`},
+		{"notify type missing", "default:\n  notify: [{url: 'https://h/x'}]", `policy: default.notify[0].type: must be webhook, slack or ntfy, got ""`},
+		{"notify url missing", "default:\n  notify: [{type: slack}]", `policy: default.notify[0].url: required: an absolute http or https URL`},
+		{"notify url scheme", "teams:\n  ops:\n    notify:\n      - {type: slack, url: 'https://hooks.slack.com/services/T/B/X'}\n      - {type: slack, url: 'ftp://h/x'}",
+			`policy: teams.ops.notify[1].url: must be an absolute http or https URL, got scheme "ftp"`},
+		{"notify url relative", "default:\n  notify: [{type: slack, url: '/services/T/B/X'}]",
+			`policy: default.notify[0].url: must be an absolute http or https URL, got scheme ""`},
+		{"notify url without host", "default:\n  notify: [{type: slack, url: 'https:///x'}]",
+			`policy: default.notify[0].url: must be an absolute http or https URL with a host`},
+		{"notify url not a url", "default:\n  notify: [{type: slack, url: 'http://a b/'}]", `policy: default.notify[0].url: not a URL`},
+		{"ntfy topic missing", "default:\n  notify: [{type: ntfy, url: 'https://ntfy.sh'}]", `policy: default.notify[0].topic: required for an ntfy channel`},
+		{"ntfy topic", "default:\n  notify: [{type: ntfy, url: 'https://ntfy.sh', topic: 'a/b'}]",
+			`policy: default.notify[0].topic: must be 1 to 64 letters, digits, '-' or '_', got "a/b"`},
+		{"topic on slack", "default:\n  notify: [{type: slack, url: 'https://h/x', topic: t}]", `policy: default.notify[0].topic: only ntfy channels have a topic`},
+		{"webhook without secret", "default:\n  notify: [{type: webhook, url: 'https://h/x'}]", `policy: default.notify[0].secret: required for a webhook`},
+		{"slack with secret", "default:\n  notify: [{type: slack, url: 'https://h/x', secret: s}]", `policy: default.notify[0].secret: a Slack incoming webhook takes no secret`},
+		{"channel twice", "default:\n  notify: [{type: slack, url: 'https://h/x'}, {type: slack, url: 'https://h/x'}]",
+			`policy: default.notify[1]: the same channel as default.notify[0]`},
+		{"too many channels", "default:\n  notify:\n" + slackChannels(17), `policy: default.notify: at most 16 channels, got 17`},
+		{"inbox url", "conversations:\n  c1:\n    inboxUrl: toolgate.example", `policy: conversations.c1.inboxUrl: must be an absolute http or https URL, got scheme ""`},
+		{"inbox url query", "default:\n  inboxUrl: 'https://toolgate.example/?a=1'", `policy: default.inboxUrl: must not have a query`},
+		{"inbox url fragment", "default:\n  inboxUrl: 'https://toolgate.example/#/x'", `policy: default.inboxUrl: must not have a fragment`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -181,6 +208,15 @@ func TestParse_Errors(t *testing.T) {
 			assert.ErrorAs(t, err, &fe)
 		})
 	}
+}
+
+// slackChannels is a notify list of n distinct Slack channels.
+func slackChannels(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "    - {type: slack, url: 'https://hooks.slack.com/services/T/B/%d'}\n", i)
+	}
+	return b.String()
 }
 
 func TestParse_ReportsEveryProblem(t *testing.T) {
@@ -220,6 +256,89 @@ func TestParse_AliasExpansionIsBounded(t *testing.T) {
 	assert.ErrorIs(t, err, machine.ErrInvalid)
 	assert.Contains(t, err.Error(), "policy: malformed document: more than 100000 nodes")
 	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+// notifyDocument is the notify example of the design brief, with a team
+// that replaces the list and one that mutes it.
+const notifyDocument = `default:
+  notify:
+    - {type: webhook, url: "https://hooks.example/toolgate", secret: "s3cr3t"}
+    - {type: slack, url: "https://hooks.slack.com/services/T/B/X"}
+    - {type: ntfy, url: "https://ntfy.sh", topic: "team-approvals"}
+  inboxUrl: "https://toolgate.example"
+teams:
+  finance:
+    notify:
+      - {type: slack, url: "https://hooks.slack.com/services/T/B/FIN"}
+  quiet:
+    notify: []
+conversations:
+  c1:
+    inboxUrl: "https://staging.toolgate.example/inbox"
+`
+
+func TestParse_Notify(t *testing.T) {
+	doc, err := Parse([]byte(notifyDocument))
+	require.NoError(t, err)
+	all := []Channel{
+		{Type: ChannelWebhook, URL: "https://hooks.example/toolgate", Secret: "s3cr3t"},
+		{Type: ChannelSlack, URL: "https://hooks.slack.com/services/T/B/X"},
+		{Type: ChannelNtfy, URL: "https://ntfy.sh", Topic: "team-approvals"},
+	}
+	finance := []Channel{{Type: ChannelSlack, URL: "https://hooks.slack.com/services/T/B/FIN"}}
+
+	def := doc.Resolve("", "")
+	assert.Equal(t, all, def.Notify)
+	assert.Equal(t, "https://toolgate.example", def.InboxURL)
+	assert.Equal(t, "default", def.Sources["notify"])
+
+	fin := doc.Resolve("finance", "")
+	assert.Equal(t, finance, fin.Notify, "the team's list replaces the default's, it does not add to it")
+	assert.Equal(t, "teams.finance", fin.Sources["notify"])
+	assert.Equal(t, "https://toolgate.example", fin.InboxURL, "inherited")
+
+	quiet := doc.Resolve("quiet", "")
+	assert.Empty(t, quiet.Notify, "an explicit empty list mutes the team")
+	assert.Equal(t, "teams.quiet", quiet.Sources["notify"])
+
+	conv := doc.Resolve("finance", "c1")
+	assert.Equal(t, finance, conv.Notify, "a conversation that does not set notify keeps its team's")
+	assert.Equal(t, "https://staging.toolgate.example/inbox", conv.InboxURL)
+	assert.Equal(t, "conversations.c1", conv.Sources["inboxUrl"])
+
+	none := (&Document{}).Resolve("t", "c")
+	assert.Nil(t, none.Notify, "built-in: no channels")
+	assert.Equal(t, "", none.InboxURL)
+	assert.Equal(t, BuiltIn, none.Sources["notify"])
+	assert.Equal(t, BuiltIn, none.Sources["inboxUrl"])
+
+	out, err := Marshal(doc)
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "  quiet:\n    notify: []\n", "the mute survives Marshal")
+	again, err := Parse(out)
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, doc, again)
+
+	b, err := json.Marshal(doc)
+	require.NoError(t, err)
+	again, err = Parse(b)
+	require.NoError(t, err, "%s", b)
+	assert.Equal(t, doc, again)
+
+	c := doc.Clone()
+	c.Default.Notify[0].Secret = "changed"
+	*c.Conversations["c1"].InboxURL = "changed"
+	assert.Equal(t, "s3cr3t", doc.Default.Notify[0].Secret, "Clone copies the list")
+	assert.Equal(t, "https://staging.toolgate.example/inbox", *doc.Conversations["c1"].InboxURL)
+}
+
+func TestParse_NotifyReportsEveryChannelProblem(t *testing.T) {
+	_, err := Parse([]byte("default:\n  notify:\n    - {type: webhook, url: 'https://h/x', secret: s}\n    - {type: ntfy, url: 'mailto:a@b'}\n"))
+	require.Error(t, err)
+	assert.Equal(t, "policy: 2 problems:\n"+
+		"\tdefault.notify[1].url: must be an absolute http or https URL, got scheme \"mailto\"\n"+
+		"\tdefault.notify[1].topic: required for an ntfy channel", err.Error())
+	assert.NotContains(t, err.Error(), "a@b", "URLs are not quoted back: a Slack one is a secret")
 }
 
 func TestMarshal_RoundTrip(t *testing.T) {

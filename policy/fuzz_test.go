@@ -85,6 +85,8 @@ func FuzzParse(f *testing.F) {
 		"- a",
 		"default: {}\n---\n",
 		"default:\n  maxExecutionAttempts: 1.5\n  dailyCostLimit: .nan",
+		notifyDocument,
+		"default:\n  notify: [{type: ntfy, url: 'ftp://x'}, null, {type: slack, url: 'https://h/x', secret: s, topic: t}]\n  inboxUrl: 'https://x/?#'",
 		"",
 	} {
 		f.Add([]byte(s))

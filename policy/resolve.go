@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"text/template"
 	"time"
 
@@ -53,6 +56,10 @@ type Resolved struct {
 	PermissionMode           Mode
 	// DisableBypassPermissionsMode makes a call's bypassPermissions count as default.
 	DisableBypassPermissionsMode bool
+	// Notify are the channels told of the call's approval (none by default).
+	Notify []Channel
+	// InboxURL is the base of the links in notifications; "" for none.
+	InboxURL string
 
 	// Sources names the scope each value came from ("default",
 	// "teams.finance", "conversations.c1", or BuiltIn), keyed by the field's
@@ -236,7 +243,81 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 	if m := p.PermissionMode; m != nil && !m.Valid() {
 		errs.add(at("permissionMode"), "must be default, acceptEdits, plan or bypassPermissions, got %q", string(*m))
 	}
+	checkChannels(errs, at("notify"), p.Notify)
+	if u := p.InboxURL; u != nil {
+		if msg := checkHTTPURL(*u); msg != "" {
+			errs.add(at("inboxUrl"), "%s", msg)
+		} else if strings.Contains(*u, "?") {
+			errs.add(at("inboxUrl"), "must not have a query: links append #/calls/<pendingId> to it")
+		}
+	}
 	return l
+}
+
+// maxChannels bounds a scope's notify list: every call that asks is
+// delivered to each, and each is a consumer on the bus.
+const maxChannels = 16
+
+// ntfyTopicRE is what ntfy accepts as a topic name.
+var ntfyTopicRE = regexp.MustCompile(`^[-_A-Za-z0-9]{1,64}$`)
+
+func checkChannels(errs *errorList, path string, chans Channels) {
+	if len(chans) > maxChannels {
+		errs.add(path, "at most %d channels, got %d", maxChannels, len(chans))
+	}
+	seen := map[Channel]int{}
+	for i, c := range chans {
+		at := func(field string) string { return fmt.Sprintf("%s[%d].%s", path, i, field) }
+		if !c.Type.Valid() {
+			errs.add(at("type"), "must be webhook, slack or ntfy, got %q", string(c.Type))
+		}
+		if msg := checkHTTPURL(c.URL); msg != "" {
+			errs.add(at("url"), "%s", msg)
+		}
+		switch {
+		case c.Type == ChannelNtfy && c.Topic == "":
+			errs.add(at("topic"), "required for an ntfy channel")
+		case c.Type == ChannelNtfy && !ntfyTopicRE.MatchString(c.Topic):
+			errs.add(at("topic"), "must be 1 to 64 letters, digits, '-' or '_', got %q", c.Topic)
+		case c.Type != ChannelNtfy && c.Topic != "" && c.Type.Valid():
+			errs.add(at("topic"), "only ntfy channels have a topic")
+		}
+		switch {
+		case c.Type == ChannelWebhook && c.Secret == "":
+			errs.add(at("secret"), "required for a webhook: deliveries are signed with it (X-Toolgate-Signature)")
+		case c.Type == ChannelSlack && c.Secret != "":
+			errs.add(at("secret"), "a Slack incoming webhook takes no secret: its url is the secret")
+		case len(c.Secret) > 1024:
+			errs.add(at("secret"), "at most 1024 bytes, got %d", len(c.Secret))
+		}
+		key := Channel{Type: c.Type, URL: c.URL, Topic: c.Topic}
+		if j, ok := seen[key]; ok {
+			errs.add(fmt.Sprintf("%s[%d]", path, i), "the same channel as %s[%d]", path, j)
+		} else {
+			seen[key] = i
+		}
+	}
+}
+
+// checkHTTPURL says what is wrong with u as an absolute http(s) URL, or
+// "" when nothing is. It does not quote u: a Slack webhook's URL is a
+// secret, and errors end up in logs.
+func checkHTTPURL(u string) string {
+	if u == "" {
+		return "required: an absolute http or https URL"
+	}
+	p, err := url.Parse(u)
+	switch {
+	case err != nil:
+		return "not a URL"
+	case p.Scheme != "http" && p.Scheme != "https":
+		return fmt.Sprintf("must be an absolute http or https URL, got scheme %q", p.Scheme)
+	case p.Host == "" || p.Opaque != "":
+		return "must be an absolute http or https URL with a host"
+	case p.Fragment != "" || strings.HasSuffix(u, "#"):
+		return "must not have a fragment (#…)"
+	}
+	return ""
 }
 
 func checkMs(errs *errorList, path string, v *int64, least int64) {
@@ -298,6 +379,8 @@ func (p *Policy) clone() Policy {
 	c.MaxExecutionAttempts = clonePtr(p.MaxExecutionAttempts)
 	c.PermissionMode = clonePtr(p.PermissionMode)
 	c.DisableBypassPermissionsMode = clonePtr(p.DisableBypassPermissionsMode)
+	c.Notify = slices.Clone(p.Notify)
+	c.InboxURL = clonePtr(p.InboxURL)
 	return c
 }
 
@@ -327,7 +410,8 @@ func (c *compiled) resolve(team, conversationID string) *Resolved {
 		templates:             map[string]*template.Template{},
 	}
 	for _, f := range []string{"requiresApprovalTools", "defaultDelayMs", "approvalTimeoutMs", "autoRejectOnTimeout",
-		"readOnlyTools", "editTools", "maxExecutionAttempts", "permissionMode", "disableBypassPermissionsMode"} {
+		"readOnlyTools", "editTools", "maxExecutionAttempts", "permissionMode", "disableBypassPermissionsMode",
+		"notify", "inboxUrl"} {
 		r.Sources[f] = BuiltIn
 	}
 	layers := []*layer{c.def}
@@ -371,6 +455,8 @@ func (r *Resolved) merge(l *layer) {
 	set("disableBypassPermissionsMode", p.DisableBypassPermissionsMode != nil, func() {
 		r.DisableBypassPermissionsMode = *p.DisableBypassPermissionsMode
 	})
+	set("notify", p.Notify != nil, func() { r.Notify = p.Notify })
+	set("inboxUrl", p.InboxURL != nil, func() { r.InboxURL = *p.InboxURL })
 	for tool, v := range p.ToolSpecificDelays {
 		r.ToolSpecificDelays[tool] = ms(v)
 		r.Sources[index("toolSpecificDelays", tool)] = s
