@@ -44,7 +44,7 @@ func request[T any](t *testing.T, nc *nats.Conn, endpoint string, body any) (T, 
 	t.Helper()
 	data, err := json.Marshal(body)
 	require.NoError(t, err)
-	msg, err := nc.Request(bus.APISubject(endpoint), data, 5*time.Second)
+	msg, err := nc.Request(bus.APISubject(endpoint), data, 30*time.Second)
 	require.NoError(t, err)
 	var v T
 	return v, bus.DecodeReply(msg, &v)
