@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,6 +32,7 @@ const (
 	EndpointCancel             = "cancel"
 	EndpointCancelConversation = "cancel_conversation"
 	EndpointStarted            = "started"
+	EndpointHeartbeat          = "heartbeat"
 	EndpointSucceeded          = "succeeded"
 	EndpointFailed             = "failed"
 )
@@ -83,7 +86,7 @@ type CancelConversationReply struct {
 type ReportRequest struct {
 	PendingID string          `json:"pendingId"`
 	By        string          `json:"by"`
-	LeaseMs   int64           `json:"leaseMs,omitempty"` // started: default 1 hour
+	LeaseMs   int64           `json:"leaseMs,omitempty"` // started, heartbeat: default 1 hour
 	Result    json.RawMessage `json:"result,omitempty"`
 	Error     string          `json:"error,omitempty"`
 	Cost      float64         `json:"cost,omitempty"`
@@ -178,7 +181,7 @@ func (s *Service) Run(ctx context.Context, nc *nats.Conn, version string) error 
 	s.nc = nc
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
-		Version:     version,
+		Version:     semver(version),
 		Description: "toolgate: submit tool calls, decide, cancel, report",
 	})
 	if err != nil {
@@ -194,6 +197,7 @@ func (s *Service) Run(ctx context.Context, nc *nats.Conn, version string) error 
 		EndpointCancel:             s.cancel,
 		EndpointCancelConversation: s.cancelConversation,
 		EndpointStarted:            s.started,
+		EndpointHeartbeat:          s.heartbeat,
 		EndpointSucceeded:          s.report(s.m.Complete),
 		EndpointFailed:             s.report(s.m.Fail),
 	}
@@ -420,18 +424,36 @@ func cancelConversation(ctx context.Context, m *machine.Machine, conversationID,
 }
 
 func (s *Service) started(ctx context.Context, data []byte) (any, error) {
-	r, err := decode[ReportRequest](data)
+	r, lease, err := s.leaseRequest(data)
 	if err != nil {
 		return nil, err
 	}
-	if err := required("pendingId", r.PendingID); err != nil {
+	return s.m.Claim(ctx, r.PendingID, r.By, lease)
+}
+
+// heartbeat renews the lease of an agent running a call itself, for tools
+// that run longer than the lease started gave them.
+func (s *Service) heartbeat(ctx context.Context, data []byte) (any, error) {
+	r, lease, err := s.leaseRequest(data)
+	if err != nil {
 		return nil, err
+	}
+	return s.m.Heartbeat(ctx, r.PendingID, r.By, lease)
+}
+
+func (s *Service) leaseRequest(data []byte) (ReportRequest, time.Duration, error) {
+	r, err := decode[ReportRequest](data)
+	if err != nil {
+		return r, 0, err
+	}
+	if err := required("pendingId", r.PendingID); err != nil {
+		return r, 0, err
 	}
 	lease := time.Hour
 	if r.LeaseMs > 0 {
 		lease = time.Duration(r.LeaseMs) * time.Millisecond
 	}
-	return s.m.Claim(ctx, r.PendingID, r.By, lease)
+	return r, lease, nil
 }
 
 func (s *Service) report(finish func(context.Context, string, machine.Outcome) (*machine.Entry, error)) func(context.Context, []byte) (any, error) {
@@ -445,4 +467,17 @@ func (s *Service) report(finish func(context.Context, string, machine.Outcome) (
 		}
 		return finish(ctx, r.PendingID, machine.Outcome{Holder: r.By, Result: r.Result, Error: r.Error, Cost: r.Cost})
 	}
+}
+
+var semverRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+
+// semver makes a build's version acceptable to micro, which takes only
+// SemVer: "v1.2.3" loses its v; anything else (a git describe) becomes a
+// pre-release of 0.0.0 rather than stopping the service.
+func semver(v string) string {
+	v = strings.TrimPrefix(v, "v")
+	if semverRE.MatchString(v) {
+		return v
+	}
+	return "0.0.0-" + strings.Trim(regexp.MustCompile(`[^0-9A-Za-z-]+`).ReplaceAllString(v, "."), ".")
 }

@@ -63,7 +63,7 @@ func TestService_DiscoverableAsMicroService(t *testing.T) {
 		subjects = append(subjects, e.Subject)
 	}
 	for _, ep := range []string{bus.EndpointSubmit, bus.EndpointGet, bus.EndpointList, bus.EndpointDecide, bus.EndpointCancel,
-		bus.EndpointCancelConversation, bus.EndpointStarted, bus.EndpointSucceeded, bus.EndpointFailed} {
+		bus.EndpointCancelConversation, bus.EndpointStarted, bus.EndpointHeartbeat, bus.EndpointSucceeded, bus.EndpointFailed} {
 		assert.Contains(t, subjects, bus.APISubject(ep))
 	}
 }
@@ -109,6 +109,13 @@ func TestService_SubmitDecideAndRefusals(t *testing.T) {
 	assertAPIError(t, err, 400, machine.ErrInvalid, "status")
 }
 
+func TestServiceVersionIsSemVer(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"0.1.0-dev": "0.1.0-dev", "v1.2.3": "1.2.3", "v1.2.3-4-gabc123": "1.2.3-4-gabc123", "dev": "0.0.0-dev", "abc/x y": "0.0.0-abc.x.y"} {
+		assert.Equal(t, want, bus.SemVer(in), in)
+	}
+}
+
 func assertAPIError(t *testing.T, err error, status int, is error, contains string) *bus.APIError {
 	t.Helper()
 	var apiErr *bus.APIError
@@ -147,6 +154,11 @@ func TestService_ListAndCancelConversation(t *testing.T) {
 	started, err := request[machine.Entry](t, nc, bus.EndpointStarted, bus.ReportRequest{PendingID: running.PendingID, By: "bot-swarm"})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateExecuting, started.Status)
+	renewed, err := request[machine.Entry](t, nc, bus.EndpointHeartbeat, bus.ReportRequest{PendingID: running.PendingID, By: "bot-swarm", LeaseMs: 3 * time.Hour.Milliseconds()})
+	require.NoError(t, err)
+	assert.Greater(t, renewed.Lease.ExpiresAt, started.Lease.ExpiresAt+time.Hour.Milliseconds())
+	_, err = request[machine.Entry](t, nc, bus.EndpointHeartbeat, bus.ReportRequest{PendingID: running.PendingID, By: "someone-else"})
+	assertAPIError(t, err, 409, machine.ErrConflict, "heartbeat not allowed")
 
 	reply, err := request[bus.CancelConversationReply](t, nc, bus.EndpointCancelConversation, bus.CancelRequest{ConversationID: "swarm", By: "ops", Reason: "swarm stopped"})
 	require.NoError(t, err)

@@ -182,6 +182,12 @@ func (c *Client) Started(ctx context.Context, pendingID, by string) (*machine.En
 	return c.report(ctx, bus.EndpointStarted, bus.ReportRequest{PendingID: pendingID, By: by})
 }
 
+// Heartbeat renews by's claim on a call it runs itself for lease (an hour
+// when 0), for a tool that runs longer than Started's hour.
+func (c *Client) Heartbeat(ctx context.Context, pendingID, by string, lease time.Duration) (*machine.Entry, error) {
+	return c.report(ctx, bus.EndpointHeartbeat, bus.ReportRequest{PendingID: pendingID, By: by, LeaseMs: lease.Milliseconds()})
+}
+
 // Succeed records that the call by claimed with Started ran, with its
 // result (JSON, may be nil) and cost.
 func (c *Client) Succeed(ctx context.Context, pendingID, by string, result json.RawMessage, cost float64) (*machine.Entry, error) {
