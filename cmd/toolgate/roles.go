@@ -21,6 +21,7 @@ var knownRoles = []string{"relay", "intake", "timer", "executor", "notifier", "a
 var roles = map[string]func(ctx context.Context, d *deps, log *slog.Logger) error{
 	"relay":  runRelay,
 	"intake": runIntake,
+	"timer":  runTimer,
 	"http":   runHTTP,
 }
 

@@ -1,0 +1,16 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/toolgate/toolgate/worker"
+)
+
+// runTimer acts on every deadline of the bucket: approval timeouts,
+// scheduled starts and executor leases. Any number of processes may run
+// it; each acts on every deadline, and compare-and-set and de-duplication
+// make the second firing harmless.
+func runTimer(ctx context.Context, d *deps, log *slog.Logger) error {
+	return worker.NewTimer(d.js, d.buckets.Calls, d.machine, log).Run(ctx)
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// TestServe_TimerSIGKILLWhileDeadlinesAreDue runs the timer as a process of
+// its own, `toolgate serve --roles timer`, against a second process that
+// holds the embedded server, the relay and intake. It kills the timer with
+// SIGKILL while deadlines of every kind are falling due, lets the rest pass
+// while it is down, and starts it again: every deadline is acted on after
+// it is back, and none twice (one event per timeout and per lost lease, one
+// work item per scheduled start and per requeue).
+func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
+	t.Parallel()
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	startServe(t, "--roles", "relay,intake", "--data", t.TempDir(), "--listen", listen, "--relay-ack-wait", "1s")
+	timerArgs := []string{"--roles", "timer", "--nats", "nats://" + listen}
+	timer := startServe(t, timerArgs...)
+
+	_, js := bustest.Connect(t, "nats://"+listen)
+	kv, err := js.KeyValue(t.Context(), bus.CallsBucket)
+	require.NoError(t, err)
+	store := bus.NewKVStore(kv)
+	verdict := func(v machine.Verdict) *machine.Machine {
+		return machine.New(store, machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+			return v, nil
+		})))
+	}
+	submit := func(v machine.Verdict, id string) *machine.Entry {
+		e, err := verdict(v).Submit(t.Context(), machine.Call{ToolCallID: id, ToolName: "deploy", CallerBotID: "bot", ConversationID: "timer-crash"})
+		require.NoError(t, err)
+		return e
+	}
+	ask := func(in time.Duration, autoReject bool) machine.Verdict {
+		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: in, AutoRejectOnTimeout: autoReject}
+	}
+	run := func(in time.Duration, attempts int) machine.Verdict {
+		return machine.Verdict{Action: machine.ActionRun, Delay: in, MaxExecutionAttempts: attempts}
+	}
+	claimed := func(id string, attempts int, lease time.Duration) *machine.Entry {
+		e := submit(run(0, attempts), id)
+		e, err := verdict(run(0, attempts)).Claim(t.Context(), e.PendingID, "ghost-executor", lease)
+		require.NoError(t, err)
+		return e
+	}
+	status := func(id string) *machine.Entry {
+		e, _, err := store.Get(t.Context(), id)
+		require.NoError(t, err)
+		return e
+	}
+
+	// The timer process is up and learning deadlines from the relay.
+	probe := submit(ask(100*time.Millisecond, true), "probe")
+	require.Eventually(t, func() bool { return status(probe.PendingID).Status == machine.StateRejectedByTimeout }, 30*time.Second, 10*time.Millisecond, "the timer process never acted")
+
+	// Deadlines of every kind, falling due one after another over 1.5s.
+	const n = 8
+	var reject, flag, start, requeue, abandon []*machine.Entry
+	for i := range n {
+		in := time.Second + time.Duration(i)*1500*time.Millisecond/n
+		reject = append(reject, submit(ask(in, true), fmt.Sprint("reject-", i)))
+		flag = append(flag, submit(ask(in, false), fmt.Sprint("flag-", i)))
+		start = append(start, submit(run(in, 0), fmt.Sprint("start-", i)))
+		requeue = append(requeue, claimed(fmt.Sprint("requeue-", i), 3, in))
+		abandon = append(abandon, claimed(fmt.Sprint("abandon-", i), 1, in))
+	}
+	last := time.UnixMilli(reject[n-1].ApprovalTimeoutAt)
+
+	// Kill it as soon as the first deadline has fired: the rest are due
+	// in the next moments.
+	require.Eventually(t, func() bool { return status(reject[0].PendingID).Status == machine.StateRejectedByTimeout }, 30*time.Second, time.Millisecond)
+	timer.kill()
+	time.Sleep(time.Until(last.Add(500 * time.Millisecond)))
+	unfired := 0
+	for _, e := range append(reject, flag...) {
+		if got := status(e.PendingID); got.Status == machine.StatePendingApproval && !got.Overdue {
+			unfired++
+		}
+	}
+	require.Positive(t, unfired, "the timer was killed after it had done everything")
+	t.Logf("%d of %d approval deadlines passed while the timer was down", unfired, 2*n)
+
+	restarted := time.Now()
+	startServe(t, timerArgs...)
+	require.Eventually(t, func() bool {
+		for _, e := range reject {
+			if status(e.PendingID).Status != machine.StateRejectedByTimeout {
+				return false
+			}
+		}
+		for _, e := range flag {
+			if !status(e.PendingID).Overdue {
+				return false
+			}
+		}
+		for _, e := range abandon {
+			if status(e.PendingID).Status != machine.StateCompletedFailure {
+				return false
+			}
+		}
+		work := timerWorkItems(t, js)
+		for _, e := range start {
+			if work[e.PendingID] == 0 {
+				return false
+			}
+		}
+		for _, e := range requeue {
+			if work[e.PendingID] < 2 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "every passed deadline fires once the timer is back")
+	t.Logf("every passed deadline acted on %s after the restart", time.Since(restarted).Round(time.Millisecond))
+
+	// None twice: give a second firing room to land, then count.
+	time.Sleep(300 * time.Millisecond)
+	events := timerEvents(t, js)
+	work := timerWorkItems(t, js)
+	for _, e := range reject {
+		assert.Equal(t, 1, events[e.PendingID][machine.EventTimeout], "timeouts of %s", e.PendingID)
+	}
+	for _, e := range flag {
+		assert.Equal(t, 1, events[e.PendingID][machine.EventOverdue], "overdue flags of %s", e.PendingID)
+		assert.Equal(t, machine.StatePendingApproval, status(e.PendingID).Status, e.PendingID)
+	}
+	for _, e := range abandon {
+		assert.Equal(t, 1, events[e.PendingID][machine.EventFail], "failures of %s", e.PendingID)
+		assert.Equal(t, 1, work[e.PendingID], "work for %s: the relay's only", e.PendingID)
+	}
+	for _, e := range start {
+		assert.Equal(t, 1, work[e.PendingID], "work for %s", e.PendingID)
+	}
+	for _, e := range requeue {
+		assert.Equal(t, 2, work[e.PendingID], "work for %s: the relay's and one requeue", e.PendingID)
+	}
+}
+
+// timerEvents counts each entry's events in TOOL_EVENTS by kind, once the
+// relay has published everything written so far.
+func timerEvents(t *testing.T, js jetstream.JetStream) map[string]map[machine.Event]int {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c, err := js.Consumer(t.Context(), "KV_"+bus.CallsBucket, "toolgate-relay")
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(t.Context())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	}, 30*time.Second, 10*time.Millisecond, "the relay never caught up")
+	counts := map[string]map[machine.Event]int{}
+	for _, data := range timerStreamData(t, js, bus.EventsStream) {
+		ev := decode[bus.Event](t, data)
+		if counts[ev.Entry.PendingID] == nil {
+			counts[ev.Entry.PendingID] = map[machine.Event]int{}
+		}
+		counts[ev.Entry.PendingID][ev.Event]++
+	}
+	return counts
+}
+
+// timerWorkItems counts what is queued in TOOL_WORK for each entry; nothing
+// consumes the queue here, so it holds everything ever queued.
+func timerWorkItems(t *testing.T, js jetstream.JetStream) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	for _, data := range timerStreamData(t, js, bus.WorkStream) {
+		var w bus.WorkItem
+		require.NoError(t, json.Unmarshal(data, &w))
+		counts[w.PendingID]++
+	}
+	return counts
+}
+
+func timerStreamData(t *testing.T, js jetstream.JetStream, stream string) [][]byte {
+	t.Helper()
+	s, err := js.Stream(t.Context(), stream)
+	require.NoError(t, err)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	var data [][]byte
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		msg, err := s.GetMsg(t.Context(), seq)
+		require.NoError(t, err)
+		data = append(data, msg.Data)
+	}
+	return data
+}
