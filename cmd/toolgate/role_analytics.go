@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/toolgate/toolgate/metrics"
+)
+
+func init() { roles["analytics"] = runAnalytics }
+
+// runAnalytics runs the analytics subscriber, which keeps the aggregates
+// behind GET /v1/analytics and `toolgate stats` in the tool_analytics
+// bucket, and the exporter behind the toolgate_* Prometheus metrics, which
+// it registers in the process's registry.
+//
+// Any number of processes may run the role: they share the subscriber's
+// durable consumer, and each exports the metrics whole (see package
+// metrics on aggregating them across replicas).
+func runAnalytics(ctx context.Context, d *deps, log *slog.Logger) error {
+	exporter, err := metrics.NewExporter(d.js, d.buckets.Calls, d.registry, metrics.ExporterConfig{}, log)
+	if err != nil {
+		return err
+	}
+	analytics, err := metrics.OpenAnalytics(ctx, d.js, metrics.AnalyticsConfig{Replicas: d.cfg.Replicas, Log: log})
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return exporter.Run(ctx) })
+	g.Go(func() error { return analytics.Run(ctx) })
+	return g.Wait()
+}

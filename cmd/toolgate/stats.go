@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/metrics"
+)
+
+func init() {
+	cliVerbs["stats"] = cliStats
+	cliVerbs["analytics"] = cliAnalytics
+}
+
+// cliStats prints the analytics: what GET /v1/analytics serves, as tables.
+func cliStats(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("stats", "stats [--json] [--hours N] [flags]",
+		"Show the approval analytics kept by the analytics role: calls, approval and\n"+
+			"timeout rates and time to decide per tool, team and approver; activity per\n"+
+			"hour; and recommended policy changes with their evidence.", out).connFlags().jsonFlag("the report")
+	hours := c.fs.Int("hours", metrics.DefaultSeriesHours, "hours of activity to show, ending now")
+	if _, err := c.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	if *hours < 1 || *hours > metrics.MaxSeriesHours {
+		return c.usagef("--hours: must be 1 to %d, got %d", metrics.MaxSeriesHours, *hours)
+	}
+	js, closeConn, err := statsConnect(c)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	kv, err := js.KeyValue(ctx, metrics.AnalyticsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("no analytics yet: no %s bucket (run toolgate serve with the analytics role: --roles all, or a list with analytics)", metrics.AnalyticsBucket)
+	} else if err != nil {
+		return fmt.Errorf("bind %s bucket: %w", metrics.AnalyticsBucket, err)
+	}
+	rep, err := metrics.NewAnalytics(js, kv, metrics.AnalyticsConfig{}).Report(ctx, metrics.ReportOptions{Hours: *hours})
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return cliPrintJSON(out.stdout, rep)
+	}
+	return printStats(out.stdout, rep)
+}
+
+func statsConnect(c *cliCmd) (jetstream.JetStream, func(), error) {
+	nc, _, err := c.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, nc.Close, nil
+}
+
+const analyticsUsage = `Usage:
+  toolgate analytics rebuild [flags]   re-derive the analytics from the start of TOOL_EVENTS
+`
+
+// cliAnalytics runs the analytics' maintenance subcommands.
+func cliAnalytics(ctx context.Context, args []string, out cliOutput) error {
+	if len(args) == 0 {
+		fmt.Fprint(out.stderr, analyticsUsage)
+		return errUsage
+	}
+	switch args[0] {
+	case "rebuild":
+		return cliAnalyticsRebuild(ctx, args[1:], out)
+	case "help", "-h", "--help":
+		fmt.Fprint(out.stdout, analyticsUsage)
+		return nil
+	}
+	if strings.HasPrefix(args[0], "-") {
+		return &cliUsageError{verb: "analytics", msg: "the subcommand comes first: toolgate analytics rebuild [flags]"}
+	}
+	return &cliUsageError{verb: "analytics", msg: fmt.Sprintf("unknown subcommand %q: want rebuild", args[0])}
+}
+
+func cliAnalyticsRebuild(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("analytics rebuild", "analytics rebuild [flags]",
+		"Re-derive every analytics aggregate from the start of TOOL_EVENTS (as far back as\n"+
+			"the stream keeps events) into a new generation, and put it in force once it has\n"+
+			"caught up. Running analytics roles go on meanwhile and switch to it; readers see\n"+
+			"the old numbers until then.", out).connFlags()
+	replicas := c.fs.Int("replicas", 1, "replicas of the analytics bucket, if it has to be created")
+	timeout := c.fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	if _, err := c.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	if *replicas < 1 || *replicas > 5 {
+		return c.usagef("--replicas: must be 1 to 5, got %d", *replicas)
+	}
+	if *timeout <= 0 {
+		return c.usagef("--timeout: must be positive, got %s", *timeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	js, closeConn, err := statsConnect(c)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	events, err := js.Stream(ctx, bus.EventsStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("no %s stream: is toolgate serving there?", bus.EventsStream)
+	} else if err != nil {
+		return err
+	}
+	// Bind the bucket as it is; create it only if there is none, so that a
+	// cluster's replicas are never changed from here.
+	kv, err := js.KeyValue(ctx, metrics.AnalyticsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = metrics.ProvisionAnalytics(ctx, js, *replicas)
+	}
+	if err != nil {
+		return fmt.Errorf("bind %s bucket: %w", metrics.AnalyticsBucket, err)
+	}
+	start := time.Now()
+	gen, err := metrics.NewAnalytics(js, kv, metrics.AnalyticsConfig{}).Rebuild(ctx)
+	if err != nil {
+		return err
+	}
+	n := uint64(0)
+	if info, err := events.Info(ctx); err == nil {
+		n = info.State.Msgs
+	}
+	fmt.Fprintf(out.stdout, "analytics rebuilt from the %d events in %s: generation %d in force (%s)\n",
+		n, bus.EventsStream, gen, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// printStats writes a report as tables.
+func printStats(w io.Writer, r *metrics.Report) error {
+	fmt.Fprintf(w, "Analytics, generation %d", r.Generation)
+	if r.Lag > 0 {
+		fmt.Fprintf(w, " (catching up: %d events not yet counted)", r.Lag)
+	}
+	fmt.Fprint(w, "\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	statsCallTable(tw, "TOOL", append(r.Tools, r.Totals))
+	fmt.Fprintln(tw)
+	statsCallTable(tw, "TEAM", r.Teams)
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "APPROVER\tDECISIONS\tAPPROVED\tREJECTED\tAPPROVAL\tRESPONSE MEAN\tP50\tP90\tMOST REJECTED")
+	for _, a := range r.Approvers {
+		var most []string
+		for _, t := range a.MostRejectedTools {
+			most = append(most, fmt.Sprintf("%s (%d)", t.Name, t.Count))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", statsName(a.Name), a.Decisions, a.Approved, a.Rejected,
+			statsPercent(a.ApprovalRate, a.Decisions), statsMs(a.ResponseTime.MeanMs), statsMs(a.ResponseTime.P50Ms),
+			statsMs(a.ResponseTime.P90Ms), strings.Join(most, ", "))
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "HOUR (UTC)\tCALLS\tASKED\tDECISIONS\tAPPROVED\tREJECTED\tTIMED OUT\tRESPONSE MEAN\tP90")
+	active := 0
+	for _, p := range r.Series.Points {
+		if p.Calls == 0 && p.Decisions == 0 && p.TimedOut == 0 {
+			continue
+		}
+		active++
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", time.UnixMilli(p.T).UTC().Format("2006-01-02 15:04"),
+			p.Calls, p.Asked, p.Decisions, p.Approved, p.Rejected, p.TimedOut, statsMs(p.MeanResponseMs), statsMs(p.P90ResponseMs))
+	}
+	if active == 0 {
+		fmt.Fprintf(tw, "(nothing in the last %d hours)\n", len(r.Series.Points))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nRECOMMENDATIONS")
+	if len(r.Recommendations) == 0 {
+		fmt.Fprintln(w, "(none)")
+	}
+	for i, rec := range r.Recommendations {
+		fmt.Fprintf(w, "%d. [%s] %s\n", i+1, rec.Kind, rec.Summary)
+		if rec.Rule != "" {
+			fmt.Fprintf(w, "   rule: %s in %s\n", rec.Rule, rec.Scope)
+		}
+		if rec.Policy != "" {
+			fmt.Fprintln(w, "   merge into the policy (toolgate policy get > p.yaml, edit, toolgate policy set p.yaml):")
+			for _, line := range strings.Split(strings.TrimRight(rec.Policy, "\n"), "\n") {
+				fmt.Fprintf(w, "     %s\n", line)
+			}
+		}
+	}
+	return nil
+}
+
+func statsCallTable(tw io.Writer, kind string, rows []metrics.ToolReport) {
+	fmt.Fprintf(tw, "%s\tCALLS\tASKED\tAPPROVED\tREJECTED\tTIMED OUT\tAPPROVAL\tTIMEOUTS\tDECIDE MEAN\tP50\tP90\tFAILED\tCOST\tTOP REJECTION\n", kind)
+	for _, t := range rows {
+		topReason := ""
+		if len(t.TopRejectionReasons) > 0 {
+			topReason = fmt.Sprintf("%s (%d)", oneLine(t.TopRejectionReasons[0].Name, 40), t.TopRejectionReasons[0].Count)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%g\t%s\n", statsName(t.Name),
+			t.Calls, t.Asked, t.Approved, t.Rejected, t.TimedOut+t.Overdue,
+			statsPercent(t.ApprovalRate, t.Decided), statsPercent(t.TimeoutRate, t.Asked),
+			statsMs(t.TimeToDecide.MeanMs), statsMs(t.TimeToDecide.P50Ms), statsMs(t.TimeToDecide.P90Ms),
+			t.Failed, t.Cost, topReason)
+	}
+}
+
+func statsName(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return oneLine(s, 40)
+}
+
+// statsPercent shows a rate, or "-" when there was nothing to rate.
+func statsPercent(f float64, of int64) string {
+	if of == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*f)
+}
+
+// statsMs shows milliseconds as a short duration, or "-" for none.
+func statsMs(ms float64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case d < time.Second:
+		return d.String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
+}
