@@ -48,6 +48,10 @@ Usage:
   toolgate mcp                an MCP server on stdio: --permission-prompt-tool mcp__toolgate__approve
   toolgate policy get|set FILE|validate FILE
                            print, replace or check the policy
+  toolgate stats [--json]  approval analytics per tool, team, approver and hour,
+                           with recommended policy changes
+  toolgate analytics rebuild
+                           re-derive the analytics from the start of TOOL_EVENTS
 
 The verbs that talk to a running toolgate take --nats URL (default
 nats://127.0.0.1:4222) and serve's credentials flags; every flag is also read
