@@ -1,0 +1,1012 @@
+// toolgate inbox: every call waiting for a human, live.
+//
+// The durable state is toolgate's, never this page's: on load, and again
+// whenever the event stream drops, the page lists the pending calls and
+// then follows /v1/events from the list's eventsSeq, so nothing that
+// happened between the list and the stream is missed and a refresh or a
+// lost connection always ends in the server's state. Each event carries
+// the whole entry as that transition wrote it, so applying them in order
+// converges on the truth.
+//
+// Everything agents send (tool names, arguments, reasons) is put into the
+// page as text, never as markup.
+'use strict';
+
+(() => {
+  const PENDING = 'PENDING_APPROVAL';
+
+  // The event stream's event names: one per kind of transition.
+  const SUBJECTS = [
+    'tool.approval_required', 'tool.scheduled_execution', 'tool.policy_denied',
+    'tool.approval_granted', 'tool.approval_rejected', 'tool.approval_timeout',
+    'tool.cancelled', 'tool.execution_started', 'tool.execution_succeeded',
+    'tool.execution_failed',
+  ];
+
+  // How each state reads to a person, and its colour.
+  const OUTCOMES = {
+    PENDING_APPROVAL: ['Waiting', 'wait'],
+    SCHEDULED_FOR_EXECUTION: ['Scheduled', 'info'],
+    APPROVED_READY_FOR_EXECUTION: ['Approved', 'ok'],
+    REJECTED_BY_USER: ['Rejected', 'bad'],
+    REJECTED_BY_TIMEOUT: ['Timed out', 'bad'],
+    REJECTED_BY_POLICY: ['Denied by policy', 'bad'],
+    EXECUTING: ['Running', 'info'],
+    COMPLETED_SUCCESS: ['Succeeded', 'ok'],
+    COMPLETED_FAILURE: ['Failed', 'bad'],
+    CANCELLED_BY_SYSTEM: ['Cancelled', 'muted'],
+  };
+
+  const SCOPES = { session: 'for this session', always: 'always' };
+
+  // How long a card that someone else decided stays, saying so, before it
+  // goes; a card showing an error stays until dismissed.
+  const RESOLVED_LINGER_MS = 4000;
+  const HISTORY_SHOWN = 300;
+  const LIST_PAGES = 20;
+
+  const $ = (id) => document.getElementById(id);
+
+  // h builds an element: h('p', {class: 'x'}, 'text', child…). Strings
+  // become text nodes, so nothing here is ever parsed as HTML.
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+      else if (k === 'text') el.textContent = v;
+      else el.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c === null || c === undefined || c === false) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+
+  // ---- storage ----------------------------------------------------------
+
+  const saved = {
+    get token() { return localStorage.getItem('toolgate.token') || ''; },
+    set token(v) { if (v) localStorage.setItem('toolgate.token', v); else localStorage.removeItem('toolgate.token'); },
+    get user() { return localStorage.getItem('toolgate.user') || ''; },
+    set user(v) { if (v) localStorage.setItem('toolgate.user', v); else localStorage.removeItem('toolgate.user'); },
+  };
+
+  const state = {
+    me: null,
+    pending: new Map(), // pendingId → entry
+    cards: new Map(), // pendingId → card element
+    history: null, // pendingId → entry, once the history view has loaded
+    historyLoading: null,
+    seenConversations: new Set(),
+    seenTools: new Set(),
+    view: 'inbox',
+    es: null,
+    retries: 0,
+    retryTimer: 0,
+    everLive: false,
+    listed: false,
+  };
+
+  // ---- the API ------------------------------------------------------------
+
+  class APIError extends Error {
+    constructor(status, body, fallback) {
+      const detail = (body && body.error) || {};
+      super(detail.message || fallback);
+      this.status = status;
+      this.code = detail.code || '';
+      this.entry = detail.entry || null;
+    }
+  }
+
+  async function api(method, path, body) {
+    const headers = { Accept: 'application/json' };
+    if (saved.token) headers.Authorization = 'Bearer ' + saved.token;
+    if (saved.user) headers['X-Toolgate-User'] = saved.user;
+    const init = { method, headers, cache: 'no-store' };
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let res;
+    try {
+      res = await fetch(path, init);
+    } catch {
+      throw new APIError(0, null, 'Could not reach toolgate. Check the connection and try again.');
+    }
+    let data = null;
+    try { data = await res.json(); } catch { /* an empty or non-JSON body */ }
+    if (!res.ok) throw new APIError(res.status, data, `${res.status} ${res.statusText}`);
+    return data;
+  }
+
+  // list reads every page of a list. The first page's eventsSeq is the
+  // earliest, so following the stream from it misses nothing of any page.
+  async function list(params) {
+    const q = new URLSearchParams(params);
+    q.set('limit', '1000');
+    const items = [];
+    let seq = null;
+    for (let page = 0; page < LIST_PAGES; page++) {
+      const p = await api('GET', 'v1/tool-calls?' + q);
+      if (seq === null) seq = p.eventsSeq;
+      items.push(...p.items);
+      if (!p.nextCursor) break;
+      q.set('cursor', p.nextCursor);
+    }
+    return { items, eventsSeq: seq };
+  }
+
+  // ---- who is here --------------------------------------------------------
+
+  const roles = () => (state.me && state.me.roles) || [];
+  const canDecide = () => roles().includes('approver') || roles().includes('admin');
+
+  // whyNot says why the signed-in user may not decide e, or '' when they may.
+  function whyNot(e) {
+    const me = state.me ? state.me.id : '';
+    if (!canDecide()) return '';
+    if (e.callerBotId === me) return 'You asked for this call, so someone else decides it.';
+    if (e.userIdToApprove && e.userIdToApprove !== me) return `Only ${e.userIdToApprove} can decide this call.`;
+    if (e.approvers && e.approvers.length && !e.approvers.includes(me)) {
+      return `Only ${joinNames(e.approvers)} can decide this call.`;
+    }
+    return '';
+  }
+
+  function joinNames(names) {
+    if (names.length <= 1) return names.join('');
+    if (names.length > 4) return names.slice(0, 3).join(', ') + ` or ${names.length - 3} others`;
+    return names.slice(0, -1).join(', ') + ' or ' + names[names.length - 1];
+  }
+
+  // ---- screens --------------------------------------------------------------
+
+  function show(screen) {
+    $('sign-in').hidden = screen !== 'sign-in';
+    $('name-prompt').hidden = screen !== 'name';
+    $('app').hidden = screen !== 'app';
+    $('tabs').hidden = screen !== 'app';
+    $('who').hidden = screen !== 'app';
+  }
+
+  function showSignIn(message) {
+    closeStream();
+    state.me = null;
+    setConn('signed-out');
+    show('sign-in');
+    const err = $('sign-in-error');
+    err.textContent = message || '';
+    err.hidden = !message;
+    $('token').value = '';
+    $('token').focus();
+  }
+
+  function showNamePrompt() {
+    setConn('signed-out');
+    show('name');
+    $('user-name').value = saved.user;
+    $('user-name').focus();
+  }
+
+  $('sign-in-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const token = $('token').value.trim();
+    if (!token) {
+      $('sign-in-error').textContent = 'Paste a token first.';
+      $('sign-in-error').hidden = false;
+      return;
+    }
+    saved.token = token;
+    boot();
+  });
+
+  $('name-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const name = $('user-name').value.trim();
+    if (!/^[\w.@+-]{1,64}$/.test(name)) {
+      $('name-error').textContent = 'Use letters, digits and . _ @ + - only.';
+      $('name-error').hidden = false;
+      return;
+    }
+    saved.user = name;
+    boot();
+  });
+
+  $('sign-out').addEventListener('click', () => {
+    const open = state.me && state.me.open;
+    saved.token = '';
+    saved.user = '';
+    state.pending.clear();
+    for (const card of state.cards.values()) card.remove();
+    state.cards.clear();
+    state.history = null;
+    if (open) { closeStream(); showNamePrompt(); } else showSignIn();
+  });
+
+  function renderWho() {
+    const me = state.me;
+    const role = me.open ? 'open mode' : (roles().includes('admin') ? 'admin' : roles().includes('approver') ? 'approver' : roles().join(', '));
+    $('who-name').textContent = me.id;
+    $('who-role').textContent = role;
+    $('who-avatar').textContent = (me.id[0] || '?').toUpperCase();
+    $('sign-out').textContent = me.open ? 'Change name' : 'Sign out';
+    $('viewer-notice').hidden = canDecide();
+  }
+
+  // ---- the connection -------------------------------------------------------
+
+  const CONN_TEXT = {
+    connecting: 'Connecting…',
+    live: 'Live',
+    reconnecting: 'Reconnecting…',
+    'signed-out': 'Signed out',
+  };
+
+  function setConn(s) {
+    const el = $('conn');
+    if (el.dataset.state === s) return;
+    el.dataset.state = s;
+    $('conn-text').textContent = CONN_TEXT[s];
+    el.title = s === 'live' ? 'Following changes as they happen' : s === 'reconnecting' ? 'Lost the connection; catching up as soon as it is back' : '';
+  }
+
+  function closeStream() {
+    clearTimeout(state.retryTimer);
+    if (state.es) {
+      state.es.close();
+      state.es = null;
+    }
+  }
+
+  // follow opens the event stream from seq. EventSource cannot send
+  // headers, so the token travels in the query, as the API allows for
+  // this one endpoint.
+  function follow(seq) {
+    closeStream();
+    const q = new URLSearchParams({ since: String(seq) });
+    if (saved.token) q.set('access_token', saved.token);
+    const es = new EventSource('v1/events?' + q);
+    state.es = es;
+    es.addEventListener('open', () => {
+      if (state.es !== es) return;
+      state.retries = 0;
+      state.everLive = true;
+      setConn('live');
+    });
+    // On any error the stream is closed and the page lists again before
+    // following anew: a list is the truth, whatever the stream missed.
+    es.addEventListener('error', () => {
+      if (state.es !== es) return;
+      closeStream();
+      setConn('reconnecting');
+      retrySoon();
+    });
+    for (const s of SUBJECTS) {
+      es.addEventListener(s, (ev) => {
+        if (state.es !== es) return;
+        let msg;
+        try { msg = JSON.parse(ev.data); } catch { return; }
+        if (msg && msg.entry) apply(msg.entry);
+      });
+    }
+  }
+
+  function retrySoon() {
+    clearTimeout(state.retryTimer);
+    const delay = Math.min(10000, 500 * 2 ** state.retries) * (0.75 + Math.random() * 0.5);
+    state.retries = Math.min(state.retries + 1, 6);
+    state.retryTimer = setTimeout(sync, delay);
+  }
+
+  // sync lists the pending calls and follows the stream from there.
+  async function sync() {
+    closeStream();
+    setConn(state.everLive ? 'reconnecting' : 'connecting');
+    let page;
+    try {
+      page = await list({ status: PENDING });
+    } catch (err) {
+      if (err.status === 401) return showSignIn('Your token is no longer accepted. Sign in again.');
+      retrySoon();
+      return;
+    }
+    state.listed = true;
+    replacePending(page.items);
+    if (state.view === 'history') loadHistory();
+    follow(page.eventsSeq);
+  }
+
+  async function boot() {
+    closeStream();
+    setConn('connecting');
+    let me;
+    try {
+      me = await api('GET', 'v1/me');
+    } catch (err) {
+      if (err.status === 401) {
+        return showSignIn(saved.token ? 'That token was not accepted.' : '');
+      }
+      setConn('reconnecting');
+      clearTimeout(state.retryTimer);
+      state.retryTimer = setTimeout(boot, Math.min(10000, 1000 * 2 ** state.retries++));
+      return;
+    }
+    state.me = me;
+    if (me.open && !saved.user) return showNamePrompt();
+    renderWho();
+    show('app');
+    setView(location.hash === '#history' ? 'history' : 'inbox', false);
+    await sync();
+  }
+
+  // ---- state changes ------------------------------------------------------
+
+  function remember(e) {
+    let changed = false;
+    if (e.conversationId && !state.seenConversations.has(e.conversationId)) {
+      state.seenConversations.add(e.conversationId);
+      changed = true;
+    }
+    if (e.toolName && !state.seenTools.has(e.toolName)) {
+      state.seenTools.add(e.toolName);
+      changed = true;
+    }
+    if (changed) renderDatalists();
+  }
+
+  function replacePending(items) {
+    const fresh = new Map(items.map((e) => [e.pendingId, e]));
+    for (const [id, card] of [...state.cards]) {
+      if (fresh.has(id)) continue;
+      state.pending.delete(id);
+      // A card showing an error keeps it until dismissed.
+      if (card.dataset.sticky === undefined) removeCard(id);
+    }
+    for (const e of items) upsertPending(e, false);
+    renderInbox();
+  }
+
+  function apply(e) {
+    remember(e);
+    if (e.status === PENDING) {
+      upsertPending(e, true);
+    } else if (state.pending.has(e.pendingId)) {
+      resolveCard(e);
+    }
+    if (state.history && e.status !== PENDING) {
+      state.history.set(e.pendingId, e);
+      renderHistory();
+    }
+    renderInbox();
+  }
+
+  function upsertPending(e, announceIt) {
+    remember(e);
+    const known = state.pending.has(e.pendingId);
+    state.pending.set(e.pendingId, e);
+    const card = state.cards.get(e.pendingId);
+    if (card) {
+      card.entry = e;
+      updateCard(card, e);
+      return;
+    }
+    const fresh = buildCard(e);
+    fresh.entry = e;
+    state.cards.set(e.pendingId, fresh);
+    if (!known && announceIt) {
+      fresh.classList.add('card-new');
+      announce(`New request: ${e.toolName} from ${e.callerBotId}`);
+    }
+  }
+
+  function removeCard(id) {
+    const card = state.cards.get(id);
+    state.pending.delete(id);
+    state.cards.delete(id);
+    if (!card) return;
+    // Keep keyboard users in the queue: focus moves to the next card.
+    const hadFocus = card.contains(document.activeElement);
+    const next = card.nextElementSibling || card.previousElementSibling;
+    card.remove();
+    if (hadFocus) {
+      const target = next && next.querySelector('button:not([disabled])');
+      if (target) target.focus(); else $('main').focus();
+    }
+    renderInbox();
+  }
+
+  // resolveCard closes a card whose call someone decided: at once when it
+  // was this page, after a moment (saying who) when it was someone else.
+  function resolveCard(e) {
+    state.pending.delete(e.pendingId);
+    const card = state.cards.get(e.pendingId);
+    if (!card) return;
+    if (card.dataset.deciding !== undefined) {
+      // This page's own decision is in flight: if it is the one that
+      // stood, the card goes; if another did, the answer to the request
+      // (a 409) will say so on the card.
+      if (decidedBy(e) === state.me.id) removeCard(e.pendingId);
+      else markResolved(card, e);
+      return;
+    }
+    markResolved(card, e);
+    if (card.dataset.sticky === undefined) {
+      setTimeout(() => {
+        if (state.cards.get(e.pendingId) === card && card.dataset.sticky === undefined) removeCard(e.pendingId);
+      }, RESOLVED_LINGER_MS);
+    }
+  }
+
+  // ---- cards ----------------------------------------------------------------
+
+  function decidedBy(e) {
+    return e.approvedOrRejectedByUserId || (e.lastTransition && e.lastTransition.actor) || '';
+  }
+
+  // verdict says in a few words what became of e: "approved by alice".
+  function verdict(e) {
+    const who = decidedBy(e);
+    const by = who ? ` by ${who}` : '';
+    if (e.decisionScope || e.status === 'APPROVED_READY_FOR_EXECUTION') {
+      const scope = SCOPES[e.decisionScope] ? ` ${SCOPES[e.decisionScope]}` : '';
+      return `approved${scope}${by}`;
+    }
+    switch (e.status) {
+      case 'REJECTED_BY_USER': return `rejected${by}`;
+      case 'REJECTED_BY_TIMEOUT': return 'rejected: nobody answered in time';
+      case 'CANCELLED_BY_SYSTEM': return `cancelled${by}`;
+      case 'REJECTED_BY_POLICY': return 'denied by policy';
+      default: return (OUTCOMES[e.status] || [e.status])[0].toLowerCase() + by;
+    }
+  }
+
+  function markResolved(card, e) {
+    card.classList.add('card-resolved');
+    const [label, tone] = OUTCOMES[e.status] || [e.status, 'muted'];
+    const pill = card.querySelector('.status-pill');
+    if (pill) {
+      pill.textContent = label;
+      pill.className = `pill status-pill pill-${tone}`;
+    }
+    const banner = card.querySelector('.card-banner');
+    banner.textContent = capitalize(verdict(e)) + (e.statusReason ? ` — “${e.statusReason}”` : '');
+    banner.hidden = false;
+    for (const el of card.querySelectorAll('.actions, .panel')) el.remove();
+    const deadline = card.querySelector('.deadline');
+    if (deadline) deadline.remove();
+  }
+
+  function capitalize(s) { return s ? s[0].toUpperCase() + s.slice(1) : s; }
+
+  function formatCost(n) {
+    if (!n) return '';
+    return n.toLocaleString(undefined, n < 1 ? { maximumSignificantDigits: 3 } : { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  }
+
+  function prettyArgs(raw) {
+    try { return JSON.stringify(raw === undefined || raw === null ? {} : raw, null, 2); } catch { return String(raw); }
+  }
+
+  // jsonView renders pretty JSON with its tokens coloured, as text nodes.
+  function jsonView(text) {
+    const pre = h('pre', { class: 'json' });
+    const re = /("(?:\\.|[^"\\])*")(\s*:)?|\b(true|false|null)\b|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/g;
+    let last = 0;
+    for (const m of text.matchAll(re)) {
+      if (m.index > last) pre.append(text.slice(last, m.index));
+      let cls = 'j-num';
+      if (m[1]) cls = m[2] ? 'j-key' : 'j-str';
+      else if (m[3]) cls = 'j-lit';
+      pre.append(h('span', { class: cls }, m[1] || m[0]));
+      if (m[2]) pre.append(m[2]);
+      last = m.index + m[0].length;
+    }
+    pre.append(text.slice(last));
+    return pre;
+  }
+
+  function meta(label, value, opts = {}) {
+    if (value === '' || value === undefined || value === null) return null;
+    return h('div', { class: 'meta-item' + (opts.wide ? ' meta-wide' : '') },
+      h('dt', {}, label),
+      h('dd', { class: opts.mono ? 'mono' : '', title: opts.title }, value));
+  }
+
+  function buildCard(e) {
+    const card = h('article', { class: 'card', 'data-id': e.pendingId, 'aria-labelledby': `t-${e.pendingId}` });
+    const args = prettyArgs(e.toolArguments);
+    const note = whyNot(e);
+    const deciding = canDecide() && !note;
+
+    card.append(
+      h('header', { class: 'card-head' },
+        h('div', { class: 'card-title' },
+          h('h2', { class: 'tool', id: `t-${e.pendingId}` }, e.toolName),
+          h('span', { class: 'pill pill-wait status-pill' }, 'Waiting')),
+        h('p', { class: 'card-when' },
+          h('time', { class: 'asked', 'data-since': e.requestedAt, 'data-prefix': 'Asked ', datetime: new Date(e.requestedAt).toISOString(), title: new Date(e.requestedAt).toLocaleString() }, 'Asked ' + ago(e.requestedAt)),
+          h('span', { class: 'deadline', 'data-deadline': e.approvalTimeoutAt || '' }))),
+      e.description && e.description !== e.toolName
+        ? h('p', { class: 'description' }, e.description)
+        : null,
+      h('div', { class: 'card-body' },
+        h('div', { class: 'card-info' },
+          h('dl', { class: 'meta' },
+            meta('Caller', e.callerBotId, { mono: true }),
+            meta('Conversation', e.conversationId, { mono: true }),
+            meta('Team', e.team),
+            meta('Est. cost', formatCost(e.estimatedCost))),
+          e.statusReason ? h('div', { class: 'why' }, h('div', { class: 'why-label' }, 'Why it asks'), h('div', { class: 'mono why-text' }, e.statusReason)) : null),
+        h('div', { class: 'args' },
+          h('div', { class: 'args-label' }, 'Arguments'),
+          jsonView(args))),
+      h('div', { class: 'card-banner', role: 'status' }),
+      h('p', { class: 'card-error', role: 'alert', hidden: true }),
+    );
+    card.querySelector('.card-banner').hidden = true;
+
+    if (deciding) card.append(buildActions(card, e, args));
+    else if (note) card.append(h('p', { class: 'card-note' }, note));
+
+    updateCard(card, e);
+    return card;
+  }
+
+  function buildActions(card, e, args) {
+    const btn = (action, label, cls, title) => h('button', { type: 'button', class: `btn ${cls}`, 'data-action': action, title }, label);
+    const approve = btn('approve', 'Approve', 'btn-approve', 'Run this call once');
+    const session = btn('session', 'Allow for this session', 'btn-secondary', `Run this call, and later calls like it in conversation ${e.conversationId}, without asking`);
+    const always = btn('always', 'Always allow', 'btn-secondary', e.team ? `Run this call, and add a rule allowing calls like it for team ${e.team}` : 'Run this call, and add a rule allowing calls like it');
+    const edit = btn('edit', 'Approve with edits…', 'btn-secondary', 'Change the arguments, then run it');
+    const reject = btn('reject', 'Reject…', 'btn-reject', 'Refuse this call and tell the agent why');
+
+    approve.addEventListener('click', () => decide(card, e, { approved: true }));
+    session.addEventListener('click', () => decide(card, e, { approved: true, scope: 'session' }));
+    always.addEventListener('click', () => decide(card, e, { approved: true, scope: 'always' }));
+    reject.addEventListener('click', () => openReject(card, e));
+    edit.addEventListener('click', () => openEdit(card, e, args));
+
+    return h('div', { class: 'actions' },
+      h('div', { class: 'actions-main' }, approve, session, always, edit),
+      reject);
+  }
+
+  function closePanels(card) {
+    for (const p of card.querySelectorAll('.panel')) p.remove();
+    const actions = card.querySelector('.actions');
+    if (actions) actions.hidden = false;
+  }
+
+  function openPanel(card, panel, focus) {
+    closePanels(card);
+    const actions = card.querySelector('.actions');
+    if (actions) actions.hidden = true;
+    panel.addEventListener('keydown', (ev) => {
+      if (ev.key === 'Escape') {
+        ev.preventDefault();
+        closePanels(card);
+        const b = card.querySelector('.actions button');
+        if (b) b.focus();
+      }
+    });
+    card.append(panel);
+    focus.focus();
+  }
+
+  function openReject(card, e) {
+    const id = `reason-${e.pendingId}`;
+    const input = h('input', { id, class: 'reason', name: 'reason', maxlength: 500, autocomplete: 'off', placeholder: 'e.g. Use the staging account instead' });
+    const form = h('form', { class: 'panel panel-reject' },
+      h('label', { for: id }, 'Why reject it? The agent is told.'),
+      input,
+      h('div', { class: 'panel-actions' },
+        h('button', { type: 'submit', class: 'btn btn-danger', 'data-action': 'confirm-reject' }, 'Reject call'),
+        h('button', { type: 'button', class: 'btn btn-quiet', 'data-action': 'cancel', onclick: () => closePanels(card) }, 'Cancel')));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const reason = input.value.trim();
+      decide(card, e, reason ? { approved: false, reason } : { approved: false });
+    });
+    openPanel(card, form, input);
+  }
+
+  // parseArgs checks edited arguments: the API takes a JSON object only.
+  function parseArgs(text) {
+    let v;
+    try {
+      v = JSON.parse(text);
+    } catch (err) {
+      return { error: 'Not valid JSON: ' + String(err.message || err).replace(/^JSON\.parse: /, '') };
+    }
+    if (v === null || typeof v !== 'object' || Array.isArray(v)) return { error: 'The arguments must be a JSON object: { … }.' };
+    return { value: v };
+  }
+
+  function openEdit(card, e, args) {
+    const id = `edit-${e.pendingId}`;
+    const area = h('textarea', { id, class: 'edit-args mono', spellcheck: 'false', rows: Math.min(18, args.split('\n').length + 1), 'aria-describedby': `${id}-err` });
+    area.value = args;
+    const err = h('p', { class: 'field-error', id: `${id}-err`, role: 'alert', hidden: true });
+    const submit = h('button', { type: 'submit', class: 'btn btn-approve', 'data-action': 'confirm-edit' }, 'Approve edited call');
+    const check = () => {
+      const r = parseArgs(area.value);
+      err.textContent = r.error || '';
+      err.hidden = !r.error;
+      area.setAttribute('aria-invalid', r.error ? 'true' : 'false');
+      submit.disabled = !!r.error;
+      return r;
+    };
+    area.addEventListener('input', check);
+    const form = h('form', { class: 'panel panel-edit' },
+      h('label', { for: id }, 'Arguments to run with'),
+      area, err,
+      h('div', { class: 'panel-actions' },
+        submit,
+        h('button', { type: 'button', class: 'btn btn-quiet', 'data-action': 'cancel', onclick: () => closePanels(card) }, 'Cancel'),
+        h('span', { class: 'hint' }, 'The agent’s original arguments are kept in the history.')));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const r = check();
+      if (r.error) { area.focus(); return; }
+      const unchanged = JSON.stringify(r.value) === JSON.stringify(e.toolArguments || {});
+      decide(card, e, unchanged ? { approved: true } : { approved: true, arguments: r.value });
+    });
+    openPanel(card, form, area);
+  }
+
+  function setBusy(card, busy) {
+    card.classList.toggle('card-busy', busy);
+    for (const b of card.querySelectorAll('.actions button, .panel button, .panel input, .panel textarea')) {
+      if (busy) { b.dataset.wasDisabled = b.disabled ? '1' : ''; b.disabled = true; } else { b.disabled = b.dataset.wasDisabled === '1'; }
+    }
+    card.setAttribute('aria-busy', busy ? 'true' : 'false');
+  }
+
+  function showCardError(card, message, entry) {
+    const el = card.querySelector('.card-error');
+    el.replaceChildren(h('span', {}, message));
+    el.hidden = false;
+    card.dataset.sticky = '';
+    if (entry) {
+      markResolved(card, entry);
+      el.append(h('button', { type: 'button', class: 'btn btn-quiet btn-small', 'data-action': 'dismiss', onclick: () => removeCard(card.dataset.id) }, 'Dismiss'));
+      const b = el.querySelector('button');
+      if (b) b.focus();
+    }
+  }
+
+  // describeError turns a refused decision into what the approver needs.
+  function describeError(err) {
+    if (err.status === 409 && err.entry) return `Already ${verdict(err.entry)}.`;
+    if (err.status === 403) return `You can’t decide this call: ${err.message}`;
+    if (err.status === 400) return `Not accepted: ${err.message}`;
+    return err.message || 'Something went wrong.';
+  }
+
+  async function decide(card, e, body) {
+    const err = card.querySelector('.card-error');
+    err.hidden = true;
+    delete card.dataset.sticky;
+    setBusy(card, true);
+    card.dataset.deciding = '';
+    try {
+      const updated = await api('POST', `v1/tool-calls/${encodeURIComponent(e.pendingId)}/decision`, body);
+      announce(`${e.toolName}: ${verdict(updated)}`);
+      removeCard(e.pendingId);
+      if (state.history) { state.history.set(updated.pendingId, updated); renderHistory(); }
+    } catch (ex) {
+      delete card.dataset.deciding;
+      setBusy(card, false);
+      if (ex.status === 401) { showSignIn('Your token is no longer accepted. Sign in again.'); return; }
+      if (ex.status === 409 && ex.entry) {
+        state.pending.delete(e.pendingId);
+        if (state.history) { state.history.set(ex.entry.pendingId, ex.entry); renderHistory(); }
+        showCardError(card, describeError(ex), ex.entry);
+        renderInbox();
+        return;
+      }
+      showCardError(card, describeError(ex));
+    }
+  }
+
+  function updateCard(card, e) {
+    const pill = card.querySelector('.status-pill');
+    if (pill) {
+      pill.textContent = e.overdue ? 'Overdue' : 'Waiting';
+      pill.className = `pill status-pill ${e.overdue ? 'pill-bad' : 'pill-wait'}`;
+    }
+    card.classList.toggle('card-overdue', !!e.overdue);
+    const d = card.querySelector('.deadline');
+    if (d) {
+      d.dataset.deadline = e.approvalTimeoutAt || '';
+      d.dataset.autoReject = e.autoRejectOnTimeout ? '1' : '';
+      tickDeadline(d);
+    }
+  }
+
+  // ---- time -----------------------------------------------------------------
+
+  function span(ms) {
+    const s = Math.max(0, Math.floor(ms / 1000));
+    const d = Math.floor(s / 86400), hh = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60), ss = s % 60;
+    if (d) return `${d}d ${hh}h`;
+    if (hh) return `${hh}h ${String(m).padStart(2, '0')}m`;
+    return `${m}:${String(ss).padStart(2, '0')}`;
+  }
+
+  function ago(t) {
+    const s = Math.max(0, Math.round((Date.now() - t) / 1000));
+    if (s < 10) return 'just now';
+    if (s < 60) return `${s}s ago`;
+    if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+    if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+    return new Date(t).toLocaleDateString(undefined, { month: 'short', day: 'numeric' });
+  }
+
+  function tickDeadline(el) {
+    const at = Number(el.dataset.deadline);
+    const card = el.closest('.card');
+    const overdue = card && card.classList.contains('card-overdue');
+    if (!at) {
+      el.textContent = 'No deadline';
+      el.className = 'deadline deadline-none';
+      return;
+    }
+    const left = at - Date.now();
+    const verb = el.dataset.autoReject ? 'Auto-rejects in' : 'Due in';
+    let cls = 'deadline';
+    if (left <= 0) {
+      el.textContent = overdue || !el.dataset.autoReject ? `Overdue by ${span(-left)}` : 'Rejecting now…';
+      cls += ' deadline-late';
+    } else {
+      el.replaceChildren(`${verb} `, h('strong', {}, span(left)));
+      if (left < 60000) cls += ' deadline-late';
+      else if (left < 5 * 60000) cls += ' deadline-soon';
+    }
+    el.className = cls;
+    el.title = 'Deadline ' + new Date(at).toLocaleString();
+  }
+
+  setInterval(() => {
+    for (const el of document.querySelectorAll('.deadline[data-deadline]')) tickDeadline(el);
+    for (const el of document.querySelectorAll('time[data-since]')) el.textContent = (el.dataset.prefix || '') + ago(Number(el.dataset.since));
+  }, 1000);
+
+  // ---- the inbox view -------------------------------------------------------
+
+  const filters = () => ({
+    conversation: $('f-conversation').value.trim(),
+    tool: $('f-tool').value.trim(),
+    status: $('f-status').value,
+  });
+
+  function matches(e, f) {
+    return (!f.conversation || e.conversationId === f.conversation) && (!f.tool || e.toolName === f.tool);
+  }
+
+  // urgency orders cards: the soonest deadline first, then the oldest.
+  function urgency(a, b) {
+    const da = a.approvalTimeoutAt || Infinity, db = b.approvalTimeoutAt || Infinity;
+    if (a.overdue !== b.overdue) return a.overdue ? -1 : 1;
+    if (da !== db) return da - db;
+    return a.requestedAt - b.requestedAt || (a.pendingId < b.pendingId ? -1 : 1);
+  }
+
+  function renderInbox() {
+    const f = filters();
+    const container = $('cards');
+    // Every card, including those just decided elsewhere and those
+    // showing an error, keeps its place: ordered by the entry it was
+    // built from.
+    const order = [...state.cards.values()].filter((c) => matches(c.entry, f)).sort((a, b) => urgency(a.entry, b.entry));
+    const shown = [...state.pending.values()].filter((e) => matches(e, f));
+    const n = state.pending.size;
+    let i = 0;
+    for (const card of order) {
+      if (container.children[i] !== card) container.insertBefore(card, container.children[i] || null);
+      i++;
+    }
+    for (const card of [...container.children].slice(i)) card.remove();
+
+    $('pending-count').textContent = String(n);
+    $('pending-count').dataset.zero = n ? '' : '1';
+    document.title = n ? `(${n}) toolgate inbox` : 'toolgate inbox';
+
+    const filtered = f.conversation || f.tool;
+    $('inbox-note').hidden = !filtered || !n;
+    $('inbox-note').textContent = filtered ? `Showing ${shown.length} of ${n} waiting calls.` : '';
+    const empty = state.listed && i === 0;
+    $('empty').hidden = !empty;
+    $('empty-title').textContent = filtered && n ? 'No waiting calls match these filters' : 'Nothing waiting for you';
+    $('empty-text').textContent = filtered && n
+      ? `${n} waiting ${n === 1 ? 'call is' : 'calls are'} hidden by the filters.`
+      : 'When an agent asks to run a tool that needs a human, it appears here at once.';
+    $('empty-clear').hidden = !(filtered && n);
+    $('f-clear').hidden = !(filtered || f.status);
+  }
+
+  function renderDatalists() {
+    const fill = (id, values) => $(id).replaceChildren(...[...values].sort().map((v) => h('option', { value: v })));
+    fill('conversations', state.seenConversations);
+    fill('tools', state.seenTools);
+  }
+
+  function announce(text) {
+    $('announce').textContent = '';
+    requestAnimationFrame(() => { $('announce').textContent = text; });
+  }
+
+  // ---- the history view ------------------------------------------------------
+
+  async function loadHistory() {
+    const f = filters();
+    const params = {};
+    if (f.status) params.status = f.status;
+    if (f.conversation) params.conversationId = f.conversation;
+    if (f.tool) params.toolName = f.tool;
+    const ticket = {};
+    state.historyLoading = ticket;
+    $('history-note').textContent = 'Loading…';
+    try {
+      const { items } = await list(params);
+      if (state.historyLoading !== ticket) return;
+      state.history = new Map(items.filter((e) => e.status !== PENDING).map((e) => [e.pendingId, e]));
+      for (const e of items) remember(e);
+      renderHistory();
+    } catch (err) {
+      if (state.historyLoading !== ticket) return;
+      if (err.status === 401) return showSignIn('Your token is no longer accepted. Sign in again.');
+      $('history-note').textContent = 'Could not load the history: ' + err.message;
+    }
+  }
+
+  const when = (e) => e.decisionTime || (e.lastTransition && e.lastTransition.at) || e.requestedAt;
+
+  function renderHistory() {
+    if (!state.history) return;
+    const f = filters();
+    const all = [...state.history.values()]
+      .filter((e) => matches(e, f) && (!f.status || e.status === f.status))
+      .sort((a, b) => when(b) - when(a));
+    const rows = all.slice(0, HISTORY_SHOWN);
+    const open = new Set([...$('rows').querySelectorAll('.row[data-open]')].map((r) => r.dataset.id));
+    $('rows').replaceChildren(...rows.map((e) => buildRow(e, open.has(e.pendingId))));
+    $('history-empty').hidden = rows.length > 0;
+    $('history-note').textContent = all.length > rows.length
+      ? `The latest ${rows.length} of ${all.length} calls.`
+      : rows.length ? `${rows.length} ${rows.length === 1 ? 'call' : 'calls'}, newest first.` : '';
+  }
+
+  function buildRow(e, open) {
+    const [label, tone] = OUTCOMES[e.status] || [e.status, 'muted'];
+    const who = decidedBy(e);
+    const t = when(e);
+    const detailsId = `d-${e.pendingId}`;
+    const toggle = h('button', { type: 'button', class: 'btn btn-quiet btn-small', 'aria-expanded': 'false', 'aria-controls': detailsId, 'data-action': 'timeline' }, 'Timeline');
+    const details = h('div', { class: 'row-details', id: detailsId, hidden: true });
+    const row = h('li', { class: 'row', 'data-id': e.pendingId, 'data-status': e.status },
+      h('div', { class: 'row-main' },
+        h('span', { class: `pill pill-${tone}` }, label),
+        h('div', { class: 'row-what' },
+          h('div', { class: 'row-title' },
+            h('span', { class: 'tool mono' }, e.toolName),
+            e.description && e.description !== e.toolName ? h('span', { class: 'row-desc' }, e.description) : null,
+            e.originalArguments ? h('span', { class: 'pill pill-info pill-tiny' }, 'edited') : null,
+            e.decisionScope && e.decisionScope !== 'once' ? h('span', { class: 'pill pill-muted pill-tiny' }, SCOPES[e.decisionScope] || e.decisionScope) : null),
+          h('div', { class: 'row-sub' },
+            who ? h('span', {}, 'by ', h('span', { class: 'row-who' }, who)) : null,
+            e.statusReason ? h('span', { class: 'row-reason' }, `“${e.statusReason}”`) : null,
+            h('span', { class: 'mono row-conv' }, e.conversationId))),
+        h('div', { class: 'row-end' },
+          h('time', { 'data-since': t, datetime: new Date(t).toISOString(), title: new Date(t).toLocaleString() }, ago(t)),
+          toggle)),
+      details);
+    const expand = async () => {
+      const opening = details.hidden;
+      details.hidden = !opening;
+      toggle.setAttribute('aria-expanded', String(opening));
+      if (opening) row.dataset.open = ''; else delete row.dataset.open;
+      if (!opening || details.dataset.loaded) return;
+      details.replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+      try {
+        const items = await api('GET', `v1/tool-calls/${encodeURIComponent(e.pendingId)}/history`);
+        details.dataset.loaded = '1';
+        details.replaceChildren(buildTimeline(e, items));
+      } catch (err) {
+        details.replaceChildren(h('p', { class: 'field-error' }, 'Could not load the timeline: ' + err.message));
+      }
+    };
+    toggle.addEventListener('click', expand);
+    if (open) expand();
+    return row;
+  }
+
+  function buildTimeline(e, items) {
+    const frag = document.createDocumentFragment();
+    frag.append(h('ol', { class: 'timeline' }, items.map((it) => h('li', {},
+      h('time', { datetime: new Date(it.at).toISOString() }, new Date(it.at).toLocaleString()),
+      h('span', { class: 'tl-event' }, it.event),
+      h('span', { class: 'tl-to mono' }, it.to),
+      it.actor ? h('span', { class: 'tl-actor' }, it.actor) : null,
+      it.reason ? h('span', { class: 'tl-reason' }, it.reason) : null))));
+    const argBlock = (label, raw) => h('div', { class: 'args' }, h('div', { class: 'args-label' }, label), jsonView(prettyArgs(raw)));
+    if (e.originalArguments) {
+      frag.append(h('div', { class: 'args-pair' },
+        argBlock('Asked with', e.originalArguments),
+        argBlock('Ran with (edited)', e.toolArguments)));
+    } else {
+      frag.append(argBlock('Arguments', e.toolArguments));
+    }
+    if (e.error) frag.append(h('p', { class: 'field-error' }, e.error));
+    return frag;
+  }
+
+  // ---- views and filters ------------------------------------------------------
+
+  function setView(view, push = true) {
+    state.view = view;
+    $('inbox').hidden = view !== 'inbox';
+    $('history').hidden = view !== 'history';
+    $('f-status-field').hidden = view !== 'history';
+    $('tab-inbox').removeAttribute('aria-current');
+    $('tab-history').removeAttribute('aria-current');
+    $(view === 'history' ? 'tab-history' : 'tab-inbox').setAttribute('aria-current', 'page');
+    if (push) history.replaceState(null, '', view === 'history' ? '#history' : '#inbox');
+    if (view === 'history' && state.listed) loadHistory();
+    renderInbox();
+  }
+
+  $('tab-inbox').addEventListener('click', (ev) => { ev.preventDefault(); setView('inbox'); });
+  $('tab-history').addEventListener('click', (ev) => { ev.preventDefault(); setView('history'); });
+  window.addEventListener('hashchange', () => setView(location.hash === '#history' ? 'history' : 'inbox', false));
+
+  let filterTimer = 0;
+  function onFilter() {
+    saveFilters();
+    renderInbox();
+    if (state.view !== 'history') return;
+    renderHistory();
+    clearTimeout(filterTimer);
+    filterTimer = setTimeout(loadHistory, 250);
+  }
+  for (const id of ['f-conversation', 'f-tool']) $(id).addEventListener('input', onFilter);
+  $('f-status').addEventListener('change', onFilter);
+  $('filters').addEventListener('submit', (ev) => ev.preventDefault());
+  const clear = () => {
+    $('f-conversation').value = '';
+    $('f-tool').value = '';
+    $('f-status').value = '';
+    onFilter();
+  };
+  $('f-clear').addEventListener('click', clear);
+  $('empty-clear').addEventListener('click', clear);
+
+  // Filters live in the query string, so a reload or a shared link keeps them.
+  function saveFilters() {
+    const f = filters();
+    const q = new URLSearchParams();
+    if (f.conversation) q.set('conversation', f.conversation);
+    if (f.tool) q.set('tool', f.tool);
+    if (f.status) q.set('status', f.status);
+    const s = q.toString();
+    history.replaceState(null, '', location.pathname + (s ? '?' + s : '') + location.hash);
+  }
+
+  function loadFilters() {
+    const q = new URLSearchParams(location.search);
+    $('f-conversation').value = q.get('conversation') || '';
+    $('f-tool').value = q.get('tool') || '';
+    $('f-status').value = q.get('status') || '';
+  }
+
+  // Back to the page after a while away: make sure it is current.
+  document.addEventListener('visibilitychange', () => {
+    if (document.visibilityState === 'visible' && state.me && !state.es) sync();
+  });
+
+  loadFilters();
+  boot();
+})();
