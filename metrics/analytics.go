@@ -502,6 +502,27 @@ func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
 		<-done
 		return 0, ctx.Err()
 	}
+	// The consumer has delivered everything, but the server may not have
+	// processed the last acknowledgements yet, and a batch that failed
+	// waits for its redelivery: switch only when nothing is outstanding.
+	for {
+		lag, err := a.lag(ctx, next)
+		if err != nil {
+			return 0, fmt.Errorf("rebuild: %w", err)
+		}
+		if lag == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			cancel()
+			<-done
+			return 0, ctx.Err()
+		case err := <-done:
+			return 0, fmt.Errorf("rebuild: consumer stopped: %w", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 
 	data, _ := json.Marshal(analyticsMeta{Generation: next, RebuiltAt: a.now().UnixMilli()})
 	_, err = a.kv.Update(ctx, metaKey, data, rev)
