@@ -390,7 +390,7 @@ func topOf(m map[string]int64) []metrics.NameCount {
 func runAnalytics(t *testing.T, env *bustest.Env, configure func(*metrics.Analytics)) (*metrics.Analytics, <-chan error) {
 	t.Helper()
 	_, js := bustest.Connect(t, env.URLs)
-	a, err := metrics.OpenAnalytics(t.Context(), js, metrics.AnalyticsConfig{AckWait: 2 * time.Second, BatchSize: 64, Log: bustest.Logger()})
+	a, err := metrics.OpenAnalytics(t.Context(), js, metrics.AnalyticsConfig{Replicas: len(env.Servers), AckWait: 2 * time.Second, BatchSize: 64, Log: bustest.Logger()})
 	require.NoError(t, err)
 	if configure != nil {
 		configure(a)
@@ -659,4 +659,27 @@ func TestAnalytics_ServeHTTP(t *testing.T) {
 	a.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/analytics", nil))
 	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
 	assert.Equal(t, "GET, HEAD", rec.Header().Get("Allow"))
+}
+
+// TestAnalytics_OnAClusterOfThree counts a run once with two processes on
+// a 3-node cluster, the bucket and streams replicated three times.
+func TestAnalytics_OnAClusterOfThree(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[1])
+	startRelay(t, env.JS)
+	a, _ := runAnalytics(t, env, nil)
+	runAnalytics(t, env, nil)
+	kv, err := env.JS.KeyValue(t.Context(), metrics.AnalyticsBucket)
+	require.NoError(t, err)
+	st, err := kv.Status(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 3, st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas)
+
+	t0 := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	calls := planCalls(100, t0, 4)
+	runCalls(t, env.Store, calls)
+	waitCaughtUp(t, env, a)
+	r, err := a.Report(t.Context(), metrics.ReportOptions{Hours: 3, Until: t0.Add(2 * time.Hour)})
+	require.NoError(t, err)
+	checkReport(t, expect(calls), r)
 }
