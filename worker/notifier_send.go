@@ -1,0 +1,412 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// Headers of a generic webhook delivery.
+const (
+	// HeaderSignature is "sha256=" and the hex HMAC-SHA256, keyed with the
+	// channel's secret, of the timestamp header's value, a ".", and the
+	// body: SignWebhook. Signing the timestamp lets a receiver refuse a
+	// replayed delivery (VerifyWebhook).
+	HeaderSignature = "X-Toolgate-Signature"
+	// HeaderTimestamp is when this attempt was made, in Unix seconds.
+	HeaderTimestamp = "X-Toolgate-Timestamp"
+	// HeaderDelivery is the event's id (<pendingId>:<revision>), the same
+	// on every attempt: a receiver de-duplicates by it.
+	HeaderDelivery = "X-Toolgate-Delivery"
+	// HeaderEvent is the event's subject, e.g. tool.approval_required.
+	HeaderEvent = "X-Toolgate-Event"
+)
+
+// SignWebhook returns the X-Toolgate-Signature of a delivery whose
+// X-Toolgate-Timestamp is timestamp: "sha256=" and the hex HMAC-SHA256,
+// keyed with secret, of timestamp + "." + body.
+func SignWebhook(secret, timestamp string, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(timestamp))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// VerifyWebhook checks a delivery as its receiver should: the signature
+// over the timestamp and the raw body, and, when tolerance is positive,
+// that the timestamp is within tolerance of now.
+func VerifyWebhook(secret string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+	ts := h.Get(HeaderTimestamp)
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%s: want Unix seconds, got %q", HeaderTimestamp, ts)
+	}
+	if d := now.Sub(time.Unix(sec, 0)); tolerance > 0 && (d > tolerance || d < -tolerance) {
+		return fmt.Errorf("%s: %s off now, more than %s", HeaderTimestamp, d.Round(time.Second), tolerance)
+	}
+	if !hmac.Equal([]byte(h.Get(HeaderSignature)), []byte(SignWebhook(secret, ts, body))) {
+		return fmt.Errorf("%s: does not match", HeaderSignature)
+	}
+	return nil
+}
+
+// sendError is a failed attempt, with what the response said about
+// trying again.
+type sendError struct {
+	msg        string
+	permanent  bool          // retrying cannot help
+	retryAfter time.Duration // the receiver asked for this much patience
+}
+
+func (e *sendError) Error() string { return e.msg }
+
+// send makes one attempt at delivering ev to ch. raw is the event as
+// published, which a webhook gets verbatim.
+func (n *Notifier) send(ctx context.Context, ch policy.Channel, inbox string, ev *bus.Event, raw []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, n.timeout)
+	defer cancel()
+	var req *http.Request
+	var err error
+	switch ch.Type {
+	case policy.ChannelWebhook:
+		req, err = n.webhookRequest(ctx, ch, ev, raw)
+	case policy.ChannelSlack:
+		req, err = slackRequest(ctx, ch, newSummary(ev, inbox))
+	case policy.ChannelNtfy:
+		req, err = ntfyRequest(ctx, ch, newSummary(ev, inbox))
+	default:
+		return &sendError{msg: fmt.Sprintf("unknown channel type %q", ch.Type), permanent: true}
+	}
+	if err != nil {
+		return &sendError{msg: err.Error(), permanent: true}
+	}
+	req.Header.Set("User-Agent", "toolgate-notifier")
+	resp, err := n.client.Do(req)
+	if err != nil {
+		// url.Error quotes the whole URL, and a Slack one is a secret.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return &sendError{msg: fmt.Sprintf("POST %s: %v", redactURL(ch.URL), err)}
+	}
+	defer resp.Body.Close()
+	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16)) // let the connection be reused
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	e := &sendError{msg: fmt.Sprintf("POST %s: %s: %s", redactURL(ch.URL), resp.Status, oneLine(string(excerpt)))}
+	switch c := resp.StatusCode; {
+	case c == http.StatusTooManyRequests || c == http.StatusServiceUnavailable:
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			e.retryAfter = time.Duration(s) * time.Second
+		}
+	case c == http.StatusRequestTimeout || c == http.StatusTooEarly:
+	case c >= 400 && c < 500:
+		e.permanent = true // refused as sent (a bad URL, a revoked hook, a wrong secret)
+	}
+	return e
+}
+
+// webhookRequest POSTs the bus.Event envelope, as published on
+// TOOL_EVENTS, signed.
+func (n *Notifier) webhookRequest(ctx context.Context, ch policy.Channel, ev *bus.Event, raw []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ch.URL, bytes.NewReader(raw))
+	if err != nil {
+		return nil, errors.New("bad webhook URL")
+	}
+	ts := strconv.FormatInt(n.now().Unix(), 10)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderEvent, ev.Type)
+	req.Header.Set(HeaderDelivery, ev.ID)
+	req.Header.Set(HeaderTimestamp, ts)
+	req.Header.Set(HeaderSignature, SignWebhook(ch.Secret, ts, raw))
+	return req, nil
+}
+
+// summary is what a human is told of one event, channel-neutral.
+type summary struct {
+	event        machine.Event
+	pendingID    string
+	tool         string
+	description  string
+	caller       string
+	conversation string
+	team         string
+	cost         string    // estimated, as the agent gave it; "" for none
+	deadline     time.Time // zero for none
+	headline     string    // "Approval needed: web_search", "web_search approved by alice"
+	reason       string
+	link         string // the call in the inbox; "" without an inboxUrl
+	approve      string
+	reject       string
+}
+
+func newSummary(ev *bus.Event, inbox string) summary {
+	e := ev.Entry
+	s := summary{
+		event: ev.Event, pendingID: e.PendingID, tool: e.ToolName, description: e.Description,
+		caller: e.CallerBotID, conversation: e.ConversationID, team: e.Team, reason: ev.Reason,
+	}
+	if e.EstimatedCost > 0 {
+		s.cost = strconv.FormatFloat(e.EstimatedCost, 'f', -1, 64)
+	}
+	if e.ApprovalTimeoutAt > 0 {
+		s.deadline = time.UnixMilli(e.ApprovalTimeoutAt).UTC()
+	}
+	if s.description == "" {
+		s.description = e.ToolName
+	}
+	if inbox != "" {
+		s.link = strings.TrimRight(inbox, "/") + "/#/calls/" + url.PathEscape(e.PendingID)
+		s.approve = s.link + "?decision=approve"
+		s.reject = s.link + "?decision=reject"
+	}
+	by := e.ApprovedOrRejectedByUserID
+	if by == "" {
+		by = ev.Actor
+	}
+	switch ev.Event {
+	case machine.EventAsk:
+		s.headline = "Approval needed: " + s.tool
+	case machine.EventApprove:
+		s.headline = s.tool + " approved by " + by
+		if e.DecisionScope == machine.ScopeSession || e.DecisionScope == machine.ScopeAlways {
+			s.headline += " (" + string(e.DecisionScope) + ")"
+		}
+	case machine.EventReject:
+		s.headline = s.tool + " rejected by " + by
+	case machine.EventTimeout:
+		s.headline = s.tool + " rejected: nobody decided in time"
+	case machine.EventOverdue:
+		s.headline = s.tool + " is past its deadline and still waiting"
+	case machine.EventCancel:
+		s.headline = s.tool + " cancelled"
+		if ev.Actor != "" {
+			s.headline += " by " + ev.Actor
+		}
+	default:
+		s.headline = s.tool + ": " + string(ev.Event)
+	}
+	return s
+}
+
+// waiting reports whether the call still waits for a decision, so the
+// message should offer one.
+func (s summary) waiting() bool {
+	return s.event == machine.EventAsk || s.event == machine.EventOverdue
+}
+
+func (s summary) deadlineText() string {
+	if s.deadline.IsZero() {
+		return "none"
+	}
+	return s.deadline.Format("2006-01-02 15:04:05 UTC")
+}
+
+func (s summary) costText() string {
+	if s.cost == "" {
+		return "not given"
+	}
+	return s.cost
+}
+
+// slackRequest posts to a Slack incoming webhook: blocks for the card and
+// text as the fallback (what notifications and old clients show).
+// Incoming webhooks cannot edit what they posted, so a decision is a
+// short message of its own.
+func slackRequest(ctx context.Context, ch policy.Channel, s summary) (*http.Request, error) {
+	body, err := json.Marshal(slackMessage(s))
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ch.URL, bytes.NewReader(body))
+	if err != nil {
+		return nil, errors.New("bad Slack URL")
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return req, nil
+}
+
+type slackText struct {
+	Type  string `json:"type"`
+	Text  string `json:"text"`
+	Emoji bool   `json:"emoji,omitempty"`
+}
+
+type slackBlock struct {
+	Type     string         `json:"type"`
+	Text     *slackText     `json:"text,omitempty"`
+	Fields   []slackText    `json:"fields,omitempty"`
+	Elements []slackElement `json:"elements,omitempty"`
+}
+
+type slackElement struct {
+	Type  string     `json:"type"`
+	Text  *slackText `json:"text,omitempty"`
+	URL   string     `json:"url,omitempty"`
+	Style string     `json:"style,omitempty"`
+	// ActionID tells the buttons apart if the Slack app has interactivity on.
+	ActionID string `json:"action_id,omitempty"`
+}
+
+type slackPayload struct {
+	Text   string       `json:"text"`
+	Blocks []slackBlock `json:"blocks"`
+}
+
+func slackMessage(s summary) slackPayload {
+	mrkdwn := func(t string) *slackText { return &slackText{Type: "mrkdwn", Text: clip(t, 3000)} }
+	if !s.waiting() {
+		line := "*" + slackEscape(s.headline) + "*"
+		if s.reason != "" {
+			line += ": " + slackEscape(s.reason)
+		}
+		line += "\n" + slackEscape(s.description)
+		if s.link != "" {
+			line += "\n<" + s.link + "|View in the inbox>"
+		}
+		return slackPayload{
+			Text:   clip(s.headline+": "+s.description, 3000),
+			Blocks: []slackBlock{{Type: "section", Text: mrkdwn(line)}},
+		}
+	}
+	deadline := s.deadlineText()
+	if !s.deadline.IsZero() {
+		// Slack shows the reader's local time, the text is the fallback.
+		deadline = fmt.Sprintf("<!date^%d^{date_short_pretty} {time}|%s>", s.deadline.Unix(), deadline)
+	}
+	fields := []slackText{
+		{Type: "mrkdwn", Text: "*Tool*\n`" + slackEscape(s.tool) + "`"},
+		{Type: "mrkdwn", Text: "*Caller*\n" + clip(slackEscape(s.caller), 1900)},
+		{Type: "mrkdwn", Text: "*Conversation*\n" + clip(slackEscape(s.conversation), 1900)},
+		{Type: "mrkdwn", Text: "*Estimated cost*\n" + s.costText()},
+		{Type: "mrkdwn", Text: "*Deadline*\n" + deadline},
+	}
+	if s.team != "" {
+		fields = append(fields, slackText{Type: "mrkdwn", Text: "*Team*\n" + clip(slackEscape(s.team), 1900)})
+	}
+	blocks := []slackBlock{
+		{Type: "header", Text: &slackText{Type: "plain_text", Text: clip(s.headline, 150), Emoji: true}},
+		{Type: "section", Text: mrkdwn(slackEscape(s.description))},
+		{Type: "section", Fields: fields},
+	}
+	text := fmt.Sprintf("%s: %s (caller %s, conversation %s, estimated cost %s, deadline %s)",
+		s.headline, s.description, s.caller, s.conversation, s.costText(), s.deadlineText())
+	if s.link != "" {
+		blocks = append(blocks, slackBlock{Type: "actions", Elements: []slackElement{
+			{Type: "button", Text: &slackText{Type: "plain_text", Text: "Approve"}, URL: s.approve, Style: "primary", ActionID: "toolgate_approve"},
+			{Type: "button", Text: &slackText{Type: "plain_text", Text: "Reject"}, URL: s.reject, Style: "danger", ActionID: "toolgate_reject"},
+		}})
+		text += " approve: " + s.approve + " reject: " + s.reject
+	}
+	return slackPayload{Text: clip(text, 3000), Blocks: blocks}
+}
+
+// slackEscape escapes what Slack's mrkdwn reads as markup of its own.
+func slackEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+// ntfyRequest publishes to <url>/<topic>: the message in the body, the rest
+// in headers. Its actions are view actions, links to the inbox, where the
+// human signs in to decide: ntfy's http actions would have to carry a
+// toolgate token in every notification, so they are not used. A channel's
+// secret, if any, is sent as an ntfy access token.
+func ntfyRequest(ctx context.Context, ch policy.Channel, s summary) (*http.Request, error) {
+	var b strings.Builder
+	b.WriteString(s.description)
+	if s.reason != "" && !s.waiting() {
+		b.WriteString("\nReason: " + s.reason)
+	}
+	fmt.Fprintf(&b, "\nCaller: %s\nConversation: %s", s.caller, s.conversation)
+	if s.team != "" {
+		fmt.Fprintf(&b, "\nTeam: %s", s.team)
+	}
+	if s.waiting() {
+		fmt.Fprintf(&b, "\nEstimated cost: %s\nDeadline: %s", s.costText(), s.deadlineText())
+	}
+	u := strings.TrimRight(ch.URL, "/") + "/" + ch.Topic
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(b.String()))
+	if err != nil {
+		return nil, errors.New("bad ntfy URL")
+	}
+	tags, priority := "bell", "4"
+	switch s.event {
+	case machine.EventApprove:
+		tags, priority = "white_check_mark", "3"
+	case machine.EventReject:
+		tags, priority = "x", "3"
+	case machine.EventTimeout:
+		tags, priority = "hourglass", "3"
+	case machine.EventOverdue:
+		tags = "hourglass"
+	case machine.EventCancel:
+		tags, priority = "no_entry_sign", "3"
+	}
+	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	req.Header.Set("Title", headerText(s.headline))
+	req.Header.Set("Tags", tags)
+	req.Header.Set("Priority", priority)
+	if s.link != "" {
+		req.Header.Set("Click", s.link)
+		if s.waiting() {
+			req.Header.Set("Actions", "view, Approve, "+s.approve+"; view, Reject, "+s.reject)
+		}
+	}
+	if ch.Secret != "" {
+		req.Header.Set("Authorization", "Bearer "+ch.Secret)
+	}
+	return req, nil
+}
+
+// headerText makes s one header line: no line breaks, and RFC 2047 encoded
+// if it is not ASCII (ntfy decodes it).
+func headerText(s string) string {
+	return mime.QEncoding.Encode("utf-8", oneLine(clip(s, 250)))
+}
+
+// redactURL keeps a URL's scheme and host: its path and query may be the
+// secret (a Slack webhook's are).
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.Host == "" {
+		return "(url)"
+	}
+	return p.Scheme + "://" + p.Host + "/…"
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
