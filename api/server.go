@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -219,10 +218,9 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, u User) error {
 	return nil
 }
 
-// Page is a page of entries.
+// Page is a page of entries, oldest first.
 type Page struct {
-	Items      []*machine.Entry `json:"items"`
-	NextCursor string           `json:"nextCursor,omitempty"`
+	bus.ListReply
 	// EventsSeq is the TOOL_EVENTS sequence read before the entries: a
 	// client that then follows /v1/events?since=EventsSeq misses nothing.
 	EventsSeq uint64 `json:"eventsSeq"`
@@ -230,65 +228,38 @@ type Page struct {
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request, _ User) error {
 	q := r.URL.Query()
-	status := machine.State(q.Get("status"))
-	if status != "" && !status.Valid() {
-		return fmt.Errorf("%w: status: unknown state %q", machine.ErrInvalid, status)
+	req := bus.ListRequest{
+		ConversationID: q.Get("conversationId"), ToolName: q.Get("toolName"), CallerBotID: q.Get("callerBotId"),
+		Status: machine.State(q.Get("status")), Cursor: q.Get("cursor"),
 	}
-	limit := 100
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return fmt.Errorf("%w: limit: must be 1 to 1000, got %q", machine.ErrInvalid, v)
+		if err != nil {
+			return fmt.Errorf("%w: limit: want a number, got %q", machine.ErrInvalid, v)
 		}
-		limit = n
+		req.Limit = n
+	}
+	if _, err := bus.ListPage(nil, req); err != nil {
+		return err
 	}
 	seq, err := s.eventsSeq(r.Context())
 	if err != nil {
 		return err
 	}
 	var all []*machine.Entry
-	if conv := q.Get("conversationId"); conv != "" {
-		all, err = s.cfg.Machine.ListConversation(r.Context(), conv)
+	if req.ConversationID != "" {
+		all, err = s.cfg.Machine.ListConversation(r.Context(), req.ConversationID)
 	} else {
-		all, err = listAll(r.Context(), s.cfg.Calls)
+		all, err = bus.ListAll(r.Context(), s.cfg.Calls)
 	}
 	if err != nil {
 		return err
 	}
-	items := []*machine.Entry{}
-	for _, e := range all {
-		if (status == "" || e.Status == status) &&
-			(q.Get("toolName") == "" || e.ToolName == q.Get("toolName")) &&
-			(q.Get("callerBotId") == "" || e.CallerBotID == q.Get("callerBotId")) {
-			items = append(items, e)
-		}
+	page, err := bus.ListPage(all, req)
+	if err != nil {
+		return err
 	}
-	slices.SortFunc(items, func(a, b *machine.Entry) int {
-		if a.RequestedAt != b.RequestedAt {
-			return int(a.RequestedAt - b.RequestedAt)
-		}
-		return strings.Compare(a.PendingID, b.PendingID)
-	})
-	if c := q.Get("cursor"); c != "" {
-		at, id, ok := strings.Cut(c, "~")
-		ms, err := strconv.ParseInt(at, 10, 64)
-		if !ok || err != nil {
-			return fmt.Errorf("%w: cursor: not one this API gave", machine.ErrInvalid)
-		}
-		i, _ := slices.BinarySearchFunc(items, struct{}{}, func(e *machine.Entry, _ struct{}) int {
-			if e.RequestedAt != ms {
-				return int(e.RequestedAt - ms)
-			}
-			return strings.Compare(e.PendingID, id+"\x00")
-		})
-		items = items[i:]
-	}
-	page := Page{Items: items, EventsSeq: seq}
-	if len(items) > limit {
-		last := items[limit-1]
-		page.Items, page.NextCursor = items[:limit], fmt.Sprintf("%d~%s", last.RequestedAt, last.PendingID)
-	}
-	writeJSON(w, http.StatusOK, page)
+	writeJSON(w, http.StatusOK, Page{ListReply: page, EventsSeq: seq})
 	return nil
 }
 
@@ -302,27 +273,6 @@ func (s *Server) eventsSeq(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return info.State.LastSeq, nil
-}
-
-// listAll reads every entry: for lists across conversations.
-func listAll(ctx context.Context, kv jetstream.KeyValue) ([]*machine.Entry, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
-	var entries []*machine.Entry
-	for kve := range w.Updates() {
-		if kve == nil {
-			return entries, nil
-		}
-		var e machine.Entry
-		if err := json.Unmarshal(kve.Value(), &e); err != nil {
-			return nil, fmt.Errorf("key %s: %w", kve.Key(), err)
-		}
-		entries = append(entries, &e)
-	}
-	return nil, ctx.Err()
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, _ User) error {

@@ -46,12 +46,16 @@ type GetRequest struct {
 }
 
 // ListRequest filters entries; every field is optional. With a
-// conversation only its keys are read; without one, every entry is.
+// conversation only its keys are read; without one, every entry is. The
+// reply is a page (ListReply): Limit entries at most (default 200, at most
+// 1000), fewer when they are large, and a cursor for the next.
 type ListRequest struct {
 	ConversationID string        `json:"conversationId,omitempty"`
 	ToolName       string        `json:"toolName,omitempty"`
 	CallerBotID    string        `json:"callerBotId,omitempty"`
 	Status         machine.State `json:"status,omitempty"`
+	Limit          int           `json:"limit,omitempty"`
+	Cursor         string        `json:"cursor,omitempty"`
 }
 
 // DecideRequest approves or rejects a pending call.
@@ -280,33 +284,25 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.Status != "" && !r.Status.Valid() {
-		return nil, fmt.Errorf("%w: status: unknown state %q", machine.ErrInvalid, r.Status)
+	if _, err := ListPage(nil, r); err != nil {
+		return nil, err // a bad filter, before anything is read
 	}
 	var all []*machine.Entry
 	if r.ConversationID != "" {
 		all, err = s.m.ListConversation(ctx, r.ConversationID)
 	} else {
-		all, err = s.listAll(ctx)
+		all, err = ListAll(ctx, s.kv)
 	}
 	if err != nil {
 		return nil, err
 	}
-	entries := []*machine.Entry{}
-	for _, e := range all {
-		if (r.ToolName == "" || e.ToolName == r.ToolName) &&
-			(r.CallerBotID == "" || e.CallerBotID == r.CallerBotID) &&
-			(r.Status == "" || e.Status == r.Status) {
-			entries = append(entries, e)
-		}
-	}
-	return entries, nil
+	return ListPage(all, r)
 }
 
-// listAll reads every entry in the bucket: for listing across
+// ListAll reads every entry in the bucket: for listing across
 // conversations, never on a path that serves one conversation.
-func (s *Service) listAll(ctx context.Context) ([]*machine.Entry, error) {
-	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+func ListAll(ctx context.Context, kv jetstream.KeyValue) ([]*machine.Entry, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,8 +107,37 @@ func TestService_SubmitDecideAndRefusals(t *testing.T) {
 	assertAPIError(t, err, 400, machine.ErrInvalid, "request body")
 	_, err = request[machine.Entry](t, nc, bus.EndpointSubmit, machine.Call{ToolName: "x y", CallerBotID: "b", ConversationID: "c"})
 	assertAPIError(t, err, 400, machine.ErrInvalid, "toolName")
-	_, err = request[[]*machine.Entry](t, nc, bus.EndpointList, bus.ListRequest{Status: "DONE"})
+	_, err = request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{Status: "DONE"})
 	assertAPIError(t, err, 400, machine.ErrInvalid, "status")
+	_, err = request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{Limit: 5000})
+	assertAPIError(t, err, 400, machine.ErrInvalid, "limit")
+}
+
+func TestListPage_FitsOneMessageWhateverTheEntries(t *testing.T) {
+	t.Parallel()
+	var entries []*machine.Entry
+	for i := range 50 {
+		entries = append(entries, &machine.Entry{PendingID: fmt.Sprintf("c.%02d", i), RequestedAt: int64(i),
+			ToolArguments: json.RawMessage(`{"blob":"` + strings.Repeat("x", 100<<10) + `"}`)})
+	}
+	var got []string
+	r := bus.ListRequest{Limit: 1000}
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 50)
+		page, err := bus.ListPage(entries, r)
+		require.NoError(t, err)
+		data, _ := json.Marshal(page)
+		assert.Less(t, len(data), 1<<20, "a page fits in a NATS message")
+		for _, e := range page.Items {
+			got = append(got, e.PendingID)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		r.Cursor = page.NextCursor
+	}
+	require.Len(t, got, 50, "every entry once")
+	assert.IsNonDecreasing(t, got)
 }
 
 func TestServiceVersionIsSemVer(t *testing.T) {
@@ -140,15 +171,22 @@ func TestService_ListAndCancelConversation(t *testing.T) {
 	running := submit("swarm", "c", "run_report")
 	submit("other", "a", "web_search")
 
-	list, err := request[[]*machine.Entry](t, nc, bus.EndpointList, bus.ListRequest{ConversationID: "swarm", Status: machine.StatePendingApproval})
+	list, err := request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{ConversationID: "swarm", Status: machine.StatePendingApproval})
 	require.NoError(t, err)
-	assert.Len(t, list, 2)
-	list, err = request[[]*machine.Entry](t, nc, bus.EndpointList, bus.ListRequest{ToolName: "web_search"})
+	assert.Len(t, list.Items, 2)
+	list, err = request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{ToolName: "web_search"})
 	require.NoError(t, err)
-	assert.Len(t, list, 2, "across conversations")
-	list, err = request[[]*machine.Entry](t, nc, bus.EndpointList, bus.ListRequest{CallerBotID: "bot-other"})
+	assert.Len(t, list.Items, 2, "across conversations")
+	list, err = request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{CallerBotID: "bot-other"})
 	require.NoError(t, err)
-	assert.Len(t, list, 1)
+	assert.Len(t, list.Items, 1)
+	page, err := request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{Limit: 3})
+	require.NoError(t, err)
+	require.Len(t, page.Items, 3)
+	rest, err := request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{Limit: 3, Cursor: page.NextCursor})
+	require.NoError(t, err)
+	require.Len(t, rest.Items, 1, "the second page holds the rest")
+	assert.Empty(t, rest.NextCursor)
 
 	// The run_ call is being run by the agent itself.
 	started, err := request[machine.Entry](t, nc, bus.EndpointStarted, bus.ReportRequest{PendingID: running.PendingID, By: "bot-swarm"})
@@ -166,9 +204,9 @@ func TestService_ListAndCancelConversation(t *testing.T) {
 	require.Len(t, reply.Running, 1)
 	assert.Equal(t, running.PendingID, reply.Running[0].PendingID)
 
-	other, err := request[[]*machine.Entry](t, nc, bus.EndpointList, bus.ListRequest{ConversationID: "other"})
+	other, err := request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{ConversationID: "other"})
 	require.NoError(t, err)
-	assert.Equal(t, machine.StatePendingApproval, other[0].Status, "other conversations are untouched")
+	assert.Equal(t, machine.StatePendingApproval, other.Items[0].Status, "other conversations are untouched")
 
 	done, err := request[machine.Entry](t, nc, bus.EndpointSucceeded, bus.ReportRequest{PendingID: running.PendingID, By: "bot-swarm", Result: json.RawMessage(`{"rows":3}`), Cost: 0.5})
 	require.NoError(t, err)

@@ -122,14 +122,22 @@ func (c *Client) Get(ctx context.Context, pendingID string) (*machine.Entry, err
 	return &e, nil
 }
 
-// List returns the entries matching every field set in r. With a
+// List returns the entries matching every field set in r, oldest first,
+// following the pages toolgate answers in (r.Limit sizes them). With a
 // ConversationID, toolgate reads only that conversation's entries.
 func (c *Client) List(ctx context.Context, r bus.ListRequest) ([]*machine.Entry, error) {
 	var entries []*machine.Entry
-	if err := c.request(ctx, bus.EndpointList, r, &entries); err != nil {
-		return nil, err
+	for {
+		var page bus.ListReply
+		if err := c.request(ctx, bus.EndpointList, r, &page); err != nil {
+			return nil, err
+		}
+		entries = append(entries, page.Items...)
+		if page.NextCursor == "" {
+			return entries, nil
+		}
+		r.Cursor = page.NextCursor
 	}
-	return entries, nil
 }
 
 // Decision is a human's answer to a pending call: Approve or not, By whom,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
@@ -105,41 +106,89 @@ func TestExecutor_RunsOnceRetriesAndRecords(t *testing.T) {
 	assert.InDelta(t, 1.5, e.Cost, 1e-9)
 }
 
+// TestExecutor_NeverRunsARefusedCall counts handler invocations by
+// toolCallId over a mixed run of 5,000 calls decided every way there is:
+// approved calls run exactly once; rejected, timed-out and cancelled ones
+// never reach a handler.
 func TestExecutor_NeverRunsARefusedCall(t *testing.T) {
 	t.Parallel()
-	var runs sync.Map
+	const calls = 5000
+	var mu sync.Mutex
+	runs := map[string]int{}
 	g := startExecutor(t, map[string]client.Handler{
 		"guarded": func(_ context.Context, c client.Call) (client.Result, error) {
-			n, _ := runs.LoadOrStore(c.ToolCallID, new(atomic.Int32))
-			n.(*atomic.Int32).Add(1)
+			mu.Lock()
+			runs[c.ToolCallID]++
+			mu.Unlock()
 			return client.Result{Output: json.RawMessage(`true`)}, nil
 		},
 	})
 	ctx := t.Context()
-	var ids []string
-	for i := range 30 {
-		e, err := g.c.Submit(ctx, call("mixed", fmt.Sprint("g", i), "guarded", `{}`))
-		require.NoError(t, err)
-		ids = append(ids, e.PendingID)
-		switch i % 3 {
+	// Timeouts are the timer's; here a Machine whose clock is past every
+	// deadline plays it.
+	timer := machine.New(g.env.Store, machine.WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
+	decide := func(i int, id string) error {
+		var err error
+		switch i % 4 {
 		case 0:
-			_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "alice"})
+			_, err = g.c.Decide(ctx, id, client.Decision{Approve: true, By: "alice"})
 		case 1:
-			_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: false, By: "alice", Reason: "no"})
+			_, err = g.c.Decide(ctx, id, client.Decision{Approve: false, By: "alice", Reason: "no"})
 		case 2:
-			_, err = g.c.Cancel(ctx, e.PendingID, "ops", "stop")
+			_, err = timer.Expire(ctx, id)
+		case 3:
+			_, err = g.c.Cancel(ctx, id, "ops", "stop")
 		}
-		require.NoError(t, err)
+		return err
 	}
-	for i, id := range ids {
-		e := finished(t, g.c, id)
-		n, ran := runs.Load(fmt.Sprint("g", i))
-		if i%3 == 0 {
-			require.True(t, ran, id)
-			assert.Equal(t, int32(1), n.(*atomic.Int32).Load(), id)
-			assert.Equal(t, machine.StateCompletedSuccess, e.Status)
+	var eg errgroup.Group
+	eg.SetLimit(64)
+	for i := range calls {
+		eg.Go(func() error {
+			e, err := g.c.Submit(ctx, call("mixed", fmt.Sprint("g", i), "guarded", `{}`))
+			if err != nil {
+				return err
+			}
+			return decide(i, e.PendingID)
+		})
+	}
+	require.NoError(t, eg.Wait())
+
+	want := map[machine.State]int{
+		machine.StateCompletedSuccess: calls / 4, machine.StateRejectedByUser: calls / 4,
+		machine.StateRejectedByTimeout: calls / 4, machine.StateCancelled: calls / 4,
+	}
+	// Wait for the executor to drain its queue and the last run to be
+	// recorded, then read every entry once.
+	js := g.env.JS
+	require.Eventually(t, func() bool {
+		c, err := js.Consumer(ctx, bus.WorkStream, "executor-guarded")
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Consumer >= calls/4
+	}, 60*time.Second, 50*time.Millisecond, "the executor never drained its queue")
+	var got map[machine.State]int
+	require.Eventually(t, func() bool {
+		entries, err := g.c.List(ctx, bus.ListRequest{ConversationID: "mixed", Limit: 1000})
+		require.NoError(t, err)
+		got = map[machine.State]int{}
+		for _, e := range entries {
+			got[e.Status]++
+		}
+		return assert.ObjectsAreEqual(want, got)
+	}, 30*time.Second, time.Second, "final states")
+	assert.Equal(t, want, got)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Len(t, runs, calls/4, "only approved calls reached the handler")
+	for i := range calls {
+		id := fmt.Sprint("g", i)
+		if i%4 == 0 {
+			assert.Equal(t, 1, runs[id], "%s ran %d times", id, runs[id])
 		} else {
-			assert.False(t, ran, "%s (%s) reached a handler", id, e.Status)
+			assert.Zero(t, runs[id], "refused call %s reached a handler", id)
 		}
 	}
 }
