@@ -82,9 +82,12 @@ func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	svc.OnDecided = func(ctx context.Context, e *machine.Entry) error {
 		return recordScope(ctx, d, e)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- d.policies.Follow(ctx, d.engine, log) }()
 	err := svc.Run(ctx, d.nc, version)
+	cancel() // the service failed or stopped: stop following too
 	return errors.Join(err, <-errc)
 }
 
