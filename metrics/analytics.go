@@ -146,6 +146,9 @@ func (a *Analytics) generation(ctx context.Context) (uint64, uint64, error) {
 	}
 }
 
+// errGenerationChanged stops the consumer of a generation no longer in force.
+var errGenerationChanged = errors.New("analytics: another generation is in force")
+
 // crash is the error of a test failure point: Run returns it at once.
 type crash struct{ err error }
 
@@ -195,6 +198,8 @@ func (a *Analytics) Run(ctx context.Context) error {
 			return nil
 		case errors.As(err, &c):
 			return c.err
+		case errors.Is(err, errGenerationChanged):
+			backoff = 0
 		case err != nil || stopped:
 			backoff = nextBackoff(backoff)
 			a.log.Warn("analytics: consumer stopped, restarting", "generation", gen, "in", backoff, "err", err)
@@ -251,6 +256,16 @@ func (a *Analytics) consume(ctx context.Context, gen uint64, caughtUp func()) er
 	})
 	if err != nil {
 		return fmt.Errorf("analytics: consumer %s: %w", durableName(gen), err)
+	}
+	// A process that read the generation just before a rebuild switched
+	// it, and created the old consumer just after the rebuild deleted it,
+	// would bring that consumer back for good: nothing would delete it
+	// again. So look once more, and undo it.
+	if cur, _, err := a.generation(ctx); err != nil {
+		return err
+	} else if cur > gen {
+		_ = a.js.DeleteConsumer(ctx, bus.EventsStream, durableName(gen))
+		return errGenerationChanged
 	}
 	if caughtUp != nil {
 		if info := cons.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {

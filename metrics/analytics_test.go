@@ -94,8 +94,28 @@ var timeoutEvaluator = machine.EvaluatorFunc(func(ctx context.Context, c machine
 // whose clock says when each step happens.
 func runCalls(t *testing.T, store machine.Store, calls []plannedCall) {
 	t.Helper()
+	runCallsRetrying(t, store, calls, 1)
+}
+
+// runCallsRetrying tries each step up to tries times while it fails with
+// ErrNotFound or ErrConflict. On a cluster, bus.KVStore's reads are
+// direct gets any replica answers, so a step may read the entry as it was
+// before the previous step (or not at all) and be refused; such a refusal
+// writes nothing, so trying again is safe. (That stale read is a bus
+// matter, reported with this package.)
+func runCallsRetrying(t *testing.T, store machine.Store, calls []plannedCall, tries int) {
+	t.Helper()
 	g, ctx := errgroup.WithContext(t.Context())
 	g.SetLimit(16)
+	retry := func(step func() error) error {
+		for i := 1; ; i++ {
+			err := step()
+			if i >= tries || !(errors.Is(err, machine.ErrNotFound) || errors.Is(err, machine.ErrConflict)) {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	for _, c := range calls {
 		g.Go(func() error {
 			clk := &clock{t: c.requested}
@@ -106,28 +126,38 @@ func runCalls(t *testing.T, store machine.Store, calls []plannedCall) {
 			}
 			decided := c.requested.Add(c.decideAfter)
 			clk.Set(decided)
-			switch c.decision {
-			case "approve", "reject":
-				_, err = m.Decide(ctx, e.PendingID, machine.Decision{Approve: c.decision == "approve", By: c.approver, Reason: c.reason})
-			case "timeout":
-				_, err = m.Expire(ctx, e.PendingID)
-			}
+			err = retry(func() error {
+				var err error
+				switch c.decision {
+				case "approve", "reject":
+					_, err = m.Decide(ctx, e.PendingID, machine.Decision{Approve: c.decision == "approve", By: c.approver, Reason: c.reason})
+				case "timeout":
+					_, err = m.Expire(ctx, e.PendingID)
+				}
+				return err
+			})
 			if err != nil || !c.execute {
 				return err
 			}
 			clk.Set(decided.Add(time.Second))
-			if _, err := m.Claim(ctx, e.PendingID, "exec", time.Minute); err != nil {
+			if err := retry(func() error {
+				_, err := m.Claim(ctx, e.PendingID, "exec", time.Minute)
+				return err
+			}); err != nil {
 				return err
 			}
 			clk.Set(decided.Add(3 * time.Second))
 			o := machine.Outcome{Holder: "exec", Cost: c.cost}
-			if c.fail {
-				o.Error = "failed"
-				_, err = m.Fail(ctx, e.PendingID, o)
-			} else {
-				_, err = m.Complete(ctx, e.PendingID, o)
-			}
-			return err
+			return retry(func() error {
+				var err error
+				if c.fail {
+					o.Error = "failed"
+					_, err = m.Fail(ctx, e.PendingID, o)
+				} else {
+					_, err = m.Complete(ctx, e.PendingID, o)
+				}
+				return err
+			})
 		})
 	}
 	require.NoError(t, g.Wait())
@@ -677,7 +707,7 @@ func TestAnalytics_OnAClusterOfThree(t *testing.T) {
 
 	t0 := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
 	calls := planCalls(100, t0, 4)
-	runCalls(t, env.Store, calls)
+	runCallsRetrying(t, env.Store, calls, 100)
 	waitCaughtUp(t, env, a)
 	r, err := a.Report(t.Context(), metrics.ReportOptions{Hours: 3, Until: t0.Add(2 * time.Hour)})
 	require.NoError(t, err)
