@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 )
@@ -83,4 +84,25 @@ func TestKVStore_ListConversationReadsOnlyItsKeys(t *testing.T) {
 	got, err = env.Store.ListConversation(ctx, "nobody")
 	require.NoError(t, err)
 	assert.Empty(t, got)
+}
+
+// TestProvision_EntriesAreReadFromTheLeader: a direct get may be answered
+// by a replica that has not seen the last write (seen under load: 4 stale
+// reads in 300 on 3 replicas), which would validate a command against an
+// old state. The entries' stream must serve no direct gets, also after
+// provisioning again (CreateOrUpdateKeyValue turns them back on).
+func TestProvision_EntriesAreReadFromTheLeader(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[1])
+	ctx := t.Context()
+	for range 2 {
+		_, err := bus.Provision(ctx, env.JS, bus.Topology{Replicas: 3})
+		require.NoError(t, err)
+		st, err := env.JS.Stream(ctx, "KV_"+bus.CallsBucket)
+		require.NoError(t, err)
+		info, err := st.Info(ctx)
+		require.NoError(t, err)
+		assert.False(t, info.Config.AllowDirect)
+		assert.Equal(t, 3, info.Config.Replicas)
+	}
 }

@@ -59,6 +59,20 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		}
 		*kv.dst = bucket
 	}
+	// Entries are read to validate a transition against the state the last
+	// write left. A direct get may be answered by a replica that has not
+	// seen that write yet (measured: 4 stale reads in 300 right after a
+	// write on 3 replicas), and a stale state refuses a valid command —
+	// Complete right after Claim. So the entries' bucket is read from its
+	// stream leader.
+	if err := readFromLeader(ctx, js, "KV_"+CallsBucket); err != nil {
+		return nil, err
+	}
+	calls, err := js.KeyValue(ctx, CallsBucket) // bound again: it looks at AllowDirect when bound
+	if err != nil {
+		return nil, fmt.Errorf("provision bucket %s: %w", CallsBucket, err)
+	}
+	b.Calls = calls
 	streams := []jetstream.StreamConfig{{
 		Name:        EventsStream,
 		Description: "toolgate: one event per tool-call transition",
@@ -91,4 +105,22 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		}
 	}
 	return &b, nil
+}
+
+// readFromLeader turns off direct gets on a stream, so every read is
+// answered by its leader and sees every acknowledged write.
+func readFromLeader(ctx context.Context, js jetstream.JetStream, stream string) error {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("provision stream %s: %w", stream, err)
+	}
+	cfg := st.CachedInfo().Config
+	if !cfg.AllowDirect {
+		return nil
+	}
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("provision stream %s: read from the leader: %w", stream, err)
+	}
+	return nil
 }

@@ -215,7 +215,7 @@ func (x *Executor) run(ctx context.Context, e *machine.Entry, h Handler) {
 				return
 			case <-time.After(x.opts.Backoff[min(e.ExecutionAttempts, len(x.opts.Backoff))-1]):
 			}
-			next, err := x.m.Claim(ctx, id, x.opts.ID, x.opts.Lease)
+			next, err := x.m.Retry(ctx, id, x.opts.ID, e.ExecutionAttempts, x.opts.Lease)
 			if err != nil {
 				log.Info("could not claim again", "err", err)
 				return

@@ -207,9 +207,10 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 }
 
 // Claim hands a runnable call to the executor holder for lease: approved,
-// scheduled and due, or running under a lease that has run out. The holder
-// of a live lease may claim again to retry: each claim is an attempt, and
-// none is granted past the call's MaxExecutionAttempts.
+// scheduled and due, or running under a lease that has run out. A live
+// lease is never claimed, not even by its holder: a work item delivered
+// twice must not start a second run. Each claim is an attempt, and none is
+// granted past the call's MaxExecutionAttempts.
 func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease time.Duration) (*Entry, error) {
 	if holder == "" || lease <= 0 {
 		return nil, fmt.Errorf("claim %s: %w", pendingID, invalidf("holder and a positive lease are required"))
@@ -223,7 +224,7 @@ func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease tim
 		ev = EventReclaim
 	}
 	e, err := m.transition(ctx, pendingID, ev, holder, "", func(e *Entry, now time.Time) error {
-		reclaimable := e.Lease != nil && (e.Lease.Holder == holder || now.UnixMilli() >= e.Lease.ExpiresAt) && e.AttemptsLeft() > 0
+		reclaimable := e.Lease != nil && now.UnixMilli() >= e.Lease.ExpiresAt && e.AttemptsLeft() > 0
 		if !e.Runnable(now) && !reclaimable {
 			return &TransitionError{Event: ev, Entry: e}
 		}
@@ -234,6 +235,26 @@ func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease tim
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
+// Retry starts another attempt of a call whose attempt failed, for the
+// holder of its lease: attempts + 1 and a fresh lease. failed is the
+// attempt that failed; a retry for any other is refused, so that only the
+// run that failed can follow itself.
+func (m *Machine) Retry(ctx context.Context, pendingID, holder string, failed int, lease time.Duration) (*Entry, error) {
+	e, err := m.transition(ctx, pendingID, EventReclaim, holder, "retry", func(e *Entry, now time.Time) error {
+		if e.Lease == nil || e.Lease.Holder != holder || e.ExecutionAttempts != failed || e.AttemptsLeft() == 0 {
+			return &TransitionError{Event: EventReclaim, Entry: e}
+		}
+		e.ExecutionAttempts++
+		e.LastAttemptTime = now.UnixMilli()
+		e.Lease = &Lease{Holder: holder, ExpiresAt: now.Add(lease).UnixMilli()}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retry %s: %w", pendingID, err)
 	}
 	return e, nil
 }

@@ -76,3 +76,23 @@ func TestClaudeCodeHTTPHooks(t *testing.T) {
 	status, _ = post("on-stop", in("Stop", "x", "t4"))
 	assert.Equal(t, 404, status)
 }
+
+func TestHTTP_AnalyticsAndMetricsServed(t *testing.T) {
+	t.Parallel()
+	_, base := startWithHTTP(t, hookPolicy)
+	resp, err := http.Get(base + "/v1/analytics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, 200, resp.StatusCode)
+	var report map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&report))
+	assert.NotEmpty(t, report)
+
+	resp, err = http.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var body bytes.Buffer
+	_, _ = body.ReadFrom(resp.Body)
+	assert.Contains(t, body.String(), `toolgate_consumer_pending_messages{consumer="toolgate-relay"`, "every role in one process: the exporter too")
+	assert.Contains(t, body.String(), "go_goroutines")
+}

@@ -68,6 +68,9 @@ type process struct {
 func startServe(t *testing.T, args ...string) *process {
 	t.Helper()
 	cmd := exec.Command(toolgateBinary(t), append([]string{"serve"}, args...)...)
+	// Its own process group, so that kill takes the tools it runs with it,
+	// as a crashed host would.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -101,8 +104,9 @@ func startServe(t *testing.T, args ...string) *process {
 	return p
 }
 
+// kill SIGKILLs the process and everything it started.
 func (p *process) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.done
 }
 

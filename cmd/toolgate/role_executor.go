@@ -28,7 +28,7 @@ func runExecutor(ctx context.Context, d *deps, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	x, err := c.NewExecutor(client.ExecutorOptions{Log: log})
+	x, err := c.NewExecutor(client.ExecutorOptions{Lease: d.cfg.Lease, Log: log})
 	if err != nil {
 		return err
 	}

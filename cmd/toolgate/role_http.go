@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/api"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
 )
 
 // loadTokens reads the HTTP API's bearer tokens from --tokens and
@@ -48,6 +49,10 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	analytics, err := metrics.OpenAnalytics(ctx, d.js, metrics.AnalyticsConfig{Replicas: d.cfg.Replicas, Log: log})
+	if err != nil {
+		return err
+	}
 	srv := api.New(api.Config{
 		Machine:  d.machine,
 		JS:       d.js,
@@ -63,6 +68,7 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 		},
 		OnDecided:  func(ctx context.Context, e *machine.Entry) error { return recordScope(ctx, d, e) },
 		ClaudeCode: gate,
+		Analytics:  analytics,
 		Log:        log,
 	})
 	l, err := net.Listen("tcp", d.cfg.HTTP)

@@ -37,12 +37,13 @@ type Config struct {
 	EventsMaxAge time.Duration
 	RelayAckWait time.Duration
 	LogLevel     slog.Level
-	Roles        roleList // which roles this process runs
-	PolicyFile   string   // loaded into the policies bucket at start
-	HTTP         string   // the http role's address
-	TokensFile   string   // bearer tokens for the HTTP API
-	TokensData   string   // the same, inline
-	Tools        []string // built-in tools the executor role hosts
+	Roles        roleList      // which roles this process runs
+	PolicyFile   string        // loaded into the policies bucket at start
+	HTTP         string        // the http role's address
+	TokensFile   string        // bearer tokens for the HTTP API
+	TokensData   string        // the same, inline
+	Tools        []string      // built-in tools the executor role hosts
+	Lease        time.Duration // the executor role's lease on a running call
 }
 
 func newServeFlags(stderr io.Writer) (*flag.FlagSet, *Config) {
@@ -66,6 +67,7 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *Config) {
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "HOST:PORT of the HTTP API and web inbox (role http)")
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "file of HTTP bearer tokens, one per line: TOKEN USER ROLE[,ROLE…]")
 	fs.StringVar(&cfg.TokensData, "tokens-data", "", "HTTP bearer tokens inline, entries separated by ';'")
+	fs.DurationVar(&cfg.Lease, "executor-lease", 30*time.Second, "how long the executor role's claim on a running call lasts without a heartbeat (a dead executor's calls run again elsewhere after it)")
 	fs.Func("tools", "built-in tools the executor role hosts: http, exec (comma-separated; none by default)", func(v string) error {
 		cfg.Tools = nil
 		for _, t := range strings.Split(v, ",") {
