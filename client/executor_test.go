@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/worker"
 )
 
 const executorPolicy = `
@@ -258,4 +259,77 @@ func TestBuiltinTools(t *testing.T) {
 	got = finished(t, g.c, e.PendingID)
 	assert.Equal(t, machine.StateCompletedFailure, got.Status)
 	assert.Contains(t, got.Error, "command")
+}
+
+// TestExecutor_TwoTimersThreeExecutorsUnderLoad shares one bucket between
+// two timers and three executors while calls run at once, after a delay
+// (the timers queue those) and after approval: every call ends, and none
+// runs twice.
+func TestExecutor_TwoTimersThreeExecutorsUnderLoad(t *testing.T) {
+	t.Parallel()
+	const calls = 600
+	g := startGate(t, `
+default:
+  requiresApprovalTools: [approved_job]
+  toolSpecificDelays: {delayed_job: 300}
+`)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Go(func() { _ = bus.NewRelay(g.env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx) })
+	for range 2 {
+		timer := worker.NewTimer(g.env.JS, g.env.KV, machine.New(g.env.Store), bustest.Logger())
+		wg.Go(func() { _ = timer.Run(ctx) })
+	}
+	var mu sync.Mutex
+	runs := map[string][]string{} // toolCallId → executors that ran it
+	handler := func(id string) client.Handler {
+		return func(_ context.Context, c client.Call) (client.Result, error) {
+			mu.Lock()
+			runs[c.ToolCallID] = append(runs[c.ToolCallID], id)
+			mu.Unlock()
+			time.Sleep(time.Duration(c.ToolCallID[len(c.ToolCallID)-1]%5) * time.Millisecond)
+			return client.Result{Output: json.RawMessage(`{}`)}, nil
+		}
+	}
+	for _, id := range []string{"exec-a", "exec-b", "exec-c"} {
+		x, err := newClient(t, g.env.URLs).NewExecutor(client.ExecutorOptions{ID: id, Lease: 2 * time.Second, Log: bustest.Logger()})
+		require.NoError(t, err)
+		for _, tool := range []string{"job", "delayed_job", "approved_job"} {
+			x.Handle(tool, handler(id))
+		}
+		wg.Go(func() { _ = x.Run(ctx) })
+	}
+
+	tools := []string{"job", "delayed_job", "approved_job"}
+	var eg errgroup.Group
+	eg.SetLimit(32)
+	for i := range calls {
+		eg.Go(func() error {
+			e, err := g.c.Submit(ctx, call("load", fmt.Sprint("j", i), tools[i%3], `{}`))
+			if err != nil || e.Status != machine.StatePendingApproval {
+				return err
+			}
+			_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "alice"})
+			return err
+		})
+	}
+	require.NoError(t, eg.Wait())
+
+	require.Eventually(t, func() bool {
+		entries, err := g.c.List(ctx, bus.ListRequest{ConversationID: "load", Status: machine.StateCompletedSuccess, Limit: 1000})
+		require.NoError(t, err)
+		return len(entries) == calls
+	}, 60*time.Second, 500*time.Millisecond, "not every call completed")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Len(t, runs, calls)
+	for id, by := range runs {
+		assert.Len(t, by, 1, "%s ran on %v", id, by)
+	}
+	entries, err := g.c.List(ctx, bus.ListRequest{ConversationID: "load", Limit: 1000})
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.Equal(t, 1, e.ExecutionAttempts, e.PendingID)
+	}
 }
