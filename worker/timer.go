@@ -40,7 +40,7 @@ type Timer struct {
 type TimerOption func(*Timer)
 
 // WithConcurrency bounds how many deadlines are acted on at once (default
-// 32). Each action is a few round trips to JetStream, so a burst of
+// 64). Each action is a few round trips to JetStream, so a burst of
 // deadlines (a restart after an outage) drains at about this many times
 // the round-trip rate.
 func WithConcurrency(n int) TimerOption {
@@ -66,7 +66,7 @@ func WithRetryDelay(d time.Duration) TimerOption {
 // NewTimer returns a Timer over kv, the tool_calls bucket, moving entries
 // through m. Run starts it.
 func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m *machine.Machine, log *slog.Logger, opts ...TimerOption) *Timer {
-	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 32, retry: time.Second}
+	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 64, retry: time.Second}
 	for _, o := range opts {
 		o(t)
 	}

@@ -1,0 +1,327 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/worker"
+)
+
+// These benchmarks measure how late deadlines fire: 10,000 of them, spread
+// evenly over 5 seconds (2,000 a second), on one embedded server. Lateness
+// is the time from a deadline to the moment its action is done.
+//
+// BenchmarkTimer is the Timer as it runs: relay and timer up, the calls
+// submitted through the machine (the timer learns their deadlines from
+// the relay's events), and the action is the Expire transition, a
+// compare-and-set on the entry; lateness ends when that write has won.
+//
+// BenchmarkMsgSchedules is the alternative the Timer did not take:
+// JetStream message schedules (nats-server 2.12+), one "@at" schedule per
+// deadline on a stream with AllowMsgSchedules. Lateness ends when a
+// consumer receives the message the server publishes at the deadline,
+// before any action: a lower bound for a timer built on schedules.
+//
+// Each reports p50, p99 and max lateness in ms. BenchmarkTimer also
+// reports the raw KV compare-and-set rate measured on the same server
+// right after, as bus/bench_test.go does, since one firing is an Expire
+// (two reads and one CAS) and the rate a server sustains bounds how many
+// deadlines a second it can keep up with. ns/op means nothing here.
+
+const (
+	benchDeadlines = 10_000
+	benchSpread    = 5 * time.Second
+	// benchLead is how far ahead the first deadline is when submitting
+	// starts; every call is written before its deadline (the benchmark
+	// fails if one is not), so none fires on arrival.
+	benchLead = 3 * time.Second
+)
+
+// lateness collects how late each deadline fired.
+type lateness struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *lateness) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *lateness) report(b *testing.B) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slices.Sort(l.d)
+	at := func(q float64) float64 {
+		return float64(l.d[min(int(q*float64(len(l.d))), len(l.d)-1)]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(at(0.50), "p50-ms")
+	b.ReportMetric(at(0.99), "p99-ms")
+	b.ReportMetric(at(1), "max-ms")
+}
+
+// deadlineTimes spreads n deadlines evenly over benchSpread from first.
+func deadlineTimes(first time.Time) []time.Time {
+	due := make([]time.Time, benchDeadlines)
+	for i := range due {
+		due[i] = first.Add(benchSpread * time.Duration(i) / benchDeadlines)
+	}
+	return due
+}
+
+func BenchmarkTimer(b *testing.B) {
+	var late lateness
+	var casPerSec float64
+	for range b.N {
+		env := bustest.Start(b, bustest.Topology{Name: "single", Replicas: 1})
+		ctx, stop := context.WithCancel(context.Background())
+		var running sync.WaitGroup
+		running.Go(func() {
+			if err := bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx); err != nil {
+				b.Errorf("relay: %v", err)
+			}
+		})
+		var fired atomic.Int64
+		firings := map[string]int{}
+		var firingsMu sync.Mutex
+		// The timer's machine reports each Expire that won, when it won.
+		timerMachine := machine.New(env.Store, machine.WithObserver(func(_ context.Context, e *machine.Entry) {
+			if e.Status != machine.StateRejectedByTimeout {
+				return
+			}
+			late.add(time.Since(time.UnixMilli(e.ApprovalTimeoutAt)))
+			firingsMu.Lock()
+			firings[e.PendingID]++
+			firingsMu.Unlock()
+			fired.Add(1)
+		}))
+		running.Go(func() {
+			if err := worker.NewTimer(env.JS, env.KV, timerMachine, bustest.Logger()).Run(ctx); err != nil {
+				b.Errorf("timer: %v", err)
+			}
+		})
+
+		due := deadlineTimes(time.Now().Add(benchLead))
+		byCall := make(map[string]time.Time, len(due))
+		for i, at := range due {
+			byCall[fmt.Sprintf("call-%05d", i)] = at
+		}
+		submitter := machine.New(env.Store, machine.WithEvaluator(machine.EvaluatorFunc(func(_ context.Context, c machine.Call) (machine.Verdict, error) {
+			return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Until(byCall[c.ToolCallID]), AutoRejectOnTimeout: true}, nil
+		})))
+		var next atomic.Int64
+		var tooLate atomic.Int64
+		g := new(errgroup.Group)
+		for range 32 {
+			g.Go(func() error {
+				for i := int(next.Add(1) - 1); i < len(due); i = int(next.Add(1) - 1) {
+					call := machine.Call{ToolCallID: fmt.Sprintf("call-%05d", i), ToolName: "send_email", Arguments: json.RawMessage(`{"to":"ops@example.com"}`), CallerBotID: "agent", ConversationID: fmt.Sprintf("conv-%03d", i%64)}
+					if _, err := submitter.Submit(ctx, call); err != nil {
+						return err
+					}
+					if time.Now().After(due[i]) {
+						tooLate.Add(1)
+					}
+				}
+				return nil
+			})
+		}
+		require.NoError(b, g.Wait())
+		require.Zero(b, tooLate.Load(), "calls written after their deadline: raise benchLead")
+
+		require.Eventually(b, func() bool { return fired.Load() >= benchDeadlines }, benchLead+benchSpread+time.Minute, 10*time.Millisecond,
+			"fired %d of %d", fired.Load(), benchDeadlines)
+		// Room for a second firing, which must not come.
+		time.Sleep(500 * time.Millisecond)
+		stop()
+		running.Wait()
+		firingsMu.Lock()
+		require.Len(b, firings, benchDeadlines)
+		for id, n := range firings {
+			require.Equal(b, 1, n, id)
+		}
+		firingsMu.Unlock()
+		events, err := env.JS.Stream(context.Background(), bus.EventsStream)
+		require.NoError(b, err)
+		info, err := events.Info(context.Background(), jetstream.WithSubjectFilter(bus.SubjectApprovalTimeout))
+		require.NoError(b, err)
+		require.Equal(b, uint64(benchDeadlines), info.State.Subjects[bus.SubjectApprovalTimeout], "one timeout event per deadline")
+
+		casPerSec = casRate(b, env)
+	}
+	late.report(b)
+	b.ReportMetric(casPerSec, "cas/s")
+}
+
+// casRate is the raw compare-and-set rate of the bucket: kv.Update at a
+// known revision of an entry-sized value, 32 goroutines on keys of their
+// own, for about a second.
+func casRate(b *testing.B, env *bustest.Env) float64 {
+	b.Helper()
+	ctx := context.Background()
+	value := make([]byte, 650)
+	const workers, keysEach = 32, 16
+	var ops atomic.Int64
+	deadline := time.Now().Add(time.Second)
+	start := time.Now()
+	g := new(errgroup.Group)
+	for w := range workers {
+		g.Go(func() error {
+			revs := make([]uint64, keysEach)
+			keys := make([]string, keysEach)
+			for k := range keys {
+				keys[k] = fmt.Sprintf("cas-%02d.key-%02d", w, k)
+				rev, err := env.KV.Create(ctx, keys[k], value)
+				if err != nil {
+					return err
+				}
+				revs[k] = rev
+			}
+			for i := 0; time.Now().Before(deadline); i = (i + 1) % keysEach {
+				rev, err := env.KV.Update(ctx, keys[i], value, revs[i])
+				if err != nil {
+					return err
+				}
+				revs[i] = rev
+				ops.Add(1)
+			}
+			return nil
+		})
+	}
+	require.NoError(b, g.Wait())
+	return float64(ops.Load()) / time.Since(start).Seconds()
+}
+
+// BenchmarkMsgSchedules measures the alternative: the server fires each
+// deadline as a scheduled message. nats.go's StreamConfig has no field for
+// AllowMsgSchedules yet, so the stream is created through the raw API.
+func BenchmarkMsgSchedules(b *testing.B) {
+	var late lateness
+	for range b.N {
+		env := bustest.Start(b, bustest.Topology{Name: "single", Replicas: 1})
+		ctx := context.Background()
+		cfg, _ := json.Marshal(map[string]any{
+			"name":                "DEADLINES",
+			"subjects":            []string{"deadline.schedule.>", "deadline.fired.>"},
+			"storage":             "file",
+			"allow_msg_schedules": true,
+		})
+		resp, err := env.NC.Request("$JS.API.STREAM.CREATE.DEADLINES", cfg, 10*time.Second)
+		require.NoError(b, err)
+		var created struct {
+			Error *struct{ Description string } `json:"error"`
+		}
+		require.NoError(b, json.Unmarshal(resp.Data, &created))
+		require.Nil(b, created.Error, "create stream: %s", resp.Data)
+
+		cons, err := env.JS.OrderedConsumer(ctx, "DEADLINES", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"deadline.fired.>"}})
+		require.NoError(b, err)
+		var received atomic.Int64
+		cc, err := cons.Consume(func(msg jetstream.Msg) {
+			var at time.Time
+			if err := at.UnmarshalText(msg.Data()); err != nil {
+				b.Errorf("fired message %q: %v", msg.Data(), err)
+				return
+			}
+			late.add(time.Since(at))
+			received.Add(1)
+		})
+		require.NoError(b, err)
+
+		due := deadlineTimes(time.Now().Add(benchLead))
+		var acks []jetstream.PubAckFuture
+		wait := func() {
+			for _, fut := range acks {
+				select {
+				case <-fut.Ok():
+				case err := <-fut.Err():
+					b.Fatalf("schedule: %v", err)
+				}
+			}
+			acks = acks[:0]
+		}
+		for i, at := range due {
+			if len(acks) == 1000 {
+				wait() // nats.go stalls beyond 4,000 in flight
+			}
+			stamp, _ := at.UTC().MarshalText() // RFC 3339 with nanoseconds
+			msg := nats.NewMsg(fmt.Sprintf("deadline.schedule.%05d", i))
+			msg.Data = stamp
+			msg.Header.Set("Nats-Schedule", "@at "+string(stamp))
+			msg.Header.Set("Nats-Schedule-Target", fmt.Sprintf("deadline.fired.%05d", i))
+			fut, err := env.JS.PublishMsgAsync(msg)
+			require.NoError(b, err)
+			acks = append(acks, fut)
+		}
+		wait()
+		require.True(b, time.Now().Before(due[0]), "schedules written after the first deadline: raise benchLead")
+		require.Eventually(b, func() bool { return received.Load() >= benchDeadlines }, benchLead+benchSpread+time.Minute, 10*time.Millisecond,
+			"received %d of %d", received.Load(), benchDeadlines)
+		time.Sleep(500 * time.Millisecond)
+		cc.Stop()
+		require.Equal(b, int64(benchDeadlines), received.Load(), "each schedule fires once")
+	}
+	late.report(b)
+}
+
+// BenchmarkTimerRestart is the other half of the heap's cost: the timer
+// starts on a bucket of 10,000 calls whose deadlines all passed while no
+// timer ran. It reads the bucket, rebuilds the heap and expires them all;
+// "drain-ms" is from Run's start to the last Expire, "fired/s" the rate.
+func BenchmarkTimerRestart(b *testing.B) {
+	var drain time.Duration
+	for range b.N {
+		env := bustest.Start(b, bustest.Topology{Name: "single", Replicas: 1})
+		ctx, stop := context.WithCancel(context.Background())
+		var running sync.WaitGroup
+		running.Go(func() {
+			if err := bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx); err != nil {
+				b.Errorf("relay: %v", err)
+			}
+		})
+		submitter := machine.New(env.Store, machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+			return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Millisecond, AutoRejectOnTimeout: true}, nil
+		})))
+		g := new(errgroup.Group)
+		g.SetLimit(32)
+		for i := range benchDeadlines {
+			g.Go(func() error {
+				_, err := submitter.Submit(ctx, machine.Call{ToolCallID: fmt.Sprintf("call-%05d", i), ToolName: "send_email", CallerBotID: "agent", ConversationID: fmt.Sprintf("conv-%03d", i%64)})
+				return err
+			})
+		}
+		require.NoError(b, g.Wait())
+
+		var fired atomic.Int64
+		timerMachine := machine.New(env.Store, machine.WithObserver(func(context.Context, *machine.Entry) { fired.Add(1) }))
+		b.ResetTimer()
+		start := time.Now()
+		running.Go(func() {
+			if err := worker.NewTimer(env.JS, env.KV, timerMachine, bustest.Logger()).Run(ctx); err != nil {
+				b.Errorf("timer: %v", err)
+			}
+		})
+		require.Eventually(b, func() bool { return fired.Load() >= benchDeadlines }, time.Minute, time.Millisecond)
+		drain += time.Since(start)
+		b.StopTimer()
+		stop()
+		running.Wait()
+	}
+	b.ReportMetric(float64(drain.Milliseconds())/float64(b.N), "drain-ms")
+	b.ReportMetric(float64(benchDeadlines*b.N)/drain.Seconds(), "fired/s")
+}
