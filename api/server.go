@@ -127,23 +127,14 @@ func httpErr(status int, code, message string) error {
 	return &httpError{status: status, code: code, message: message}
 }
 
-// ErrorBody is every error's JSON.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail names what went wrong; on a conflict it carries the entry as
-// it is now (its state and who decided).
-type ErrorDetail struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Entry   *machine.Entry `json:"entry,omitempty"`
-}
+// ErrorBody is every error's JSON, the same as the request API's: a code,
+// a message naming what was wrong and, on a conflict, the entry as it is now.
+type ErrorBody = bus.ErrorBody
 
 func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 	var he *httpError
 	var te *machine.TransitionError
-	body := ErrorBody{Error: ErrorDetail{Message: err.Error()}}
+	body := ErrorBody{Error: bus.ErrorDetail{Message: err.Error()}}
 	status := http.StatusInternalServerError
 	switch {
 	case errors.As(err, &he):

@@ -68,25 +68,37 @@ func (s *KVStore) Update(ctx context.Context, e *machine.Entry, revision uint64)
 // ListConversation implements machine.Store. It watches only the
 // conversation's keys, so the server reads nothing of other conversations.
 func (s *KVStore) ListConversation(ctx context.Context, conversationID string) ([]*machine.Entry, error) {
-	w, err := s.kv.WatchFiltered(ctx, []string{machine.ConversationKey(conversationID) + ".*"}, jetstream.IgnoreDeletes())
+	return watchValues(ctx, s.kv, machine.ConversationKey(conversationID)+".*", decodeEntry)
+}
+
+// ListAll reads every entry in the bucket: for listing across
+// conversations, never on a path that serves one conversation.
+func ListAll(ctx context.Context, kv jetstream.KeyValue) ([]*machine.Entry, error) {
+	return watchValues(ctx, kv, ">", decodeEntry)
+}
+
+// watchValues reads the current value of every key matching filter: a
+// watch that ends once its initial values are in.
+func watchValues[T any](ctx context.Context, kv jetstream.KeyValue, filter string, decode func([]byte) (T, error)) ([]T, error) {
+	w, err := kv.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}
 	defer w.Stop()
-	var entries []*machine.Entry
+	var values []T
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case kve := <-w.Updates():
 			if kve == nil { // the initial values are all in
-				return entries, nil
+				return values, nil
 			}
-			e, err := decodeEntry(kve.Value())
+			v, err := decode(kve.Value())
 			if err != nil {
 				return nil, fmt.Errorf("key %s: %w", kve.Key(), err)
 			}
-			entries = append(entries, e)
+			values = append(values, v)
 		}
 	}
 }

@@ -219,27 +219,11 @@ func (s *GrantStore) Add(ctx context.Context, g policy.Grant) (policy.Grant, err
 
 // List returns a conversation's grants.
 func (s *GrantStore) List(ctx context.Context, conversationID string) ([]policy.Grant, error) {
-	w, err := s.kv.WatchFiltered(ctx, []string{machine.ConversationKey(conversationID) + ".*"}, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
-	var grants []policy.Grant
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case kve := <-w.Updates():
-			if kve == nil {
-				return grants, nil
-			}
-			var g policy.Grant
-			if err := json.Unmarshal(kve.Value(), &g); err != nil {
-				return nil, fmt.Errorf("grant %s: %w", kve.Key(), err)
-			}
-			grants = append(grants, g)
-		}
-	}
+	return watchValues(ctx, s.kv, machine.ConversationKey(conversationID)+".*", func(data []byte) (policy.Grant, error) {
+		var g policy.Grant
+		err := json.Unmarshal(data, &g)
+		return g, err
+	})
 }
 
 // Match implements policy.Grants.

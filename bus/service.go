@@ -299,28 +299,6 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	return ListPage(all, r)
 }
 
-// ListAll reads every entry in the bucket: for listing across
-// conversations, never on a path that serves one conversation.
-func ListAll(ctx context.Context, kv jetstream.KeyValue) ([]*machine.Entry, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
-	var entries []*machine.Entry
-	for kve := range w.Updates() {
-		if kve == nil {
-			return entries, nil
-		}
-		e, err := decodeEntry(kve.Value())
-		if err != nil {
-			return nil, fmt.Errorf("key %s: %w", kve.Key(), err)
-		}
-		entries = append(entries, e)
-	}
-	return nil, ctx.Err()
-}
-
 func (s *Service) decide(ctx context.Context, data []byte) (any, error) {
 	r, err := decode[DecideRequest](data)
 	if err != nil {
