@@ -31,8 +31,16 @@ type WorkItem struct {
 	Revision  uint64 `json:"revision"`
 }
 
-// msgID is the de-duplication id of what the relay publishes for one
-// revision: a replay after a crash publishes the same id and is dropped.
-func msgID(pendingID string, revision uint64) string {
+// MsgID is the de-duplication id (Nats-Msg-Id) of what is published for
+// one revision of an entry: the relay's event and work item, and the
+// timer's queueing of a call that became due. A replay after a crash, or a
+// second publisher, sends the same id and is dropped.
+func MsgID(pendingID string, revision uint64) string {
 	return fmt.Sprintf("%s:%d", pendingID, revision)
+}
+
+// RequeueMsgID is the de-duplication id of a call queued again after its
+// executor's lease ran out at revision.
+func RequeueMsgID(pendingID string, revision uint64) string {
+	return MsgID(pendingID, revision) + ":requeue"
 }

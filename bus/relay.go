@@ -160,7 +160,7 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 			return relayed{}, err
 		}
 	}
-	id := msgID(e.PendingID, item.revision)
+	id := MsgID(e.PendingID, item.revision)
 	ev, _ := json.Marshal(Event{
 		ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
 		Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: item.revision, Entry: &e,

@@ -14,3 +14,7 @@ func CanFire(from State, ev Event) bool {
 	}
 	return false
 }
+
+// Store returns the Machine's store, for tests that need a second Machine
+// over it.
+func (m *Machine) Store() Store { return m.store }

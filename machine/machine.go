@@ -215,17 +215,18 @@ func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease tim
 	if holder == "" || lease <= 0 {
 		return nil, fmt.Errorf("claim %s: %w", pendingID, invalidf("holder and a positive lease are required"))
 	}
-	cur, _, err := m.store.Get(ctx, pendingID)
-	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", pendingID, err)
+	// A running call is reclaimed, anything else started: the event is
+	// chosen from the entry as each attempt of the write reads it.
+	claimEvent := func(cur *Entry) (Event, string) {
+		if cur.Status == StateExecuting {
+			return EventReclaim, ""
+		}
+		return EventStart, ""
 	}
-	ev := EventStart
-	if cur.Status == StateExecuting {
-		ev = EventReclaim
-	}
-	e, err := m.transition(ctx, pendingID, ev, holder, "", func(e *Entry, now time.Time) error {
+	e, err := m.transitionBy(ctx, pendingID, claimEvent, holder, func(e *Entry, now time.Time) error {
 		reclaimable := e.Lease != nil && now.UnixMilli() >= e.Lease.ExpiresAt && e.AttemptsLeft() > 0
 		if !e.Runnable(now) && !reclaimable {
+			ev, _ := claimEvent(e)
 			return &TransitionError{Event: ev, Entry: e}
 		}
 		e.ExecutionAttempts++
@@ -315,17 +316,16 @@ func (m *Machine) Cancel(ctx context.Context, pendingID, by, reason string) (*En
 // rejected (REJECTED_BY_TIMEOUT) when its policy says autoRejectOnTimeout,
 // and otherwise flagged overdue, once, and left pending.
 func (m *Machine) Expire(ctx context.Context, pendingID string) (*Entry, error) {
-	cur, _, err := m.store.Get(ctx, pendingID)
-	if err != nil {
-		return nil, fmt.Errorf("expire %s: %w", pendingID, err)
+	expireEvent := func(cur *Entry) (Event, string) {
+		if cur.AutoRejectOnTimeout {
+			return EventTimeout, "approval timed out"
+		}
+		return EventOverdue, "approval overdue, kept pending"
 	}
-	ev, reason := EventTimeout, "approval timed out"
-	if !cur.AutoRejectOnTimeout {
-		ev, reason = EventOverdue, "approval overdue, kept pending"
-	}
-	e, err := m.transition(ctx, pendingID, ev, "timer", reason, func(e *Entry, now time.Time) error {
+	e, err := m.transitionBy(ctx, pendingID, expireEvent, "timer", func(e *Entry, now time.Time) error {
 		// A timer whose clock runs ahead must not reject what a human
 		// still has time to answer; a call is flagged overdue only once.
+		ev, _ := expireEvent(e)
 		if now.UnixMilli() < e.ApprovalTimeoutAt || (ev == EventOverdue && e.Overdue) {
 			return &TransitionError{Event: ev, Entry: e}
 		}
@@ -341,10 +341,12 @@ func (m *Machine) Expire(ctx context.Context, pendingID string) (*Entry, error) 
 	return e, nil
 }
 
-// Heartbeat renews the lease of the executor running a call.
+// Heartbeat renews the lease of the executor running a call. A lease that
+// has run out is not renewed: the timer may have queued the call for
+// another executor already, and the holder must stop.
 func (m *Machine) Heartbeat(ctx context.Context, pendingID, holder string, lease time.Duration) (*Entry, error) {
 	e, err := m.transition(ctx, pendingID, EventHeartbeat, holder, "", func(e *Entry, now time.Time) error {
-		if e.Lease == nil || e.Lease.Holder != holder {
+		if e.Lease == nil || e.Lease.Holder != holder || now.UnixMilli() >= e.Lease.ExpiresAt {
 			return &TransitionError{Event: EventHeartbeat, Entry: e}
 		}
 		e.Lease = &Lease{Holder: holder, ExpiresAt: now.Add(lease).UnixMilli()}
@@ -394,11 +396,18 @@ func (m *Machine) AbandonLease(ctx context.Context, pendingID string) (*Entry, e
 // timeout racing, exactly one wins and the other gets a TransitionError that
 // names the winner.
 func (m *Machine) transition(ctx context.Context, pendingID string, ev Event, actor, reason string, apply func(e *Entry, now time.Time) error) (*Entry, error) {
+	return m.transitionBy(ctx, pendingID, func(*Entry) (Event, string) { return ev, reason }, actor, apply)
+}
+
+// transitionBy is transition for a command whose event (and the reason it
+// records) depends on the entry as it is read: each attempt chooses again.
+func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error) (*Entry, error) {
 	for {
 		cur, rev, err := m.store.Get(ctx, pendingID)
 		if err != nil {
 			return nil, err
 		}
+		ev, reason := choose(cur)
 		to, err := validate(ctx, cur.Status, ev)
 		if err != nil {
 			if errors.Is(err, ErrInvalidTransition) {

@@ -60,7 +60,10 @@ var commands = []command{
 		return m.Fail(ctx, id, machine.Outcome{Holder: "exec-1", Error: "boom"})
 	}},
 	{"heartbeat", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
-		return m.Heartbeat(ctx, id, "exec-1", time.Minute)
+		// The seeded lease ran out an hour ago; a heartbeat is on time
+		// only before that.
+		return machine.New(m.Store(), machine.WithClock(func() time.Time { return time.Now().Add(-2 * time.Hour) })).
+			Heartbeat(ctx, id, "exec-1", time.Minute)
 	}},
 }
 
@@ -467,4 +470,18 @@ func TestHeartbeat_RenewsOnlyTheHoldersLease(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, got.Lease.ExpiresAt, claimed.Lease.ExpiresAt+50_000)
 	assert.Equal(t, 1, got.ExecutionAttempts, "a heartbeat is not an attempt")
+}
+
+func TestHeartbeat_NotOnALeaseThatRanOut(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun}))
+	e, err := m.Submit(ctx, call("late-hb", "c1"))
+	require.NoError(t, err)
+	_, err = m.Claim(ctx, e.PendingID, "exec-1", time.Minute)
+	require.NoError(t, err)
+	late := machine.New(env.Store, machine.WithClock(func() time.Time { return time.Now().Add(2 * time.Minute) }))
+	_, err = late.Heartbeat(ctx, e.PendingID, "exec-1", time.Minute)
+	assert.ErrorIs(t, err, machine.ErrConflict, "the timer may have queued it elsewhere: the holder must stop")
 }

@@ -303,7 +303,7 @@ func (t *Timer) expire(ctx context.Context, log *slog.Logger, j job) outcome {
 // the relay would have used for the same revision: two timers, or a timer
 // and the relay, queue it once.
 func (t *Timer) start(ctx context.Context, log *slog.Logger, e *machine.Entry, rev uint64) outcome {
-	id := fmt.Sprintf("%s:%d", e.PendingID, rev)
+	id := bus.MsgID(e.PendingID, rev)
 	if err := t.queue(ctx, e, rev, id); err != nil {
 		return t.retryLater(ctx, log, job{id: e.PendingID, kind: kindStart, at: e.ScheduledExecutionTime, rev: rev}, err)
 	}
@@ -320,7 +320,7 @@ func (t *Timer) leaseExpired(ctx context.Context, log *slog.Logger, j job, e *ma
 		return outcome{id: j.id, rev: rev}
 	}
 	if e.AttemptsLeft() > 0 {
-		id := fmt.Sprintf("%s:%d:requeue", e.PendingID, rev)
+		id := bus.RequeueMsgID(e.PendingID, rev)
 		if err := t.queue(ctx, e, rev, id); err != nil {
 			return t.retryLater(ctx, log, job{id: j.id, kind: kindLease, at: e.Lease.ExpiresAt, rev: rev}, err)
 		}
