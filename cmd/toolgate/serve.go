@@ -119,6 +119,11 @@ func (c Config) validate() error {
 	if c.EventsMaxAge < 0 {
 		return fmt.Errorf("--events-max-age: must be >= 0, got %s", c.EventsMaxAge)
 	}
+	for name, d := range map[string]time.Duration{"--relay-ack-wait": c.RelayAckWait, "--executor-lease": c.Lease} {
+		if d <= 0 {
+			return fmt.Errorf("%s: must be > 0, got %s", name, d)
+		}
+	}
 	return nil
 }
 
