@@ -391,6 +391,69 @@ func TestInbox(t *testing.T) {
 		assert.Contains(t, timeline, "Asked with")
 	})
 
+	t.Run("a link from a notification opens a waiting call, ready but undecided", func(t *testing.T) {
+		in := startInbox(t, inboxPolicy, tokens)
+		search := in.call(webSearch("links", "c1", "NATS KV watchers"))
+		pay := in.call(transfer("links", "c2"))
+		push := in.call(gitPush("links", "c3"))
+
+		// Signed out when the link is followed: it opens after sign-in.
+		p := openPage(t, browser, in.url+"/#/calls/"+pay.PendingID+"?decision=reject")
+		p.signIn(aliceToken)
+		p.do(chromedp.WaitVisible(chromedp.CSS(card(pay.PendingID) + `.card-target input.reason`)))
+		assert.True(t, eval[bool](p, `document.activeElement.matches('`+card(pay.PendingID)+` input.reason')`), "the reason has the focus")
+		assert.Equal(t, 1, eval[int](p, `document.querySelectorAll('.card-target').length`))
+		p.until(cardCount(3))
+
+		// Another link while the page is open, its call hidden by a
+		// filter: the filter goes, and Approve waits for a click.
+		p.setField("#f-tool", "Bash")
+		p.until(cardCount(1))
+		eval[string](p, `location.hash = '#/calls/`+search.PendingID+`?decision=approve'`)
+		p.do(chromedp.WaitVisible(chromedp.CSS(card(search.PendingID) + `.card-target`)))
+		p.until(`document.activeElement.matches('` + card(search.PendingID) + ` button[data-action="approve"]')`)
+		p.until(cardCount(3))
+		assert.Empty(t, eval[string](p, `document.getElementById('f-tool').value`))
+		assert.Equal(t, 1, eval[int](p, `document.querySelectorAll('.card-target').length`), "only the call linked last is marked")
+		for _, e := range []machine.Entry{search, pay, push} {
+			assert.Equal(t, machine.StatePendingApproval, in.entry(e.PendingID).Status, "a link never decides")
+		}
+
+		// A link to a call this toolgate does not know says so.
+		eval[string](p, `location.hash = '#/calls/links.no-such-call'`)
+		p.do(chromedp.WaitVisible(chromedp.ID("link-note")))
+		assert.Contains(t, p.text("#link-note"), "does not exist here")
+		assert.Equal(t, 0, eval[int](p, `document.querySelectorAll('.card-target').length`))
+	})
+
+	t.Run("a link to a decided call shows it in the history", func(t *testing.T) {
+		in := startInbox(t, inboxPolicy, tokens)
+		pay := in.call(transfer("linked", "c1"))
+		other := in.call(webSearch("linked", "c2", "weather in Porto"))
+		no, yes := false, true
+		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+pay.PendingID+"/decision", bobToken, api.DecisionRequest{Approved: &no, Reason: "Paid by card already"}, nil))
+		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+other.PendingID+"/decision", bobToken, api.DecisionRequest{Approved: &yes}, nil))
+
+		// The Slack message's Approve button, followed after bob rejected.
+		p := openPage(t, browser, in.url+"/#/calls/"+pay.PendingID+"?decision=approve")
+		p.signIn(aliceToken)
+		row := `li.row[data-id="` + pay.PendingID + `"]`
+		p.do(chromedp.WaitVisible(chromedp.CSS(row + `.row-target .timeline`)))
+		assert.Equal(t, "page", eval[string](p, `document.getElementById('tab-history').getAttribute('aria-current')`))
+		timeline := p.text(row + ` .row-details`)
+		for _, want := range []string{"ask", "reject", "bob", "Paid by card already", "Arguments"} {
+			assert.Contains(t, timeline, want)
+		}
+		assert.Contains(t, p.text("#link-note"), "needs no decision any more: rejected by bob")
+		p.until(`document.querySelectorAll('li.row').length === 2`)
+		assert.Equal(t, machine.StateRejectedByUser, in.entry(pay.PendingID).Status)
+
+		// The tabs still work, and leave the link behind.
+		p.do(chromedp.Click(chromedp.ID("tab-inbox")), chromedp.WaitVisible(chromedp.ID("empty")))
+		assert.Equal(t, "#inbox", eval[string](p, `location.hash`))
+		assert.True(t, eval[bool](p, `document.getElementById('link-note').hidden`))
+	})
+
 	t.Run("a decision made elsewhere during an outage shows on the card", func(t *testing.T) {
 		in := startInbox(t, inboxPolicy, tokens)
 		pay := in.call(transfer("outage", "c1"))

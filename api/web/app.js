@@ -87,6 +87,7 @@
     retryTimer: 0,
     everLive: false,
     listed: false,
+    linked: null, // {id, entry}: the call a link opened
   };
 
   // ---- the API ------------------------------------------------------------
@@ -223,6 +224,7 @@
     for (const card of state.cards.values()) card.remove();
     state.cards.clear();
     state.history = null;
+    state.linked = null;
     if (open) { closeStream(); showNamePrompt(); } else showSignIn();
   });
 
@@ -338,8 +340,10 @@
     if (me.open && !saved.user) return showNamePrompt();
     renderWho();
     show('app');
-    setView(location.hash === '#history' ? 'history' : 'inbox', false);
+    const r = route();
+    setView(r.link ? 'inbox' : r.view, false);
     await sync();
+    if (r.link) openLink(r.link);
   }
 
   // ---- state changes ------------------------------------------------------
@@ -868,12 +872,26 @@
   function renderHistory() {
     if (!state.history) return;
     const f = filters();
+    // A linked call is shown whatever the list holds: it may be older
+    // than the newest HISTORY_SHOWN.
+    const linked = state.linked && state.linked.entry.status !== PENDING ? state.linked : null;
+    if (linked && !state.history.has(linked.id)) state.history.set(linked.id, linked.entry);
     const all = [...state.history.values()]
       .filter((e) => matches(e, f) && (!f.status || e.status === f.status))
       .sort((a, b) => when(b) - when(a));
     const rows = all.slice(0, HISTORY_SHOWN);
+    if (linked && !rows.some((e) => e.pendingId === linked.id)) rows.push(state.history.get(linked.id));
     const open = new Set([...$('rows').querySelectorAll('.row[data-open]')].map((r) => r.dataset.id));
+    if (linked && !linked.shown) open.add(linked.id);
     $('rows').replaceChildren(...rows.map((e) => buildRow(e, open.has(e.pendingId))));
+    if (linked && !linked.shown) {
+      linked.shown = true;
+      const row = $('rows').querySelector(`.row[data-id="${CSS.escape(linked.id)}"]`);
+      if (row) {
+        row.scrollIntoView({ block: 'center' });
+        row.querySelector('button[data-action="timeline"]').focus({ preventScroll: true });
+      }
+    }
     $('history-empty').hidden = rows.length > 0;
     $('history-note').textContent = all.length > rows.length
       ? `The latest ${rows.length} of ${all.length} calls.`
@@ -887,7 +905,8 @@
     const detailsId = `d-${e.pendingId}`;
     const toggle = h('button', { type: 'button', class: 'btn btn-quiet btn-small', 'aria-expanded': 'false', 'aria-controls': detailsId, 'data-action': 'timeline' }, 'Timeline');
     const details = h('div', { class: 'row-details', id: detailsId, hidden: true });
-    const row = h('li', { class: 'row', 'data-id': e.pendingId, 'data-status': e.status },
+    const target = state.linked && state.linked.id === e.pendingId;
+    const row = h('li', { class: 'row' + (target ? ' row-target' : ''), 'data-id': e.pendingId, 'data-status': e.status },
       h('div', { class: 'row-main' },
         h('span', { class: `pill pill-${tone}` }, label),
         h('div', { class: 'row-what' },
@@ -946,22 +965,47 @@
 
   // ---- views and filters ------------------------------------------------------
 
-  function setView(view, push = true) {
+  const VIEWS = ['inbox', 'history'];
+
+  // setView shows a view. push puts it in the address (a tab's click);
+  // load (re)reads what the view lists.
+  function setView(view, push = true, load = true) {
+    if (state.view !== view || push) clearLink();
     state.view = view;
-    $('inbox').hidden = view !== 'inbox';
-    $('history').hidden = view !== 'history';
+    for (const v of VIEWS) {
+      $(v).hidden = v !== view;
+      if (v === view) $('tab-' + v).setAttribute('aria-current', 'page');
+      else $('tab-' + v).removeAttribute('aria-current');
+    }
     $('f-status-field').hidden = view !== 'history';
-    $('tab-inbox').removeAttribute('aria-current');
-    $('tab-history').removeAttribute('aria-current');
-    $(view === 'history' ? 'tab-history' : 'tab-inbox').setAttribute('aria-current', 'page');
-    if (push) history.replaceState(null, '', view === 'history' ? '#history' : '#inbox');
-    if (view === 'history' && state.listed) loadHistory();
+    if (push) history.replaceState(null, '', '#' + view);
+    if (load && view === 'history' && state.listed) loadHistory();
     renderInbox();
   }
 
-  $('tab-inbox').addEventListener('click', (ev) => { ev.preventDefault(); setView('inbox'); });
-  $('tab-history').addEventListener('click', (ev) => { ev.preventDefault(); setView('history'); });
-  window.addEventListener('hashchange', () => setView(location.hash === '#history' ? 'history' : 'inbox', false));
+  for (const v of VIEWS) $('tab-' + v).addEventListener('click', (ev) => { ev.preventDefault(); setView(v); });
+
+  // route reads the address: a view (#inbox, #history), or a
+  // call the notifications link to: #/calls/<pendingId>, with
+  // ?decision=approve or reject for their buttons.
+  function route() {
+    const m = /^#\/calls\/([^?]+)(?:\?(.*))?$/.exec(location.hash);
+    if (m) {
+      let id = m[1];
+      try { id = decodeURIComponent(id); } catch { /* as it came */ }
+      const decision = new URLSearchParams(m[2] || '').get('decision');
+      return { link: { id, decision: decision === 'approve' || decision === 'reject' ? decision : '' } };
+    }
+    const v = location.hash.slice(1);
+    return { view: VIEWS.includes(v) ? v : 'inbox' };
+  }
+
+  window.addEventListener('hashchange', () => {
+    if (!state.me) return;
+    const r = route();
+    if (r.link) openLink(r.link);
+    else setView(r.view, false);
+  });
 
   let filterTimer = 0;
   function onFilter() {
@@ -982,6 +1026,14 @@
     onFilter();
   };
   $('f-clear').addEventListener('click', clear);
+  // clearFilters empties them without reloading: a link shows its call
+  // whatever they said.
+  function clearFilters() {
+    $('f-conversation').value = '';
+    $('f-tool').value = '';
+    $('f-status').value = '';
+    saveFilters();
+  }
   $('empty-clear').addEventListener('click', clear);
 
   // Filters live in the query string, so a reload or a shared link keeps them.
@@ -1000,6 +1052,70 @@
     $('f-conversation').value = q.get('conversation') || '';
     $('f-tool').value = q.get('tool') || '';
     $('f-status').value = q.get('status') || '';
+  }
+
+  // ---- links to a call ---------------------------------------------------------
+
+  // openLink shows the call a notification links to: its card when it
+  // waits, with the button the link named ready (the reject panel open, or
+  // Approve focused) but never pressed; else its row in the history, with
+  // its timeline open.
+  async function openLink({ id, decision }) {
+    clearLink();
+    let e = state.pending.get(id);
+    if (!e) {
+      try {
+        e = await api('GET', `v1/tool-calls/${encodeURIComponent(id)}`);
+      } catch (err) {
+        if (err.status === 401) return showSignIn('Your token is no longer accepted. Sign in again.');
+        setView('inbox', false);
+        return showLinkNote(err.status === 404
+          ? `The linked call ${id} does not exist here. It may belong to another toolgate, or the link may be cut short.`
+          : `Could not open the linked call: ${err.message}`);
+      }
+    }
+    if (!matches(e, filters()) || $('f-status').value) clearFilters();
+    if (e.status === PENDING) {
+      // Listed after this page's list, and the stream not yet caught up.
+      if (!state.cards.has(id)) upsertPending(e, false);
+      setView('inbox', false, false);
+      state.linked = { id, entry: e };
+      const card = state.cards.get(id);
+      card.classList.add('card-target');
+      card.scrollIntoView({ block: 'center' });
+      announce(`Opened the linked call: ${e.toolName}`);
+      const can = card.querySelector('.actions');
+      if (decision === 'reject' && can) {
+        openReject(card, card.entry);
+      } else if (decision === 'approve' && can) {
+        card.querySelector('button[data-action="approve"]').focus({ preventScroll: true });
+      } else {
+        card.tabIndex = -1;
+        card.focus({ preventScroll: true });
+      }
+      return;
+    }
+    setView('history', false, false);
+    state.linked = { id, entry: e };
+    if (decision) showLinkNote(`This call needs no decision any more: ${verdict(e).replace(': ', ', ')}.`);
+    await loadHistory();
+    // Without the list (it failed), the linked call alone.
+    if (!state.history) state.history = new Map();
+    renderHistory();
+  }
+
+  function clearLink() {
+    $('link-note').hidden = true;
+    if (!state.linked) return;
+    const card = state.cards.get(state.linked.id);
+    if (card) card.classList.remove('card-target');
+    for (const row of $('rows').querySelectorAll('.row-target')) row.classList.remove('row-target');
+    state.linked = null;
+  }
+
+  function showLinkNote(text) {
+    $('link-note').textContent = text;
+    $('link-note').hidden = false;
   }
 
   // Back to the page after a while away: make sure it is current.
