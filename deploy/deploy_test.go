@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +51,14 @@ var (
 	buildErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built != nil {
+		os.RemoveAll(filepath.Dir(built.path))
+	}
+	os.Exit(code)
+}
+
 // toolgate builds cmd/toolgate once, stamping the version the way the
 // Dockerfile does, and reads serve's flags and roles from `serve -h`.
 func toolgate(t *testing.T) *toolgateBinary {
@@ -65,7 +74,7 @@ func toolgate(t *testing.T) *toolgateBinary {
 // -X symbol; `toolgate version` must print it.
 const testVersion = "deploy-test-version"
 
-func buildToolgate() (*toolgateBinary, error) {
+func buildToolgate() (_ *toolgateBinary, err error) {
 	symbol, err := dockerfileVersionSymbol()
 	if err != nil {
 		return nil, err
@@ -74,8 +83,24 @@ func buildToolgate() (*toolgateBinary, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
 	bin := filepath.Join(dir, "toolgate")
-	build := exec.Command("go", "build", "-ldflags", "-X "+symbol+"="+testVersion, "-o", bin, "../cmd/toolgate")
+	// Built the way this test binary was (-race or not), the packages
+	// both import come from the build cache.
+	args := []string{"build"}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				args = append(args, "-race")
+			}
+		}
+	}
+	args = append(args, "-ldflags", "-X "+symbol+"="+testVersion, "-o", bin, "../cmd/toolgate")
+	build := exec.Command("go", args...)
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build ../cmd/toolgate: %v\n%s", err, out)
 	}
