@@ -5,16 +5,21 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -25,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -58,11 +64,27 @@ default:
 // while decisions still go through.
 type inboxServer struct {
 	*harness
-	srv  *httptest.Server
-	down atomic.Bool
+	srv     *httptest.Server
+	machine *machine.Machine
+	down    atomic.Bool
+}
+
+// inboxOptions vary the server of a test.
+type inboxOptions struct {
+	// now is the machine's clock (default time.Now): a scripted history
+	// of calls happens at the times it says.
+	now func() time.Time
+	// analytics runs the analytics consumer against the test's NATS and
+	// serves GET /v1/analytics from it; without, the API answers 404.
+	analytics bool
 }
 
 func startInbox(t *testing.T, policyDoc, tokenData string) *inboxServer {
+	t.Helper()
+	return startInboxWith(t, policyDoc, tokenData, inboxOptions{})
+}
+
+func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions) *inboxServer {
 	t.Helper()
 	env := bustest.Start(t, bustest.Topologies[0])
 	doc, err := policy.Parse([]byte(policyDoc))
@@ -77,11 +99,26 @@ func startInbox(t *testing.T, policyDoc, tokenData string) *inboxServer {
 		defer close(relayDone)
 		_ = bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx)
 	}()
-	handler := api.New(api.Config{
-		Machine: machine.New(env.Store, machine.WithEvaluator(engine)),
-		JS:      env.JS, Calls: env.KV, Tokens: toks, Log: bustest.Logger(),
-	})
-	in := &inboxServer{}
+	mopts := []machine.Option{machine.WithEvaluator(engine)}
+	if opts.now != nil {
+		mopts = append(mopts, machine.WithClock(opts.now))
+	}
+	m := machine.New(env.Store, mopts...)
+	cfg := api.Config{Machine: m, JS: env.JS, Calls: env.KV, Tokens: toks, Log: bustest.Logger()}
+	analyticsDone := make(chan struct{})
+	if opts.analytics {
+		a, err := metrics.OpenAnalytics(ctx, env.JS, metrics.AnalyticsConfig{Log: bustest.Logger()})
+		require.NoError(t, err)
+		cfg.Analytics = a
+		go func() {
+			defer close(analyticsDone)
+			_ = a.Run(ctx)
+		}()
+	} else {
+		close(analyticsDone)
+	}
+	handler := api.New(cfg)
+	in := &inboxServer{machine: m}
 	in.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if in.down.Load() && r.Method == "GET" && (r.URL.Path == "/v1/events" || r.URL.Path == "/v1/tool-calls") {
 			http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)
@@ -90,7 +127,13 @@ func startInbox(t *testing.T, policyDoc, tokenData string) *inboxServer {
 		handler.ServeHTTP(w, r)
 	}))
 	in.harness = &harness{t: t, url: in.srv.URL, env: env}
-	t.Cleanup(func() { in.srv.CloseClientConnections(); in.srv.Close(); cancel(); <-relayDone })
+	t.Cleanup(func() {
+		in.srv.CloseClientConnections()
+		in.srv.Close()
+		cancel()
+		<-relayDone
+		<-analyticsDone
+	})
 	return in
 }
 
@@ -598,4 +641,284 @@ func exceptionDescription(d *runtime.ExceptionDetails) string {
 		return d.Exception.Description
 	}
 	return ""
+}
+
+// analyticsPolicy asks about every call, and rejects the platform team's
+// when nobody answers in ten minutes.
+const analyticsPolicy = inboxPolicy + `teams:
+  platform:
+    approvalTimeoutMs: 600000
+    autoRejectOnTimeout: true
+`
+
+// analyticsScript is a small history over three past hours, small enough
+// to know its numbers: web_search approved every time (an allow rule is
+// due), transfer_funds mostly rejected, Bash twice timed out in three.
+func analyticsScript(hour time.Time) []scripted {
+	hours := []time.Time{hour.Add(-3 * time.Hour), hour.Add(-2 * time.Hour), hour.Add(-time.Hour)}
+	var plan []scripted
+	for i := range 12 {
+		plan = append(plan, scripted{
+			call: webSearch("analytics", fmt.Sprintf("ws-%d", i), fmt.Sprintf("query %d", i)),
+			at:   hours[i%3].Add(5*time.Minute + time.Duration(i)*2*time.Minute),
+			// 60s, 70s, … 170s: the median (6th) is 110s, the p90 (11th) 160s.
+			after:   time.Minute + time.Duration(i)*10*time.Second,
+			outcome: outcomeApprove, by: []string{"alice", "bob"}[i%2], cost: 0.03,
+		})
+	}
+	for i := range 6 {
+		s := scripted{call: transfer("analytics", fmt.Sprintf("tf-%d", i)), at: hours[i%3].Add(35*time.Minute + time.Duration(i)*2*time.Minute), after: 4 * time.Minute}
+		switch {
+		case i < 2:
+			s.outcome, s.by = outcomeApprove, "carol"
+		case i < 5:
+			s.outcome, s.by, s.reason = outcomeReject, "bob", "Invoice already paid"
+		default:
+			s.outcome, s.by, s.reason = outcomeReject, "bob", "Wrong account"
+		}
+		plan = append(plan, s)
+	}
+	for i := range 3 {
+		s := scripted{call: gitPush("analytics", fmt.Sprintf("gp-%d", i)), at: hours[i].Add(42 * time.Minute)}
+		if i == 0 {
+			s.outcome, s.by, s.after = outcomeApprove, "alice", time.Minute
+		} else {
+			s.outcome, s.after = outcomeTimeout, 10*time.Minute+time.Second
+		}
+		plan = append(plan, s)
+	}
+	return plan
+}
+
+// intervalsWith counts the distinct intervals of length d, from since on,
+// in which a call of the plan ended with one of the outcomes.
+func intervalsWith(plan []scripted, d time.Duration, since time.Time, outcomes ...string) int {
+	seen := map[time.Time]bool{}
+	for _, s := range plan {
+		if slices.Contains(outcomes, s.outcome) && !s.decidedAt().Before(since) {
+			seen[s.decidedAt().Truncate(d)] = true
+		}
+	}
+	return len(seen)
+}
+
+func TestInbox_Analytics(t *testing.T) {
+	t.Parallel()
+	browser := startBrowser(t)
+
+	t.Run("a scripted history's numbers, charts and recommendations", func(t *testing.T) {
+		clk := &testClock{}
+		in := startInboxWith(t, analyticsPolicy, tokens, inboxOptions{now: clk.Now, analytics: true})
+		hour := time.Now().Truncate(time.Hour)
+		plan := analyticsScript(hour)
+		in.play(clk, plan)
+		in.analytics(func(r *metrics.Report) bool { return r.Totals.Decided == int64(len(plan)) && r.Totals.Succeeded == 12 })
+
+		// A viewer sees the analytics too.
+		p := openPage(t, browser, in.url+"/#analytics")
+		p.signIn(viewerToken)
+		p.until(`document.getElementById('analytics').dataset.state === 'ready'`)
+		assert.Equal(t, "page", eval[string](p, `document.getElementById('tab-analytics').getAttribute('aria-current')`))
+		assert.True(t, eval[bool](p, `document.getElementById('filters').hidden`), "the inbox's filters are not the analytics'")
+
+		cell := func(table, name, col string) string {
+			return fmt.Sprintf(`#an-%s tr[data-name="%s"] [data-col="%s"]`, table, name, col)
+		}
+		raw := func(sel string) float64 {
+			return eval[float64](p, `Number(document.querySelector('`+sel+`').dataset.raw)`)
+		}
+		assert.Equal(t, "21", p.text(`[data-kpi="calls"] .kpi-value`))
+		assert.Equal(t, "12", p.text(cell("tools", "web_search", "calls")))
+		assert.Equal(t, "100%", p.text(cell("tools", "web_search", "approvalRate")))
+		assert.Equal(t, "0%", p.text(cell("tools", "web_search", "timeoutRate")))
+		assert.Equal(t, "0.36", p.text(cell("tools", "web_search", "cost")))
+		assert.Equal(t, "0.24", p.text(cell("tools", "web_search", "estimatedCost")))
+		// The analytics keep a histogram, within 4.5% of the true quantiles.
+		assert.InEpsilon(t, 110_000, raw(cell("tools", "web_search", "p50")), 0.05)
+		assert.InEpsilon(t, 160_000, raw(cell("tools", "web_search", "p90")), 0.05)
+		assert.Regexp(t, `^1m \d\ds$`, p.text(cell("tools", "web_search", "p50")))
+		assert.Regexp(t, `^2m \d\ds|1m 5\ds$`, p.text(cell("tools", "web_search", "p90")))
+		assert.Equal(t, "33%", p.text(cell("tools", "transfer_funds", "approvalRate")))
+		assert.Equal(t, "4", p.text(cell("tools", "transfer_funds", "rejected")))
+		assert.Equal(t, "67%", p.text(cell("tools", "Bash", "timeoutRate")))
+		assert.Equal(t, "6", p.text(cell("teams", "finance", "calls")))
+		assert.Equal(t, "10", p.text(cell("approvers", "bob", "decisions")))
+		assert.Equal(t, "7", p.text(cell("approvers", "alice", "decisions")))
+		assert.Equal(t, "2", p.text(cell("approvers", "carol", "decisions")))
+		top := p.text(`#an-reasons .reason:first-child`)
+		for _, want := range []string{"Invoice already paid", "3", "transfer_funds"} {
+			assert.Contains(t, top, want)
+		}
+
+		// The decisions per hour: a column for each of the 24, a bar in
+		// those with decisions, its parts adding up to the history.
+		count := func(sel string) int { return eval[int](p, `document.querySelectorAll('`+sel+`').length`) }
+		sum := func(sel string) int {
+			return eval[int](p, `[...document.querySelectorAll('`+sel+`')].reduce((n, el) => n + Number(el.dataset.count), 0)`)
+		}
+		since := hour.Add(-23 * time.Hour)
+		assert.Equal(t, 24, count(`#chart-decisions-plot g.col`))
+		assert.Equal(t, intervalsWith(plan, time.Hour, since, outcomeApprove, outcomeReject, outcomeTimeout),
+			count(`#chart-decisions-plot g.col:not([data-decisions="0"])`))
+		assert.Equal(t, 15, sum(`#chart-decisions-plot rect.seg-approved`))
+		assert.Equal(t, 4, sum(`#chart-decisions-plot rect.seg-rejected`))
+		assert.Equal(t, 2, sum(`#chart-decisions-plot rect.seg-timedout`))
+		assert.Equal(t, intervalsWith(plan, time.Hour, since, outcomeApprove, outcomeReject), count(`#chart-response-plot circle.dot-p50`))
+		assert.Equal(t, count(`#chart-response-plot circle.dot-p50`), count(`#chart-response-plot circle.dot-p90`))
+		assert.Contains(t, eval[string](p, `document.querySelector('#chart-decisions-plot g.col:not([data-decisions="0"]) title').textContent`), "approved")
+		assert.Greater(t, count(`#chart-decisions-plot text.tick`), 6, "labelled axes")
+
+		// Per minute: the last two to three hours, a column a minute.
+		p.do(chromedp.Click(chromedp.ID("res-minute")))
+		p.until(`document.getElementById('analytics').dataset.resolution === 'minute'`)
+		cols := count(`#chart-decisions-plot g.col`)
+		assert.GreaterOrEqual(t, cols, 120)
+		assert.LessOrEqual(t, cols, 180)
+		minuteSince := hour.Add(-2 * time.Hour)
+		assert.Equal(t, intervalsWith(plan, time.Minute, minuteSince, outcomeApprove, outcomeReject, outcomeTimeout),
+			count(`#chart-decisions-plot g.col:not([data-decisions="0"])`))
+		assert.Equal(t, intervalsWith(plan, time.Minute, minuteSince, outcomeApprove, outcomeReject), count(`#chart-response-plot circle.dot-mean`))
+
+		// The recommendations, with their evidence and the rule to paste.
+		allow := `article.rec[data-kind="allow_rule"][data-tool="web_search"]`
+		assert.Contains(t, p.text(allow+` .rec-summary`), "approved in all 12 of 12 decisions")
+		assert.Contains(t, p.text(allow+` .rec-head`), "teams.research")
+		assert.Contains(t, p.text(allow+` .facts`), "100%")
+		assert.Equal(t, "web_search", p.text(allow+` .snippet-rule pre`))
+		policyText := p.text(allow + ` .snippet-policy pre`)
+		assert.Contains(t, policyText, "research:")
+		assert.Contains(t, policyText, "- web_search")
+		review := `article.rec[data-kind="review_rejections"][data-tool="transfer_funds"]`
+		assert.Contains(t, p.text(review), "Invoice already paid")
+		assert.Equal(t, 2, count(`article.rec`), "Bash has too few calls for a recommendation")
+
+		// Copy puts the rule on the clipboard.
+		for _, perm := range []string{"clipboard-read", "clipboard-write"} {
+			_, err := chromedp.CallBrowser(p.ctx, cdpbrowser.SetPermission, cdpbrowser.SetPermissionParams{
+				Permission: &cdpbrowser.PermissionDescriptor{Name: perm}, Setting: cdpbrowser.PermissionSettingGranted, Origin: in.url})
+			require.NoError(t, err)
+		}
+		_, err := chromedp.Call(p.ctx, emulation.SetFocusEmulationEnabled, emulation.SetFocusEmulationEnabledParams{Enabled: true})
+		require.NoError(t, err)
+		p.do(chromedp.Click(chromedp.CSS(allow + ` .snippet-rule button[data-action="copy"]`)))
+		p.until(`document.querySelector('` + allow + ` .snippet-rule button[data-action="copy"]').textContent === 'Copied'`)
+		assert.Equal(t, "web_search", eval[string](p, `navigator.clipboard.readText()`, chromedp.EvalAwaitPromise))
+
+		// A call decided while the page is open counts without a reload.
+		clk.Set(time.Now())
+		in.play(clk, []scripted{{call: webSearch("analytics", "ws-live", "live"), at: time.Now(), after: 5 * time.Second, outcome: outcomeApprove, by: "alice"}})
+		p.until(`document.querySelector('` + cell("tools", "web_search", "calls") + `').textContent === '13'`)
+	})
+
+	t.Run("no data yet, and a process without analytics", func(t *testing.T) {
+		in := startInboxWith(t, inboxPolicy, tokens, inboxOptions{analytics: true})
+		p := openPage(t, browser, in.url)
+		p.signIn(aliceToken)
+		p.do(chromedp.Click(chromedp.ID("tab-analytics")), chromedp.WaitVisible(chromedp.ID("an-empty")))
+		assert.Equal(t, "empty", eval[string](p, `document.getElementById('analytics').dataset.state`))
+		assert.Equal(t, "#analytics", eval[string](p, `location.hash`))
+
+		off := startInbox(t, inboxPolicy, tokens)
+		q := openPage(t, browser, off.url)
+		q.signIn(viewerToken)
+		q.do(chromedp.Click(chromedp.ID("tab-analytics")), chromedp.WaitVisible(chromedp.ID("an-off")))
+		assert.Contains(t, q.text("#an-off"), "Analytics are not served here")
+		assert.True(t, eval[bool](q, `document.getElementById('an-body').hidden`))
+	})
+}
+
+// screenshotAnalyticsPolicy gives the finance and support teams short
+// fuses, so that some of their calls time out.
+const screenshotAnalyticsPolicy = inboxPolicy + `teams:
+  finance:
+    approvalTimeoutMs: 900000
+    autoRejectOnTimeout: true
+  support:
+    approvalTimeoutMs: 300000
+    autoRejectOnTimeout: true
+`
+
+// busyDay is a day of a small team's calls, made up but shaped like one:
+// searches approved every time, payments mostly refused, emails often
+// left to time out, pushes mostly let through. It ends before end.
+func busyDay(end time.Time) []scripted {
+	rng := rand.New(rand.NewPCG(2024, 11))
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo))) }
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	// What becomes of a tool's calls, in turn: Approved, Rejected, Timed out.
+	patterns := map[string]string{
+		"web_search":     "A",
+		"transfer_funds": "RARRTRRARRRT",
+		"send_email":     "ATATRAATTA",
+		"Bash":           "AAAARAAAAAAA",
+	}
+	turns := map[string]int{}
+	start := end.Add(-24 * time.Hour)
+	var plan []scripted
+	for at, n := start, 1; ; n++ {
+		// Busier in the day's middle than at its ends.
+		x := float64(at.Sub(start)) / float64(24*time.Hour)
+		at = at.Add(between(5*time.Minute, time.Duration(float64(40*time.Minute)*(1.2-math.Sin(math.Pi*x)))))
+		id := fmt.Sprintf("call_%03d", n)
+		var s scripted
+		switch r := rng.IntN(100); {
+		case r < 42:
+			s = scripted{call: webSearch("market-scan", id, pick("EU AI Act obligations", "NATS JetStream KV semantics", "competitor pricing 2025")),
+				after: between(15*time.Second, 4*time.Minute), by: pick("alice", "bob", "carol"), cost: 0.01 + 0.04*rng.Float64()}
+		case r < 60:
+			s = scripted{call: transfer("q3-close", id), after: between(2*time.Minute, 12*time.Minute), by: pick("bob", "carol"), cost: 0.4,
+				reason: pick("Invoice already paid", "Invoice already paid", "Invoice already paid", "Wrong beneficiary account", "Over the monthly limit", "")}
+		case r < 80:
+			s = scripted{call: machine.Call{ToolCallID: id, ToolName: "send_email", ConversationID: "support-inbox", CallerBotID: "support-agent", Team: "support", EstimatedCost: 0.01,
+				Arguments: json.RawMessage(`{"to":"customer@example.com","subject":"Your refund"}`)},
+				after: between(time.Minute, 4*time.Minute), by: pick("alice", "bob"), cost: 0.002, reason: "Tone is off: rewrite it"}
+		default:
+			s = scripted{call: gitPush("release-2.8", id), after: between(30*time.Second, 6*time.Minute), by: pick("alice", "bob"), cost: 0.001,
+				reason: "Not during the release freeze"}
+		}
+		tool := s.call.ToolName
+		switch p := patterns[tool]; p[turns[tool]%len(p)] {
+		case 'A':
+			s.outcome, s.reason = outcomeApprove, ""
+		case 'R':
+			s.outcome, s.cost = outcomeReject, 0
+		case 'T':
+			timeout := map[string]time.Duration{"transfer_funds": 15 * time.Minute, "send_email": 5 * time.Minute}[tool]
+			s.outcome, s.after, s.by, s.reason, s.cost = outcomeTimeout, timeout+time.Second, "", "", 0
+		}
+		turns[tool]++
+		s.at = at
+		if s.decidedAt().After(end) {
+			return plan
+		}
+		plan = append(plan, s)
+	}
+}
+
+// TestInbox_AnalyticsScreenshot renders the analytics of a busy day, and
+// with -screenshot writes them to docs/analytics.png for the README.
+func TestInbox_AnalyticsScreenshot(t *testing.T) {
+	t.Parallel()
+	browser := startBrowser(t)
+	clk := &testClock{}
+	in := startInboxWith(t, screenshotAnalyticsPolicy, tokens, inboxOptions{now: clk.Now, analytics: true})
+	plan := busyDay(time.Now().Add(-time.Minute))
+	in.play(clk, plan)
+	in.analytics(func(r *metrics.Report) bool { return r.Totals.Decided == int64(len(plan)) })
+
+	p := openPage(t, browser, in.url+"/#analytics")
+	p.do(chromedp.EmulateViewport(1200, 1000, chromedp.EmulateScale(2)))
+	p.signIn(aliceToken)
+	p.until(`document.getElementById('analytics').dataset.state === 'ready'`)
+	for _, kind := range []string{"allow_rule", "review_rejections", "approval_timeout"} {
+		assert.Equal(t, 1, eval[int](p, `document.querySelectorAll('article.rec[data-kind="`+kind+`"]').length`), kind)
+	}
+	if !*screenshot {
+		return
+	}
+	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	out := filepath.Join("..", "docs", "analytics.png")
+	require.NoError(t, os.WriteFile(out, png, 0o644))
+	t.Logf("wrote %s (%d KB) from %d calls", out, len(png)/1024, len(plan))
 }

@@ -94,7 +94,10 @@
 
   class APIError extends Error {
     constructor(status, body, fallback) {
-      const detail = (body && body.error) || {};
+      // The API's errors are {error: {code, message}}; the analytics
+      // handler's are {error: "message"}.
+      const raw = body && body.error;
+      const detail = typeof raw === 'string' ? { message: raw } : raw || {};
       super(detail.message || fallback);
       this.status = status;
       this.code = detail.code || '';
@@ -225,6 +228,8 @@
     state.cards.clear();
     state.history = null;
     state.linked = null;
+    stopAnalytics();
+    an.data = null;
     if (open) { closeStream(); showNamePrompt(); } else showSignIn();
   });
 
@@ -375,6 +380,7 @@
 
   function apply(e) {
     remember(e);
+    if (state.view === 'analytics') refreshAnalyticsSoon();
     if (e.status === PENDING) {
       upsertPending(e, true);
     } else if (state.pending.has(e.pendingId)) {
@@ -963,9 +969,522 @@
     return frag;
   }
 
+  // ---- the analytics view -------------------------------------------------------
+
+  // The analytics are toolgate's aggregates, read from /v1/analytics: the
+  // tables are since the analytics began, the charts over a window. The
+  // page reads them again when the view opens, when calls change while it
+  // is open, and while the aggregates are catching up (lag), so what it
+  // shows settles on the server's numbers without a reload.
+  const SERIES = {
+    hour: { query: 'hours=24', text: 'the last 24 hours, per hour', stepMs: 3600000 },
+    minute: { query: 'resolution=minute&hours=3', text: 'the last 2 to 3 hours, per minute', stepMs: 60000 },
+  };
+  const REFRESH_MS = 60000;
+
+  const an = {
+    res: 'hour',
+    data: null,
+    error: '',
+    off: false,
+    ticket: null,
+    timer: 0,
+    soon: 0,
+    lagTries: 0,
+    dirty: false, // calls changed while a read was under way
+    width: 0,
+  };
+
+  async function loadAnalytics() {
+    clearTimeout(an.timer);
+    clearTimeout(an.soon);
+    const ticket = {};
+    an.ticket = ticket;
+    an.dirty = false;
+    const res = an.res;
+    if (!an.data) $('analytics').dataset.state = 'loading';
+    $('an-refresh').disabled = true;
+    let next = REFRESH_MS;
+    try {
+      const r = await api('GET', 'v1/analytics?' + SERIES[res].query);
+      if (an.ticket !== ticket) return;
+      an.data = r;
+      an.res = res;
+      an.error = '';
+      an.off = false;
+      // Counting recent events: look again soon, then less often.
+      if (r.lag > 0) next = Math.min(10000, 1000 * 2 ** an.lagTries++);
+      else an.lagTries = 0;
+    } catch (err) {
+      if (an.ticket !== ticket) return;
+      if (err.status === 401) return showSignIn('Your token is no longer accepted. Sign in again.');
+      if (err.status === 404) {
+        an.off = true;
+        next = 0;
+      } else {
+        an.error = 'Could not load the analytics: ' + err.message;
+        next = 15000;
+      }
+    }
+    $('an-refresh').disabled = false;
+    an.ticket = null;
+    renderAnalytics();
+    if (an.dirty && next) next = Math.min(next, 1500);
+    if (next && state.view === 'analytics') an.timer = setTimeout(loadAnalytics, next);
+  }
+
+  function stopAnalytics() {
+    clearTimeout(an.timer);
+    clearTimeout(an.soon);
+    an.ticket = null;
+    $('an-refresh').disabled = false;
+  }
+
+  // refreshAnalyticsSoon reads the analytics again a moment after calls
+  // change, once for a burst of changes.
+  function refreshAnalyticsSoon() {
+    if (an.off) return;
+    if (an.ticket) {
+      an.dirty = true;
+      return;
+    }
+    clearTimeout(an.soon);
+    an.soon = setTimeout(loadAnalytics, 1500);
+  }
+
+  $('an-refresh').addEventListener('click', () => loadAnalytics());
+  for (const b of document.querySelectorAll('.seg[data-res]')) {
+    b.addEventListener('click', () => {
+      if (an.res === b.dataset.res && an.data) return;
+      an.res = b.dataset.res;
+      for (const o of document.querySelectorAll('.seg[data-res]')) o.setAttribute('aria-pressed', String(o === b));
+      loadAnalytics();
+    });
+  }
+
+  function renderAnalytics() {
+    const r = an.data;
+    const view = $('analytics');
+    $('an-off').hidden = !an.off;
+    $('an-error').hidden = !an.error || an.off;
+    $('an-error').textContent = an.error;
+    const empty = !an.off && r && r.totals.calls === 0 && r.tools.length === 0;
+    $('an-empty').hidden = !empty;
+    $('an-body').hidden = an.off || !r || empty;
+    $('an-lag').hidden = an.off || !r || !r.lag;
+    view.dataset.state = an.off ? 'off' : !r ? (an.error ? 'error' : 'loading') : empty ? 'empty' : 'ready';
+    view.dataset.resolution = r ? r.series.resolution : '';
+    if (an.off || !r) {
+      $('an-sub').textContent = '';
+      return;
+    }
+    $('an-lag').textContent = `Counting ${r.lag} recent ${r.lag === 1 ? 'event' : 'events'}: the numbers are catching up.`;
+    $('an-sub').textContent = `Totals since the analytics began; charts over ${SERIES[r.series.resolution === 'minute' ? 'minute' : 'hour'].text}. Updated ${clock(r.generatedAt, true)}.`;
+    if (empty) return;
+    renderKPIs(r);
+    renderCharts();
+    renderRecommendations(r);
+    $('an-tools').replaceChildren(statsTable(r.tools, 'Tool', 'tool'));
+    $('an-teams').replaceChildren(statsTable(r.teams, 'Team', 'team'));
+    $('an-approvers').replaceChildren(approversTable(r.approvers));
+    renderReasons(r);
+  }
+
+  // ---- numbers as people read them ----
+
+  const pct = (rate, of) => (of ? `${Math.round(rate * 100)}%` : '—');
+
+  // dur renders milliseconds: 850 ms, 4.2 s, 3m 05s, 1h 20m.
+  function dur(ms) {
+    if (!(ms > 0)) return '—';
+    if (ms < 1000) return `${Math.round(ms)} ms`;
+    if (ms < 10000) return `${(ms / 1000).toFixed(1)} s`;
+    const t = Math.round(ms / 1000);
+    if (t < 60) return `${t} s`;
+    const m = Math.floor(t / 60);
+    if (m < 60) return `${m}m ${String(t % 60).padStart(2, '0')}s`;
+    const hh = Math.floor(m / 60);
+    if (hh < 48) return `${hh}h ${String(m % 60).padStart(2, '0')}m`;
+    return `${Math.floor(hh / 24)}d ${hh % 24}h`;
+  }
+
+  // durTick labels a time axis, whose steps are round: 30 s, 5 min, 2 h.
+  function durTick(ms) {
+    if (!ms) return '0';
+    if (ms % 3600000 === 0) return `${ms / 3600000} h`;
+    if (ms % 60000 === 0) return `${ms / 60000} min`;
+    if (ms % 1000 === 0) return `${ms / 1000} s`;
+    return dur(ms);
+  }
+
+  const money = (n) => (n ? formatCost(n) : '—');
+  const num = (n) => (n || 0).toLocaleString();
+  const pad2 = (n) => String(n).padStart(2, '0');
+
+  // clock is a time of day, 24-hour, whatever the locale: 14:05.
+  function clock(t, withDay) {
+    const d = new Date(t);
+    const hm = `${pad2(d.getHours())}:${pad2(d.getMinutes())}`;
+    return withDay ? `${d.toLocaleDateString(undefined, { month: 'short', day: 'numeric' })} ${hm}` : hm;
+  }
+
+  function intervalText(t, res) {
+    const step = SERIES[res].stepMs;
+    return res === 'minute' ? clock(t, true) : `${clock(t, true)}–${clock(t + step)}`;
+  }
+
+  function renderKPIs(r) {
+    const t = r.totals;
+    const kpi = (key, label, value, sub, title) => h('div', { class: 'kpi', 'data-kpi': key, title },
+      h('div', { class: 'kpi-label' }, label),
+      h('div', { class: 'kpi-value' }, value),
+      h('div', { class: 'kpi-sub' }, sub));
+    const late = t.timedOut + t.overdue;
+    $('an-kpis').replaceChildren(
+      kpi('calls', 'Calls', num(t.calls), [[t.asked, 'asked'], [t.ranUnasked, 'ran unasked'], [t.policyDenied, 'denied by policy']]
+        .filter(([n], i) => n || i === 0).map(([n, what]) => `${num(n)} ${what}`).join(' · ')),
+      kpi('approval', 'Approved', pct(t.approvalRate, t.decided), `${num(t.approved)} of ${num(t.decided)} decided`),
+      kpi('decide', 'Time to decide', dur(t.timeToDecide.p50Ms), `median · p90 ${dur(t.timeToDecide.p90Ms)}`),
+      kpi('timeout', 'Timed out', pct(t.timeoutRate, t.asked), `${num(late)} of ${num(t.asked)} asked`, 'Rejected by the timeout, or left overdue'),
+      kpi('cost', 'Cost', money(t.cost), `estimated ${money(t.estimatedCost)}`, 'What the calls that ran reported, and what the agents estimated when asking'));
+  }
+
+  // ---- tables ----
+
+  // table builds a table of rows; each column reads a row. Cells carry
+  // their column's key, and their raw value where the text rounds it.
+  function table(cols, rows, caption) {
+    return h('table', { class: 'data' },
+      h('caption', { class: 'visually-hidden' }, caption),
+      h('thead', {}, h('tr', {}, cols.map((c) => h('th', { scope: 'col', class: c.num ? 'num' : '', title: c.title }, c.label)))),
+      h('tbody', {}, rows.map((row) => h('tr', { 'data-name': row.name },
+        cols.map((c, i) => {
+          const v = c.value(row);
+          const attrs = { class: (c.num ? 'num' : '') + (c.mono ? ' mono' : ''), 'data-col': c.key, title: c.cellTitle && c.cellTitle(row) };
+          if (c.raw) attrs['data-raw'] = c.raw(row);
+          return i === 0 ? h('th', { scope: 'row', ...attrs }, v) : h('td', attrs, v);
+        })))));
+  }
+
+  const byCalls = (a, b) => b.calls - a.calls || (a.name < b.name ? -1 : 1);
+
+  function statsTable(rows, label, kind) {
+    if (!rows.length) return h('p', { class: 'muted' }, 'Nothing yet.');
+    const cols = [
+      { key: 'name', label, mono: kind === 'tool', value: (t) => t.name || '(no team)' },
+      { key: 'calls', label: 'Calls', num: true, value: (t) => num(t.calls), raw: (t) => t.calls, cellTitle: (t) => `${t.asked} asked, ${t.ranUnasked} ran unasked, ${t.policyDenied} denied by policy` },
+      { key: 'approved', label: 'Approved', num: true, value: (t) => num(t.approved), raw: (t) => t.approved },
+      { key: 'rejected', label: 'Rejected', num: true, value: (t) => num(t.rejected), raw: (t) => t.rejected },
+      { key: 'approvalRate', label: 'Approval rate', num: true, value: (t) => pct(t.approvalRate, t.decided), raw: (t) => t.approvalRate, cellTitle: (t) => `${t.approved} approved of ${t.decided} decided` },
+      { key: 'p50', label: 'Decide p50', num: true, title: 'Median time from the request to a decision', value: (t) => dur(t.timeToDecide.p50Ms), raw: (t) => t.timeToDecide.p50Ms },
+      { key: 'p90', label: 'Decide p90', num: true, title: '90th percentile of the time to decide', value: (t) => dur(t.timeToDecide.p90Ms), raw: (t) => t.timeToDecide.p90Ms },
+      { key: 'timeoutRate', label: 'Timeout rate', num: true, value: (t) => pct(t.timeoutRate, t.asked), raw: (t) => t.timeoutRate, cellTitle: (t) => `${t.timedOut} timed out, ${t.overdue} overdue, of ${t.asked} asked` },
+      { key: 'cost', label: 'Cost', num: true, title: 'Reported by the runs', value: (t) => money(t.cost), raw: (t) => t.cost },
+      { key: 'estimatedCost', label: 'Est. cost', num: true, title: 'Estimated by the agents when asking', value: (t) => money(t.estimatedCost), raw: (t) => t.estimatedCost },
+    ];
+    return table(cols, [...rows].sort(byCalls), `Per ${kind}`);
+  }
+
+  function approversTable(rows) {
+    if (!rows.length) return h('p', { class: 'muted' }, 'Nobody has decided anything yet.');
+    const cols = [
+      { key: 'name', label: 'Approver', value: (a) => a.name },
+      { key: 'decisions', label: 'Decisions', num: true, value: (a) => num(a.decisions), raw: (a) => a.decisions,
+        cellTitle: (a) => `${a.approved} approved, ${a.rejected} rejected` + ((a.mostRejectedTools || []).length ? `; rejects ${a.mostRejectedTools.map((n) => `${n.name} (${n.count})`).join(', ')} most` : '') },
+      { key: 'approvalRate', label: 'Approved', num: true, value: (a) => pct(a.approvalRate, a.decisions), raw: (a) => a.approvalRate },
+      { key: 'p50', label: 'Response p50', num: true, value: (a) => dur(a.responseTime.p50Ms), raw: (a) => a.responseTime.p50Ms },
+      { key: 'p90', label: 'Response p90', num: true, value: (a) => dur(a.responseTime.p90Ms), raw: (a) => a.responseTime.p90Ms },
+    ];
+    return table(cols, [...rows].sort((a, b) => b.decisions - a.decisions || (a.name < b.name ? -1 : 1)), 'Per approver');
+  }
+
+  // renderReasons lists the reasons approvers gave most, with their tool.
+  function renderReasons(r) {
+    const all = r.tools.flatMap((t) => (t.topRejectionReasons || []).map((x) => ({ tool: t.name, reason: x.name, count: x.count })))
+      .sort((a, b) => b.count - a.count || (a.reason < b.reason ? -1 : 1))
+      .slice(0, 8);
+    if (!all.length) {
+      $('an-reasons').replaceChildren(h('p', { class: 'muted' }, 'No rejections yet.'));
+      return;
+    }
+    const most = all[0].count;
+    $('an-reasons').replaceChildren(h('ol', { class: 'reasons' }, all.map((x) => h('li', { class: 'reason', 'data-tool': x.tool },
+      h('div', { class: 'reason-line' },
+        h('span', { class: 'reason-text' + (x.reason.startsWith('(') ? ' muted' : '') }, x.reason.startsWith('(') ? x.reason : `“${x.reason}”`),
+        h('span', { class: 'reason-count' }, num(x.count))),
+      h('div', { class: 'reason-line' },
+        h('span', { class: 'mono reason-tool' }, x.tool),
+        meter(x.count / most))))));
+  }
+
+  // meter is a small bar, drawn in SVG: the page may not set a width in
+  // a style attribute.
+  function meter(frac) {
+    return svg('svg', { class: 'meter', viewBox: '0 0 100 6', preserveAspectRatio: 'none', 'aria-hidden': 'true' },
+      svg('rect', { class: 'meter-bg', x: 0, y: 0, width: 100, height: 6, rx: 3 }),
+      svg('rect', { class: 'meter-fg', x: 0, y: 0, width: Math.max(3, 100 * frac).toFixed(1), height: 6, rx: 3 }));
+  }
+
+  // ---- recommendations ----
+
+  const KINDS = {
+    allow_rule: ['Allow rule', 'ok'],
+    approval_timeout: ['Approval timeout', 'wait'],
+    review_rejections: ['Review rejections', 'bad'],
+  };
+
+  function renderRecommendations(r) {
+    const recs = r.recommendations || [];
+    if (!recs.length) {
+      $('an-recs').replaceChildren(h('p', { class: 'muted' }, 'Nothing to change yet: a recommendation needs a tool approved every time, rejected mostly, or often timing out, over enough calls.'));
+      return;
+    }
+    // A rule to paste first, then a timeout to raise, then what needs a look.
+    const order = Object.keys(KINDS);
+    const rank = (k) => (order.includes(k) ? order.indexOf(k) : order.length);
+    const sorted = [...recs].sort((a, b) => rank(a.kind) - rank(b.kind));
+    $('an-recs').replaceChildren(h('div', { class: 'recs' }, sorted.map(buildRecommendation)));
+  }
+
+  function buildRecommendation(rec) {
+    const [label, tone] = KINDS[rec.kind] || [rec.kind, 'muted'];
+    const ev = rec.evidence || {};
+    const fact = (k, v) => (v === '' || v === undefined || v === null ? null : h('div', { class: 'fact' }, h('dt', {}, k), h('dd', {}, v)));
+    const reasons = (ev.topRejectionReasons || []).map((x) => `“${x.name}” (${x.count})`).join(', ');
+    return h('article', { class: 'rec', 'data-kind': rec.kind, 'data-tool': rec.tool },
+      h('header', { class: 'rec-head' },
+        h('span', { class: `pill pill-${tone}` }, label),
+        h('h3', { class: 'tool' }, rec.tool),
+        h('span', { class: 'muted rec-scope' }, 'in ', h('span', { class: 'mono' }, rec.scope))),
+      h('p', { class: 'rec-summary' }, rec.summary),
+      h('dl', { class: 'facts' },
+        fact('Asked', num(ev.asked)),
+        fact('Approved', num(ev.approved)),
+        fact('Rejected', num(ev.rejected)),
+        fact('Timed out', num(ev.timedOut + (ev.overdue || 0))),
+        fact('Approval rate', pct(ev.approvalRate, ev.decided)),
+        fact('Decide p50 / p90', ev.timeToDecide && ev.timeToDecide.count ? `${dur(ev.timeToDecide.p50Ms)} / ${dur(ev.timeToDecide.p90Ms)}` : ''),
+        fact('Approval timeout', ev.approvalTimeoutMs ? dur(ev.approvalTimeoutMs) : ''),
+        fact('Top reasons', reasons),
+        fact('Fastest approvers', (ev.fastestApprovers || []).join(', ')),
+        fact('Last asked', ev.lastAskedAt ? clock(ev.lastAskedAt, true) : '')),
+      rec.rule ? snippet('rule', `Rule to add to rules.allow in ${rec.scope}`, rec.rule) : null,
+      rec.policy ? snippet('policy', 'Policy to merge into the one in force', rec.policy) : null);
+  }
+
+  // snippet is text to paste into a policy, with a button that copies it.
+  function snippet(kind, label, text) {
+    const id = `s-${Math.random().toString(36).slice(2)}`;
+    const pre = h('pre', { class: 'snippet mono', id }, text.replace(/\n$/, ''));
+    const btn = h('button', { type: 'button', class: 'btn btn-secondary btn-small', 'data-action': 'copy', 'aria-controls': id }, 'Copy');
+    btn.addEventListener('click', () => copyText(text, pre, btn));
+    return h('div', { class: `snippet-box snippet-${kind}` },
+      h('div', { class: 'snippet-head' }, h('span', { class: 'snippet-label' }, label), btn),
+      pre);
+  }
+
+  async function copyText(text, pre, btn) {
+    let ok = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      ok = true;
+    } catch {
+      // No clipboard API (a page not served over https, say): select the
+      // text, and copy as the browser still allows.
+      const range = document.createRange();
+      range.selectNodeContents(pre);
+      const sel = getSelection();
+      sel.removeAllRanges();
+      sel.addRange(range);
+      try { ok = document.execCommand('copy'); } catch { ok = false; }
+    }
+    btn.textContent = ok ? 'Copied' : 'Press Ctrl+C';
+    btn.dataset.copied = ok ? '1' : '';
+    announce(ok ? 'Copied to the clipboard' : 'Selected: press Ctrl+C to copy');
+    setTimeout(() => { btn.textContent = 'Copy'; delete btn.dataset.copied; }, 2500);
+  }
+
+  // ---- charts ----
+
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+
+  // svg builds an SVG element as h builds HTML ones.
+  function svg(tag, attrs, ...children) {
+    const el = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      el.setAttribute(k, String(v));
+    }
+    for (const c of children.flat()) {
+      if (c === null || c === undefined || c === false) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+
+  // shownPoints drops the intervals still to come: the window runs to the
+  // end of the current hour.
+  function shownPoints(r) {
+    const now = Math.max(Date.now(), r.generatedAt);
+    return r.series.points.filter((p) => p.t <= now);
+  }
+
+  function renderCharts() {
+    const r = an.data;
+    if (!r || $('an-body').hidden) return;
+    const res = r.series.resolution === 'minute' ? 'minute' : 'hour';
+    const points = shownPoints(r);
+    an.width = $('chart-decisions-plot').clientWidth;
+    drawDecisions($('chart-decisions-plot'), points, res);
+    drawResponse($('chart-response-plot'), points, res);
+    legend('legend-decisions', [['approved', 'Approved'], ['rejected', 'Rejected'], ['timedout', 'Timed out']]);
+    legend('legend-response', res === 'hour'
+      ? [['p50', 'Median (p50)'], ['p90', 'p90']]
+      : [['mean', 'Mean (per minute)']]);
+  }
+
+  function legend(id, items) {
+    $(id).replaceChildren(...items.map(([k, label]) => h('li', {}, h('span', { class: `swatch swatch-${k}`, 'aria-hidden': 'true' }), label)));
+  }
+
+  // frame is a chart's drawing area, sized to its container so that text
+  // is drawn at its real size.
+  function frame(el, points) {
+    const W = Math.max(280, Math.floor(el.clientWidth || 600));
+    const H = W < 520 ? 190 : 230;
+    const m = { top: 14, right: 10, bottom: 26, left: 48 };
+    const iw = W - m.left - m.right, ih = H - m.top - m.bottom;
+    const band = iw / Math.max(1, points.length);
+    return { W, H, m, iw, ih, band, x: (i) => m.left + i * band };
+  }
+
+  // niceStep is a round step that cuts max into about n parts.
+  function niceStep(max, n, steps) {
+    const raw = max / n;
+    if (steps) return steps.find((s) => s >= raw) || steps[steps.length - 1] * Math.ceil(raw / steps[steps.length - 1]);
+    const mag = 10 ** Math.floor(Math.log10(raw));
+    return [1, 2, 5, 10].map((k) => k * mag).find((s) => s >= raw);
+  }
+
+  // axes draws the value grid with its labels, and the time labels,
+  // spaced so that they do not collide.
+  function axes(f, points, res, top, step, fmt) {
+    const g = svg('g', { class: 'axes' });
+    for (let v = 0; v <= top + step / 2; v += step) {
+      const y = f.m.top + f.ih - (v / top) * f.ih;
+      g.append(svg('line', { class: v ? 'grid' : 'baseline', x1: f.m.left, x2: f.W - f.m.right, y1: y, y2: y }));
+      g.append(svg('text', { class: 'tick', x: f.m.left - 6, y: y + 4, 'text-anchor': 'end' }, fmt(v)));
+    }
+    const every = (res === 'minute' ? [1, 2, 5, 10, 15, 30, 60] : [1, 2, 3, 4, 6, 12, 24]).find((k) => k * f.band >= 52) || 60;
+    points.forEach((p, i) => {
+      const d = new Date(p.t);
+      const unit = res === 'minute' ? d.getHours() * 60 + d.getMinutes() : d.getHours();
+      if (unit % every !== 0) return;
+      const label = res === 'hour' && d.getHours() === 0
+        ? d.toLocaleDateString(undefined, { month: 'short', day: 'numeric' })
+        : clock(p.t);
+      const x = f.x(i) + f.band / 2;
+      if (x < f.m.left + 14 || x > f.W - f.m.right - 14) return;
+      g.append(svg('text', { class: 'tick', x, y: f.H - 8, 'text-anchor': 'middle' }, label));
+    });
+    return g;
+  }
+
+  function emptyChart(f, text) {
+    return svg('text', { class: 'chart-empty', x: f.m.left + f.iw / 2, y: f.m.top + f.ih / 2, 'text-anchor': 'middle' }, text);
+  }
+
+  // drawDecisions is a stacked bar per interval: approved at the bottom,
+  // then rejected, then timed out.
+  function drawDecisions(el, points, res) {
+    const f = frame(el, points);
+    const total = (p) => p.approved + p.rejected + p.timedOut;
+    const max = Math.max(0, ...points.map(total));
+    const step = Math.max(1, niceStep(Math.max(max, 1), 4));
+    const top = Math.max(step, Math.ceil(max / step) * step);
+    const decided = points.reduce((n, p) => n + total(p), 0);
+    const root = svg('svg', { class: 'plot', viewBox: `0 0 ${f.W} ${f.H}`, width: f.W, height: f.H, role: 'img',
+      'aria-label': `Decisions over ${SERIES[res].text}: ${decided} in all, ${points.filter((p) => total(p) > 0).length} ${res === 'hour' ? 'hours' : 'minutes'} with any.` });
+    root.append(axes(f, points, res, top, step, (v) => num(v)));
+    const w = Math.max(1, Math.min(f.band * 0.72, 42));
+    const bars = svg('g', { class: 'bars' });
+    points.forEach((p, i) => {
+      const n = total(p);
+      const col = svg('g', { class: 'col', 'data-t': p.t, 'data-decisions': n },
+        svg('title', {}, `${intervalText(p.t, res)}: ${p.approved} approved, ${p.rejected} rejected, ${p.timedOut} timed out`),
+        svg('rect', { class: 'hit', x: f.x(i), y: f.m.top, width: f.band, height: f.ih }));
+      let y = f.m.top + f.ih;
+      for (const [k, v] of [['approved', p.approved], ['rejected', p.rejected], ['timedout', p.timedOut]]) {
+        if (!v) continue;
+        const hgt = (v / top) * f.ih;
+        y -= hgt;
+        col.append(svg('rect', { class: `seg seg-${k}`, 'data-count': v, x: (f.x(i) + (f.band - w) / 2).toFixed(2), y: y.toFixed(2), width: w.toFixed(2), height: Math.max(0.5, hgt).toFixed(2) }));
+      }
+      bars.append(col);
+    });
+    root.append(bars);
+    if (!decided) root.append(emptyChart(f, `No decisions in ${SERIES[res].text.split(',')[0]}`));
+    el.replaceChildren(root);
+  }
+
+  // Steps for a time axis, in milliseconds: whole seconds, minutes, hours.
+  const TIME_STEPS = [100, 200, 500, 1e3, 2e3, 5e3, 1e4, 15e3, 3e4, 6e4, 12e4, 3e5, 6e5, 9e5, 18e5, 36e5, 72e5, 108e5, 216e5, 432e5, 864e5];
+
+  // drawResponse is the time to decide per interval: the median and p90
+  // of the hour, or the mean of the minute (the only figure kept per
+  // minute). Intervals without decisions have no point.
+  function drawResponse(el, points, res) {
+    const f = frame(el, points);
+    const lines = res === 'hour'
+      ? [['p50', (p) => p.p50ResponseMs], ['p90', (p) => p.p90ResponseMs]]
+      : [['mean', (p) => p.meanResponseMs]];
+    const has = (p) => p.decisions > 0;
+    const max = Math.max(0, ...points.filter(has).flatMap((p) => lines.map(([, v]) => v(p) || 0)));
+    const step = niceStep(Math.max(max, 1000), 4, TIME_STEPS);
+    const top = Math.max(step, Math.ceil(max / step) * step);
+    const y = (v) => f.m.top + f.ih - (v / top) * f.ih;
+    const cx = (i) => f.x(i) + f.band / 2;
+    const root = svg('svg', { class: 'plot', viewBox: `0 0 ${f.W} ${f.H}`, width: f.W, height: f.H, role: 'img',
+      'aria-label': `Time to decide over ${SERIES[res].text}.` });
+    root.append(axes(f, points, res, top, step, durTick));
+    for (const [k, v] of lines) {
+      // A line joins neighbouring intervals only: a gap is a time nobody
+      // decided anything, not a time decisions were quick.
+      let d = '';
+      points.forEach((p, i) => {
+        if (!has(p) || !(v(p) >= 0)) return;
+        const joined = i > 0 && has(points[i - 1]);
+        d += `${joined ? 'L' : 'M'}${cx(i).toFixed(2)},${y(v(p)).toFixed(2)}`;
+      });
+      if (d) root.append(svg('path', { class: `line line-${k}`, d }));
+    }
+    const dots = svg('g', { class: 'points' });
+    points.forEach((p, i) => {
+      if (!has(p)) return;
+      const what = res === 'hour'
+        ? `median ${dur(p.p50ResponseMs)}, p90 ${dur(p.p90ResponseMs)}`
+        : `mean ${dur(p.meanResponseMs)}`;
+      const g = svg('g', { class: 'pt', 'data-t': p.t },
+        svg('title', {}, `${intervalText(p.t, res)}: ${what} over ${p.decisions} ${p.decisions === 1 ? 'decision' : 'decisions'}`),
+        svg('rect', { class: 'hit', x: f.x(i), y: f.m.top, width: f.band, height: f.ih }));
+      for (const [k, v] of lines) g.append(svg('circle', { class: `dot dot-${k}`, cx: cx(i).toFixed(2), cy: y(v(p) || 0).toFixed(2), r: f.band < 6 ? 2 : 3.5 }));
+      dots.append(g);
+    });
+    root.append(dots);
+    if (!points.some(has)) root.append(emptyChart(f, `No decisions in ${SERIES[res].text.split(',')[0]}`));
+    el.replaceChildren(root);
+  }
+
+  // The charts are drawn at their container's width: again when it changes.
+  new ResizeObserver(() => {
+    if (state.view !== 'analytics' || !an.data) return;
+    const w = $('chart-decisions-plot').clientWidth;
+    if (w && Math.abs(w - an.width) > 2) renderCharts();
+  }).observe($('an-body'));
+
   // ---- views and filters ------------------------------------------------------
 
-  const VIEWS = ['inbox', 'history'];
+  const VIEWS = ['inbox', 'history', 'analytics'];
 
   // setView shows a view. push puts it in the address (a tab's click);
   // load (re)reads what the view lists.
@@ -977,15 +1496,18 @@
       if (v === view) $('tab-' + v).setAttribute('aria-current', 'page');
       else $('tab-' + v).removeAttribute('aria-current');
     }
+    $('filters').hidden = view === 'analytics';
     $('f-status-field').hidden = view !== 'history';
     if (push) history.replaceState(null, '', '#' + view);
     if (load && view === 'history' && state.listed) loadHistory();
+    if (view === 'analytics') loadAnalytics();
+    else stopAnalytics();
     renderInbox();
   }
 
   for (const v of VIEWS) $('tab-' + v).addEventListener('click', (ev) => { ev.preventDefault(); setView(v); });
 
-  // route reads the address: a view (#inbox, #history), or a
+  // route reads the address: a view (#inbox, #history, #analytics), or a
   // call the notifications link to: #/calls/<pendingId>, with
   // ?decision=approve or reject for their buttons.
   function route() {

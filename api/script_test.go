@@ -1,0 +1,143 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
+)
+
+// testClock is a settable clock for the machine: a scripted history of
+// calls happens at the times the script says, not when the test runs.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// Outcomes of a scripted call.
+const (
+	outcomeApprove = "approve"
+	outcomeReject  = "reject"
+	outcomeTimeout = "timeout"
+)
+
+// scripted is one call of a scripted history and what becomes of it.
+type scripted struct {
+	call    machine.Call
+	at      time.Time     // asked
+	after   time.Duration // answered (or timed out) this long after
+	outcome string
+	by      string // the approver who decides
+	reason  string
+	cost    float64 // an approved call is run, and reports this cost
+}
+
+func (s scripted) decidedAt() time.Time { return s.at.Add(s.after) }
+
+var approverTokens = map[string]string{"alice": aliceToken, "bob": bobToken, "carol": "carol-token-000000001"}
+
+// play makes a scripted history happen through the API, each step at its
+// time on clk: the admin submits, approvers decide, the timeout rejects
+// as the timer would, and an executor runs what was approved.
+func (in *inboxServer) play(clk *testClock, calls []scripted) {
+	t := in.t
+	t.Helper()
+	ctx := t.Context()
+	for _, s := range calls {
+		clk.Set(s.at)
+		var e machine.Entry
+		status := in.do("POST", "/v1/tool-calls", adminToken, s.call, &e)
+		// The API answers a retry with 200, and tells one by a request
+		// time before the request's: a clock in the past looks like one.
+		require.Contains(t, []int{http.StatusCreated, http.StatusOK}, status, "submit %s", s.call.ToolCallID)
+		require.Equal(t, machine.StatePendingApproval, e.Status, "the policy asks about %s", s.call.ToolName)
+		clk.Set(s.decidedAt())
+		switch s.outcome {
+		case outcomeApprove, outcomeReject:
+			yes := s.outcome == outcomeApprove
+			token, ok := approverTokens[s.by]
+			require.True(t, ok, "no token for approver %q", s.by)
+			require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", token,
+				api.DecisionRequest{Approved: &yes, Reason: s.reason}, nil), "decide %s", e.PendingID)
+		case outcomeTimeout:
+			got, err := in.machine.Expire(ctx, e.PendingID)
+			require.NoError(t, err)
+			require.Equal(t, machine.StateRejectedByTimeout, got.Status, "the policy rejects %s on timeout", s.call.ToolName)
+		default:
+			t.Fatalf("outcome %q of %s", s.outcome, s.call.ToolCallID)
+		}
+		if s.outcome == outcomeApprove && s.cost > 0 {
+			_, err := in.machine.Claim(ctx, e.PendingID, "executor-1", time.Minute)
+			require.NoError(t, err)
+			clk.Set(s.decidedAt().Add(3 * time.Second))
+			_, err = in.machine.Complete(ctx, e.PendingID, machine.Outcome{Holder: "executor-1", Cost: s.cost})
+			require.NoError(t, err)
+		}
+	}
+}
+
+// analytics waits until /v1/analytics has counted every event and done
+// says it holds what the test played, and returns it.
+func (in *inboxServer) analytics(done func(r *metrics.Report) bool) *metrics.Report {
+	t := in.t
+	t.Helper()
+	var r *metrics.Report
+	// Not in.do: its require calls must not run in Eventually's goroutine.
+	get := func() (*metrics.Report, error) {
+		req, err := http.NewRequestWithContext(t.Context(), "GET", in.url+"/v1/analytics", nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+viewerToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("GET /v1/analytics: %s", resp.Status)
+		}
+		var got metrics.Report
+		return &got, json.NewDecoder(resp.Body).Decode(&got)
+	}
+	var mu sync.Mutex
+	ok := assert.Eventually(t, func() bool {
+		got, err := get()
+		if err != nil {
+			return false
+		}
+		mu.Lock()
+		r = got
+		mu.Unlock()
+		return got.Lag == 0 && done(got)
+	}, 20*time.Second, 20*time.Millisecond, "the analytics never counted the scripted history")
+	mu.Lock()
+	defer mu.Unlock()
+	if !ok {
+		if r == nil {
+			t.Fatal("no report at all")
+		}
+		t.Fatalf("the last report: lag %d, totals %+v", r.Lag, r.Totals)
+	}
+	return r
+}
