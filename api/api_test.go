@@ -382,7 +382,7 @@ func TestParseTokens_NamesTheBadEntry(t *testing.T) {
 		_, err := api.ParseTokens([]byte(data))
 		assert.ErrorContains(t, err, want)
 	}
-	toks, err := api.ParseTokens([]byte("# comment\nlong-enough-token-01 alice approver;long-enough-token-02 bob viewer"))
+	toks, err := api.ParseTokens([]byte("# a comment; with a semicolon\nlong-enough-token-01 alice approver;long-enough-token-02 bob viewer"))
 	require.NoError(t, err)
 	assert.False(t, toks.Open())
 }

@@ -63,14 +63,26 @@ func (t *Tokens) Open() bool { return t == nil || len(t.entries) == 0 }
 // a list fits in one environment variable.
 func ParseTokens(data []byte) (*Tokens, error) {
 	t := &Tokens{}
-	data = bytes.ReplaceAll(data, []byte(";"), []byte("\n"))
+	var entries []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; sc.Scan(); n++ {
+	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		if strings.HasPrefix(line, "#") {
+			continue // a comment, ";" and all
+		}
+		entries = append(entries, strings.Split(line, ";")...)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	n := 0
+	for _, entry := range entries {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
 			continue
 		}
-		f := strings.Fields(line)
+		n++
+		f := strings.Fields(entry)
 		if len(f) != 3 {
 			return nil, fmt.Errorf("tokens: entry %d: want TOKEN USER ROLE[,ROLE…], got %d fields", n, len(f))
 		}
@@ -86,7 +98,7 @@ func ParseTokens(data []byte) (*Tokens, error) {
 		}
 		t.entries = append(t.entries, tokenEntry{sum: sha256.Sum256([]byte(f[0])), user: u})
 	}
-	return t, sc.Err()
+	return t, nil
 }
 
 // authenticate returns the request's user, or false when the token is

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
@@ -44,6 +46,7 @@ type Config struct {
 	TokensData   string        // the same, inline
 	Tools        []string      // built-in tools the executor role hosts
 	Lease        time.Duration // the executor role's lease on a running call
+	Metrics      string        // a listener serving only /metrics, for processes without the http role
 }
 
 func newServeFlags(stderr io.Writer) (*flag.FlagSet, *Config) {
@@ -67,6 +70,7 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *Config) {
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "HOST:PORT of the HTTP API and web inbox (role http)")
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "file of HTTP bearer tokens, one per line: TOKEN USER ROLE[,ROLE…]")
 	fs.StringVar(&cfg.TokensData, "tokens-data", "", "HTTP bearer tokens inline, entries separated by ';'")
+	fs.StringVar(&cfg.Metrics, "metrics", "", "HOST:PORT serving only /metrics, for a process without the http role (none by default)")
 	fs.DurationVar(&cfg.Lease, "executor-lease", 30*time.Second, "how long the executor role's claim on a running call lasts without a heartbeat (a dead executor's calls run again elsewhere after it)")
 	fs.Func("tools", "built-in tools the executor role hosts: http, exec (comma-separated; none by default)", func(v string) error {
 		cfg.Tools = nil
@@ -114,6 +118,11 @@ func (c Config) validate() error {
 	if slices.Contains(c.Roles.resolve(), "http") {
 		if _, _, err := splitHostPort(c.HTTP); err != nil {
 			return fmt.Errorf("--http %q: %v", c.HTTP, err)
+		}
+	}
+	if c.Metrics != "" {
+		if _, _, err := splitHostPort(c.Metrics); err != nil {
+			return fmt.Errorf("--metrics %q: %v", c.Metrics, err)
 		}
 	}
 	if c.EventsMaxAge < 0 {
@@ -185,6 +194,9 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
+	if m.Config.Metrics != "" {
+		g.Go(func() error { return serveMetrics(ctx, m.Config.Metrics, d.registry, m.Log) })
+	}
 	for _, name := range m.Config.Roles.resolve() {
 		run := roles[name]
 		log := m.Log.With("role", name)
@@ -209,6 +221,26 @@ func (m *Main) Run(ctx context.Context) error {
 		close(m.ready)
 	}
 	return g.Wait()
+}
+
+// serveMetrics serves the process's registry at addr/metrics until ctx ends.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("metrics", "url", "http://"+l.Addr().String()+"/metrics")
+	go func() {
+		<-ctx.Done()
+		_ = hs.Close()
+	}()
+	if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
 // waitForService waits until toolgate's request API answers a ping.

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -155,4 +157,23 @@ func decode[T any](t *testing.T, data []byte) T {
 	var v T
 	require.NoError(t, json.Unmarshal(data, &v))
 	return v
+}
+
+func TestServe_MetricsListenerWithoutTheHTTPRole(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfig(t)
+	cfg.Roles = roleList{"relay", "intake", "analytics"}
+	cfg.Metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	startMain(t, cfg)
+	var body string
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + cfg.Metrics + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		body = string(data)
+		return resp.StatusCode == 200 && strings.Contains(body, "toolgate_consumer_pending_messages")
+	}, 10*time.Second, 20*time.Millisecond, "no toolgate metrics at --metrics: %s", body)
 }
