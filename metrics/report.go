@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/toolgate/toolgate/bus"
 )
 
 // Report is what the analytics say: GET /v1/analytics and `toolgate stats`
@@ -339,7 +341,7 @@ func (a *ApproverStats) report() ApproverReport {
 func (a *Analytics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeJSONError(w, http.StatusMethodNotAllowed, "use GET")
+		writeJSONError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
 		return
 	}
 	q := r.URL.Query()
@@ -347,7 +349,7 @@ func (a *Analytics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("hours"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("hours: must be a whole number, got %q", v))
+			writeJSONError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("hours: must be a whole number, got %q", v))
 			return
 		}
 		opts.Hours = n
@@ -356,7 +358,7 @@ func (a *Analytics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("until"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 {
-			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("until: must be epoch milliseconds, got %q", v))
+			writeJSONError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("until: must be epoch milliseconds, got %q", v))
 			return
 		}
 		opts.Until = time.UnixMilli(ms)
@@ -364,10 +366,10 @@ func (a *Analytics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rep, err := a.Report(r.Context(), opts)
 	switch {
 	case errors.Is(err, ErrBadOptions):
-		writeJSONError(w, http.StatusBadRequest, err.Error())
+		writeJSONError(w, http.StatusBadRequest, "invalid", err.Error())
 		return
 	case err != nil:
-		writeJSONError(w, http.StatusServiceUnavailable, "analytics unavailable: "+err.Error())
+		writeJSONError(w, http.StatusServiceUnavailable, "unavailable", "analytics unavailable: "+err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -375,8 +377,9 @@ func (a *Analytics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(rep)
 }
 
-func writeJSONError(w http.ResponseWriter, status int, msg string) {
+// writeJSONError answers in the API's error shape.
+func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	_ = json.NewEncoder(w).Encode(bus.ErrorBody{Error: bus.ErrorDetail{Code: code, Message: msg}})
 }

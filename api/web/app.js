@@ -94,10 +94,8 @@
 
   class APIError extends Error {
     constructor(status, body, fallback) {
-      // The API's errors are {error: {code, message}}; the analytics
-      // handler's are {error: "message"}.
-      const raw = body && body.error;
-      const detail = typeof raw === 'string' ? { message: raw } : raw || {};
+      // The API's errors are {error: {code, message, entry}}.
+      const detail = (body && body.error) || {};
       super(detail.message || fallback);
       this.status = status;
       this.code = detail.code || '';
