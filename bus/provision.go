@@ -91,6 +91,17 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		Replicas:    t.Replicas,
 		Duplicates:  duplicateWindow,
 	}, {
+		Name:        NotifyStream,
+		Description: "toolgate: notifications to deliver, one subject per channel",
+		Subjects:    []string{NotifySubject(">")},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
+		Duplicates:  duplicateWindow,
+		// Far beyond a delivery's last retry: only a channel nobody
+		// delivers to keeps messages this long.
+		MaxAge: 7 * 24 * time.Hour,
+	}, {
 		Name:        DeadLetterStream,
 		Description: "toolgate: messages a consumer gave up on",
 		Subjects:    []string{DeadLetterSubject(">")},

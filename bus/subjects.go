@@ -8,6 +8,7 @@ const (
 	EventsStream     = "TOOL_EVENTS"     // every transition, one subject per kind
 	WorkStream       = "TOOL_WORK"       // runnable calls, work-queue retention
 	DeadLetterStream = "TOOL_DEADLETTER" // messages a consumer gave up on
+	NotifyStream     = "TOOL_NOTIFY"     // notifications to deliver, one subject per channel
 )
 
 // Subjects of the events, one per kind of transition.
@@ -66,6 +67,9 @@ func EventSubjects() []string {
 
 // WorkSubject is where runnable calls of one tool are queued.
 func WorkSubject(tool string) string { return "tool.work." + tool }
+
+// NotifySubject is where the notifications to one channel wait.
+func NotifySubject(channelKey string) string { return "tool.notify." + channelKey }
 
 // DeadLetterSubject is where a consumer puts a message it gave up on.
 func DeadLetterSubject(consumer string) string { return "tool.deadletter." + consumer }

@@ -26,16 +26,15 @@ import (
 const (
 	// NotifyStream holds the deliveries not yet made: one message per
 	// event and channel, on NotifySubject(key), removed once delivered
-	// (work-queue retention). Until bus.Provision creates it, the
-	// Notifier does at start.
-	NotifyStream = "TOOL_NOTIFY"
+	// (work-queue retention). bus.Provision creates it.
+	NotifyStream = bus.NotifyStream
 	// NotifierDurable is the consumer on TOOL_EVENTS that every Notifier
 	// process shares, and the dead-letter subject's last token.
 	NotifierDurable = "notifier"
 )
 
 // NotifySubject is where the deliveries to one channel wait.
-func NotifySubject(channelKey string) string { return "tool.notify." + channelKey }
+func NotifySubject(channelKey string) string { return bus.NotifySubject(channelKey) }
 
 // Headers on a delivery and on a dead-lettered one (beside bus's
 // HeaderDead* ones: consumer, subject, stream sequence, deliveries, error).
@@ -133,7 +132,6 @@ type Notifier struct {
 	backoff    []time.Duration
 	attempts   int
 	perChannel int
-	replicas   int
 	now        func() time.Time
 	ackWait    time.Duration
 
@@ -199,16 +197,6 @@ func WithChannelConcurrency(k int) NotifierOption {
 	}
 }
 
-// WithNotifyReplicas sets the replicas of TOOL_NOTIFY when the Notifier
-// creates it (default 1; 3 on a cluster).
-func WithNotifyReplicas(r int) NotifierOption {
-	return func(n *Notifier) {
-		if r > 0 {
-			n.replicas = r
-		}
-	}
-}
-
 // NewNotifier returns a Notifier that resolves each call's channels with
 // engine, which its caller keeps current (bus.PolicyStore.Follow). counter
 // may be nil. Run starts it.
@@ -220,7 +208,6 @@ func NewNotifier(js jetstream.JetStream, engine *policy.Engine, counter Notifica
 		backoff:    []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, 30 * time.Minute},
 		attempts:   8,
 		perChannel: 4,
-		replicas:   1,
 		now:        time.Now,
 		made:       map[string]bool{},
 		pulling:    map[string]bool{},
@@ -243,21 +230,6 @@ var notifySubjects = []string{
 // Run notifies until ctx ends, then waits for the deliveries in flight
 // (each bounded by the HTTP timeout).
 func (n *Notifier) Run(ctx context.Context) error {
-	if _, err := n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        NotifyStream,
-		Description: "toolgate: notifications to deliver, one subject per channel",
-		Subjects:    []string{NotifySubject(">")},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    n.replicas,
-		// A fan-out retried after a crash publishes the same ids again.
-		Duplicates: 10 * time.Minute,
-		// Far beyond the last retry; only a channel nobody pulls from
-		// keeps messages this long.
-		MaxAge: 7 * 24 * time.Hour,
-	}); err != nil {
-		return fmt.Errorf("notifier: stream %s: %w", NotifyStream, err)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	err := n.run(ctx)
 	cancel()

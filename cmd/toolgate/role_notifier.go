@@ -25,7 +25,7 @@ func runNotifier(ctx context.Context, d *deps, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	n := worker.NewNotifier(d.js, d.engine, mx, log, worker.WithNotifyReplicas(d.cfg.Replicas))
+	n := worker.NewNotifier(d.js, d.engine, mx, log)
 	if slices.Contains(d.cfg.Roles.resolve(), "intake") {
 		return n.Run(ctx)
 	}
