@@ -64,8 +64,50 @@ type relayed struct {
 	acks     []jetstream.PubAckFuture
 }
 
-// Run relays until ctx ends or a failure point fires.
+// crashed is the error of a failure point: it stops the relay, as a crash
+// would, where every other error only restarts it.
+type crashed struct{ error }
+
+func (c crashed) Unwrap() error { return c.error }
+
+// Run relays until ctx ends or a failure point fires. A JetStream error
+// (a request timing out on a busy cluster, a consumer leader moving, the
+// consumer deleted) restarts it after a backoff: the relay is what turns
+// writes into events, and giving up would stop them all.
 func (r *Relay) Run(ctx context.Context) error {
+	return runRestarting(ctx, r.log, "relay", func(ctx context.Context) error {
+		err := r.run(ctx)
+		var c crashed
+		if errors.As(err, &c) {
+			return Permanent(c.error)
+		}
+		return err
+	})
+}
+
+// runRestarting runs run until ctx ends, starting it again after a backoff
+// whenever it fails, unless with a Permanent error.
+func runRestarting(ctx context.Context, log *slog.Logger, what string, run func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := run(ctx)
+		var perm permanent
+		switch {
+		case errors.As(err, &perm):
+			return perm.err
+		case ctx.Err() != nil:
+			return nil
+		}
+		wait := min(time.Duration(attempt)*250*time.Millisecond, 5*time.Second)
+		log.Warn(what+" stopped, starting again", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (r *Relay) run(ctx context.Context) error {
 	stream := "KV_" + CallsBucket
 	cons, err := r.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       r.cfg.Durable,
@@ -157,7 +199,7 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	}
 	if r.beforePublish != nil {
 		if err := r.beforePublish(item.revision); err != nil {
-			return relayed{}, err
+			return relayed{}, crashed{err}
 		}
 	}
 	id := MsgID(e.PendingID, item.revision)
@@ -201,7 +243,7 @@ func (r *Relay) acker(ctx context.Context, inflight <-chan relayed) error {
 		}
 		if r.beforeAck != nil {
 			if err := r.beforeAck(item.revision); err != nil {
-				return err
+				return crashed{err}
 			}
 		}
 		if err := item.msg.Ack(); err != nil {

@@ -234,3 +234,26 @@ func assertEventsOnce(t *testing.T, env *bustest.Env, n int) {
 		assert.Equal(t, 1, c, id)
 	}
 }
+
+func TestRelay_StartsAgainWhenItsConsumerIsDeleted(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	m := submitter(env, machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute})
+	_, done := startRelay(t, env.JS, nil)
+	for i := range 5 {
+		submit(t, m, "gone", fmt.Sprint("a", i))
+	}
+	assertEventsOnce(t, env, 5)
+	require.NoError(t, env.JS.DeleteConsumer(t.Context(), "KV_"+bus.CallsBucket, "toolgate-relay"))
+	for i := range 5 {
+		submit(t, m, "gone", fmt.Sprint("b", i))
+	}
+	// The new consumer replays every revision; the first five are dropped
+	// as duplicates.
+	assertEventsOnce(t, env, 10)
+	select {
+	case err := <-done:
+		t.Fatalf("the relay stopped: %v", err)
+	default:
+	}
+}

@@ -82,8 +82,14 @@ func NewRunner(js jetstream.JetStream, cfg ConsumerConfig, log *slog.Logger, han
 	return &Runner{js: js, cfg: cfg, handler: handler, log: log.With("consumer", cfg.Durable)}
 }
 
-// Run consumes until ctx ends, then waits for the handlers in flight.
+// Run consumes until ctx ends, then waits for the handlers in flight. A
+// JetStream error (a request timing out on a busy cluster, the consumer
+// deleted) starts it again after a backoff.
 func (r *Runner) Run(ctx context.Context) error {
+	return runRestarting(ctx, r.log, "consumer", r.run)
+}
+
+func (r *Runner) run(ctx context.Context) error {
 	deliver := jetstream.DeliverAllPolicy
 	if r.cfg.DeliverNew {
 		deliver = jetstream.DeliverNewPolicy
