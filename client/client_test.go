@@ -382,7 +382,7 @@ func TestAwait_EndsWithItsContext(t *testing.T) {
 	g := startGate(t, "")
 	e, err := g.c.Submit(t.Context(), bash("c1", "t1", "ls"))
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
 	_, err = g.c.Await(ctx, e.PendingID)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
