@@ -46,10 +46,14 @@ type Relay struct {
 	beforeAck     func(revision uint64) error
 }
 
+// RelayDurable is the relay's consumer on the bucket's stream, shared by
+// every relay process.
+const RelayDurable = "toolgate-relay"
+
 // NewRelay returns a relay; Run starts it.
 func NewRelay(js jetstream.JetStream, cfg RelayConfig, log *slog.Logger) *Relay {
 	if cfg.Durable == "" {
-		cfg.Durable = "toolgate-relay"
+		cfg.Durable = RelayDurable
 	}
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 10 * time.Second

@@ -58,12 +58,7 @@ func streamMsgs(t *testing.T, js jetstream.JetStream, stream string, n int) []*j
 	require.NoError(t, err)
 	var info *jetstream.StreamInfo
 	require.Eventually(t, func() bool {
-		c, err := js.Consumer(ctx, "KV_"+bus.CallsBucket, "toolgate-relay")
-		if err != nil {
-			return false
-		}
-		ci, err := c.Info(ctx)
-		if err != nil || ci.NumPending > 0 || ci.NumAckPending > 0 {
+		if !bustest.Relayed(ctx, js) {
 			return false
 		}
 		info, err = s.Info(ctx)
@@ -244,7 +239,7 @@ func TestRelay_StartsAgainWhenItsConsumerIsDeleted(t *testing.T) {
 		submit(t, m, "gone", fmt.Sprint("a", i))
 	}
 	assertEventsOnce(t, env, 5)
-	require.NoError(t, env.JS.DeleteConsumer(t.Context(), "KV_"+bus.CallsBucket, "toolgate-relay"))
+	require.NoError(t, env.JS.DeleteConsumer(t.Context(), "KV_"+bus.CallsBucket, bus.RelayDurable))
 	for i := range 5 {
 		submit(t, m, "gone", fmt.Sprint("b", i))
 	}

@@ -55,14 +55,7 @@ func startRelay(t *testing.T, js jetstream.JetStream) {
 func waitRelayed(t *testing.T, js jetstream.JetStream) uint64 {
 	t.Helper()
 	ctx := t.Context()
-	require.Eventually(t, func() bool {
-		c, err := js.Consumer(ctx, "KV_"+bus.CallsBucket, "toolgate-relay")
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, 30*time.Second, 10*time.Millisecond, "the relay never caught up")
+	bustest.WaitRelayed(t, js)
 	s, err := js.Stream(ctx, bus.EventsStream)
 	require.NoError(t, err)
 	info, err := s.Info(ctx)

@@ -106,14 +106,7 @@ func hasStatus(s machine.State) func(*machine.Entry) bool {
 // far, so that counting events afterwards can see a duplicate.
 func relayDrained(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		c, err := js.Consumer(t.Context(), "KV_"+bus.CallsBucket, "toolgate-relay")
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(t.Context())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, waitFor, 10*time.Millisecond, "the relay never caught up")
+	bustest.WaitRelayed(t, js)
 }
 
 // streamMsgs returns every message in stream.

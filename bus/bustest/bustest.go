@@ -134,6 +134,26 @@ func Connect(t testing.TB, urls string) (*nats.Conn, jetstream.JetStream) {
 	return nc, js
 }
 
+// Relayed reports whether the relay has published an event for every
+// revision written so far: its consumer has nothing pending or unacked.
+// Counting events after that, rather than as soon as enough are in, is what
+// lets a test see a duplicate.
+func Relayed(ctx context.Context, js jetstream.JetStream) bool {
+	c, err := js.Consumer(ctx, "KV_"+bus.CallsBucket, bus.RelayDurable)
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(ctx)
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
+
+// WaitRelayed waits until Relayed.
+func WaitRelayed(t testing.TB, js jetstream.JetStream) {
+	t.Helper()
+	require.Eventually(t, func() bool { return Relayed(t.Context(), js) },
+		60*time.Second, 10*time.Millisecond, "the relay never caught up")
+}
+
 // Logger discards logs, or writes them to stderr with -v. (Not t.Log: the
 // goroutines a test starts may still log after it has ended.)
 func Logger() *slog.Logger {

@@ -111,12 +111,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	caughtUp := func() {
 		t.Helper()
 		require.Eventually(t, func() bool {
-			c, err := js.Consumer(ctx, "KV_"+bus.CallsBucket, "toolgate-relay")
-			if err != nil {
-				return false
-			}
-			info, err := c.Info(ctx)
-			if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+			if !bustest.Relayed(ctx, js) {
 				return false
 			}
 			lag, err := analytics.Lag(ctx)

@@ -179,14 +179,7 @@ func TestServe_SIGKILLMidLoadLosesNothing(t *testing.T) {
 
 	// The relay catches up: one event per revision in the bucket.
 	revisions := kvRevisions(t, js)
-	require.Eventually(t, func() bool {
-		c, err := js.Consumer(t.Context(), "KV_"+bus.CallsBucket, "toolgate-relay")
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(t.Context())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, 60*time.Second, 20*time.Millisecond, "the relay never caught up after the restart")
+	bustest.WaitRelayed(t, js)
 	events := eventIDs(t, js)
 	assert.Len(t, events, len(revisions), "one event per revision")
 	for id := range revisions {

@@ -153,14 +153,7 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 // relay has published everything written so far.
 func timerEvents(t *testing.T, js jetstream.JetStream) map[string]map[machine.Event]int {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		c, err := js.Consumer(t.Context(), "KV_"+bus.CallsBucket, "toolgate-relay")
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(t.Context())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, 30*time.Second, 10*time.Millisecond, "the relay never caught up")
+	bustest.WaitRelayed(t, js)
 	counts := map[string]map[machine.Event]int{}
 	for _, data := range timerStreamData(t, js, bus.EventsStream) {
 		ev := decode[bus.Event](t, data)
