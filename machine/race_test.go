@@ -31,10 +31,8 @@ func TestRace_DecisionsTimeoutsAndCancels(t *testing.T) {
 		t.Run(topo.Name, func(t *testing.T) {
 			t.Parallel()
 			entries := 2000
-			if topo.Replicas > 1 || testing.Short() {
-				// Replicated writes on two cores under -race: a quarter
-				// keeps the suite fast and still races every pair.
-				entries = 500
+			if testing.Short() {
+				entries = 500 // still races every pair of commands
 			}
 			raceEntries(t, topo, entries)
 		})
