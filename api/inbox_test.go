@@ -428,6 +428,9 @@ func TestInbox(t *testing.T) {
 		p.until(`document.querySelectorAll('li.row').length === 1`)
 		p.do(chromedp.Click(chromedp.CSS(row(push.PendingID)+` button[data-action="timeline"]`)),
 			chromedp.WaitVisible(chromedp.CSS(row(push.PendingID)+` .timeline`)))
+		// The timeline loads after it opens: wait for its content, not
+		// its "Loading…".
+		p.until(`(document.querySelector('` + row(push.PendingID) + ` .row-details') || {}).textContent?.includes('Asked with') === true`)
 		timeline := p.text(row(push.PendingID) + ` .row-details`)
 		assert.Contains(t, timeline, "approve")
 		assert.Contains(t, timeline, "git push --dry-run")
@@ -483,6 +486,7 @@ func TestInbox(t *testing.T) {
 		row := `li.row[data-id="` + pay.PendingID + `"]`
 		p.do(chromedp.WaitVisible(chromedp.CSS(row + `.row-target .timeline`)))
 		assert.Equal(t, "page", eval[string](p, `document.getElementById('tab-history').getAttribute('aria-current')`))
+		p.until(`(document.querySelector('` + row + ` .row-details') || {}).textContent?.includes('Paid by card already') === true`)
 		timeline := p.text(row + ` .row-details`)
 		for _, want := range []string{"ask", "reject", "bob", "Paid by card already", "Arguments"} {
 			assert.Contains(t, timeline, want)
