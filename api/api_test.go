@@ -3,12 +3,10 @@ package api_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +19,6 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/policy"
 )
 
 const tokens = `
@@ -45,27 +42,10 @@ type harness struct {
 	env *bustest.Env
 }
 
+// start serves the API over a real embedded server with testPolicy.
 func start(t *testing.T, tokenData string) *harness {
 	t.Helper()
-	env := bustest.Start(t, bustest.Topologies[0])
-	doc, err := policy.Parse([]byte(testPolicy))
-	require.NoError(t, err)
-	engine, err := policy.NewEngine(doc, nil, nil)
-	require.NoError(t, err)
-	toks, err := api.ParseTokens([]byte(tokenData))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	relayDone := make(chan struct{})
-	go func() {
-		defer close(relayDone)
-		_ = bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx)
-	}()
-	srv := httptest.NewServer(api.New(api.Config{
-		Machine: machine.New(env.Store, machine.WithEvaluator(engine)),
-		JS:      env.JS, Calls: env.KV, Tokens: toks, Log: bustest.Logger(),
-	}))
-	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-relayDone })
-	return &harness{t: t, url: srv.URL, env: env}
+	return startInbox(t, testPolicy, tokenData).harness
 }
 
 // do sends a JSON request as the holder of token and decodes the reply.

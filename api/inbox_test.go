@@ -27,7 +27,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/api"
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
@@ -93,12 +92,8 @@ func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions
 	require.NoError(t, err)
 	toks, err := api.ParseTokens([]byte(tokenData))
 	require.NoError(t, err)
+	bustest.RunRelay(t, env.JS)
 	ctx, cancel := context.WithCancel(context.Background())
-	relayDone := make(chan struct{})
-	go func() {
-		defer close(relayDone)
-		_ = bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx)
-	}()
 	mopts := []machine.Option{machine.WithEvaluator(engine)}
 	if opts.now != nil {
 		mopts = append(mopts, machine.WithClock(opts.now))
@@ -131,7 +126,6 @@ func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions
 		in.srv.CloseClientConnections()
 		in.srv.Close()
 		cancel()
-		<-relayDone
 		<-analyticsDone
 	})
 	return in

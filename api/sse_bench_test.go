@@ -62,16 +62,11 @@ func BenchmarkSSEFanout(b *testing.B) {
 	ctx := context.Background()
 	m := machine.New(env.Store, machine.WithEvaluator(machine.AskEverything))
 
-	relayCtx, stopRelay := context.WithCancel(ctx)
-	relayDone := make(chan struct{})
-	go func() {
-		defer close(relayDone)
-		_ = bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(relayCtx)
-	}()
+	bustest.RunRelay(b, env.JS)
 	toks, err := api.ParseTokens([]byte("viewer-token-00000001 vic viewer"))
 	require.NoError(b, err)
 	srv := httptest.NewServer(api.New(api.Config{Machine: m, JS: env.JS, Calls: env.KV, Tokens: toks, Log: bustest.Logger()}))
-	b.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); stopRelay(); <-relayDone })
+	b.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
 
 	// The calls to approve, submitted before any client listens. Their
 	// approval_required events are all relayed before the clients connect,

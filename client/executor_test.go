@@ -33,9 +33,9 @@ default:
 func startExecutor(t *testing.T, handlers map[string]client.Handler) *gate {
 	t.Helper()
 	g := startGate(t, executorPolicy)
+	bustest.RunRelay(t, g.env.JS)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = bus.NewRelay(g.env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx) })
 	x, err := newClient(t, g.env.URLs).NewExecutor(client.ExecutorOptions{ID: "exec-1", Lease: 3 * time.Second, Backoff: []time.Duration{10 * time.Millisecond}, Log: bustest.Logger()})
 	require.NoError(t, err)
 	for tool, h := range handlers {
@@ -273,10 +273,10 @@ default:
   requiresApprovalTools: [approved_job]
   toolSpecificDelays: {delayed_job: 300}
 `)
+	bustest.RunRelay(t, g.env.JS)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	wg.Go(func() { _ = bus.NewRelay(g.env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx) })
 	for range 2 {
 		timer := worker.NewTimer(g.env.JS, g.env.KV, machine.New(g.env.Store), bustest.Logger())
 		wg.Go(func() { _ = timer.Run(ctx) })

@@ -42,12 +42,7 @@ func TestRace_DecisionsTimeoutsAndCancels(t *testing.T) {
 func raceEntries(t *testing.T, topo bustest.Topology, entries int) {
 	env := bustest.Start(t, topo)
 	ctx := t.Context()
-	relayCtx, stopRelay := context.WithCancel(ctx)
-	relayDone := make(chan error, 1)
-	go func() {
-		relayDone <- bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(relayCtx)
-	}()
-	t.Cleanup(func() { stopRelay(); <-relayDone })
+	bustest.RunRelay(t, env.JS)
 
 	// Due at once, so the timeout is as eligible as any decision.
 	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Nanosecond, AutoRejectOnTimeout: true}))

@@ -41,13 +41,7 @@ func (c *clock) Set(t time.Time) {
 // startRelay runs a relay until the test ends.
 func startRelay(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- bus.NewRelay(js, bus.RelayConfig{AckWait: time.Second}, bustest.Logger()).Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	bustest.RunRelay(t, js)
 }
 
 // waitRelayed waits until the relay has published an event for every

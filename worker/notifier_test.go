@@ -46,15 +46,7 @@ func ntFast(attempts int) []worker.NotifierOption {
 func ntEnv(t *testing.T, doc string) (*bustest.Env, *tgpolicy.Engine, *machine.Machine) {
 	t.Helper()
 	env := bustest.Start(t, bustest.Topology{Name: "single", Replicas: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- bus.NewRelay(env.JS, bus.RelayConfig{AckWait: time.Second}, bustest.Logger()).Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done, "relay stops cleanly")
-	})
+	bustest.RunRelay(t, env.JS)
 	d, err := tgpolicy.Parse([]byte(doc))
 	require.NoError(t, err)
 	engine, err := tgpolicy.NewEngine(d, nil, nil)

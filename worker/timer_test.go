@@ -27,15 +27,7 @@ const waitFor = 10 * time.Second
 func startEnv(t *testing.T) *bustest.Env {
 	t.Helper()
 	env := bustest.Start(t, bustest.Topology{Name: "single", Replicas: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- bus.NewRelay(env.JS, bus.RelayConfig{AckWait: time.Second}, bustest.Logger()).Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done, "relay stops cleanly")
-	})
+	bustest.RunRelay(t, env.JS)
 	return env
 }
 

@@ -134,6 +134,22 @@ func Connect(t testing.TB, urls string) (*nats.Conn, jetstream.JetStream) {
 	return nc, js
 }
 
+// RunRelay runs a relay until the test ends, and fails the test if it
+// stops with an error. Its ack wait is short, so a revision redelivered in
+// a test does not wait long.
+func RunRelay(t testing.TB, js jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- bus.NewRelay(js, bus.RelayConfig{AckWait: time.Second}, Logger()).Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+}
+
 // Relayed reports whether the relay has published an event for every
 // revision written so far: its consumer has nothing pending or unacked.
 // Counting events after that, rather than as soon as enough are in, is what
