@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/api"
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 const tokens = `
@@ -227,7 +227,7 @@ func TestAPI_ListPagesHistoryAndCancel(t *testing.T) {
 	assert.Equal(t, "alice", hist[1].Actor)
 	assert.Equal(t, "changed my mind", hist[2].Reason)
 
-	var reply bus.CancelConversationReply
+	var reply wire.CancelConversationReply
 	require.Equal(t, 200, h.do("POST", "/v1/conversations/paged/cancel", "agent-token-000000001", nil, &reply))
 	assert.Len(t, reply.Cancelled, 4)
 	var page api.Page
@@ -244,7 +244,7 @@ type sse struct {
 
 type sseEvent struct {
 	id, event string
-	data      bus.Event
+	data      wire.Event
 }
 
 func (h *harness) events(query, lastID string) *sse {
@@ -289,7 +289,7 @@ func TestAPI_EventsResumeWithLastEventID(t *testing.T) {
 	first := h.submit("live", "c1")
 	h.submit("other", "c1") // filtered out
 	ev := stream.next(t)
-	assert.Equal(t, bus.SubjectApprovalRequired, ev.event)
+	assert.Equal(t, wire.SubjectApprovalRequired, ev.event)
 	assert.Equal(t, first.PendingID, ev.data.Entry.PendingID)
 	stream.resp.Body.Close()
 
@@ -300,9 +300,9 @@ func TestAPI_EventsResumeWithLastEventID(t *testing.T) {
 
 	resumed := h.events("?conversationId=live", ev.id)
 	got := []sseEvent{resumed.next(t), resumed.next(t)}
-	assert.Equal(t, bus.SubjectApprovalGranted, got[0].event)
+	assert.Equal(t, wire.SubjectApprovalGranted, got[0].event)
 	assert.Equal(t, first.PendingID, got[0].data.Entry.PendingID)
-	assert.Equal(t, bus.SubjectApprovalRequired, got[1].event)
+	assert.Equal(t, wire.SubjectApprovalRequired, got[1].event)
 	assert.Equal(t, second.PendingID, got[1].data.Entry.PendingID)
 }
 

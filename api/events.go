@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // keepAlive is how often an idle event stream sends a comment, so proxies
@@ -38,7 +38,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, _ User) error {
 		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq + 1}
 	}
 	ctx := r.Context()
-	cons, err := s.cfg.JS.OrderedConsumer(ctx, bus.EventsStream, cfg)
+	cons, err := s.cfg.JS.OrderedConsumer(ctx, wire.EventsStream, cfg)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Config is what the HTTP API serves from.
@@ -129,18 +130,18 @@ func httpErr(status int, code, message string) error {
 
 // ErrorBody is every error's JSON, the same as the request API's: a code,
 // a message naming what was wrong and, on a conflict, the entry as it is now.
-type ErrorBody = bus.ErrorBody
+type ErrorBody = wire.ErrorBody
 
 func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 	var he *httpError
 	var te *machine.TransitionError
-	body := ErrorBody{Error: bus.ErrorDetail{Message: err.Error()}}
+	body := ErrorBody{Error: wire.ErrorDetail{Message: err.Error()}}
 	status := http.StatusInternalServerError
 	switch {
 	case errors.As(err, &he):
 		status, body.Error.Code = he.status, he.code
 	default:
-		status, body.Error.Code = bus.ErrorStatus(err)
+		status, body.Error.Code = wire.ErrorStatus(err)
 		if errors.As(err, &te) {
 			body.Error.Entry = te.Entry
 		}
@@ -211,7 +212,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, u User) error {
 
 // Page is a page of entries, oldest first.
 type Page struct {
-	bus.ListReply
+	wire.ListReply
 	// EventsSeq is the TOOL_EVENTS sequence read before the entries: a
 	// client that then follows /v1/events?since=EventsSeq misses nothing.
 	EventsSeq uint64 `json:"eventsSeq"`
@@ -219,7 +220,7 @@ type Page struct {
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request, _ User) error {
 	q := r.URL.Query()
-	req := bus.ListRequest{
+	req := wire.ListRequest{
 		ConversationID: q.Get("conversationId"), ToolName: q.Get("toolName"), CallerBotID: q.Get("callerBotId"),
 		Status: machine.State(q.Get("status")), Cursor: q.Get("cursor"),
 	}
@@ -255,7 +256,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, _ User) error {
 }
 
 func (s *Server) eventsSeq(ctx context.Context) (uint64, error) {
-	st, err := s.cfg.JS.Stream(ctx, bus.EventsStream)
+	st, err := s.cfg.JS.Stream(ctx, wire.EventsStream)
 	if err != nil {
 		return 0, err
 	}

@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/api"
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // sseClients is how many inboxes and dashboards follow /v1/events at once:
@@ -176,7 +176,7 @@ func (f *fanout) connect(b *testing.B, url string) {
 var (
 	sseEventLine = []byte("event: ")
 	sseDataLine  = []byte("data: ")
-	grantedEvent = []byte("event: " + bus.SubjectApprovalGranted)
+	grantedEvent = []byte("event: " + wire.SubjectApprovalGranted)
 )
 
 // read records when client c reads each approval's event. It takes the
@@ -234,7 +234,7 @@ func waitRelayed(b *testing.B, js jetstream.JetStream, n uint64) {
 	b.Helper()
 	ctx := context.Background()
 	require.Eventually(b, func() bool {
-		st, err := js.Stream(ctx, bus.EventsStream)
+		st, err := js.Stream(ctx, wire.EventsStream)
 		if err != nil {
 			return false
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func entry(conv, call string) *machine.Entry {
@@ -98,7 +99,7 @@ func TestProvision_EntriesAreReadFromTheLeader(t *testing.T) {
 	for range 2 {
 		_, err := bus.Provision(ctx, env.JS, bus.Topology{Replicas: 3})
 		require.NoError(t, err)
-		st, err := env.JS.Stream(ctx, "KV_"+bus.CallsBucket)
+		st, err := env.JS.Stream(ctx, "KV_"+wire.CallsBucket)
 		require.NoError(t, err)
 		info, err := st.Info(ctx)
 		require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Page sizes: a page holds at most maxPageEntries entries and stops growing
@@ -20,22 +21,15 @@ const (
 	maxPageBytes       = 512 << 10
 )
 
-// ListReply is a page of entries, oldest first.
-type ListReply struct {
-	Items []*machine.Entry `json:"items"`
-	// NextCursor, when set, asks for the next page.
-	NextCursor string `json:"nextCursor,omitempty"`
-}
-
 // ListPage filters entries by r, sorts them oldest first (then by id) and
 // cuts the page r's cursor and limit ask for.
-func ListPage(entries []*machine.Entry, r ListRequest) (ListReply, error) {
+func ListPage(entries []*machine.Entry, r wire.ListRequest) (wire.ListReply, error) {
 	if r.Status != "" && !r.Status.Valid() {
-		return ListReply{}, fmt.Errorf("%w: status: unknown state %q", machine.ErrInvalid, r.Status)
+		return wire.ListReply{}, fmt.Errorf("%w: status: unknown state %q", machine.ErrInvalid, r.Status)
 	}
 	limit := cmp.Or(r.Limit, defaultPageEntries)
 	if limit < 1 || limit > maxPageEntries {
-		return ListReply{}, fmt.Errorf("%w: limit: must be 1 to %d, got %d", machine.ErrInvalid, maxPageEntries, r.Limit)
+		return wire.ListReply{}, fmt.Errorf("%w: limit: must be 1 to %d, got %d", machine.ErrInvalid, maxPageEntries, r.Limit)
 	}
 	var after struct {
 		at int64
@@ -45,7 +39,7 @@ func ListPage(entries []*machine.Entry, r ListRequest) (ListReply, error) {
 		at, id, ok := strings.Cut(r.Cursor, "~")
 		ms, err := strconv.ParseInt(at, 10, 64)
 		if !ok || err != nil {
-			return ListReply{}, fmt.Errorf("%w: cursor: not one a list gave", machine.ErrInvalid)
+			return wire.ListReply{}, fmt.Errorf("%w: cursor: not one a list gave", machine.ErrInvalid)
 		}
 		after.at, after.id = ms, id
 	}
@@ -67,8 +61,8 @@ func ListPage(entries []*machine.Entry, r ListRequest) (ListReply, error) {
 		data, _ := json.Marshal(e)
 		if size += len(data); i == limit || (i > 0 && size > maxPageBytes) {
 			last := items[i-1]
-			return ListReply{Items: items[:i], NextCursor: fmt.Sprintf("%d~%s", last.RequestedAt, last.PendingID)}, nil
+			return wire.ListReply{Items: items[:i], NextCursor: fmt.Sprintf("%d~%s", last.RequestedAt, last.PendingID)}, nil
 		}
 	}
-	return ListReply{Items: items}, nil
+	return wire.ListReply{Items: items}, nil
 }

@@ -18,13 +18,6 @@ import (
 	"github.com/toolgate/toolgate/policy"
 )
 
-// Buckets beside the entries'.
-const (
-	PoliciesBucket = "tool_policies" // the policy document, and where it was loaded from
-	GrantsBucket   = "tool_grants"   // session grants, by conversation
-	BudgetsBucket  = "tool_budgets"  // spending per team and day
-)
-
 const (
 	policyKey       = "document"
 	policySourceKey = "source" // sha256 of the file the document was last loaded from

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Topology is how the buckets and streams are sized.
@@ -46,10 +47,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		dst *jetstream.KeyValue
 		cfg jetstream.KeyValueConfig
 	}{
-		{&b.Calls, jetstream.KeyValueConfig{Bucket: CallsBucket, Description: "toolgate tool calls (PendingToolCallEntry by pendingId)", History: kvHistory}},
-		{&b.Policies, jetstream.KeyValueConfig{Bucket: PoliciesBucket, Description: "toolgate policy document", History: 16}},
-		{&b.Grants, jetstream.KeyValueConfig{Bucket: GrantsBucket, Description: "toolgate session grants by conversation"}},
-		{&b.Budgets, jetstream.KeyValueConfig{Bucket: BudgetsBucket, Description: "toolgate spending per team and day"}},
+		{&b.Calls, jetstream.KeyValueConfig{Bucket: wire.CallsBucket, Description: "toolgate tool calls (PendingToolCallEntry by pendingId)", History: kvHistory}},
+		{&b.Policies, jetstream.KeyValueConfig{Bucket: wire.PoliciesBucket, Description: "toolgate policy document", History: 16}},
+		{&b.Grants, jetstream.KeyValueConfig{Bucket: wire.GrantsBucket, Description: "toolgate session grants by conversation"}},
+		{&b.Budgets, jetstream.KeyValueConfig{Bucket: wire.BudgetsBucket, Description: "toolgate spending per team and day"}},
 	} {
 		kv.cfg.Storage = jetstream.FileStorage
 		kv.cfg.Replicas = t.Replicas
@@ -65,35 +66,35 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 	// write on 3 replicas), and a stale state refuses a valid command —
 	// Complete right after Claim. So the entries' bucket is read from its
 	// stream leader.
-	if err := readFromLeader(ctx, js, "KV_"+CallsBucket); err != nil {
+	if err := readFromLeader(ctx, js, "KV_"+wire.CallsBucket); err != nil {
 		return nil, err
 	}
-	calls, err := js.KeyValue(ctx, CallsBucket) // bound again: it looks at AllowDirect when bound
+	calls, err := js.KeyValue(ctx, wire.CallsBucket) // bound again: it looks at AllowDirect when bound
 	if err != nil {
-		return nil, fmt.Errorf("provision bucket %s: %w", CallsBucket, err)
+		return nil, fmt.Errorf("provision bucket %s: %w", wire.CallsBucket, err)
 	}
 	b.Calls = calls
 	streams := []jetstream.StreamConfig{{
-		Name:        EventsStream,
+		Name:        wire.EventsStream,
 		Description: "toolgate: one event per tool-call transition",
-		Subjects:    EventSubjects(),
+		Subjects:    wire.EventSubjects(),
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      t.EventsMaxAge,
 		Storage:     jetstream.FileStorage,
 		Replicas:    t.Replicas,
 		Duplicates:  duplicateWindow,
 	}, {
-		Name:        WorkStream,
+		Name:        wire.WorkStream,
 		Description: "toolgate: runnable tool calls, one queue per tool",
-		Subjects:    []string{WorkSubject(">")},
+		Subjects:    []string{wire.WorkSubject(">")},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    t.Replicas,
 		Duplicates:  duplicateWindow,
 	}, {
-		Name:        NotifyStream,
+		Name:        wire.NotifyStream,
 		Description: "toolgate: notifications to deliver, one subject per channel",
-		Subjects:    []string{NotifySubject(">")},
+		Subjects:    []string{wire.NotifySubject(">")},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    t.Replicas,
@@ -102,9 +103,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		// delivers to keeps messages this long.
 		MaxAge: 7 * 24 * time.Hour,
 	}, {
-		Name:        DeadLetterStream,
+		Name:        wire.DeadLetterStream,
 		Description: "toolgate: messages a consumer gave up on",
-		Subjects:    []string{DeadLetterSubject(">")},
+		Subjects:    []string{wire.DeadLetterSubject(">")},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      t.EventsMaxAge,
 		Storage:     jetstream.FileStorage,

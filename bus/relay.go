@@ -10,7 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // RelayConfig tunes the relay.
@@ -79,40 +81,18 @@ func (c crashed) Unwrap() error { return c.error }
 // consumer deleted) restarts it after a backoff: the relay is what turns
 // writes into events, and giving up would stop them all.
 func (r *Relay) Run(ctx context.Context) error {
-	return runRestarting(ctx, r.log, "relay", func(ctx context.Context) error {
+	return consumer.RunRestarting(ctx, r.log, "relay", func(ctx context.Context) error {
 		err := r.run(ctx)
 		var c crashed
 		if errors.As(err, &c) {
-			return Permanent(c.error)
+			return consumer.Permanent(c.error)
 		}
 		return err
 	})
 }
 
-// runRestarting runs run until ctx ends, starting it again after a backoff
-// whenever it fails, unless with a Permanent error.
-func runRestarting(ctx context.Context, log *slog.Logger, what string, run func(context.Context) error) error {
-	for attempt := 1; ; attempt++ {
-		err := run(ctx)
-		var perm permanent
-		switch {
-		case errors.As(err, &perm):
-			return perm.err
-		case ctx.Err() != nil:
-			return nil
-		}
-		wait := min(time.Duration(attempt)*250*time.Millisecond, 5*time.Second)
-		log.Warn(what+" stopped, starting again", "err", err, "in", wait)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-	}
-}
-
 func (r *Relay) run(ctx context.Context) error {
-	stream := "KV_" + CallsBucket
+	stream := "KV_" + wire.CallsBucket
 	cons, err := r.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       r.cfg.Durable,
 		Description:   "toolgate relay: KV revisions to events",
@@ -197,7 +177,7 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	if t == nil {
 		return item, nil
 	}
-	subject, ok := EventSubject(t.Event)
+	subject, ok := wire.EventSubject(t.Event)
 	if !ok {
 		return item, nil
 	}
@@ -206,8 +186,8 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 			return relayed{}, crashed{err}
 		}
 	}
-	id := MsgID(e.PendingID, item.revision)
-	ev, _ := json.Marshal(Event{
+	id := wire.MsgID(e.PendingID, item.revision)
+	ev, _ := json.Marshal(wire.Event{
 		ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
 		Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: item.revision, Entry: &e,
 	})
@@ -217,8 +197,8 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	}
 	item.acks = append(item.acks, fut)
 	if e.Runnable(time.UnixMilli(t.At)) {
-		work, _ := json.Marshal(WorkItem{PendingID: e.PendingID, ToolName: e.ToolName, Revision: item.revision})
-		fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: WorkSubject(e.ToolName), Data: work}, jetstream.WithMsgID(id))
+		work, _ := json.Marshal(wire.WorkItem{PendingID: e.PendingID, ToolName: e.ToolName, Revision: item.revision})
+		fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: wire.WorkSubject(e.ToolName), Data: work}, jetstream.WithMsgID(id))
 		if err != nil {
 			return relayed{}, fmt.Errorf("relay: queue %s: %w", id, err)
 		}

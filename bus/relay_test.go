@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 var errCrash = errors.New("injected crash")
@@ -74,9 +75,9 @@ func streamMsgs(t *testing.T, js jetstream.JetStream, stream string, n int) []*j
 	return msgs
 }
 
-func decodeEvent(t *testing.T, data []byte) bus.Event {
+func decodeEvent(t *testing.T, data []byte) wire.Event {
 	t.Helper()
-	var ev bus.Event
+	var ev wire.Event
 	require.NoError(t, json.Unmarshal(data, &ev))
 	return ev
 }
@@ -91,7 +92,7 @@ func TestRelay_PublishesEachTransitionOnItsSubject(t *testing.T) {
 			startRelay(t, env.JS, nil)
 
 			// Subscribed like `nats sub tool.approval_required`.
-			sub, err := env.NC.SubscribeSync(bus.SubjectApprovalRequired)
+			sub, err := env.NC.SubscribeSync(wire.SubjectApprovalRequired)
 			require.NoError(t, err)
 
 			asker := submitter(env, machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute})
@@ -105,13 +106,13 @@ func TestRelay_PublishesEachTransitionOnItsSubject(t *testing.T) {
 			denier := submitter(env, machine.Verdict{Action: machine.ActionDeny, Reason: "rules.deny"})
 			submit(t, denier, "relay", "c4")
 
-			msgs := streamMsgs(t, env.JS, bus.EventsStream, 5)
+			msgs := streamMsgs(t, env.JS, wire.EventsStream, 5)
 			require.Len(t, msgs, 5)
 			var subjects []string
 			for _, m := range msgs {
 				subjects = append(subjects, m.Subject)
 			}
-			assert.Equal(t, []string{bus.SubjectApprovalRequired, bus.SubjectApprovalGranted, bus.SubjectScheduledExecution, bus.SubjectScheduledExecution, bus.SubjectPolicyDenied}, subjects)
+			assert.Equal(t, []string{wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectScheduledExecution, wire.SubjectScheduledExecution, wire.SubjectPolicyDenied}, subjects)
 
 			granted := decodeEvent(t, msgs[1].Data)
 			assert.Equal(t, machine.EventApprove, granted.Event)
@@ -129,13 +130,13 @@ func TestRelay_PublishesEachTransitionOnItsSubject(t *testing.T) {
 
 			// Work: the approved call and the one due now; not the delayed
 			// one, not the denied one.
-			work := streamMsgs(t, env.JS, bus.WorkStream, 2)
+			work := streamMsgs(t, env.JS, wire.WorkStream, 2)
 			require.Len(t, work, 2)
 			for i, want := range []string{e.PendingID, now.PendingID} {
-				var item bus.WorkItem
+				var item wire.WorkItem
 				require.NoError(t, json.Unmarshal(work[i].Data, &item))
 				assert.Equal(t, want, item.PendingID)
-				assert.Equal(t, bus.WorkSubject("web_search"), work[i].Subject)
+				assert.Equal(t, wire.WorkSubject("web_search"), work[i].Subject)
 			}
 		})
 	}
@@ -189,7 +190,7 @@ func TestRelay_CrashAfterPublishBeforeAckDoublesNothing(t *testing.T) {
 			require.ErrorIs(t, <-done, errCrash)
 			startRelay(t, env.JS, nil)
 			assertEventsOnce(t, env, 10)
-			work := streamMsgs(t, env.JS, bus.WorkStream, 10)
+			work := streamMsgs(t, env.JS, wire.WorkStream, 10)
 			assert.Len(t, work, 10, "work items are de-duplicated too")
 		})
 	}
@@ -218,7 +219,7 @@ func TestRelay_ResumesWhereItStopped(t *testing.T) {
 // is there exactly once.
 func assertEventsOnce(t *testing.T, env *bustest.Env, n int) {
 	t.Helper()
-	msgs := streamMsgs(t, env.JS, bus.EventsStream, n)
+	msgs := streamMsgs(t, env.JS, wire.EventsStream, n)
 	seen := map[string]int{}
 	for _, m := range msgs {
 		seen[decodeEvent(t, m.Data).ID]++
@@ -239,7 +240,7 @@ func TestRelay_StartsAgainWhenItsConsumerIsDeleted(t *testing.T) {
 		submit(t, m, "gone", fmt.Sprint("a", i))
 	}
 	assertEventsOnce(t, env, 5)
-	require.NoError(t, env.JS.DeleteConsumer(t.Context(), "KV_"+bus.CallsBucket, bus.RelayDurable))
+	require.NoError(t, env.JS.DeleteConsumer(t.Context(), "KV_"+wire.CallsBucket, bus.RelayDurable))
 	for i := range 5 {
 		submit(t, m, "gone", fmt.Sprint("b", i))
 	}

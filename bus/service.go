@@ -15,152 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
-
-// The request API: a NATS micro service named "toolgate" (so `nats micro
-// ls` finds it) with one endpoint per command, each on toolgate.<name>.
-// Requests and replies are JSON; a refusal is a reply with the
-// Nats-Service-Error-Code header set to an HTTP-like status and an
-// ErrorBody naming the problem.
-const (
-	ServiceName = "toolgate"
-
-	EndpointSubmit             = "submit"
-	EndpointGet                = "get"
-	EndpointList               = "list"
-	EndpointDecide             = "decide"
-	EndpointCancel             = "cancel"
-	EndpointCancelConversation = "cancel_conversation"
-	EndpointStarted            = "started"
-	EndpointHeartbeat          = "heartbeat"
-	EndpointSucceeded          = "succeeded"
-	EndpointFailed             = "failed"
-)
-
-// APISubject is the subject of an endpoint.
-func APISubject(endpoint string) string { return ServiceName + "." + endpoint }
-
-// GetRequest asks for one entry.
-type GetRequest struct {
-	PendingID string `json:"pendingId"`
-}
-
-// ListRequest filters entries; every field is optional. With a
-// conversation only its keys are read; without one, every entry is. The
-// reply is a page (ListReply): Limit entries at most (default 200, at most
-// 1000), fewer when they are large, and a cursor for the next.
-type ListRequest struct {
-	ConversationID string        `json:"conversationId,omitempty"`
-	ToolName       string        `json:"toolName,omitempty"`
-	CallerBotID    string        `json:"callerBotId,omitempty"`
-	Status         machine.State `json:"status,omitempty"`
-	Limit          int           `json:"limit,omitempty"`
-	Cursor         string        `json:"cursor,omitempty"`
-}
-
-// DecideRequest approves or rejects a pending call.
-type DecideRequest struct {
-	PendingID string          `json:"pendingId"`
-	Approved  bool            `json:"approved"`
-	By        string          `json:"by"`
-	Reason    string          `json:"reason,omitempty"`
-	Scope     machine.Scope   `json:"scope,omitempty"`
-	Arguments json.RawMessage `json:"arguments,omitempty"`
-}
-
-// CancelRequest cancels one call (PendingID) or every call of a
-// conversation that has not started running (ConversationID).
-type CancelRequest struct {
-	PendingID      string `json:"pendingId,omitempty"`
-	ConversationID string `json:"conversationId,omitempty"`
-	By             string `json:"by,omitempty"`
-	Reason         string `json:"reason,omitempty"`
-}
-
-// CancelConversationReply says what a conversation's cancel did.
-type CancelConversationReply struct {
-	Cancelled []*machine.Entry `json:"cancelled"`
-	// Running calls cannot be cancelled; their executors see the
-	// conversation's cancel and stop them.
-	Running []*machine.Entry `json:"running"`
-}
-
-// ReportRequest is an agent reporting on a call it runs itself: started
-// (claims it), succeeded or failed.
-type ReportRequest struct {
-	PendingID string          `json:"pendingId"`
-	By        string          `json:"by"`
-	LeaseMs   int64           `json:"leaseMs,omitempty"` // started, heartbeat: default 1 hour
-	Result    json.RawMessage `json:"result,omitempty"`
-	Error     string          `json:"error,omitempty"`
-	Cost      float64         `json:"cost,omitempty"`
-}
-
-// ErrorBody is the body of a refusal.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail names a refusal: a code (invalid, not_found, conflict,
-// forbidden, internal), what was wrong, and the entry as it is now when
-// the refusal is a conflict with it.
-type ErrorDetail struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Entry   *machine.Entry `json:"entry,omitempty"`
-}
-
-// ErrorStatus maps a domain error to an HTTP-like status and a code.
-func ErrorStatus(err error) (int, string) {
-	switch {
-	case errors.Is(err, machine.ErrInvalid):
-		return 400, "invalid"
-	case errors.Is(err, machine.ErrForbidden):
-		return 403, "forbidden"
-	case errors.Is(err, machine.ErrNotFound):
-		return 404, "not_found"
-	case errors.Is(err, machine.ErrConflict), errors.Is(err, machine.ErrExists):
-		return 409, "conflict"
-	default:
-		return 500, "internal"
-	}
-}
-
-// codeErrors maps a refusal's code back to the domain error, so that a
-// client's errors.Is works across the wire.
-var codeErrors = map[string]error{
-	"invalid":   machine.ErrInvalid,
-	"forbidden": machine.ErrForbidden,
-	"not_found": machine.ErrNotFound,
-	"conflict":  machine.ErrConflict,
-}
-
-// APIError is a refusal received from the service.
-type APIError struct {
-	Status int
-	ErrorDetail
-}
-
-func (e *APIError) Error() string { return e.Message }
-
-// Unwrap returns the domain error the code stands for.
-func (e *APIError) Unwrap() error { return codeErrors[e.Code] }
-
-// DecodeReply reads a reply into v, or returns the *APIError it carries.
-func DecodeReply(msg *nats.Msg, v any) error {
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		status, _ := strconv.Atoi(code)
-		var body ErrorBody
-		if err := json.Unmarshal(msg.Data, &body); err != nil || body.Error.Message == "" {
-			body.Error = ErrorDetail{Code: "internal", Message: msg.Header.Get(micro.ErrorHeader)}
-		}
-		return &APIError{Status: status, ErrorDetail: body.Error}
-	}
-	if err := json.Unmarshal(msg.Data, v); err != nil {
-		return fmt.Errorf("decode reply: %w", err)
-	}
-	return nil
-}
 
 // Service serves the request API over a Machine.
 type Service struct {
@@ -184,7 +40,7 @@ func NewService(m *machine.Machine, kv jetstream.KeyValue, log *slog.Logger) *Se
 func (s *Service) Run(ctx context.Context, nc *nats.Conn, version string) error {
 	s.nc = nc
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        ServiceName,
+		Name:        wire.ServiceName,
 		Version:     semver(version),
 		Description: "toolgate: submit tool calls, decide, cancel, report",
 	})
@@ -194,18 +50,18 @@ func (s *Service) Run(ctx context.Context, nc *nats.Conn, version string) error 
 	defer svc.Stop()
 	slots := make(chan struct{}, 64)
 	endpoints := map[string]func(context.Context, []byte) (any, error){
-		EndpointSubmit:             s.submit,
-		EndpointGet:                s.get,
-		EndpointList:               s.list,
-		EndpointDecide:             s.decide,
-		EndpointCancel:             s.cancel,
-		EndpointCancelConversation: s.cancelConversation,
-		EndpointStarted:            s.started,
-		EndpointHeartbeat:          s.heartbeat,
-		EndpointSucceeded:          s.report(s.m.Complete),
-		EndpointFailed:             s.report(s.m.Fail),
+		wire.EndpointSubmit:             s.submit,
+		wire.EndpointGet:                s.get,
+		wire.EndpointList:               s.list,
+		wire.EndpointDecide:             s.decide,
+		wire.EndpointCancel:             s.cancel,
+		wire.EndpointCancelConversation: s.cancelConversation,
+		wire.EndpointStarted:            s.started,
+		wire.EndpointHeartbeat:          s.heartbeat,
+		wire.EndpointSucceeded:          s.report(s.m.Complete),
+		wire.EndpointFailed:             s.report(s.m.Fail),
 	}
-	group := svc.AddGroup(ServiceName)
+	group := svc.AddGroup(wire.ServiceName)
 	for name, h := range endpoints {
 		handler := micro.HandlerFunc(func(req micro.Request) {
 			slots <- struct{}{}
@@ -227,8 +83,8 @@ func (s *Service) serve(ctx context.Context, req micro.Request, h func(context.C
 	defer cancel()
 	v, err := h(ctx, req.Data())
 	if err != nil {
-		status, code := ErrorStatus(err)
-		body := ErrorBody{Error: ErrorDetail{Code: code, Message: err.Error()}}
+		status, code := wire.ErrorStatus(err)
+		body := wire.ErrorBody{Error: wire.ErrorDetail{Code: code, Message: err.Error()}}
 		if te := (*machine.TransitionError)(nil); errors.As(err, &te) {
 			body.Error.Entry = te.Entry
 		}
@@ -269,7 +125,7 @@ func (s *Service) submit(ctx context.Context, data []byte) (any, error) {
 }
 
 func (s *Service) get(ctx context.Context, data []byte) (any, error) {
-	r, err := decode[GetRequest](data)
+	r, err := decode[wire.GetRequest](data)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +136,7 @@ func (s *Service) get(ctx context.Context, data []byte) (any, error) {
 }
 
 func (s *Service) list(ctx context.Context, data []byte) (any, error) {
-	r, err := decode[ListRequest](data)
+	r, err := decode[wire.ListRequest](data)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +156,7 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 }
 
 func (s *Service) decide(ctx context.Context, data []byte) (any, error) {
-	r, err := decode[DecideRequest](data)
+	r, err := decode[wire.DecideRequest](data)
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +179,7 @@ func (s *Service) decide(ctx context.Context, data []byte) (any, error) {
 }
 
 func (s *Service) cancel(ctx context.Context, data []byte) (any, error) {
-	r, err := decode[CancelRequest](data)
+	r, err := decode[wire.CancelRequest](data)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +190,7 @@ func (s *Service) cancel(ctx context.Context, data []byte) (any, error) {
 }
 
 func (s *Service) cancelConversation(ctx context.Context, data []byte) (any, error) {
-	r, err := decode[CancelRequest](data)
+	r, err := decode[wire.CancelRequest](data)
 	if err != nil {
 		return nil, err
 	}
@@ -344,34 +200,29 @@ func (s *Service) cancelConversation(ctx context.Context, data []byte) (any, err
 	return CancelConversation(ctx, s.nc, s.m, r.ConversationID, r.By, r.Reason)
 }
 
-// CancelSubject is where a conversation's cancel is announced (core NATS,
-// a CancelConversationReply) so that executors stop its running calls,
-// which no transition can cancel.
-const CancelSubject = "toolgate.control.cancel"
-
 // CancelConversation moves every entry of a conversation that has not
 // started running to CANCELLED_BY_SYSTEM, reading only its keys, and
 // announces the cancel on nc so executors stop the calls already running.
-func CancelConversation(ctx context.Context, nc *nats.Conn, m *machine.Machine, conversationID, by, reason string) (*CancelConversationReply, error) {
+func CancelConversation(ctx context.Context, nc *nats.Conn, m *machine.Machine, conversationID, by, reason string) (*wire.CancelConversationReply, error) {
 	reply, err := cancelConversation(ctx, m, conversationID, by, reason)
 	if err != nil {
 		return nil, err
 	}
 	if len(reply.Running) > 0 {
 		data, _ := json.Marshal(reply)
-		if err := nc.Publish(CancelSubject, data); err != nil {
+		if err := nc.Publish(wire.CancelSubject, data); err != nil {
 			return nil, fmt.Errorf("announce cancel of %s: %w", conversationID, err)
 		}
 	}
 	return reply, nil
 }
 
-func cancelConversation(ctx context.Context, m *machine.Machine, conversationID, by, reason string) (*CancelConversationReply, error) {
+func cancelConversation(ctx context.Context, m *machine.Machine, conversationID, by, reason string) (*wire.CancelConversationReply, error) {
 	entries, err := m.ListConversation(ctx, conversationID)
 	if err != nil {
 		return nil, err
 	}
-	reply := &CancelConversationReply{Cancelled: []*machine.Entry{}, Running: []*machine.Entry{}}
+	reply := &wire.CancelConversationReply{Cancelled: []*machine.Entry{}, Running: []*machine.Entry{}}
 	for _, e := range entries {
 		if e.Status.Terminal() {
 			continue
@@ -415,8 +266,8 @@ func (s *Service) heartbeat(ctx context.Context, data []byte) (any, error) {
 	return s.m.Heartbeat(ctx, r.PendingID, r.By, lease)
 }
 
-func (s *Service) leaseRequest(data []byte) (ReportRequest, time.Duration, error) {
-	r, err := decode[ReportRequest](data)
+func (s *Service) leaseRequest(data []byte) (wire.ReportRequest, time.Duration, error) {
+	r, err := decode[wire.ReportRequest](data)
 	if err != nil {
 		return r, 0, err
 	}
@@ -432,7 +283,7 @@ func (s *Service) leaseRequest(data []byte) (ReportRequest, time.Duration, error
 
 func (s *Service) report(finish func(context.Context, string, machine.Outcome) (*machine.Entry, error)) func(context.Context, []byte) (any, error) {
 	return func(ctx context.Context, data []byte) (any, error) {
-		r, err := decode[ReportRequest](data)
+		r, err := decode[wire.ReportRequest](data)
 		if err != nil {
 			return nil, err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // startService serves the request API over a machine that asks about
@@ -46,10 +47,10 @@ func request[T any](t *testing.T, nc *nats.Conn, endpoint string, body any) (T, 
 	t.Helper()
 	data, err := json.Marshal(body)
 	require.NoError(t, err)
-	msg, err := nc.Request(bus.APISubject(endpoint), data, 30*time.Second)
+	msg, err := nc.Request(wire.APISubject(endpoint), data, 30*time.Second)
 	require.NoError(t, err)
 	var v T
-	return v, bus.DecodeReply(msg, &v)
+	return v, wire.DecodeReply(msg.Header, msg.Data, &v)
 }
 
 func TestService_DiscoverableAsMicroService(t *testing.T) {
@@ -64,9 +65,9 @@ func TestService_DiscoverableAsMicroService(t *testing.T) {
 	for _, e := range info.Endpoints {
 		subjects = append(subjects, e.Subject)
 	}
-	for _, ep := range []string{bus.EndpointSubmit, bus.EndpointGet, bus.EndpointList, bus.EndpointDecide, bus.EndpointCancel,
-		bus.EndpointCancelConversation, bus.EndpointStarted, bus.EndpointHeartbeat, bus.EndpointSucceeded, bus.EndpointFailed} {
-		assert.Contains(t, subjects, bus.APISubject(ep))
+	for _, ep := range []string{wire.EndpointSubmit, wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointCancel,
+		wire.EndpointCancelConversation, wire.EndpointStarted, wire.EndpointHeartbeat, wire.EndpointSucceeded, wire.EndpointFailed} {
+		assert.Contains(t, subjects, wire.APISubject(ep))
 	}
 }
 
@@ -75,41 +76,41 @@ func TestService_SubmitDecideAndRefusals(t *testing.T) {
 	env, _ := startService(t)
 	nc := env.NC
 	call := machine.Call{ToolCallID: "c1", ToolName: "web_search", Arguments: json.RawMessage(`{"query":"q"}`), CallerBotID: "bot", ConversationID: "svc"}
-	e, err := request[machine.Entry](t, nc, bus.EndpointSubmit, call)
+	e, err := request[machine.Entry](t, nc, wire.EndpointSubmit, call)
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, e.Status)
 
-	again, err := request[machine.Entry](t, nc, bus.EndpointSubmit, call)
+	again, err := request[machine.Entry](t, nc, wire.EndpointSubmit, call)
 	require.NoError(t, err)
 	assert.Equal(t, e.PendingID, again.PendingID, "a retried submit returns the same entry")
 
-	got, err := request[machine.Entry](t, nc, bus.EndpointGet, bus.GetRequest{PendingID: e.PendingID})
+	got, err := request[machine.Entry](t, nc, wire.EndpointGet, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.Equal(t, e.PendingID, got.PendingID)
 
-	_, err = request[machine.Entry](t, nc, bus.EndpointDecide, bus.DecideRequest{PendingID: e.PendingID, Approved: true, By: "mallory"})
+	_, err = request[machine.Entry](t, nc, wire.EndpointDecide, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "mallory"})
 	assertAPIError(t, err, 403, machine.ErrForbidden, "mallory")
 
-	decided, err := request[machine.Entry](t, nc, bus.EndpointDecide, bus.DecideRequest{PendingID: e.PendingID, Approved: false, By: "alice", Reason: "too costly"})
+	decided, err := request[machine.Entry](t, nc, wire.EndpointDecide, wire.DecideRequest{PendingID: e.PendingID, Approved: false, By: "alice", Reason: "too costly"})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateRejectedByUser, decided.Status)
 
-	_, err = request[machine.Entry](t, nc, bus.EndpointDecide, bus.DecideRequest{PendingID: e.PendingID, Approved: true, By: "bob"})
+	_, err = request[machine.Entry](t, nc, wire.EndpointDecide, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "bob"})
 	apiErr := assertAPIError(t, err, 409, machine.ErrConflict, "REJECTED_BY_USER by alice")
 	require.NotNil(t, apiErr.Entry, "a conflict carries the entry as it is now")
 	assert.Equal(t, "alice", apiErr.Entry.ApprovedOrRejectedByUserID)
 
-	_, err = request[machine.Entry](t, nc, bus.EndpointGet, bus.GetRequest{PendingID: "svc.nope"})
+	_, err = request[machine.Entry](t, nc, wire.EndpointGet, wire.GetRequest{PendingID: "svc.nope"})
 	assertAPIError(t, err, 404, machine.ErrNotFound, "svc.nope")
-	_, err = request[machine.Entry](t, nc, bus.EndpointGet, bus.GetRequest{})
+	_, err = request[machine.Entry](t, nc, wire.EndpointGet, wire.GetRequest{})
 	assertAPIError(t, err, 400, machine.ErrInvalid, "pendingId: required")
-	_, err = request[machine.Entry](t, nc, bus.EndpointSubmit, json.RawMessage(`{"toolName": 5}`))
+	_, err = request[machine.Entry](t, nc, wire.EndpointSubmit, json.RawMessage(`{"toolName": 5}`))
 	assertAPIError(t, err, 400, machine.ErrInvalid, "request body")
-	_, err = request[machine.Entry](t, nc, bus.EndpointSubmit, machine.Call{ToolName: "x y", CallerBotID: "b", ConversationID: "c"})
+	_, err = request[machine.Entry](t, nc, wire.EndpointSubmit, machine.Call{ToolName: "x y", CallerBotID: "b", ConversationID: "c"})
 	assertAPIError(t, err, 400, machine.ErrInvalid, "toolName")
-	_, err = request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{Status: "DONE"})
+	_, err = request[wire.ListReply](t, nc, wire.EndpointList, wire.ListRequest{Status: "DONE"})
 	assertAPIError(t, err, 400, machine.ErrInvalid, "status")
-	_, err = request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{Limit: 5000})
+	_, err = request[wire.ListReply](t, nc, wire.EndpointList, wire.ListRequest{Limit: 5000})
 	assertAPIError(t, err, 400, machine.ErrInvalid, "limit")
 }
 
@@ -121,7 +122,7 @@ func TestListPage_FitsOneMessageWhateverTheEntries(t *testing.T) {
 			ToolArguments: json.RawMessage(`{"blob":"` + strings.Repeat("x", 100<<10) + `"}`)})
 	}
 	var got []string
-	r := bus.ListRequest{Limit: 1000}
+	r := wire.ListRequest{Limit: 1000}
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 50)
 		page, err := bus.ListPage(entries, r)
@@ -147,9 +148,9 @@ func TestServiceVersionIsSemVer(t *testing.T) {
 	}
 }
 
-func assertAPIError(t *testing.T, err error, status int, is error, contains string) *bus.APIError {
+func assertAPIError(t *testing.T, err error, status int, is error, contains string) *wire.APIError {
 	t.Helper()
-	var apiErr *bus.APIError
+	var apiErr *wire.APIError
 	require.True(t, errors.As(err, &apiErr), "want an API error, got %v", err)
 	assert.Equal(t, status, apiErr.Status)
 	assert.ErrorIs(t, err, is)
@@ -162,7 +163,7 @@ func TestService_ListAndCancelConversation(t *testing.T) {
 	env, _ := startService(t)
 	nc := env.NC
 	submit := func(conv, id, tool string) machine.Entry {
-		e, err := request[machine.Entry](t, nc, bus.EndpointSubmit, machine.Call{ToolCallID: id, ToolName: tool, CallerBotID: "bot-" + conv, ConversationID: conv})
+		e, err := request[machine.Entry](t, nc, wire.EndpointSubmit, machine.Call{ToolCallID: id, ToolName: tool, CallerBotID: "bot-" + conv, ConversationID: conv})
 		require.NoError(t, err)
 		return e
 	}
@@ -171,44 +172,44 @@ func TestService_ListAndCancelConversation(t *testing.T) {
 	running := submit("swarm", "c", "run_report")
 	submit("other", "a", "web_search")
 
-	list, err := request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{ConversationID: "swarm", Status: machine.StatePendingApproval})
+	list, err := request[wire.ListReply](t, nc, wire.EndpointList, wire.ListRequest{ConversationID: "swarm", Status: machine.StatePendingApproval})
 	require.NoError(t, err)
 	assert.Len(t, list.Items, 2)
-	list, err = request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{ToolName: "web_search"})
+	list, err = request[wire.ListReply](t, nc, wire.EndpointList, wire.ListRequest{ToolName: "web_search"})
 	require.NoError(t, err)
 	assert.Len(t, list.Items, 2, "across conversations")
-	list, err = request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{CallerBotID: "bot-other"})
+	list, err = request[wire.ListReply](t, nc, wire.EndpointList, wire.ListRequest{CallerBotID: "bot-other"})
 	require.NoError(t, err)
 	assert.Len(t, list.Items, 1)
-	page, err := request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{Limit: 3})
+	page, err := request[wire.ListReply](t, nc, wire.EndpointList, wire.ListRequest{Limit: 3})
 	require.NoError(t, err)
 	require.Len(t, page.Items, 3)
-	rest, err := request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{Limit: 3, Cursor: page.NextCursor})
+	rest, err := request[wire.ListReply](t, nc, wire.EndpointList, wire.ListRequest{Limit: 3, Cursor: page.NextCursor})
 	require.NoError(t, err)
 	require.Len(t, rest.Items, 1, "the second page holds the rest")
 	assert.Empty(t, rest.NextCursor)
 
 	// The run_ call is being run by the agent itself.
-	started, err := request[machine.Entry](t, nc, bus.EndpointStarted, bus.ReportRequest{PendingID: running.PendingID, By: "bot-swarm"})
+	started, err := request[machine.Entry](t, nc, wire.EndpointStarted, wire.ReportRequest{PendingID: running.PendingID, By: "bot-swarm"})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateExecuting, started.Status)
-	renewed, err := request[machine.Entry](t, nc, bus.EndpointHeartbeat, bus.ReportRequest{PendingID: running.PendingID, By: "bot-swarm", LeaseMs: 3 * time.Hour.Milliseconds()})
+	renewed, err := request[machine.Entry](t, nc, wire.EndpointHeartbeat, wire.ReportRequest{PendingID: running.PendingID, By: "bot-swarm", LeaseMs: 3 * time.Hour.Milliseconds()})
 	require.NoError(t, err)
 	assert.Greater(t, renewed.Lease.ExpiresAt, started.Lease.ExpiresAt+time.Hour.Milliseconds())
-	_, err = request[machine.Entry](t, nc, bus.EndpointHeartbeat, bus.ReportRequest{PendingID: running.PendingID, By: "someone-else"})
+	_, err = request[machine.Entry](t, nc, wire.EndpointHeartbeat, wire.ReportRequest{PendingID: running.PendingID, By: "someone-else"})
 	assertAPIError(t, err, 409, machine.ErrConflict, "heartbeat not allowed")
 
-	reply, err := request[bus.CancelConversationReply](t, nc, bus.EndpointCancelConversation, bus.CancelRequest{ConversationID: "swarm", By: "ops", Reason: "swarm stopped"})
+	reply, err := request[wire.CancelConversationReply](t, nc, wire.EndpointCancelConversation, wire.CancelRequest{ConversationID: "swarm", By: "ops", Reason: "swarm stopped"})
 	require.NoError(t, err)
 	assert.Len(t, reply.Cancelled, 2)
 	require.Len(t, reply.Running, 1)
 	assert.Equal(t, running.PendingID, reply.Running[0].PendingID)
 
-	other, err := request[bus.ListReply](t, nc, bus.EndpointList, bus.ListRequest{ConversationID: "other"})
+	other, err := request[wire.ListReply](t, nc, wire.EndpointList, wire.ListRequest{ConversationID: "other"})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, other.Items[0].Status, "other conversations are untouched")
 
-	done, err := request[machine.Entry](t, nc, bus.EndpointSucceeded, bus.ReportRequest{PendingID: running.PendingID, By: "bot-swarm", Result: json.RawMessage(`{"rows":3}`), Cost: 0.5})
+	done, err := request[machine.Entry](t, nc, wire.EndpointSucceeded, wire.ReportRequest{PendingID: running.PendingID, By: "bot-swarm", Result: json.RawMessage(`{"rows":3}`), Cost: 0.5})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateCompletedSuccess, done.Status)
 	assert.InDelta(t, 0.5, done.Cost, 1e-9)

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // DefaultRequestTimeout bounds a request whose context has no deadline. It
@@ -62,19 +62,19 @@ func (c *Client) calls(ctx context.Context) (jetstream.KeyValue, error) {
 	if c.kv != nil {
 		return c.kv, nil
 	}
-	kv, err := c.js.KeyValue(ctx, bus.CallsBucket)
+	kv, err := c.js.KeyValue(ctx, wire.CallsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("%w: no %s bucket on NATS %s: is toolgate serving there? (%w)",
-			ErrUnavailable, bus.CallsBucket, c.nc.ConnectedUrlRedacted(), err)
+			ErrUnavailable, wire.CallsBucket, c.nc.ConnectedUrlRedacted(), err)
 	} else if err != nil {
-		return nil, fmt.Errorf("bind %s bucket: %w", bus.CallsBucket, err)
+		return nil, fmt.Errorf("bind %s bucket: %w", wire.CallsBucket, err)
 	}
 	c.kv = kv
 	return kv, nil
 }
 
 // request sends body to an endpoint and decodes the reply into out. A
-// refusal comes back as the *bus.APIError it carries, which matches the
+// refusal comes back as the *wire.APIError it carries, which matches the
 // machine package's errors with errors.Is.
 func (c *Client) request(ctx context.Context, endpoint string, body, out any) error {
 	data, err := json.Marshal(body)
@@ -86,7 +86,7 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	subject := bus.APISubject(endpoint)
+	subject := wire.APISubject(endpoint)
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
@@ -97,7 +97,7 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 	case err != nil:
 		return fmt.Errorf("%s: %w", endpoint, err)
 	}
-	return bus.DecodeReply(msg, out)
+	return wire.DecodeReply(msg.Header, msg.Data, out)
 }
 
 // Submit asks toolgate to gate a call and returns its entry: pending
@@ -107,7 +107,7 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 // again returns the entry already there: retrying is safe.
 func (c *Client) Submit(ctx context.Context, call machine.Call) (*machine.Entry, error) {
 	var e machine.Entry
-	if err := c.request(ctx, bus.EndpointSubmit, call, &e); err != nil {
+	if err := c.request(ctx, wire.EndpointSubmit, call, &e); err != nil {
 		return nil, err
 	}
 	return &e, nil
@@ -116,7 +116,7 @@ func (c *Client) Submit(ctx context.Context, call machine.Call) (*machine.Entry,
 // Get returns one entry.
 func (c *Client) Get(ctx context.Context, pendingID string) (*machine.Entry, error) {
 	var e machine.Entry
-	if err := c.request(ctx, bus.EndpointGet, bus.GetRequest{PendingID: pendingID}, &e); err != nil {
+	if err := c.request(ctx, wire.EndpointGet, wire.GetRequest{PendingID: pendingID}, &e); err != nil {
 		return nil, err
 	}
 	return &e, nil
@@ -125,11 +125,11 @@ func (c *Client) Get(ctx context.Context, pendingID string) (*machine.Entry, err
 // List returns the entries matching every field set in r, oldest first,
 // following the pages toolgate answers in (r.Limit sizes them). With a
 // ConversationID, toolgate reads only that conversation's entries.
-func (c *Client) List(ctx context.Context, r bus.ListRequest) ([]*machine.Entry, error) {
+func (c *Client) List(ctx context.Context, r wire.ListRequest) ([]*machine.Entry, error) {
 	var entries []*machine.Entry
 	for {
-		var page bus.ListReply
-		if err := c.request(ctx, bus.EndpointList, r, &page); err != nil {
+		var page wire.ListReply
+		if err := c.request(ctx, wire.EndpointList, r, &page); err != nil {
 			return nil, err
 		}
 		entries = append(entries, page.Items...)
@@ -152,7 +152,7 @@ type Decision = machine.Decision
 // decide it, with machine.ErrForbidden.
 func (c *Client) Decide(ctx context.Context, pendingID string, d Decision) (*machine.Entry, error) {
 	var e machine.Entry
-	err := c.request(ctx, bus.EndpointDecide, bus.DecideRequest{
+	err := c.request(ctx, wire.EndpointDecide, wire.DecideRequest{
 		PendingID: pendingID, Approved: d.Approve, By: d.By, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
 	}, &e)
 	if err != nil {
@@ -164,7 +164,7 @@ func (c *Client) Decide(ctx context.Context, pendingID string, d Decision) (*mac
 // Cancel stops a call that has not started running.
 func (c *Client) Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error) {
 	var e machine.Entry
-	if err := c.request(ctx, bus.EndpointCancel, bus.CancelRequest{PendingID: pendingID, By: by, Reason: reason}, &e); err != nil {
+	if err := c.request(ctx, wire.EndpointCancel, wire.CancelRequest{PendingID: pendingID, By: by, Reason: reason}, &e); err != nil {
 		return nil, err
 	}
 	return &e, nil
@@ -172,9 +172,9 @@ func (c *Client) Cancel(ctx context.Context, pendingID, by, reason string) (*mac
 
 // CancelConversation cancels every call of a conversation that has not
 // started running, and lists those that are running (and were not).
-func (c *Client) CancelConversation(ctx context.Context, conversationID, by, reason string) (*bus.CancelConversationReply, error) {
-	var r bus.CancelConversationReply
-	err := c.request(ctx, bus.EndpointCancelConversation, bus.CancelRequest{ConversationID: conversationID, By: by, Reason: reason}, &r)
+func (c *Client) CancelConversation(ctx context.Context, conversationID, by, reason string) (*wire.CancelConversationReply, error) {
+	var r wire.CancelConversationReply
+	err := c.request(ctx, wire.EndpointCancelConversation, wire.CancelRequest{ConversationID: conversationID, By: by, Reason: reason}, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -187,27 +187,27 @@ func (c *Client) CancelConversation(ctx context.Context, conversationID, by, rea
 // other gets an error matching machine.ErrConflict. The claim is held for
 // an hour.
 func (c *Client) Started(ctx context.Context, pendingID, by string) (*machine.Entry, error) {
-	return c.report(ctx, bus.EndpointStarted, bus.ReportRequest{PendingID: pendingID, By: by})
+	return c.report(ctx, wire.EndpointStarted, wire.ReportRequest{PendingID: pendingID, By: by})
 }
 
 // Heartbeat renews by's claim on a call it runs itself for lease (an hour
 // when 0), for a tool that runs longer than Started's hour.
 func (c *Client) Heartbeat(ctx context.Context, pendingID, by string, lease time.Duration) (*machine.Entry, error) {
-	return c.report(ctx, bus.EndpointHeartbeat, bus.ReportRequest{PendingID: pendingID, By: by, LeaseMs: lease.Milliseconds()})
+	return c.report(ctx, wire.EndpointHeartbeat, wire.ReportRequest{PendingID: pendingID, By: by, LeaseMs: lease.Milliseconds()})
 }
 
 // Succeed records that the call by claimed with Started ran, with its
 // result (JSON, may be nil) and cost.
 func (c *Client) Succeed(ctx context.Context, pendingID, by string, result json.RawMessage, cost float64) (*machine.Entry, error) {
-	return c.report(ctx, bus.EndpointSucceeded, bus.ReportRequest{PendingID: pendingID, By: by, Result: result, Cost: cost})
+	return c.report(ctx, wire.EndpointSucceeded, wire.ReportRequest{PendingID: pendingID, By: by, Result: result, Cost: cost})
 }
 
 // Fail records that the call by claimed with Started ran and failed.
 func (c *Client) Fail(ctx context.Context, pendingID, by, errMsg string, cost float64) (*machine.Entry, error) {
-	return c.report(ctx, bus.EndpointFailed, bus.ReportRequest{PendingID: pendingID, By: by, Error: errMsg, Cost: cost})
+	return c.report(ctx, wire.EndpointFailed, wire.ReportRequest{PendingID: pendingID, By: by, Error: errMsg, Cost: cost})
 }
 
-func (c *Client) report(ctx context.Context, endpoint string, r bus.ReportRequest) (*machine.Entry, error) {
+func (c *Client) report(ctx context.Context, endpoint string, r wire.ReportRequest) (*machine.Entry, error) {
 	var e machine.Entry
 	if err := c.request(ctx, endpoint, r, &e); err != nil {
 		return nil, err

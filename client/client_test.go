@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // gate is toolgate's request API over a real embedded JetStream server,
@@ -40,7 +41,7 @@ func startGate(t *testing.T, doc string) *gate {
 	go func() { done <- svc.Run(ctx, env.NC, "0.0.1-test") }()
 	t.Cleanup(func() { cancel(); <-done })
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := env.NC.Request("$SRV.PING."+bus.ServiceName, nil, time.Second); err == nil {
+		if _, err := env.NC.Request("$SRV.PING."+wire.ServiceName, nil, time.Second); err == nil {
 			break
 		}
 		select {
@@ -321,7 +322,7 @@ func TestDecide_RefusalsMatchTheDomainErrors(t *testing.T) {
 	require.ErrorIs(t, err, machine.ErrConflict)
 	assert.Contains(t, err.Error(), "REJECTED_BY_USER by alice")
 	assert.Contains(t, err.Error(), "not today")
-	var apiErr *bus.APIError
+	var apiErr *wire.APIError
 	require.ErrorAs(t, err, &apiErr)
 	assert.Equal(t, "alice", apiErr.Entry.ApprovedOrRejectedByUserID)
 
@@ -346,14 +347,14 @@ func TestClient_ListAndCancelConversation(t *testing.T) {
 	_, err := g.c.Submit(ctx, bash("conv-y", "c", "echo c"))
 	require.NoError(t, err)
 
-	entries, err := g.c.List(ctx, bus.ListRequest{ConversationID: "conv-x", Status: machine.StatePendingApproval})
+	entries, err := g.c.List(ctx, wire.ListRequest{ConversationID: "conv-x", Status: machine.StatePendingApproval})
 	require.NoError(t, err)
 	assert.Len(t, entries, 2)
 
 	reply, err := g.c.CancelConversation(ctx, "conv-x", "ops", "done")
 	require.NoError(t, err)
 	assert.Len(t, reply.Cancelled, 2)
-	entries, err = g.c.List(ctx, bus.ListRequest{Status: machine.StatePendingApproval})
+	entries, err = g.c.List(ctx, wire.ListRequest{Status: machine.StatePendingApproval})
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
 	assert.Equal(t, "conv-y", entries[0].ConversationID)

@@ -16,7 +16,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Call is a tool call handed to a Handler: claimed, so no other executor
@@ -128,7 +130,7 @@ func (x *Executor) Run(ctx context.Context) error {
 	if len(x.handlers) == 0 {
 		return errors.New("executor: no tools to host")
 	}
-	sub, err := x.c.nc.Subscribe(bus.CancelSubject, x.onCancel)
+	sub, err := x.c.nc.Subscribe(wire.CancelSubject, x.onCancel)
 	if err != nil {
 		return err
 	}
@@ -139,10 +141,10 @@ func (x *Executor) Run(ctx context.Context) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	for tool, h := range x.handlers {
-		r := bus.NewRunner(js, bus.ConsumerConfig{
-			Stream:         bus.WorkStream,
+		r := consumer.NewRunner(js, consumer.ConsumerConfig{
+			Stream:         wire.WorkStream,
 			Durable:        "executor-" + tool,
-			FilterSubjects: []string{bus.WorkSubject(tool)},
+			FilterSubjects: []string{wire.WorkSubject(tool)},
 			AckWait:        x.opts.Lease,
 			Concurrency:    x.opts.Concurrency,
 			Backoff:        []time.Duration{time.Second},
@@ -156,7 +158,7 @@ func (x *Executor) Run(ctx context.Context) error {
 
 // onCancel stops the handlers of a cancelled conversation's running calls.
 func (x *Executor) onCancel(msg *nats.Msg) {
-	var reply bus.CancelConversationReply
+	var reply wire.CancelConversationReply
 	if json.Unmarshal(msg.Data, &reply) != nil {
 		return
 	}
@@ -171,9 +173,9 @@ func (x *Executor) onCancel(msg *nats.Msg) {
 
 // work handles one work item: claim, run, record.
 func (x *Executor) work(ctx context.Context, msg jetstream.Msg, h Handler) error {
-	var item bus.WorkItem
+	var item wire.WorkItem
 	if err := json.Unmarshal(msg.Data(), &item); err != nil {
-		return bus.Permanent(fmt.Errorf("work item: %w", err))
+		return consumer.Permanent(fmt.Errorf("work item: %w", err))
 	}
 	e, err := x.m.Claim(ctx, item.PendingID, x.opts.ID, x.opts.Lease)
 	if errors.Is(err, machine.ErrConflict) || errors.Is(err, machine.ErrNotFound) {

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
 
@@ -163,7 +163,7 @@ func TestExecutor_NeverRunsARefusedCall(t *testing.T) {
 	// recorded, then read every entry once.
 	js := g.env.JS
 	require.Eventually(t, func() bool {
-		c, err := js.Consumer(ctx, bus.WorkStream, "executor-guarded")
+		c, err := js.Consumer(ctx, wire.WorkStream, "executor-guarded")
 		if err != nil {
 			return false
 		}
@@ -172,7 +172,7 @@ func TestExecutor_NeverRunsARefusedCall(t *testing.T) {
 	}, 60*time.Second, 50*time.Millisecond, "the executor never drained its queue")
 	var got map[machine.State]int
 	require.Eventually(t, func() bool {
-		entries, err := g.c.List(ctx, bus.ListRequest{ConversationID: "mixed", Limit: 1000})
+		entries, err := g.c.List(ctx, wire.ListRequest{ConversationID: "mixed", Limit: 1000})
 		require.NoError(t, err)
 		got = map[machine.State]int{}
 		for _, e := range entries {
@@ -317,7 +317,7 @@ default:
 	require.NoError(t, eg.Wait())
 
 	require.Eventually(t, func() bool {
-		entries, err := g.c.List(ctx, bus.ListRequest{ConversationID: "load", Status: machine.StateCompletedSuccess, Limit: 1000})
+		entries, err := g.c.List(ctx, wire.ListRequest{ConversationID: "load", Status: machine.StateCompletedSuccess, Limit: 1000})
 		require.NoError(t, err)
 		return len(entries) == calls
 	}, 60*time.Second, 500*time.Millisecond, "not every call completed")
@@ -327,7 +327,7 @@ default:
 	for id, by := range runs {
 		assert.Len(t, by, 1, "%s ran on %v", id, by)
 	}
-	entries, err := g.c.List(ctx, bus.ListRequest{ConversationID: "load", Limit: 1000})
+	entries, err := g.c.List(ctx, wire.ListRequest{ConversationID: "load", Limit: 1000})
 	require.NoError(t, err)
 	for _, e := range entries {
 		assert.Equal(t, 1, e.ExecutionAttempts, e.PendingID)

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // TestRace_DecisionsTimeoutsAndCancels races 16 goroutines (approve, reject,
@@ -135,7 +135,7 @@ func raceEntries(t *testing.T, topo bustest.Topology, entries int) {
 
 	// TOOL_EVENTS: exactly one event per transition, and for each entry
 	// they tell the same story as the winners did.
-	stream, err := env.JS.Stream(ctx, bus.EventsStream)
+	stream, err := env.JS.Stream(ctx, wire.EventsStream)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		info, err := stream.Info(ctx)
@@ -146,7 +146,7 @@ func raceEntries(t *testing.T, topo bustest.Topology, entries int) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(wantEvents), info.State.Msgs, "one event per transition, none doubled")
 
-	perEntry := map[string][]bus.Event{}
+	perEntry := map[string][]wire.Event{}
 	for _, ev := range events {
 		perEntry[ev.Entry.PendingID] = append(perEntry[ev.Entry.PendingID], ev)
 	}
@@ -154,7 +154,7 @@ func raceEntries(t *testing.T, topo bustest.Topology, entries int) {
 		got := perEntry[id]
 		require.Len(t, got, 1+len(wins[id]), id)
 		assert.Equal(t, machine.EventAsk, got[0].Event, id)
-		assert.Equal(t, bus.SubjectApprovalRequired, got[0].Type, id)
+		assert.Equal(t, wire.SubjectApprovalRequired, got[0].Type, id)
 		for i, w := range wins[id] {
 			assert.Equal(t, w.event, got[i+1].Event, id)
 			assert.Equal(t, w.to, got[i+1].To, id)
@@ -164,18 +164,18 @@ func raceEntries(t *testing.T, topo bustest.Topology, entries int) {
 }
 
 // readEvents reads n events from TOOL_EVENTS with an ordered consumer.
-func readEvents(t *testing.T, js jetstream.JetStream, n int) []bus.Event {
+func readEvents(t *testing.T, js jetstream.JetStream, n int) []wire.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, wire.EventsStream, jetstream.OrderedConsumerConfig{})
 	require.NoError(t, err)
-	events := make([]bus.Event, 0, n)
+	events := make([]wire.Event, 0, n)
 	for len(events) < n {
 		batch, err := cons.Fetch(min(n-len(events), 1000), jetstream.FetchMaxWait(5*time.Second))
 		require.NoError(t, err)
 		for msg := range batch.Messages() {
-			var ev bus.Event
+			var ev wire.Event
 			require.NoError(t, json.Unmarshal(msg.Data(), &ev))
 			assert.Equal(t, msg.Subject(), ev.Type)
 			assert.Equal(t, fmt.Sprintf("%s:%d", ev.Entry.PendingID, ev.Revision), ev.ID)

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Bounds on the maps kept in an aggregate, so that a value stays small
@@ -24,7 +24,7 @@ const (
 // event is one TOOL_EVENTS message as an aggregate sees it.
 type event struct {
 	seq uint64
-	*bus.Event
+	*wire.Event
 }
 
 // aggregate is a value kept under one key of the analytics bucket.

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // AnalyticsBucket is the KV bucket the analytics keep their aggregates in.
@@ -245,7 +245,7 @@ func nextBackoff(d time.Duration) time.Duration {
 // goes away. caughtUp, when set, is called once when every event in the
 // stream has been applied and acknowledged.
 func (a *Analytics) consume(ctx context.Context, gen uint64, caughtUp func()) error {
-	cons, err := a.js.CreateOrUpdateConsumer(ctx, bus.EventsStream, jetstream.ConsumerConfig{
+	cons, err := a.js.CreateOrUpdateConsumer(ctx, wire.EventsStream, jetstream.ConsumerConfig{
 		Durable:       durableName(gen),
 		Description:   fmt.Sprintf("toolgate analytics, generation %d", gen),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -264,7 +264,7 @@ func (a *Analytics) consume(ctx context.Context, gen uint64, caughtUp func()) er
 	if cur, _, err := a.generation(ctx); err != nil {
 		return err
 	} else if cur > gen {
-		_ = a.js.DeleteConsumer(ctx, bus.EventsStream, durableName(gen))
+		_ = a.js.DeleteConsumer(ctx, wire.EventsStream, durableName(gen))
 		return errGenerationChanged
 	}
 	if caughtUp != nil {
@@ -380,7 +380,7 @@ func (a *Analytics) apply(ctx context.Context, cons jetstream.Consumer, gen uint
 		}
 		seen[seq] = true
 		seqs = append(seqs, seq)
-		var ev bus.Event
+		var ev wire.Event
 		if err := json.Unmarshal(m.Data(), &ev); err != nil || ev.Entry == nil {
 			// Nothing can make it readable later: it counts as applied.
 			a.log.Error("analytics: undecodable event", "seq", seq, "subject", m.Subject(), "err", err)
@@ -406,7 +406,7 @@ func (a *Analytics) apply(ctx context.Context, cons jetstream.Consumer, gen uint
 
 // keysFor names the aggregates an event changes, each with a constructor
 // of its empty value.
-func keysFor(gen uint64, ev *bus.Event) map[string]func() aggregate {
+func keysFor(gen uint64, ev *wire.Event) map[string]func() aggregate {
 	e := ev.Entry
 	p := genPrefix(gen)
 	keys := map[string]func() aggregate{
@@ -492,7 +492,7 @@ func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
 	}
 	next := cur + 1
 	// What a rebuild that failed earlier may have left behind.
-	if err := a.js.DeleteConsumer(ctx, bus.EventsStream, durableName(next)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := a.js.DeleteConsumer(ctx, wire.EventsStream, durableName(next)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return 0, fmt.Errorf("rebuild: %w", err)
 	}
 	if err := a.purgeGenerations(ctx, func(g uint64) bool { return g == next }); err != nil {
@@ -546,7 +546,7 @@ func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("rebuild: putting generation %d in force (did another rebuild run?): %w", next, err)
 	}
-	if err := a.js.DeleteConsumer(ctx, bus.EventsStream, durableName(cur)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := a.js.DeleteConsumer(ctx, wire.EventsStream, durableName(cur)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		a.log.Warn("rebuild: deleting the old consumer failed", "consumer", durableName(cur), "err", err)
 	}
 	// A process that had not yet seen the switch may still write a key of
@@ -600,10 +600,10 @@ func (a *Analytics) Lag(ctx context.Context) (uint64, error) {
 }
 
 func (a *Analytics) lag(ctx context.Context, gen uint64) (uint64, error) {
-	c, err := a.js.Consumer(ctx, bus.EventsStream, durableName(gen))
+	c, err := a.js.Consumer(ctx, wire.EventsStream, durableName(gen))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		// Nobody has consumed yet: everything is to come.
-		s, err := a.js.Stream(ctx, bus.EventsStream)
+		s, err := a.js.Stream(ctx, wire.EventsStream)
 		if err != nil {
 			return 0, err
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // plannedCall is one call of a scripted run and everything that will
@@ -519,7 +520,7 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 		first.Generation, first.GeneratedAt = again.Generation, again.GeneratedAt
 		assert.Equal(t, first, again, "a rebuild gives the same numbers")
 
-		_, err = env.JS.Consumer(ctx, bus.EventsStream, "toolgate-analytics-g1")
+		_, err = env.JS.Consumer(ctx, wire.EventsStream, "toolgate-analytics-g1")
 		assert.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "the old generation's consumer is gone")
 
 		// The running processes moved to the new generation: later calls

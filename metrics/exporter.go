@@ -9,9 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/toolgate/toolgate/wire"
 	"golang.org/x/sync/errgroup"
-
-	"github.com/toolgate/toolgate/bus"
 )
 
 // ExporterConfig tunes an Exporter.
@@ -76,13 +75,13 @@ func (x *Exporter) Run(ctx context.Context) error {
 	// order; the client recreates it after a gap (a reconnect, a lost
 	// heartbeat) from the last sequence it delivered, so no event is
 	// counted twice or skipped.
-	cons, err := x.js.OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{DeliverPolicy: deliver})
+	cons, err := x.js.OrderedConsumer(ctx, wire.EventsStream, jetstream.OrderedConsumerConfig{DeliverPolicy: deliver})
 	if err != nil {
-		return fmt.Errorf("metrics: consumer on %s: %w", bus.EventsStream, err)
+		return fmt.Errorf("metrics: consumer on %s: %w", wire.EventsStream, err)
 	}
 	cc, err := cons.Consume(x.count)
 	if err != nil {
-		return fmt.Errorf("metrics: consume %s: %w", bus.EventsStream, err)
+		return fmt.Errorf("metrics: consume %s: %w", wire.EventsStream, err)
 	}
 	defer cc.Stop()
 
@@ -104,7 +103,7 @@ func (x *Exporter) count(msg jetstream.Msg) {
 	if err != nil {
 		return
 	}
-	var ev bus.Event
+	var ev wire.Event
 	if err := json.Unmarshal(msg.Data(), &ev); err != nil {
 		x.log.Error("metrics: undecodable event", "subject", msg.Subject(), "seq", meta.Sequence.Stream, "err", err)
 	} else {

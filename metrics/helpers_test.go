@@ -15,9 +15,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // clock is a settable clock for a Machine.
@@ -50,7 +50,7 @@ func waitRelayed(t *testing.T, js jetstream.JetStream) uint64 {
 	t.Helper()
 	ctx := t.Context()
 	bustest.WaitRelayed(t, js)
-	s, err := js.Stream(ctx, bus.EventsStream)
+	s, err := js.Stream(ctx, wire.EventsStream)
 	require.NoError(t, err)
 	info, err := s.Info(ctx)
 	require.NoError(t, err)

@@ -7,8 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ConsumerLag exports how far behind each durable consumer of toolgate's
@@ -40,7 +39,7 @@ func NewConsumerLag(js jetstream.JetStream, log *slog.Logger, extraStreams ...st
 	labels := []string{"stream", "consumer"}
 	return &ConsumerLag{
 		js:      js,
-		streams: append([]string{"KV_" + bus.CallsBucket, bus.EventsStream, bus.WorkStream}, extraStreams...),
+		streams: append([]string{"KV_" + wire.CallsBucket, wire.EventsStream, wire.WorkStream}, extraStreams...),
 		timeout: 2 * time.Second,
 		log:     log,
 		pending: prometheus.NewDesc(NameConsumerPending,

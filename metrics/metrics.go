@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // The names of the metrics this package exports.
@@ -134,7 +134,7 @@ func For(reg prometheus.Registerer) (*Metrics, error) {
 
 // Observe counts one event. Each event must be observed once per process:
 // the Exporter's ordered consumer sees every event exactly once.
-func (m *Metrics) Observe(ev *bus.Event) {
+func (m *Metrics) Observe(ev *wire.Event) {
 	from := string(ev.From)
 	if from == "" {
 		from = stateNone

@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // startExporter runs an exporter on a registry of its own until the test
@@ -52,7 +52,7 @@ func TestExporter_ScriptedRun(t *testing.T) {
 	ctx := t.Context()
 	startRelay(t, env.JS)
 	// A durable consumer nobody runs: its lag is every event.
-	_, err := env.JS.CreateOrUpdateConsumer(ctx, bus.EventsStream, jetstreamDurable("idle-notifier"))
+	_, err := env.JS.CreateOrUpdateConsumer(ctx, wire.EventsStream, jetstreamDurable("idle-notifier"))
 	require.NoError(t, err)
 	x, reg := startExporter(t, env)
 
@@ -251,7 +251,7 @@ func TestFor_OneMetricsPerRegistry(t *testing.T) {
 func TestMetrics_ObserveDecodesRelayedEvents(t *testing.T) {
 	data := []byte(`{"id":"c.x:3","type":"tool.approval_granted","event":"approve","from":"PENDING_APPROVAL","to":"APPROVED_READY_FOR_EXECUTION",
 		"actor":"alice","at":1500,"revision":3,"entry":{"pendingId":"c.x","toolName":"web_search","requestedAt":1000,"decisionTime":1500,"status":"APPROVED_READY_FOR_EXECUTION"}}`)
-	var ev bus.Event
+	var ev wire.Event
 	require.NoError(t, json.Unmarshal(data, &ev))
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)

@@ -14,9 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 	"golang.org/x/sync/errgroup"
-
-	"github.com/toolgate/toolgate/bus"
 )
 
 // Report is what the analytics say: GET /v1/analytics and `toolgate stats`
@@ -381,5 +380,5 @@ func (a *Analytics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(bus.ErrorBody{Error: bus.ErrorDetail{Code: code, Message: msg}})
+	_ = json.NewEncoder(w).Encode(wire.ErrorBody{Error: wire.ErrorDetail{Code: code, Message: msg}})
 }

@@ -17,9 +17,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Names of what the Notifier keeps on the bus.
@@ -27,21 +28,21 @@ const (
 	// NotifyStream holds the deliveries not yet made: one message per
 	// event and channel, on NotifySubject(key), removed once delivered
 	// (work-queue retention). bus.Provision creates it.
-	NotifyStream = bus.NotifyStream
+	NotifyStream = wire.NotifyStream
 	// NotifierDurable is the consumer on TOOL_EVENTS that every Notifier
 	// process shares, and the dead-letter subject's last token.
 	NotifierDurable = "notifier"
 )
 
 // NotifySubject is where the deliveries to one channel wait.
-func NotifySubject(channelKey string) string { return bus.NotifySubject(channelKey) }
+func NotifySubject(channelKey string) string { return wire.NotifySubject(channelKey) }
 
 // Headers on a delivery and on a dead-lettered one (beside bus's
 // HeaderDead* ones: consumer, subject, stream sequence, deliveries, error).
 const (
 	HeaderChannel     = "Toolgate-Channel"      // the channel's key, ChannelKey
 	HeaderChannelHost = "Toolgate-Channel-Host" // its URL's host, for a human reading dead letters
-	HeaderEventID     = "Toolgate-Event-Id"     // the bus.Event's id, <pendingId>:<revision>
+	HeaderEventID     = "Toolgate-Event-Id"     // the wire.Event's id, <pendingId>:<revision>
 )
 
 // The results a NotificationCounter is told of (the same words as
@@ -90,7 +91,7 @@ func (f NotificationCounterFunc) Notification(channel, result string) { f(channe
 //     its turn is a message in the server, not a timer in a process that
 //     may die; after WithDeliveryAttempts attempts, or at once for a
 //     refusal retrying cannot fix (a 4xx other than 408, 425 and 429),
-//     it is published to bus.DeadLetterSubject("notifier") and dropped.
+//     it is published to wire.DeadLetterSubject("notifier") and dropped.
 //     A dead channel's retries fill only its own consumer's ack window.
 //
 // A delivery carries the event, not the channel: it is resolved again
@@ -103,7 +104,7 @@ func (f NotificationCounterFunc) Notification(channel, result string) { f(channe
 // creates (JetStream's consumer-created advisory), so a channel's queue is
 // drained while any Notifier runs.
 //
-// What each channel gets: a webhook, the bus.Event envelope exactly as
+// What each channel gets: a webhook, the wire.Event envelope exactly as
 // published on TOOL_EVENTS, signed (see HeaderSignature); Slack, a card
 // (blocks, with text as the fallback) naming the tool, the policy's
 // one-line description, caller, conversation, estimated cost and deadline,
@@ -223,8 +224,8 @@ func NewNotifier(js jetstream.JetStream, engine *policy.Engine, counter Notifica
 
 // notifySubjects are the events a Notifier reads.
 var notifySubjects = []string{
-	bus.SubjectApprovalRequired, bus.SubjectApprovalGranted, bus.SubjectApprovalRejected,
-	bus.SubjectApprovalTimeout, bus.SubjectCancelled,
+	wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectApprovalRejected,
+	wire.SubjectApprovalTimeout, wire.SubjectCancelled,
 }
 
 // Run notifies until ctx ends, then waits for the deliveries in flight
@@ -268,8 +269,8 @@ func (n *Notifier) run(ctx context.Context) error {
 	if err := names.Err(); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("notifier: consumers of %s: %w", NotifyStream, err)
 	}
-	fanOut := bus.NewRunner(n.js, bus.ConsumerConfig{
-		Stream:         bus.EventsStream,
+	fanOut := consumer.NewRunner(n.js, consumer.ConsumerConfig{
+		Stream:         wire.EventsStream,
 		Durable:        NotifierDurable,
 		FilterSubjects: notifySubjects,
 		// A new notifier tells of what happens from now on, not of the
@@ -287,7 +288,7 @@ func (n *Notifier) run(ctx context.Context) error {
 // notifies reports whether ev is one a human is told of: a call starts
 // waiting for a decision, or one that was waiting stops (a cancel of a
 // call nobody was asked about is not news to anyone).
-func notifies(ev *bus.Event) bool {
+func notifies(ev *wire.Event) bool {
 	switch ev.Event {
 	case machine.EventAsk:
 		return true
@@ -299,9 +300,9 @@ func notifies(ev *bus.Event) bool {
 
 // fanOut queues one event's deliveries, one per channel.
 func (n *Notifier) fanOut(ctx context.Context, msg jetstream.Msg) error {
-	var ev bus.Event
+	var ev wire.Event
 	if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil || ev.ID == "" {
-		return bus.Permanent(fmt.Errorf("notifier: undecodable event (err %v)", err))
+		return consumer.Permanent(fmt.Errorf("notifier: undecodable event (err %v)", err))
 	}
 	if !notifies(&ev) {
 		return nil
@@ -434,7 +435,7 @@ func (n *Notifier) deliver(ctx context.Context, key string, msg jetstream.Msg) {
 	}
 	attempt := int(meta.NumDelivered)
 	log := n.log.With("channel", key, "seq", meta.Sequence.Stream, "attempt", attempt)
-	var ev bus.Event
+	var ev wire.Event
 	if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
 		n.giveUp(ctx, log, msg, meta, key, nil, fmt.Errorf("undecodable delivery (err %v)", err))
 		return
@@ -483,8 +484,8 @@ func (n *Notifier) deliver(ctx context.Context, key string, msg jetstream.Msg) {
 }
 
 // giveUp dead-letters a delivery and drops it.
-func (n *Notifier) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, key string, ev *bus.Event, cause error) {
-	dl := nats.NewMsg(bus.DeadLetterSubject(NotifierDurable))
+func (n *Notifier) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, key string, ev *wire.Event, cause error) {
+	dl := nats.NewMsg(wire.DeadLetterSubject(NotifierDurable))
 	dl.Data = msg.Data()
 	dl.Header.Set(HeaderChannel, key)
 	dl.Header.Set(HeaderEventID, msg.Headers().Get(HeaderEventID))
@@ -495,11 +496,11 @@ func (n *Notifier) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.M
 			dl.Header.Set(HeaderChannelHost, redactURL(ch.URL))
 		}
 	}
-	dl.Header.Set(bus.HeaderDeadConsumer, consumerName(key))
-	dl.Header.Set(bus.HeaderDeadSubject, msg.Subject())
-	dl.Header.Set(bus.HeaderDeadStreamSeq, strconv.FormatUint(meta.Sequence.Stream, 10))
-	dl.Header.Set(bus.HeaderDeadDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
-	dl.Header.Set(bus.HeaderDeadError, oneLine(cause.Error()))
+	dl.Header.Set(consumer.HeaderDeadConsumer, consumerName(key))
+	dl.Header.Set(consumer.HeaderDeadSubject, msg.Subject())
+	dl.Header.Set(consumer.HeaderDeadStreamSeq, strconv.FormatUint(meta.Sequence.Stream, 10))
+	dl.Header.Set(consumer.HeaderDeadDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
+	dl.Header.Set(consumer.HeaderDeadError, oneLine(cause.Error()))
 	id := fmt.Sprintf("%s:%d", consumerName(key), meta.Sequence.Stream)
 	if _, err := n.js.PublishMsg(ctx, dl, jetstream.WithMsgID(id)); err != nil {
 		log.Error("notifier: dead-letter failed, retrying", "err", err)

@@ -18,9 +18,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Headers of a generic webhook delivery.
@@ -80,7 +80,7 @@ func (e *sendError) Error() string { return e.msg }
 
 // send makes one attempt at delivering ev to ch. raw is the event as
 // published, which a webhook gets verbatim.
-func (n *Notifier) send(ctx context.Context, ch policy.Channel, inbox string, ev *bus.Event, raw []byte) error {
+func (n *Notifier) send(ctx context.Context, ch policy.Channel, inbox string, ev *wire.Event, raw []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, n.timeout)
 	defer cancel()
 	var req *http.Request
@@ -127,9 +127,9 @@ func (n *Notifier) send(ctx context.Context, ch policy.Channel, inbox string, ev
 	return e
 }
 
-// webhookRequest POSTs the bus.Event envelope, as published on
+// webhookRequest POSTs the wire.Event envelope, as published on
 // TOOL_EVENTS, signed.
-func (n *Notifier) webhookRequest(ctx context.Context, ch policy.Channel, ev *bus.Event, raw []byte) (*http.Request, error) {
+func (n *Notifier) webhookRequest(ctx context.Context, ch policy.Channel, ev *wire.Event, raw []byte) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ch.URL, bytes.NewReader(raw))
 	if err != nil {
 		return nil, errors.New("bad webhook URL")
@@ -161,7 +161,7 @@ type summary struct {
 	reject       string
 }
 
-func newSummary(ev *bus.Event, inbox string) summary {
+func newSummary(ev *wire.Event, inbox string) summary {
 	e := ev.Entry
 	s := summary{
 		event: ev.Event, pendingID: e.PendingID, tool: e.ToolName, description: e.Description,

@@ -21,10 +21,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	tgpolicy "github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
 
@@ -101,7 +102,7 @@ func ntStart(t *testing.T, env *bustest.Env, engine *tgpolicy.Engine, counter wo
 	}
 	t.Cleanup(stop)
 	require.Eventually(t, func() bool {
-		_, err := env.JS.Consumer(t.Context(), bus.EventsStream, worker.NotifierDurable)
+		_, err := env.JS.Consumer(t.Context(), wire.EventsStream, worker.NotifierDurable)
 		return err == nil
 	}, ntWait, 5*time.Millisecond, "the notifier's consumer never appeared")
 	return stop
@@ -221,13 +222,13 @@ func TestNotifier_WebhookRetriedUntilDeliveredSigned(t *testing.T) {
 	assert.Error(t, worker.VerifyWebhook("s3cr3t", got.Header, append([]byte(" "), got.Body...), time.Now(), time.Minute), "nor another body")
 
 	// The body is the event as published.
-	var ev bus.Event
+	var ev wire.Event
 	require.NoError(t, json.Unmarshal(got.Body, &ev))
-	assert.Equal(t, bus.SubjectApprovalRequired, ev.Type)
+	assert.Equal(t, wire.SubjectApprovalRequired, ev.Type)
 	assert.Equal(t, e.PendingID, ev.Entry.PendingID)
 	assert.Equal(t, "/toolgate", got.Path)
 	assert.Equal(t, "application/json", got.Header.Get("Content-Type"))
-	assert.Equal(t, bus.SubjectApprovalRequired, got.Header.Get(worker.HeaderEvent))
+	assert.Equal(t, wire.SubjectApprovalRequired, got.Header.Get(worker.HeaderEvent))
 	id := ntEventID(t, env, e)
 	assert.Equal(t, id, ev.ID)
 	hook.mu.Lock()
@@ -286,8 +287,8 @@ func TestNotifier_DeadWebhookIsDeadLetteredAndDoesNotHoldUpSlack(t *testing.T) {
 
 	// Both webhooks end in the dead-letter stream, three attempts each.
 	dlq := map[string]jetstream.Msg{}
-	cons, err := env.JS.OrderedConsumer(t.Context(), bus.DeadLetterStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.DeadLetterSubject(worker.NotifierDurable)},
+	cons, err := env.JS.OrderedConsumer(t.Context(), wire.DeadLetterStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.DeadLetterSubject(worker.NotifierDurable)},
 	})
 	require.NoError(t, err)
 	for len(dlq) < 2 {
@@ -308,13 +309,13 @@ func TestNotifier_DeadWebhookIsDeadLetteredAndDoesNotHoldUpSlack(t *testing.T) {
 		require.True(t, ok, "no dead letter for %s", c.url)
 		h := msg.Headers()
 		assert.Equal(t, id, h.Get(worker.HeaderEventID))
-		assert.Equal(t, "3", h.Get(bus.HeaderDeadDeliveries))
-		assert.Equal(t, "notifier-"+key, h.Get(bus.HeaderDeadConsumer))
-		assert.Equal(t, worker.NotifySubject(key), h.Get(bus.HeaderDeadSubject))
-		assert.Contains(t, h.Get(bus.HeaderDeadError), c.wantErr)
-		assert.NotContains(t, h.Get(bus.HeaderDeadError), "secret-path", "the URL's path is not repeated: it may be the secret")
+		assert.Equal(t, "3", h.Get(consumer.HeaderDeadDeliveries))
+		assert.Equal(t, "notifier-"+key, h.Get(consumer.HeaderDeadConsumer))
+		assert.Equal(t, worker.NotifySubject(key), h.Get(consumer.HeaderDeadSubject))
+		assert.Contains(t, h.Get(consumer.HeaderDeadError), c.wantErr)
+		assert.NotContains(t, h.Get(consumer.HeaderDeadError), "secret-path", "the URL's path is not repeated: it may be the secret")
 		assert.Equal(t, strings.TrimSuffix(c.url, "/hook/secret-path")+"/…", h.Get(worker.HeaderChannelHost))
-		var ev bus.Event
+		var ev wire.Event
 		require.NoError(t, json.Unmarshal(msg.Data(), &ev), "the dead letter carries the event")
 		assert.Equal(t, e.PendingID, ev.Entry.PendingID)
 	}
@@ -463,7 +464,7 @@ func TestNotifier_TwoNotifiersDeliverEachEventOnce(t *testing.T) {
 
 	// Wait until nothing is pending anywhere, then count again: a
 	// duplicate would have arrived by now.
-	consumers := []struct{ stream, name string }{{bus.EventsStream, worker.NotifierDurable}}
+	consumers := []struct{ stream, name string }{{wire.EventsStream, worker.NotifierDurable}}
 	for _, ch := range engine.Resolve("", "").Notify {
 		consumers = append(consumers, struct{ stream, name string }{worker.NotifyStream, "notifier-" + worker.ChannelKey(ch)})
 	}
@@ -518,7 +519,7 @@ func TestNotifier_PendingRetrySurvivesRestart(t *testing.T) {
 	ntStart(t, env, engine, nil, opts...)
 	got := hook.next(t, "the retry, by the new notifier")
 	assert.True(t, retriedAfterStop.Load(), "the retry came after the first notifier stopped")
-	var ev bus.Event
+	var ev wire.Event
 	require.NoError(t, json.Unmarshal(got.Body, &ev))
 	assert.Equal(t, e.PendingID, ev.Entry.PendingID)
 	assert.Equal(t, 2, hook.count())
@@ -550,14 +551,14 @@ func TestNotifier_RefusalIsDeadLetteredAtOnce(t *testing.T) {
 	env, engine, m := ntEnv(t, fmt.Sprintf("default:\n  notify: [{type: slack, url: %q}]\n", hook.URL))
 	ntStart(t, env, engine, nil, ntFast(5)...)
 	ntSubmit(t, m, machine.Call{})
-	cons, err := env.JS.OrderedConsumer(t.Context(), bus.DeadLetterStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.DeadLetterSubject(worker.NotifierDurable)},
+	cons, err := env.JS.OrderedConsumer(t.Context(), wire.DeadLetterStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.DeadLetterSubject(worker.NotifierDurable)},
 	})
 	require.NoError(t, err)
 	msg, err := cons.Next(jetstream.FetchMaxWait(ntWait))
 	require.NoError(t, err)
-	assert.Equal(t, "1", msg.Headers().Get(bus.HeaderDeadDeliveries), "a 410 is not retried")
-	assert.Contains(t, msg.Headers().Get(bus.HeaderDeadError), "410 Gone")
+	assert.Equal(t, "1", msg.Headers().Get(consumer.HeaderDeadDeliveries), "a 410 is not retried")
+	assert.Contains(t, msg.Headers().Get(consumer.HeaderDeadError), "410 Gone")
 	assert.Equal(t, 1, hook.count())
 }
 

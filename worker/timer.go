@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Timer owns every deadline of the tool_calls bucket: approval timeouts,
@@ -75,7 +76,7 @@ func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m *machine.Machine,
 
 // timerSubjects are the events that can set or clear a deadline: every
 // kind but a policy denial, which creates an entry with none.
-var timerSubjects = slices.DeleteFunc(bus.EventSubjects(), func(s string) bool { return s == bus.SubjectPolicyDenied })
+var timerSubjects = slices.DeleteFunc(wire.EventSubjects(), func(s string) bool { return s == wire.SubjectPolicyDenied })
 
 // observation is one revision of an entry, from the bucket or an event.
 type observation struct {
@@ -122,13 +123,13 @@ func (t *Timer) open(ctx context.Context) (jetstream.MessagesContext, *deadlines
 	// one written before is in the read. The start is a stream sequence,
 	// not "new messages", so that the ordered consumer, recreated after a
 	// disconnect, resumes there even if it had delivered nothing yet.
-	events, err := t.js.Stream(ctx, bus.EventsStream)
+	events, err := t.js.Stream(ctx, wire.EventsStream)
 	if err != nil {
-		return nil, nil, fmt.Errorf("timer: stream %s: %w", bus.EventsStream, err)
+		return nil, nil, fmt.Errorf("timer: stream %s: %w", wire.EventsStream, err)
 	}
 	info, err := events.Info(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("timer: stream %s: %w", bus.EventsStream, err)
+		return nil, nil, fmt.Errorf("timer: stream %s: %w", wire.EventsStream, err)
 	}
 	cons, err := events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: timerSubjects,
@@ -136,11 +137,11 @@ func (t *Timer) open(ctx context.Context) (jetstream.MessagesContext, *deadlines
 		OptStartSeq:    info.State.LastSeq + 1,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", bus.EventsStream, err)
+		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", wire.EventsStream, err)
 	}
 	iter, err := cons.Messages()
 	if err != nil {
-		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", bus.EventsStream, err)
+		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", wire.EventsStream, err)
 	}
 	dl := newDeadlines()
 	n, err := t.load(ctx, dl)
@@ -156,7 +157,7 @@ func (t *Timer) open(ctx context.Context) (jetstream.MessagesContext, *deadlines
 func (t *Timer) load(ctx context.Context, dl *deadlines) (int, error) {
 	w, err := t.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return 0, fmt.Errorf("timer: read %s: %w", bus.CallsBucket, err)
+		return 0, fmt.Errorf("timer: read %s: %w", wire.CallsBucket, err)
 	}
 	defer w.Stop()
 	n := 0
@@ -166,7 +167,7 @@ func (t *Timer) load(ctx context.Context, dl *deadlines) (int, error) {
 			return n, ctx.Err()
 		case kve, ok := <-w.Updates():
 			if !ok {
-				return n, fmt.Errorf("timer: read %s: watcher stopped", bus.CallsBucket)
+				return n, fmt.Errorf("timer: read %s: watcher stopped", wire.CallsBucket)
 			}
 			if kve == nil { // every entry is in
 				return n, nil
@@ -193,9 +194,9 @@ func (t *Timer) follow(ctx context.Context, iter jetstream.MessagesContext, upda
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("timer: events from %s: %w", bus.EventsStream, err)
+			return fmt.Errorf("timer: events from %s: %w", wire.EventsStream, err)
 		}
-		var ev bus.Event
+		var ev wire.Event
 		if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
 			// Nothing later can make it readable; the entry's next
 			// event, or the next start, tells the timer what is due.
@@ -303,7 +304,7 @@ func (t *Timer) expire(ctx context.Context, log *slog.Logger, j job) outcome {
 // the relay would have used for the same revision: two timers, or a timer
 // and the relay, queue it once.
 func (t *Timer) start(ctx context.Context, log *slog.Logger, e *machine.Entry, rev uint64) outcome {
-	id := bus.MsgID(e.PendingID, rev)
+	id := wire.MsgID(e.PendingID, rev)
 	if err := t.queue(ctx, e, rev, id); err != nil {
 		return t.retryLater(ctx, log, job{id: e.PendingID, kind: kindStart, at: e.ScheduledExecutionTime, rev: rev}, err)
 	}
@@ -320,7 +321,7 @@ func (t *Timer) leaseExpired(ctx context.Context, log *slog.Logger, j job, e *ma
 		return outcome{id: j.id, rev: rev}
 	}
 	if e.AttemptsLeft() > 0 {
-		id := bus.RequeueMsgID(e.PendingID, rev)
+		id := wire.RequeueMsgID(e.PendingID, rev)
 		if err := t.queue(ctx, e, rev, id); err != nil {
 			return t.retryLater(ctx, log, job{id: j.id, kind: kindLease, at: e.Lease.ExpiresAt, rev: rev}, err)
 		}
@@ -351,12 +352,12 @@ func (t *Timer) leaseExpired(ctx context.Context, log *slog.Logger, j job, e *ma
 
 // queue publishes a work item for e on its tool's queue.
 func (t *Timer) queue(ctx context.Context, e *machine.Entry, rev uint64, msgID string) error {
-	data, err := json.Marshal(bus.WorkItem{PendingID: e.PendingID, ToolName: e.ToolName, Revision: rev})
+	data, err := json.Marshal(wire.WorkItem{PendingID: e.PendingID, ToolName: e.ToolName, Revision: rev})
 	if err != nil {
 		return err
 	}
-	_, err = t.js.PublishMsg(ctx, &nats.Msg{Subject: bus.WorkSubject(e.ToolName), Data: data},
-		jetstream.WithMsgID(msgID), jetstream.WithExpectStream(bus.WorkStream))
+	_, err = t.js.PublishMsg(ctx, &nats.Msg{Subject: wire.WorkSubject(e.ToolName), Data: data},
+		jetstream.WithMsgID(msgID), jetstream.WithExpectStream(wire.WorkStream))
 	return err
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
 
@@ -156,11 +157,11 @@ func BenchmarkTimer(b *testing.B) {
 			require.Equal(b, 1, n, id)
 		}
 		firingsMu.Unlock()
-		events, err := env.JS.Stream(context.Background(), bus.EventsStream)
+		events, err := env.JS.Stream(context.Background(), wire.EventsStream)
 		require.NoError(b, err)
-		info, err := events.Info(context.Background(), jetstream.WithSubjectFilter(bus.SubjectApprovalTimeout))
+		info, err := events.Info(context.Background(), jetstream.WithSubjectFilter(wire.SubjectApprovalTimeout))
 		require.NoError(b, err)
-		require.Equal(b, uint64(benchDeadlines), info.State.Subjects[bus.SubjectApprovalTimeout], "one timeout event per deadline")
+		require.Equal(b, uint64(benchDeadlines), info.State.Subjects[wire.SubjectApprovalTimeout], "one timeout event per deadline")
 
 		casPerSec = casRate(b, env)
 	}

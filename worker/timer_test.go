@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
 
@@ -121,12 +121,12 @@ func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) []*jetstrea
 
 // eventsByEntry lists each entry's events in TOOL_EVENTS, in order, once
 // the relay has caught up.
-func eventsByEntry(t *testing.T, js jetstream.JetStream) map[string][]bus.Event {
+func eventsByEntry(t *testing.T, js jetstream.JetStream) map[string][]wire.Event {
 	t.Helper()
 	relayDrained(t, js)
-	byID := map[string][]bus.Event{}
-	for _, msg := range streamMsgs(t, js, bus.EventsStream) {
-		var ev bus.Event
+	byID := map[string][]wire.Event{}
+	for _, msg := range streamMsgs(t, js, wire.EventsStream) {
+		var ev wire.Event
 		require.NoError(t, json.Unmarshal(msg.Data, &ev))
 		byID[ev.Entry.PendingID] = append(byID[ev.Entry.PendingID], ev)
 	}
@@ -134,7 +134,7 @@ func eventsByEntry(t *testing.T, js jetstream.JetStream) map[string][]bus.Event 
 }
 
 // count counts the events of kind ev among evs.
-func count(evs []bus.Event, ev machine.Event) int {
+func count(evs []wire.Event, ev machine.Event) int {
 	n := 0
 	for _, e := range evs {
 		if e.Event == ev {
@@ -146,7 +146,7 @@ func count(evs []bus.Event, ev machine.Event) int {
 
 // workItem is one message queued in TOOL_WORK.
 type workItem struct {
-	bus.WorkItem
+	wire.WorkItem
 	MsgID string
 	At    time.Time
 }
@@ -156,7 +156,7 @@ type workItem struct {
 func workByEntry(t *testing.T, js jetstream.JetStream) map[string][]workItem {
 	t.Helper()
 	byID := map[string][]workItem{}
-	for _, msg := range streamMsgs(t, js, bus.WorkStream) {
+	for _, msg := range streamMsgs(t, js, wire.WorkStream) {
 		var w workItem
 		require.NoError(t, json.Unmarshal(msg.Data, &w.WorkItem))
 		w.MsgID, w.At = msg.Header.Get(jetstream.MsgIDHeader), msg.Time
@@ -195,7 +195,7 @@ func TestTimer_NoAutoRejectFlagsOnceAndStaysPending(t *testing.T) {
 	assert.Equal(t, machine.StatePendingApproval, got.Status)
 	evs := eventsByEntry(t, env.JS)[e.PendingID]
 	assert.Equal(t, 1, count(evs, machine.EventOverdue), "flagged once")
-	assert.Equal(t, bus.SubjectApprovalTimeout, evs[len(evs)-1].Type)
+	assert.Equal(t, wire.SubjectApprovalTimeout, evs[len(evs)-1].Type)
 
 	approved, err := m.Decide(t.Context(), e.PendingID, machine.Decision{Approve: true, By: "alice"})
 	require.NoError(t, err)
@@ -259,7 +259,7 @@ func TestTimer_ScheduledStartQueuedOnceWhenDue(t *testing.T) {
 		kve, err := env.KV.Get(t.Context(), later.PendingID)
 		require.NoError(t, err)
 		assert.Equal(t, fmt.Sprintf("%s:%d", later.PendingID, kve.Revision()), w.MsgID, "the relay's de-dup id for the revision")
-		assert.Equal(t, bus.WorkItem{PendingID: later.PendingID, ToolName: "deploy", Revision: kve.Revision()}, w.WorkItem)
+		assert.Equal(t, wire.WorkItem{PendingID: later.PendingID, ToolName: "deploy", Revision: kve.Revision()}, w.WorkItem)
 		assert.False(t, w.At.Before(time.UnixMilli(later.ScheduledExecutionTime)), "queued at %s, due at %s", w.At, time.UnixMilli(later.ScheduledExecutionTime))
 	}
 	assert.Len(t, work[now.PendingID], 1, "a call due when written is queued once, by the relay")

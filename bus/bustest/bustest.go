@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/embedded"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Topology is a kind of deployment a test runs against.
@@ -155,7 +156,7 @@ func RunRelay(t testing.TB, js jetstream.JetStream) {
 // Counting events after that, rather than as soon as enough are in, is what
 // lets a test see a duplicate.
 func Relayed(ctx context.Context, js jetstream.JetStream) bool {
-	c, err := js.Consumer(ctx, "KV_"+bus.CallsBucket, bus.RelayDurable)
+	c, err := js.Consumer(ctx, "KV_"+wire.CallsBucket, bus.RelayDurable)
 	if err != nil {
 		return false
 	}

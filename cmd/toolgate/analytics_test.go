@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // analyticsCLI runs a toolgate verb against url.
@@ -63,7 +64,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 
 	ctx := t.Context()
 	_, js := bustest.Connect(t, url)
-	calls, err := js.KeyValue(ctx, bus.CallsBucket)
+	calls, err := js.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
 	t0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
 	clk := &analyticsClock{t: t0}
@@ -194,7 +195,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte(allow.Policy), 0o600))
 	code, _, stderr = analyticsCLI(t, url, "policy", "set", file)
 	require.Equal(t, 0, code, stderr)
-	pkv, err := js.KeyValue(ctx, bus.PoliciesBucket)
+	pkv, err := js.KeyValue(ctx, wire.PoliciesBucket)
 	require.NoError(t, err)
 	doc, _, err := bus.NewPolicyStore(pkv).Get(ctx)
 	require.NoError(t, err)

@@ -10,10 +10,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func cliSubmit(ctx context.Context, args []string, out cliOutput) error {
@@ -158,8 +158,8 @@ func jsonObject(s string) (json.RawMessage, error) {
 }
 
 // listFlags are the filters pending and list share.
-func listFlags(c *cliCmd, withStatus bool) (*bus.ListRequest, *string) {
-	r := new(bus.ListRequest)
+func listFlags(c *cliCmd, withStatus bool) (*wire.ListRequest, *string) {
+	r := new(wire.ListRequest)
 	c.fs.StringVar(&r.ConversationID, "conversation", "", "only this conversation's calls (reads only its entries)")
 	c.fs.StringVar(&r.ToolName, "tool", "", "only calls of this tool")
 	c.fs.StringVar(&r.CallerBotID, "caller", "", "only calls of this agent")
@@ -201,7 +201,7 @@ func cliList(ctx context.Context, args []string, out cliOutput) error {
 	return listEntries(ctx, c, *r)
 }
 
-func listEntries(ctx context.Context, c *cliCmd, r bus.ListRequest) error {
+func listEntries(ctx context.Context, c *cliCmd, r wire.ListRequest) error {
 	nc, cl, err := c.connect()
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 const policyUsage = `Usage:
@@ -50,13 +51,13 @@ func policyStore(ctx context.Context, c *cliCmd) (*bus.PolicyStore, func(), erro
 		nc.Close()
 		return nil, nil, err
 	}
-	kv, err := js.KeyValue(ctx, bus.PoliciesBucket)
+	kv, err := js.KeyValue(ctx, wire.PoliciesBucket)
 	if err != nil {
 		nc.Close()
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, nil, fmt.Errorf("no %s bucket on NATS %s: is toolgate serving there? (%w)", bus.PoliciesBucket, nc.ConnectedUrlRedacted(), err)
+			return nil, nil, fmt.Errorf("no %s bucket on NATS %s: is toolgate serving there? (%w)", wire.PoliciesBucket, nc.ConnectedUrlRedacted(), err)
 		}
-		return nil, nil, fmt.Errorf("bind %s bucket: %w", bus.PoliciesBucket, err)
+		return nil, nil, fmt.Errorf("bind %s bucket: %w", wire.PoliciesBucket, err)
 	}
 	return bus.NewPolicyStore(kv), nc.Close, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // startToolgate runs `toolgate serve` in-process, with policyYAML in force
@@ -35,7 +36,7 @@ func startToolgate(t *testing.T, policyYAML string) string {
 	// Main is ready when its roles are starting; the request API may
 	// take a moment more to subscribe.
 	require.Eventually(t, func() bool {
-		_, err := nc.Request("$SRV.PING."+bus.ServiceName, nil, time.Second)
+		_, err := nc.Request("$SRV.PING."+wire.ServiceName, nil, time.Second)
 		return err == nil
 	}, 30*time.Second, 10*time.Millisecond, "toolgate's request API does not answer")
 	return url
@@ -255,7 +256,7 @@ func TestCLI_RejectionTimeoutAndCancelAreErrorsNeverResults(t *testing.T) {
 	ctx := t.Context()
 	bot := agent(t, url)
 	_, js := bustest.Connect(t, url)
-	kv, err := js.KeyValue(ctx, bus.CallsBucket)
+	kv, err := js.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
 
 	assertRefused := func(a awaited, kind client.Rejection, by, reason string) {
@@ -309,7 +310,7 @@ func TestCLI_RejectionTimeoutAndCancelAreErrorsNeverResults(t *testing.T) {
 	}
 	r = cli(t, url, "cancel", "--conversation", "conv-y", "--as", "ops", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
-	reply := decode[bus.CancelConversationReply](t, []byte(r.stdout))
+	reply := decode[wire.CancelConversationReply](t, []byte(r.stdout))
 	assert.Len(t, reply.Cancelled, 2)
 	for _, w := range waits {
 		assertRefused(receiveAwait(t, w), client.Cancelled, "ops", "")

@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 var (
@@ -123,7 +124,7 @@ func TestServe_SIGKILLMidLoadLosesNothing(t *testing.T) {
 	proc := startServe(t, args...)
 
 	nc, js := bustest.Connect(t, "nats://"+listen)
-	kv, err := js.KeyValue(t.Context(), bus.CallsBucket)
+	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)
 	m := machine.New(bus.NewKVStore(kv))
 
@@ -190,7 +191,7 @@ func TestServe_SIGKILLMidLoadLosesNothing(t *testing.T) {
 // kvRevisions lists <pendingId>:<revision> for every write in the bucket.
 func kvRevisions(t *testing.T, js jetstream.JetStream) map[string]bool {
 	t.Helper()
-	s, err := js.Stream(t.Context(), "KV_"+bus.CallsBucket)
+	s, err := js.Stream(t.Context(), "KV_"+wire.CallsBucket)
 	require.NoError(t, err)
 	info, err := s.Info(t.Context())
 	require.NoError(t, err)
@@ -198,7 +199,7 @@ func kvRevisions(t *testing.T, js jetstream.JetStream) map[string]bool {
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		msg, err := s.GetMsg(t.Context(), seq)
 		require.NoError(t, err)
-		revs[fmt.Sprintf("%s:%d", strings.TrimPrefix(msg.Subject, "$KV."+bus.CallsBucket+"."), seq)] = true
+		revs[fmt.Sprintf("%s:%d", strings.TrimPrefix(msg.Subject, "$KV."+wire.CallsBucket+"."), seq)] = true
 	}
 	return revs
 }
@@ -206,7 +207,7 @@ func kvRevisions(t *testing.T, js jetstream.JetStream) map[string]bool {
 // eventIDs counts the events in TOOL_EVENTS by id.
 func eventIDs(t *testing.T, js jetstream.JetStream) map[string]int {
 	t.Helper()
-	s, err := js.Stream(t.Context(), bus.EventsStream)
+	s, err := js.Stream(t.Context(), wire.EventsStream)
 	require.NoError(t, err)
 	info, err := s.Info(t.Context())
 	require.NoError(t, err)
@@ -214,7 +215,7 @@ func eventIDs(t *testing.T, js jetstream.JetStream) map[string]int {
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
 		msg, err := s.GetMsg(t.Context(), seq)
 		require.NoError(t, err)
-		ids[decode[bus.Event](t, msg.Data).ID]++
+		ids[decode[wire.Event](t, msg.Data).ID]++
 	}
 	return ids
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
 
@@ -42,17 +43,17 @@ func TestServe_NotifierWithoutIntakeFollowsThePolicy(t *testing.T) {
 
 	_, js := bustest.Connect(t, "nats://"+cfg.Listen)
 	require.Eventually(t, func() bool {
-		_, err := js.Consumer(t.Context(), bus.EventsStream, worker.NotifierDurable)
+		_, err := js.Consumer(t.Context(), wire.EventsStream, worker.NotifierDurable)
 		return err == nil
 	}, 30*time.Second, 10*time.Millisecond, "the notifier's consumer never appeared")
 
-	policies, err := js.KeyValue(t.Context(), bus.PoliciesBucket)
+	policies, err := js.KeyValue(t.Context(), wire.PoliciesBucket)
 	require.NoError(t, err)
 	doc, err := policy.Parse(fmt.Appendf(nil, "default:\n  notify: [{type: slack, url: %q}]\n  inboxUrl: https://toolgate.example\n", slack.URL))
 	require.NoError(t, err)
 	require.NoError(t, bus.NewPolicyStore(policies).Set(t.Context(), doc))
 
-	kv, err := js.KeyValue(t.Context(), bus.CallsBucket)
+	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)
 	m := machine.New(bus.NewKVStore(kv), machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionAsk, Reason: "test asks"}, nil

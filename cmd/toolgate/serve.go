@@ -28,6 +28,7 @@ import (
 	"github.com/toolgate/toolgate/bus/embedded"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Config is everything `toolgate serve` can be told.
@@ -247,7 +248,7 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 func waitForService(ctx context.Context, nc *nats.Conn) error {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := nc.RequestWithContext(pctx, "$SRV.PING."+bus.ServiceName, nil)
+		_, err := nc.RequestWithContext(pctx, "$SRV.PING."+wire.ServiceName, nil)
 		cancel()
 		if err == nil {
 			return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // startMain runs Main in-process until the test ends and waits until it is
@@ -70,7 +71,7 @@ func TestServe_OnAClusterWithReplicas3(t *testing.T) {
 	st, err := kv.Status(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, 3, st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas)
-	for _, name := range []string{bus.EventsStream, bus.WorkStream, bus.DeadLetterStream} {
+	for _, name := range []string{wire.EventsStream, wire.WorkStream, wire.DeadLetterStream} {
 		s, err := js.Stream(t.Context(), name)
 		require.NoError(t, err)
 		assert.Equal(t, 3, s.CachedInfo().Config.Replicas, name)
@@ -81,15 +82,15 @@ func TestServe_OnAClusterWithReplicas3(t *testing.T) {
 func assertRelays(t *testing.T, js jetstream.JetStream) jetstream.KeyValue {
 	t.Helper()
 	ctx := t.Context()
-	kv, err := js.KeyValue(ctx, bus.CallsBucket)
+	kv, err := js.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
 	m := machine.New(bus.NewKVStore(kv))
 	e, err := m.Submit(ctx, machine.Call{ToolName: "web_search", CallerBotID: "bot", ConversationID: "serve"})
 	require.NoError(t, err)
-	s, err := js.Stream(ctx, bus.EventsStream)
+	s, err := js.Stream(ctx, wire.EventsStream)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		msg, err := s.GetLastMsgForSubject(ctx, bus.SubjectApprovalRequired)
+		msg, err := s.GetLastMsgForSubject(ctx, wire.SubjectApprovalRequired)
 		return err == nil && bytes.Contains(msg.Data, []byte(e.PendingID))
 	}, 30*time.Second, 20*time.Millisecond)
 	return kv

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func init() {
@@ -114,9 +114,9 @@ func cliAnalyticsRebuild(ctx context.Context, args []string, out cliOutput) erro
 		return err
 	}
 	defer closeConn()
-	events, err := js.Stream(ctx, bus.EventsStream)
+	events, err := js.Stream(ctx, wire.EventsStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("no %s stream: is toolgate serving there?", bus.EventsStream)
+		return fmt.Errorf("no %s stream: is toolgate serving there?", wire.EventsStream)
 	} else if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func cliAnalyticsRebuild(ctx context.Context, args []string, out cliOutput) erro
 		n = info.State.Msgs
 	}
 	fmt.Fprintf(out.stdout, "analytics rebuilt from the %d events in %s: generation %d in force (%s)\n",
-		n, bus.EventsStream, gen, time.Since(start).Round(time.Millisecond))
+		n, wire.EventsStream, gen, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

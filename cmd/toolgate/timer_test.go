@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // TestServe_TimerSIGKILLWhileDeadlinesAreDue runs the timer as a process of
@@ -31,7 +32,7 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 	timer := startServe(t, timerArgs...)
 
 	_, js := bustest.Connect(t, "nats://"+listen)
-	kv, err := js.KeyValue(t.Context(), bus.CallsBucket)
+	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)
 	store := bus.NewKVStore(kv)
 	verdict := func(v machine.Verdict) *machine.Machine {
@@ -155,8 +156,8 @@ func timerEvents(t *testing.T, js jetstream.JetStream) map[string]map[machine.Ev
 	t.Helper()
 	bustest.WaitRelayed(t, js)
 	counts := map[string]map[machine.Event]int{}
-	for _, data := range timerStreamData(t, js, bus.EventsStream) {
-		ev := decode[bus.Event](t, data)
+	for _, data := range timerStreamData(t, js, wire.EventsStream) {
+		ev := decode[wire.Event](t, data)
 		if counts[ev.Entry.PendingID] == nil {
 			counts[ev.Entry.PendingID] = map[machine.Event]int{}
 		}
@@ -170,8 +171,8 @@ func timerEvents(t *testing.T, js jetstream.JetStream) map[string]map[machine.Ev
 func timerWorkItems(t *testing.T, js jetstream.JetStream) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
-	for _, data := range timerStreamData(t, js, bus.WorkStream) {
-		var w bus.WorkItem
+	for _, data := range timerStreamData(t, js, wire.WorkStream) {
+		var w wire.WorkItem
 		require.NoError(t, json.Unmarshal(data, &w))
 		counts[w.PendingID]++
 	}

@@ -26,9 +26,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func main() {
@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	background.Go(func() error { return ignoreCancel(x.Run(ctx)) })
 
 	// The auto-approver decides the calls the policy asks about.
-	sub, err := nc.Subscribe(bus.SubjectApprovalRequired, func(m *nats.Msg) { autoApprove(ctx, c, conversation, m) })
+	sub, err := nc.Subscribe(wire.SubjectApprovalRequired, func(m *nats.Msg) { autoApprove(ctx, c, conversation, m) })
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func fakeTool(ctx context.Context, call client.Call) (client.Result, error) {
 // autoApprove decides like a careful human would: mail only inside the
 // company, and transfers only up to 150.
 func autoApprove(ctx context.Context, c *client.Client, conversation string, m *nats.Msg) {
-	var ev bus.Event
+	var ev wire.Event
 	if json.Unmarshal(m.Data, &ev) != nil || ev.Entry.ConversationID != conversation {
 		return
 	}
@@ -177,7 +177,7 @@ func autoApprove(ctx context.Context, c *client.Client, conversation string, m *
 
 // summarize prints what became of every call and fails if any did not end.
 func summarize(ctx context.Context, c *client.Client, conversation string, all []result, w io.Writer) error {
-	entries, err := c.List(ctx, bus.ListRequest{ConversationID: conversation})
+	entries, err := c.List(ctx, wire.ListRequest{ConversationID: conversation})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package bus_test
+package consumer_test
 
 import (
 	"context"
@@ -11,18 +11,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/consumer"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // runRunner starts a runner over TOOL_WORK's tool.work.<tool> queue.
-func runRunner(t *testing.T, env *bustest.Env, tool string, h bus.Handler, mw ...bus.Middleware) (stop func() error) {
+func runRunner(t *testing.T, env *bustest.Env, tool string, h consumer.Handler, mw ...consumer.Middleware) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	r := bus.NewRunner(env.JS, bus.ConsumerConfig{
-		Stream:         bus.WorkStream,
+	r := consumer.NewRunner(env.JS, consumer.ConsumerConfig{
+		Stream:         wire.WorkStream,
 		Durable:        "test-" + tool,
-		FilterSubjects: []string{bus.WorkSubject(tool)},
+		FilterSubjects: []string{wire.WorkSubject(tool)},
 		MaxDeliver:     3,
 		Backoff:        []time.Duration{10 * time.Millisecond},
 		AckWait:        time.Second,
@@ -51,7 +52,7 @@ func TestRunner_RetriesWithBackoffThenAcks(t *testing.T) {
 		handled <- string(msg.Data())
 		return nil
 	})
-	publish(t, env, bus.WorkSubject("flaky"), "job")
+	publish(t, env, wire.WorkSubject("flaky"), "job")
 	select {
 	case got := <-handled:
 		assert.Equal(t, "job", got)
@@ -59,8 +60,8 @@ func TestRunner_RetriesWithBackoffThenAcks(t *testing.T) {
 		t.Fatal("handler never succeeded")
 	}
 	// Acked: the work queue empties and no dead letter is written.
-	assertStreamMsgs(t, env, bus.WorkStream, 0)
-	assertStreamMsgs(t, env, bus.DeadLetterStream, 0)
+	assertStreamMsgs(t, env, wire.WorkStream, 0)
+	assertStreamMsgs(t, env, wire.DeadLetterStream, 0)
 	assert.Equal(t, int32(3), calls.Load())
 }
 
@@ -76,23 +77,23 @@ func TestRunner_DeadLettersAfterMaxDeliver(t *testing.T) {
 		alive.Add(1)
 		return nil
 	})
-	publish(t, env, bus.WorkSubject("mixed"), "poison")
+	publish(t, env, wire.WorkSubject("mixed"), "poison")
 	for i := range 5 {
-		publish(t, env, bus.WorkSubject("mixed"), fmt.Sprint("ok-", i))
+		publish(t, env, wire.WorkSubject("mixed"), fmt.Sprint("ok-", i))
 	}
-	require.Eventually(t, func() bool { return streamCount(t, env, bus.DeadLetterStream) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return streamCount(t, env, wire.DeadLetterStream) == 1 }, 10*time.Second, 10*time.Millisecond)
 	assert.Equal(t, int32(3), dead.Load(), "tried MaxDeliver times")
 	assert.Equal(t, int32(5), alive.Load(), "the poison message held nothing up")
 
-	s, err := env.JS.Stream(t.Context(), bus.DeadLetterStream)
+	s, err := env.JS.Stream(t.Context(), wire.DeadLetterStream)
 	require.NoError(t, err)
-	m, err := s.GetLastMsgForSubject(t.Context(), bus.DeadLetterSubject("test-mixed"))
+	m, err := s.GetLastMsgForSubject(t.Context(), wire.DeadLetterSubject("test-mixed"))
 	require.NoError(t, err)
 	assert.Equal(t, "poison", string(m.Data))
-	assert.Equal(t, "cannot parse poison", m.Header.Get(bus.HeaderDeadError))
-	assert.Equal(t, bus.WorkSubject("mixed"), m.Header.Get(bus.HeaderDeadSubject))
-	assert.Equal(t, "3", m.Header.Get(bus.HeaderDeadDeliveries))
-	assertStreamMsgs(t, env, bus.WorkStream, 0)
+	assert.Equal(t, "cannot parse poison", m.Header.Get(consumer.HeaderDeadError))
+	assert.Equal(t, wire.WorkSubject("mixed"), m.Header.Get(consumer.HeaderDeadSubject))
+	assert.Equal(t, "3", m.Header.Get(consumer.HeaderDeadDeliveries))
+	assertStreamMsgs(t, env, wire.WorkStream, 0)
 }
 
 func TestRunner_PermanentErrorDeadLettersAtOnce(t *testing.T) {
@@ -101,10 +102,10 @@ func TestRunner_PermanentErrorDeadLettersAtOnce(t *testing.T) {
 	var calls atomic.Int32
 	runRunner(t, env, "perm", func(context.Context, jetstream.Msg) error {
 		calls.Add(1)
-		return bus.Permanent(errors.New("bad input"))
+		return consumer.Permanent(errors.New("bad input"))
 	})
-	publish(t, env, bus.WorkSubject("perm"), "x")
-	require.Eventually(t, func() bool { return streamCount(t, env, bus.DeadLetterStream) == 1 }, 10*time.Second, 10*time.Millisecond)
+	publish(t, env, wire.WorkSubject("perm"), "x")
+	require.Eventually(t, func() bool { return streamCount(t, env, wire.DeadLetterStream) == 1 }, 10*time.Second, 10*time.Millisecond)
 	assert.Equal(t, int32(1), calls.Load())
 }
 
@@ -112,8 +113,8 @@ func TestRunner_MiddlewareWrapsOutermostFirst(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	order := make(chan string, 3)
-	tag := func(name string) bus.Middleware {
-		return func(next bus.Handler) bus.Handler {
+	tag := func(name string) consumer.Middleware {
+		return func(next consumer.Handler) consumer.Handler {
 			return func(ctx context.Context, msg jetstream.Msg) error {
 				order <- name
 				return next(ctx, msg)
@@ -121,7 +122,7 @@ func TestRunner_MiddlewareWrapsOutermostFirst(t *testing.T) {
 		}
 	}
 	runRunner(t, env, "mw", func(context.Context, jetstream.Msg) error { order <- "handler"; return nil }, tag("outer"), tag("inner"))
-	publish(t, env, bus.WorkSubject("mw"), "x")
+	publish(t, env, wire.WorkSubject("mw"), "x")
 	for _, want := range []string{"outer", "inner", "handler"} {
 		select {
 		case got := <-order:
@@ -143,7 +144,7 @@ func TestRunner_StopWaitsForHandlerInFlight(t *testing.T) {
 		finished.Store(true)
 		return nil
 	})
-	publish(t, env, bus.WorkSubject("slow"), "x")
+	publish(t, env, wire.WorkSubject("slow"), "x")
 	<-started
 	require.NoError(t, stop())
 	assert.True(t, finished.Load(), "Run returned before its handler did")

@@ -1,4 +1,4 @@
-package bus
+package consumer
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Handler processes one message. Returning nil acks it; an error has it
@@ -86,7 +87,7 @@ func NewRunner(js jetstream.JetStream, cfg ConsumerConfig, log *slog.Logger, han
 // JetStream error (a request timing out on a busy cluster, the consumer
 // deleted) starts it again after a backoff.
 func (r *Runner) Run(ctx context.Context) error {
-	return runRestarting(ctx, r.log, "consumer", r.run)
+	return RunRestarting(ctx, r.log, "consumer", r.run)
 }
 
 func (r *Runner) run(ctx context.Context) error {
@@ -201,7 +202,7 @@ const (
 )
 
 func (r *Runner) deadLetter(ctx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata, cause error) error {
-	dl := nats.NewMsg(DeadLetterSubject(r.cfg.Durable))
+	dl := nats.NewMsg(wire.DeadLetterSubject(r.cfg.Durable))
 	dl.Data = msg.Data()
 	for k, v := range msg.Headers() {
 		if k != jetstream.MsgIDHeader {
@@ -215,4 +216,26 @@ func (r *Runner) deadLetter(ctx context.Context, msg jetstream.Msg, meta *jetstr
 	dl.Header.Set(HeaderDeadError, cause.Error())
 	_, err := r.js.PublishMsg(ctx, dl, jetstream.WithMsgID(fmt.Sprintf("%s:%d", r.cfg.Durable, meta.Sequence.Stream)))
 	return err
+}
+
+// RunRestarting runs run until ctx ends, starting it again after a backoff
+// whenever it fails, unless with a Permanent error.
+func RunRestarting(ctx context.Context, log *slog.Logger, what string, run func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := run(ctx)
+		var perm permanent
+		switch {
+		case errors.As(err, &perm):
+			return perm.err
+		case ctx.Err() != nil:
+			return nil
+		}
+		wait := min(time.Duration(attempt)*250*time.Millisecond, 5*time.Second)
+		log.Warn(what+" stopped, starting again", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package bus
+package wire
 
 import "github.com/toolgate/toolgate/machine"
 
@@ -9,6 +9,13 @@ const (
 	WorkStream       = "TOOL_WORK"       // runnable calls, work-queue retention
 	DeadLetterStream = "TOOL_DEADLETTER" // messages a consumer gave up on
 	NotifyStream     = "TOOL_NOTIFY"     // notifications to deliver, one subject per channel
+)
+
+// Buckets beside the entries'.
+const (
+	PoliciesBucket = "tool_policies" // the policy document, and where it was loaded from
+	GrantsBucket   = "tool_grants"   // session grants, by conversation
+	BudgetsBucket  = "tool_budgets"  // spending per team and day
 )
 
 // Subjects of the events, one per kind of transition.

@@ -1,0 +1,181 @@
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/toolgate/toolgate/machine"
+)
+
+// The request API: a NATS micro service named "toolgate" (so `nats micro
+// ls` finds it) with one endpoint per command, each on toolgate.<name>.
+// Requests and replies are JSON; a refusal is a reply with the
+// Nats-Service-Error-Code header set to an HTTP-like status and an
+// ErrorBody naming the problem.
+const (
+	ServiceName = "toolgate"
+
+	EndpointSubmit             = "submit"
+	EndpointGet                = "get"
+	EndpointList               = "list"
+	EndpointDecide             = "decide"
+	EndpointCancel             = "cancel"
+	EndpointCancelConversation = "cancel_conversation"
+	EndpointStarted            = "started"
+	EndpointHeartbeat          = "heartbeat"
+	EndpointSucceeded          = "succeeded"
+	EndpointFailed             = "failed"
+)
+
+// APISubject is the subject of an endpoint.
+func APISubject(endpoint string) string { return ServiceName + "." + endpoint }
+
+// GetRequest asks for one entry.
+type GetRequest struct {
+	PendingID string `json:"pendingId"`
+}
+
+// ListRequest filters entries; every field is optional. With a
+// conversation only its keys are read; without one, every entry is. The
+// reply is a page (ListReply): Limit entries at most (default 200, at most
+// 1000), fewer when they are large, and a cursor for the next.
+type ListRequest struct {
+	ConversationID string        `json:"conversationId,omitempty"`
+	ToolName       string        `json:"toolName,omitempty"`
+	CallerBotID    string        `json:"callerBotId,omitempty"`
+	Status         machine.State `json:"status,omitempty"`
+	Limit          int           `json:"limit,omitempty"`
+	Cursor         string        `json:"cursor,omitempty"`
+}
+
+// DecideRequest approves or rejects a pending call.
+type DecideRequest struct {
+	PendingID string          `json:"pendingId"`
+	Approved  bool            `json:"approved"`
+	By        string          `json:"by"`
+	Reason    string          `json:"reason,omitempty"`
+	Scope     machine.Scope   `json:"scope,omitempty"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// CancelRequest cancels one call (PendingID) or every call of a
+// conversation that has not started running (ConversationID).
+type CancelRequest struct {
+	PendingID      string `json:"pendingId,omitempty"`
+	ConversationID string `json:"conversationId,omitempty"`
+	By             string `json:"by,omitempty"`
+	Reason         string `json:"reason,omitempty"`
+}
+
+// CancelConversationReply says what a conversation's cancel did.
+type CancelConversationReply struct {
+	Cancelled []*machine.Entry `json:"cancelled"`
+	// Running calls cannot be cancelled; their executors see the
+	// conversation's cancel and stop them.
+	Running []*machine.Entry `json:"running"`
+}
+
+// ReportRequest is an agent reporting on a call it runs itself: started
+// (claims it), succeeded or failed.
+type ReportRequest struct {
+	PendingID string          `json:"pendingId"`
+	By        string          `json:"by"`
+	LeaseMs   int64           `json:"leaseMs,omitempty"` // started, heartbeat: default 1 hour
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	Cost      float64         `json:"cost,omitempty"`
+}
+
+// ErrorBody is the body of a refusal.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail names a refusal: a code (invalid, not_found, conflict,
+// forbidden, internal), what was wrong, and the entry as it is now when
+// the refusal is a conflict with it.
+type ErrorDetail struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Entry   *machine.Entry `json:"entry,omitempty"`
+}
+
+// ErrorStatus maps a domain error to an HTTP-like status and a code.
+func ErrorStatus(err error) (int, string) {
+	switch {
+	case errors.Is(err, machine.ErrInvalid):
+		return 400, "invalid"
+	case errors.Is(err, machine.ErrForbidden):
+		return 403, "forbidden"
+	case errors.Is(err, machine.ErrNotFound):
+		return 404, "not_found"
+	case errors.Is(err, machine.ErrConflict), errors.Is(err, machine.ErrExists):
+		return 409, "conflict"
+	default:
+		return 500, "internal"
+	}
+}
+
+// codeErrors maps a refusal's code back to the domain error, so that a
+// client's errors.Is works across the wire.
+var codeErrors = map[string]error{
+	"invalid":   machine.ErrInvalid,
+	"forbidden": machine.ErrForbidden,
+	"not_found": machine.ErrNotFound,
+	"conflict":  machine.ErrConflict,
+}
+
+// APIError is a refusal received from the service.
+type APIError struct {
+	Status int
+	ErrorDetail
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+// Unwrap returns the domain error the code stands for.
+func (e *APIError) Unwrap() error { return codeErrors[e.Code] }
+
+// ListReply is a page of entries, oldest first.
+type ListReply struct {
+	Items []*machine.Entry `json:"items"`
+	// NextCursor, when set, asks for the next page.
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// CancelSubject is where a conversation's cancel is announced (core NATS,
+// a CancelConversationReply) so that executors stop its running calls,
+// which no transition can cancel.
+const CancelSubject = "toolgate.control.cancel"
+
+// The headers a refusal carries: those of nats.go's micro package, which
+// serves the request API.
+const (
+	ErrorCodeHeader = "Nats-Service-Error-Code"
+	ErrorHeader     = "Nats-Service-Error"
+)
+
+// DecodeReply reads a reply's data into v, or returns the *APIError a
+// refusal carries in its headers and body.
+func DecodeReply(header map[string][]string, data []byte, v any) error {
+	first := func(k string) string {
+		if vs := header[k]; len(vs) > 0 {
+			return vs[0]
+		}
+		return ""
+	}
+	if code := first(ErrorCodeHeader); code != "" {
+		status, _ := strconv.Atoi(code)
+		var body ErrorBody
+		if err := json.Unmarshal(data, &body); err != nil || body.Error.Message == "" {
+			body.Error = ErrorDetail{Code: "internal", Message: first(ErrorHeader)}
+		}
+		return &APIError{Status: status, ErrorDetail: body.Error}
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode reply: %w", err)
+	}
+	return nil
+}
