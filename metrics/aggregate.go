@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -29,7 +30,7 @@ type event struct {
 
 // aggregate is a value kept under one key of the analytics bucket.
 type aggregate interface {
-	applied() *Applied
+	applied() *consumer.Applied
 	add(ev event)
 }
 
@@ -65,10 +66,10 @@ type Stats struct {
 	// LastAskedAt is when a human was last asked, epoch milliseconds.
 	LastAskedAt int64 `json:"lastAskedAt,omitempty"`
 
-	Applied Applied `json:"applied"`
+	Applied consumer.Applied `json:"applied"`
 }
 
-func (s *Stats) applied() *Applied { return &s.Applied }
+func (s *Stats) applied() *consumer.Applied { return &s.Applied }
 
 func (s *Stats) add(ev event) {
 	e := ev.Entry
@@ -159,10 +160,10 @@ type ApproverStats struct {
 	// RejectedTools counts this approver's rejections per tool.
 	RejectedTools map[string]int64 `json:"rejectedTools,omitempty"`
 
-	Applied Applied `json:"applied"`
+	Applied consumer.Applied `json:"applied"`
 }
 
-func (a *ApproverStats) applied() *Applied { return &a.Applied }
+func (a *ApproverStats) applied() *consumer.Applied { return &a.Applied }
 
 func (a *ApproverStats) add(ev event) {
 	e := ev.Entry
@@ -181,11 +182,11 @@ func (a *ApproverStats) add(ev event) {
 // HourStats are one hour's activity (by the time of each event, UTC), and
 // each of its minutes', for charts.
 type HourStats struct {
-	Hour     int64          `json:"hour"` // start, epoch milliseconds
-	Point                   // the whole hour
-	Response Durations      `json:"response"`
-	Minutes  map[int]*Point `json:"minutes,omitempty"` // 0..59
-	Applied  Applied        `json:"applied"`
+	Hour     int64            `json:"hour"` // start, epoch milliseconds
+	Point                     // the whole hour
+	Response Durations        `json:"response"`
+	Minutes  map[int]*Point   `json:"minutes,omitempty"` // 0..59
+	Applied  consumer.Applied `json:"applied"`
 }
 
 // Point is the activity of one interval.
@@ -217,7 +218,7 @@ func (p *Point) add(ev event) {
 	}
 }
 
-func (h *HourStats) applied() *Applied { return &h.Applied }
+func (h *HourStats) applied() *consumer.Applied { return &h.Applied }
 
 func (h *HourStats) add(ev event) {
 	h.Point.add(ev)

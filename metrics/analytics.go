@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -395,7 +396,7 @@ func (a *Analytics) apply(ctx context.Context, cons jetstream.Consumer, gen uint
 			t.evs = append(t.evs, event{seq: seq, Event: &ev})
 		}
 	}
-	ranges := seqRanges(seqs)
+	ranges := consumer.SeqRanges(seqs)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for key, t := range touches {
