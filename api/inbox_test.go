@@ -28,6 +28,7 @@ import (
 
 	"github.com/toolgate/toolgate/api"
 	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
@@ -63,9 +64,9 @@ default:
 // while decisions still go through.
 type inboxServer struct {
 	*harness
-	srv     *httptest.Server
-	machine *machine.Machine
-	down    atomic.Bool
+	srv  *httptest.Server
+	gate *gate.Service
+	down atomic.Bool
 }
 
 // inboxOptions vary the server of a test.
@@ -94,12 +95,8 @@ func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions
 	require.NoError(t, err)
 	bustest.RunRelay(t, env.JS)
 	ctx, cancel := context.WithCancel(context.Background())
-	mopts := []machine.Option{machine.WithEvaluator(engine)}
-	if opts.now != nil {
-		mopts = append(mopts, machine.WithClock(opts.now))
-	}
-	m := machine.New(env.Store, mopts...)
-	cfg := api.Config{Machine: m, JS: env.JS, Calls: env.KV, Tokens: toks, Log: bustest.Logger()}
+	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine, Clock: opts.now, Log: bustest.Logger()})
+	cfg := api.Config{Gate: g, JS: env.JS, Tokens: toks, Log: bustest.Logger()}
 	analyticsDone := make(chan struct{})
 	if opts.analytics {
 		a, err := metrics.OpenAnalytics(ctx, env.JS, metrics.AnalyticsConfig{Log: bustest.Logger()})
@@ -113,7 +110,7 @@ func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions
 		close(analyticsDone)
 	}
 	handler := api.New(cfg)
-	in := &inboxServer{machine: m}
+	in := &inboxServer{gate: g}
 	in.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if in.down.Load() && r.Method == "GET" && (r.URL.Path == "/v1/events" || r.URL.Path == "/v1/tool-calls") {
 			http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)

@@ -80,17 +80,17 @@ func (in *inboxServer) play(clk *testClock, calls []scripted) {
 			require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", token,
 				api.DecisionRequest{Approved: &yes, Reason: s.reason}, nil), "decide %s", e.PendingID)
 		case outcomeTimeout:
-			got, err := in.machine.Expire(ctx, e.PendingID)
+			got, err := in.gate.Expire(ctx, e.PendingID)
 			require.NoError(t, err)
 			require.Equal(t, machine.StateRejectedByTimeout, got.Status, "the policy rejects %s on timeout", s.call.ToolName)
 		default:
 			t.Fatalf("outcome %q of %s", s.outcome, s.call.ToolCallID)
 		}
 		if s.outcome == outcomeApprove && s.cost > 0 {
-			_, err := in.machine.Claim(ctx, e.PendingID, "executor-1", time.Minute)
+			_, err := in.gate.Claim(ctx, e.PendingID, "executor-1", time.Minute)
 			require.NoError(t, err)
 			clk.Set(s.decidedAt().Add(3 * time.Second))
-			_, err = in.machine.Complete(ctx, e.PendingID, machine.Outcome{Holder: "executor-1", Cost: s.cost})
+			_, err = in.gate.Complete(ctx, e.PendingID, machine.Outcome{Holder: "executor-1", Cost: s.cost})
 			require.NoError(t, err)
 		}
 	}

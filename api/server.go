@@ -18,25 +18,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/claudecode"
+	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
 
 // Config is what the HTTP API serves from.
 type Config struct {
-	Machine *machine.Machine
-	JS      jetstream.JetStream
-	Calls   jetstream.KeyValue // the entries' bucket: lists and history
-	Tokens  *Tokens            // nil or empty: open (loopback only)
+	Gate   *gate.Service
+	JS     jetstream.JetStream // events: the SSE stream and a list's position in it
+	Tokens *Tokens             // nil or empty: open (loopback only)
 	// Gatherer serves /metrics.
 	Gatherer prometheus.Gatherer
 	// Ready reports whether the process can serve (NATS connected,
 	// buckets there); nil means always.
 	Ready func(ctx context.Context) error
-	// OnDecided runs after a decision stands (grants for its scope).
-	OnDecided func(ctx context.Context, e *machine.Entry) error
 	// Analytics, when set, serves GET /v1/analytics.
 	Analytics http.Handler
 	// ClaudeCode, when set, answers Claude Code's HTTP hooks.
@@ -197,7 +194,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, u User) error {
 			return fmt.Errorf("%w: callerBotId %q: agent %s submits as itself", machine.ErrForbidden, c.CallerBotID, u.ID)
 		}
 	}
-	e, err := s.cfg.Machine.Submit(r.Context(), c)
+	e, err := s.cfg.Gate.Submit(r.Context(), c)
 	if err != nil {
 		return err
 	}
@@ -231,23 +228,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, _ User) error {
 		}
 		req.Limit = n
 	}
-	if _, err := bus.ListPage(nil, req); err != nil {
-		return err
-	}
 	seq, err := s.eventsSeq(r.Context())
 	if err != nil {
 		return err
 	}
-	var all []*machine.Entry
-	if req.ConversationID != "" {
-		all, err = s.cfg.Machine.ListConversation(r.Context(), req.ConversationID)
-	} else {
-		all, err = bus.ListAll(r.Context(), s.cfg.Calls)
-	}
-	if err != nil {
-		return err
-	}
-	page, err := bus.ListPage(all, req)
+	page, err := s.cfg.Gate.List(r.Context(), req)
 	if err != nil {
 		return err
 	}
@@ -268,7 +253,7 @@ func (s *Server) eventsSeq(ctx context.Context) (uint64, error) {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, _ User) error {
-	e, err := s.cfg.Machine.Get(r.Context(), r.PathValue("pendingId"))
+	e, err := s.cfg.Gate.Get(r.Context(), r.PathValue("pendingId"))
 	if err != nil {
 		return err
 	}
@@ -277,32 +262,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, _ User) error {
 }
 
 // HistoryItem is one transition of an entry.
-type HistoryItem struct {
-	machine.Transition
-	Revision uint64 `json:"revision"`
-}
+type HistoryItem = wire.HistoryItem
 
 func (s *Server) history(w http.ResponseWriter, r *http.Request, _ User) error {
-	id := r.PathValue("pendingId")
-	if !machine.ValidPendingID(id) {
-		return fmt.Errorf("pendingId %s: %w", id, machine.ErrNotFound)
-	}
-	revs, err := s.cfg.Calls.History(r.Context(), id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("pendingId %s: %w", id, machine.ErrNotFound)
-	} else if err != nil {
+	items, err := s.cfg.Gate.History(r.Context(), r.PathValue("pendingId"))
+	if err != nil {
 		return err
-	}
-	items := []HistoryItem{}
-	for _, kve := range revs {
-		var e machine.Entry
-		if kve.Operation() != jetstream.KeyValuePut || json.Unmarshal(kve.Value(), &e) != nil || e.LastTransition == nil {
-			continue
-		}
-		if e.LastTransition.Event == machine.EventHeartbeat {
-			continue
-		}
-		items = append(items, HistoryItem{Transition: *e.LastTransition, Revision: kve.Revision()})
 	}
 	writeJSON(w, http.StatusOK, items)
 	return nil
@@ -328,16 +293,11 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u User, id strin
 	if d.Approved == nil {
 		return fmt.Errorf("%w: approved: required, true or false", machine.ErrInvalid)
 	}
-	e, err := s.cfg.Machine.Decide(r.Context(), id, machine.Decision{
+	e, err := s.cfg.Gate.Decide(r.Context(), id, machine.Decision{
 		Approve: *d.Approved, By: u.ID, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
 	})
 	if err != nil {
 		return err
-	}
-	if s.cfg.OnDecided != nil {
-		if err := s.cfg.OnDecided(r.Context(), e); err != nil && s.cfg.Log != nil {
-			s.cfg.Log.Error("recording the decision's scope failed", "pendingId", e.PendingID, "scope", e.DecisionScope, "err", err)
-		}
 	}
 	writeJSON(w, http.StatusOK, e)
 	return nil
@@ -359,7 +319,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, u User) error {
 	if req.PendingID == "" || req.ConversationID == "" {
 		return fmt.Errorf("%w: conversationId and pendingId: required", machine.ErrInvalid)
 	}
-	e, err := s.cfg.Machine.Get(r.Context(), req.PendingID)
+	e, err := s.cfg.Gate.Get(r.Context(), req.PendingID)
 	if err != nil {
 		return err
 	}
@@ -392,7 +352,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, u User) error {
 	}
 	id := r.PathValue("pendingId")
 	if !u.Can(RoleApprover) {
-		e, err := s.cfg.Machine.Get(r.Context(), id)
+		e, err := s.cfg.Gate.Get(r.Context(), id)
 		if err != nil {
 			return err
 		}
@@ -400,7 +360,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, u User) error {
 			return fmt.Errorf("%w: agent %s may cancel only its own calls", machine.ErrForbidden, u.ID)
 		}
 	}
-	e, err := s.cfg.Machine.Cancel(r.Context(), id, u.ID, reason)
+	e, err := s.cfg.Gate.Cancel(r.Context(), id, u.ID, reason)
 	if err != nil {
 		return err
 	}
@@ -413,7 +373,7 @@ func (s *Server) cancelConversation(w http.ResponseWriter, r *http.Request, u Us
 	if err != nil {
 		return err
 	}
-	reply, err := bus.CancelConversation(r.Context(), s.cfg.JS.Conn(), s.cfg.Machine, r.PathValue("conversationId"), u.ID, reason)
+	reply, err := s.cfg.Gate.CancelConversation(r.Context(), r.PathValue("conversationId"), u.ID, reason)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolgate/toolgate/api"
 	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -60,12 +61,12 @@ func BenchmarkSSEFanout(b *testing.B) {
 	b.StopTimer()
 	env := bustest.Start(b, bustest.Topologies[0])
 	ctx := context.Background()
-	m := machine.New(env.Store, machine.WithEvaluator(machine.AskEverything))
+	m := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Log: bustest.Logger()})
 
 	bustest.RunRelay(b, env.JS)
 	toks, err := api.ParseTokens([]byte("viewer-token-00000001 vic viewer"))
 	require.NoError(b, err)
-	srv := httptest.NewServer(api.New(api.Config{Machine: m, JS: env.JS, Calls: env.KV, Tokens: toks, Log: bustest.Logger()}))
+	srv := httptest.NewServer(api.New(api.Config{Gate: m, JS: env.JS, Tokens: toks, Log: bustest.Logger()}))
 	b.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
 
 	// The calls to approve, submitted before any client listens. Their

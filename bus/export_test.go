@@ -7,6 +7,3 @@ func FailRelay(r *Relay, beforePublish, beforeAck func(revision uint64) error) {
 	r.beforePublish = beforePublish
 	r.beforeAck = beforeAck
 }
-
-// SemVer is semver, for tests.
-var SemVer = semver

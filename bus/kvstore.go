@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // KVStore keeps entries in the tool_calls JetStream KV bucket, one key per
@@ -73,8 +74,35 @@ func (s *KVStore) ListConversation(ctx context.Context, conversationID string) (
 
 // ListAll reads every entry in the bucket: for listing across
 // conversations, never on a path that serves one conversation.
-func ListAll(ctx context.Context, kv jetstream.KeyValue) ([]*machine.Entry, error) {
-	return watchValues(ctx, kv, ">", decodeEntry)
+func (s *KVStore) ListAll(ctx context.Context) ([]*machine.Entry, error) {
+	return watchValues(ctx, s.kv, ">", decodeEntry)
+}
+
+// History returns the transitions an entry went through, oldest first,
+// each with the revision that recorded it. Heartbeats, which only renew a
+// lease, are left out.
+func (s *KVStore) History(ctx context.Context, pendingID string) ([]wire.HistoryItem, error) {
+	if !machine.ValidPendingID(pendingID) {
+		return nil, fmt.Errorf("pendingId %s: %w", pendingID, machine.ErrNotFound)
+	}
+	revs, err := s.kv.History(ctx, pendingID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("pendingId %s: %w", pendingID, machine.ErrNotFound)
+	} else if err != nil {
+		return nil, err
+	}
+	items := []wire.HistoryItem{}
+	for _, kve := range revs {
+		var e machine.Entry
+		if kve.Operation() != jetstream.KeyValuePut || json.Unmarshal(kve.Value(), &e) != nil || e.LastTransition == nil {
+			continue
+		}
+		if e.LastTransition.Event == machine.EventHeartbeat {
+			continue
+		}
+		items = append(items, wire.HistoryItem{Transition: *e.LastTransition, Revision: kve.Revision()})
+	}
+	return items, nil
 }
 
 // watchValues reads the current value of every key matching filter: a

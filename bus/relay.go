@@ -196,6 +196,12 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 		return relayed{}, fmt.Errorf("relay: publish %s: %w", id, err)
 	}
 	item.acks = append(item.acks, fut)
+	// Agents awaiting this call hear of it on its own subject: core NATS,
+	// nothing stored. One that misses it (not yet subscribed, reconnecting)
+	// reads the entry again, which is why losing this publish is harmless.
+	if err := r.js.Conn().Publish(wire.EntrySubject(e.PendingID), ev); err != nil {
+		return relayed{}, fmt.Errorf("relay: announce %s: %w", id, err)
+	}
 	if e.Runnable(time.UnixMilli(t.At)) {
 		work, _ := json.Marshal(wire.WorkItem{PendingID: e.PendingID, ToolName: e.ToolName, Revision: item.revision})
 		fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: wire.WorkSubject(e.ToolName), Data: work}, jetstream.WithMsgID(id))

@@ -13,12 +13,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/toolgatetest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -41,11 +41,7 @@ func startGate(t *testing.T) (*client.Client, *bustest.Env) {
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(doc, nil, nil)
 	require.NoError(t, err)
-	svc := bus.NewService(machine.New(env.Store, machine.WithEvaluator(engine)), env.KV, bustest.Logger())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx, env.NC, "0.0.1") }()
-	t.Cleanup(func() { cancel(); <-done })
+	toolgatetest.Start(t, env, toolgatetest.Options{Policy: engine})
 	c, err := client.New(env.NC)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

@@ -4,12 +4,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/nats-io/nats.go"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Kind says what an Outcome lets the agent do.
@@ -78,11 +79,13 @@ func UntilFinished() AwaitOption { return func(c *awaitConfig) { c.untilFinished
 // policy; or an *ExecutionError (with an Outcome of Kind Failed) when it
 // ran and failed.
 //
-// It watches the call's key in the tool_calls bucket, whose first value is
-// the entry as it is now: an agent that restarted calls Await again with
-// the same pendingId and gets the answer whether it came before the
-// restart or comes after. A scheduled call is answered at its
-// scheduledExecutionTime, by a timer.
+// It subscribes to the call's own subject, on which toolgate announces
+// every revision, and then reads the entry as it is now: an agent that
+// restarted calls Await again with the same pendingId and gets the answer
+// whether it came before the restart or comes after. Whatever it may have
+// missed (a reconnect, a slow subscription) it reads again, at growing
+// intervals, so a lost announcement costs time, never the answer. A
+// scheduled call is answered at its scheduledExecutionTime, by a timer.
 //
 // Await never hands back a call that is already running (EXECUTING) as one
 // to run: somebody claimed it (an executor, or this agent before it
@@ -101,18 +104,23 @@ func (c *Client) Await(ctx context.Context, pendingID string, opts ...AwaitOptio
 	if !machine.ValidPendingID(pendingID) {
 		return Outcome{}, fmt.Errorf("await %q: not a toolgate pendingId: %w", pendingID, machine.ErrNotFound)
 	}
-	kv, err := c.calls(ctx)
+	// Subscribe first, read second: a revision written between the two is
+	// in the read or announced after the subscription, never neither.
+	updates := make(chan *nats.Msg, 64)
+	sub, err := c.nc.ChanSubscribe(wire.EntrySubject(pendingID), updates)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("await %s: subscribe: %w", pendingID, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	cur, rev, err := c.read(ctx, pendingID)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("await %s: %w", pendingID, err)
 	}
-	w, err := kv.Watch(ctx, pendingID)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("await %s: watch: %w", pendingID, err)
-	}
-	defer func() { _ = w.Stop() }()
 
+	resyncEvery := awaitResyncFirst
+	resync := time.NewTimer(resyncEvery)
+	defer resync.Stop()
 	var (
-		cur   *machine.Entry
 		timer *time.Timer
 		wake  <-chan time.Time
 	)
@@ -122,33 +130,6 @@ func (c *Client) Await(ctx context.Context, pendingID string, opts ...AwaitOptio
 		}
 	}()
 	for {
-		select {
-		case <-ctx.Done():
-			if cur != nil {
-				return Outcome{}, fmt.Errorf("await %s (still %s): %w", pendingID, cur.Status, ctx.Err())
-			}
-			return Outcome{}, fmt.Errorf("await %s: %w", pendingID, ctx.Err())
-		case <-wake:
-			// The scheduled time has come: look at cur again.
-			wake = nil
-		case kve, ok := <-w.Updates():
-			switch {
-			case !ok:
-				return Outcome{}, fmt.Errorf("await %s: the watch ended (NATS connection closed?)", pendingID)
-			case kve == nil: // the initial value, if any, is in
-				if cur == nil {
-					return Outcome{}, fmt.Errorf("await %s: %w", pendingID, machine.ErrNotFound)
-				}
-				continue
-			case kve.Operation() != jetstream.KeyValuePut:
-				return Outcome{}, fmt.Errorf("await %s: the entry was removed (%s): %w", pendingID, kve.Operation(), machine.ErrNotFound)
-			}
-			var e machine.Entry
-			if err := json.Unmarshal(kve.Value(), &e); err != nil {
-				return Outcome{}, fmt.Errorf("await %s: revision %d: decode entry: %w", pendingID, kve.Revision(), err)
-			}
-			cur = &e
-		}
 		a := answer(cur, cfg, time.Now())
 		if a.done {
 			return a.out, a.err
@@ -161,8 +142,41 @@ func (c *Client) Await(ctx context.Context, pendingID string, opts ...AwaitOptio
 			timer = time.NewTimer(time.Until(a.wake))
 			wake = timer.C
 		}
+		select {
+		case <-ctx.Done():
+			return Outcome{}, fmt.Errorf("await %s (still %s): %w", pendingID, cur.Status, ctx.Err())
+		case <-wake:
+			// The scheduled time has come: look at cur again.
+		case msg := <-updates:
+			var ev wire.Event
+			// Announcements of one entry may arrive out of order (two
+			// relays), and after the read they precede: keep the newest.
+			if json.Unmarshal(msg.Data, &ev) == nil && ev.Entry != nil && ev.Revision > rev {
+				cur, rev = ev.Entry, ev.Revision
+			}
+		case <-resync.C:
+			e, r, err := c.read(ctx, pendingID)
+			switch {
+			case errors.Is(err, machine.ErrNotFound):
+				return Outcome{}, fmt.Errorf("await %s: the entry was removed: %w", pendingID, err)
+			case err == nil && r > rev:
+				cur, rev = e, r
+			}
+			// An error here is toolgate out of reach for now: the next
+			// read tries again.
+			resyncEvery = min(2*resyncEvery, awaitResyncMax)
+			resync.Reset(resyncEvery)
+		}
 	}
 }
+
+// How often Await reads the entry again in case it missed an
+// announcement: soon at first, when a missed one costs most, then less
+// and less often.
+const (
+	awaitResyncFirst = time.Second
+	awaitResyncMax   = 30 * time.Second
+)
 
 // Request submits call and awaits its answer: Submit, then Await.
 func (c *Client) Request(ctx context.Context, call machine.Call, opts ...AwaitOption) (Outcome, error) {

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,9 +26,6 @@ type Client struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	timeout time.Duration
-
-	mu sync.Mutex
-	kv jetstream.KeyValue // the tool_calls bucket, once bound
 }
 
 // Option configures a Client.
@@ -38,8 +35,8 @@ type Option func(*Client)
 // context has no deadline (default DefaultRequestTimeout).
 func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
-// New returns a client over nc. It does no I/O: the tool_calls bucket is
-// bound at the first Await, so an agent may start before toolgate does.
+// New returns a client over nc. It does no I/O, so an agent may start
+// before toolgate does.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("client: nil NATS connection")
@@ -55,31 +52,19 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// calls binds the tool_calls bucket, once it exists.
-func (c *Client) calls(ctx context.Context) (jetstream.KeyValue, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.kv != nil {
-		return c.kv, nil
-	}
-	kv, err := c.js.KeyValue(ctx, wire.CallsBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("%w: no %s bucket on NATS %s: is toolgate serving there? (%w)",
-			ErrUnavailable, wire.CallsBucket, c.nc.ConnectedUrlRedacted(), err)
-	} else if err != nil {
-		return nil, fmt.Errorf("bind %s bucket: %w", wire.CallsBucket, err)
-	}
-	c.kv = kv
-	return kv, nil
-}
-
 // request sends body to an endpoint and decodes the reply into out. A
 // refusal comes back as the *wire.APIError it carries, which matches the
 // machine package's errors with errors.Is.
 func (c *Client) request(ctx context.Context, endpoint string, body, out any) error {
+	_, err := c.requestMsg(ctx, endpoint, body, out)
+	return err
+}
+
+// requestMsg is request, also returning the reply, for its headers.
+func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any) (*nats.Msg, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
-		return fmt.Errorf("%s: encode request: %w", endpoint, err)
+		return nil, fmt.Errorf("%s: encode request: %w", endpoint, err)
 	}
 	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
 		var cancel context.CancelFunc
@@ -90,14 +75,14 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("%w: toolgate's request API is not reachable on NATS %s: nothing answers %s (is `toolgate serve` running there, with the intake role?)",
+		return nil, fmt.Errorf("%w: toolgate's request API is not reachable on NATS %s: nothing answers %s (is `toolgate serve` running there, with the intake role?)",
 			ErrUnavailable, c.nc.ConnectedUrlRedacted(), subject)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		return fmt.Errorf("%s: no answer from toolgate on NATS %s: %w", endpoint, c.nc.ConnectedUrlRedacted(), err)
+		return nil, fmt.Errorf("%s: no answer from toolgate on NATS %s: %w", endpoint, c.nc.ConnectedUrlRedacted(), err)
 	case err != nil:
-		return fmt.Errorf("%s: %w", endpoint, err)
+		return nil, fmt.Errorf("%s: %w", endpoint, err)
 	}
-	return wire.DecodeReply(msg.Header, msg.Data, out)
+	return msg, wire.DecodeReply(msg.Header, msg.Data, out)
 }
 
 // Submit asks toolgate to gate a call and returns its entry: pending
@@ -115,11 +100,19 @@ func (c *Client) Submit(ctx context.Context, call machine.Call) (*machine.Entry,
 
 // Get returns one entry.
 func (c *Client) Get(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	e, _, err := c.read(ctx, pendingID)
+	return e, err
+}
+
+// read returns one entry and the revision toolgate read it at.
+func (c *Client) read(ctx context.Context, pendingID string) (*machine.Entry, uint64, error) {
 	var e machine.Entry
-	if err := c.request(ctx, wire.EndpointGet, wire.GetRequest{PendingID: pendingID}, &e); err != nil {
-		return nil, err
+	msg, err := c.requestMsg(ctx, wire.EndpointGet, wire.GetRequest{PendingID: pendingID}, &e)
+	if err != nil {
+		return nil, 0, err
 	}
-	return &e, nil
+	rev, _ := strconv.ParseUint(msg.Header.Get(wire.RevisionHeader), 10, 64)
+	return &e, rev, nil
 }
 
 // List returns the entries matching every field set in r, oldest first,

@@ -12,11 +12,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -34,24 +34,7 @@ func startGate(t *testing.T, doc string) *gate {
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(d, nil, nil)
 	require.NoError(t, err)
-	m := machine.New(env.Store, machine.WithEvaluator(engine))
-	svc := bus.NewService(m, env.KV, bustest.Logger())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx, env.NC, "0.0.1-test") }()
-	t.Cleanup(func() { cancel(); <-done })
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := env.NC.Request("$SRV.PING."+wire.ServiceName, nil, time.Second); err == nil {
-			break
-		}
-		select {
-		case err := <-done:
-			done <- err // for the cleanup
-			t.Fatalf("service stopped: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		require.True(t, time.Now().Before(deadline), "service not answering after 10s")
-	}
+	toolgatetest.Start(t, env, toolgatetest.Options{Policy: engine})
 	return &gate{env: env, c: newClient(t, env.URLs)}
 }
 
@@ -375,7 +358,7 @@ func TestClient_WithoutToolgateSaysItIsNotReachable(t *testing.T) {
 	assert.Contains(t, err.Error(), "toolgate.submit")
 	_, err = c.Await(t.Context(), "c1.t1")
 	require.ErrorIs(t, err, client.ErrUnavailable)
-	assert.Contains(t, err.Error(), "tool_calls")
+	assert.Contains(t, err.Error(), "toolgate.get")
 }
 
 func TestAwait_EndsWithItsContext(t *testing.T) {

@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nuid"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -79,7 +78,6 @@ type ExecutorOptions struct {
 // a live executor, cannot be claimed, so it is never run.
 type Executor struct {
 	c        *Client
-	m        *machine.Machine
 	opts     ExecutorOptions
 	handlers map[string]Handler
 
@@ -93,10 +91,6 @@ var errConversationCancelled = errors.New("conversation cancelled")
 
 // NewExecutor returns an executor; add handlers with Handle, then Run.
 func (c *Client) NewExecutor(opts ExecutorOptions) (*Executor, error) {
-	kv, err := c.calls(context.Background())
-	if err != nil {
-		return nil, err
-	}
 	if opts.ID == "" {
 		host, _ := os.Hostname()
 		opts.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), nuid.Next()[:6])
@@ -115,7 +109,7 @@ func (c *Client) NewExecutor(opts ExecutorOptions) (*Executor, error) {
 	}
 	opts.Log = opts.Log.With("executor", opts.ID)
 	return &Executor{
-		c: c, m: machine.New(bus.NewKVStore(kv)), opts: opts,
+		c: c, opts: opts,
 		handlers: map[string]Handler{}, running: map[string]context.CancelCauseFunc{},
 	}, nil
 }
@@ -177,7 +171,7 @@ func (x *Executor) work(ctx context.Context, msg jetstream.Msg, h Handler) error
 	if err := json.Unmarshal(msg.Data(), &item); err != nil {
 		return consumer.Permanent(fmt.Errorf("work item: %w", err))
 	}
-	e, err := x.m.Claim(ctx, item.PendingID, x.opts.ID, x.opts.Lease)
+	e, err := x.c.report(ctx, wire.EndpointStarted, wire.ReportRequest{PendingID: item.PendingID, By: x.opts.ID, LeaseMs: x.opts.Lease.Milliseconds()})
 	if errors.Is(err, machine.ErrConflict) || errors.Is(err, machine.ErrNotFound) {
 		// Not runnable (refused, cancelled, done, not due) or held by a
 		// live executor: not ours to run. The item is spent.
@@ -197,19 +191,19 @@ func (x *Executor) run(ctx context.Context, e *machine.Entry, h Handler) {
 	log := x.opts.Log.With("pendingId", id, "tool", e.ToolName)
 	for {
 		res, err, cause := x.attempt(ctx, e, h)
-		var rec func(context.Context, string, machine.Outcome) (*machine.Entry, error)
-		outcome := machine.Outcome{Holder: x.opts.ID, Result: res.Output, Cost: res.Cost}
+		rec := wire.EndpointFailed
+		outcome := wire.ReportRequest{PendingID: id, By: x.opts.ID, Result: res.Output, Cost: res.Cost}
 		switch {
 		case ctx.Err() != nil || errors.Is(cause, errLeaseLost):
 			// Stopping, or another executor holds the call now: leave it.
 			log.Info("stopped running", "cause", cause)
 			return
 		case err == nil:
-			rec = x.m.Complete
+			rec = wire.EndpointSucceeded
 		case errors.Is(cause, errConversationCancelled):
-			rec, outcome.Error = x.m.Fail, "cancelled: "+err.Error()
+			outcome.Error = "cancelled: " + err.Error()
 		case errors.As(err, new(permanentError)) || e.AttemptsLeft() == 0:
-			rec, outcome.Error = x.m.Fail, err.Error()
+			outcome.Error = err.Error()
 		default:
 			log.Warn("attempt failed, retrying", "attempt", e.ExecutionAttempts, "err", err)
 			select {
@@ -217,7 +211,7 @@ func (x *Executor) run(ctx context.Context, e *machine.Entry, h Handler) {
 				return
 			case <-time.After(x.opts.Backoff[min(e.ExecutionAttempts, len(x.opts.Backoff))-1]):
 			}
-			next, err := x.m.Retry(ctx, id, x.opts.ID, e.ExecutionAttempts, x.opts.Lease)
+			next, err := x.c.report(ctx, wire.EndpointRetry, wire.ReportRequest{PendingID: id, By: x.opts.ID, Attempt: e.ExecutionAttempts, LeaseMs: x.opts.Lease.Milliseconds()})
 			if err != nil {
 				log.Info("could not claim again", "err", err)
 				return
@@ -226,12 +220,38 @@ func (x *Executor) run(ctx context.Context, e *machine.Entry, h Handler) {
 			continue
 		}
 		if len(outcome.Result) > 0 && !json.Valid(outcome.Result) {
-			rec, outcome.Result, outcome.Error = x.m.Fail, nil, "handler returned output that is not JSON"
+			rec, outcome.Result, outcome.Error = wire.EndpointFailed, nil, "handler returned output that is not JSON"
 		}
-		if _, err := rec(context.WithoutCancel(ctx), id, outcome); err != nil {
-			log.Warn("recording the outcome failed", "err", err)
-		}
+		x.record(context.WithoutCancel(ctx), log, rec, outcome)
 		return
+	}
+}
+
+// record reports a finished run, trying again while toolgate cannot be
+// reached (a leader election takes seconds) for as long as the lease
+// lasts: given up sooner, the lease runs out, the timer queues the call
+// again and the tool runs twice.
+func (x *Executor) record(ctx context.Context, log *slog.Logger, endpoint string, r wire.ReportRequest) {
+	deadline := time.Now().Add(x.opts.Lease)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		_, err := x.c.report(rctx, endpoint, r)
+		cancel()
+		var refused *wire.APIError
+		switch {
+		case err == nil:
+			return
+		case errors.As(err, &refused) && refused.Status < 500:
+			// Not ours to record any more (the lease was lost, the
+			// call cancelled): nothing a retry changes.
+			log.Warn("outcome refused", "err", err)
+			return
+		case time.Now().Add(wait).After(deadline):
+			log.Error("recording the outcome failed; the lease runs out and the call may run again", "err", err)
+			return
+		}
+		log.Warn("recording the outcome failed, retrying", "err", err, "in", wait)
+		time.Sleep(wait)
 	}
 }
 
@@ -261,7 +281,8 @@ func (x *Executor) attempt(ctx context.Context, e *machine.Entry, h Handler) (Re
 			case <-done:
 				return
 			case <-t.C:
-				if _, err := x.m.Heartbeat(hctx, e.PendingID, x.opts.ID, x.opts.Lease); errors.Is(err, machine.ErrConflict) {
+				_, err := x.c.report(hctx, wire.EndpointHeartbeat, wire.ReportRequest{PendingID: e.PendingID, By: x.opts.ID, LeaseMs: x.opts.Lease.Milliseconds()})
+				if errors.Is(err, machine.ErrConflict) {
 					cancel(errLeaseLost)
 					return
 				}

@@ -33,7 +33,6 @@ default:
 func startExecutor(t *testing.T, handlers map[string]client.Handler) *gate {
 	t.Helper()
 	g := startGate(t, executorPolicy)
-	bustest.RunRelay(t, g.env.JS)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	x, err := newClient(t, g.env.URLs).NewExecutor(client.ExecutorOptions{ID: "exec-1", Lease: 3 * time.Second, Backoff: []time.Duration{10 * time.Millisecond}, Log: bustest.Logger()})
@@ -273,7 +272,6 @@ default:
   requiresApprovalTools: [approved_job]
   toolSpecificDelays: {delayed_job: 300}
 `)
-	bustest.RunRelay(t, g.env.JS)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })

@@ -81,7 +81,9 @@ func TestRunner_DeadLettersAfterMaxDeliver(t *testing.T) {
 	for i := range 5 {
 		publish(t, env, wire.WorkSubject("mixed"), fmt.Sprint("ok-", i))
 	}
-	require.Eventually(t, func() bool { return streamCount(t, env, wire.DeadLetterStream) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, uint64(1), streamCount(t, env, wire.DeadLetterStream), "dead letters (the poison message handled %d times, the others %d)", dead.Load(), alive.Load())
+	}, 30*time.Second, 10*time.Millisecond)
 	assert.Equal(t, int32(3), dead.Load(), "tried MaxDeliver times")
 	assert.Equal(t, int32(5), alive.Load(), "the poison message held nothing up")
 
@@ -105,7 +107,9 @@ func TestRunner_PermanentErrorDeadLettersAtOnce(t *testing.T) {
 		return consumer.Permanent(errors.New("bad input"))
 	})
 	publish(t, env, wire.WorkSubject("perm"), "x")
-	require.Eventually(t, func() bool { return streamCount(t, env, wire.DeadLetterStream) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, uint64(1), streamCount(t, env, wire.DeadLetterStream), "dead letters (handled %d times)", calls.Load())
+	}, 30*time.Second, 10*time.Millisecond)
 	assert.Equal(t, int32(1), calls.Load())
 }
 

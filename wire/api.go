@@ -27,6 +27,7 @@ const (
 	EndpointHeartbeat          = "heartbeat"
 	EndpointSucceeded          = "succeeded"
 	EndpointFailed             = "failed"
+	EndpointRetry              = "retry"
 )
 
 // APISubject is the subject of an endpoint.
@@ -77,12 +78,14 @@ type CancelConversationReply struct {
 	Running []*machine.Entry `json:"running"`
 }
 
-// ReportRequest is an agent reporting on a call it runs itself: started
-// (claims it), succeeded or failed.
+// ReportRequest is an agent or executor reporting on a call it runs:
+// started (claims it), heartbeat, retry (after a failed attempt),
+// succeeded or failed.
 type ReportRequest struct {
 	PendingID string          `json:"pendingId"`
 	By        string          `json:"by"`
-	LeaseMs   int64           `json:"leaseMs,omitempty"` // started, heartbeat: default 1 hour
+	LeaseMs   int64           `json:"leaseMs,omitempty"` // started, heartbeat, retry: default 1 hour
+	Attempt   int             `json:"attempt,omitempty"` // retry: the attempt that failed
 	Result    json.RawMessage `json:"result,omitempty"`
 	Error     string          `json:"error,omitempty"`
 	Cost      float64         `json:"cost,omitempty"`
@@ -179,3 +182,18 @@ func DecodeReply(header map[string][]string, data []byte, v any) error {
 	}
 	return nil
 }
+
+// HistoryItem is one transition of an entry, with the revision that
+// recorded it.
+type HistoryItem struct {
+	machine.Transition
+	Revision uint64 `json:"revision"`
+}
+
+// RevisionHeader carries, on a get's reply, the revision of the entry it
+// holds: Await orders what it reads by it.
+const RevisionHeader = "Toolgate-Revision"
+
+// EntrySubject is where every revision of one entry is announced (core
+// NATS, an Event) for agents awaiting it.
+func EntrySubject(pendingID string) string { return "toolgate.entry." + pendingID }

@@ -31,7 +31,7 @@ type Timer struct {
 	js          jetstream.JetStream
 	kv          jetstream.KeyValue
 	store       *bus.KVStore
-	m           *machine.Machine
+	m           Deadlines
 	log         *slog.Logger
 	concurrency int
 	retry       time.Duration
@@ -64,9 +64,17 @@ func WithRetryDelay(d time.Duration) TimerOption {
 	}
 }
 
+// Deadlines are the commands a Timer gives when a deadline falls due:
+// *gate.Service has them (and *machine.Machine, for tests of the timer
+// alone).
+type Deadlines interface {
+	Expire(ctx context.Context, pendingID string) (*machine.Entry, error)
+	AbandonLease(ctx context.Context, pendingID string) (*machine.Entry, error)
+}
+
 // NewTimer returns a Timer over kv, the tool_calls bucket, moving entries
 // through m. Run starts it.
-func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m *machine.Machine, log *slog.Logger, opts ...TimerOption) *Timer {
+func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *slog.Logger, opts ...TimerOption) *Timer {
 	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 64, retry: time.Second}
 	for _, o := range opts {
 		o(t)

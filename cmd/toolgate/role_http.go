@@ -12,7 +12,6 @@ import (
 
 	"github.com/toolgate/toolgate/api"
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
 )
 
@@ -54,9 +53,8 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 		return err
 	}
 	srv := api.New(api.Config{
-		Machine:  d.machine,
+		Gate:     d.gate,
 		JS:       d.js,
-		Calls:    d.buckets.Calls,
 		Tokens:   tokens,
 		Gatherer: d.registry,
 		Ready: func(ctx context.Context) error {
@@ -66,7 +64,6 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 			_, err := d.buckets.Calls.Status(ctx)
 			return err
 		},
-		OnDecided:  func(ctx context.Context, e *machine.Entry) error { return recordScope(ctx, d, e) },
 		ClaudeCode: gate,
 		Analytics:  analytics,
 		Log:        log,

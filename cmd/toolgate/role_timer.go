@@ -12,5 +12,5 @@ import (
 // it; each acts on every deadline, and compare-and-set and de-duplication
 // make the second firing harmless.
 func runTimer(ctx context.Context, d *deps, log *slog.Logger) error {
-	return worker.NewTimer(d.js, d.buckets.Calls, d.machine, log).Run(ctx)
+	return worker.NewTimer(d.js, d.buckets.Calls, d.gate, log).Run(ctx)
 }

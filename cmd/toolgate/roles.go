@@ -9,8 +9,7 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/bus"
-	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/natsapi"
 )
 
 // knownRoles are the roles a toolgate process can run, each on its own or
@@ -76,12 +75,9 @@ func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
 }
 
 // runIntake serves the request API, evaluating calls against the policy
-// kept in KV and recording what a decision's scope grants beyond its call.
+// kept in KV.
 func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
-	svc := bus.NewService(d.machine, d.buckets.Calls, log)
-	svc.OnDecided = func(ctx context.Context, e *machine.Entry) error {
-		return recordScope(ctx, d, e)
-	}
+	svc := natsapi.New(d.gate, log)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -89,23 +85,4 @@ func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	err := svc.Run(ctx, d.nc, version)
 	cancel() // the service failed or stopped: stop following too
 	return errors.Join(err, <-errc)
-}
-
-// recordScope turns an approval "for this session" into a grant later
-// calls of the conversation match, and "always" into an allow rule of the
-// call's team.
-func recordScope(ctx context.Context, d *deps, e *machine.Entry) error {
-	if e.Status != machine.StateApproved || e.DecisionScope == machine.ScopeOnce || e.DecisionScope == "" {
-		return nil
-	}
-	c := machine.Call{ToolName: e.ToolName, Arguments: e.ToolArguments, ConversationID: e.ConversationID, Team: e.Team, CallerBotID: e.CallerBotID}
-	pattern, err := policy.GrantPattern(c)
-	if err != nil {
-		return err
-	}
-	if e.DecisionScope == machine.ScopeAlways {
-		return d.policies.AddAllowRule(ctx, e.Team, pattern)
-	}
-	_, err = d.grants.Add(ctx, policy.Grant{Pattern: pattern, ConversationID: e.ConversationID, Team: e.Team, By: e.ApprovedOrRejectedByUserID, At: e.DecisionTime})
-	return err
 }

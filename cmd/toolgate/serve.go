@@ -26,7 +26,8 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/embedded"
-	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/gate"
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -267,10 +268,9 @@ type deps struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	buckets  *bus.Buckets
-	machine  *machine.Machine
+	gate     *gate.Service
 	engine   *policy.Engine
 	policies *bus.PolicyStore
-	grants   *bus.GrantStore
 	// registry holds every Prometheus collector this process exports.
 	registry *prometheus.Registry
 	// httpListening, when set, is told the HTTP role's address.
@@ -304,12 +304,14 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if err != nil {
 		return nil, fmt.Errorf("stored policy: %w", err)
 	}
-	mach := machine.New(bus.NewKVStore(b.Calls),
-		machine.WithEvaluator(engine),
-		machine.WithObserver(ledger.SettleObserver(m.Log)))
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &deps{cfg: m.Config, nc: nc, js: js, buckets: b, machine: mach, engine: engine, policies: policies, grants: grants, registry: registry, httpListening: m.httpListening}, nil
+	mx, err := metrics.For(registry)
+	if err != nil {
+		return nil, err
+	}
+	g := gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Metrics: mx, Log: m.Log})
+	return &deps{cfg: m.Config, nc: nc, js: js, buckets: b, gate: g, engine: engine, policies: policies, registry: registry, httpListening: m.httpListening}, nil
 }
 
 // connect starts the embedded server, or dials the configured ones.

@@ -1,11 +1,9 @@
-package bus_test
+package natsapi_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,24 +11,26 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/natsapi"
 	"github.com/toolgate/toolgate/wire"
 )
 
 // startService serves the request API over a machine that asks about
 // every call except tools named run_*, which it runs at once.
-func startService(t *testing.T) (*bustest.Env, *bus.Service) {
+func startService(t *testing.T) (*bustest.Env, *natsapi.Service) {
 	t.Helper()
 	env := bustest.Start(t, bustest.Topologies[0])
-	m := machine.New(env.Store, machine.WithEvaluator(machine.EvaluatorFunc(func(_ context.Context, c machine.Call) (machine.Verdict, error) {
-		if len(c.ToolName) > 4 && c.ToolName[:4] == "run_" {
-			return machine.Verdict{Action: machine.ActionRun}, nil
-		}
-		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute, Approvers: []string{"alice", "bob"}}, nil
-	})))
-	svc := bus.NewService(m, env.KV, bustest.Logger())
+	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Log: bustest.Logger(),
+		Policy: machine.EvaluatorFunc(func(_ context.Context, c machine.Call) (machine.Verdict, error) {
+			if len(c.ToolName) > 4 && c.ToolName[:4] == "run_" {
+				return machine.Verdict{Action: machine.ActionRun}, nil
+			}
+			return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute, Approvers: []string{"alice", "bob"}}, nil
+		})})
+	svc := natsapi.New(g, bustest.Logger())
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx, env.NC, "0.0.1-test") }()
@@ -114,37 +114,10 @@ func TestService_SubmitDecideAndRefusals(t *testing.T) {
 	assertAPIError(t, err, 400, machine.ErrInvalid, "limit")
 }
 
-func TestListPage_FitsOneMessageWhateverTheEntries(t *testing.T) {
-	t.Parallel()
-	var entries []*machine.Entry
-	for i := range 50 {
-		entries = append(entries, &machine.Entry{PendingID: fmt.Sprintf("c.%02d", i), RequestedAt: int64(i),
-			ToolArguments: json.RawMessage(`{"blob":"` + strings.Repeat("x", 100<<10) + `"}`)})
-	}
-	var got []string
-	r := wire.ListRequest{Limit: 1000}
-	for pages := 0; ; pages++ {
-		require.Less(t, pages, 50)
-		page, err := bus.ListPage(entries, r)
-		require.NoError(t, err)
-		data, _ := json.Marshal(page)
-		assert.Less(t, len(data), 1<<20, "a page fits in a NATS message")
-		for _, e := range page.Items {
-			got = append(got, e.PendingID)
-		}
-		if page.NextCursor == "" {
-			break
-		}
-		r.Cursor = page.NextCursor
-	}
-	require.Len(t, got, 50, "every entry once")
-	assert.IsNonDecreasing(t, got)
-}
-
 func TestServiceVersionIsSemVer(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{"0.1.0-dev": "0.1.0-dev", "v1.2.3": "1.2.3", "v1.2.3-4-gabc123": "1.2.3-4-gabc123", "dev": "0.0.0-dev", "abc/x y": "0.0.0-abc.x.y"} {
-		assert.Equal(t, want, bus.SemVer(in), in)
+		assert.Equal(t, want, natsapi.SemVer(in), in)
 	}
 }
 

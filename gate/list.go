@@ -1,4 +1,4 @@
-package bus
+package gate
 
 import (
 	"cmp"
@@ -21,9 +21,9 @@ const (
 	maxPageBytes       = 512 << 10
 )
 
-// ListPage filters entries by r, sorts them oldest first (then by id) and
+// listPage filters entries by r, sorts them oldest first (then by id) and
 // cuts the page r's cursor and limit ask for.
-func ListPage(entries []*machine.Entry, r wire.ListRequest) (wire.ListReply, error) {
+func listPage(entries []*machine.Entry, r wire.ListRequest) (wire.ListReply, error) {
 	if r.Status != "" && !r.Status.Valid() {
 		return wire.ListReply{}, fmt.Errorf("%w: status: unknown state %q", machine.ErrInvalid, r.Status)
 	}

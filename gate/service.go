@@ -1,0 +1,245 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Config is what a Service is built from.
+type Config struct {
+	// NC announces a conversation's cancel to the executors running its
+	// calls.
+	NC      *nats.Conn
+	Buckets *bus.Buckets
+	// Policy decides what a submitted call needs (default: ask a human
+	// about every call).
+	Policy machine.Evaluator
+	// Metrics, when set, counts the commands refused because their entry
+	// had moved on.
+	Metrics *metrics.Metrics
+	// Clock replaces time.Now, for tests.
+	Clock func() time.Time
+	Log   *slog.Logger
+}
+
+// Service is every use case of toolgate. It holds no state of its own
+// beyond its stores, so any number of Services in any number of processes
+// serve the same buckets; compare-and-set makes each transition happen
+// once.
+type Service struct {
+	m        *machine.Machine
+	calls    *bus.KVStore
+	policies *bus.PolicyStore
+	grants   *bus.GrantStore
+	budgets  *bus.BudgetLedger
+	nc       *nats.Conn
+	mx       *metrics.Metrics
+	log      *slog.Logger
+}
+
+// New returns the Service over cfg's buckets.
+func New(cfg Config) *Service {
+	calls := bus.NewKVStore(cfg.Buckets.Calls)
+	opts := []machine.Option{}
+	if cfg.Policy != nil {
+		opts = append(opts, machine.WithEvaluator(cfg.Policy))
+	}
+	if cfg.Clock != nil {
+		opts = append(opts, machine.WithClock(cfg.Clock))
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{
+		m:        machine.New(calls, opts...),
+		calls:    calls,
+		policies: bus.NewPolicyStore(cfg.Buckets.Policies),
+		grants:   bus.NewGrantStore(cfg.Buckets.Grants),
+		budgets:  bus.NewBudgetLedger(cfg.Buckets.Budgets),
+		nc:       cfg.NC,
+		mx:       cfg.Metrics,
+		log:      log,
+	}
+}
+
+// observe counts a refused transition, once, here: every command of every
+// transport comes through the Service.
+func (s *Service) observe(e *machine.Entry, err error) (*machine.Entry, error) {
+	if err != nil && s.mx != nil {
+		s.mx.ObserveError(err)
+	}
+	return e, err
+}
+
+// Submit evaluates the policy for c and records its entry; submitting the
+// same call again returns the entry already there.
+func (s *Service) Submit(ctx context.Context, c machine.Call) (*machine.Entry, error) {
+	return s.m.Submit(ctx, c)
+}
+
+// Get returns one entry.
+func (s *Service) Get(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	e, _, err := s.Read(ctx, pendingID)
+	return e, err
+}
+
+// Read returns one entry and the revision it was read at: an agent
+// awaiting the entry orders what it hears of it by revision.
+func (s *Service) Read(ctx context.Context, pendingID string) (*machine.Entry, uint64, error) {
+	e, rev, err := s.calls.Get(ctx, pendingID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("get %s: %w", pendingID, err)
+	}
+	return e, rev, nil
+}
+
+// History returns the transitions an entry went through, oldest first.
+func (s *Service) History(ctx context.Context, pendingID string) ([]wire.HistoryItem, error) {
+	return s.calls.History(ctx, pendingID)
+}
+
+// List returns one page of the entries r asks for. With a conversation,
+// only its keys are read.
+func (s *Service) List(ctx context.Context, r wire.ListRequest) (wire.ListReply, error) {
+	if _, err := listPage(nil, r); err != nil {
+		return wire.ListReply{}, err // a bad filter, before anything is read
+	}
+	var all []*machine.Entry
+	var err error
+	if r.ConversationID != "" {
+		all, err = s.calls.ListConversation(ctx, r.ConversationID)
+	} else {
+		all, err = s.calls.ListAll(ctx)
+	}
+	if err != nil {
+		return wire.ListReply{}, err
+	}
+	return listPage(all, r)
+}
+
+// Decide approves or rejects a pending call. An approval "for this
+// session" becomes a grant that later calls of the conversation match;
+// "always", an allow rule of the call's team.
+func (s *Service) Decide(ctx context.Context, pendingID string, d machine.Decision) (*machine.Entry, error) {
+	e, err := s.observe(s.m.Decide(ctx, pendingID, d))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.recordScope(ctx, e); err != nil {
+		// The decision stands; only its reach beyond this call failed.
+		s.log.Error("recording the decision's scope failed", "pendingId", e.PendingID, "scope", e.DecisionScope, "err", err)
+	}
+	return e, nil
+}
+
+func (s *Service) recordScope(ctx context.Context, e *machine.Entry) error {
+	if e.Status != machine.StateApproved || e.DecisionScope == machine.ScopeOnce || e.DecisionScope == "" {
+		return nil
+	}
+	c := machine.Call{ToolName: e.ToolName, Arguments: e.ToolArguments, ConversationID: e.ConversationID, Team: e.Team, CallerBotID: e.CallerBotID}
+	pattern, err := policy.GrantPattern(c)
+	if err != nil {
+		return err
+	}
+	if e.DecisionScope == machine.ScopeAlways {
+		return s.policies.AddAllowRule(ctx, e.Team, pattern)
+	}
+	_, err = s.grants.Add(ctx, policy.Grant{Pattern: pattern, ConversationID: e.ConversationID, Team: e.Team, By: e.ApprovedOrRejectedByUserID, At: e.DecisionTime})
+	return err
+}
+
+// Cancel stops a call that has not started running.
+func (s *Service) Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error) {
+	return s.observe(s.m.Cancel(ctx, pendingID, by, reason))
+}
+
+// CancelConversation cancels every call of a conversation that has not
+// started running, reading only its keys, and announces the cancel so
+// that executors stop the calls already running, which no transition can
+// cancel.
+func (s *Service) CancelConversation(ctx context.Context, conversationID, by, reason string) (*wire.CancelConversationReply, error) {
+	entries, err := s.calls.ListConversation(ctx, conversationID)
+	if err != nil {
+		return nil, err
+	}
+	reply := &wire.CancelConversationReply{Cancelled: []*machine.Entry{}, Running: []*machine.Entry{}}
+	for _, e := range entries {
+		if e.Status.Terminal() {
+			continue
+		}
+		if e.Status == machine.StateExecuting {
+			reply.Running = append(reply.Running, e)
+			continue
+		}
+		got, err := s.m.Cancel(ctx, e.PendingID, by, reason)
+		var te *machine.TransitionError
+		switch {
+		case errors.As(err, &te):
+			// It moved on while we looked: running now, or finished.
+			if te.Entry.Status == machine.StateExecuting {
+				reply.Running = append(reply.Running, te.Entry)
+			}
+		case err != nil:
+			return nil, err
+		default:
+			reply.Cancelled = append(reply.Cancelled, got)
+		}
+	}
+	if len(reply.Running) > 0 {
+		data, _ := json.Marshal(reply)
+		if err := s.nc.Publish(wire.CancelSubject, data); err != nil {
+			return nil, fmt.Errorf("announce cancel of %s: %w", conversationID, err)
+		}
+	}
+	return reply, nil
+}
+
+// Claim hands a runnable call to holder for lease.
+func (s *Service) Claim(ctx context.Context, pendingID, holder string, lease time.Duration) (*machine.Entry, error) {
+	return s.observe(s.m.Claim(ctx, pendingID, holder, lease))
+}
+
+// Retry starts another attempt of a call whose attempt failed, for the
+// holder of its lease.
+func (s *Service) Retry(ctx context.Context, pendingID, holder string, failed int, lease time.Duration) (*machine.Entry, error) {
+	return s.observe(s.m.Retry(ctx, pendingID, holder, failed, lease))
+}
+
+// Heartbeat renews the lease of the executor running a call.
+func (s *Service) Heartbeat(ctx context.Context, pendingID, holder string, lease time.Duration) (*machine.Entry, error) {
+	return s.observe(s.m.Heartbeat(ctx, pendingID, holder, lease))
+}
+
+// Complete records a successful run.
+func (s *Service) Complete(ctx context.Context, pendingID string, o machine.Outcome) (*machine.Entry, error) {
+	return s.observe(s.m.Complete(ctx, pendingID, o))
+}
+
+// Fail records a failed run.
+func (s *Service) Fail(ctx context.Context, pendingID string, o machine.Outcome) (*machine.Entry, error) {
+	return s.observe(s.m.Fail(ctx, pendingID, o))
+}
+
+// Expire handles a pending call whose approval deadline has passed.
+func (s *Service) Expire(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	return s.observe(s.m.Expire(ctx, pendingID))
+}
+
+// AbandonLease fails a running call whose executor's lease ran out on its
+// last allowed attempt.
+func (s *Service) AbandonLease(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	return s.observe(s.m.AbandonLease(ctx, pendingID))
+}

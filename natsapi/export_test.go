@@ -1,0 +1,4 @@
+package natsapi
+
+// SemVer is semver, for tests.
+var SemVer = semver

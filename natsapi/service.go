@@ -1,0 +1,225 @@
+// Package natsapi serves toolgate's request API on NATS: it decodes each
+// request, calls the application layer (package gate) and encodes what it
+// returns. Agents, executors and the CLI reach toolgate through it.
+package natsapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/toolgate/toolgate/gate"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Service serves the request API: a NATS micro service named "toolgate"
+// (so `nats micro ls` finds it) with one endpoint per use case, each on
+// toolgate.<name>. Requests and replies are JSON; a refusal is a reply
+// with the Nats-Service-Error-Code header set to an HTTP-like status and
+// an ErrorBody naming the problem.
+type Service struct {
+	gate *gate.Service
+	log  *slog.Logger
+}
+
+// New returns the request API over g.
+func New(g *gate.Service, log *slog.Logger) *Service {
+	return &Service{gate: g, log: log}
+}
+
+// Run serves requests until ctx ends, then waits for the requests in
+// flight to be answered. Handlers run concurrently (up to 64 at once),
+// since one slow write must not hold up the others.
+func (s *Service) Run(ctx context.Context, nc *nats.Conn, version string) error {
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        wire.ServiceName,
+		Version:     semver(version),
+		Description: "toolgate: submit tool calls, decide, cancel, report",
+	})
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	defer svc.Stop() // first: no new requests while the last are answered
+	slots := make(chan struct{}, 64)
+	group := svc.AddGroup(wire.ServiceName)
+	for name, h := range s.endpoints() {
+		handler := micro.HandlerFunc(func(req micro.Request) {
+			slots <- struct{}{}
+			inflight.Go(func() {
+				defer func() { <-slots }()
+				s.serve(ctx, req, h)
+			})
+		})
+		if err := group.AddEndpoint(name, handler); err != nil {
+			return fmt.Errorf("service endpoint %s: %w", name, err)
+		}
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// reply is what a handler answers: a value to encode as JSON, and headers.
+type reply struct {
+	v      any
+	header micro.Headers
+}
+
+type handler func(context.Context, []byte) (reply, error)
+
+// answer makes a handler of a use case that answers one value.
+func answer[T, R any](f func(context.Context, T) (R, error)) handler {
+	return func(ctx context.Context, data []byte) (reply, error) {
+		var req T
+		if err := json.Unmarshal(data, &req); err != nil {
+			return reply{}, fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
+		}
+		v, err := f(ctx, req)
+		return reply{v: v}, err
+	}
+}
+
+func (s *Service) endpoints() map[string]handler {
+	g := s.gate
+	return map[string]handler{
+		wire.EndpointSubmit: answer(g.Submit),
+		wire.EndpointGet:    s.get,
+		wire.EndpointList:   answer(g.List),
+		wire.EndpointDecide: answer(func(ctx context.Context, r wire.DecideRequest) (*machine.Entry, error) {
+			if err := required("pendingId", r.PendingID); err != nil {
+				return nil, err
+			}
+			return g.Decide(ctx, r.PendingID, machine.Decision{
+				Approve: r.Approved, By: r.By, Reason: r.Reason, Scope: r.Scope, Arguments: r.Arguments,
+			})
+		}),
+		wire.EndpointCancel: answer(func(ctx context.Context, r wire.CancelRequest) (*machine.Entry, error) {
+			if err := required("pendingId", r.PendingID); err != nil {
+				return nil, err
+			}
+			return g.Cancel(ctx, r.PendingID, r.By, r.Reason)
+		}),
+		wire.EndpointCancelConversation: answer(func(ctx context.Context, r wire.CancelRequest) (*wire.CancelConversationReply, error) {
+			if err := required("conversationId", r.ConversationID); err != nil {
+				return nil, err
+			}
+			return g.CancelConversation(ctx, r.ConversationID, r.By, r.Reason)
+		}),
+		wire.EndpointStarted: answer(func(ctx context.Context, r wire.ReportRequest) (*machine.Entry, error) {
+			lease, err := leaseOf(r)
+			if err != nil {
+				return nil, err
+			}
+			return g.Claim(ctx, r.PendingID, r.By, lease)
+		}),
+		// heartbeat renews the lease of whoever runs a call, for tools that
+		// run longer than their claim gave them.
+		wire.EndpointHeartbeat: answer(func(ctx context.Context, r wire.ReportRequest) (*machine.Entry, error) {
+			lease, err := leaseOf(r)
+			if err != nil {
+				return nil, err
+			}
+			return g.Heartbeat(ctx, r.PendingID, r.By, lease)
+		}),
+		wire.EndpointRetry: answer(func(ctx context.Context, r wire.ReportRequest) (*machine.Entry, error) {
+			lease, err := leaseOf(r)
+			if err != nil {
+				return nil, err
+			}
+			return g.Retry(ctx, r.PendingID, r.By, r.Attempt, lease)
+		}),
+		wire.EndpointSucceeded: answer(finish(g.Complete)),
+		wire.EndpointFailed:    answer(finish(g.Fail)),
+	}
+}
+
+// get answers an entry with its revision in a header, by which Await
+// orders it among the revisions announced on the entry's subject.
+func (s *Service) get(ctx context.Context, data []byte) (reply, error) {
+	var r wire.GetRequest
+	if err := json.Unmarshal(data, &r); err != nil {
+		return reply{}, fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
+	}
+	if err := required("pendingId", r.PendingID); err != nil {
+		return reply{}, err
+	}
+	e, rev, err := s.gate.Read(ctx, r.PendingID)
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{v: e, header: micro.Headers{wire.RevisionHeader: {strconv.FormatUint(rev, 10)}}}, nil
+}
+
+func (s *Service) serve(ctx context.Context, req micro.Request, h handler) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	r, err := h(ctx, req.Data())
+	if err != nil {
+		status, code := wire.ErrorStatus(err)
+		body := wire.ErrorBody{Error: wire.ErrorDetail{Code: code, Message: err.Error()}}
+		if te := (*machine.TransitionError)(nil); errors.As(err, &te) {
+			body.Error.Entry = te.Entry
+		}
+		if status == 500 {
+			s.log.Error("request failed", "subject", req.Subject(), "err", err)
+		}
+		data, _ := json.Marshal(body)
+		_ = req.Error(strconv.Itoa(status), err.Error(), data)
+		return
+	}
+	if err := req.RespondJSON(r.v, micro.WithHeaders(r.header)); err != nil {
+		s.log.Warn("respond", "subject", req.Subject(), "err", err)
+	}
+}
+
+func required(field, value string) error {
+	if value == "" {
+		return fmt.Errorf("%w: %s: required", machine.ErrInvalid, field)
+	}
+	return nil
+}
+
+// leaseOf checks a claim's or heartbeat's request and says how long the
+// lease it asks for lasts.
+func leaseOf(r wire.ReportRequest) (time.Duration, error) {
+	if err := required("pendingId", r.PendingID); err != nil {
+		return 0, err
+	}
+	if r.LeaseMs > 0 {
+		return time.Duration(r.LeaseMs) * time.Millisecond, nil
+	}
+	return time.Hour, nil
+}
+
+func finish(record func(context.Context, string, machine.Outcome) (*machine.Entry, error)) func(context.Context, wire.ReportRequest) (*machine.Entry, error) {
+	return func(ctx context.Context, r wire.ReportRequest) (*machine.Entry, error) {
+		if err := required("pendingId", r.PendingID); err != nil {
+			return nil, err
+		}
+		return record(ctx, r.PendingID, machine.Outcome{Holder: r.By, Result: r.Result, Error: r.Error, Cost: r.Cost})
+	}
+}
+
+var semverRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+
+// semver makes a build's version acceptable to micro, which takes only
+// SemVer: "v1.2.3" loses its v; anything else (a git describe) becomes a
+// pre-release of 0.0.0 rather than stopping the service.
+func semver(v string) string {
+	v = strings.TrimPrefix(v, "v")
+	if semverRE.MatchString(v) {
+		return v
+	}
+	return "0.0.0-" + strings.Trim(regexp.MustCompile(`[^0-9A-Za-z-]+`).ReplaceAllString(v, "."), ".")
+}
