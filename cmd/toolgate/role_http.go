@@ -10,10 +10,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/metrics"
 )
 
 // loadTokens reads the HTTP API's bearer tokens from --tokens and
@@ -49,7 +49,7 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	analytics, err := metrics.OpenAnalytics(ctx, d.js, metrics.AnalyticsConfig{Replicas: d.cfg.Replicas, Log: log})
+	an, err := analytics.OpenAnalytics(ctx, d.js, analytics.AnalyticsConfig{Replicas: d.cfg.Replicas, Log: log})
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 		},
 		OnDecided:  func(ctx context.Context, e *machine.Entry) error { return recordScope(ctx, d, e) },
 		ClaudeCode: gate,
-		Analytics:  analytics,
+		Analytics:  an,
 		Log:        log,
 	})
 	l, err := net.Listen("tcp", d.cfg.HTTP)
