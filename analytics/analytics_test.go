@@ -421,7 +421,7 @@ func topOf(m map[string]int64) []analytics.NameCount {
 func runAnalytics(t *testing.T, env *bustest.Env, configure func(*analytics.Analytics)) (*analytics.Analytics, <-chan error) {
 	t.Helper()
 	_, js := bustest.Connect(t, env.URLs)
-	a, err := analytics.OpenAnalytics(t.Context(), js, analytics.AnalyticsConfig{Replicas: len(env.Servers), AckWait: 2 * time.Second, BatchSize: 64, Log: bustest.Logger()})
+	a, err := analytics.Open(t.Context(), js, analytics.Config{Replicas: len(env.Servers), AckWait: 2 * time.Second, BatchSize: 64, Log: bustest.Logger()})
 	require.NoError(t, err)
 	if configure != nil {
 		configure(a)
@@ -506,7 +506,7 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 	assert.Equal(t, uint64(1), first.Generation)
 
 	t.Run("rebuild", func(t *testing.T) {
-		rebuilder, err := analytics.OpenAnalytics(ctx, env.JS, analytics.AnalyticsConfig{BatchSize: 256, Log: bustest.Logger()})
+		rebuilder, err := analytics.Open(ctx, env.JS, analytics.Config{BatchSize: 256, Log: bustest.Logger()})
 		require.NoError(t, err)
 		start := time.Now()
 		gen, err := rebuilder.Rebuild(ctx)
@@ -700,7 +700,7 @@ func TestAnalytics_OnAClusterOfThree(t *testing.T) {
 	startRelay(t, env.JS)
 	a, _ := runAnalytics(t, env, nil)
 	runAnalytics(t, env, nil)
-	kv, err := env.JS.KeyValue(t.Context(), analytics.AnalyticsBucket)
+	kv, err := env.JS.KeyValue(t.Context(), analytics.Bucket)
 	require.NoError(t, err)
 	st, err := kv.Status(t.Context())
 	require.NoError(t, err)

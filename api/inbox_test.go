@@ -102,7 +102,7 @@ func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions
 	cfg := api.Config{Machine: m, JS: env.JS, Calls: env.KV, Tokens: toks, Log: bustest.Logger()}
 	analyticsDone := make(chan struct{})
 	if opts.analytics {
-		a, err := analytics.OpenAnalytics(ctx, env.JS, analytics.AnalyticsConfig{Log: bustest.Logger()})
+		a, err := analytics.Open(ctx, env.JS, analytics.Config{Log: bustest.Logger()})
 		require.NoError(t, err)
 		cfg.Analytics = a
 		go func() {

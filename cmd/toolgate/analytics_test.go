@@ -106,9 +106,9 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	akv, err := js.KeyValue(ctx, analytics.AnalyticsBucket)
+	akv, err := js.KeyValue(ctx, analytics.Bucket)
 	require.NoError(t, err, "the analytics role provisions its bucket")
-	an := analytics.NewAnalytics(js, akv, analytics.AnalyticsConfig{})
+	an := analytics.New(js, akv, analytics.Config{})
 	caughtUp := func() {
 		t.Helper()
 		require.Eventually(t, func() bool {

@@ -49,7 +49,7 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	an, err := analytics.OpenAnalytics(ctx, d.js, analytics.AnalyticsConfig{Replicas: d.cfg.Replicas, Log: log})
+	an, err := analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Log: log})
 	if err != nil {
 		return err
 	}

@@ -38,13 +38,13 @@ func cliStats(ctx context.Context, args []string, out cliOutput) error {
 		return err
 	}
 	defer closeConn()
-	kv, err := js.KeyValue(ctx, analytics.AnalyticsBucket)
+	kv, err := js.KeyValue(ctx, analytics.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("no analytics yet: no %s bucket (run toolgate serve with the analytics role: --roles all, or a list with analytics)", analytics.AnalyticsBucket)
+		return fmt.Errorf("no analytics yet: no %s bucket (run toolgate serve with the analytics role: --roles all, or a list with analytics)", analytics.Bucket)
 	} else if err != nil {
-		return fmt.Errorf("bind %s bucket: %w", analytics.AnalyticsBucket, err)
+		return fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
 	}
-	rep, err := analytics.NewAnalytics(js, kv, analytics.AnalyticsConfig{}).Report(ctx, analytics.ReportOptions{Hours: *hours})
+	rep, err := analytics.New(js, kv, analytics.Config{}).Report(ctx, analytics.ReportOptions{Hours: *hours})
 	if err != nil {
 		return err
 	}
@@ -122,15 +122,15 @@ func cliAnalyticsRebuild(ctx context.Context, args []string, out cliOutput) erro
 	}
 	// Bind the bucket as it is; create it only if there is none, so that a
 	// cluster's replicas are never changed from here.
-	kv, err := js.KeyValue(ctx, analytics.AnalyticsBucket)
+	kv, err := js.KeyValue(ctx, analytics.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = analytics.ProvisionAnalytics(ctx, js, *replicas)
+		kv, err = analytics.Provision(ctx, js, *replicas)
 	}
 	if err != nil {
-		return fmt.Errorf("bind %s bucket: %w", analytics.AnalyticsBucket, err)
+		return fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
 	}
 	start := time.Now()
-	gen, err := analytics.NewAnalytics(js, kv, analytics.AnalyticsConfig{}).Rebuild(ctx)
+	gen, err := analytics.New(js, kv, analytics.Config{}).Rebuild(ctx)
 	if err != nil {
 		return err
 	}
