@@ -26,11 +26,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -99,7 +99,7 @@ func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions
 	cfg := api.Config{Gate: g, JS: env.JS, Tokens: toks, Log: bustest.Logger()}
 	analyticsDone := make(chan struct{})
 	if opts.analytics {
-		a, err := metrics.OpenAnalytics(ctx, env.JS, metrics.AnalyticsConfig{Log: bustest.Logger()})
+		a, err := analytics.Open(ctx, env.JS, analytics.Config{Log: bustest.Logger()})
 		require.NoError(t, err)
 		cfg.Analytics = a
 		go func() {
@@ -707,7 +707,9 @@ func TestInbox_Analytics(t *testing.T) {
 		hour := time.Now().Truncate(time.Hour)
 		plan := analyticsScript(hour)
 		in.play(clk, plan)
-		in.analytics(func(r *metrics.Report) bool { return r.Totals.Decided == int64(len(plan)) && r.Totals.Succeeded == 12 })
+		in.analytics(func(r *analytics.Report) bool {
+			return r.Totals.Decided == int64(len(plan)) && r.Totals.Succeeded == 12
+		})
 
 		// A viewer sees the analytics too.
 		p := openPage(t, browser, in.url+"/#analytics")
@@ -899,7 +901,7 @@ func TestInbox_AnalyticsScreenshot(t *testing.T) {
 	in := startInboxWith(t, screenshotAnalyticsPolicy, tokens, inboxOptions{now: clk.Now, analytics: true})
 	plan := busyDay(time.Now().Add(-time.Minute))
 	in.play(clk, plan)
-	in.analytics(func(r *metrics.Report) bool { return r.Totals.Decided == int64(len(plan)) })
+	in.analytics(func(r *analytics.Report) bool { return r.Totals.Decided == int64(len(plan)) })
 
 	p := openPage(t, browser, in.url+"/#analytics")
 	p.do(chromedp.EmulateViewport(1200, 1000, chromedp.EmulateScale(2)))

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/metrics"
 )
 
 // testClock is a settable clock for the machine: a scripted history of
@@ -98,12 +98,12 @@ func (in *inboxServer) play(clk *testClock, calls []scripted) {
 
 // analytics waits until /v1/analytics has counted every event and done
 // says it holds what the test played, and returns it.
-func (in *inboxServer) analytics(done func(r *metrics.Report) bool) *metrics.Report {
+func (in *inboxServer) analytics(done func(r *analytics.Report) bool) *analytics.Report {
 	t := in.t
 	t.Helper()
-	var r *metrics.Report
+	var r *analytics.Report
 	// Not in.do: its require calls must not run in Eventually's goroutine.
-	get := func() (*metrics.Report, error) {
+	get := func() (*analytics.Report, error) {
 		req, err := http.NewRequestWithContext(t.Context(), "GET", in.url+"/v1/analytics", nil)
 		if err != nil {
 			return nil, err
@@ -117,7 +117,7 @@ func (in *inboxServer) analytics(done func(r *metrics.Report) bool) *metrics.Rep
 		if resp.StatusCode != http.StatusOK {
 			return nil, fmt.Errorf("GET /v1/analytics: %s", resp.Status)
 		}
-		var got metrics.Report
+		var got analytics.Report
 		return &got, json.NewDecoder(resp.Body).Decode(&got)
 	}
 	var mu sync.Mutex

@@ -1,6 +1,7 @@
-// Package metrics is toolgate's observability: the Prometheus collectors
-// every process exports, and the analytics subscriber that keeps approval
-// statistics, time series and policy recommendations in KV.
+// Package metrics is toolgate's Prometheus side: the toolgate_* collectors
+// every process exports, and the Exporter that feeds them from TOOL_EVENTS.
+// The approval statistics, time series and policy recommendations kept in
+// KV are package analytics'.
 //
 // # Counting across replicas
 //
@@ -28,13 +29,4 @@
 // know which processes run which roles. A consumer per process costs one
 // extra delivery per event per replica, which is small beside the KV
 // writes behind each event.
-//
-// # Analytics
-//
-// Analytics is a durable consumer of TOOL_EVENTS, shared by every process
-// that runs the analytics role, that folds events into aggregates kept in
-// the tool_analytics KV bucket: per tool, per team, per approver and per
-// hour. Any replica serves them, and a restarted one goes on where the
-// consumer stopped. See Analytics for how it avoids counting an event
-// twice.
 package metrics

@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -106,32 +106,32 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	akv, err := js.KeyValue(ctx, metrics.AnalyticsBucket)
+	akv, err := js.KeyValue(ctx, analytics.Bucket)
 	require.NoError(t, err, "the analytics role provisions its bucket")
-	analytics := metrics.NewAnalytics(js, akv, metrics.AnalyticsConfig{})
+	an := analytics.New(js, akv, analytics.Config{})
 	caughtUp := func() {
 		t.Helper()
 		require.Eventually(t, func() bool {
 			if !bustest.Relayed(ctx, js) {
 				return false
 			}
-			lag, err := analytics.Lag(ctx)
+			lag, err := an.Lag(ctx)
 			return err == nil && lag == 0
 		}, 60*time.Second, 20*time.Millisecond, "the analytics never caught up")
 	}
 	caughtUp()
 
-	stats := func() metrics.Report {
+	stats := func() analytics.Report {
 		t.Helper()
 		code, stdout, stderr := analyticsCLI(t, url, "stats", "--json", "--hours", "3")
 		require.Equal(t, 0, code, stderr)
-		var r metrics.Report
+		var r analytics.Report
 		require.NoError(t, json.Unmarshal([]byte(stdout), &r), stdout)
 		return r
 	}
 	first := stats()
-	byName := func(rows []metrics.ToolReport) map[string]metrics.ToolReport {
-		out := map[string]metrics.ToolReport{}
+	byName := func(rows []analytics.ToolReport) map[string]analytics.ToolReport {
+		out := map[string]analytics.ToolReport{}
 		for _, r := range rows {
 			out[r.Name] = r
 		}
@@ -144,7 +144,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	assert.Equal(t, float64(16500), tools["web_search"].TimeToDecide.MeanMs, "10s to 23s")
 	assert.Equal(t, int64(8), tools["deploy"].Rejected)
 	assert.Equal(t, 0.8, tools["deploy"].RejectionRate)
-	assert.Equal(t, []metrics.NameCount{{Name: "too risky", Count: 8}}, tools["deploy"].TopRejectionReasons)
+	assert.Equal(t, []analytics.NameCount{{Name: "too risky", Count: 8}}, tools["deploy"].TopRejectionReasons)
 	assert.Equal(t, int64(5), tools["read_file"].RanUnasked)
 	assert.Equal(t, int64(29), first.Totals.Calls)
 	teams := byName(first.Teams)
@@ -160,9 +160,9 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	}
 	assert.Equal(t, int64(24), decisions, "the series holds every decision")
 
-	var allow *metrics.Recommendation
+	var allow *analytics.Recommendation
 	for i, r := range first.Recommendations {
-		if r.Kind == metrics.KindAllowRule {
+		if r.Kind == analytics.KindAllowRule {
 			allow = &first.Recommendations[i]
 		}
 	}

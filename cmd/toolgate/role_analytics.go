@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/metrics"
 )
 
@@ -24,12 +25,12 @@ func runAnalytics(ctx context.Context, d *deps, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	analytics, err := metrics.OpenAnalytics(ctx, d.js, metrics.AnalyticsConfig{Replicas: d.cfg.Replicas, Log: log})
+	an, err := analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Log: log})
 	if err != nil {
 		return err
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return exporter.Run(ctx) })
-	g.Go(func() error { return analytics.Run(ctx) })
+	g.Go(func() error { return an.Run(ctx) })
 	return g.Wait()
 }

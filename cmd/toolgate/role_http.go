@@ -10,9 +10,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/metrics"
 )
 
 // loadTokens reads the HTTP API's bearer tokens from --tokens and
@@ -48,7 +48,7 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	analytics, err := metrics.OpenAnalytics(ctx, d.js, metrics.AnalyticsConfig{Replicas: d.cfg.Replicas, Log: log})
+	an, err := analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Log: log})
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 			return err
 		},
 		ClaudeCode: gate,
-		Analytics:  analytics,
+		Analytics:  an,
 		Log:        log,
 	})
 	l, err := net.Listen("tcp", d.cfg.HTTP)

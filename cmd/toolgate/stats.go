@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -26,25 +26,25 @@ func cliStats(ctx context.Context, args []string, out cliOutput) error {
 		"Show the approval analytics kept by the analytics role: calls, approval and\n"+
 			"timeout rates and time to decide per tool, team and approver; activity per\n"+
 			"hour; and recommended policy changes with their evidence.", out).connFlags().jsonFlag("the report")
-	hours := c.fs.Int("hours", metrics.DefaultSeriesHours, "hours of activity to show, ending now")
+	hours := c.fs.Int("hours", analytics.DefaultSeriesHours, "hours of activity to show, ending now")
 	if _, err := c.parse(args, 0, 0, ""); err != nil {
 		return err
 	}
-	if *hours < 1 || *hours > metrics.MaxSeriesHours {
-		return c.usagef("--hours: must be 1 to %d, got %d", metrics.MaxSeriesHours, *hours)
+	if *hours < 1 || *hours > analytics.MaxSeriesHours {
+		return c.usagef("--hours: must be 1 to %d, got %d", analytics.MaxSeriesHours, *hours)
 	}
 	js, closeConn, err := statsConnect(c)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	kv, err := js.KeyValue(ctx, metrics.AnalyticsBucket)
+	kv, err := js.KeyValue(ctx, analytics.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("no analytics yet: no %s bucket (run toolgate serve with the analytics role: --roles all, or a list with analytics)", metrics.AnalyticsBucket)
+		return fmt.Errorf("no analytics yet: no %s bucket (run toolgate serve with the analytics role: --roles all, or a list with analytics)", analytics.Bucket)
 	} else if err != nil {
-		return fmt.Errorf("bind %s bucket: %w", metrics.AnalyticsBucket, err)
+		return fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
 	}
-	rep, err := metrics.NewAnalytics(js, kv, metrics.AnalyticsConfig{}).Report(ctx, metrics.ReportOptions{Hours: *hours})
+	rep, err := analytics.New(js, kv, analytics.Config{}).Report(ctx, analytics.ReportOptions{Hours: *hours})
 	if err != nil {
 		return err
 	}
@@ -122,15 +122,15 @@ func cliAnalyticsRebuild(ctx context.Context, args []string, out cliOutput) erro
 	}
 	// Bind the bucket as it is; create it only if there is none, so that a
 	// cluster's replicas are never changed from here.
-	kv, err := js.KeyValue(ctx, metrics.AnalyticsBucket)
+	kv, err := js.KeyValue(ctx, analytics.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = metrics.ProvisionAnalytics(ctx, js, *replicas)
+		kv, err = analytics.Provision(ctx, js, *replicas)
 	}
 	if err != nil {
-		return fmt.Errorf("bind %s bucket: %w", metrics.AnalyticsBucket, err)
+		return fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
 	}
 	start := time.Now()
-	gen, err := metrics.NewAnalytics(js, kv, metrics.AnalyticsConfig{}).Rebuild(ctx)
+	gen, err := analytics.New(js, kv, analytics.Config{}).Rebuild(ctx)
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func cliAnalyticsRebuild(ctx context.Context, args []string, out cliOutput) erro
 }
 
 // printStats writes a report as tables.
-func printStats(w io.Writer, r *metrics.Report) error {
+func printStats(w io.Writer, r *analytics.Report) error {
 	fmt.Fprintf(w, "Analytics, generation %d", r.Generation)
 	if r.Lag > 0 {
 		fmt.Fprintf(w, " (catching up: %d events not yet counted)", r.Lag)
@@ -201,7 +201,7 @@ func printStats(w io.Writer, r *metrics.Report) error {
 	return nil
 }
 
-func statsCallTable(tw io.Writer, kind string, rows []metrics.ToolReport) {
+func statsCallTable(tw io.Writer, kind string, rows []analytics.ToolReport) {
 	fmt.Fprintf(tw, "%s\tCALLS\tASKED\tAPPROVED\tREJECTED\tTIMED OUT\tAPPROVAL\tTIMEOUTS\tDECIDE MEAN\tP50\tP90\tFAILED\tCOST\tTOP REJECTION\n", kind)
 	for _, t := range rows {
 		topReason := ""

@@ -1,4 +1,4 @@
-package metrics
+package analytics
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// AnalyticsBucket is the KV bucket the analytics keep their aggregates in.
-const AnalyticsBucket = "tool_analytics"
+// Bucket is the KV bucket the analytics keep their aggregates in.
+const Bucket = "tool_analytics"
 
 // metaKey holds the generation in force: the aggregates read and written
 // are those under "g<generation>.", and the consumer that feeds them is
@@ -37,9 +37,9 @@ func durableName(gen uint64) string { return fmt.Sprintf("toolgate-analytics-g%d
 
 func genPrefix(gen uint64) string { return fmt.Sprintf("g%d.", gen) }
 
-// AnalyticsConfig tunes Analytics.
-type AnalyticsConfig struct {
-	// Replicas of the bucket, when ProvisionAnalytics creates it (default 1).
+// Config tunes Analytics.
+type Config struct {
+	// Replicas of the bucket, when Provision creates it (default 1).
 	Replicas int
 	// AckWait is how long a batch handed to a process that died waits
 	// before another process takes it (default 30s).
@@ -74,7 +74,7 @@ type AnalyticsConfig struct {
 type Analytics struct {
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
-	cfg AnalyticsConfig
+	cfg Config
 	log *slog.Logger
 	now func() time.Time
 
@@ -84,33 +84,33 @@ type Analytics struct {
 	afterApply func(seqs []uint64) error
 }
 
-// ProvisionAnalytics creates the analytics bucket, or updates it; it is
+// Provision creates the analytics bucket, or updates it; it is
 // idempotent.
-func ProvisionAnalytics(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+func Provision(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      AnalyticsBucket,
+		Bucket:      Bucket,
 		Description: "toolgate analytics: aggregates per tool, team, approver and hour",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(replicas, 1),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("provision bucket %s: %w", AnalyticsBucket, err)
+		return nil, fmt.Errorf("provision bucket %s: %w", Bucket, err)
 	}
 	return kv, nil
 }
 
-// OpenAnalytics provisions the bucket and returns the analytics over it.
-func OpenAnalytics(ctx context.Context, js jetstream.JetStream, cfg AnalyticsConfig) (*Analytics, error) {
-	kv, err := ProvisionAnalytics(ctx, js, cfg.Replicas)
+// Open provisions the bucket and returns the analytics over it.
+func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Analytics, error) {
+	kv, err := Provision(ctx, js, cfg.Replicas)
 	if err != nil {
 		return nil, err
 	}
-	return NewAnalytics(js, kv, cfg), nil
+	return New(js, kv, cfg), nil
 }
 
-// NewAnalytics returns the analytics over an existing bucket.
-func NewAnalytics(js jetstream.JetStream, kv jetstream.KeyValue, cfg AnalyticsConfig) *Analytics {
+// New returns the analytics over an existing bucket.
+func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) *Analytics {
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 30 * time.Second
 	}
@@ -141,7 +141,7 @@ func (a *Analytics) generation(ctx context.Context) (uint64, uint64, error) {
 		}
 		var m analyticsMeta
 		if err := json.Unmarshal(kve.Value(), &m); err != nil || m.Generation == 0 {
-			return 0, 0, fmt.Errorf("analytics: key %s of %s is not readable: %q", metaKey, AnalyticsBucket, kve.Value())
+			return 0, 0, fmt.Errorf("analytics: key %s of %s is not readable: %q", metaKey, Bucket, kve.Value())
 		}
 		return m.Generation, kve.Revision(), nil
 	}
@@ -566,7 +566,7 @@ func (a *Analytics) purgeGenerations(ctx context.Context, doomed func(uint64) bo
 		if errors.Is(err, jetstream.ErrNoKeysFound) {
 			return nil
 		}
-		return fmt.Errorf("list %s: %w", AnalyticsBucket, err)
+		return fmt.Errorf("list %s: %w", Bucket, err)
 	}
 	gens := map[uint64]bool{}
 	for k := range lister.Keys() {
@@ -578,12 +578,12 @@ func (a *Analytics) purgeGenerations(ctx context.Context, doomed func(uint64) bo
 	if len(gens) == 0 {
 		return nil
 	}
-	s, err := a.js.Stream(ctx, "KV_"+AnalyticsBucket)
+	s, err := a.js.Stream(ctx, "KV_"+Bucket)
 	if err != nil {
 		return err
 	}
 	for g := range gens {
-		if err := s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+AnalyticsBucket+"."+genPrefix(g)+">")); err != nil {
+		if err := s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+Bucket+"."+genPrefix(g)+">")); err != nil {
 			return fmt.Errorf("purge generation %d: %w", g, err)
 		}
 	}

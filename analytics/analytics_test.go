@@ -1,4 +1,4 @@
-package metrics_test
+package analytics_test
 
 import (
 	"context"
@@ -19,10 +19,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -166,34 +166,34 @@ func runCallsRetrying(t *testing.T, store machine.Store, calls []plannedCall, tr
 
 // expected computes, from the plan alone, what the analytics must say.
 type expected struct {
-	tools, teams map[string]*metrics.ToolReport
+	tools, teams map[string]*analytics.ToolReport
 	decide       map[string][]int64 // per tool and per team (keys "tool:x", "team:x"), for quantiles
-	approvers    map[string]*metrics.ApproverReport
+	approvers    map[string]*analytics.ApproverReport
 	response     map[string][]int64
 	reasons      map[string]map[string]int64
-	hours        map[int64]*metrics.SeriesPoint
+	hours        map[int64]*analytics.SeriesPoint
 }
 
 func expect(calls []plannedCall) *expected {
-	x := &expected{tools: map[string]*metrics.ToolReport{}, teams: map[string]*metrics.ToolReport{},
-		decide: map[string][]int64{}, approvers: map[string]*metrics.ApproverReport{}, response: map[string][]int64{},
-		reasons: map[string]map[string]int64{}, hours: map[int64]*metrics.SeriesPoint{}}
-	hour := func(t time.Time) *metrics.SeriesPoint {
+	x := &expected{tools: map[string]*analytics.ToolReport{}, teams: map[string]*analytics.ToolReport{},
+		decide: map[string][]int64{}, approvers: map[string]*analytics.ApproverReport{}, response: map[string][]int64{},
+		reasons: map[string]map[string]int64{}, hours: map[int64]*analytics.SeriesPoint{}}
+	hour := func(t time.Time) *analytics.SeriesPoint {
 		h := t.UTC().Truncate(time.Hour).UnixMilli()
 		if x.hours[h] == nil {
-			x.hours[h] = &metrics.SeriesPoint{T: h}
+			x.hours[h] = &analytics.SeriesPoint{T: h}
 		}
 		return x.hours[h]
 	}
 	for _, c := range calls {
 		for _, k := range []struct {
-			m    map[string]*metrics.ToolReport
+			m    map[string]*analytics.ToolReport
 			name string
 			key  string
 		}{{x.tools, c.tool, "tool:" + c.tool}, {x.teams, c.team, "team:" + c.team}} {
 			r := k.m[k.name]
 			if r == nil {
-				r = &metrics.ToolReport{Name: k.name}
+				r = &analytics.ToolReport{Name: k.name}
 				k.m[k.name] = r
 			}
 			r.Calls++
@@ -257,7 +257,7 @@ func expect(calls []plannedCall) *expected {
 			x.response["hour:"+fmt.Sprint(p.T)] = append(x.response["hour:"+fmt.Sprint(p.T)], c.decideAfter.Milliseconds())
 			a := x.approvers[c.approver]
 			if a == nil {
-				a = &metrics.ApproverReport{Name: c.approver}
+				a = &analytics.ApproverReport{Name: c.approver}
 				x.approvers[c.approver] = a
 			}
 			a.Decisions++
@@ -272,7 +272,7 @@ func expect(calls []plannedCall) *expected {
 			hour(decided).TimedOut++
 		}
 	}
-	for _, m := range []map[string]*metrics.ToolReport{x.tools, x.teams} {
+	for _, m := range []map[string]*analytics.ToolReport{x.tools, x.teams} {
 		for _, r := range m {
 			r.Decided = r.Approved + r.Rejected + r.TimedOut
 			r.ApprovalRate = ratio(r.Approved, r.Decided)
@@ -286,14 +286,14 @@ func expect(calls []plannedCall) *expected {
 	return x
 }
 
-func addCount(l []metrics.NameCount, name string) []metrics.NameCount {
+func addCount(l []analytics.NameCount, name string) []analytics.NameCount {
 	for i := range l {
 		if l[i].Name == name {
 			l[i].Count++
 			return l
 		}
 	}
-	return append(l, metrics.NameCount{Name: name, Count: 1})
+	return append(l, analytics.NameCount{Name: name, Count: 1})
 }
 
 func ratio(n, d int64) float64 {
@@ -307,9 +307,9 @@ func ratio(n, d int64) float64 {
 // mean exactly, p50 and p90 within the histogram's 5%. It returns the
 // summary with the estimates replaced by the exact quantiles, so that the
 // rest of a report can be compared whole.
-func checkDurations(t *testing.T, what string, values []int64, got metrics.DurationSummary) metrics.DurationSummary {
+func checkDurations(t *testing.T, what string, values []int64, got analytics.DurationSummary) analytics.DurationSummary {
 	t.Helper()
-	want := metrics.DurationSummary{Count: int64(len(values))}
+	want := analytics.DurationSummary{Count: int64(len(values))}
 	if len(values) == 0 {
 		assert.Equal(t, want, got, what)
 		return got
@@ -330,10 +330,10 @@ func checkDurations(t *testing.T, what string, values []int64, got metrics.Durat
 }
 
 // checkReport compares a report with what the plan says it must be.
-func checkReport(t *testing.T, x *expected, r *metrics.Report) {
+func checkReport(t *testing.T, x *expected, r *analytics.Report) {
 	t.Helper()
 	assert.Zero(t, r.Lag)
-	check := func(kind string, want map[string]*metrics.ToolReport, got []metrics.ToolReport) {
+	check := func(kind string, want map[string]*analytics.ToolReport, got []analytics.ToolReport) {
 		t.Helper()
 		require.Len(t, got, len(want), kind)
 		for _, g := range got {
@@ -374,13 +374,13 @@ func checkReport(t *testing.T, x *expected, r *metrics.Report) {
 	for _, p := range r.Series.Points {
 		w := x.hours[p.T]
 		if w == nil {
-			assert.Equal(t, metrics.SeriesPoint{T: p.T}, p, "an hour with nothing")
+			assert.Equal(t, analytics.SeriesPoint{T: p.T}, p, "an hour with nothing")
 			continue
 		}
 		seen++
 		resp := x.response["hour:"+fmt.Sprint(p.T)]
 		if len(resp) > 0 {
-			d := checkDurations(t, "hour "+fmt.Sprint(p.T), resp, metrics.DurationSummary{
+			d := checkDurations(t, "hour "+fmt.Sprint(p.T), resp, analytics.DurationSummary{
 				Count: p.Decisions, MeanMs: p.MeanResponseMs, P50Ms: p.P50ResponseMs, P90Ms: p.P90ResponseMs})
 			w.MeanResponseMs, p.P50ResponseMs, p.P90ResponseMs = d.MeanMs, 0, 0
 		}
@@ -389,7 +389,7 @@ func checkReport(t *testing.T, x *expected, r *metrics.Report) {
 	assert.Equal(t, len(x.hours), seen, "every hour of the run is in the series")
 }
 
-func countsOf(l []metrics.NameCount) map[string]int64 {
+func countsOf(l []analytics.NameCount) map[string]int64 {
 	m := map[string]int64{}
 	for _, nc := range l {
 		m[nc.Name] += nc.Count
@@ -399,12 +399,12 @@ func countsOf(l []metrics.NameCount) map[string]int64 {
 
 // topOf sorts counts as reports do: most first, ties by name; five at most
 // for reasons and tools.
-func topOf(m map[string]int64) []metrics.NameCount {
-	var l []metrics.NameCount
+func topOf(m map[string]int64) []analytics.NameCount {
+	var l []analytics.NameCount
 	for k, v := range m {
-		l = append(l, metrics.NameCount{Name: k, Count: v})
+		l = append(l, analytics.NameCount{Name: k, Count: v})
 	}
-	slices.SortFunc(l, func(a, b metrics.NameCount) int {
+	slices.SortFunc(l, func(a, b analytics.NameCount) int {
 		if a.Count != b.Count {
 			return int(b.Count - a.Count)
 		}
@@ -418,10 +418,10 @@ func topOf(m map[string]int64) []metrics.NameCount {
 
 // runAnalytics runs an Analytics until the test ends (or it crashes), on a
 // connection of its own, like a process of its own.
-func runAnalytics(t *testing.T, env *bustest.Env, configure func(*metrics.Analytics)) (*metrics.Analytics, <-chan error) {
+func runAnalytics(t *testing.T, env *bustest.Env, configure func(*analytics.Analytics)) (*analytics.Analytics, <-chan error) {
 	t.Helper()
 	_, js := bustest.Connect(t, env.URLs)
-	a, err := metrics.OpenAnalytics(t.Context(), js, metrics.AnalyticsConfig{Replicas: len(env.Servers), AckWait: 2 * time.Second, BatchSize: 64, Log: bustest.Logger()})
+	a, err := analytics.Open(t.Context(), js, analytics.Config{Replicas: len(env.Servers), AckWait: 2 * time.Second, BatchSize: 64, Log: bustest.Logger()})
 	require.NoError(t, err)
 	if configure != nil {
 		configure(a)
@@ -443,7 +443,7 @@ func runAnalytics(t *testing.T, env *bustest.Env, configure func(*metrics.Analyt
 }
 
 // waitCaughtUp waits until the analytics have taken in every event.
-func waitCaughtUp(t *testing.T, env *bustest.Env, a *metrics.Analytics) {
+func waitCaughtUp(t *testing.T, env *bustest.Env, a *analytics.Analytics) {
 	t.Helper()
 	waitRelayed(t, env.JS)
 	require.Eventually(t, func() bool {
@@ -465,16 +465,16 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 	startRelay(t, env.JS)
 
 	var batches, otherBatches atomic.Int32
-	_, crashedDone := runAnalytics(t, env, func(a *metrics.Analytics) {
-		metrics.CrashAfterApply(a, func([]uint64) error {
+	_, crashedDone := runAnalytics(t, env, func(a *analytics.Analytics) {
+		analytics.CrashAfterApply(a, func([]uint64) error {
 			if batches.Add(1) == 3 {
 				return errCrash
 			}
 			return nil
 		})
 	})
-	runAnalytics(t, env, func(a *metrics.Analytics) {
-		metrics.CrashAfterApply(a, func([]uint64) error {
+	runAnalytics(t, env, func(a *analytics.Analytics) {
+		analytics.CrashAfterApply(a, func([]uint64) error {
 			otherBatches.Add(1)
 			return nil
 		})
@@ -498,7 +498,7 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 	waitCaughtUp(t, env, restarted)
 	t.Logf("caught up %s after the calls started", time.Since(start))
 
-	opts := metrics.ReportOptions{Hours: 8, Until: t0.Add(7 * time.Hour)}
+	opts := analytics.ReportOptions{Hours: 8, Until: t0.Add(7 * time.Hour)}
 	first, err := restarted.Report(ctx, opts)
 	require.NoError(t, err)
 	x := expect(calls)
@@ -506,7 +506,7 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 	assert.Equal(t, uint64(1), first.Generation)
 
 	t.Run("rebuild", func(t *testing.T) {
-		rebuilder, err := metrics.OpenAnalytics(ctx, env.JS, metrics.AnalyticsConfig{BatchSize: 256, Log: bustest.Logger()})
+		rebuilder, err := analytics.Open(ctx, env.JS, analytics.Config{BatchSize: 256, Log: bustest.Logger()})
 		require.NoError(t, err)
 		start := time.Now()
 		gen, err := rebuilder.Rebuild(ctx)
@@ -537,13 +537,13 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 	})
 
 	t.Run("recommendations", func(t *testing.T) {
-		recs := map[string]metrics.Recommendation{}
+		recs := map[string]analytics.Recommendation{}
 		for _, r := range first.Recommendations {
 			recs[r.Kind+" "+r.Tool] = r
 		}
 		assert.Len(t, recs, 3, "%+v", first.Recommendations)
 
-		allow, ok := recs[metrics.KindAllowRule+" web_search"]
+		allow, ok := recs[analytics.KindAllowRule+" web_search"]
 		require.True(t, ok, "web_search is approved every time")
 		assert.Equal(t, "web_search", allow.Rule)
 		assert.Equal(t, "teams.research", allow.Scope, "every call came from research")
@@ -555,14 +555,14 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 		require.NoError(t, err, allow.Policy)
 		assert.Equal(t, []string{"web_search"}, snippet.Teams["research"].Rules.Allow)
 
-		reject, ok := recs[metrics.KindReviewRejections+" deploy"]
+		reject, ok := recs[analytics.KindReviewRejections+" deploy"]
 		require.True(t, ok)
 		assert.Greater(t, reject.Evidence.RejectionRate, 0.5)
 		require.NotEmpty(t, reject.Evidence.TopRejectionReasons)
 		assert.Equal(t, "too risky", reject.Evidence.TopRejectionReasons[0].Name)
 		assert.Contains(t, reject.Summary, `"too risky"`)
 
-		timeout, ok := recs[metrics.KindApprovalTimeout+" send_email"]
+		timeout, ok := recs[analytics.KindApprovalTimeout+" send_email"]
 		require.True(t, ok)
 		assert.Equal(t, "teams.ops", timeout.Scope)
 		assert.Equal(t, int64(300_000), timeout.Evidence.ApprovalTimeoutMs)
@@ -640,7 +640,7 @@ func TestAnalytics_ServeHTTP(t *testing.T) {
 	runCalls(t, env.Store, calls)
 	waitCaughtUp(t, env, a)
 	now := t0.Add(150 * time.Minute)
-	metrics.SetClock(a, func() time.Time { return now })
+	analytics.SetClock(a, func() time.Time { return now })
 
 	get := func(query string) (int, []byte) {
 		rec := httptest.NewRecorder()
@@ -649,18 +649,18 @@ func TestAnalytics_ServeHTTP(t *testing.T) {
 	}
 	code, body := get("?hours=3")
 	require.Equal(t, http.StatusOK, code, "%s", body)
-	var r metrics.Report
+	var r analytics.Report
 	require.NoError(t, json.Unmarshal(body, &r))
 	checkReport(t, expect(calls), &r)
 	assert.Equal(t, now.UnixMilli(), r.GeneratedAt)
-	assert.Equal(t, metrics.ResolutionHour, r.Series.Resolution)
+	assert.Equal(t, analytics.ResolutionHour, r.Series.Resolution)
 	require.Len(t, r.Series.Points, 3)
 	assert.Equal(t, t0.UnixMilli(), r.Series.From)
 	assert.Equal(t, t0.Add(3*time.Hour).UnixMilli(), r.Series.To)
 
 	code, body = get("?hours=2&resolution=minute&until=" + fmt.Sprint(t0.Add(time.Hour).UnixMilli()))
 	require.Equal(t, http.StatusOK, code, "%s", body)
-	r = metrics.Report{}
+	r = analytics.Report{}
 	require.NoError(t, json.Unmarshal(body, &r))
 	require.Len(t, r.Series.Points, 120)
 	var asked, decisions int64
@@ -700,7 +700,7 @@ func TestAnalytics_OnAClusterOfThree(t *testing.T) {
 	startRelay(t, env.JS)
 	a, _ := runAnalytics(t, env, nil)
 	runAnalytics(t, env, nil)
-	kv, err := env.JS.KeyValue(t.Context(), metrics.AnalyticsBucket)
+	kv, err := env.JS.KeyValue(t.Context(), analytics.Bucket)
 	require.NoError(t, err)
 	st, err := kv.Status(t.Context())
 	require.NoError(t, err)
@@ -710,7 +710,7 @@ func TestAnalytics_OnAClusterOfThree(t *testing.T) {
 	calls := planCalls(100, t0, 4)
 	runCallsRetrying(t, env.Store, calls, 100)
 	waitCaughtUp(t, env, a)
-	r, err := a.Report(t.Context(), metrics.ReportOptions{Hours: 3, Until: t0.Add(2 * time.Hour)})
+	r, err := a.Report(t.Context(), analytics.ReportOptions{Hours: 3, Until: t0.Add(2 * time.Hour)})
 	require.NoError(t, err)
 	checkReport(t, expect(calls), r)
 }
