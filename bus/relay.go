@@ -110,7 +110,11 @@ func (r *Relay) run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stopped := make(chan struct{})
+	defer func() { <-stopped }()
+	defer cancel()
 	go func() {
+		defer close(stopped)
 		<-ctx.Done()
 		iter.Stop()
 	}()

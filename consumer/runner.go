@@ -113,13 +113,18 @@ func (r *Runner) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", r.cfg.Durable, err)
 	}
-	go func() {
-		<-ctx.Done()
-		iter.Stop()
-	}()
-
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// The iterator is stopped when ctx ends, or when this run ends and a
+	// restart will open another: a goroutine per run, not one left behind
+	// per restart. The handlers keep ctx itself: a consumer error must not
+	// stop the work in hand.
+	runCtx, endRun := context.WithCancel(ctx)
+	defer endRun()
+	wg.Go(func() {
+		<-runCtx.Done()
+		iter.Stop()
+	})
 	slots := make(chan struct{}, r.cfg.Concurrency)
 	for {
 		msg, err := iter.Next()
