@@ -1,10 +1,15 @@
 package bus
 
 import (
+	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,6 +21,14 @@ import (
 type Spending struct {
 	Reserved float64 `json:"reserved"` // estimated cost of calls allowed and not yet finished
 	Spent    float64 `json:"spent"`    // actual cost of calls finished
+}
+
+// DayBudget is one team's spending on one day, as listed.
+type DayBudget struct {
+	Team     string  `json:"team"`
+	Day      string  `json:"day"` // YYYY-MM-DD, UTC
+	Reserved float64 `json:"reserved"`
+	Spent    float64 `json:"spent"`
 }
 
 // BudgetLedger counts each team's spending per day in KV, changed only by
@@ -30,7 +43,29 @@ var _ policy.Budget = (*BudgetLedger)(nil)
 // NewBudgetLedger returns the ledger over the budgets bucket.
 func NewBudgetLedger(kv jetstream.KeyValue) *BudgetLedger { return &BudgetLedger{kv: kv} }
 
-func budgetKey(team, day string) string { return machine.KeyToken("team:"+team) + "." + day }
+// teamKeyPrefix is the "team:" a team's name is prefixed with before it
+// becomes a key token: it always makes the token base64, so even the team
+// with no name ("") has one, and the team is read back from the key.
+const teamKeyPrefix = "team:"
+
+func teamToken(team string) string { return machine.KeyToken(teamKeyPrefix + team) }
+
+func budgetKey(team, day string) string { return teamToken(team) + "." + day }
+
+// parseBudgetKey is budgetKey's inverse.
+func parseBudgetKey(key string) (team, day string, ok bool) {
+	tok, day, ok := strings.Cut(key, ".")
+	enc, isB64 := strings.CutPrefix(tok, "=")
+	if !ok || !isB64 {
+		return "", "", false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil {
+		return "", "", false
+	}
+	team, ok = strings.CutPrefix(string(raw), teamKeyPrefix)
+	return team, day, ok
+}
 
 // Get returns a team's spending on a day.
 func (l *BudgetLedger) Get(ctx context.Context, team, day string) (Spending, error) {
@@ -113,4 +148,48 @@ func (l *BudgetLedger) SettleObserver(log *slog.Logger) func(context.Context, *m
 			log.Error("settling budget failed", "pendingId", e.PendingID, "team", e.Team, "err", err)
 		}
 	}
+}
+
+// List returns every team's spending, day by day, sorted by team and day.
+func (l *BudgetLedger) List(ctx context.Context) ([]DayBudget, error) {
+	return l.list(ctx, ">")
+}
+
+// ListTeam returns one team's spending, day by day. It reads only that
+// team's keys. The team with no name ("") is a team like any other.
+func (l *BudgetLedger) ListTeam(ctx context.Context, team string) ([]DayBudget, error) {
+	return l.list(ctx, teamToken(team)+".*")
+}
+
+func (l *BudgetLedger) list(ctx context.Context, filter string) ([]DayBudget, error) {
+	w, err := l.kv.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	days := []DayBudget{}
+	for {
+		var kve jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case kve = <-w.Updates():
+		}
+		if kve == nil { // the initial values are all in
+			break
+		}
+		team, day, ok := parseBudgetKey(kve.Key())
+		if !ok {
+			return nil, fmt.Errorf("budgets: key %q is not a team's day", kve.Key())
+		}
+		var s Spending
+		if err := json.Unmarshal(kve.Value(), &s); err != nil {
+			return nil, fmt.Errorf("budgets: key %s: %w", kve.Key(), err)
+		}
+		days = append(days, DayBudget{Team: team, Day: day, Reserved: s.Reserved, Spent: s.Spent})
+	}
+	slices.SortFunc(days, func(a, b DayBudget) int {
+		return cmp.Or(strings.Compare(a.Team, b.Team), strings.Compare(a.Day, b.Day))
+	})
+	return days, nil
 }
