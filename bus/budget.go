@@ -7,12 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -21,6 +20,10 @@ import (
 type Spending struct {
 	Reserved float64 `json:"reserved"` // estimated cost of calls allowed and not yet finished
 	Spent    float64 `json:"spent"`    // actual cost of calls finished
+	// Applied holds the TOOL_EVENTS sequences already settled into the
+	// amounts. It is written in the same compare-and-set as they are, so a
+	// settlement delivered twice, or to two processes at once, counts once.
+	Applied consumer.Applied `json:"applied,omitzero"`
 }
 
 // DayBudget is one team's spending on one day, as listed.
@@ -120,34 +123,27 @@ func (l *BudgetLedger) Reserve(ctx context.Context, team, day string, amount, li
 }
 
 // Settle turns a finished call's reservation into what it actually cost
-// (0 for a call that never ran).
-func (l *BudgetLedger) Settle(ctx context.Context, team, day string, reserved, actual float64) error {
-	_, err := l.change(ctx, team, day, func(s *Spending) bool {
+// (0 for a call that never ran): reserved is released and actual spent.
+//
+// seq is the TOOL_EVENTS sequence of the event that ended the call, and
+// makes Settle idempotent: a seq the day's value has already taken in
+// changes nothing, and Settle reports false. settledUpTo is a sequence up
+// to which every event has been settled wherever it belongs (the settling
+// consumer's ack floor, or anything older); the value's record of applied
+// sequences folds into it, so it stays a handful of numbers.
+func (l *BudgetLedger) Settle(ctx context.Context, team, day string, reserved, actual float64, seq, settledUpTo uint64) (bool, error) {
+	return l.change(ctx, team, day, func(s *Spending) bool {
+		s.Applied.Raise(settledUpTo)
+		if s.Applied.Has(seq) {
+			return false
+		}
+		s.Applied.Add([][2]uint64{{seq, seq}})
+		// Float sums drift, and an observer of an older version may have
+		// released this reservation already: never hold a negative one.
 		s.Reserved = max(s.Reserved-reserved, 0)
 		s.Spent += actual
 		return true
 	})
-	return err
-}
-
-// SettleObserver returns a machine observer that settles the budget of
-// every call that ends: what it reserved is released, and what it cost is
-// spent (on the day it reserved, or the day it ended).
-func (l *BudgetLedger) SettleObserver(log *slog.Logger) func(context.Context, *machine.Entry) {
-	return func(ctx context.Context, e *machine.Entry) {
-		if !e.Status.Terminal() || (e.CostReserved == 0 && e.Cost == 0) {
-			return
-		}
-		day := e.CostDay
-		if day == "" {
-			day = time.Now().UTC().Format("2006-01-02")
-		}
-		if err := l.Settle(ctx, e.Team, day, e.CostReserved, e.Cost); err != nil {
-			// Left reserved, the estimate keeps counting: the budget errs
-			// toward asking, never toward overspending.
-			log.Error("settling budget failed", "pendingId", e.PendingID, "team", e.Team, "err", err)
-		}
-	}
 }
 
 // List returns every team's spending, day by day, sorted by team and day.

@@ -3,14 +3,12 @@ package bus_test
 import (
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
-	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/consumer"
 )
 
 func TestBudgetLedger_RaceForTheLastOfABudget(t *testing.T) {
@@ -40,6 +38,60 @@ func TestBudgetLedger_RaceForTheLastOfABudget(t *testing.T) {
 	}
 }
 
+func TestBudgetLedger_SettleCountsEachSequenceOnce(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	l := bus.NewBudgetLedger(env.Buckets.Budgets)
+	const day = "2026-03-14"
+	for _, amount := range []float64{3, 4, 5} {
+		ok, err := l.Reserve(ctx, "ops", day, amount, 100)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+
+	settled, err := l.Settle(ctx, "ops", day, 3, 2, 7, 0)
+	require.NoError(t, err)
+	assert.True(t, settled)
+	settled, err = l.Settle(ctx, "ops", day, 3, 2, 7, 0)
+	require.NoError(t, err)
+	assert.False(t, settled, "sequence 7 is in already")
+	s, err := l.Get(ctx, "ops", day)
+	require.NoError(t, err)
+	assert.Equal(t, 9.0, s.Reserved)
+	assert.Equal(t, 2.0, s.Spent)
+
+	// Concurrent settlers of the same sequences: each counts once.
+	var wg sync.WaitGroup
+	for range 4 {
+		for seq, amounts := range map[uint64][2]float64{9: {4, 4}, 12: {5, 0}} {
+			wg.Go(func() {
+				_, err := l.Settle(ctx, "ops", day, amounts[0], amounts[1], seq, 7)
+				assert.NoError(t, err)
+			})
+		}
+	}
+	wg.Wait()
+	s, err = l.Get(ctx, "ops", day)
+	require.NoError(t, err)
+	assert.Equal(t, bus.Spending{Reserved: 0, Spent: 6, Applied: consumer.Applied{Floor: 7, Ranges: [][2]uint64{{9, 9}, {12, 12}}}}, s)
+
+	settled, err = l.Settle(ctx, "ops", day, 1, 1, 11, 12)
+	require.NoError(t, err)
+	assert.False(t, settled, "at or below what every settler has settled: in already")
+
+	// A reservation after settlements keeps their record.
+	ok, err := l.Reserve(ctx, "ops", day, 1, 100)
+	require.NoError(t, err)
+	require.True(t, ok)
+	settled, err = l.Settle(ctx, "ops", day, 1, 0.5, 13, 12)
+	require.NoError(t, err)
+	assert.True(t, settled)
+	s, err = l.Get(ctx, "ops", day)
+	require.NoError(t, err)
+	assert.Equal(t, bus.Spending{Reserved: 0, Spent: 6.5, Applied: consumer.Applied{Floor: 13}}, s, "the record folds into the floor")
+}
+
 func TestBudgetLedger_ListAllTeamsOrOne(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
@@ -62,7 +114,7 @@ func TestBudgetLedger_ListAllTeamsOrOne(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
-	err = l.Settle(ctx, "ops", "2026-03-14", 3, 1.5)
+	_, err = l.Settle(ctx, "ops", "2026-03-14", 3, 1.5, 1, 0)
 	require.NoError(t, err)
 
 	days, err = l.List(ctx)
@@ -89,44 +141,4 @@ func TestBudgetLedger_ListAllTeamsOrOne(t *testing.T) {
 	days, err = l.ListTeam(ctx, "nobody")
 	require.NoError(t, err)
 	assert.Empty(t, days)
-}
-
-func TestBudgetLedger_SettleObserverReleasesAndSpends(t *testing.T) {
-	t.Parallel()
-	env := bustest.Start(t, bustest.Topologies[0])
-	ctx := t.Context()
-	l := bus.NewBudgetLedger(env.Buckets.Budgets)
-	doc, err := policy.Parse([]byte("default: {requiresApprovalTools: none, dailyCostLimit: 100}"))
-	require.NoError(t, err)
-	day := time.Now().UTC().Format("2006-01-02")
-	engine, err := policy.NewEngine(doc, nil, l)
-	require.NoError(t, err)
-	m := machine.New(env.Store, machine.WithEvaluator(engine), machine.WithObserver(l.SettleObserver(bustest.Logger())))
-
-	submit := func(id string, cost float64) *machine.Entry {
-		e, err := m.Submit(ctx, machine.Call{ToolCallID: id, ToolName: "report", CallerBotID: "b", ConversationID: "budget", EstimatedCost: cost})
-		require.NoError(t, err)
-		return e
-	}
-	ran := submit("a", 40)
-	cancelled := submit("b", 50)
-	assert.Equal(t, machine.StateScheduled, cancelled.Status)
-	asked := submit("c", 20)
-	assert.Equal(t, machine.StatePendingApproval, asked.Status, "no room for 20 more: asked")
-	assert.Contains(t, asked.StatusReason, "dailyCostLimit")
-
-	spending, err := l.Get(ctx, "", day)
-	require.NoError(t, err)
-	assert.Equal(t, bus.Spending{Reserved: 90}, spending)
-
-	_, err = m.Cancel(ctx, cancelled.PendingID, "ops", "stop")
-	require.NoError(t, err)
-	_, err = m.Claim(ctx, ran.PendingID, "exec", time.Minute)
-	require.NoError(t, err)
-	_, err = m.Complete(ctx, ran.PendingID, machine.Outcome{Holder: "exec", Cost: 35})
-	require.NoError(t, err)
-
-	spending, err = l.Get(ctx, "", day)
-	require.NoError(t, err)
-	assert.Equal(t, bus.Spending{Reserved: 0, Spent: 35}, spending, "the cancel released 50, the run spent 35 of its 40")
 }

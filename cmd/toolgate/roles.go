@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/worker"
 )
 
 // knownRoles are the roles a toolgate process can run, each on its own or
@@ -76,7 +77,8 @@ func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
 }
 
 // runIntake serves the request API, evaluating calls against the policy
-// kept in KV and recording what a decision's scope grants beyond its call.
+// kept in KV and recording what a decision's scope grants beyond its call,
+// and settles the budgets the policy reserves when the calls end.
 func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	svc := bus.NewService(d.machine, d.buckets.Calls, log)
 	svc.OnDecided = func(ctx context.Context, e *machine.Entry) error {
@@ -86,9 +88,13 @@ func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- d.policies.Follow(ctx, d.engine, log) }()
+	settled := make(chan error, 1)
+	go func() {
+		settled <- worker.NewBudgetSettler(d.js, bus.NewBudgetLedger(d.buckets.Budgets), log).Run(ctx)
+	}()
 	err := svc.Run(ctx, d.nc, version)
-	cancel() // the service failed or stopped: stop following too
-	return errors.Join(err, <-errc)
+	cancel() // the service failed or stopped: stop following and settling too
+	return errors.Join(err, <-errc, <-settled)
 }
 
 // recordScope turns an approval "for this session" into a grant later

@@ -304,9 +304,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if err != nil {
 		return nil, fmt.Errorf("stored policy: %w", err)
 	}
-	mach := machine.New(bus.NewKVStore(b.Calls),
-		machine.WithEvaluator(engine),
-		machine.WithObserver(ledger.SettleObserver(m.Log)))
+	mach := machine.New(bus.NewKVStore(b.Calls), machine.WithEvaluator(engine))
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &deps{cfg: m.Config, nc: nc, js: js, buckets: b, machine: mach, engine: engine, policies: policies, grants: grants, registry: registry, httpListening: m.httpListening}, nil
