@@ -1,13 +1,17 @@
 package bus
 
 import (
+	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"log/slog"
-	"time"
+	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -16,6 +20,18 @@ import (
 type Spending struct {
 	Reserved float64 `json:"reserved"` // estimated cost of calls allowed and not yet finished
 	Spent    float64 `json:"spent"`    // actual cost of calls finished
+	// Applied holds the TOOL_EVENTS sequences already settled into the
+	// amounts. It is written in the same compare-and-set as they are, so a
+	// settlement delivered twice, or to two processes at once, counts once.
+	Applied consumer.Applied `json:"applied,omitzero"`
+}
+
+// DayBudget is one team's spending on one day, as listed.
+type DayBudget struct {
+	Team     string  `json:"team"`
+	Day      string  `json:"day"` // YYYY-MM-DD, UTC
+	Reserved float64 `json:"reserved"`
+	Spent    float64 `json:"spent"`
 }
 
 // BudgetLedger counts each team's spending per day in KV, changed only by
@@ -30,7 +46,29 @@ var _ policy.Budget = (*BudgetLedger)(nil)
 // NewBudgetLedger returns the ledger over the budgets bucket.
 func NewBudgetLedger(kv jetstream.KeyValue) *BudgetLedger { return &BudgetLedger{kv: kv} }
 
-func budgetKey(team, day string) string { return machine.KeyToken("team:"+team) + "." + day }
+// teamKeyPrefix is the "team:" a team's name is prefixed with before it
+// becomes a key token: it always makes the token base64, so even the team
+// with no name ("") has one, and the team is read back from the key.
+const teamKeyPrefix = "team:"
+
+func teamToken(team string) string { return machine.KeyToken(teamKeyPrefix + team) }
+
+func budgetKey(team, day string) string { return teamToken(team) + "." + day }
+
+// parseBudgetKey is budgetKey's inverse.
+func parseBudgetKey(key string) (team, day string, ok bool) {
+	tok, day, ok := strings.Cut(key, ".")
+	enc, isB64 := strings.CutPrefix(tok, "=")
+	if !ok || !isB64 {
+		return "", "", false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil {
+		return "", "", false
+	}
+	team, ok = strings.CutPrefix(string(raw), teamKeyPrefix)
+	return team, day, ok
+}
 
 // Get returns a team's spending on a day.
 func (l *BudgetLedger) Get(ctx context.Context, team, day string) (Spending, error) {
@@ -85,32 +123,69 @@ func (l *BudgetLedger) Reserve(ctx context.Context, team, day string, amount, li
 }
 
 // Settle turns a finished call's reservation into what it actually cost
-// (0 for a call that never ran).
-func (l *BudgetLedger) Settle(ctx context.Context, team, day string, reserved, actual float64) error {
-	_, err := l.change(ctx, team, day, func(s *Spending) bool {
+// (0 for a call that never ran): reserved is released and actual spent.
+//
+// seq is the TOOL_EVENTS sequence of the event that ended the call, and
+// makes Settle idempotent: a seq the day's value has already taken in
+// changes nothing, and Settle reports false. settledUpTo is a sequence up
+// to which every event has been settled wherever it belongs (the settling
+// consumer's ack floor, or anything older); the value's record of applied
+// sequences folds into it, so it stays a handful of numbers.
+func (l *BudgetLedger) Settle(ctx context.Context, team, day string, reserved, actual float64, seq, settledUpTo uint64) (bool, error) {
+	return l.change(ctx, team, day, func(s *Spending) bool {
+		s.Applied.Raise(settledUpTo)
+		if s.Applied.Has(seq) {
+			return false
+		}
+		s.Applied.Add([][2]uint64{{seq, seq}})
+		// Float sums drift, and an observer of an older version may have
+		// released this reservation already: never hold a negative one.
 		s.Reserved = max(s.Reserved-reserved, 0)
 		s.Spent += actual
 		return true
 	})
-	return err
 }
 
-// SettleObserver returns a machine observer that settles the budget of
-// every call that ends: what it reserved is released, and what it cost is
-// spent (on the day it reserved, or the day it ended).
-func (l *BudgetLedger) SettleObserver(log *slog.Logger) func(context.Context, *machine.Entry) {
-	return func(ctx context.Context, e *machine.Entry) {
-		if !e.Status.Terminal() || (e.CostReserved == 0 && e.Cost == 0) {
-			return
-		}
-		day := e.CostDay
-		if day == "" {
-			day = time.Now().UTC().Format("2006-01-02")
-		}
-		if err := l.Settle(ctx, e.Team, day, e.CostReserved, e.Cost); err != nil {
-			// Left reserved, the estimate keeps counting: the budget errs
-			// toward asking, never toward overspending.
-			log.Error("settling budget failed", "pendingId", e.PendingID, "team", e.Team, "err", err)
-		}
+// List returns every team's spending, day by day, sorted by team and day.
+func (l *BudgetLedger) List(ctx context.Context) ([]DayBudget, error) {
+	return l.list(ctx, ">")
+}
+
+// ListTeam returns one team's spending, day by day. It reads only that
+// team's keys. The team with no name ("") is a team like any other.
+func (l *BudgetLedger) ListTeam(ctx context.Context, team string) ([]DayBudget, error) {
+	return l.list(ctx, teamToken(team)+".*")
+}
+
+func (l *BudgetLedger) list(ctx context.Context, filter string) ([]DayBudget, error) {
+	w, err := l.kv.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
 	}
+	defer func() { _ = w.Stop() }()
+	days := []DayBudget{}
+	for {
+		var kve jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case kve = <-w.Updates():
+		}
+		if kve == nil { // the initial values are all in
+			break
+		}
+		team, day, ok := parseBudgetKey(kve.Key())
+		if !ok {
+			return nil, fmt.Errorf("budgets: key %q is not a team's day", kve.Key())
+		}
+		var s Spending
+		if err := json.Unmarshal(kve.Value(), &s); err != nil {
+			return nil, fmt.Errorf("budgets: key %s: %w", kve.Key(), err)
+		}
+		days = append(days, DayBudget{Team: team, Day: day, Reserved: s.Reserved, Spent: s.Spent})
+	}
+	slices.SortFunc(days, func(a, b DayBudget) int {
+		return cmp.Or(strings.Compare(a.Team, b.Team), strings.Compare(a.Day, b.Day))
+	})
+	return days, nil
 }

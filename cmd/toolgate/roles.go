@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/natsapi"
+	"github.com/toolgate/toolgate/worker"
 )
 
 // knownRoles are the roles a toolgate process can run, each on its own or
@@ -75,14 +76,19 @@ func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
 }
 
 // runIntake serves the request API, evaluating calls against the policy
-// kept in KV.
+// kept in KV, and settles the budgets the policy reserves when the calls
+// end.
 func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	svc := natsapi.New(d.gate, log)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- d.policies.Follow(ctx, d.engine, log) }()
+	settled := make(chan error, 1)
+	go func() {
+		settled <- worker.NewBudgetSettler(d.js, bus.NewBudgetLedger(d.buckets.Budgets), log).Run(ctx)
+	}()
 	err := svc.Run(ctx, d.nc, version)
-	cancel() // the service failed or stopped: stop following too
-	return errors.Join(err, <-errc)
+	cancel() // the service failed or stopped: stop following and settling too
+	return errors.Join(err, <-errc, <-settled)
 }
