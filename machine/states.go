@@ -100,7 +100,8 @@ const (
 	silent
 )
 
-// transitions is the one place that says what may follow what.
+// transitions is the one place that says what may follow what, and what
+// each event is to the outside.
 var transitions = []transition{
 	{EventAsk, []State{stateNone}, StatePendingApproval, "policy asks a human", "approval_required", notify},
 	{EventSchedule, []State{stateNone}, StateScheduled, "policy runs it now or after a delay", "scheduled_execution", 0},
