@@ -183,6 +183,8 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	}
 	subject, ok := wire.EventSubject(t.Event)
 	if !ok {
+		// A silent event (a renewed lease) changes nothing a subscriber
+		// acts on; the bucket's revision is record enough.
 		return item, nil
 	}
 	if r.beforePublish != nil {

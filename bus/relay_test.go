@@ -142,6 +142,31 @@ func TestRelay_PublishesEachTransitionOnItsSubject(t *testing.T) {
 	}
 }
 
+func TestRelay_PublishesNothingForASilentEvent(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	startRelay(t, env.JS, nil)
+
+	runner := submitter(env, machine.Verdict{Action: machine.ActionRun})
+	e := submit(t, runner, "silent", "c1")
+	_, err := runner.Claim(ctx, e.PendingID, "exec-1", time.Minute)
+	require.NoError(t, err)
+	beat, err := runner.Heartbeat(ctx, e.PendingID, "exec-1", time.Hour)
+	require.NoError(t, err)
+	require.True(t, beat.LastTransition.Event.Silent())
+	_, err = runner.Complete(ctx, e.PendingID, machine.Outcome{Holder: "exec-1", Result: json.RawMessage(`1`)})
+	require.NoError(t, err)
+
+	// The relay is drained past the heartbeat's revision once the success
+	// after it is in, so a heartbeat event would be in by now too.
+	var events []machine.Event
+	for _, m := range streamMsgs(t, env.JS, wire.EventsStream, 3) {
+		events = append(events, decodeEvent(t, m.Data).Event)
+	}
+	assert.Equal(t, []machine.Event{machine.EventSchedule, machine.EventStart, machine.EventSucceed}, events)
+}
+
 func TestRelay_CrashBeforePublishLosesNothing(t *testing.T) {
 	t.Parallel()
 	for _, topo := range bustest.Topologies {

@@ -64,36 +64,58 @@ const (
 	EventCancel  Event = "cancel"
 	EventStart   Event = "start"   // an executor claimed it
 	EventReclaim Event = "reclaim" // the previous executor's lease ran out
-	// EventHeartbeat renews a running call's lease. It is not an event
-	// anyone is told of: the relay publishes nothing for it.
+	// EventHeartbeat renews a running call's lease. It is silent: it
+	// changes nothing anyone outside watches.
 	EventHeartbeat Event = "heartbeat"
 	EventSucceed   Event = "succeed"
 	EventFail      Event = "fail"
 )
 
-// transition is one row of the table: ev moves an entry in any of From to To.
+// transition is one row of the table: ev moves an entry in any of From to
+// To. What the rest of toolgate says about an event (its subject, whether
+// humans hear of it, which metrics it feeds) derives from its row, so a new
+// event is described once.
 type transition struct {
 	Event Event
 	From  []State
 	To    State
 	Label string // for the diagram
+	// Name is the event's public name, the last token of the subject it is
+	// published on. Events that are one thing to the outside share a name:
+	// an overdue call is a timeout that did not reject, a reclaim an
+	// execution that starts again.
+	Name  string
+	Flags flags
 }
 
-// transitions is the one place that says what may follow what.
+// flags say who hears of an event beyond its subscribers.
+type flags uint8
+
+const (
+	// notify marks an event humans are told of: it asks them to decide,
+	// or settles or flags a call that waits for them.
+	notify flags = 1 << iota
+	// silent marks an event nothing is published for, so it has no Name:
+	// it changes nothing anyone watches (a renewed lease).
+	silent
+)
+
+// transitions is the one place that says what may follow what, and what
+// each event is to the outside.
 var transitions = []transition{
-	{EventAsk, []State{stateNone}, StatePendingApproval, "policy asks a human"},
-	{EventSchedule, []State{stateNone}, StateScheduled, "policy runs it now or after a delay"},
-	{EventDeny, []State{stateNone}, StateRejectedByPolicy, "policy denies it"},
-	{EventApprove, []State{StatePendingApproval}, StateApproved, "approved"},
-	{EventReject, []State{StatePendingApproval}, StateRejectedByUser, "rejected"},
-	{EventTimeout, []State{StatePendingApproval}, StateRejectedByTimeout, "nobody answered in time"},
-	{EventOverdue, []State{StatePendingApproval}, StatePendingApproval, "nobody answered in time, kept pending"},
-	{EventCancel, []State{StatePendingApproval, StateScheduled, StateApproved}, StateCancelled, "cancelled"},
-	{EventStart, []State{StateScheduled, StateApproved}, StateExecuting, "executor claims it"},
-	{EventReclaim, []State{StateExecuting}, StateExecuting, "lease lost, claimed again"},
-	{EventHeartbeat, []State{StateExecuting}, StateExecuting, "lease renewed"},
-	{EventSucceed, []State{StateExecuting}, StateCompletedSuccess, "tool succeeded"},
-	{EventFail, []State{StateExecuting}, StateCompletedFailure, "tool failed"},
+	{EventAsk, []State{stateNone}, StatePendingApproval, "policy asks a human", "approval_required", notify},
+	{EventSchedule, []State{stateNone}, StateScheduled, "policy runs it now or after a delay", "scheduled_execution", 0},
+	{EventDeny, []State{stateNone}, StateRejectedByPolicy, "policy denies it", "policy_denied", 0},
+	{EventApprove, []State{StatePendingApproval}, StateApproved, "approved", "approval_granted", notify},
+	{EventReject, []State{StatePendingApproval}, StateRejectedByUser, "rejected", "approval_rejected", notify},
+	{EventTimeout, []State{StatePendingApproval}, StateRejectedByTimeout, "nobody answered in time", "approval_timeout", notify},
+	{EventOverdue, []State{StatePendingApproval}, StatePendingApproval, "nobody answered in time, kept pending", "approval_timeout", notify},
+	{EventCancel, []State{StatePendingApproval, StateScheduled, StateApproved}, StateCancelled, "cancelled", "cancelled", notify},
+	{EventStart, []State{StateScheduled, StateApproved}, StateExecuting, "executor claims it", "execution_started", 0},
+	{EventReclaim, []State{StateExecuting}, StateExecuting, "lease lost, claimed again", "execution_started", 0},
+	{EventHeartbeat, []State{StateExecuting}, StateExecuting, "lease renewed", "", silent},
+	{EventSucceed, []State{StateExecuting}, StateCompletedSuccess, "tool succeeded", "execution_succeeded", 0},
+	{EventFail, []State{StateExecuting}, StateCompletedFailure, "tool failed", "execution_failed", 0},
 }
 
 // Events lists every event in table order.
@@ -105,14 +127,49 @@ func Events() []Event {
 	return evs
 }
 
-// Target returns the state ev leads to, and whether ev is an event at all.
-func (ev Event) Target() (State, bool) {
-	for _, t := range transitions {
-		if t.Event == ev {
-			return t.To, true
+// row returns ev's row of the table, nil if ev is no event.
+func (ev Event) row() *transition {
+	for i := range transitions {
+		if transitions[i].Event == ev {
+			return &transitions[i]
 		}
 	}
+	return nil
+}
+
+// Target returns the state ev leads to, and whether ev is an event at all.
+func (ev Event) Target() (State, bool) {
+	if t := ev.row(); t != nil {
+		return t.To, true
+	}
 	return "", false
+}
+
+// PublicName returns the name ev is known by outside toolgate (the last
+// token of the subject it is published on, e.g. "approval_required"), and
+// false for a silent event or one that is no event. Several events may
+// share a name.
+func (ev Event) PublicName() (string, bool) {
+	if t := ev.row(); t != nil && t.Name != "" {
+		return t.Name, true
+	}
+	return "", false
+}
+
+// Silent reports whether nothing is published for ev: it is an event of
+// the table that no one outside is told of, such as a heartbeat.
+func (ev Event) Silent() bool {
+	t := ev.row()
+	return t != nil && t.Flags&silent != 0
+}
+
+// Notifies reports whether humans are told of ev: it asks them to decide,
+// or settles or flags a call that waits for them. It speaks of the kind of
+// event, not of one transition: a cancel of a call that was scheduled, not
+// pending, concerns no human, and a notifier tells nobody of it.
+func (ev Event) Notifies() bool {
+	t := ev.row()
+	return t != nil && t.Flags&notify != 0
 }
 
 // Diagram renders the transition table as a mermaid state diagram, the one

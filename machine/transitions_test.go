@@ -185,6 +185,38 @@ func TestTable_EveryStateReachableAndTerminalStatesFinal(t *testing.T) {
 	assert.False(t, machine.State("BOGUS").Terminal())
 }
 
+func TestTable_EveryEventIsPublishedOrMarkedSilent(t *testing.T) {
+	t.Parallel()
+	seen := map[machine.Event]bool{}
+	for _, ev := range machine.Events() {
+		assert.False(t, seen[ev], "%s has two rows", ev)
+		seen[ev] = true
+		name, named := ev.PublicName()
+		if ev.Silent() {
+			assert.False(t, named, "silent %s has a public name %q", ev, name)
+			assert.False(t, ev.Notifies(), "silent %s notifies humans, who would never hear of it", ev)
+			continue
+		}
+		if assert.True(t, named, "%s has no public name and is not marked silent", ev) {
+			assert.True(t, natsToken(name), "%s's public name %q is not one NATS subject token", ev, name)
+		}
+	}
+	assert.True(t, machine.EventHeartbeat.Silent())
+	for _, bogus := range []machine.Event{"", "BOGUS"} {
+		_, named := bogus.PublicName()
+		assert.False(t, named || bogus.Silent() || bogus.Notifies(), "%q is no event", bogus)
+	}
+}
+
+// natsToken reports whether s can be one token of a NATS subject that a
+// consumer may filter on literally: not empty, no separator, no wildcard,
+// nothing a client would split or reject.
+func natsToken(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return r == '.' || r == '*' || r == '>' || r <= ' ' || r == 0x7f || r > 0x7e
+	})
+}
+
 func TestSubmit_VerdictChoosesFirstState(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])

@@ -148,18 +148,22 @@ func (m *Metrics) Observe(ev *wire.Event) {
 	if ev.To.Terminal() {
 		m.ToolCalls.WithLabelValues(tool, string(ev.To)).Inc()
 	}
-	switch ev.Event {
-	case machine.EventApprove, machine.EventReject:
+	// By subject, not event: events the table gives one public name are
+	// one thing to count (a timeout and an overdue flag are both calls
+	// nobody answered in time, a start and a reclaim both attempts).
+	subject, _ := wire.EventSubject(ev.Event)
+	switch subject {
+	case wire.SubjectApprovalGranted, wire.SubjectApprovalRejected:
 		decision := DecisionApproved
-		if ev.Event == machine.EventReject {
+		if subject == wire.SubjectApprovalRejected {
 			decision = DecisionRejected
 		}
 		m.ApprovalResponse.WithLabelValues(tool, decision).Observe(seconds(e.DecisionTime - e.RequestedAt))
-	case machine.EventTimeout, machine.EventOverdue:
+	case wire.SubjectApprovalTimeout:
 		m.ApprovalTimeouts.WithLabelValues(tool).Inc()
-	case machine.EventStart, machine.EventReclaim:
+	case wire.SubjectExecutionStarted:
 		m.ExecutionAttempts.WithLabelValues(tool).Inc()
-	case machine.EventSucceed, machine.EventFail:
+	case wire.SubjectExecutionSucceeded, wire.SubjectExecutionFailed:
 		if e.LastAttemptTime > 0 {
 			m.Execution.WithLabelValues(tool, string(ev.To)).Observe(seconds(ev.At - e.LastAttemptTime))
 		}

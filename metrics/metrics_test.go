@@ -263,3 +263,21 @@ func TestMetrics_ObserveDecodesRelayedEvents(t *testing.T) {
 	}, samples(t, reg, metrics.NameApprovalResponse))
 	assert.Empty(t, samples(t, reg, metrics.NameToolCalls), "not terminal")
 }
+
+// TestMetrics_ObserveCountsEventsThatShareASubjectAlike: events published
+// on one subject are one thing to count, whichever of them happened.
+func TestMetrics_ObserveCountsEventsThatShareASubjectAlike(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	entry := &machine.Entry{PendingID: "c.x", ToolName: "deploy"}
+	for _, ev := range []machine.Event{
+		machine.EventTimeout, machine.EventOverdue,
+		machine.EventStart, machine.EventReclaim, machine.EventHeartbeat,
+	} {
+		to, _ := ev.Target()
+		m.Observe(&wire.Event{Event: ev, To: to, Entry: entry})
+	}
+	assert.Equal(t, []string{`toolgate_approval_timeouts_total{tool="deploy"} 2`}, samples(t, reg, metrics.NameApprovalTimeouts))
+	assert.Equal(t, []string{`toolgate_execution_attempts_total{tool="deploy"} 2`}, samples(t, reg, metrics.NameExecutionAttempts), "a heartbeat is no attempt")
+}

@@ -1,6 +1,10 @@
 package wire
 
-import "github.com/toolgate/toolgate/machine"
+import (
+	"slices"
+
+	"github.com/toolgate/toolgate/machine"
+)
 
 // Names of the JetStream assets toolgate provisions.
 const (
@@ -18,7 +22,9 @@ const (
 	BudgetsBucket  = "tool_budgets"  // spending per team and day
 )
 
-// Subjects of the events, one per kind of transition.
+// Subjects of the events, one per public name in machine's transition
+// table. They are the contract subscribers code against; EventSubject
+// derives the same strings from the table, and a test holds them equal.
 const (
 	SubjectApprovalRequired   = "tool.approval_required"
 	SubjectScheduledExecution = "tool.scheduled_execution"
@@ -32,40 +38,35 @@ const (
 	SubjectExecutionFailed    = "tool.execution_failed"
 )
 
-// eventSubjects maps each event to its subject. A reclaim is an execution
-// that starts again, so it shares execution_started; an overdue call is a
-// timeout that did not reject, so it shares approval_timeout. A heartbeat
-// has no subject: the relay publishes nothing for it.
-var eventSubjects = map[machine.Event]string{
-	machine.EventAsk:      SubjectApprovalRequired,
-	machine.EventSchedule: SubjectScheduledExecution,
-	machine.EventDeny:     SubjectPolicyDenied,
-	machine.EventApprove:  SubjectApprovalGranted,
-	machine.EventReject:   SubjectApprovalRejected,
-	machine.EventTimeout:  SubjectApprovalTimeout,
-	machine.EventOverdue:  SubjectApprovalTimeout,
-	machine.EventCancel:   SubjectCancelled,
-	machine.EventStart:    SubjectExecutionStarted,
-	machine.EventReclaim:  SubjectExecutionStarted,
-	machine.EventSucceed:  SubjectExecutionSucceeded,
-	machine.EventFail:     SubjectExecutionFailed,
-}
+// eventPrefix is the contract's namespace for events: the table names only
+// the last token, so that machine knows nothing of subjects.
+const eventPrefix = "tool."
 
 // EventSubject returns the subject an event is published on, and false for
-// an event that has none.
+// a silent event (a heartbeat), which has none, or one that is no event.
 func EventSubject(ev machine.Event) (string, bool) {
-	s, ok := eventSubjects[ev]
-	return s, ok
+	name, ok := ev.PublicName()
+	if !ok {
+		return "", false
+	}
+	return eventPrefix + name, true
 }
 
 // EventSubjects lists every event subject once, in table order: the
 // subjects of the TOOL_EVENTS stream.
 func EventSubjects() []string {
+	return EventSubjectsOf(func(machine.Event) bool { return true })
+}
+
+// EventSubjectsOf lists once, in table order, the subjects of the events
+// keep accepts: what a consumer that wants only those filters on. A
+// subject is listed if any of its events is kept, so the consumer may
+// still receive events it does not want, which share a subject with one
+// it does.
+func EventSubjectsOf(keep func(machine.Event) bool) []string {
 	var subs []string
-	seen := map[string]bool{}
 	for _, ev := range machine.Events() {
-		if s, ok := eventSubjects[ev]; ok && !seen[s] {
-			seen[s] = true
+		if s, ok := EventSubject(ev); ok && keep(ev) && !slices.Contains(subs, s) {
 			subs = append(subs, s)
 		}
 	}

@@ -69,7 +69,8 @@ func (f NotificationCounterFunc) Notification(channel, result string) { f(channe
 // Notifier tells humans that a call waits for them, and when it stops
 // waiting: for every tool.approval_required event, and every decision on a
 // call that was pending (approval_granted, approval_rejected,
-// approval_timeout, cancelled), it delivers to each channel the call's
+// approval_timeout, cancelled) — the events machine's transition table
+// marks as notifying — it delivers to each channel the call's
 // policy names (notify, resolved for the call's team and conversation): a
 // signed webhook, a Slack message, an ntfy notification.
 //
@@ -223,10 +224,7 @@ func NewNotifier(js jetstream.JetStream, engine *policy.Engine, counter Notifica
 }
 
 // notifySubjects are the events a Notifier reads.
-var notifySubjects = []string{
-	wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectApprovalRejected,
-	wire.SubjectApprovalTimeout, wire.SubjectCancelled,
-}
+var notifySubjects = wire.EventSubjectsOf(machine.Event.Notifies)
 
 // Run notifies until ctx ends, then waits for the deliveries in flight
 // (each bounded by the HTTP timeout).
@@ -285,17 +283,11 @@ func (n *Notifier) run(ctx context.Context) error {
 	return fanOut.Run(ctx)
 }
 
-// notifies reports whether ev is one a human is told of: a call starts
-// waiting for a decision, or one that was waiting stops (a cancel of a
-// call nobody was asked about is not news to anyone).
+// notifies reports whether ev is one a human is told of: its kind is, and
+// the call was waiting for a decision or starts to. A cancel of a call
+// nobody was asked about is not news to anyone.
 func notifies(ev *wire.Event) bool {
-	switch ev.Event {
-	case machine.EventAsk:
-		return true
-	case machine.EventApprove, machine.EventReject, machine.EventTimeout, machine.EventOverdue, machine.EventCancel:
-		return ev.From == machine.StatePendingApproval
-	}
-	return false
+	return ev.Event.Notifies() && (ev.From == machine.StatePendingApproval || ev.To == machine.StatePendingApproval)
 }
 
 // fanOut queues one event's deliveries, one per channel.

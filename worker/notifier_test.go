@@ -562,6 +562,43 @@ func TestNotifier_RefusalIsDeadLetteredAtOnce(t *testing.T) {
 	assert.Equal(t, 1, hook.count())
 }
 
+func TestNotifier_TellsOfWhatAHumanWaitsOn(t *testing.T) {
+	t.Parallel()
+	pending, scheduled, approved, executing := machine.StatePendingApproval, machine.StateScheduled, machine.StateApproved, machine.StateExecuting
+	told := map[machine.Event][]machine.State{
+		machine.EventAsk:     {""},
+		machine.EventApprove: {pending},
+		machine.EventReject:  {pending},
+		machine.EventTimeout: {pending},
+		machine.EventOverdue: {pending},
+		machine.EventCancel:  {pending},
+	}
+	untold := map[machine.Event][]machine.State{
+		machine.EventSchedule:  {""},
+		machine.EventDeny:      {""},
+		machine.EventCancel:    {scheduled, approved},
+		machine.EventStart:     {scheduled, approved},
+		machine.EventReclaim:   {executing},
+		machine.EventHeartbeat: {executing},
+		machine.EventSucceed:   {executing},
+		machine.EventFail:      {executing},
+	}
+	for _, ev := range machine.Events() {
+		to, _ := ev.Target()
+		assert.True(t, len(told[ev])+len(untold[ev]) > 0, "%s: say whether humans hear of it", ev)
+		for _, from := range told[ev] {
+			assert.True(t, worker.Notifies(&wire.Event{Event: ev, From: from, To: to}), "%s from %q", ev, from)
+		}
+		for _, from := range untold[ev] {
+			assert.False(t, worker.Notifies(&wire.Event{Event: ev, From: from, To: to}), "%s from %q", ev, from)
+		}
+	}
+	assert.Equal(t, []string{
+		wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectApprovalRejected,
+		wire.SubjectApprovalTimeout, wire.SubjectCancelled,
+	}, worker.NotifySubjects)
+}
+
 func TestChannelKey(t *testing.T) {
 	c := tgpolicy.Channel{Type: tgpolicy.ChannelWebhook, URL: "https://h.example/x", Secret: "a"}
 	k := worker.ChannelKey(c)
