@@ -80,7 +80,7 @@ func (s *KVStore) ListAll(ctx context.Context) ([]*machine.Entry, error) {
 
 // History returns the transitions an entry went through, oldest first,
 // each with the revision that recorded it. Heartbeats, which only renew a
-// lease, are left out.
+// lease and are published as no event, are left out.
 func (s *KVStore) History(ctx context.Context, pendingID string) ([]wire.HistoryItem, error) {
 	if !machine.ValidPendingID(pendingID) {
 		return nil, fmt.Errorf("pendingId %s: %w", pendingID, machine.ErrNotFound)
@@ -97,7 +97,7 @@ func (s *KVStore) History(ctx context.Context, pendingID string) ([]wire.History
 		if kve.Operation() != jetstream.KeyValuePut || json.Unmarshal(kve.Value(), &e) != nil || e.LastTransition == nil {
 			continue
 		}
-		if e.LastTransition.Event == machine.EventHeartbeat {
+		if e.LastTransition.Event.Silent() {
 			continue
 		}
 		items = append(items, wire.HistoryItem{Transition: *e.LastTransition, Revision: kve.Revision()})
