@@ -70,6 +70,7 @@ var routes = []route{
 	{"GET", "/v1/events", readers, (*Server).events},
 	{"POST", "/v1/integrations/claude-code/{hook}", []Role{RoleAgent}, (*Server).claudeCodeHook},
 	{"GET", "/v1/analytics", readers, (*Server).analytics},
+	{"GET", "/v1/budgets", []Role{RoleViewer, RoleApprover}, (*Server).budgets},
 	{"GET", "/v1/me", readers, (*Server).me},
 	{"GET", "/v1/openapi.json", nil, (*Server).openAPI},
 	{"GET", "/healthz", nil, (*Server).healthz},
@@ -412,6 +413,22 @@ func (s *Server) claudeCodeHook(w http.ResponseWriter, r *http.Request, u User) 
 		return err
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// budgets serves the budget ledger; ?team=T narrows it to one team
+// (?team= to the calls that name none).
+func (s *Server) budgets(w http.ResponseWriter, r *http.Request, _ User) error {
+	var req wire.BudgetsRequest
+	if q := r.URL.Query(); q.Has("team") {
+		team := q.Get("team")
+		req.Team = &team
+	}
+	reply, err := s.cfg.Gate.Budgets(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, reply)
 	return nil
 }
 

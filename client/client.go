@@ -207,3 +207,11 @@ func (c *Client) report(ctx context.Context, endpoint string, r wire.ReportReque
 	}
 	return &e, nil
 }
+
+// Budgets returns the budget ledger: what each team reserved and spent per
+// UTC day, beside its policy's daily limit; r.Team narrows it to one team.
+func (c *Client) Budgets(ctx context.Context, r wire.BudgetsRequest) (wire.BudgetsReply, error) {
+	var reply wire.BudgetsReply
+	err := c.request(ctx, wire.EndpointBudgets, r, &reply)
+	return reply, err
+}

@@ -45,8 +45,14 @@ type Service struct {
 	grants   *bus.GrantStore
 	budgets  *bus.BudgetLedger
 	nc       *nats.Conn
+	limits   limits
 	mx       *metrics.Metrics
 	log      *slog.Logger
+}
+
+// limits is what of the policy Budgets shows: *policy.Engine has it.
+type limits interface {
+	Resolve(team, conversationID string) policy.Resolved
 }
 
 // New returns the Service over cfg's buckets.
@@ -63,7 +69,9 @@ func New(cfg Config) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	lim, _ := cfg.Policy.(limits)
 	return &Service{
+		limits:   lim,
 		m:        machine.New(calls, opts...),
 		calls:    calls,
 		policies: bus.NewPolicyStore(cfg.Buckets.Policies),
@@ -242,4 +250,29 @@ func (s *Service) Expire(ctx context.Context, pendingID string) (*machine.Entry,
 // last allowed attempt.
 func (s *Service) AbandonLease(ctx context.Context, pendingID string) (*machine.Entry, error) {
 	return s.observe(s.m.AbandonLease(ctx, pendingID))
+}
+
+// Budgets returns the budget ledger: what each team reserved and spent per
+// day, beside the daily limit its policy sets now. With a team, only that
+// team's days are read.
+func (s *Service) Budgets(ctx context.Context, r wire.BudgetsRequest) (wire.BudgetsReply, error) {
+	var days []bus.DayBudget
+	var err error
+	if r.Team != nil {
+		days, err = s.budgets.ListTeam(ctx, *r.Team)
+	} else {
+		days, err = s.budgets.List(ctx)
+	}
+	if err != nil {
+		return wire.BudgetsReply{}, fmt.Errorf("budgets: %w", err)
+	}
+	reply := wire.BudgetsReply{Items: make([]wire.Budget, 0, len(days))}
+	for _, d := range days {
+		b := wire.Budget{Team: d.Team, Day: d.Day, Reserved: d.Reserved, Spent: d.Spent}
+		if s.limits != nil {
+			b.Limit = s.limits.Resolve(d.Team, "").DailyCostLimit
+		}
+		reply.Items = append(reply.Items, b)
+	}
+	return reply, nil
 }

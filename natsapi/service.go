@@ -139,6 +139,7 @@ func (s *Service) endpoints() map[string]handler {
 			}
 			return g.Retry(ctx, r.PendingID, r.By, r.Attempt, lease)
 		}),
+		wire.EndpointBudgets:   answer(g.Budgets),
 		wire.EndpointSucceeded: answer(finish(g.Complete)),
 		wire.EndpointFailed:    answer(finish(g.Fail)),
 	}

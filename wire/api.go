@@ -28,6 +28,7 @@ const (
 	EndpointSucceeded          = "succeeded"
 	EndpointFailed             = "failed"
 	EndpointRetry              = "retry"
+	EndpointBudgets            = "budgets"
 )
 
 // APISubject is the subject of an endpoint.
@@ -197,3 +198,24 @@ const RevisionHeader = "Toolgate-Revision"
 // EntrySubject is where every revision of one entry is announced (core
 // NATS, an Event) for agents awaiting it.
 func EntrySubject(pendingID string) string { return "toolgate.entry." + pendingID }
+
+// BudgetsRequest asks for the budget ledger: one team's days when Team is
+// set ("" is the team of calls that name none), every team's otherwise.
+type BudgetsRequest struct {
+	Team *string `json:"team,omitempty"`
+}
+
+// Budget is one team's spending on one UTC day, beside the daily limit its
+// policy sets now (none when Limit is nil).
+type Budget struct {
+	Team     string   `json:"team"`
+	Day      string   `json:"day"` // YYYY-MM-DD
+	Limit    *float64 `json:"limit,omitempty"`
+	Reserved float64  `json:"reserved"` // estimated cost of calls allowed and not yet finished
+	Spent    float64  `json:"spent"`    // actual cost of calls finished
+}
+
+// BudgetsReply is the budget ledger, by team and then day.
+type BudgetsReply struct {
+	Items []Budget `json:"items"`
+}

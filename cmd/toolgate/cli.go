@@ -38,6 +38,7 @@ var cliVerbs = map[string]func(ctx context.Context, args []string, out cliOutput
 	"reject":  cliReject,
 	"cancel":  cliCancel,
 	"policy":  cliPolicy,
+	"budget":  cliBudget,
 }
 
 // cliOutput is where a verb writes: results on stdout, everything else on

@@ -48,6 +48,8 @@ Usage:
   toolgate mcp                an MCP server on stdio: --permission-prompt-tool mcp__toolgate__approve
   toolgate policy get|set FILE|validate FILE
                            print, replace or check the policy
+  toolgate budget [--team T]
+                           each team's reserved and spent cost per day, and its limit
   toolgate stats [--json]  approval analytics per tool, team, approver and hour,
                            with recommended policy changes
   toolgate analytics rebuild

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/toolgate/toolgate/wire"
+)
+
+// cliBudget prints the budget ledger.
+func cliBudget(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("budget", "budget [--team T] [--json] [flags]",
+		"Show each team's spending per UTC day: the estimated cost reserved by calls\n"+
+			"allowed and not yet finished, what finished calls cost, and the daily limit\n"+
+			"the policy sets (dailyCostLimit).", out).connFlags().jsonFlag("the ledger")
+	team := c.fs.String("team", "", `only this team ("" for calls that name no team, with --team "")`)
+	if _, err := c.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	var r wire.BudgetsRequest
+	c.fs.Visit(func(f *flag.Flag) {
+		if f.Name == "team" {
+			r.Team = team
+		}
+	})
+	nc, cl, err := c.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	reply, err := cl.Budgets(ctx, r)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return cliPrintJSON(out.stdout, reply.Items)
+	}
+	return printBudgets(out.stdout, reply.Items)
+}
+
+func printBudgets(w io.Writer, items []wire.Budget) error {
+	if len(items) == 0 {
+		_, err := fmt.Fprintln(w, "no spending recorded")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TEAM\tDAY\tRESERVED\tSPENT\tLIMIT")
+	for _, b := range items {
+		limit := "none"
+		if b.Limit != nil {
+			limit = strconv.FormatFloat(*b.Limit, 'f', -1, 64)
+		}
+		team := b.Team
+		if team == "" {
+			team = "(no team)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", team, b.Day,
+			strconv.FormatFloat(b.Reserved, 'f', -1, 64), strconv.FormatFloat(b.Spent, 'f', -1, 64), limit)
+	}
+	return tw.Flush()
+}

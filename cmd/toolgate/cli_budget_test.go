@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// The regression that motivated settling budgets from events: a call an
+// executor runs (through the request API, as every executor now does)
+// whose estimate was 3 and whose run cost 2 leaves the team's ledger at
+// reserved 0, spent 2 — as `toolgate budget` and GET /v1/budgets show.
+func TestBudget_ExecutorRunCallSettlesAndShows(t *testing.T) {
+	t.Parallel()
+	cfg, base := startWithHTTP(t, "default: {requiresApprovalTools: none, dailyCostLimit: 10}\n")
+	url := "nats://" + cfg.Listen
+
+	x, err := agent(t, url).NewExecutor(client.ExecutorOptions{Lease: 5 * time.Second})
+	require.NoError(t, err)
+	x.Handle("report", func(context.Context, client.Call) (client.Result, error) {
+		return client.Result{Output: json.RawMessage(`{"pages":4}`), Cost: 2}, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- x.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ran })
+
+	out, err := agent(t, url).Request(t.Context(), machine.Call{
+		ToolCallID: "r1", ToolName: "report", CallerBotID: "bot", ConversationID: "budget", Team: "research", EstimatedCost: 3,
+	}, client.UntilFinished())
+	require.NoError(t, err)
+	require.Equal(t, client.Executed, out.Kind)
+	day := out.Entry.CostDay
+	require.NotEmpty(t, day, "the call reserved on a day")
+
+	want := wire.Budget{Team: "research", Day: day, Limit: new(10.0), Reserved: 0, Spent: 2}
+	var got []wire.Budget
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		r := cli(t, url, "budget", "--team", "research", "--json")
+		if !assert.Equal(c, 0, r.code, r.stderr) {
+			return
+		}
+		got = nil
+		assert.NoError(c, json.Unmarshal([]byte(r.stdout), &got))
+		assert.Equal(c, []wire.Budget{want}, got, "the ledger")
+	}, 30*time.Second, 20*time.Millisecond)
+
+	r := cli(t, url, "budget")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `research\s+`+day+`\s+0\s+2\s+10`, r.stdout)
+
+	resp, err := http.Get(base + "/v1/budgets?team=research")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var reply wire.BudgetsReply
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&reply))
+	assert.Equal(t, []wire.Budget{want}, reply.Items)
+
+	r = cli(t, url, "budget", "--team", "nobody", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.JSONEq(t, `[]`, r.stdout, "a team with no spending has no days")
+}
