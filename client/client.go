@@ -215,3 +215,19 @@ func (c *Client) Budgets(ctx context.Context, r wire.BudgetsRequest) (wire.Budge
 	err := c.request(ctx, wire.EndpointBudgets, r, &reply)
 	return reply, err
 }
+
+// Policy returns the policy document in force, as YAML.
+func (c *Client) Policy(ctx context.Context) (wire.PolicyDocument, error) {
+	var doc wire.PolicyDocument
+	err := c.request(ctx, wire.EndpointPolicyGet, struct{}{}, &doc)
+	return doc, err
+}
+
+// SetPolicy puts a policy document (YAML or JSON) in force. An invalid one
+// is refused with an error matching machine.ErrInvalid that names each
+// field at fault.
+func (c *Client) SetPolicy(ctx context.Context, document string) (wire.PolicyDocument, error) {
+	var doc wire.PolicyDocument
+	err := c.request(ctx, wire.EndpointPolicySet, wire.PolicyDocument{Document: document}, &doc)
+	return doc, err
+}

@@ -276,3 +276,30 @@ func (s *Service) Budgets(ctx context.Context, r wire.BudgetsRequest) (wire.Budg
 	}
 	return reply, nil
 }
+
+// Policy returns the policy document in force.
+func (s *Service) Policy(ctx context.Context) (wire.PolicyDocument, error) {
+	doc, rev, err := s.policies.Get(ctx)
+	if err != nil {
+		return wire.PolicyDocument{}, err
+	}
+	data, err := policy.Marshal(doc)
+	if err != nil {
+		return wire.PolicyDocument{}, err
+	}
+	return wire.PolicyDocument{Document: string(data), Revision: rev}, nil
+}
+
+// SetPolicy puts a policy document in force on every replica. A document
+// that does not parse or validate is refused, naming each field at fault,
+// and the policy in force stays as it was.
+func (s *Service) SetPolicy(ctx context.Context, r wire.PolicyDocument) (wire.PolicyDocument, error) {
+	doc, err := policy.Parse([]byte(r.Document))
+	if err != nil {
+		return wire.PolicyDocument{}, err
+	}
+	if err := s.policies.Set(ctx, doc); err != nil {
+		return wire.PolicyDocument{}, err
+	}
+	return s.Policy(ctx)
+}

@@ -140,6 +140,8 @@ func (s *Service) endpoints() map[string]handler {
 			return g.Retry(ctx, r.PendingID, r.By, r.Attempt, lease)
 		}),
 		wire.EndpointBudgets:   answer(g.Budgets),
+		wire.EndpointPolicyGet: answer(func(ctx context.Context, _ struct{}) (wire.PolicyDocument, error) { return g.Policy(ctx) }),
+		wire.EndpointPolicySet: answer(g.SetPolicy),
 		wire.EndpointSucceeded: answer(finish(g.Complete)),
 		wire.EndpointFailed:    answer(finish(g.Fail)),
 	}

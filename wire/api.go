@@ -29,6 +29,8 @@ const (
 	EndpointFailed             = "failed"
 	EndpointRetry              = "retry"
 	EndpointBudgets            = "budgets"
+	EndpointPolicyGet          = "policy_get"
+	EndpointPolicySet          = "policy_set"
 )
 
 // APISubject is the subject of an endpoint.
@@ -218,4 +220,12 @@ type Budget struct {
 // BudgetsReply is the budget ledger, by team and then day.
 type BudgetsReply struct {
 	Items []Budget `json:"items"`
+}
+
+// PolicyDocument is the policy in force, or one to put in force: the
+// document as YAML (or JSON, which is YAML too), and the revision it is
+// stored at (0: none stored, the built-in defaults apply).
+type PolicyDocument struct {
+	Document string `json:"document"`
+	Revision uint64 `json:"revision,omitempty"`
 }

@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/policy"
-	"github.com/toolgate/toolgate/wire"
 )
 
 const policyUsage = `Usage:
@@ -40,28 +35,6 @@ func cliPolicy(ctx context.Context, args []string, out cliOutput) error {
 	return &cliUsageError{verb: "policy", msg: fmt.Sprintf("unknown subcommand %q: want get, set or validate", args[0])}
 }
 
-// policyStore connects and binds the policies bucket.
-func policyStore(ctx context.Context, c *cliCmd) (*bus.PolicyStore, func(), error) {
-	nc, _, err := c.connect()
-	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	kv, err := js.KeyValue(ctx, wire.PoliciesBucket)
-	if err != nil {
-		nc.Close()
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, nil, fmt.Errorf("no %s bucket on NATS %s: is toolgate serving there? (%w)", wire.PoliciesBucket, nc.ConnectedUrlRedacted(), err)
-		}
-		return nil, nil, fmt.Errorf("bind %s bucket: %w", wire.PoliciesBucket, err)
-	}
-	return bus.NewPolicyStore(kv), nc.Close, nil
-}
-
 func cliPolicyGet(ctx context.Context, args []string, out cliOutput) error {
 	c := newCLICmd("policy get", "policy get [--json] [flags]",
 		"Print the policy document in force, as YAML (which `policy set` reads back).", out).connFlags().jsonFlag("the document")
@@ -70,26 +43,26 @@ func cliPolicyGet(ctx context.Context, args []string, out cliOutput) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	store, closeConn, err := policyStore(ctx, c)
+	nc, cl, err := c.connect()
 	if err != nil {
 		return err
 	}
-	defer closeConn()
-	doc, rev, err := store.Get(ctx)
+	defer nc.Close()
+	stored, err := cl.Policy(ctx)
 	if err != nil {
 		return err
 	}
-	if rev == 0 {
+	if stored.Revision == 0 {
 		fmt.Fprintln(out.stderr, "no policy stored: the built-in defaults apply (every call asks)")
 	}
 	if c.json {
+		doc, err := policy.Parse([]byte(stored.Document))
+		if err != nil {
+			return err
+		}
 		return cliPrintJSON(out.stdout, doc)
 	}
-	data, err := policy.Marshal(doc)
-	if err != nil {
-		return err
-	}
-	_, err = out.stdout.Write(data)
+	_, err = io.WriteString(out.stdout, stored.Document)
 	return err
 }
 
@@ -102,18 +75,18 @@ func cliPolicySet(ctx context.Context, args []string, out cliOutput) error {
 	if err != nil {
 		return err
 	}
-	doc, err := readPolicy(pos[0])
+	data, err := readPolicy(pos[0])
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	store, closeConn, err := policyStore(ctx, c)
+	nc, cl, err := c.connect()
 	if err != nil {
 		return err
 	}
-	defer closeConn()
-	if err := store.Set(ctx, doc); err != nil {
+	defer nc.Close()
+	if _, err := cl.SetPolicy(ctx, string(data)); err != nil {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
 	fmt.Fprintf(out.stdout, "policy from %s in force\n", pos[0])
@@ -136,7 +109,7 @@ func cliPolicyValidate(args []string, out cliOutput) error {
 }
 
 // readPolicy reads and checks a policy document; "-" is stdin.
-func readPolicy(file string) (*policy.Document, error) {
+func readPolicy(file string) ([]byte, error) {
 	var (
 		data []byte
 		err  error
@@ -149,9 +122,8 @@ func readPolicy(file string) (*policy.Document, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc, err := policy.Parse(data) // Parse validates, too
-	if err != nil {
+	if _, err := policy.Parse(data); err != nil { // Parse validates, too
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
-	return doc, nil
+	return data, nil
 }
