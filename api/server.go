@@ -36,9 +36,7 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Analytics, when set, serves GET /v1/analytics.
 	Analytics http.Handler
-	// ClaudeCode, when set, answers Claude Code's HTTP hooks.
-	ClaudeCode claudecode.Gate
-	Log        *slog.Logger
+	Log       *slog.Logger
 }
 
 // Server is the HTTP API.
@@ -394,7 +392,7 @@ var claudeCodeHooks = map[string][]string{
 // user is their callerBotId; ?team= names their team.
 func (s *Server) claudeCodeHook(w http.ResponseWriter, r *http.Request, u User) error {
 	events, ok := claudeCodeHooks[r.PathValue("hook")]
-	if !ok || s.cfg.ClaudeCode == nil {
+	if !ok {
 		return httpErr(http.StatusNotFound, "not_found", "no such Claude Code hook here: pre-tool-use, permission-request or post-tool-use")
 	}
 	var raw json.RawMessage
@@ -408,7 +406,7 @@ func (s *Server) claudeCodeHook(w http.ResponseWriter, r *http.Request, u User) 
 	if !slices.Contains(events, in.HookEventName) {
 		return fmt.Errorf("%w: hook_event_name: %q does not belong at %s", machine.ErrInvalid, in.HookEventName, r.URL.Path)
 	}
-	out, err := claudecode.Handle(r.Context(), s.cfg.ClaudeCode, in, claudecode.Options{Caller: u.ID, Team: r.URL.Query().Get("team")})
+	out, err := claudecode.Handle(r.Context(), hookGate{g: s.cfg.Gate, nc: s.cfg.JS.Conn()}, in, claudecode.Options{Caller: u.ID, Team: r.URL.Query().Get("team")})
 	if err != nil {
 		return err
 	}

@@ -95,6 +95,17 @@ func UntilFinished() AwaitOption { return func(c *awaitConfig) { c.untilFinished
 // It returns ctx's error when ctx ends first, and an error matching
 // machine.ErrNotFound when there is no such call.
 func (c *Client) Await(ctx context.Context, pendingID string, opts ...AwaitOption) (Outcome, error) {
+	return AwaitWith(ctx, c.nc, c.read, pendingID, opts...)
+}
+
+// ReadFunc reads an entry and the revision it is at.
+type ReadFunc func(ctx context.Context, pendingID string) (*machine.Entry, uint64, error)
+
+// AwaitWith is Await for code that reads entries its own way: toolgate's
+// HTTP role, answering a Claude Code hook, reads through its application
+// layer rather than asking itself over NATS. nc hears the entry's
+// announcements.
+func AwaitWith(ctx context.Context, nc *nats.Conn, read ReadFunc, pendingID string, opts ...AwaitOption) (Outcome, error) {
 	var cfg awaitConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -107,12 +118,12 @@ func (c *Client) Await(ctx context.Context, pendingID string, opts ...AwaitOptio
 	// Subscribe first, read second: a revision written between the two is
 	// in the read or announced after the subscription, never neither.
 	updates := make(chan *nats.Msg, 64)
-	sub, err := c.nc.ChanSubscribe(wire.EntrySubject(pendingID), updates)
+	sub, err := nc.ChanSubscribe(wire.EntrySubject(pendingID), updates)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("await %s: subscribe: %w", pendingID, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	cur, rev, err := c.read(ctx, pendingID)
+	cur, rev, err := read(ctx, pendingID)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("await %s: %w", pendingID, err)
 	}
@@ -155,7 +166,7 @@ func (c *Client) Await(ctx context.Context, pendingID string, opts ...AwaitOptio
 				cur, rev = ev.Entry, ev.Revision
 			}
 		case <-resync.C:
-			e, r, err := c.read(ctx, pendingID)
+			e, r, err := read(ctx, pendingID)
 			switch {
 			case errors.Is(err, machine.ErrNotFound):
 				return Outcome{}, fmt.Errorf("await %s: the entry was removed: %w", pendingID, err)

@@ -35,7 +35,7 @@ var mayImport = map[string][]string{
 	"gate":         {"machine", "policy", "wire", "bus", "metrics"},
 	"worker":       {"machine", "policy", "wire", "consumer", "bus", "metrics"},
 	"natsapi":      {"machine", "wire", "gate"},
-	"api":          {"machine", "wire", "gate", "claudecode", "metrics", "analytics"},
+	"api":          {"machine", "wire", "gate", "client", "claudecode", "metrics", "analytics"},
 	"client":       {"machine", "wire", "consumer"},
 	"claudecode":   {"machine", "policy", "client"},
 	"toolgatetest": {"machine", "wire", "gate", "natsapi", "bus/bustest"},

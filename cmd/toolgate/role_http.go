@@ -12,7 +12,6 @@ import (
 
 	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
-	"github.com/toolgate/toolgate/client"
 )
 
 // loadTokens reads the HTTP API's bearer tokens from --tokens and
@@ -44,10 +43,6 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 		}
 		log.Warn("HTTP API is open: no tokens configured, every caller on this machine is an admin", "http", d.cfg.HTTP)
 	}
-	gate, err := client.New(d.nc)
-	if err != nil {
-		return err
-	}
 	an, err := analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Log: log})
 	if err != nil {
 		return err
@@ -64,9 +59,8 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 			_, err := d.buckets.Calls.Status(ctx)
 			return err
 		},
-		ClaudeCode: gate,
-		Analytics:  an,
-		Log:        log,
+		Analytics: an,
+		Log:       log,
 	})
 	l, err := net.Listen("tcp", d.cfg.HTTP)
 	if err != nil {
