@@ -33,9 +33,10 @@ func WithClock(now func() time.Time) Option { return func(m *Machine) { m.now = 
 
 // WithObserver has f called with every entry this Machine writes, after the
 // write won. Only the winner of a race sees its transition, so f runs once
-// per transition across all Machines; it does not run at all if the process
-// dies right after the write, so f must keep nothing that matters more than
-// an estimate (budgets settle this way: a lost release over-reserves).
+// per transition across all Machines; but it does not run at all if the
+// process dies right after the write, so nothing that must happen may hang
+// on it (toolgate reacts to transitions through the relay's events; tests
+// and benchmarks count with an observer).
 func WithObserver(f func(ctx context.Context, e *Entry)) Option {
 	return func(m *Machine) { m.observer = f }
 }
