@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -47,7 +48,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		dst *jetstream.KeyValue
 		cfg jetstream.KeyValueConfig
 	}{
-		{&b.Calls, jetstream.KeyValueConfig{Bucket: wire.CallsBucket, Description: "toolgate tool calls (PendingToolCallEntry by pendingId)", History: kvHistory}},
 		{&b.Policies, jetstream.KeyValueConfig{Bucket: wire.PoliciesBucket, Description: "toolgate policy document", History: 16}},
 		{&b.Grants, jetstream.KeyValueConfig{Bucket: wire.GrantsBucket, Description: "toolgate session grants by conversation"}},
 		{&b.Budgets, jetstream.KeyValueConfig{Bucket: wire.BudgetsBucket, Description: "toolgate spending per team and day"}},
@@ -60,16 +60,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		}
 		*kv.dst = bucket
 	}
-	// Entries are read to validate a transition against the state the last
-	// write left. A direct get may be answered by a replica that has not
-	// seen that write yet (measured: 4 stale reads in 300 right after a
-	// write on 3 replicas), and a stale state refuses a valid command —
-	// Complete right after Claim. So the entries' bucket is read from its
-	// stream leader.
-	if err := readFromLeader(ctx, js, "KV_"+wire.CallsBucket); err != nil {
-		return nil, err
-	}
-	calls, err := js.KeyValue(ctx, wire.CallsBucket) // bound again: it looks at AllowDirect when bound
+	calls, err := provisionCalls(ctx, js, t)
 	if err != nil {
 		return nil, fmt.Errorf("provision bucket %s: %w", wire.CallsBucket, err)
 	}
@@ -119,20 +110,53 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 	return &b, nil
 }
 
-// readFromLeader turns off direct gets on a stream, so every read is
-// answered by its leader and sees every acknowledged write.
-func readFromLeader(ctx context.Context, js jetstream.JetStream, stream string) error {
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("provision stream %s: %w", stream, err)
+// provisionCalls creates the entries' bucket with its final configuration
+// and, when it exists, changes only what differs from it.
+//
+// Entries are read to validate a transition against the state the last
+// write left. A direct get may be answered by a replica that has not seen
+// that write yet (measured: 4 stale reads in 300 right after a write on 3
+// replicas), and a stale state refuses a valid command — Complete right
+// after Claim. So the bucket is read from its stream leader: direct gets
+// are off from the moment it exists. CreateOrUpdateKeyValue cannot do
+// that (it turns them on at every call), and a client that bound the
+// bucket while they were on kept a handle whose every read then failed
+// with "no responders": so this bucket's stream is managed here directly.
+func provisionCalls(ctx context.Context, js jetstream.JetStream, t Topology) (jetstream.KeyValue, error) {
+	want := jetstream.StreamConfig{
+		Name:              "KV_" + wire.CallsBucket,
+		Description:       "toolgate tool calls (PendingToolCallEntry by pendingId)",
+		Subjects:          []string{"$KV." + wire.CallsBucket + ".>"},
+		MaxMsgsPerSubject: kvHistory,
+		MaxBytes:          -1,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          t.Replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        2 * time.Minute,
+		Discard:           jetstream.DiscardNew,
+		AllowDirect:       false,
 	}
-	cfg := st.CachedInfo().Config
-	if !cfg.AllowDirect {
-		return nil
+	for {
+		st, err := js.Stream(ctx, want.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateStream(ctx, want)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				continue // another process created it first, maybe otherwise
+			}
+		} else if err == nil {
+			cur := st.CachedInfo().Config
+			if cur.MaxMsgsPerSubject != want.MaxMsgsPerSubject || cur.Replicas != want.Replicas || cur.AllowDirect || cur.Description != want.Description {
+				cur.MaxMsgsPerSubject, cur.Replicas, cur.AllowDirect, cur.Description = want.MaxMsgsPerSubject, want.Replicas, false, want.Description
+				_, err = js.UpdateStream(ctx, cur)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return js.KeyValue(ctx, wire.CallsBucket)
 	}
-	cfg.AllowDirect = false
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("provision stream %s: read from the leader: %w", stream, err)
-	}
-	return nil
 }

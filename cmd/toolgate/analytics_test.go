@@ -50,7 +50,7 @@ func (c *analyticsClock) Set(t time.Time) {
 }
 
 // TestAnalytics_TwoServeProcessesStatsAndRebuild runs two `serve --roles
-// relay,analytics` processes (in-process) on one NATS server, drives calls
+// relay,analytics` processes (in-process; one also with intake) on one NATS server, drives calls
 // with known outcomes, and checks that `toolgate stats` counts each once,
 // that `toolgate analytics rebuild` gives the same numbers, and that the
 // recommended rule, put in force with `toolgate policy set`, lets the next
@@ -60,6 +60,9 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	url := bustest.Server(t).ClientURL()
 	cfg := Config{Conn: bus.ConnConfig{URLs: url}, Replicas: 1, RelayAckWait: time.Second, Roles: roleList{"relay", "analytics"}}
 	startMain(t, cfg)
+	// The second also serves the request API, which `policy set` below
+	// goes through.
+	cfg.Roles = append(cfg.Roles, "intake")
 	startMain(t, cfg)
 
 	ctx := t.Context()

@@ -1,0 +1,62 @@
+package bus_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// TestProvision_HandlesOpenedWhileProcessesStartAllRead: every toolgate
+// process provisions at start. A client binding the entries' bucket while
+// that happens must get a handle that reads: a provisioning that turned
+// direct gets on and off again left handles whose every read answered "no
+// responders", and an executor holding one never claimed its calls.
+func TestProvision_HandlesOpenedWhileProcessesStartAllRead(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	_, err := env.KV.Put(ctx, "c.t", []byte(`{}`))
+	require.NoError(t, err)
+
+	starting, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 3 { // three processes starting, again and again
+		wg.Go(func() {
+			for starting.Err() == nil {
+				_, _ = bus.Provision(starting, env.JS, bus.Topology{Replicas: 1})
+			}
+		})
+	}
+	var opened, broken atomic.Int64
+	var firstErr atomic.Value
+	var g errgroup.Group
+	for range 8 {
+		g.Go(func() error {
+			for range 250 {
+				kv, err := env.JS.KeyValue(ctx, wire.CallsBucket)
+				if err != nil {
+					return err
+				}
+				opened.Add(1)
+				if _, err := kv.Get(ctx, "c.t"); err != nil {
+					broken.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	cancel()
+	wg.Wait()
+	assert.Zero(t, broken.Load(), "of %d handles opened during provisioning, %d failed to read (first: %v)", opened.Load(), broken.Load(), firstErr.Load())
+}
