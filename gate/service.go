@@ -143,6 +143,13 @@ func (s *Service) List(ctx context.Context, r wire.ListRequest) (wire.ListReply,
 // "always", an allow rule of the call's team.
 func (s *Service) Decide(ctx context.Context, pendingID string, d machine.Decision) (*machine.Entry, error) {
 	e, err := s.observe(s.m.Decide(ctx, pendingID, d))
+	if errors.Is(err, machine.ErrExpired) {
+		// The deadline passed and no timer has acted on it yet: act now,
+		// so the refused approver and the agent see the same outcome.
+		if _, xerr := s.Expire(ctx, pendingID); xerr != nil && !errors.Is(xerr, machine.ErrConflict) {
+			s.log.Warn("expiring a call past its deadline failed", "pendingId", pendingID, "err", xerr)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,10 @@ var (
 	ErrInvalidTransition = errors.New("invalid transition")
 	ErrForbidden         = errors.New("forbidden")
 	ErrInvalid           = errors.New("invalid")
+	// ErrExpired refuses a decision on a call whose approval deadline has
+	// passed and whose policy rejects it then. It matches ErrConflict too:
+	// the decision conflicts with the timeout that has the call.
+	ErrExpired = fmt.Errorf("%w: approval deadline passed", ErrConflict)
 )
 
 // TransitionError says an event is not allowed in the state the entry is in

@@ -188,6 +188,12 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		if d.By == e.CallerBotID {
 			return fmt.Errorf("%w: %s asked for this call and may not decide it", ErrForbidden, d.By)
 		}
+		// A decision after the deadline of a call its policy rejects then
+		// is refused, timer or no timer: the agent may already have been
+		// told it timed out, or is about to be.
+		if e.AutoRejectOnTimeout && e.ApprovalTimeoutAt > 0 && now.UnixMilli() >= e.ApprovalTimeoutAt {
+			return fmt.Errorf("%w at %s", ErrExpired, time.UnixMilli(e.ApprovalTimeoutAt).UTC().Format(time.RFC3339))
+		}
 		e.ApprovedOrRejectedByUserID = d.By
 		e.DecisionTime = now.UnixMilli()
 		if d.Approve {

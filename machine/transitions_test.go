@@ -38,11 +38,13 @@ type command struct {
 }
 
 var commands = []command{
+	// The seeded approval deadline passed an hour ago; a decision is on
+	// time only before that.
 	{"approve", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
-		return m.Decide(ctx, id, machine.Decision{Approve: true, By: "alice"})
+		return earlier(m).Decide(ctx, id, machine.Decision{Approve: true, By: "alice"})
 	}},
 	{"reject", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
-		return m.Decide(ctx, id, machine.Decision{Approve: false, By: "alice", Reason: "no"})
+		return earlier(m).Decide(ctx, id, machine.Decision{Approve: false, By: "alice", Reason: "no"})
 	}},
 	{"expire", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
 		return m.Expire(ctx, id)
@@ -62,9 +64,13 @@ var commands = []command{
 	{"heartbeat", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
 		// The seeded lease ran out an hour ago; a heartbeat is on time
 		// only before that.
-		return machine.New(m.Store(), machine.WithClock(func() time.Time { return time.Now().Add(-2 * time.Hour) })).
-			Heartbeat(ctx, id, "exec-1", time.Minute)
+		return earlier(m).Heartbeat(ctx, id, "exec-1", time.Minute)
 	}},
+}
+
+// earlier is m two hours ago, before the seeded deadlines.
+func earlier(m *machine.Machine) *machine.Machine {
+	return machine.New(m.Store(), machine.WithClock(func() time.Time { return time.Now().Add(-2 * time.Hour) }))
 }
 
 // legal is the specification the table must implement, written out by hand
@@ -437,6 +443,22 @@ func TestTransitionError_Message(t *testing.T) {
 	err := fmt.Errorf("decide c.1: %w", &machine.TransitionError{Event: machine.EventApprove, Entry: e})
 	assert.Equal(t, "decide c.1: approve not allowed: c.1 is REJECTED_BY_TIMEOUT by timer at 1970-01-01T00:00:00Z (approval timed out)", err.Error())
 	assert.True(t, errors.Is(err, machine.ErrConflict))
+}
+
+func TestDecide_AfterTheDeadlineIsRefusedAsExpired(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, AutoRejectOnTimeout: true}))
+	e, err := m.Submit(ctx, call("late", "c1"))
+	require.NoError(t, err)
+	later := machine.New(env.Store, machine.WithClock(func() time.Time { return time.Now().Add(2 * time.Hour) }))
+	_, err = later.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.ErrorIs(t, err, machine.ErrExpired)
+	assert.ErrorIs(t, err, machine.ErrConflict, "an expired decision is a conflict, for callers that know no better")
+	got, err := m.Get(ctx, e.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, got.Status, "the machine refuses; expiring is a command of its own")
 }
 
 func TestExpire_WithoutAutoRejectFlagsOnceAndStaysPending(t *testing.T) {

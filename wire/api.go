@@ -99,7 +99,7 @@ type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
 }
 
-// ErrorDetail names a refusal: a code (invalid, not_found, conflict,
+// ErrorDetail names a refusal: a code (invalid, not_found, conflict, expired,
 // forbidden, internal), what was wrong, and the entry as it is now when
 // the refusal is a conflict with it.
 type ErrorDetail struct {
@@ -117,6 +117,8 @@ func ErrorStatus(err error) (int, string) {
 		return 403, "forbidden"
 	case errors.Is(err, machine.ErrNotFound):
 		return 404, "not_found"
+	case errors.Is(err, machine.ErrExpired):
+		return 409, "expired"
 	case errors.Is(err, machine.ErrConflict), errors.Is(err, machine.ErrExists):
 		return 409, "conflict"
 	default:
@@ -131,6 +133,7 @@ var codeErrors = map[string]error{
 	"forbidden": machine.ErrForbidden,
 	"not_found": machine.ErrNotFound,
 	"conflict":  machine.ErrConflict,
+	"expired":   machine.ErrExpired,
 }
 
 // APIError is a refusal received from the service.
