@@ -158,57 +158,62 @@ func (c crash) Unwrap() error { return c.err }
 
 // Run consumes events into the aggregates of the generation in force until
 // ctx ends, switching to a new generation as soon as a rebuild puts one in
-// force. Failures of the bus are logged and retried, not returned: the
-// aggregates wait, and the consumer's lag says so.
+// force. Failures of the bus are logged and retried (consumer.RunRestarting),
+// not returned: the aggregates wait, and the consumer's lag says so.
 func (a *Analytics) Run(ctx context.Context) error {
+	return consumer.RunRestarting(ctx, a.log, "analytics", a.run)
+}
+
+// run consumes into one generation after another until ctx ends or
+// something fails.
+func (a *Analytics) run(ctx context.Context) error {
 	w, err := a.kv.Watch(ctx, metaKey, jetstream.UpdatesOnly())
 	if err != nil {
 		return fmt.Errorf("analytics: watch %s: %w", metaKey, err)
 	}
 	defer func() { _ = w.Stop() }()
 	updates := w.Updates()
-	backoff := time.Duration(0)
 	for {
-		if backoff > 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff):
-			}
-		}
 		gen, _, err := a.generation(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			backoff = nextBackoff(backoff)
-			a.log.Warn("analytics: reading the generation failed, retrying", "in", backoff, "err", err)
-			continue
+			return fmt.Errorf("analytics: reading the generation: %w", err)
 		}
-		gctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- a.consume(gctx, gen, nil) }()
-		stopped, err := a.follow(ctx, gen, &updates, done)
-		cancel()
-		if !stopped {
-			err = <-done
-		}
+		err = a.runGeneration(ctx, gen, &updates)
 		var c crash
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case errors.As(err, &c):
-			return c.err
+			return consumer.Permanent(c.err)
 		case errors.Is(err, errGenerationChanged):
-			backoff = 0
-		case err != nil || stopped:
-			backoff = nextBackoff(backoff)
-			a.log.Warn("analytics: consumer stopped, restarting", "generation", gen, "in", backoff, "err", err)
-		default:
-			backoff = 0
+			// A switch is no failure: on to the new one at once.
 			a.log.Info("analytics: another generation is in force", "was", gen)
+		default:
+			return err
 		}
 	}
+}
+
+// runGeneration consumes into gen until ctx ends, its consumer fails, or
+// another generation is put in force (errGenerationChanged). It returns
+// after its consumer has.
+func (a *Analytics) runGeneration(ctx context.Context, gen uint64, updates *<-chan jetstream.KeyValueEntry) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	wg.Go(func() { done <- a.consume(gctx, gen, nil) })
+	stopped, err := a.follow(ctx, gen, updates, done)
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case !stopped:
+		return errGenerationChanged
+	case err == nil:
+		return fmt.Errorf("analytics: consumer %s stopped", durableName(gen))
+	}
+	return err
 }
 
 // follow waits until the consumer of gen stops (stopped, with its error),
@@ -236,10 +241,6 @@ func (a *Analytics) follow(ctx context.Context, gen uint64, updates *<-chan jets
 			}
 		}
 	}
-}
-
-func nextBackoff(d time.Duration) time.Duration {
-	return min(max(2*d, 250*time.Millisecond), 10*time.Second)
 }
 
 // consume runs the durable consumer of gen until ctx ends or the consumer
@@ -294,6 +295,9 @@ func (a *Analytics) consume(ctx context.Context, gen uint64, caughtUp func()) er
 	}
 	defer func() {
 		cc.Stop()
+		// A callback in flight may still queue a message: wait for the
+		// last one, so that none runs after consume returns.
+		<-cc.Closed()
 		// Hand back what was delivered and not applied, so that whoever
 		// consumes next gets it now rather than after AckWait.
 		for {
@@ -502,10 +506,14 @@ func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
 
 	caught := make(chan struct{})
 	var once sync.Once
+	// Whichever way Rebuild returns, the consumer is stopped and has
+	// returned: cancel runs before the wait.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- a.consume(cctx, next, func() { once.Do(func() { close(caught) }) }) }()
+	wg.Go(func() { done <- a.consume(cctx, next, func() { once.Do(func() { close(caught) }) }) })
 	select {
 	case <-caught:
 	case err := <-done:

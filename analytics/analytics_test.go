@@ -714,3 +714,32 @@ func TestAnalytics_OnAClusterOfThree(t *testing.T) {
 	require.NoError(t, err)
 	checkReport(t, expect(calls), r)
 }
+
+// TestAnalytics_RestartsWhenItsConsumerIsDeleted: a JetStream error (here
+// the consumer deleted under it) restarts Run after a backoff; it neither
+// returns nor counts an event twice.
+func TestAnalytics_RestartsWhenItsConsumerIsDeleted(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	startRelay(t, env.JS)
+	a, done := runAnalytics(t, env, nil)
+	m := machine.New(env.Store, machine.WithEvaluator(evaluator))
+	submit := func(id string) {
+		_, err := m.Submit(ctx, machine.Call{ToolCallID: id, ToolName: "read_file", Team: "research", CallerBotID: "agent", ConversationID: "conv"})
+		require.NoError(t, err)
+	}
+	submit("before")
+	waitCaughtUp(t, env, a)
+	require.NoError(t, env.JS.DeleteConsumer(ctx, wire.EventsStream, "toolgate-analytics-g1"))
+	submit("after")
+	waitCaughtUp(t, env, a)
+	r, err := a.Report(ctx, analytics.ReportOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), r.Totals.Calls, "each call once, though the new consumer delivered the first again")
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned: %v", err)
+	default:
+	}
+}

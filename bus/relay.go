@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -109,28 +110,28 @@ func (r *Relay) run(ctx context.Context) error {
 		return fmt.Errorf("relay: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	// Neither goroutine outlives this run, which a restart follows: cancel
+	// stops the iterator, and the acker ends when inflight closes.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer cancel()
-	stopped := make(chan struct{})
-	defer func() { <-stopped }()
-	defer cancel()
-	go func() {
-		defer close(stopped)
+	wg.Go(func() {
 		<-ctx.Done()
 		iter.Stop()
-	}()
+	})
 
 	// Publishing is asynchronous so the relay keeps up with many writers;
 	// the acker waits for each revision's publishes in the order they were
 	// sent and only then acks it.
 	inflight := make(chan relayed, 1024)
 	ackerDone := make(chan error, 1)
-	go func() {
+	wg.Go(func() {
 		err := r.acker(ctx, inflight)
 		if err != nil {
 			cancel()
 		}
 		ackerDone <- err
-	}()
+	})
 
 	err = r.pump(ctx, iter, inflight)
 	close(inflight)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,10 +34,48 @@ func (p permanent) Unwrap() error { return p.err }
 // instead of retrying it.
 func Permanent(err error) error { return permanent{err} }
 
+// IsPermanent reports whether err, or an error it wraps, is Permanent.
+func IsPermanent(err error) bool {
+	var p permanent
+	return errors.As(err, &p)
+}
+
+// retryAfter is a failure whose source said when to try again.
+type retryAfter struct {
+	err   error
+	delay time.Duration
+}
+
+func (r retryAfter) Error() string { return r.err.Error() }
+func (r retryAfter) Unwrap() error { return r.err }
+
+// RetryAfter wraps err so that the runner redelivers the message no sooner
+// than d from now: an HTTP 429 or 503 whose Retry-After asks for patience,
+// say. A backoff longer than d still applies, as waiting longer than asked
+// is what a Retry-After allows; a d beyond the runner's MaxRetryAfter is
+// cut to it, so that a receiver cannot park a message for days. The
+// message still counts the attempt towards MaxDeliver.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return retryAfter{err: err, delay: d}
+}
+
+// RetryDelay returns the delay RetryAfter put on err, if it did.
+func RetryDelay(err error) (time.Duration, bool) {
+	var r retryAfter
+	if errors.As(err, &r) {
+		return r.delay, true
+	}
+	return 0, false
+}
+
 // ConsumerConfig describes a durable consumer and how its handler runs.
 type ConsumerConfig struct {
 	Stream         string
 	Durable        string
+	Description    string
 	FilterSubjects []string
 	// DeliverNew starts a new consumer at the stream's end instead of its
 	// beginning.
@@ -47,12 +86,31 @@ type ConsumerConfig struct {
 	// Backoff is the delay before each retry; the last one repeats
 	// (default 1s, 2s, 4s, 8s).
 	Backoff []time.Duration
+	// MaxRetryAfter caps the delay a RetryAfter error asks for (default
+	// 1h).
+	MaxRetryAfter time.Duration
 	// AckWait is how long a message may go unacked before it is
 	// redelivered; the runner keeps it from expiring while the handler
 	// works (default 30s).
 	AckWait time.Duration
 	// Concurrency is how many messages are handled at once (default 1).
 	Concurrency int
+	// MaxAckPending bounds the messages delivered and not yet acked,
+	// retries waiting out their delay included (default 4 × Concurrency).
+	MaxAckPending int
+	// DeadLetter says where and how a message given up on is kept.
+	DeadLetter DeadLetterConfig
+}
+
+// DeadLetterConfig tunes the dead letters of a Runner.
+type DeadLetterConfig struct {
+	// Subject is where they go (default wire.DeadLetterSubject(Durable)):
+	// consumers of one kind may share one.
+	Subject string
+	// Header, when set, adds headers to a dead letter, beside the
+	// message's own and the HeaderDead* ones: what a human reading it
+	// needs and the message does not say.
+	Header func(msg jetstream.Msg, cause error) nats.Header
 }
 
 // Runner runs a Handler over a durable JetStream consumer.
@@ -63,7 +121,9 @@ type Runner struct {
 	log     *slog.Logger
 }
 
-// NewRunner returns a runner for handler wrapped in middleware, outermost first.
+// NewRunner returns a runner for handler wrapped in middleware, outermost
+// first. Retrying and dead-lettering wrap them all, so a middleware sees
+// the handler's own error.
 func NewRunner(js jetstream.JetStream, cfg ConsumerConfig, log *slog.Logger, handler Handler, middleware ...Middleware) *Runner {
 	if cfg.MaxDeliver <= 0 {
 		cfg.MaxDeliver = 5
@@ -71,16 +131,28 @@ func NewRunner(js jetstream.JetStream, cfg ConsumerConfig, log *slog.Logger, han
 	if len(cfg.Backoff) == 0 {
 		cfg.Backoff = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 	}
+	if cfg.MaxRetryAfter <= 0 {
+		cfg.MaxRetryAfter = time.Hour
+	}
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 30 * time.Second
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 1
 	}
+	if cfg.MaxAckPending <= 0 {
+		cfg.MaxAckPending = cfg.Concurrency * 4
+	}
+	if cfg.DeadLetter.Subject == "" {
+		cfg.DeadLetter.Subject = wire.DeadLetterSubject(cfg.Durable)
+	}
+	r := &Runner{js: js, cfg: cfg, log: log.With("consumer", cfg.Durable)}
+	middleware = append([]Middleware{r.retrying, r.deadLettering}, middleware...)
 	for i := len(middleware) - 1; i >= 0; i-- {
 		handler = middleware[i](handler)
 	}
-	return &Runner{js: js, cfg: cfg, handler: handler, log: log.With("consumer", cfg.Durable)}
+	r.handler = handler
+	return r
 }
 
 // Run consumes until ctx ends, then waits for the handlers in flight. A
@@ -90,13 +162,17 @@ func (r *Runner) Run(ctx context.Context) error {
 	return RunRestarting(ctx, r.log, "consumer", r.run)
 }
 
-func (r *Runner) run(ctx context.Context) error {
+// CreateConsumer creates the durable consumer, or brings its configuration
+// up to date, as Run does each time it starts: for a producer that must
+// know the consumer exists before it publishes to it.
+func (r *Runner) CreateConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	deliver := jetstream.DeliverAllPolicy
 	if r.cfg.DeliverNew {
 		deliver = jetstream.DeliverNewPolicy
 	}
 	cons, err := r.js.CreateOrUpdateConsumer(ctx, r.cfg.Stream, jetstream.ConsumerConfig{
 		Durable:        r.cfg.Durable,
+		Description:    r.cfg.Description,
 		FilterSubjects: r.cfg.FilterSubjects,
 		DeliverPolicy:  deliver,
 		AckPolicy:      jetstream.AckExplicitPolicy,
@@ -104,10 +180,18 @@ func (r *Runner) run(ctx context.Context) error {
 		// The runner dead-letters at MaxDeliver itself; the server must not
 		// drop a message silently before it gets the chance.
 		MaxDeliver:    -1,
-		MaxAckPending: r.cfg.Concurrency * 4,
+		MaxAckPending: r.cfg.MaxAckPending,
 	})
 	if err != nil {
-		return fmt.Errorf("consumer %s on %s: %w", r.cfg.Durable, r.cfg.Stream, err)
+		return nil, fmt.Errorf("consumer %s on %s: %w", r.cfg.Durable, r.cfg.Stream, err)
+	}
+	return cons, nil
+}
+
+func (r *Runner) run(ctx context.Context) error {
+	cons, err := r.CreateConsumer(ctx)
+	if err != nil {
+		return err
 	}
 	iter, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Concurrency))
 	if err != nil {
@@ -142,6 +226,17 @@ func (r *Runner) run(ctx context.Context) error {
 	}
 }
 
+// deadLettered is what the dead-letter middleware returns for a message it
+// has put on the dead-letter subject: the runner terminates it.
+type deadLettered struct{ err error }
+
+func (d deadLettered) Error() string { return d.err.Error() }
+func (d deadLettered) Unwrap() error { return d.err }
+
+// handle runs the handler and settles the message by what it returned:
+// nil acks it, a dead-lettered one is terminated, and a retry is handed
+// back to the server with its delay, so that a retry waiting for its turn
+// is a message in the server, not a timer in a process that may die.
 func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -150,39 +245,33 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	err = r.runHandler(ctx, msg)
-	if err == nil {
+	var dead deadLettered
+	switch {
+	case err == nil:
 		if err := msg.Ack(); err != nil {
 			r.log.Warn("ack failed", "seq", meta.Sequence.Stream, "err", err)
 		}
-		return
-	}
-	if ctx.Err() != nil {
+	case errors.As(err, &dead):
+		r.log.Error("handler gave up, dead-lettered", "seq", meta.Sequence.Stream, "deliveries", meta.NumDelivered, "err", dead.err)
+		_ = msg.Term()
+	case ctx.Err() != nil:
 		// Stopping: leave the message for whoever consumes next.
 		_ = msg.Nak()
-		return
-	}
-	var perm permanent
-	if n := int(meta.NumDelivered); n < r.cfg.MaxDeliver && !errors.As(err, &perm) {
-		delay := r.cfg.Backoff[min(n, len(r.cfg.Backoff))-1]
-		r.log.Warn("handler failed, retrying", "seq", meta.Sequence.Stream, "delivery", n, "in", delay, "err", err)
+	default:
+		delay, _ := RetryDelay(err)
+		r.log.Warn("handler failed, retrying", "seq", meta.Sequence.Stream, "delivery", meta.NumDelivered, "in", delay, "err", err)
 		_ = msg.NakWithDelay(delay)
-		return
 	}
-	if dlErr := r.deadLetter(ctx, msg, meta, err); dlErr != nil {
-		r.log.Error("dead-letter failed, retrying", "seq", meta.Sequence.Stream, "err", dlErr)
-		_ = msg.NakWithDelay(r.cfg.Backoff[len(r.cfg.Backoff)-1])
-		return
-	}
-	r.log.Error("handler gave up, dead-lettered", "seq", meta.Sequence.Stream, "deliveries", meta.NumDelivered, "err", err)
-	_ = msg.Term()
 }
 
 // runHandler runs the handler, telling the server the message is still in
 // progress so that a slow handler does not get it redelivered elsewhere.
 func (r *Runner) runHandler(ctx context.Context, msg jetstream.Msg) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	done := make(chan struct{})
 	defer close(done)
-	go func() {
+	wg.Go(func() {
 		t := time.NewTicker(r.cfg.AckWait / 3)
 		defer t.Stop()
 		for {
@@ -193,8 +282,58 @@ func (r *Runner) runHandler(ctx context.Context, msg jetstream.Msg) error {
 				_ = msg.InProgress()
 			}
 		}
-	}()
+	})
 	return r.handler(ctx, msg)
+}
+
+// retrying is the middleware that gives a failure its redelivery delay:
+// the backoff for its delivery, or what a RetryAfter asked for if that is
+// longer, up to MaxRetryAfter.
+func (r *Runner) retrying(next Handler) Handler {
+	return func(ctx context.Context, msg jetstream.Msg) error {
+		err := next(ctx, msg)
+		if err == nil || errors.As(err, new(deadLettered)) {
+			return err
+		}
+		n := 1
+		if meta, merr := msg.Metadata(); merr == nil {
+			n = max(int(meta.NumDelivered), 1)
+		}
+		return retryAfter{err: err, delay: r.retryDelay(n, err)}
+	}
+}
+
+// retryDelay is the delay before the retry that follows delivery n.
+func (r *Runner) retryDelay(n int, err error) time.Duration {
+	delay := r.cfg.Backoff[min(n, len(r.cfg.Backoff))-1]
+	if asked, ok := RetryDelay(err); ok {
+		delay = max(delay, min(asked, r.cfg.MaxRetryAfter))
+	}
+	return delay
+}
+
+// deadLettering is the middleware that gives up on a message after its
+// last delivery, or at once on a Permanent error: it publishes the
+// message to the dead-letter subject, for a human to look at.
+func (r *Runner) deadLettering(next Handler) Handler {
+	return func(ctx context.Context, msg jetstream.Msg) error {
+		err := next(ctx, msg)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		meta, merr := msg.Metadata()
+		if merr != nil {
+			return err
+		}
+		if int(meta.NumDelivered) < r.cfg.MaxDeliver && !IsPermanent(err) {
+			return err
+		}
+		if dlErr := r.deadLetter(ctx, msg, meta, err); dlErr != nil {
+			r.log.Error("dead-letter failed, retrying", "seq", meta.Sequence.Stream, "err", dlErr)
+			return RetryAfter(fmt.Errorf("dead-letter: %w (handler: %v)", dlErr, err), r.cfg.Backoff[len(r.cfg.Backoff)-1])
+		}
+		return deadLettered{err}
+	}
 }
 
 // Headers on a dead-lettered message, beside the original ones.
@@ -207,10 +346,15 @@ const (
 )
 
 func (r *Runner) deadLetter(ctx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata, cause error) error {
-	dl := nats.NewMsg(wire.DeadLetterSubject(r.cfg.Durable))
+	dl := nats.NewMsg(r.cfg.DeadLetter.Subject)
 	dl.Data = msg.Data()
 	for k, v := range msg.Headers() {
 		if k != jetstream.MsgIDHeader {
+			dl.Header[k] = v
+		}
+	}
+	if r.cfg.DeadLetter.Header != nil {
+		for k, v := range r.cfg.DeadLetter.Header(msg, cause) {
 			dl.Header[k] = v
 		}
 	}
@@ -218,15 +362,27 @@ func (r *Runner) deadLetter(ctx context.Context, msg jetstream.Msg, meta *jetstr
 	dl.Header.Set(HeaderDeadSubject, msg.Subject())
 	dl.Header.Set(HeaderDeadStreamSeq, strconv.FormatUint(meta.Sequence.Stream, 10))
 	dl.Header.Set(HeaderDeadDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
-	dl.Header.Set(HeaderDeadError, cause.Error())
+	// A header value cannot hold a line break, and an error (an HTTP
+	// body's excerpt, say) may.
+	dl.Header.Set(HeaderDeadError, strings.Join(strings.Fields(cause.Error()), " "))
 	_, err := r.js.PublishMsg(ctx, dl, jetstream.WithMsgID(fmt.Sprintf("%s:%d", r.cfg.Durable, meta.Sequence.Stream)))
 	return err
 }
 
+// restartHealthy is how long a run must have lasted for its failure to be
+// taken as a new one, starting the backoff again.
+const restartHealthy = time.Minute
+
 // RunRestarting runs run until ctx ends, starting it again after a backoff
-// whenever it fails, unless with a Permanent error.
+// whenever it fails, unless with a Permanent error, which it returns
+// unwrapped. It returns nil when ctx ends. Every process's long-running
+// loop over JetStream (consumers, the relay, watches) restarts through it,
+// so that a busy cluster, a leader moving or a deleted consumer is waited
+// out rather than ending the process.
 func RunRestarting(ctx context.Context, log *slog.Logger, what string, run func(context.Context) error) error {
-	for attempt := 1; ; attempt++ {
+	attempt := 0
+	for {
+		began := time.Now()
 		err := run(ctx)
 		var perm permanent
 		switch {
@@ -235,12 +391,18 @@ func RunRestarting(ctx context.Context, log *slog.Logger, what string, run func(
 		case ctx.Err() != nil:
 			return nil
 		}
+		if time.Since(began) >= restartHealthy {
+			attempt = 0
+		}
+		attempt++
 		wait := min(time.Duration(attempt)*250*time.Millisecond, 5*time.Second)
 		log.Warn(what+" stopped, starting again", "err", err, "in", wait)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
-		case <-time.After(wait):
+		case <-t.C:
 		}
 	}
 }

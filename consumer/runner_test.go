@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,19 +23,34 @@ import (
 // runRunner starts a runner over TOOL_WORK's tool.work.<tool> queue.
 func runRunner(t *testing.T, env *bustest.Env, tool string, h consumer.Handler, mw ...consumer.Middleware) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	r := consumer.NewRunner(env.JS, consumer.ConsumerConfig{
+	return runRunnerWith(t, env, testConfig(tool), h, mw...)
+}
+
+func testConfig(tool string) consumer.ConsumerConfig {
+	return consumer.ConsumerConfig{
 		Stream:         wire.WorkStream,
 		Durable:        "test-" + tool,
 		FilterSubjects: []string{wire.WorkSubject(tool)},
 		MaxDeliver:     3,
 		Backoff:        []time.Duration{10 * time.Millisecond},
 		AckWait:        time.Second,
-	}, bustest.Logger(), h, mw...)
+	}
+}
+
+func runRunnerWith(t *testing.T, env *bustest.Env, cfg consumer.ConsumerConfig, h consumer.Handler, mw ...consumer.Middleware) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	r := consumer.NewRunner(env.JS, cfg, bustest.Logger(), h, mw...)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(cancel)
-	return func() error { cancel(); return <-done }
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
 }
 
 func publish(t *testing.T, env *bustest.Env, subject, data string) {
@@ -165,4 +184,213 @@ func streamCount(t *testing.T, env *bustest.Env, stream string) uint64 {
 func assertStreamMsgs(t *testing.T, env *bustest.Env, stream string, want uint64) {
 	t.Helper()
 	require.Eventually(t, func() bool { return streamCount(t, env, stream) == want }, 10*time.Second, 10*time.Millisecond, "%s should hold %d", stream, want)
+}
+
+// deliveries records when each delivery of a message reached the handler.
+type deliveries struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (d *deliveries) add() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.at = append(d.at, time.Now())
+	return len(d.at)
+}
+
+func (d *deliveries) gaps() []time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var g []time.Duration
+	for i := 1; i < len(d.at); i++ {
+		g = append(g, d.at[i].Sub(d.at[i-1]))
+	}
+	return g
+}
+
+func TestRunner_RetryAfterDelaysTheRedelivery(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	var d deliveries
+	acked := make(chan struct{})
+	runRunner(t, env, "busy", func(context.Context, jetstream.Msg) error {
+		if d.add() == 1 {
+			return consumer.RetryAfter(errors.New("429 Too Many Requests"), 700*time.Millisecond)
+		}
+		close(acked)
+		return nil
+	})
+	publish(t, env, wire.WorkSubject("busy"), "x")
+	select {
+	case <-acked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("never retried")
+	}
+	gaps := d.gaps()
+	require.Len(t, gaps, 1)
+	assert.GreaterOrEqual(t, gaps[0], 700*time.Millisecond, "the retry waited as asked, not the 10ms backoff")
+	assertStreamMsgs(t, env, wire.WorkStream, 0)
+}
+
+func TestRunner_RetryAfterIsCappedAndNeverShortensTheBackoff(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	cfg := testConfig("capped")
+	cfg.Backoff = []time.Duration{400 * time.Millisecond}
+	cfg.MaxRetryAfter = 50 * time.Millisecond
+	cfg.MaxDeliver = 3
+	var d deliveries
+	runRunnerWith(t, env, cfg, func(context.Context, jetstream.Msg) error {
+		switch d.add() {
+		case 1:
+			return consumer.RetryAfter(errors.New("503"), time.Hour) // capped to 50ms, then the 400ms backoff wins
+		case 2:
+			return consumer.RetryAfter(errors.New("429"), time.Millisecond) // shorter than the backoff
+		}
+		return nil
+	})
+	publish(t, env, wire.WorkSubject("capped"), "x")
+	require.Eventually(t, func() bool { return len(d.gaps()) == 2 }, 10*time.Second, 5*time.Millisecond)
+	for i, g := range d.gaps() {
+		assert.GreaterOrEqual(t, g, 400*time.Millisecond, "retry %d", i+1)
+		assert.Less(t, g, 5*time.Second, "retry %d: an hour was asked, the cap holds", i+1)
+	}
+	assertStreamMsgs(t, env, wire.DeadLetterStream, 0)
+}
+
+func TestRunner_RetryAfterCountsTowardsMaxDeliver(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	var calls atomic.Int32
+	cfg := testConfig("throttled")
+	cfg.DeadLetter = consumer.DeadLetterConfig{
+		Subject: wire.DeadLetterSubject("shared"),
+		Header: func(msg jetstream.Msg, cause error) nats.Header {
+			return nats.Header{"Extra": []string{string(msg.Data()) + "/" + strings.ToUpper(cause.Error())}}
+		},
+	}
+	runRunnerWith(t, env, cfg, func(context.Context, jetstream.Msg) error {
+		calls.Add(1)
+		return consumer.RetryAfter(errors.New("slow\r\ndown"), time.Millisecond)
+	})
+	publish(t, env, wire.WorkSubject("throttled"), "x")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, uint64(1), streamCount(t, env, wire.DeadLetterStream))
+	}, 30*time.Second, 10*time.Millisecond)
+	assert.Equal(t, int32(3), calls.Load())
+	s, err := env.JS.Stream(t.Context(), wire.DeadLetterStream)
+	require.NoError(t, err)
+	m, err := s.GetLastMsgForSubject(t.Context(), wire.DeadLetterSubject("shared"))
+	require.NoError(t, err, "on the configured subject")
+	assert.Equal(t, "x/SLOW DOWN", strings.Join(strings.Fields(m.Header.Get("Extra")), " "))
+	assert.Equal(t, "slow down", m.Header.Get(consumer.HeaderDeadError), "one line")
+	assert.Equal(t, "test-throttled", m.Header.Get(consumer.HeaderDeadConsumer))
+}
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	assert.NoError(t, consumer.RetryAfter(nil, time.Second))
+	base := errors.New("429")
+	err := fmt.Errorf("send: %w", consumer.RetryAfter(base, 3*time.Second))
+	d, ok := consumer.RetryDelay(err)
+	assert.True(t, ok)
+	assert.Equal(t, 3*time.Second, d)
+	assert.ErrorIs(t, err, base)
+	assert.Equal(t, "send: 429", err.Error())
+	_, ok = consumer.RetryDelay(base)
+	assert.False(t, ok)
+	assert.True(t, consumer.IsPermanent(fmt.Errorf("x: %w", consumer.Permanent(base))))
+	assert.False(t, consumer.IsPermanent(err))
+}
+
+func TestRunRestarting(t *testing.T) {
+	t.Parallel()
+	t.Run("restarts after a failure, stops with ctx", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(t.Context())
+		var runs atomic.Int32
+		err := consumer.RunRestarting(ctx, bustest.Logger(), "test", func(context.Context) error {
+			if runs.Add(1) == 3 {
+				cancel()
+				return errors.New("stopping")
+			}
+			return errors.New("flaky")
+		})
+		assert.NoError(t, err)
+		assert.Equal(t, int32(3), runs.Load())
+	})
+	t.Run("a permanent error ends it, unwrapped", func(t *testing.T) {
+		t.Parallel()
+		boom := errors.New("boom")
+		var runs atomic.Int32
+		err := consumer.RunRestarting(t.Context(), bustest.Logger(), "test", func(context.Context) error {
+			if runs.Add(1) == 2 {
+				return consumer.Permanent(boom)
+			}
+			return errors.New("flaky")
+		})
+		assert.Same(t, boom, err)
+	})
+	t.Run("waiting out the backoff ends with ctx", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- consumer.RunRestarting(ctx, bustest.Logger(), "test", func(context.Context) error { return errors.New("down") })
+		}()
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("still waiting after ctx ended")
+		}
+	})
+}
+
+// Not parallel: it counts every goroutine of the package's runners, and
+// runs before the parallel tests start theirs.
+func TestRunner_RunLeavesNothingRunning(t *testing.T) {
+	env := bustest.Start(t, bustest.Topologies[0])
+	cfg := testConfig("owned")
+	cfg.Concurrency = 4
+	cfg.AckWait = 300 * time.Millisecond // the in-progress ticker ticks
+	release := make(chan struct{})
+	var started atomic.Int32
+	stop := runRunnerWith(t, env, cfg, func(ctx context.Context, _ jetstream.Msg) error {
+		started.Add(1)
+		<-release
+		return errors.New("retry me")
+	})
+	for i := range 4 {
+		publish(t, env, wire.WorkSubject("owned"), fmt.Sprint(i))
+	}
+	require.Eventually(t, func() bool { return started.Load() == 4 }, 10*time.Second, 5*time.Millisecond)
+	assert.NotEmpty(t, goroutinesIn("toolgate/consumer.(*Runner)"))
+	time.AfterFunc(200*time.Millisecond, func() { close(release) })
+	require.NoError(t, stop())
+	assert.Empty(t, goroutinesIn("toolgate/consumer.(*Runner)"), "Run returned with goroutines of its own still running")
+}
+
+// goroutinesIn returns the stacks of the goroutines with a frame whose
+// function name contains fn.
+func goroutinesIn(fn string) []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var found []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			found = append(found, g)
+		}
+	}
+	return found
 }

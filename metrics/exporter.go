@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/wire"
 	"golang.org/x/sync/errgroup"
 )
@@ -65,17 +67,50 @@ func (x *Exporter) Ready() <-chan struct{} { return x.ready }
 // Sequence is the TOOL_EVENTS stream sequence of the last event counted.
 func (x *Exporter) Sequence() uint64 { return x.seq.Load() }
 
-// Run counts events and watches the bucket until ctx ends.
+// Run counts events and watches the bucket until ctx ends, then waits for
+// the event counted last. Either restarts after a JetStream error
+// (consumer.RunRestarting), the event counter where it stopped.
 func (x *Exporter) Run(ctx context.Context) error {
-	deliver := jetstream.DeliverNewPolicy
+	consuming := make(chan struct{})
+	var once sync.Once
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return consumer.RunRestarting(gctx, x.log, "metrics: event counter", func(ctx context.Context) error {
+			return x.countEvents(ctx, func() { once.Do(func() { close(consuming) }) })
+		})
+	})
+	g.Go(func() error { return consumer.RunRestarting(gctx, x.log, "metrics: pending approvals", x.pending.Run) })
+	g.Go(func() error {
+		for _, c := range []<-chan struct{}{consuming, x.pending.Synced()} {
+			select {
+			case <-c:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+		close(x.ready)
+		return nil
+	})
+	return g.Wait()
+}
+
+// countEvents counts events until ctx ends; started is called once the
+// consumer exists.
+func (x *Exporter) countEvents(ctx context.Context, started func()) error {
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy}
 	if x.cfg.FromStart {
-		deliver = jetstream.DeliverAllPolicy
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	if seq := x.seq.Load(); seq > 0 {
+		// Started again: on from the last event counted, neither again nor
+		// skipping what came meanwhile.
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
 	}
 	// An ordered consumer is ephemeral, unacknowledged and strictly in
 	// order; the client recreates it after a gap (a reconnect, a lost
 	// heartbeat) from the last sequence it delivered, so no event is
 	// counted twice or skipped.
-	cons, err := x.js.OrderedConsumer(ctx, wire.EventsStream, jetstream.OrderedConsumerConfig{DeliverPolicy: deliver})
+	cons, err := x.js.OrderedConsumer(ctx, wire.EventsStream, cfg)
 	if err != nil {
 		return fmt.Errorf("metrics: consumer on %s: %w", wire.EventsStream, err)
 	}
@@ -83,19 +118,12 @@ func (x *Exporter) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("metrics: consume %s: %w", wire.EventsStream, err)
 	}
-	defer cc.Stop()
-
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return x.pending.Run(gctx) })
-	g.Go(func() error {
-		select {
-		case <-x.pending.Synced():
-			close(x.ready)
-		case <-gctx.Done():
-		}
-		return nil
-	})
-	return g.Wait()
+	started()
+	<-ctx.Done()
+	cc.Stop()
+	// No count may run after Run returns: wait for the one in flight.
+	<-cc.Closed()
+	return nil
 }
 
 func (x *Exporter) count(msg jetstream.Msg) {

@@ -26,6 +26,7 @@ type PendingApprovals struct {
 	byKey  map[string]string // pendingId → team, for entries pending approval
 	counts map[string]int    // team → pending; teams once seen stay, at 0
 	synced chan struct{}     // closed once the watch has read every key
+	once   sync.Once         // Run may start again after a failure
 }
 
 var _ prometheus.Collector = (*PendingApprovals)(nil)
@@ -54,14 +55,14 @@ type pendingFields struct {
 	Team   string        `json:"team"`
 }
 
-// Run watches the bucket until ctx ends.
+// Run watches the bucket until ctx ends, or until the watch fails. Run
+// again, it reads every key again, which corrects what it missed.
 func (p *PendingApprovals) Run(ctx context.Context) error {
 	w, err := p.kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("pending approvals: watch %s: %w", p.kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
-	initial := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -74,10 +75,7 @@ func (p *PendingApprovals) Run(ctx context.Context) error {
 				return fmt.Errorf("pending approvals: watch of %s stopped", p.kv.Bucket())
 			}
 			if kve == nil {
-				if initial {
-					initial = false
-					close(p.synced)
-				}
+				p.once.Do(func() { close(p.synced) })
 				continue
 			}
 			p.update(kve)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -85,15 +84,16 @@ func (f NotificationCounterFunc) Notification(channel, result string) { f(channe
 //     never waits on a channel. Events are fanned out one at a time, so
 //     each channel's deliveries queue in event order.
 //  2. Delivery. Each channel has its own durable consumer on its own
-//     subject, again shared by every process, with its own pull loop and
-//     at most WithChannelConcurrency deliveries in flight per process. A
-//     failed attempt is handed back to JetStream with a delay
-//     (NakWithDelay, after WithDeliveryBackoff), so a retry waiting for
-//     its turn is a message in the server, not a timer in a process that
-//     may die; after WithDeliveryAttempts attempts, or at once for a
-//     refusal retrying cannot fix (a 4xx other than 408, 425 and 429),
-//     it is published to wire.DeadLetterSubject("notifier") and dropped.
-//     A dead channel's retries fill only its own consumer's ack window.
+//     subject, again shared by every process, run by a consumer.Runner of
+//     its own with at most WithChannelConcurrency deliveries in flight per
+//     process. A failed attempt is handed back to JetStream with a delay
+//     (after WithDeliveryBackoff, or a 429's or 503's Retry-After if
+//     longer), so a retry waiting for its turn is a message in the
+//     server, not a timer in a process that may die; after
+//     WithDeliveryAttempts attempts, or at once for a refusal retrying
+//     cannot fix (a 4xx other than 408, 425 and 429), it is published to
+//     wire.DeadLetterSubject("notifier") and dropped. A dead channel's
+//     retries fill only its own consumer's ack window.
 //
 // A delivery carries the event, not the channel: it is resolved again
 // from the policy when sent, so secrets are stored only in the policy, a
@@ -306,7 +306,7 @@ func (n *Notifier) fanOut(ctx context.Context, msg jetstream.Msg) error {
 	}
 	for _, ch := range r.Notify {
 		key := ChannelKey(ch)
-		if err := n.ensureConsumer(ctx, key, ch); err != nil {
+		if err := n.ensureConsumer(ctx, key); err != nil {
 			return err
 		}
 		n.pull(ctx, key)
@@ -334,28 +334,39 @@ func ChannelKey(c policy.Channel) string {
 
 func consumerName(key string) string { return NotifierDurable + "-" + key }
 
-func (n *Notifier) ensureConsumer(ctx context.Context, key string, ch policy.Channel) error {
+// channelRunner is the runner of a channel's deliveries: every process
+// makes the same one, so whichever creates the consumer creates it alike.
+func (n *Notifier) channelRunner(key string) *consumer.Runner {
+	return consumer.NewRunner(n.js, consumer.ConsumerConfig{
+		Stream:  NotifyStream,
+		Durable: consumerName(key),
+		// Not the channel's host: a process that learns of the consumer
+		// from an advisory knows only the key, and would rewrite it.
+		Description:    "toolgate notifier: deliveries to channel " + key,
+		FilterSubjects: []string{NotifySubject(key)},
+		MaxDeliver:     n.attempts,
+		Backoff:        n.backoff,
+		AckWait:        n.ackWait,
+		Concurrency:    n.perChannel,
+		// Retries waiting out their delay count here: a dead channel can
+		// hold this many, and only its own.
+		MaxAckPending: 256,
+		DeadLetter: consumer.DeadLetterConfig{
+			Subject: wire.DeadLetterSubject(NotifierDurable),
+			Header:  func(msg jetstream.Msg, _ error) nats.Header { return n.deadLetterHeader(key, msg) },
+		},
+	}, n.log.With("channel", key), n.deliver(key))
+}
+
+func (n *Notifier) ensureConsumer(ctx context.Context, key string) error {
 	n.mu.Lock()
 	made := n.made[key]
 	n.mu.Unlock()
 	if made {
 		return nil
 	}
-	_, err := n.js.CreateOrUpdateConsumer(ctx, NotifyStream, jetstream.ConsumerConfig{
-		Durable:       consumerName(key),
-		Description:   fmt.Sprintf("toolgate notifier: deliveries to %s %s", ch.Type, redactURL(ch.URL)),
-		FilterSubject: NotifySubject(key),
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       n.ackWait,
-		// The notifier dead-letters after its own count of attempts.
-		MaxDeliver: -1,
-		// Retries waiting out their delay count here: a dead channel can
-		// hold this many, and only its own.
-		MaxAckPending: 256,
-	})
-	if err != nil {
-		return fmt.Errorf("notifier: consumer for %s: %w", key, err)
+	if _, err := n.channelRunner(key).CreateConsumer(ctx); err != nil {
+		return fmt.Errorf("notifier: %w", err)
 	}
 	n.mu.Lock()
 	n.made[key] = true
@@ -363,7 +374,8 @@ func (n *Notifier) ensureConsumer(ctx context.Context, key string, ch policy.Cha
 	return nil
 }
 
-// pull starts this process's pull loop for a channel, unless it has one.
+// pull starts this process's runner for a channel, unless it has one. It
+// runs until ctx ends; Run waits for it.
 func (n *Notifier) pull(ctx context.Context, key string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -371,136 +383,78 @@ func (n *Notifier) pull(ctx context.Context, key string) {
 		return
 	}
 	n.pulling[key] = true
+	r := n.channelRunner(key)
 	n.pullers.Go(func() {
-		defer func() {
-			n.mu.Lock()
-			delete(n.pulling, key)
-			delete(n.made, key) // gone or failing: make sure of it again next time
-			n.mu.Unlock()
-		}()
-		if err := n.deliverAll(ctx, key); err != nil && ctx.Err() == nil {
-			n.log.Warn("notifier: stopped delivering to a channel until its next event", "channel", key, "err", err)
+		if err := r.Run(ctx); err != nil {
+			n.log.Error("notifier: stopped delivering to a channel", "channel", key, "err", err)
 		}
 	})
 }
 
-// deliverAll delivers a channel's queue until ctx ends or its consumer goes.
-func (n *Notifier) deliverAll(ctx context.Context, key string) error {
-	cons, err := n.js.Consumer(ctx, NotifyStream, consumerName(key))
-	if err != nil {
-		return err
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(n.perChannel))
-	if err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	slots := make(chan struct{}, n.perChannel)
-	for {
-		msg, err := iter.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			iter.Stop()
-			return err
-		}
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			n.deliver(ctx, key, msg)
-		})
-	}
-}
+// errChannelNotYet is a delivery to a channel this process's policy does
+// not name yet.
+var errChannelNotYet = errors.New("notifier: channel not in this process's policy yet")
 
-// deliver makes one attempt at one delivery and settles the message:
-// ack, retry later, or dead-letter.
-func (n *Notifier) deliver(ctx context.Context, key string, msg jetstream.Msg) {
-	meta, err := msg.Metadata()
-	if err != nil {
-		n.log.Error("notifier: delivery without metadata, dropped", "channel", key, "err", err)
-		_ = msg.Term()
-		return
-	}
-	attempt := int(meta.NumDelivered)
-	log := n.log.With("channel", key, "seq", meta.Sequence.Stream, "attempt", attempt)
-	var ev wire.Event
-	if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
-		n.giveUp(ctx, log, msg, meta, key, nil, fmt.Errorf("undecodable delivery (err %v)", err))
-		return
-	}
-	r := n.engine.Resolve(ev.Entry.Team, ev.Entry.ConversationID)
-	ch, ok := findChannel(r.Notify, key)
-	if !ok {
-		if attempt == 1 {
-			// The process that queued it may have seen a policy change
-			// this one has not yet: give the watch a moment.
-			_ = msg.NakWithDelay(n.backoff[0])
-			return
+// deliver returns the handler of a channel's deliveries: it makes one
+// attempt and tells the runner how it went. A refusal retrying cannot fix
+// is Permanent, and a receiver's Retry-After becomes the retry's delay.
+func (n *Notifier) deliver(key string) consumer.Handler {
+	return func(ctx context.Context, msg jetstream.Msg) error {
+		attempt := 0
+		if meta, err := msg.Metadata(); err == nil {
+			attempt = int(meta.NumDelivered)
 		}
-		log.Info("notifier: channel no longer in the call's policy; delivery dropped", "event", ev.ID)
-		n.count(channelType(key), NotificationSkipped)
-		_ = msg.Ack()
-		return
-	}
-	err = n.send(ctx, ch, r.InboxURL, &ev, msg.Data())
-	if err == nil {
-		if err := msg.Ack(); err != nil {
-			log.Warn("notifier: ack failed; the delivery may be made again", "err", err)
+		var ev wire.Event
+		if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
+			return consumer.Permanent(fmt.Errorf("undecodable delivery (err %v)", err))
 		}
-		n.count(string(ch.Type), NotificationSent)
-		log.Debug("notifier: delivered", "event", ev.ID)
-		return
-	}
-	if ctx.Err() != nil {
-		// Stopping: leave it to whoever pulls next.
-		_ = msg.Nak()
-		return
-	}
-	n.count(string(ch.Type), NotificationFailed)
-	var se *sendError
-	final := errors.As(err, &se) && se.permanent
-	if attempt < n.attempts && !final {
-		delay := n.backoff[min(attempt, len(n.backoff))-1]
-		if se != nil && se.retryAfter > delay {
-			delay = min(se.retryAfter, time.Hour)
-		}
-		log.Warn("notifier: delivery failed, retrying", "event", ev.ID, "in", delay, "err", err)
-		_ = msg.NakWithDelay(delay)
-		return
-	}
-	n.giveUp(ctx, log, msg, meta, key, &ev, err)
-}
-
-// giveUp dead-letters a delivery and drops it.
-func (n *Notifier) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, key string, ev *wire.Event, cause error) {
-	dl := nats.NewMsg(wire.DeadLetterSubject(NotifierDurable))
-	dl.Data = msg.Data()
-	dl.Header.Set(HeaderChannel, key)
-	dl.Header.Set(HeaderEventID, msg.Headers().Get(HeaderEventID))
-	if ev != nil {
-		dl.Header.Set(HeaderEventID, ev.ID)
+		log := n.log.With("channel", key, "event", ev.ID, "attempt", attempt)
 		r := n.engine.Resolve(ev.Entry.Team, ev.Entry.ConversationID)
-		if ch, ok := findChannel(r.Notify, key); ok {
-			dl.Header.Set(HeaderChannelHost, redactURL(ch.URL))
+		ch, ok := findChannel(r.Notify, key)
+		if !ok {
+			if attempt == 1 {
+				// The process that queued it may have seen a policy change
+				// this one has not yet: give the watch a moment.
+				return consumer.RetryAfter(errChannelNotYet, n.backoff[0])
+			}
+			log.Info("notifier: channel no longer in the call's policy; delivery dropped")
+			n.count(channelType(key), NotificationSkipped)
+			return nil
 		}
+		err := n.send(ctx, ch, r.InboxURL, &ev, msg.Data())
+		if err == nil {
+			n.count(string(ch.Type), NotificationSent)
+			log.Debug("notifier: delivered")
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err // stopping: not a failure of the channel's
+		}
+		n.count(string(ch.Type), NotificationFailed)
+		var se *sendError
+		switch {
+		case !errors.As(err, &se):
+		case se.permanent:
+			return consumer.Permanent(err)
+		case se.retryAfter > 0:
+			return consumer.RetryAfter(err, se.retryAfter)
+		}
+		return err
 	}
-	dl.Header.Set(consumer.HeaderDeadConsumer, consumerName(key))
-	dl.Header.Set(consumer.HeaderDeadSubject, msg.Subject())
-	dl.Header.Set(consumer.HeaderDeadStreamSeq, strconv.FormatUint(meta.Sequence.Stream, 10))
-	dl.Header.Set(consumer.HeaderDeadDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
-	dl.Header.Set(consumer.HeaderDeadError, oneLine(cause.Error()))
-	id := fmt.Sprintf("%s:%d", consumerName(key), meta.Sequence.Stream)
-	if _, err := n.js.PublishMsg(ctx, dl, jetstream.WithMsgID(id)); err != nil {
-		log.Error("notifier: dead-letter failed, retrying", "err", err)
-		_ = msg.NakWithDelay(n.backoff[len(n.backoff)-1])
-		return
+}
+
+// deadLetterHeader names the host of a channel's URL on a delivery given
+// up on, for a human reading dead letters; the path may be a secret.
+func (n *Notifier) deadLetterHeader(key string, msg jetstream.Msg) nats.Header {
+	var ev wire.Event
+	if json.Unmarshal(msg.Data(), &ev) != nil || ev.Entry == nil {
+		return nil
 	}
-	log.Error("notifier: delivery gave up, dead-lettered", "event", dl.Header.Get(HeaderEventID), "err", cause)
-	_ = msg.Term()
+	ch, ok := findChannel(n.engine.Resolve(ev.Entry.Team, ev.Entry.ConversationID).Notify, key)
+	if !ok {
+		return nil
+	}
+	return nats.Header{HeaderChannelHost: []string{redactURL(ch.URL)}}
 }
 
 func findChannel(chans []policy.Channel, key string) (policy.Channel, bool) {

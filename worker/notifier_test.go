@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -621,4 +622,81 @@ func TestVerifyWebhook(t *testing.T) {
 	assert.NoError(t, worker.VerifyWebhook("k", h, body, now.Add(time.Hour), 0), "no tolerance: no age check")
 	h.Set(worker.HeaderTimestamp, "1700000001")
 	assert.ErrorContains(t, worker.VerifyWebhook("k", h, body, now, time.Minute), "does not match", "the timestamp is signed")
+}
+
+func TestNotifier_RetryAfterDelaysTheRetry(t *testing.T) {
+	for _, code := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			var mu sync.Mutex
+			var at []time.Time
+			delivered := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				at = append(at, time.Now())
+				n := len(at)
+				mu.Unlock()
+				if n == 1 {
+					w.Header().Set("Retry-After", "1")
+					w.WriteHeader(code)
+					return
+				}
+				if n == 2 {
+					close(delivered)
+				}
+			}))
+			t.Cleanup(srv.Close)
+			env, engine, m := ntEnv(t, fmt.Sprintf("default:\n  notify: [{type: ntfy, url: %q, topic: t}]\n", srv.URL))
+			counts := &ntCounts{}
+			ntStart(t, env, engine, counts, ntFast(5)...)
+			ntSubmit(t, m, machine.Call{})
+			select {
+			case <-delivered:
+			case <-time.After(ntWait):
+				t.Fatal("never retried")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			assert.GreaterOrEqual(t, at[1].Sub(at[0]), time.Second, "waited as the receiver asked, not the 10ms backoff")
+			require.Eventually(t, func() bool { return counts.get("ntfy/sent") == 1 }, ntWait, 5*time.Millisecond)
+			assert.Equal(t, 1, counts.get("ntfy/failed"))
+		})
+	}
+}
+
+func TestNotifier_StopLeavesNothingRunning(t *testing.T) {
+	hook := ntListen(t, nil)
+	slow := ntListen(t, func(int, ntRequest) int { return http.StatusBadGateway })
+	env, engine, m := ntEnv(t, fmt.Sprintf(`default:
+  notify:
+    - {type: webhook, url: %q, secret: s}
+    - {type: slack, url: %q}
+`, hook.URL, slow.URL))
+	stop := ntStart(t, env, engine, nil, ntFast(5)...)
+	ntSubmit(t, m, machine.Call{})
+	hook.next(t, "webhook")
+	require.Eventually(t, func() bool { return slow.count() >= 1 }, ntWait, 5*time.Millisecond)
+	assert.NotEmpty(t, ntGoroutines())
+	stop()
+	assert.Empty(t, ntGoroutines(), "Run returned with goroutines it started still running")
+}
+
+// ntGoroutines returns the stacks of the goroutines the notifier and its
+// runners started, or that run their code.
+func ntGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var found []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "toolgate/worker.(*Notifier)") || strings.Contains(g, "toolgate/consumer.(*Runner)") {
+			found = append(found, g)
+		}
+	}
+	return found
 }

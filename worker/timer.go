@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -93,14 +94,18 @@ type observation struct {
 }
 
 // Run acts on deadlines until ctx ends, then waits for the actions in
-// flight and returns nil. It returns an error if it cannot start, or if
-// the events it learns deadlines from stop before ctx ends.
+// flight and returns nil. If it cannot start, or the events it learns
+// deadlines from stop before ctx ends (a timer that hears of no new
+// deadline must not go on), it starts again after a backoff
+// (consumer.RunRestarting), from a fresh read of the bucket.
 func (t *Timer) Run(ctx context.Context) error {
+	return consumer.RunRestarting(ctx, t.log, "timer", t.run)
+}
+
+// run is one life of the timer: one read of the bucket, then the events.
+func (t *Timer) run(ctx context.Context) error {
 	iter, dl, err := t.open(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while starting
-		}
 		return err
 	}
 	defer iter.Stop()

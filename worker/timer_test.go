@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -515,4 +516,29 @@ func TestTimer_DecisionsRaceTheDeadline(t *testing.T) {
 		}
 	}
 	t.Logf("approved %d, timed out %d", won[machine.StateApproved], won[machine.StateRejectedByTimeout])
+}
+
+// TestTimer_StartsAgainWhenItCannotStart: a timer that cannot read the
+// events (the stream is missing) waits and tries again, and works once it
+// can, rather than ending its process.
+func TestTimer_StartsAgainWhenItCannotStart(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	require.NoError(t, env.JS.DeleteStream(t.Context(), wire.EventsStream))
+	startTimer(t, env)
+	time.Sleep(300 * time.Millisecond) // a failed start or two
+	_, err := bus.Provision(t.Context(), env.JS, bus.Topology{Replicas: 1})
+	require.NoError(t, err)
+	// The timer subscribes before it reads the bucket: once its consumer
+	// is there, a call's deadline cannot be missed.
+	require.Eventually(t, func() bool {
+		s, err := env.JS.Stream(t.Context(), wire.EventsStream)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(t.Context())
+		return err == nil && info.State.Consumers > 0
+	}, 10*time.Second, 10*time.Millisecond, "the timer never subscribed")
+	e := submit(t, policy(env, ask(300*time.Millisecond, true)), "late-start")
+	waitEntry(t, env, e.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected by timeout")
 }
