@@ -60,7 +60,7 @@ func planCalls(n int, t0 time.Time, seed uint64) []plannedCall {
 		case 3, 4:
 			c.tool, c.team = "deploy", []string{"ops", "research"}[i%2]
 			c.approver = approvers[rng.IntN(2)]
-			c.decideAfter = time.Duration(30_000+rng.IntN(570_000)) * time.Millisecond
+			c.decideAfter = time.Duration(30_000+rng.IntN(269_000)) * time.Millisecond // before the 5-minute deadline
 			if rng.IntN(10) < 7 {
 				c.decision, c.reason = "reject", reasons[rng.IntN(len(reasons))]
 			} else {

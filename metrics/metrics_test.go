@@ -209,7 +209,7 @@ func TestExporter_ScriptedRun(t *testing.T) {
 	assert.Equal(t, wantPending, samples(t, reg2, metrics.NamePendingApprovals))
 	assert.Empty(t, samples(t, reg2, metrics.NameToolCalls), "a new replica counts from when it started")
 
-	at(time.Hour)
+	at(4 * time.Minute) // before its 5-minute deadline
 	must(m.Decide(ctx, ws3.PendingID, machine.Decision{Approve: true, By: "alice"}))
 	for _, r := range []*prometheus.Registry{reg, reg2} {
 		require.Eventually(t, func() bool {
@@ -224,7 +224,7 @@ func TestExporter_ScriptedRun(t *testing.T) {
 	// The new replica counts events from its start.
 	assert.Equal(t, []string{
 		`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 1`,
-		`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 3600`,
+		`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 240`,
 	}, samples(t, reg2, metrics.NameApprovalResponse))
 }
 
