@@ -38,6 +38,7 @@ var mayImport = map[string][]string{
 	"api":          {"machine", "wire", "gate", "claudecode", "metrics", "analytics"},
 	"client":       {"machine", "wire", "consumer"},
 	"claudecode":   {"machine", "policy", "client"},
+	"server":       {"policy", "wire", "bus", "bus/embedded", "metrics", "analytics", "gate", "worker", "natsapi", "api", "client"},
 	"toolgatetest": {"machine", "wire", "gate", "natsapi", "bus/bustest"},
 	"docs":         {},
 	"deploy":       {},

@@ -58,7 +58,7 @@ func (c *analyticsClock) Set(t time.Time) {
 func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t).ClientURL()
-	cfg := Config{Conn: bus.ConnConfig{URLs: url}, Replicas: 1, RelayAckWait: time.Second, Roles: roleList{"relay", "analytics"}}
+	cfg := externalConfig(url, 1, "relay", "analytics")
 	startMain(t, cfg)
 	startMain(t, cfg)
 

@@ -12,18 +12,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/claudecode"
+	"github.com/toolgate/toolgate/server"
 )
 
 // startWithHTTP runs every role in-process under policy and returns the
 // HTTP API's base URL.
-func startWithHTTP(t *testing.T, policy string) (Config, string) {
+func startWithHTTP(t *testing.T, policy string) (server.Config, string) {
 	t.Helper()
 	cfg := defaultConfig(t)
 	cfg.PolicyFile = filepath.Join(t.TempDir(), "policy.yaml")
 	require.NoError(t, os.WriteFile(cfg.PolicyFile, []byte(policy), 0o600))
-	addr := make(chan string, 1)
-	startMain(t, cfg, func(m *Main) { m.httpListening = func(a string) { addr <- a } })
-	return cfg, "http://" + <-addr
+	m := startMain(t, cfg)
+	return cfg, "http://" + m.HTTPAddr()
 }
 
 const hookPolicy = `

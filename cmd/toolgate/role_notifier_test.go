@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
@@ -35,10 +36,10 @@ func TestServe_NotifierWithoutIntakeFollowsThePolicy(t *testing.T) {
 	t.Cleanup(slack.Close)
 
 	cfg := defaultConfig(t)
-	cfg.Roles = roleList{"relay", "intake"}
+	cfg.Roles = server.Roles{"relay", "intake"}
 	startMain(t, cfg)
-	notifier := Config{Conn: bus.ConnConfig{URLs: "nats://" + cfg.Listen}, Replicas: 1, Roles: roleList{"notifier"}}
-	require.Equal(t, []string{"notifier"}, notifier.Roles.resolve())
+	notifier := externalConfig("nats://"+cfg.Listen, 1, "notifier")
+	require.Equal(t, []string{"notifier"}, notifier.Roles.Resolve())
 	startMain(t, notifier)
 
 	_, js := bustest.Connect(t, "nats://"+cfg.Listen)

@@ -19,17 +19,15 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/wire"
 )
 
 // startMain runs Main in-process until the test ends and waits until it is
 // ready.
-func startMain(t *testing.T, cfg Config, configure ...func(*Main)) *Main {
+func startMain(t *testing.T, cfg server.Config) *server.Main {
 	t.Helper()
-	m := &Main{Config: cfg, Log: bustest.Logger(), ready: make(chan struct{})}
-	for _, f := range configure {
-		f(m)
-	}
+	m := &server.Main{Config: cfg, Log: bustest.Logger()}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
@@ -38,7 +36,7 @@ func startMain(t *testing.T, cfg Config, configure ...func(*Main)) *Main {
 		assert.NoError(t, <-done, "Main stops cleanly")
 	})
 	select {
-	case <-m.ready:
+	case <-m.Ready():
 	case err := <-done:
 		done <- nil // for the cleanup
 		t.Fatalf("Main stopped before it was ready: %v", err)
@@ -48,8 +46,20 @@ func startMain(t *testing.T, cfg Config, configure ...func(*Main)) *Main {
 	return m
 }
 
-func defaultConfig(t *testing.T) Config {
-	return Config{Data: t.TempDir(), Listen: "127.0.0.1:" + fmt.Sprint(freePort(t)), Replicas: 1, RelayAckWait: time.Second, HTTP: "127.0.0.1:0"}
+func defaultConfig(t *testing.T) server.Config {
+	cfg := server.DefaultConfig()
+	cfg.Data, cfg.Listen, cfg.RelayAckWait, cfg.HTTP = t.TempDir(), "127.0.0.1:"+fmt.Sprint(freePort(t)), time.Second, "127.0.0.1:0"
+	return cfg
+}
+
+// externalConfig runs Main's roles on the servers at urls.
+func externalConfig(urls string, replicas int, roles ...string) server.Config {
+	cfg := server.DefaultConfig()
+	cfg.Conn.URLs, cfg.Replicas, cfg.RelayAckWait, cfg.HTTP = urls, replicas, time.Second, "127.0.0.1:0"
+	if roles != nil {
+		cfg.Roles = roles
+	}
+	return cfg
 }
 
 func TestServe_EmbeddedServerRelaysToOtherProcesses(t *testing.T) {
@@ -64,7 +74,7 @@ func TestServe_EmbeddedServerRelaysToOtherProcesses(t *testing.T) {
 func TestServe_OnAClusterWithReplicas3(t *testing.T) {
 	t.Parallel()
 	servers := bustest.Cluster(t, 3)
-	cfg := Config{Conn: bus.ConnConfig{URLs: bustest.ClientURLs(servers)}, Replicas: 3, RelayAckWait: time.Second, HTTP: "127.0.0.1:0"}
+	cfg := externalConfig(bustest.ClientURLs(servers), 3)
 	startMain(t, cfg)
 	_, js := bustest.Connect(t, cfg.Conn.URLs)
 	kv := assertRelays(t, js)
@@ -163,7 +173,7 @@ func decode[T any](t *testing.T, data []byte) T {
 func TestServe_MetricsListenerWithoutTheHTTPRole(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfig(t)
-	cfg.Roles = roleList{"relay", "intake", "analytics"}
+	cfg.Roles = server.Roles{"relay", "intake", "analytics"}
 	cfg.Metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	startMain(t, cfg)
 	var body string
