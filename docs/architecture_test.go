@@ -39,7 +39,7 @@ var mayImport = map[string][]string{
 	"client":       {"machine", "wire", "consumer"},
 	"claudecode":   {"machine", "policy", "client"},
 	"server":       {"policy", "wire", "bus", "bus/embedded", "metrics", "analytics", "gate", "worker", "natsapi", "api", "client"},
-	"toolgatetest": {"machine", "wire", "gate", "natsapi", "bus/bustest"},
+	"toolgatetest": {"gate", "client", "server", "bus/bustest"},
 	"docs":         {},
 	"deploy":       {},
 	// The binary wires everything together.
