@@ -4,26 +4,21 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/claudecode"
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/toolgatetest"
 )
 
-// startWithHTTP runs every role in-process under policy and returns the
-// HTTP API's base URL.
-func startWithHTTP(t *testing.T, policy string) (server.Config, string) {
+// startWithHTTP runs every role in-process under policy and returns its
+// NATS URL and the HTTP API's base URL.
+func startWithHTTP(t *testing.T, policy string) (natsURL, httpURL string) {
 	t.Helper()
-	cfg := defaultConfig(t)
-	cfg.PolicyFile = filepath.Join(t.TempDir(), "policy.yaml")
-	require.NoError(t, os.WriteFile(cfg.PolicyFile, []byte(policy), 0o600))
-	m := startMain(t, cfg)
-	return cfg, "http://" + m.HTTPAddr()
+	g := toolgatetest.Start(t, toolgatetest.Options{Policy: policy})
+	return g.NATSURL, g.HTTPURL
 }
 
 const hookPolicy = `

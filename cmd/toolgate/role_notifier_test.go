@@ -14,10 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/bus"
-	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
@@ -35,14 +34,9 @@ func TestServe_NotifierWithoutIntakeFollowsThePolicy(t *testing.T) {
 	}))
 	t.Cleanup(slack.Close)
 
-	cfg := defaultConfig(t)
-	cfg.Roles = server.Roles{"relay", "intake"}
-	startMain(t, cfg)
-	notifier := externalConfig("nats://"+cfg.Listen, 1, "notifier")
-	require.Equal(t, []string{"notifier"}, notifier.Roles.Resolve())
-	startMain(t, notifier)
-
-	_, js := bustest.Connect(t, "nats://"+cfg.Listen)
+	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}})
+	toolgatetest.Start(t, toolgatetest.Options{NATS: g.NATSURL, Roles: []string{"notifier"}})
+	js := g.JS
 	require.Eventually(t, func() bool {
 		_, err := js.Consumer(t.Context(), wire.EventsStream, worker.NotifierDurable)
 		return err == nil
