@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/api"
-	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -39,7 +38,6 @@ default:
 type harness struct {
 	t   *testing.T
 	url string
-	env *bustest.Env
 }
 
 // start serves the API over a real embedded server with testPolicy.

@@ -31,7 +31,7 @@ import (
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/toolgatetest"
 )
 
 // These tests drive the web inbox in a real headless Chromium against a
@@ -74,9 +74,13 @@ type inboxOptions struct {
 	// now is the machine's clock (default time.Now): a scripted history
 	// of calls happens at the times it says.
 	now func() time.Time
-	// analytics runs the analytics consumer against the test's NATS and
-	// serves GET /v1/analytics from it; without, the API answers 404.
+	// analytics runs the analytics role, which keeps what GET
+	// /v1/analytics serves; without, the API serves empty aggregates.
 	analytics bool
+	// noAnalytics serves an API built without analytics, which answers
+	// GET /v1/analytics with 404. toolgate's http role always serves
+	// them; the page must still cope with an API that does not.
+	noAnalytics bool
 }
 
 func startInbox(t *testing.T, policyDoc, tokenData string) *inboxServer {
@@ -86,31 +90,20 @@ func startInbox(t *testing.T, policyDoc, tokenData string) *inboxServer {
 
 func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions) *inboxServer {
 	t.Helper()
-	env := bustest.Start(t, bustest.Topologies[0])
-	doc, err := policy.Parse([]byte(policyDoc))
-	require.NoError(t, err)
-	engine, err := policy.NewEngine(doc, nil, nil)
-	require.NoError(t, err)
-	toks, err := api.ParseTokens([]byte(tokenData))
-	require.NoError(t, err)
-	bustest.RunRelay(t, env.JS)
-	ctx, cancel := context.WithCancel(context.Background())
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine, Clock: opts.now, Log: bustest.Logger()})
-	cfg := api.Config{Gate: g, JS: env.JS, Tokens: toks, Log: bustest.Logger()}
-	analyticsDone := make(chan struct{})
+	roles := []string{"relay", "http"}
 	if opts.analytics {
-		a, err := analytics.Open(ctx, env.JS, analytics.Config{Log: bustest.Logger()})
-		require.NoError(t, err)
-		cfg.Analytics = a
-		go func() {
-			defer close(analyticsDone)
-			_ = a.Run(ctx)
-		}()
-	} else {
-		close(analyticsDone)
+		roles = append(roles, "analytics")
 	}
-	handler := api.New(cfg)
-	in := &inboxServer{gate: g}
+	g := toolgatetest.Start(t, toolgatetest.Options{Roles: roles, Policy: policyDoc, Tokens: tokenData, Clock: opts.now})
+	// toolgate's API behind a server of the test's own, which can fail
+	// as a proxy would and drop every connection at once.
+	handler := g.Main.HTTPHandler()
+	if opts.noAnalytics {
+		toks, err := api.ParseTokens([]byte(tokenData))
+		require.NoError(t, err)
+		handler = api.New(api.Config{Gate: g.Service, JS: g.JS, Tokens: toks, Log: bustest.Logger()})
+	}
+	in := &inboxServer{gate: g.Service}
 	in.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if in.down.Load() && r.Method == "GET" && (r.URL.Path == "/v1/events" || r.URL.Path == "/v1/tool-calls") {
 			http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)
@@ -118,12 +111,10 @@ func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions
 		}
 		handler.ServeHTTP(w, r)
 	}))
-	in.harness = &harness{t: t, url: in.srv.URL, env: env}
+	in.harness = &harness{t: t, url: in.srv.URL}
 	t.Cleanup(func() {
 		in.srv.CloseClientConnections()
 		in.srv.Close()
-		cancel()
-		<-analyticsDone
 	})
 	return in
 }
@@ -702,7 +693,7 @@ func TestInbox_Analytics(t *testing.T) {
 	browser := startBrowser(t)
 
 	t.Run("a scripted history's numbers, charts and recommendations", func(t *testing.T) {
-		clk := &testClock{}
+		clk := new(toolgatetest.Clock)
 		in := startInboxWith(t, analyticsPolicy, tokens, inboxOptions{now: clk.Now, analytics: true})
 		hour := time.Now().Truncate(time.Hour)
 		plan := analyticsScript(hour)
@@ -815,7 +806,7 @@ func TestInbox_Analytics(t *testing.T) {
 		assert.Equal(t, "empty", eval[string](p, `document.getElementById('analytics').dataset.state`))
 		assert.Equal(t, "#analytics", eval[string](p, `location.hash`))
 
-		off := startInbox(t, inboxPolicy, tokens)
+		off := startInboxWith(t, inboxPolicy, tokens, inboxOptions{noAnalytics: true})
 		q := openPage(t, browser, off.url)
 		q.signIn(viewerToken)
 		q.do(chromedp.Click(chromedp.ID("tab-analytics")), chromedp.WaitVisible(chromedp.ID("an-off")))
@@ -897,7 +888,7 @@ func busyDay(end time.Time) []scripted {
 func TestInbox_AnalyticsScreenshot(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
-	clk := &testClock{}
+	clk := new(toolgatetest.Clock)
 	in := startInboxWith(t, screenshotAnalyticsPolicy, tokens, inboxOptions{now: clk.Now, analytics: true})
 	plan := busyDay(time.Now().Add(-time.Minute))
 	in.play(clk, plan)

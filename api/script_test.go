@@ -13,26 +13,8 @@ import (
 	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/toolgatetest"
 )
-
-// testClock is a settable clock for the machine: a scripted history of
-// calls happens at the times the script says, not when the test runs.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 // Outcomes of a scripted call.
 const (
@@ -59,7 +41,7 @@ var approverTokens = map[string]string{"alice": aliceToken, "bob": bobToken, "ca
 // play makes a scripted history happen through the API, each step at its
 // time on clk: the admin submits, approvers decide, the timeout rejects
 // as the timer would, and an executor runs what was approved.
-func (in *inboxServer) play(clk *testClock, calls []scripted) {
+func (in *inboxServer) play(clk *toolgatetest.Clock, calls []scripted) {
 	t := in.t
 	t.Helper()
 	ctx := t.Context()

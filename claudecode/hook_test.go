@@ -17,7 +17,6 @@ import (
 	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
 )
 
@@ -32,23 +31,11 @@ default:
     allow: ["Bash(npm test:*)"]
 `
 
-// startGate runs toolgate's request API on a real embedded server and
-// returns a client of it.
-func startGate(t *testing.T) (*client.Client, *bustest.Env) {
+// startGate runs toolgate's request API and relay on a real embedded
+// server and returns a client of it.
+func startGate(t *testing.T) *client.Client {
 	t.Helper()
-	env := bustest.Start(t, bustest.Topologies[0])
-	doc, err := policy.Parse([]byte(gatePolicy))
-	require.NoError(t, err)
-	engine, err := policy.NewEngine(doc, nil, nil)
-	require.NoError(t, err)
-	toolgatetest.Start(t, env, toolgatetest.Options{Policy: engine})
-	c, err := client.New(env.NC)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		_, err := c.Get(t.Context(), "x.y")
-		return err == nil || !errorsIsUnavailable(err)
-	}, 10*time.Second, 10*time.Millisecond)
-	return c, env
+	return toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}, Policy: gatePolicy}).Client
 }
 
 func errorsIsUnavailable(err error) bool { return errors.Is(err, client.ErrUnavailable) }
@@ -84,7 +71,7 @@ func golden(t *testing.T, name string, got []byte) {
 
 func TestHooks_Golden(t *testing.T) {
 	t.Parallel()
-	c, _ := startGate(t)
+	c := startGate(t)
 	opts := claudecode.Options{Caller: "claude-code"}
 	for _, event := range []string{claudecode.EventPreToolUse, claudecode.EventPermissionRequest} {
 		t.Run(event, func(t *testing.T) {
@@ -125,7 +112,7 @@ func TestHooks_UnreachableAsks(t *testing.T) {
 
 func TestHooks_PostToolUseRecordsTheResult(t *testing.T) {
 	t.Parallel()
-	c, _ := startGate(t)
+	c := startGate(t)
 	pre := input(claudecode.EventPreToolUse, "Bash", `{"command":"npm test"}`, "toolu_run")
 	handle(t, c, pre, claudecode.Options{})
 	post := []byte(`{"session_id":"abc123","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"npm test"},` +

@@ -14,7 +14,7 @@ import (
 
 func TestMCPApprove_AllowEchoesInputDenyNamesTheRule(t *testing.T) {
 	t.Parallel()
-	c, _ := startGate(t)
+	c := startGate(t)
 	ctx := t.Context()
 	server := claudecode.NewMCPServer(c, "mcp-session", "0.0.1", claudecode.Options{})
 	st, ct := mcp.NewInMemoryTransports()

@@ -15,27 +15,23 @@ import (
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
 
-// gate is toolgate's request API over a real embedded JetStream server,
-// evaluating calls against a policy document.
+// gate is toolgate's request API and relay over a real embedded JetStream
+// server, evaluating calls against a policy document.
 type gate struct {
-	env *bustest.Env
-	c   *client.Client
+	*toolgatetest.Gate
+	c     *client.Client
+	clock *toolgatetest.Clock
 }
 
 func startGate(t *testing.T, doc string) *gate {
 	t.Helper()
-	env := bustest.Start(t, bustest.Topologies[0])
-	d, err := policy.Parse([]byte(doc))
-	require.NoError(t, err)
-	engine, err := policy.NewEngine(d, nil, nil)
-	require.NoError(t, err)
-	toolgatetest.Start(t, env, toolgatetest.Options{Policy: engine})
-	return &gate{env: env, c: newClient(t, env.URLs)}
+	clock := new(toolgatetest.Clock)
+	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}, Policy: doc, Clock: clock.Now})
+	return &gate{Gate: g, c: g.Client, clock: clock}
 }
 
 // newClient connects anew, as an agent process would.
@@ -137,7 +133,7 @@ func TestAwait_RejectionIsAnErrorNeverAResult(t *testing.T) {
 	assert.NotErrorIs(t, r.err, machine.ErrConflict)
 
 	// Awaited again (the agent restarted), it is the same refusal.
-	_, err = newClient(t, g.env.URLs).Await(ctx, e.PendingID)
+	_, err = newClient(t, g.NATSURL).Await(ctx, e.PendingID)
 	require.ErrorAs(t, err, &rej)
 	assert.Equal(t, client.RejectedByUser, rej.Kind)
 }
@@ -150,9 +146,10 @@ func TestAwait_TimeoutAndCancelAreRejections(t *testing.T) {
 	e, err := g.c.Submit(ctx, bash("c1", "slow", "make release"))
 	require.NoError(t, err)
 	got := awaitAsync(g.c, ctx, e.PendingID)
-	// The timer role is not in this build: expire the call as it would.
-	later := machine.New(g.env.Store, machine.WithClock(func() time.Time { return time.Now().Add(time.Second) }))
-	_, err = later.Expire(ctx, e.PendingID)
+	// Not the timer role, which would also expire the next call before
+	// it is cancelled: the test expires this one as the timer would.
+	g.clock.Skip(time.Second)
+	_, err = g.Service.Expire(ctx, e.PendingID)
 	require.NoError(t, err)
 	r := receive(t, got)
 	var rej *client.RejectedError
@@ -225,7 +222,7 @@ func TestAwait_UntilFinishedWaitsForTheRun(t *testing.T) {
 	t.Parallel()
 	g := startGate(t, "")
 	ctx := t.Context()
-	agent, executor := g.c, newClient(t, g.env.URLs)
+	agent, executor := g.c, newClient(t, g.NATSURL)
 
 	ok, err := agent.Submit(ctx, bash("c1", "ok", "make test"))
 	require.NoError(t, err)
@@ -275,7 +272,7 @@ func TestAwait_RunningCallIsNotHandedOutAgain(t *testing.T) {
 
 	// The agent restarts mid-run: Await must not tell it to run the call
 	// again, only how the run it started ends.
-	got := awaitAsync(newClient(t, g.env.URLs), ctx, e.PendingID)
+	got := awaitAsync(newClient(t, g.NATSURL), ctx, e.PendingID)
 	assertStillWaiting(t, got)
 	_, err = g.c.Succeed(ctx, e.PendingID, "bot", json.RawMessage(`"deployed"`), 0)
 	require.NoError(t, err)

@@ -16,11 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
-	"github.com/toolgate/toolgate/worker"
 )
 
 const executorPolicy = `
@@ -35,7 +36,7 @@ func startExecutor(t *testing.T, handlers map[string]client.Handler) *gate {
 	g := startGate(t, executorPolicy)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	x, err := newClient(t, g.env.URLs).NewExecutor(client.ExecutorOptions{ID: "exec-1", Lease: 3 * time.Second, Backoff: []time.Duration{10 * time.Millisecond}, Log: bustest.Logger()})
+	x, err := newClient(t, g.NATSURL).NewExecutor(client.ExecutorOptions{ID: "exec-1", Lease: 3 * time.Second, Backoff: []time.Duration{10 * time.Millisecond}, Log: bustest.Logger()})
 	require.NoError(t, err)
 	for tool, h := range handlers {
 		x.Handle(tool, h)
@@ -126,7 +127,9 @@ func TestExecutor_NeverRunsARefusedCall(t *testing.T) {
 	ctx := t.Context()
 	// Timeouts are the timer's; here a Machine whose clock is past every
 	// deadline plays it.
-	timer := machine.New(g.env.Store, machine.WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
+	kv, err := g.JS.KeyValue(ctx, wire.CallsBucket)
+	require.NoError(t, err)
+	timer := machine.New(bus.NewKVStore(kv), machine.WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
 	decide := func(i int, id string) error {
 		var err error
 		switch i % 4 {
@@ -160,7 +163,7 @@ func TestExecutor_NeverRunsARefusedCall(t *testing.T) {
 	}
 	// Wait for the executor to drain its queue and the last run to be
 	// recorded, then read every entry once.
-	js := g.env.JS
+	js := g.JS
 	require.Eventually(t, func() bool {
 		c, err := js.Consumer(ctx, wire.WorkStream, "executor-guarded")
 		if err != nil {
@@ -272,13 +275,12 @@ default:
   requiresApprovalTools: [approved_job]
   toolSpecificDelays: {delayed_job: 300}
 `)
+	for range 2 {
+		toolgatetest.Start(t, toolgatetest.Options{NATS: g.NATSURL, Roles: []string{"timer"}})
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	for range 2 {
-		timer := worker.NewTimer(g.env.JS, g.env.KV, machine.New(g.env.Store), bustest.Logger())
-		wg.Go(func() { _ = timer.Run(ctx) })
-	}
 	var mu sync.Mutex
 	runs := map[string][]string{} // toolCallId → executors that ran it
 	handler := func(id string) client.Handler {
@@ -291,7 +293,7 @@ default:
 		}
 	}
 	for _, id := range []string{"exec-a", "exec-b", "exec-c"} {
-		x, err := newClient(t, g.env.URLs).NewExecutor(client.ExecutorOptions{ID: id, Lease: 2 * time.Second, Log: bustest.Logger()})
+		x, err := newClient(t, g.NATSURL).NewExecutor(client.ExecutorOptions{ID: id, Lease: 2 * time.Second, Log: bustest.Logger()})
 		require.NoError(t, err)
 		for _, tool := range []string{"job", "delayed_job", "approved_job"} {
 			x.Handle(tool, handler(id))

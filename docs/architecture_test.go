@@ -38,7 +38,8 @@ var mayImport = map[string][]string{
 	"api":          {"machine", "wire", "gate", "client", "claudecode", "metrics", "analytics"},
 	"client":       {"machine", "wire", "consumer"},
 	"claudecode":   {"machine", "policy", "client"},
-	"toolgatetest": {"machine", "wire", "gate", "natsapi", "bus/bustest"},
+	"server":       {"policy", "wire", "bus", "bus/embedded", "metrics", "analytics", "gate", "worker", "natsapi", "api", "client"},
+	"toolgatetest": {"gate", "client", "server", "bus/bustest"},
 	"docs":         {},
 	"deploy":       {},
 	// The binary wires everything together.

@@ -1,51 +1,128 @@
-// Package toolgatetest starts toolgate's server side for tests: the
-// application layer over a real embedded NATS deployment (bus/bustest),
-// with its request API served and the relay running, so that agents and
-// executors built on package client talk to it as they would in
+// Package toolgatetest starts toolgate for end-to-end tests: the real
+// server.Main, with the roles a test chooses, over a real embedded NATS
+// deployment (bus/bustest) or servers the test started itself, so that
+// agents, executors, the CLI and browsers talk to it as they would in
 // production.
 package toolgatetest
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/gate"
-	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/natsapi"
-	"github.com/toolgate/toolgate/wire"
+	"github.com/toolgate/toolgate/server"
 )
 
-// Options choose what the started gate evaluates calls with.
+// Options choose what the started toolgate runs and with what.
 type Options struct {
-	// Policy decides what a call needs (default: ask about every one).
-	Policy machine.Evaluator
-	// Clock replaces time.Now in the application layer.
+	// Roles are the roles to run (default: all of them).
+	Roles []string
+	// Policy is a policy document (YAML or JSON) put in force at start
+	// (default: none, the stored or built-in policy).
+	Policy string
+	// Tokens are the HTTP API's bearer tokens, as --tokens-data takes
+	// them (default: none, an open API on loopback).
+	Tokens string
+	// Clock replaces time.Now in the application layer and the policy
+	// engine: the one clock a test scripts history with.
 	Clock func() time.Time
+	// Cluster runs toolgate on a 3-node cluster with replicas 3 instead
+	// of its embedded server.
+	Cluster bool
+	// NATS runs the roles on servers started elsewhere (comma-separated
+	// URLs), as another toolgate process on the same deployment would.
+	NATS string
+	// Replicas of the buckets and streams with NATS (default 1).
+	Replicas int
+	// Configure, when set, changes the server.Config before Main starts,
+	// for what these options do not name.
+	Configure func(*server.Config)
 }
 
-// Start serves toolgate's request API over env and runs its relay until
-// the test ends, and returns the application layer, for a test to act as
-// toolgate itself would (a timer expiring a call, say).
-func Start(t testing.TB, env *bustest.Env, opts Options) *gate.Service {
+// Gate is a running toolgate and what a test needs to reach it.
+type Gate struct {
+	Main *server.Main
+	// NATSURL is the URLs (comma-separated) of the NATS servers toolgate
+	// uses.
+	NATSURL string
+	// HTTPURL is the HTTP API's base URL, empty without the http role.
+	HTTPURL string
+	// NC and JS are a connection of the test's own to toolgate's NATS.
+	NC *nats.Conn
+	JS jetstream.JetStream
+	// Client is an agent's client over NC.
+	Client *client.Client
+	// Service is toolgate's application layer, for a test to act as
+	// toolgate itself would (a timer expiring a call, say).
+	Service *gate.Service
+}
+
+// Start runs server.Main with opts until the test ends, stopping it then
+// and checking that it stops cleanly, and returns once it is ready: its
+// request API answers (with the intake role) and its HTTP API listens
+// (with the http role).
+func Start(t testing.TB, opts Options) *Gate {
 	t.Helper()
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: opts.Policy, Clock: opts.Clock, Log: bustest.Logger()})
-	bustest.RunRelay(t, env.JS)
+	cfg := server.DefaultConfig()
+	cfg.Data = t.TempDir()
+	cfg.Listen = "127.0.0.1:-1" // any free port
+	cfg.HTTP = "127.0.0.1:0"
+	// A revision handed to a relay that stopped with its test goes to
+	// another relay soon.
+	cfg.RelayAckWait = time.Second
+	cfg.TokensData = opts.Tokens
+	if opts.Roles != nil {
+		cfg.Roles = opts.Roles
+	}
+	switch {
+	case opts.NATS != "":
+		cfg.Conn.URLs, cfg.Replicas = opts.NATS, max(opts.Replicas, 1)
+	case opts.Cluster:
+		cfg.Conn.URLs, cfg.Replicas = bustest.ClientURLs(bustest.Cluster(t, 3)), 3
+	}
+	if opts.Policy != "" {
+		cfg.PolicyFile = filepath.Join(t.TempDir(), "policy.yaml")
+		require.NoError(t, os.WriteFile(cfg.PolicyFile, []byte(opts.Policy), 0o600))
+	}
+	if opts.Configure != nil {
+		opts.Configure(&cfg)
+	}
+	m := &server.Main{Config: cfg, Log: bustest.Logger(), Version: "0.0.1-test", Clock: opts.Clock}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- natsapi.New(g, bustest.Logger()).Run(ctx, env.NC, "0.0.1-test") }()
+	go func() { done <- m.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("request API: %v", err)
-		}
+		assert.NoError(t, <-done, "toolgate stops cleanly")
 	})
-	require.Eventually(t, func() bool {
-		_, err := env.NC.Request("$SRV.PING."+wire.ServiceName, nil, time.Second)
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "toolgate's request API never answered a ping")
+	select {
+	case <-m.Ready():
+	case err := <-done:
+		done <- nil // for the cleanup
+		t.Fatalf("toolgate stopped before it was ready: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("toolgate not ready after 60s")
+	}
+	g := &Gate{Main: m, NATSURL: m.NATSURL(), Service: m.Gate()}
+	if cfg.Conn.URLs != "" {
+		g.NATSURL = cfg.Conn.URLs
+	}
+	if addr := m.HTTPAddr(); addr != "" {
+		g.HTTPURL = "http://" + addr
+	}
+	g.NC, g.JS = bustest.Connect(t, g.NATSURL)
+	c, err := client.New(g.NC)
+	require.NoError(t, err)
+	g.Client = c
 	return g
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -31,24 +31,6 @@ func analyticsCLI(t *testing.T, url string, args ...string) (int, string, string
 	return code, stdout.String(), stderr.String()
 }
 
-// analyticsClock is a settable clock for a Machine.
-type analyticsClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *analyticsClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *analyticsClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 // TestAnalytics_TwoServeProcessesStatsAndRebuild runs two `serve --roles
 // relay,analytics` processes (in-process; one also with intake) on one NATS server, drives calls
 // with known outcomes, and checks that `toolgate stats` counts each once,
@@ -58,19 +40,18 @@ func (c *analyticsClock) Set(t time.Time) {
 func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t).ClientURL()
-	cfg := Config{Conn: bus.ConnConfig{URLs: url}, Replicas: 1, RelayAckWait: time.Second, Roles: roleList{"relay", "analytics"}}
-	startMain(t, cfg)
+	toolgatetest.Start(t, toolgatetest.Options{NATS: url, Roles: []string{"relay", "analytics"}})
 	// The second also serves the request API, which `policy set` below
 	// goes through.
-	cfg.Roles = append(cfg.Roles, "intake")
-	startMain(t, cfg)
+	toolgatetest.Start(t, toolgatetest.Options{NATS: url, Roles: []string{"relay", "analytics", "intake"}})
 
 	ctx := t.Context()
 	_, js := bustest.Connect(t, url)
 	calls, err := js.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
 	t0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
-	clk := &analyticsClock{t: t0}
+	clk := new(toolgatetest.Clock)
+	clk.Set(t0)
 	m := machine.New(bus.NewKVStore(calls), machine.WithClock(clk.Now), machine.WithEvaluator(machine.EvaluatorFunc(
 		func(_ context.Context, c machine.Call) (machine.Verdict, error) {
 			if c.ToolName == "read_file" {

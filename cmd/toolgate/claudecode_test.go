@@ -4,26 +4,21 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/claudecode"
+	"github.com/toolgate/toolgate/toolgatetest"
 )
 
-// startWithHTTP runs every role in-process under policy and returns the
-// HTTP API's base URL.
-func startWithHTTP(t *testing.T, policy string) (Config, string) {
+// startWithHTTP runs every role in-process under policy and returns its
+// NATS URL and the HTTP API's base URL.
+func startWithHTTP(t *testing.T, policy string) (natsURL, httpURL string) {
 	t.Helper()
-	cfg := defaultConfig(t)
-	cfg.PolicyFile = filepath.Join(t.TempDir(), "policy.yaml")
-	require.NoError(t, os.WriteFile(cfg.PolicyFile, []byte(policy), 0o600))
-	addr := make(chan string, 1)
-	startMain(t, cfg, func(m *Main) { m.httpListening = func(a string) { addr <- a } })
-	return cfg, "http://" + <-addr
+	g := toolgatetest.Start(t, toolgatetest.Options{Policy: policy})
+	return g.NATSURL, g.HTTPURL
 }
 
 const hookPolicy = `

@@ -30,15 +30,19 @@ const defaultNATS = "nats://127.0.0.1:4222"
 
 // cliVerbs are the verbs that talk to a running toolgate.
 var cliVerbs = map[string]func(ctx context.Context, args []string, out cliOutput) error{
-	"submit":  cliSubmit,
-	"pending": cliPending,
-	"list":    cliList,
-	"show":    cliShow,
-	"approve": cliApprove,
-	"reject":  cliReject,
-	"cancel":  cliCancel,
-	"policy":  cliPolicy,
-	"budget":  cliBudget,
+	"submit":    cliSubmit,
+	"pending":   cliPending,
+	"list":      cliList,
+	"show":      cliShow,
+	"approve":   cliApprove,
+	"reject":    cliReject,
+	"cancel":    cliCancel,
+	"policy":    cliPolicy,
+	"budget":    cliBudget,
+	"hook":      cliHook,
+	"mcp":       cliMCP,
+	"stats":     cliStats,
+	"analytics": cliAnalytics,
 }
 
 // cliOutput is where a verb writes: results on stdout, everything else on

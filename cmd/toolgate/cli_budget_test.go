@@ -21,8 +21,7 @@ import (
 // reserved 0, spent 2 — as `toolgate budget` and GET /v1/budgets show.
 func TestBudget_ExecutorRunCallSettlesAndShows(t *testing.T) {
 	t.Parallel()
-	cfg, base := startWithHTTP(t, "default: {requiresApprovalTools: none, dailyCostLimit: 10}\n")
-	url := "nats://" + cfg.Listen
+	url, base := startWithHTTP(t, "default: {requiresApprovalTools: none, dailyCostLimit: 10}\n")
 
 	x, err := agent(t, url).NewExecutor(client.ExecutorOptions{Lease: 5 * time.Second})
 	require.NoError(t, err)

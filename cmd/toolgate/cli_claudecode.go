@@ -16,11 +16,6 @@ import (
 // stdin is where `toolgate hook` reads the hook's input; tests replace it.
 var stdin io.Reader = os.Stdin
 
-func init() {
-	cliVerbs["hook"] = cliHook
-	cliVerbs["mcp"] = cliMCP
-}
-
 // hookFlags adds the flags the hook and the MCP server share.
 func hookFlags(c *cliCmd, opts *claudecode.Options) {
 	c.fs.StringVar(&opts.Caller, "caller", "claude-code", "callerBotId of the calls")

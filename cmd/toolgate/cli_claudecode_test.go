@@ -34,8 +34,7 @@ const preToolUse = `{"session_id":"sess-1","transcript_path":"/t.jsonl","cwd":"/
 	`"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_use_id":"%s"}`
 
 func TestHookCommand_AnswersFromToolgate(t *testing.T) {
-	cfg, _ := startWithHTTP(t, hookPolicy)
-	nats := "nats://" + cfg.Listen
+	nats, _ := startWithHTTP(t, hookPolicy)
 
 	code, out, _ := runHook(t, fmt.Sprintf(preToolUse, "npm test", "h1"), "--nats", nats)
 	assert.Equal(t, 0, code)
@@ -73,8 +72,8 @@ func TestHookCommand_UnreachableFollowsOnError(t *testing.T) {
 
 func TestMCPServer_OverStdioAgainstTheBinary(t *testing.T) {
 	t.Parallel()
-	cfg, _ := startWithHTTP(t, hookPolicy)
-	cmd := exec.Command(toolgateBinary(t), "mcp", "--nats", "nats://"+cfg.Listen, "--conversation", "mcp-e2e")
+	nats, _ := startWithHTTP(t, hookPolicy)
+	cmd := exec.Command(toolgateBinary(t), "mcp", "--nats", nats, "--conversation", "mcp-e2e")
 	session, err := mcp.NewClient(&mcp.Implementation{Name: "claude-code-test"}, nil).Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { session.Close() })

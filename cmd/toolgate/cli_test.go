@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -26,20 +27,7 @@ import (
 // when given, and returns its NATS URL once its request API answers.
 func startToolgate(t *testing.T, policyYAML string) string {
 	t.Helper()
-	cfg := defaultConfig(t)
-	if policyYAML != "" {
-		cfg.PolicyFile = writeFile(t, "policy.yaml", policyYAML)
-	}
-	startMain(t, cfg)
-	url := "nats://" + cfg.Listen
-	nc, _ := bustest.Connect(t, url)
-	// Main is ready when its roles are starting; the request API may
-	// take a moment more to subscribe.
-	require.Eventually(t, func() bool {
-		_, err := nc.Request("$SRV.PING."+wire.ServiceName, nil, time.Second)
-		return err == nil
-	}, 30*time.Second, 10*time.Millisecond, "toolgate's request API does not answer")
-	return url
+	return toolgatetest.Start(t, toolgatetest.Options{Policy: policyYAML}).NATSURL
 }
 
 func writeFile(t *testing.T, name, content string) string {

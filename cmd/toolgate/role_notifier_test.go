@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/bus"
-	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
@@ -34,14 +34,9 @@ func TestServe_NotifierWithoutIntakeFollowsThePolicy(t *testing.T) {
 	}))
 	t.Cleanup(slack.Close)
 
-	cfg := defaultConfig(t)
-	cfg.Roles = roleList{"relay", "intake"}
-	startMain(t, cfg)
-	notifier := Config{Conn: bus.ConnConfig{URLs: "nats://" + cfg.Listen}, Replicas: 1, Roles: roleList{"notifier"}}
-	require.Equal(t, []string{"notifier"}, notifier.Roles.resolve())
-	startMain(t, notifier)
-
-	_, js := bustest.Connect(t, "nats://"+cfg.Listen)
+	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}})
+	toolgatetest.Start(t, toolgatetest.Options{NATS: g.NATSURL, Roles: []string{"notifier"}})
+	js := g.JS
 	require.Eventually(t, func() bool {
 		_, err := js.Consumer(t.Context(), wire.EventsStream, worker.NotifierDurable)
 		return err == nil

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,56 +16,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/bus"
-	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
 
-// startMain runs Main in-process until the test ends and waits until it is
-// ready.
-func startMain(t *testing.T, cfg Config, configure ...func(*Main)) *Main {
-	t.Helper()
-	m := &Main{Config: cfg, Log: bustest.Logger(), ready: make(chan struct{})}
-	for _, f := range configure {
-		f(m)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done, "Main stops cleanly")
-	})
-	select {
-	case <-m.ready:
-	case err := <-done:
-		done <- nil // for the cleanup
-		t.Fatalf("Main stopped before it was ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("Main not ready after 60s")
-	}
-	return m
-}
-
-func defaultConfig(t *testing.T) Config {
-	return Config{Data: t.TempDir(), Listen: "127.0.0.1:" + fmt.Sprint(freePort(t)), Replicas: 1, RelayAckWait: time.Second, HTTP: "127.0.0.1:0"}
-}
-
 func TestServe_EmbeddedServerRelaysToOtherProcesses(t *testing.T) {
 	t.Parallel()
-	cfg := defaultConfig(t)
-	startMain(t, cfg)
-	// Another process connects to the address serve listens on.
-	_, js := bustest.Connect(t, "nats://"+cfg.Listen)
-	assertRelays(t, js)
+	g := toolgatetest.Start(t, toolgatetest.Options{})
+	// The test's connection is another process's, on the address serve
+	// listens on.
+	assertRelays(t, g.JS)
 }
 
 func TestServe_OnAClusterWithReplicas3(t *testing.T) {
 	t.Parallel()
-	servers := bustest.Cluster(t, 3)
-	cfg := Config{Conn: bus.ConnConfig{URLs: bustest.ClientURLs(servers)}, Replicas: 3, RelayAckWait: time.Second, HTTP: "127.0.0.1:0"}
-	startMain(t, cfg)
-	_, js := bustest.Connect(t, cfg.Conn.URLs)
+	js := toolgatetest.Start(t, toolgatetest.Options{Cluster: true}).JS
 	kv := assertRelays(t, js)
 	st, err := kv.Status(t.Context())
 	require.NoError(t, err)
@@ -162,13 +128,14 @@ func decode[T any](t *testing.T, data []byte) T {
 
 func TestServe_MetricsListenerWithoutTheHTTPRole(t *testing.T) {
 	t.Parallel()
-	cfg := defaultConfig(t)
-	cfg.Roles = roleList{"relay", "intake", "analytics"}
-	cfg.Metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	startMain(t, cfg)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	toolgatetest.Start(t, toolgatetest.Options{
+		Roles:     []string{"relay", "intake", "analytics"},
+		Configure: func(c *server.Config) { c.Metrics = addr },
+	})
 	var body string
 	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + cfg.Metrics + "/metrics")
+		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			return false
 		}

@@ -15,11 +15,6 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-func init() {
-	cliVerbs["stats"] = cliStats
-	cliVerbs["analytics"] = cliAnalytics
-}
-
 // cliStats prints the analytics: what GET /v1/analytics serves, as tables.
 func cliStats(ctx context.Context, args []string, out cliOutput) error {
 	c := newCLICmd("stats", "stats [--json] [--hours N] [flags]",

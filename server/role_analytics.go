@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/metrics"
 )
-
-func init() { roles["analytics"] = runAnalytics }
 
 // runAnalytics runs the analytics subscriber, which keeps the aggregates
 // behind GET /v1/analytics and `toolgate stats` in the tool_analytics

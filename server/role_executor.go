@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 
 	"github.com/toolgate/toolgate/client"
 )
-
-func init() { roles["executor"] = runExecutor }
 
 // builtinTools are the tools serve can host itself (--tools).
 var builtinTools = map[string]func() client.Handler{

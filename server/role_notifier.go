@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/worker"
 )
-
-func init() { roles["notifier"] = runNotifier }
 
 // runNotifier tells the channels each call's policy names (webhook, Slack,
 // ntfy) that the call waits for a human, and of the decision. Any number of
@@ -26,7 +24,7 @@ func runNotifier(ctx context.Context, d *deps, log *slog.Logger) error {
 		return err
 	}
 	n := worker.NewNotifier(d.js, d.engine, mx, log)
-	if slices.Contains(d.cfg.Roles.resolve(), "intake") {
+	if slices.Contains(d.roles, "intake") {
 		return n.Run(ctx)
 	}
 	ctx, cancel := context.WithCancel(ctx)

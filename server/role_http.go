@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -28,26 +28,28 @@ func loadTokens(cfg Config) (*api.Tokens, error) {
 	return api.ParseTokens(data)
 }
 
-// runHTTP serves the HTTP API and the web inbox. Without tokens it serves
-// only on loopback, where whoever can reach it is on this machine; bound
-// anywhere else it refuses to start open.
-func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
-	tokens, err := loadTokens(d.cfg)
+// prepareHTTP builds the HTTP API and listens on its address before the
+// roles start, so that whoever waits for Main to be ready can use both.
+// Without tokens it serves only on loopback, where whoever can reach it is
+// on this machine; bound anywhere else it refuses to start open.
+func (m *Main) prepareHTTP(ctx context.Context, d *deps) error {
+	tokens, err := loadTokens(m.Config)
 	if err != nil {
 		return err
 	}
-	host, _, _ := splitHostPort(d.cfg.HTTP)
+	host, _, _ := splitHostPort(m.Config.HTTP)
 	if tokens.Open() {
 		if !isLoopback(host) {
-			return fmt.Errorf("--http %s is not loopback: give bearer tokens with --tokens or --tokens-data", d.cfg.HTTP)
+			return fmt.Errorf("--http %s is not loopback: give bearer tokens with --tokens or --tokens-data", m.Config.HTTP)
 		}
-		log.Warn("HTTP API is open: no tokens configured, every caller on this machine is an admin", "http", d.cfg.HTTP)
+		m.Log.Warn("HTTP API is open: no tokens configured, every caller on this machine is an admin", "http", m.Config.HTTP)
 	}
-	an, err := analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Log: log})
+	log := m.Log.With("role", "http")
+	an, err := analytics.Open(ctx, d.js, analytics.Config{Replicas: m.Config.Replicas, Log: log})
 	if err != nil {
 		return err
 	}
-	srv := api.New(api.Config{
+	d.httpHandler = api.New(api.Config{
 		Gate:     d.gate,
 		JS:       d.js,
 		Tokens:   tokens,
@@ -62,15 +64,18 @@ func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 		Analytics: an,
 		Log:       log,
 	})
-	l, err := net.Listen("tcp", d.cfg.HTTP)
+	d.httpListener, err = net.Listen("tcp", m.Config.HTTP)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	return nil
+}
+
+// runHTTP serves the HTTP API and the web inbox that prepareHTTP built.
+func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
+	l := d.httpListener
+	hs := &http.Server{Handler: d.httpHandler, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	log.Info("HTTP API and inbox", "url", "http://"+l.Addr().String())
-	if d.httpListening != nil {
-		d.httpListening(l.Addr().String())
-	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
 	select {

@@ -1,0 +1,418 @@
+// Package server is toolgate's server side as one process runs it: Config
+// is everything `toolgate serve` can be told, Main runs the roles it names
+// over an embedded or external NATS. cmd/toolgate parses flags into a
+// Config; toolgatetest starts Main for end-to-end tests.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/embedded"
+	"github.com/toolgate/toolgate/gate"
+	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Config is everything `toolgate serve` can be told. Its zero value is
+// not runnable: cmd/toolgate fills it from flags with their defaults.
+type Config struct {
+	Data         string         // embedded server's storage
+	Listen       string         // embedded server's client address
+	Conn         bus.ConnConfig // external servers (Conn.URLs) and credentials
+	Replicas     int
+	EventsMaxAge time.Duration
+	RelayAckWait time.Duration
+	LogLevel     slog.Level    // for the logger cmd/toolgate builds; Main logs to Main.Log
+	Roles        Roles         // which roles this process runs
+	PolicyFile   string        // loaded into the policies bucket at start
+	HTTP         string        // the http role's address
+	TokensFile   string        // bearer tokens for the HTTP API
+	TokensData   string        // the same, inline
+	Tools        []string      // built-in tools the executor role hosts
+	Lease        time.Duration // the executor role's lease on a running call
+	Metrics      string        // a listener serving only /metrics, for processes without the http role
+}
+
+// DefaultConfig is `toolgate serve` without flags: an embedded server on
+// 127.0.0.1:4222 storing in ./toolgate-data, every role, the HTTP API on
+// 127.0.0.1:8080.
+func DefaultConfig() Config {
+	return Config{
+		Data:         "./toolgate-data",
+		Listen:       "127.0.0.1:4222",
+		Replicas:     1,
+		EventsMaxAge: bus.DefaultEventsMaxAge,
+		RelayAckWait: 10 * time.Second,
+		LogLevel:     slog.LevelInfo,
+		Roles:        Roles{"all"},
+		HTTP:         "127.0.0.1:8080",
+		Lease:        30 * time.Second,
+	}
+}
+
+// Validate names the flag of the first bad setting in c.
+func (c Config) Validate() error {
+	if c.Replicas < 1 || c.Replicas > 5 {
+		return fmt.Errorf("--replicas: must be 1 to 5, got %d", c.Replicas)
+	}
+	if c.Conn.URLs == "" {
+		if _, _, err := splitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("--listen %q: %v", c.Listen, err)
+		}
+		if c.Replicas > 1 {
+			return fmt.Errorf("--replicas %d needs a cluster: give its servers with --nats", c.Replicas)
+		}
+	}
+	if err := c.Roles.Validate(); err != nil {
+		return fmt.Errorf("--roles: %v", err)
+	}
+	if slices.Contains(c.Roles.Resolve(), "http") {
+		if _, _, err := splitHostPort(c.HTTP); err != nil {
+			return fmt.Errorf("--http %q: %v", c.HTTP, err)
+		}
+	}
+	if c.Metrics != "" {
+		if _, _, err := splitHostPort(c.Metrics); err != nil {
+			return fmt.Errorf("--metrics %q: %v", c.Metrics, err)
+		}
+	}
+	if c.EventsMaxAge < 0 {
+		return fmt.Errorf("--events-max-age: must be >= 0, got %s", c.EventsMaxAge)
+	}
+	for name, d := range map[string]time.Duration{"--relay-ack-wait": c.RelayAckWait, "--executor-lease": c.Lease} {
+		if d <= 0 {
+			return fmt.Errorf("%s: must be > 0, got %s", name, d)
+		}
+	}
+	for _, t := range c.Tools {
+		if _, ok := builtinTools[t]; !ok {
+			return fmt.Errorf("--tools: unknown tool %q: want http or exec", t)
+		}
+	}
+	return nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("port must be a number from 0 to 65535, got %q", p)
+	}
+	return host, port, nil
+}
+
+// Main is a running toolgate: the bus connection and every role this
+// process runs. End-to-end tests start it in-process (see toolgatetest).
+type Main struct {
+	Config Config
+	// Log is where Main and its roles log (default: nowhere).
+	Log *slog.Logger
+	// Version is what the request API reports as its service's version.
+	Version string
+	// Clock, when set, replaces time.Now in the application layer and the
+	// policy engine, for tests that script when calls happen.
+	Clock func() time.Time
+
+	once  sync.Once
+	ready chan struct{}
+	// Set before ready is closed, read only after.
+	natsURL  string
+	httpAddr string
+	gate     *gate.Service
+	handler  http.Handler
+	// server is the embedded NATS server, when there is one.
+	server *server.Server
+}
+
+func (m *Main) init() {
+	m.once.Do(func() { m.ready = make(chan struct{}) })
+}
+
+// Ready is closed once the bus is provisioned, the roles are starting, the
+// HTTP API listens and, with the intake role, the request API answers. It
+// is never closed if Run fails before then.
+func (m *Main) Ready() <-chan struct{} {
+	m.init()
+	return m.ready
+}
+
+// NATSURL is the URL of the NATS server Main uses: the embedded server's,
+// or the first of Config.Conn.URLs. Valid once Ready is closed.
+func (m *Main) NATSURL() string { return m.natsURL }
+
+// HTTPAddr is the address the http role listens on (HOST:PORT), empty
+// without the role. Valid once Ready is closed.
+func (m *Main) HTTPAddr() string { return m.httpAddr }
+
+// HTTPHandler is the HTTP API the http role serves, nil without the role,
+// for a test to serve it behind a server of its own (to simulate an
+// outage, say). Valid once Ready is closed.
+func (m *Main) HTTPHandler() http.Handler { return m.handler }
+
+// Gate is the application layer Main's roles share, for a test to act as
+// toolgate itself would. Valid once Ready is closed.
+func (m *Main) Gate() *gate.Service { return m.gate }
+
+// Run starts everything and blocks until ctx ends, then stops cleanly:
+// roles first, then the connection (drained), then the embedded server.
+func (m *Main) Run(ctx context.Context) error {
+	m.init()
+	if m.Log == nil {
+		m.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := m.Config.Validate(); err != nil {
+		return err
+	}
+	nc, err := m.connect()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := nc.Drain(); err != nil {
+			m.Log.Warn("drain", "err", err)
+		}
+		if m.server != nil {
+			m.server.Shutdown()
+			m.server.WaitForShutdown()
+		}
+		m.Log.Info("toolgate stopped")
+	}()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	buckets, err := m.provision(ctx, js)
+	if err != nil {
+		return err
+	}
+	d, err := m.deps(ctx, nc, js, buckets)
+	if err != nil {
+		return err
+	}
+	names := m.Config.Roles.Resolve()
+	if slices.Contains(names, "http") {
+		if err := m.prepareHTTP(ctx, d); err != nil {
+			return err
+		}
+		m.httpAddr, m.handler = d.httpListener.Addr().String(), d.httpHandler
+	}
+
+	g, ctx := errgroup.WithContext(ctx)
+	if m.Config.Metrics != "" {
+		g.Go(func() error { return serveMetrics(ctx, m.Config.Metrics, d.registry, m.Log) })
+	}
+	for _, r := range roles {
+		if !slices.Contains(names, r.name) {
+			continue
+		}
+		log := m.Log.With("role", r.name)
+		g.Go(func() error {
+			// An error while shutting down is the shutdown, not a failure.
+			if err := r.run(ctx, d, log); err != nil && ctx.Err() == nil {
+				return fmt.Errorf("role %s: %w", r.name, err)
+			}
+			return nil
+		})
+	}
+	if slices.Contains(names, "intake") {
+		// "Serving" means a client can submit: wait for this process's
+		// request API to answer, so nobody who waits for the log line
+		// gets "no responders".
+		if err := waitForService(ctx, nc); err != nil {
+			return errors.Join(err, g.Wait())
+		}
+	}
+	m.Log.Info("toolgate serving", "nats", nc.ConnectedUrlRedacted(), "replicas", m.Config.Replicas, "roles", strings.Join(names, ","))
+	close(m.ready)
+	return g.Wait()
+}
+
+// serveMetrics serves the process's registry at addr/metrics until ctx ends.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("metrics", "url", "http://"+l.Addr().String()+"/metrics")
+	go func() {
+		<-ctx.Done()
+		_ = hs.Close()
+	}()
+	if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// waitForService waits until toolgate's request API answers a ping.
+func waitForService(ctx context.Context, nc *nats.Conn) error {
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := nc.RequestWithContext(pctx, "$SRV.PING."+wire.ServiceName, nil)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// deps is what the roles share: one connection, one application layer.
+type deps struct {
+	cfg      Config
+	roles    []string // the roles this process runs
+	version  string
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	buckets  *bus.Buckets
+	gate     *gate.Service
+	engine   *policy.Engine
+	policies *bus.PolicyStore
+	// registry holds every Prometheus collector this process exports.
+	registry *prometheus.Registry
+	// The http role's, built before the roles start.
+	httpHandler  http.Handler
+	httpListener net.Listener
+}
+
+func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, b *bus.Buckets) (*deps, error) {
+	policies := bus.NewPolicyStore(b.Policies)
+	if m.Config.PolicyFile != "" {
+		data, err := os.ReadFile(m.Config.PolicyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
+		loaded, err := policies.LoadFile(ctx, data)
+		if err != nil {
+			return nil, fmt.Errorf("--policy %s: %w", m.Config.PolicyFile, err)
+		}
+		if loaded {
+			m.Log.Info("policy loaded", "file", m.Config.PolicyFile)
+		} else {
+			m.Log.Info("policy file unchanged since it was loaded; keeping the stored policy, which may have grown", "file", m.Config.PolicyFile)
+		}
+	}
+	doc, _, err := policies.Get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	grants := bus.NewGrantStore(b.Grants)
+	ledger := bus.NewBudgetLedger(b.Budgets)
+	var opts []policy.EngineOption
+	if m.Clock != nil {
+		opts = append(opts, policy.WithClock(m.Clock))
+	}
+	engine, err := policy.NewEngine(doc, grants, ledger, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("stored policy: %w", err)
+	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mx, err := metrics.For(registry)
+	if err != nil {
+		return nil, err
+	}
+	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Metrics: mx, Clock: m.Clock, Log: m.Log})
+	version := m.Version
+	if version == "" {
+		version = "dev"
+	}
+	return &deps{cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, registry: registry}, nil
+}
+
+// connect starts the embedded server, or dials the configured ones.
+func (m *Main) connect() (*nats.Conn, error) {
+	c := m.Config.Conn
+	c.Name = "toolgate"
+	if c.URLs != "" {
+		m.natsURL, _, _ = strings.Cut(c.URLs, ",")
+		return bus.Connect(c)
+	}
+	host, port, _ := splitHostPort(m.Config.Listen)
+	srv, err := embedded.StartServer(embedded.ServerConfig{
+		Host: host, Port: port, StoreDir: filepath.Join(m.Config.Data, "jetstream"),
+		User: c.User, Password: c.Password, Token: c.Token,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.server = srv
+	if !isLoopback(host) && c.User == "" && c.Token == "" {
+		m.Log.Warn("embedded NATS listens beyond this machine without credentials: set --nats-user/--nats-password or --nats-token", "listen", m.Config.Listen)
+	}
+	m.Log.Info("embedded NATS started", "listen", srv.ClientURL(), "data", m.Config.Data)
+	c.URLs = srv.ClientURL()
+	m.natsURL = c.URLs
+	nc, err := bus.Connect(c, nats.InProcessServer(srv))
+	if err != nil {
+		srv.Shutdown()
+	}
+	return nc, err
+}
+
+// provision creates the buckets and streams, retrying while a cluster is
+// still electing its JetStream leader.
+func (m *Main) provision(ctx context.Context, js jetstream.JetStream) (*bus.Buckets, error) {
+	topo := bus.Topology{Replicas: m.Config.Replicas, EventsMaxAge: m.Config.EventsMaxAge}
+	for attempt := 1; ; attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		b, err := bus.Provision(pctx, js, topo)
+		cancel()
+		if err == nil {
+			return b, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408 {
+			return nil, err // a refusal, not a leader election: retrying won't help
+		}
+		m.Log.Warn("provisioning failed, retrying", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)):
+		}
+	}
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
