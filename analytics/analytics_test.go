@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -119,7 +120,7 @@ func runCallsRetrying(t *testing.T, store machine.Store, calls []plannedCall, tr
 	}
 	for _, c := range calls {
 		g.Go(func() error {
-			clk := &clock{t: c.requested}
+			clk := toolgatetest.FixedClock(c.requested)
 			m := machine.New(store, machine.WithClock(clk.Now), machine.WithEvaluator(timeoutEvaluator))
 			e, err := m.Submit(ctx, machine.Call{ToolCallID: c.id, ToolName: c.tool, Team: c.team, CallerBotID: "agent", ConversationID: "conv-" + c.team})
 			if err != nil {
@@ -445,7 +446,7 @@ func runAnalytics(t *testing.T, env *bustest.Env, configure func(*analytics.Anal
 // waitCaughtUp waits until the analytics have taken in every event.
 func waitCaughtUp(t *testing.T, env *bustest.Env, a *analytics.Analytics) {
 	t.Helper()
-	waitRelayed(t, env.JS)
+	bustest.WaitRelayed(t, env.JS)
 	require.Eventually(t, func() bool {
 		lag, err := a.Lag(t.Context())
 		return err == nil && lag == 0
@@ -462,7 +463,7 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	startRelay(t, env.JS)
+	bustest.RunRelay(t, env.JS)
 
 	var batches, otherBatches atomic.Int32
 	_, crashedDone := runAnalytics(t, env, func(a *analytics.Analytics) {
@@ -633,7 +634,7 @@ func mergePolicy(doc, add *policy.Document) error {
 func TestAnalytics_ServeHTTP(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
-	startRelay(t, env.JS)
+	bustest.RunRelay(t, env.JS)
 	a, _ := runAnalytics(t, env, nil)
 	t0 := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
 	calls := planCalls(40, t0, 3)
@@ -697,7 +698,7 @@ func TestAnalytics_ServeHTTP(t *testing.T) {
 func TestAnalytics_OnAClusterOfThree(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[1])
-	startRelay(t, env.JS)
+	bustest.RunRelay(t, env.JS)
 	a, _ := runAnalytics(t, env, nil)
 	runAnalytics(t, env, nil)
 	kv, err := env.JS.KeyValue(t.Context(), analytics.Bucket)
@@ -722,7 +723,7 @@ func TestAnalytics_RestartsWhenItsConsumerIsDeleted(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	startRelay(t, env.JS)
+	bustest.RunRelay(t, env.JS)
 	a, done := runAnalytics(t, env, nil)
 	m := machine.New(env.Store, machine.WithEvaluator(evaluator))
 	submit := func(id string) {

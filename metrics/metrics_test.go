@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -50,14 +51,14 @@ func TestExporter_ScriptedRun(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	startRelay(t, env.JS)
+	bustest.RunRelay(t, env.JS)
 	// A durable consumer nobody runs: its lag is every event.
 	_, err := env.JS.CreateOrUpdateConsumer(ctx, wire.EventsStream, jetstreamDurable("idle-notifier"))
 	require.NoError(t, err)
 	x, reg := startExporter(t, env)
 
 	t0 := time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
-	clk := &clock{t: t0}
+	clk := toolgatetest.FixedClock(t0)
 	m := machine.New(env.Store, machine.WithClock(clk.Now), machine.WithEvaluator(evaluator))
 	at := func(d time.Duration) { clk.Set(t0.Add(d)) }
 	submit := func(id, tool, team string) *machine.Entry {
@@ -121,7 +122,7 @@ func TestExporter_ScriptedRun(t *testing.T) {
 	mx.Notification("slack", metrics.NotificationSent)
 	mx.Notification("webhook", metrics.NotificationFailed)
 
-	last := waitRelayed(t, env.JS)
+	last := bustest.WaitRelayed(t, env.JS)
 	require.Equal(t, uint64(22), last, "events of the script")
 	require.Eventually(t, func() bool { return x.Sequence() == last }, 30*time.Second, 10*time.Millisecond)
 
@@ -219,7 +220,7 @@ func TestExporter_ScriptedRun(t *testing.T) {
 			})
 		}, 10*time.Second, 10*time.Millisecond)
 	}
-	last = waitRelayed(t, env.JS)
+	last = bustest.WaitRelayed(t, env.JS)
 	require.Eventually(t, func() bool { return x2.Sequence() == last }, 10*time.Second, 10*time.Millisecond)
 	// The new replica counts events from its start.
 	assert.Equal(t, []string{

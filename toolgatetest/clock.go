@@ -39,3 +39,10 @@ func (c *Clock) Skip(d time.Duration) {
 	c.t = c.t.Add(d)
 	c.skew += d
 }
+
+// FixedClock returns a Clock stopped at t.
+func FixedClock(t time.Time) *Clock {
+	c := new(Clock)
+	c.Set(t)
+	return c
+}

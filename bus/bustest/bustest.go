@@ -164,11 +164,17 @@ func Relayed(ctx context.Context, js jetstream.JetStream) bool {
 	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 }
 
-// WaitRelayed waits until Relayed.
-func WaitRelayed(t testing.TB, js jetstream.JetStream) {
+// WaitRelayed waits until Relayed, and returns the events stream's last
+// sequence then: every event of what was written so far is at or below it.
+func WaitRelayed(t testing.TB, js jetstream.JetStream) uint64 {
 	t.Helper()
 	require.Eventually(t, func() bool { return Relayed(t.Context(), js) },
 		60*time.Second, 10*time.Millisecond, "the relay never caught up")
+	s, err := js.Stream(t.Context(), wire.EventsStream)
+	require.NoError(t, err)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	return info.State.LastSeq
 }
 
 // Logger discards logs, or writes them to stderr with -v. (Not t.Log: the
