@@ -1,0 +1,135 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/toolgatetest"
+)
+
+// lifecycleAgents is how many agents run lifecycles at once, and how many
+// writers the CAS baseline has.
+const lifecycleAgents = 32
+
+// BenchmarkLifecycleVsCAS measures whole approval lifecycles against the
+// raw KV compare-and-set rate of the same server, in the same run. A
+// lifecycle is what an agent, an approver and an executor do for one call,
+// each through toolgate's request API: the agent submits and awaits the
+// outcome, the approver approves, an executor claims, runs a handler that
+// does nothing, and records the result. The CAS baseline is kv.Update at a
+// known revision by as many writers as there are agents, on a bucket of its
+// own.
+//
+// "ratio" is lifecycles/s over cas/s: the one figure comparable across
+// runs and machines. Each side runs twice, in the order CAS, lifecycles,
+// lifecycles, CAS, so that a server speeding up or slowing down weighs on
+// both alike.
+//
+// Run it with: go test -run '^$' -bench LifecycleVsCAS -benchtime 2000x ./client
+func BenchmarkLifecycleVsCAS(b *testing.B) {
+	g := toolgatetest.Start(b, toolgatetest.Options{Roles: []string{"relay", "intake"}, Policy: "default: {requiresApprovalTools: all}\n"})
+	x, err := g.Client.NewExecutor(client.ExecutorOptions{Concurrency: lifecycleAgents})
+	if err != nil {
+		b.Fatal(err)
+	}
+	x.Handle("noop", func(context.Context, client.Call) (client.Result, error) {
+		return client.Result{Output: json.RawMessage(`true`)}, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = x.Run(ctx) })
+	b.Cleanup(func() { cancel(); wg.Wait() })
+
+	kv, err := g.JS.CreateKeyValue(b.Context(), jetstream.KeyValueConfig{Bucket: "bench_cas", Storage: jetstream.FileStorage})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cas := func() time.Duration { return runCAS(b, kv) }
+	round := 0
+	lifecycles := func() time.Duration {
+		round++
+		return runLifecycles(b, g.Client, round)
+	}
+
+	b.ResetTimer()
+	cd1 := cas()
+	ld1 := lifecycles()
+	ld2 := lifecycles()
+	cd2 := cas()
+	b.StopTimer()
+
+	casPerSec := float64(2*b.N) / (cd1 + cd2).Seconds()
+	perSec := float64(2*b.N) / (ld1 + ld2).Seconds()
+	b.ReportMetric(casPerSec, "cas/s")
+	b.ReportMetric(perSec, "lifecycles/s")
+	b.ReportMetric(perSec/casPerSec, "ratio")
+	b.ReportMetric(float64((ld1+ld2).Nanoseconds())/float64(2*b.N), "ns/op")
+}
+
+// runCAS makes b.N compare-and-set updates, each writer on a key of its own.
+func runCAS(b *testing.B, kv jetstream.KeyValue) time.Duration {
+	ctx := context.Background()
+	value := make([]byte, 600) // about an entry's size
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range lifecycleAgents {
+		wg.Go(func() {
+			key := fmt.Sprint("k", w)
+			rev, err := kv.Put(ctx, key, value)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for next.Add(1) <= int64(b.N) {
+				if rev, err = kv.Update(ctx, key, value, rev); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// runLifecycles runs b.N lifecycles, lifecycleAgents at a time.
+func runLifecycles(b *testing.B, c *client.Client, round int) time.Duration {
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range lifecycleAgents {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				call := machine.Call{ToolCallID: fmt.Sprintf("r%d-%d", round, i), ToolName: "noop", Arguments: json.RawMessage(`{}`), CallerBotID: "agent", ConversationID: "bench"}
+				e, err := c.Submit(ctx, call)
+				if err == nil {
+					_, err = c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "alice"})
+				}
+				if err == nil {
+					_, err = c.Await(ctx, e.PendingID, client.UntilFinished())
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
