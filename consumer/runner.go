@@ -395,14 +395,52 @@ func RunRestarting(ctx context.Context, log *slog.Logger, what string, run func(
 			attempt = 0
 		}
 		attempt++
-		wait := min(time.Duration(attempt)*250*time.Millisecond, 5*time.Second)
+		wait := restartBackoff(attempt)
 		log.Warn(what+" stopped, starting again", "err", err, "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, wait) {
 			return nil
-		case <-t.C:
 		}
+	}
+}
+
+// Retry runs f until it succeeds, fails with a Permanent error (returned
+// unwrapped) or ctx ends (ctx's error), waiting RunRestarting's backoff
+// between attempts: for one-shot work that a busy cluster or a leader
+// election may refuse for a while, such as provisioning at start.
+func Retry(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := f(ctx)
+		var perm permanent
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &perm):
+			return perm.err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		}
+		wait := restartBackoff(attempt)
+		log.Warn(what+" failed, retrying", "attempt", attempt, "err", err, "in", wait)
+		if !sleep(ctx, wait) {
+			return ctx.Err()
+		}
+	}
+}
+
+// restartBackoff is the wait before attempt n (from 1) starts again:
+// growing, and capped so that recovery is noticed within seconds.
+func restartBackoff(attempt int) time.Duration {
+	return min(time.Duration(attempt)*250*time.Millisecond, 5*time.Second)
+}
+
+// sleep waits d, or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

@@ -394,3 +394,39 @@ func goroutinesIn(fn string) []string {
 	}
 	return found
 }
+
+func TestRetry(t *testing.T) {
+	t.Parallel()
+	t.Run("tries again until it succeeds", func(t *testing.T) {
+		t.Parallel()
+		var runs atomic.Int32
+		err := consumer.Retry(t.Context(), bustest.Logger(), "test", func(context.Context) error {
+			if runs.Add(1) < 3 {
+				return errors.New("leader election")
+			}
+			return nil
+		})
+		assert.NoError(t, err)
+		assert.Equal(t, int32(3), runs.Load(), "done at the first success")
+	})
+	t.Run("a permanent error ends it, unwrapped", func(t *testing.T) {
+		t.Parallel()
+		refused := errors.New("refused")
+		var runs atomic.Int32
+		err := consumer.Retry(t.Context(), bustest.Logger(), "test", func(context.Context) error {
+			runs.Add(1)
+			return consumer.Permanent(refused)
+		})
+		assert.Same(t, refused, err)
+		assert.Equal(t, int32(1), runs.Load())
+	})
+	t.Run("ctx ending ends it with ctx's error", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(t.Context())
+		err := consumer.Retry(ctx, bustest.Logger(), "test", func(context.Context) error {
+			cancel()
+			return errors.New("unreachable")
+		})
+		assert.ErrorIs(t, err, context.Canceled)
+	})
+}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/embedded"
+	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
@@ -386,27 +387,19 @@ func (m *Main) connect() (*nats.Conn, error) {
 // still electing its JetStream leader.
 func (m *Main) provision(ctx context.Context, js jetstream.JetStream) (*bus.Buckets, error) {
 	topo := bus.Topology{Replicas: m.Config.Replicas, EventsMaxAge: m.Config.EventsMaxAge}
-	for attempt := 1; ; attempt++ {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		b, err := bus.Provision(pctx, js, topo)
-		cancel()
-		if err == nil {
-			return b, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+	var b *bus.Buckets
+	err := consumer.Retry(ctx, m.Log, "provisioning", func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var err error
+		b, err = bus.Provision(ctx, js, topo)
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408 {
-			return nil, err // a refusal, not a leader election: retrying won't help
+			return consumer.Permanent(err) // a refusal, not a leader election: retrying won't help
 		}
-		m.Log.Warn("provisioning failed, retrying", "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)):
-		}
-	}
+		return err
+	})
+	return b, err
 }
 
 func isLoopback(host string) bool {
