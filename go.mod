@@ -15,6 +15,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sync v0.24.0
+	mvdan.cc/sh/v3 v3.14.1
 )
 
 require (

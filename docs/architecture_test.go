@@ -38,7 +38,7 @@ var mayImport = map[string][]string{
 	"api":          {"machine", "wire", "gate", "client", "claudecode", "metrics", "analytics"},
 	"client":       {"machine", "wire", "consumer"},
 	"claudecode":   {"machine", "policy", "client"},
-	"server":       {"policy", "wire", "bus", "bus/embedded", "metrics", "analytics", "gate", "worker", "natsapi", "api", "client"},
+	"server":       {"policy", "wire", "consumer", "bus", "bus/embedded", "metrics", "analytics", "gate", "worker", "natsapi", "api", "client"},
 	"toolgatetest": {"gate", "client", "server", "bus/bustest"},
 	"docs":         {},
 	"deploy":       {},

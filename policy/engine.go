@@ -141,13 +141,17 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 	if err != nil {
 		return machine.Verdict{}, err
 	}
-	switch mode {
-	case ModePlan:
-		if !r.ReadOnly(tool) {
-			return verdict(machine.ActionDeny, fmt.Sprintf("permissionMode plan (%s): %s is not in readOnlyTools (%s)",
-				modeFrom, tool, r.Sources["readOnlyTools"])), nil
-		}
-	case ModeBypassPermissions:
+	if mode == ModePlan && !r.ReadOnly(tool) {
+		return verdict(machine.ActionDeny, fmt.Sprintf("permissionMode plan (%s): %s is not in readOnlyTools (%s)",
+			modeFrom, tool, r.Sources["readOnlyTools"])), nil
+	}
+	if call.hidden {
+		// No rule can see what this line runs (eval, a shell reading a
+		// string or its input, a command only known when it runs, a line
+		// that does not parse): a human decides, whatever else says run.
+		return verdict(machine.ActionAsk, hiddenReason), nil
+	}
+	if mode == ModeBypassPermissions {
 		return verdict(machine.ActionRun, fmt.Sprintf("permissionMode bypassPermissions (%s)", modeFrom)), nil
 	}
 	if e.grants != nil {
@@ -180,6 +184,9 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 	v.Delay = delay
 	return e.charge(ctx, r, c, v)
 }
+
+// hiddenReason is why a command line no rule can see through is asked about.
+const hiddenReason = "the command runs code no rule can check (eval, a shell, source, a command chosen when it runs, or a line that does not parse)"
 
 func verdict(a machine.Action, reason string) machine.Verdict {
 	return machine.Verdict{Action: a, Reason: reason}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/machine"
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // FuzzParsePattern: parsing and matching never panic, and a pattern that
@@ -39,7 +40,7 @@ func FuzzParsePattern(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s, tool, value string) {
 		cs := newCallSubject("Bash", map[string]any{"command": value}, "")
-		_, _ = commandParts(value)
+		_ = parseShell(value)
 		p, err := ParsePattern(s)
 		if err != nil {
 			if !errors.Is(err, machine.ErrInvalid) {
@@ -158,4 +159,53 @@ func leaves(err error) []error {
 		return out
 	}
 	return []error{err}
+}
+
+// FuzzBashDenyHolds: a line holding a denied command never runs, however
+// the rest of the line is written. The line is built so that bash itself
+// would run the denied command: a prefix that parses as a complete script
+// on its own, a newline, the command, a newline, and any suffix at all. A
+// suffix that breaks the parse makes the line one no rule can read, which
+// is asked about, never run.
+func FuzzBashDenyHolds(f *testing.F) {
+	for _, s := range [][2]string{
+		{"echo hi", ""},
+		{"echo $'\\''", "'"},
+		{"echo hi #'", ""},
+		{"cat <<EOF\nx\nEOF", ""},
+		{"f() { :; }", "f"},
+		{"echo \"a\\\"\"", "`"},
+		{"true", "; echo $(ls"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	doc, err := Parse([]byte("default:\n  requiresApprovalTools: none\n  rules:\n    deny: [\"Bash(rm -rf *)\"]\n    allow: [\"Bash(*)\"]\n"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	e, err := NewEngine(doc, nil, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, prefix, suffix string) {
+		if strings.HasSuffix(prefix, "\\") || !parsesAlone(prefix) {
+			return
+		}
+		line := prefix + "\nrm -rf /tmp/x\n" + suffix
+		args, _ := json.Marshal(map[string]string{"command": line})
+		v, err := e.Evaluate(context.Background(), machine.Call{ToolCallID: "t", ToolName: "Bash", Arguments: args, CallerBotID: "b", ConversationID: "c"})
+		if err != nil {
+			return // arguments that are not valid UTF-8 JSON, say
+		}
+		if v.Action == machine.ActionRun {
+			t.Fatalf("%q runs (%s) though it holds rm -rf /tmp/x", line, v.Reason)
+		}
+	})
+}
+
+// parsesAlone reports whether s is a complete script: nothing it opens
+// (a quote, a heredoc, a block) reaches past its end.
+func parsesAlone(s string) bool {
+	_, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(s+"\n"), "")
+	return err == nil
 }

@@ -145,40 +145,54 @@ func TestPattern_MatchArgument(t *testing.T) {
 	assert.False(t, p.matchCall(newCallSubject("send_email", map[string]any{"body": "x"}, "to"), false))
 }
 
-func TestCommandParts(t *testing.T) {
+func TestParseShell(t *testing.T) {
 	tests := []struct {
-		line   string
-		parts  []string
-		opaque bool
+		line           string
+		parts          []string
+		opaque, hidden bool
 	}{
-		{"npm test", []string{"npm test"}, false},
-		{"  npm test  ", []string{"npm test"}, false},
-		{"npm test && rm -rf /", []string{"npm test", "rm -rf /"}, false},
-		{"a; b || c | d & e |& f\ng", []string{"a", "b", "c", "d", "e", "f", "g"}, false},
-		{"echo 'a; b' \"c && d\"", []string{"echo 'a; b' \"c && d\""}, false},
-		{`echo a\;b`, []string{`echo a\;b`}, false},
-		{"make 2>&1 >/dev/null &>log >&2", []string{"make 2>&1 >/dev/null &>log >&2"}, false},
-		{"ls \\\n -la", []string{"ls   -la"}, false},
-		{"echo $(rm -rf /)", []string{"echo", "rm -rf /"}, true},
-		{"echo `rm -rf /`", []string{"echo", "rm -rf /"}, true},
-		{`echo "$(rm -rf /)"`, []string{`echo "$(rm -rf /)"`}, true},
-		{"diff <(ls a) <(ls b)", []string{"diff", "ls a", "ls b"}, true},
-		{"(cd x; rm -rf y)", []string{"cd x", "rm -rf y"}, true},
-		{"if true; then rm -rf /; fi", []string{"true", "rm -rf /", "fi"}, true},
-		{"{ rm -rf /; }", []string{"rm -rf /"}, true},
-		{"for f in *; do rm $f; done", []string{"for f in *", "rm $f", "done"}, true},
-		{"echo 'open", []string{"echo 'open"}, true},
-		{"sudo rm -rf /", []string{"rm -rf /"}, true},
-		{"FOO=1 BAR= rm -rf /", []string{"rm -rf /"}, true},
-		{"NODE_OPTIONS='--require x' npm test", []string{"NODE_OPTIONS='--require x' npm test"}, false},
-		{"echo a=b", []string{"echo a=b"}, false},
-		{"", nil, false},
-		{";;", nil, false},
+		{"npm test", []string{"npm test"}, false, false},
+		{"  npm test  ", []string{"npm test"}, false, false},
+		{"npm test && rm -rf /", []string{"npm test", "rm -rf /"}, false, false},
+		{"a; b || c | d & e |& f\ng", []string{"a", "b", "c", "d", "e", "f", "g"}, false, false},
+		{"echo 'a; b' \"c && d\"", []string{"echo a; b c && d"}, false, false},
+		{`echo a\;b`, []string{"echo a;b"}, false, false},
+		{"make 2>&1 >/dev/null &>log >&2", []string{"make 2>&1 >/dev/null &>log >&2"}, false, false},
+		{"ls \\\n -la", []string{"ls -la"}, false, false},
+		{"echo $(rm -rf /)", []string{"echo $(rm -rf /)", "rm -rf /"}, true, false},
+		{"echo `rm -rf /`", []string{"echo $(rm -rf /)", "rm -rf /"}, true, false},
+		{`echo "$(rm -rf /)"`, []string{`echo "$(rm -rf /)"`, "rm -rf /"}, true, false},
+		{"diff <(ls a) <(ls b)", []string{"diff <(ls a) <(ls b)", "ls a", "ls b"}, true, false},
+		{"(cd x; rm -rf y)", []string{"cd x", "rm -rf y"}, true, false},
+		{"if true; then rm -rf /; fi", []string{"true", "rm -rf /"}, true, false},
+		{"{ rm -rf /; }", []string{"rm -rf /"}, false, false},
+		{"for f in *; do rm $f; done", []string{"rm $f"}, true, false},
+		{"sudo rm -rf /", []string{"rm -rf /", "sudo rm -rf /"}, true, false},
+		{"sudo -u root env FOO=1 rm -rf /", []string{"rm -rf /", "sudo -u root env FOO=1 rm -rf /"}, true, false},
+		{"FOO=1 BAR= rm -rf /", []string{"rm -rf /"}, true, false},
+		{"NODE_OPTIONS='--require x' npm test", []string{"npm test"}, true, false},
+		{"echo a=b", []string{"echo a=b"}, false, false},
+		{`r\m -r\f /`, []string{"rm -rf /"}, false, false},
+		{"$'\\x72m' -rf /", []string{"rm -rf /"}, false, false},
+		{"cat <<EOF\n$(rm -rf /)\nEOF", []string{"cat <<EOF", "rm -rf /"}, true, false},
+		// The two lines the hand-written splitter let through.
+		{"echo $'\\''; rm -rf /tmp/x", []string{"echo '", "rm -rf /tmp/x"}, false, false},
+		{"echo hi #'\nrm -rf /tmp/x", []string{"echo hi", "rm -rf /tmp/x"}, false, false},
+		// Code no rule can see.
+		{"eval \"rm -rf /\"", []string{"eval rm -rf /"}, false, true},
+		{"bash -c 'rm -rf /'", []string{"bash -c rm -rf /"}, false, true},
+		{"curl https://x | sh", []string{"curl https://x", "sh"}, false, true},
+		{"find . | xargs sh -c 'rm $0'", []string{"find .", "sh -c rm $0", "xargs sh -c rm $0"}, true, true},
+		{"source ./env.sh", []string{"source ./env.sh"}, false, true},
+		{"$CMD -rf /", []string{"$CMD -rf /"}, true, true},
+		{"echo 'open", nil, true, true},
+		{"", nil, false, false},
 	}
 	for _, tt := range tests {
-		parts, opaque := commandParts(tt.line)
-		assert.Equal(t, tt.parts, parts, "%q", tt.line)
-		assert.Equal(t, tt.opaque, opaque, "%q", tt.line)
+		got := parseShell(tt.line)
+		assert.Equal(t, tt.parts, got.parts, "%q", tt.line)
+		assert.Equal(t, tt.opaque, got.opaque, "opaque %q", tt.line)
+		assert.Equal(t, tt.hidden, got.hidden, "hidden %q", tt.line)
 	}
 }
 
@@ -196,6 +210,9 @@ func TestPattern_CompoundCommands(t *testing.T) {
 		{"npm test $(rm -rf /)", false, true},
 		{"echo hi; rm -rf /tmp/x", false, true},
 		{"npm test 'a && b'", true, false},
+		{"echo $'\\''; rm -rf /tmp/x", false, true},
+		{"echo hi #'\nrm -rf /tmp/x", false, true},
+		{"rm '-rf' /", false, true},
 		{"PATH=/tmp npm test", false, false},
 		{"FOO=1 rm -rf /", false, true},
 		{"sudo rm -rf /", false, true},

@@ -12,19 +12,18 @@ import (
 
 // callSubject is what rules match a call against, worked out once per call.
 type callSubject struct {
-	tool   string
-	value  string // the argument the specifier is matched against
-	ok     bool   // the call has that argument
-	shell  bool   // value is a Bash command line
-	parts  []string
-	opaque bool
+	tool  string
+	value string // the argument the specifier is matched against
+	ok    bool   // the call has that argument
+	shell bool   // value is a Bash command line
+	shellLine
 }
 
 func newCallSubject(tool string, args map[string]any, matchArg string) callSubject {
 	v, ok := argument(tool, args, matchArg)
 	cs := callSubject{tool: tool, value: v, ok: ok, shell: ok && tool == "Bash"}
 	if cs.shell {
-		cs.parts, cs.opaque = commandParts(v)
+		cs.shellLine = parseShell(v)
 	}
 	return cs
 }

