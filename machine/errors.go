@@ -19,6 +19,11 @@ var (
 	// passed and whose policy rejects it then. It matches ErrConflict too:
 	// the decision conflicts with the timeout that has the call.
 	ErrExpired = fmt.Errorf("%w: approval deadline passed", ErrConflict)
+	// ErrIdempotencyConflict refuses a submit that reuses a call's
+	// conversation and toolCallId for another call: another caller, tool
+	// or arguments. Answering it with the first call's entry would hand one
+	// agent another's outcome.
+	ErrIdempotencyConflict = fmt.Errorf("%w: toolCallId already used for another call", ErrConflict)
 )
 
 // TransitionError says an event is not allowed in the state the entry is in

@@ -1,12 +1,15 @@
 package machine
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/looplab/fsm"
@@ -51,15 +54,17 @@ func New(store Store, opts ...Option) *Machine {
 }
 
 // Submit evaluates the policy for c and creates its entry in the first state
-// the verdict calls for. Submitting the same toolCallId in the same
-// conversation again returns the entry already there, unchanged: agents retry.
+// the verdict calls for. Submitting the same call (conversation,
+// toolCallId, caller, tool and arguments) again returns the entry already
+// there, unchanged: agents retry. Reusing the conversation and toolCallId
+// for another call is refused with ErrIdempotencyConflict.
 func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("submit: %w", err)
 	}
 	id := PendingID(c.ConversationID, c.ToolCallID)
 	if e, _, err := m.store.Get(ctx, id); err == nil {
-		return e, nil
+		return sameCall(id, e, c)
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("submit %s: %w", id, err)
 	}
@@ -115,12 +120,52 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("submit %s: %w", id, err)
 		}
-		return existing, nil
+		return sameCall(id, existing, c)
 	} else if err != nil {
 		return nil, fmt.Errorf("submit %s: %w", id, err)
 	}
 	m.observe(ctx, e)
 	return e, nil
+}
+
+// sameCall returns e, the entry already under a submitted call's id, if it
+// is that call: same caller, tool and arguments (as first submitted, before
+// any approver's edit).
+func sameCall(id string, e *Entry, c Call) (*Entry, error) {
+	args := e.ToolArguments
+	if e.OriginalArguments != nil {
+		args = e.OriginalArguments
+	}
+	var differs []string
+	if e.CallerBotID != c.CallerBotID {
+		differs = append(differs, fmt.Sprintf("callerBotId %q, not %q", e.CallerBotID, c.CallerBotID))
+	}
+	if e.ToolName != c.ToolName {
+		differs = append(differs, fmt.Sprintf("toolName %q, not %q", e.ToolName, c.ToolName))
+	}
+	if !sameJSON(args, c.Arguments) {
+		differs = append(differs, "other toolArguments")
+	}
+	if len(differs) > 0 {
+		return nil, fmt.Errorf("submit %s: %w: it was %s", id, ErrIdempotencyConflict, strings.Join(differs, ", "))
+	}
+	return e, nil
+}
+
+// sameJSON reports whether two JSON documents say the same, however spaced
+// or ordered; an absent document is the empty object.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if len(a) == 0 {
+		a = json.RawMessage("{}")
+	}
+	if len(b) == 0 {
+		b = json.RawMessage("{}")
+	}
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 func (m *Machine) observe(ctx context.Context, e *Entry) {

@@ -278,6 +278,29 @@ func TestSubmit_SameToolCallReturnsExistingEntry(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, first.PendingID, other.PendingID)
 	assert.Equal(t, machine.StatePendingApproval, other.Status)
+
+	// The same id for another call is refused, never answered with the
+	// first call's entry (and its approval).
+	for name, change := range map[string]func(*machine.Call){
+		"caller":    func(c *machine.Call) { c.CallerBotID = "bot-2" },
+		"tool":      func(c *machine.Call) { c.ToolName = "send_email" },
+		"arguments": func(c *machine.Call) { c.Arguments = json.RawMessage(`{"query":"something else"}`) },
+	} {
+		c := call("retry", "call_1")
+		change(&c)
+		_, err := m.Submit(ctx, c)
+		assert.ErrorIs(t, err, machine.ErrIdempotencyConflict, name)
+		assert.ErrorIs(t, err, machine.ErrConflict, name)
+	}
+	// The same arguments spaced or ordered otherwise are the same call.
+	c := call("retry", "call_1")
+	var args map[string]any
+	require.NoError(t, json.Unmarshal(c.Arguments, &args))
+	c.Arguments, err = json.MarshalIndent(args, "", "  ")
+	require.NoError(t, err)
+	again, err = m.Submit(ctx, c)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateApproved, again.Status)
 }
 
 func TestSubmit_BadInputNamesTheField(t *testing.T) {

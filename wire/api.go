@@ -100,7 +100,7 @@ type ErrorBody struct {
 }
 
 // ErrorDetail names a refusal: a code (invalid, not_found, conflict, expired,
-// forbidden, internal), what was wrong, and the entry as it is now when
+// idempotency_conflict, forbidden, internal), what was wrong, and the entry as it is now when
 // the refusal is a conflict with it.
 type ErrorDetail struct {
 	Code    string         `json:"code"`
@@ -119,6 +119,8 @@ func ErrorStatus(err error) (int, string) {
 		return 404, "not_found"
 	case errors.Is(err, machine.ErrExpired):
 		return 409, "expired"
+	case errors.Is(err, machine.ErrIdempotencyConflict):
+		return 409, "idempotency_conflict"
 	case errors.Is(err, machine.ErrConflict), errors.Is(err, machine.ErrExists):
 		return 409, "conflict"
 	default:
@@ -129,11 +131,12 @@ func ErrorStatus(err error) (int, string) {
 // codeErrors maps a refusal's code back to the domain error, so that a
 // client's errors.Is works across the wire.
 var codeErrors = map[string]error{
-	"invalid":   machine.ErrInvalid,
-	"forbidden": machine.ErrForbidden,
-	"not_found": machine.ErrNotFound,
-	"conflict":  machine.ErrConflict,
-	"expired":   machine.ErrExpired,
+	"invalid":              machine.ErrInvalid,
+	"forbidden":            machine.ErrForbidden,
+	"not_found":            machine.ErrNotFound,
+	"conflict":             machine.ErrConflict,
+	"expired":              machine.ErrExpired,
+	"idempotency_conflict": machine.ErrIdempotencyConflict,
 }
 
 // APIError is a refusal received from the service.
