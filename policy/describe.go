@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"text/template"
+	"text/template/parse"
 	"unicode/utf8"
 )
 
@@ -29,11 +30,83 @@ var templateFuncs = template.FuncMap{
 	},
 }
 
+// parseTemplate parses a describe template and refuses what could make it
+// run for long: a template runs on every submit of its tool, and
+// text/template cannot be stopped once it runs. So a loop may go over the
+// call's data, not over a number ({{range 1000000}}, {{range len .x}}), and
+// loops do not nest; templates do not define or call templates, which
+// could recurse. What is left runs in time linear in the call's arguments,
+// which a request's size bounds.
 func parseTemplate(tool, src string) (*template.Template, error) {
 	if len(src) > maxTemplateLen {
 		return nil, errors.New("template longer than 4096 bytes")
 	}
-	return template.New(tool).Funcs(templateFuncs).Parse(src)
+	t, err := template.New(tool).Funcs(templateFuncs).Parse(src)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.Templates()) > 1 {
+		return nil, errors.New("a describe template may not define templates")
+	}
+	if err := checkNodes(t.Tree.Root, false); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// checkNodes walks a template's tree for what parseTemplate refuses.
+func checkNodes(n parse.Node, inRange bool) error {
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return nil
+		}
+		for _, c := range n.Nodes {
+			if err := checkNodes(c, inRange); err != nil {
+				return err
+			}
+		}
+	case *parse.TemplateNode:
+		return errors.New("a describe template may not call templates ({{template}}, {{block}})")
+	case *parse.RangeNode:
+		if inRange {
+			return errors.New("a describe template's {{range}} loops may not nest: their cost would multiply")
+		}
+		if countsTo(n.Pipe) {
+			return errors.New("{{range}} over a number may loop for as long as the number says; range over the call's data instead")
+		}
+		if err := checkNodes(n.List, true); err != nil {
+			return err
+		}
+		return checkNodes(n.ElseList, inRange)
+	case *parse.IfNode:
+		if err := checkNodes(n.List, inRange); err != nil {
+			return err
+		}
+		return checkNodes(n.ElseList, inRange)
+	case *parse.WithNode:
+		if err := checkNodes(n.List, inRange); err != nil {
+			return err
+		}
+		return checkNodes(n.ElseList, inRange)
+	}
+	return nil
+}
+
+// countsTo reports whether a range's pipeline may be a number: a number
+// literal, or anything computed by a call (len, index, a parenthesised
+// pipeline), where a field or variable of the call's data is not.
+func countsTo(p *parse.PipeNode) bool {
+	for _, c := range p.Cmds {
+		for _, a := range c.Args {
+			switch a.(type) {
+			case *parse.FieldNode, *parse.VariableNode, *parse.DotNode, *parse.ChainNode:
+			default:
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // errFull stops a template that says too much.
