@@ -86,7 +86,7 @@ func TestAPI_ErrorCodes(t *testing.T) {
 	e := h.submit("errors", "c1")
 	assert.Equal(t, "bot-1", e.CallerBotID, "an agent submits as itself")
 	var again machine.Entry
-	assert.Equal(t, http.StatusOK, h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolCallID: "c1", ToolName: "web_search", ConversationID: "errors"}, &again), "a retry is not a new entry")
+	assert.Equal(t, http.StatusOK, h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolCallID: "c1", ToolName: "web_search", Arguments: json.RawMessage(`{"query":"q"}`), ConversationID: "errors"}, &again), "a retry is not a new entry")
 	assert.Equal(t, e.PendingID, again.PendingID)
 
 	check := func(name string, wantStatus int, wantCode, wantMsg string, send func(out any) int) {
@@ -118,6 +118,9 @@ func TestAPI_ErrorCodes(t *testing.T) {
 	})
 	check("403 viewer decides", 403, "forbidden", "vic may not POST", func(out any) int {
 		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "viewer-token-00000001", api.DecisionRequest{Approved: &yes}, out)
+	})
+	check("409 the call's id for another call", 409, "idempotency_conflict", "other toolArguments", func(out any) int {
+		return h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolCallID: "c1", ToolName: "web_search", Arguments: json.RawMessage(`{"query":"other"}`), ConversationID: "errors"}, out)
 	})
 	check("403 agent submits as another", 403, "forbidden", "submits as itself", func(out any) int {
 		return h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolName: "x", ConversationID: "c", CallerBotID: "alice"}, out)
