@@ -22,6 +22,7 @@ import (
 
 const tokens = `
 agent-token-000000001 bot-1 agent
+agent-token-000000002 bot-2 agent
 alice-token-000000001 alice approver
 bob-token-00000000001 bob approver
 carol-token-000000001 carol approver
@@ -57,7 +58,7 @@ func (h *harness) do(method, path, token string, body any, out any) int {
 	}
 	req, err := http.NewRequest(method, h.url+path, r)
 	require.NoError(h.t, err)
-	if body != nil {
+	if body != nil || method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {
@@ -366,4 +367,76 @@ func TestParseTokens_NamesTheBadEntry(t *testing.T) {
 	toks, err := api.ParseTokens([]byte("# a comment; with a semicolon\nlong-enough-token-01 alice approver;long-enough-token-02 bob viewer"))
 	require.NoError(t, err)
 	assert.False(t, toks.Open())
+}
+
+// TestAPI_Hardening: what a page elsewhere, a token in the wrong place, a
+// stray path or an agent reaching past its own calls can do, and cannot.
+func TestAPI_Hardening(t *testing.T) {
+	t.Parallel()
+	h := start(t, tokens)
+	mine := h.submit("shared", "mine")
+	var theirs machine.Entry
+	require.Equal(t, http.StatusCreated, h.do("POST", "/v1/tool-calls", "agent-token-000000002",
+		machine.Call{ToolCallID: "theirs", ToolName: "web_search", ConversationID: "shared"}, &theirs))
+
+	raw := func(method, path string, header http.Header) (int, api.ErrorBody, http.Header) {
+		t.Helper()
+		req, err := http.NewRequest(method, h.url+path, nil)
+		require.NoError(t, err)
+		req.Header = header
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var body api.ErrorBody
+		assert.NoError(t, json.NewDecoder(resp.Body).Decode(&body), "%s %s answers JSON", method, path)
+		return resp.StatusCode, body, resp.Header
+	}
+	bearer := func(token string, kv ...string) http.Header {
+		hd := http.Header{"Authorization": {"Bearer " + token}}
+		for i := 0; i < len(kv); i += 2 {
+			hd.Set(kv[i], kv[i+1])
+		}
+		return hd
+	}
+
+	// A form a page elsewhere can post, and a request a browser marks as
+	// from another origin, change nothing.
+	status, body, _ := raw("POST", "/v1/conversations/shared/cancel", bearer("alice-token-000000001", "Content-Type", "text/plain"))
+	assert.Equal(t, http.StatusUnsupportedMediaType, status)
+	status, body, _ = raw("POST", "/v1/conversations/shared/cancel", bearer("alice-token-000000001", "Content-Type", "application/json", "Origin", "https://evil.example"))
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, body.Error.Message, "cross-origin")
+
+	// The token goes in the query for the event stream only.
+	status, _, _ = raw("GET", "/v1/tool-calls?access_token=viewer-token-00000001", http.Header{})
+	assert.Equal(t, http.StatusUnauthorized, status)
+
+	// What no route takes answers in the error shape.
+	status, body, _ = raw("GET", "/v1/nothing-here", http.Header{})
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Equal(t, "not_found", body.Error.Code)
+	status, body, hdr := raw("DELETE", "/v1/tool-calls/"+mine.PendingID, bearer("alice-token-000000001"))
+	assert.Equal(t, http.StatusMethodNotAllowed, status)
+	assert.Equal(t, "method_not_allowed", body.Error.Code)
+	assert.Equal(t, "GET", hdr.Get("Allow"))
+
+	// A sequence past the stream's end is refused, not a 500.
+	status, body, _ = raw("GET", "/v1/events?since=18446744073709551615", bearer("viewer-token-00000001"))
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body.Error.Message, "past the last event")
+
+	for _, e := range []machine.Entry{mine, theirs} {
+		var got machine.Entry
+		require.Equal(t, http.StatusOK, h.do("GET", "/v1/tool-calls/"+e.PendingID, "viewer-token-00000001", nil, &got))
+		assert.Equal(t, machine.StatePendingApproval, got.Status, "%s is untouched", e.PendingID)
+	}
+
+	// An agent cancelling the conversation stops its own calls only.
+	var reply wire.CancelConversationReply
+	require.Equal(t, http.StatusOK, h.do("POST", "/v1/conversations/shared/cancel", "agent-token-000000001", nil, &reply))
+	require.Len(t, reply.Cancelled, 1)
+	assert.Equal(t, mine.PendingID, reply.Cancelled[0].PendingID)
+	var got machine.Entry
+	require.Equal(t, http.StatusOK, h.do("GET", "/v1/tool-calls/"+theirs.PendingID, "viewer-token-00000001", nil, &got))
+	assert.Equal(t, machine.StatePendingApproval, got.Status, "the other agent's call is not the first agent's to cancel")
 }

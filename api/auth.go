@@ -104,7 +104,7 @@ func ParseTokens(data []byte) (*Tokens, error) {
 // authenticate returns the request's user, or false when the token is
 // missing or unknown. Every configured token is compared, in constant
 // time, so timing tells nothing about which one nearly matched.
-func (t *Tokens) authenticate(r *http.Request) (User, bool) {
+func (t *Tokens) authenticate(r *http.Request, queryToken bool) (User, bool) {
 	if t.Open() {
 		id := r.Header.Get("X-Toolgate-User")
 		if id == "" {
@@ -113,9 +113,7 @@ func (t *Tokens) authenticate(r *http.Request) (User, bool) {
 		return User{ID: id, Roles: []Role{RoleAdmin}}, true
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		// EventSource cannot set headers: the inbox passes its token in
-		// the query for the event stream only.
+	if !ok && queryToken {
 		token = r.URL.Query().Get("access_token")
 	}
 	if token == "" {

@@ -35,6 +35,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, _ User) error {
 		if err != nil {
 			return fmt.Errorf("%w: Last-Event-ID/since: want a sequence number, got %q", machine.ErrInvalid, since)
 		}
+		last, err := s.eventsSeq(r.Context())
+		if err != nil {
+			return err
+		}
+		if seq > last {
+			return fmt.Errorf("%w: Last-Event-ID/since: %d is past the last event, %d", machine.ErrInvalid, seq, last)
+		}
 		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq + 1}
 	}
 	ctx := r.Context()
@@ -54,6 +61,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, _ User) error {
 	}
 	defer cc.Stop()
 
+	// A stream lasts as long as its client listens: no server deadline.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")

@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -88,14 +90,73 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// pathMatches reports whether path fits a route's pattern, whose {name}
+// segments match any one segment.
+func pathMatches(pattern, path string) bool {
+	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
+	if len(ps) != len(xs) {
+		return false
+	}
+	for i, p := range ps {
+		if !strings.HasPrefix(p, "{") && p != xs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// ServeHTTP implements http.Handler. What no route of the API takes is
+// refused in the API's one error shape, not the mux's plain text (nor the
+// inbox's page): 405 for a path that takes other methods, else 404.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		if _, pattern := s.mux.Handler(r); pattern == "" || pattern == "GET /" {
+			s.unrouted(w, r)
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, rt := range routes {
+		if pathMatches(rt.path, r.URL.Path) && !slices.Contains(allow, rt.method) {
+			allow = append(allow, rt.method)
+		}
+	}
+	if len(allow) == 0 {
+		writeError(w, s.cfg.Log, httpErr(http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path+" (see /v1/openapi.json)"))
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeError(w, s.cfg.Log, httpErr(http.StatusMethodNotAllowed, "method_not_allowed",
+		fmt.Sprintf("%s %s: the endpoint takes %s", r.Method, r.URL.Path, strings.Join(allow, ", "))))
+}
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
+	if r.Method == http.MethodPost {
+		// A web page elsewhere can make a browser send a "simple" POST
+		// (a form's content type, no custom header) with the user's
+		// credentials and no CORS check. Every POST here takes JSON, which
+		// no simple request may say it is, and a request a browser marks
+		// as coming from another origin is refused outright.
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			writeError(w, s.cfg.Log, httpErr(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json"))
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) {
+			writeError(w, s.cfg.Log, httpErr(http.StatusForbidden, "forbidden", fmt.Sprintf("cross-origin request from %s refused", origin)))
+			return
+		}
+	}
 	var u User
 	if rt.roles != nil {
 		var ok bool
-		if u, ok = s.cfg.Tokens.authenticate(r); !ok {
+		// EventSource cannot set headers, so the event stream alone takes
+		// its token in the query; anywhere else it would end up in logs
+		// and Referer headers for nothing.
+		if u, ok = s.cfg.Tokens.authenticate(r, rt.path == "/v1/events"); !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
 			writeError(w, s.cfg.Log, httpErr(http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"))
 			return
@@ -109,6 +170,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
 	if err := rt.handle(s, w, r, u); err != nil {
 		writeError(w, s.cfg.Log, err)
 	}
+}
+
+// sameOrigin reports whether an Origin header names the host the request
+// came to.
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && u.Host == host
 }
 
 // httpError is a refusal of HTTP's own (401, 413, 415, …).
@@ -372,7 +440,13 @@ func (s *Server) cancelConversation(w http.ResponseWriter, r *http.Request, u Us
 	if err != nil {
 		return err
 	}
-	reply, err := s.cfg.Gate.CancelConversation(r.Context(), r.PathValue("conversationId"), u.ID, reason)
+	// An agent stops its own calls of a conversation, not the other
+	// agents' in it; an approver stops them all.
+	onlyCaller := ""
+	if !u.Can(RoleApprover) {
+		onlyCaller = u.ID
+	}
+	reply, err := s.cfg.Gate.CancelConversation(r.Context(), r.PathValue("conversationId"), onlyCaller, u.ID, reason)
 	if err != nil {
 		return err
 	}
@@ -406,6 +480,8 @@ func (s *Server) claudeCodeHook(w http.ResponseWriter, r *http.Request, u User) 
 	if !slices.Contains(events, in.HookEventName) {
 		return fmt.Errorf("%w: hook_event_name: %q does not belong at %s", machine.ErrInvalid, in.HookEventName, r.URL.Path)
 	}
+	// The hook waits for a human's decision, as long as the hook says.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	out, err := claudecode.Handle(r.Context(), hookGate{g: s.cfg.Gate, nc: s.cfg.JS.Conn()}, in, claudecode.Options{Caller: u.ID, Team: r.URL.Query().Get("team")})
 	if err != nil {
 		return err

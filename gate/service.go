@@ -182,17 +182,17 @@ func (s *Service) Cancel(ctx context.Context, pendingID, by, reason string) (*ma
 }
 
 // CancelConversation cancels every call of a conversation that has not
-// started running, reading only its keys, and announces the cancel so
-// that executors stop the calls already running, which no transition can
-// cancel.
-func (s *Service) CancelConversation(ctx context.Context, conversationID, by, reason string) (*wire.CancelConversationReply, error) {
+// started running (only caller's, when caller is set), reading only its
+// keys, and announces the cancel so that executors stop the calls already
+// running, which no transition can cancel.
+func (s *Service) CancelConversation(ctx context.Context, conversationID, caller, by, reason string) (*wire.CancelConversationReply, error) {
 	entries, err := s.calls.ListConversation(ctx, conversationID)
 	if err != nil {
 		return nil, err
 	}
 	reply := &wire.CancelConversationReply{Cancelled: []*machine.Entry{}, Running: []*machine.Entry{}}
 	for _, e := range entries {
-		if e.Status.Terminal() {
+		if e.Status.Terminal() || caller != "" && e.CallerBotID != caller {
 			continue
 		}
 		if e.Status == machine.StateExecuting {

@@ -114,7 +114,7 @@ func (s *Service) endpoints() map[string]handler {
 			if err := required("conversationId", r.ConversationID); err != nil {
 				return nil, err
 			}
-			return g.CancelConversation(ctx, r.ConversationID, r.By, r.Reason)
+			return g.CancelConversation(ctx, r.ConversationID, "", r.By, r.Reason)
 		}),
 		wire.EndpointStarted: answer(func(ctx context.Context, r wire.ReportRequest) (*machine.Entry, error) {
 			lease, err := leaseOf(r)

@@ -74,7 +74,18 @@ func (m *Main) prepareHTTP(ctx context.Context, d *deps) error {
 // runHTTP serves the HTTP API and the web inbox that prepareHTTP built.
 func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 	l := d.httpListener
-	hs := &http.Server{Handler: d.httpHandler, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	// A client that sends its request a byte at a time, or keeps idle
+	// connections open, holds nothing for long. The event stream and the
+	// Claude Code hooks, which wait for a human, lift the write deadline
+	// for themselves.
+	hs := &http.Server{
+		Handler:           d.httpHandler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
 	log.Info("HTTP API and inbox", "url", "http://"+l.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
