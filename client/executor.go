@@ -137,7 +137,7 @@ func (x *Executor) Run(ctx context.Context) error {
 	for tool, h := range x.handlers {
 		r := consumer.NewRunner(js, consumer.ConsumerConfig{
 			Stream:         wire.WorkStream,
-			Durable:        "executor-" + tool,
+			Durable:        wire.ExecutorDurable(tool),
 			FilterSubjects: []string{wire.WorkSubject(tool)},
 			AckWait:        x.opts.Lease,
 			Concurrency:    x.opts.Concurrency,

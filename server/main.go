@@ -34,6 +34,7 @@ import (
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
+	"github.com/toolgate/toolgate/worker"
 )
 
 // Config is everything `toolgate serve` can be told. Its zero value is
@@ -54,6 +55,9 @@ type Config struct {
 	Tools        []string      // built-in tools the executor role hosts
 	Lease        time.Duration // the executor role's lease on a running call
 	Metrics      string        // a listener serving only /metrics, for processes without the http role
+	// RequeueUnclaimed is how long a runnable call may wait for an
+	// executor before the timer role queues it again (0: never).
+	RequeueUnclaimed time.Duration
 }
 
 // DefaultConfig is `toolgate serve` without flags: an embedded server on
@@ -70,6 +74,8 @@ func DefaultConfig() Config {
 		Roles:        Roles{"all"},
 		HTTP:         "127.0.0.1:8080",
 		Lease:        30 * time.Second,
+
+		RequeueUnclaimed: worker.DefaultUnclaimedRequeue,
 	}
 }
 
@@ -101,6 +107,9 @@ func (c Config) Validate() error {
 	}
 	if c.EventsMaxAge < 0 {
 		return fmt.Errorf("--events-max-age: must be >= 0, got %s", c.EventsMaxAge)
+	}
+	if c.RequeueUnclaimed < 0 {
+		return fmt.Errorf("--requeue-unclaimed: must be >= 0, got %s", c.RequeueUnclaimed)
 	}
 	for name, d := range map[string]time.Duration{"--relay-ack-wait": c.RelayAckWait, "--executor-lease": c.Lease} {
 		if d <= 0 {

@@ -8,9 +8,9 @@ import (
 )
 
 // runTimer acts on every deadline of the bucket: approval timeouts,
-// scheduled starts and executor leases. Any number of processes may run
+// scheduled starts, executor leases and runnable calls nobody claims. Any number of processes may run
 // it; each acts on every deadline, and compare-and-set and de-duplication
 // make the second firing harmless.
 func runTimer(ctx context.Context, d *deps, log *slog.Logger) error {
-	return worker.NewTimer(d.js, d.buckets.Calls, d.gate, log).Run(ctx)
+	return worker.NewTimer(d.js, d.buckets.Calls, d.gate, log, worker.WithUnclaimedRequeue(d.cfg.RequeueUnclaimed)).Run(ctx)
 }

@@ -76,6 +76,10 @@ func EventSubjectsOf(keep func(machine.Event) bool) []string {
 // WorkSubject is where runnable calls of one tool are queued.
 func WorkSubject(tool string) string { return "tool.work." + tool }
 
+// ExecutorDurable is the consumer of a tool's queue that every executor
+// hosting the tool shares.
+func ExecutorDurable(tool string) string { return "executor-" + tool }
+
 // NotifySubject is where the notifications to one channel wait.
 func NotifySubject(channelKey string) string { return "tool.notify." + channelKey }
 

@@ -15,6 +15,10 @@ const (
 	kindApproval      // approvalTimeoutAt of a pending call: Expire it
 	kindStart         // scheduledExecutionTime of a scheduled call: queue it
 	kindLease         // lease.expiresAt of a running call: queue it again, or fail it
+	// kindUnclaimed is a while after a call became runnable (approved, or
+	// scheduled and due) with no executor claiming it: queue it again,
+	// since its work item may be lost (dead-lettered, its stream purged).
+	kindUnclaimed
 )
 
 func (k kind) String() string {
@@ -25,12 +29,20 @@ func (k kind) String() string {
 		return "scheduled_start"
 	case kindLease:
 		return "lease_expiry"
+	case kindUnclaimed:
+		return "unclaimed"
 	}
 	return "none"
 }
 
-// deadlineOf says what falls due next for e, and when (epoch ms).
-func deadlineOf(e *machine.Entry) (kind, int64) {
+// deadlineOf says what falls due next for e, and when (epoch ms), when a
+// runnable call nobody claims is queued again after unclaimed (never, when
+// it is 0).
+func deadlineOf(e *machine.Entry, unclaimed time.Duration) (kind, int64) {
+	var since int64 // when the call became runnable
+	if t := e.LastTransition; t != nil {
+		since = t.At
+	}
 	switch e.Status {
 	case machine.StatePendingApproval:
 		// An overdue call stays pending with nothing more to do: the flag
@@ -43,6 +55,13 @@ func deadlineOf(e *machine.Entry) (kind, int64) {
 		// same test it applies); only a later start is the timer's.
 		if t := e.LastTransition; t == nil || !e.Runnable(time.UnixMilli(t.At)) {
 			return kindStart, e.ScheduledExecutionTime
+		}
+		if unclaimed > 0 {
+			return kindUnclaimed, max(since, e.ScheduledExecutionTime) + unclaimed.Milliseconds()
+		}
+	case machine.StateApproved:
+		if unclaimed > 0 {
+			return kindUnclaimed, since + unclaimed.Milliseconds()
 		}
 	case machine.StateExecuting:
 		if e.Lease != nil {
@@ -96,18 +115,21 @@ type outcome struct {
 // deadlines is the timer's schedule: a min-heap on the deadline, and an
 // index by pendingId. Only the scheduler goroutine touches it.
 type deadlines struct {
-	byID map[string]*deadline
-	heap deadlineHeap
+	byID      map[string]*deadline
+	heap      deadlineHeap
+	unclaimed time.Duration // see deadlineOf
 }
 
-func newDeadlines() *deadlines { return &deadlines{byID: map[string]*deadline{}} }
+func newDeadlines(unclaimed time.Duration) *deadlines {
+	return &deadlines{byID: map[string]*deadline{}, unclaimed: unclaimed}
+}
 
 // observe records what revision rev of entry e is due for. A revision no
 // newer than the one already known changes nothing: events can arrive after
 // the start-up read has seen later revisions, and a relay replaying after a
 // crash can repeat them.
 func (s *deadlines) observe(e *machine.Entry, rev uint64) {
-	k, at := deadlineOf(e)
+	k, at := deadlineOf(e, s.unclaimed)
 	d := s.byID[e.PendingID]
 	if d == nil {
 		if k == kindNone {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,7 +39,28 @@ func TestDeadlineOf(t *testing.T) {
 		{"rejected by timeout", &machine.Entry{Status: machine.StateRejectedByTimeout, ApprovalTimeoutAt: 100}, kindNone, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k, at := deadlineOf(tc.entry)
+			k, at := deadlineOf(tc.entry, 0)
+			assert.Equal(t, tc.kind, k)
+			assert.Equal(t, tc.at, at)
+		})
+	}
+	// With a requeue delay, a runnable call nobody claimed has a deadline
+	// too: approved, or scheduled and due, from when it became runnable.
+	const wait = 50 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		entry *machine.Entry
+		kind  kind
+		at    int64
+	}{
+		{"approved", written(&machine.Entry{Status: machine.StateApproved}, 100), kindUnclaimed, 150},
+		{"scheduled, due when written", written(&machine.Entry{Status: machine.StateScheduled, ScheduledExecutionTime: 100}, 100), kindUnclaimed, 150},
+		{"scheduled later: its start first", written(&machine.Entry{Status: machine.StateScheduled, ScheduledExecutionTime: 200}, 100), kindStart, 200},
+		{"executing: its lease", executing("a.b", 300), kindLease, 300},
+		{"pending: its approval", pending("a.b", 100), kindApproval, 100},
+	} {
+		t.Run("unclaimed "+tc.name, func(t *testing.T) {
+			k, at := deadlineOf(tc.entry, wait)
 			assert.Equal(t, tc.kind, k)
 			assert.Equal(t, tc.at, at)
 		})
@@ -46,7 +68,7 @@ func TestDeadlineOf(t *testing.T) {
 }
 
 func TestDeadlines_EarliestFirst(t *testing.T) {
-	s := newDeadlines()
+	s := newDeadlines(0)
 	for i, at := range []int64{50, 10, 40, 30, 20} {
 		s.observe(pending(string(rune('a'+i))+".x", at), 1)
 	}
@@ -67,7 +89,7 @@ func TestDeadlines_EarliestFirst(t *testing.T) {
 }
 
 func TestDeadlines_StaleRevisionChangesNothing(t *testing.T) {
-	s := newDeadlines()
+	s := newDeadlines(0)
 	s.observe(executing("a.b", 500), 7) // from the bucket
 	s.observe(executing("a.b", 100), 5) // an older event, arriving late
 	j, ok := s.popDue(1000)
@@ -77,7 +99,7 @@ func TestDeadlines_StaleRevisionChangesNothing(t *testing.T) {
 }
 
 func TestDeadlines_FinishedEntryIsForgotten(t *testing.T) {
-	s := newDeadlines()
+	s := newDeadlines(0)
 	s.observe(pending("a.b", 100), 1)
 	s.observe(&machine.Entry{PendingID: "a.b", Status: machine.StateApproved}, 2)
 	assert.Zero(t, s.len())
@@ -87,7 +109,7 @@ func TestDeadlines_FinishedEntryIsForgotten(t *testing.T) {
 
 func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 	t.Run("what the action read stands", func(t *testing.T) {
-		s := newDeadlines()
+		s := newDeadlines(0)
 		s.observe(executing("a.b", 100), 3)
 		j, _ := s.popDue(100)
 		// A heartbeat renewed the lease: revision 4, due at 400.
@@ -97,7 +119,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, int64(400), next)
 	})
 	t.Run("an event newer than the read wins", func(t *testing.T) {
-		s := newDeadlines()
+		s := newDeadlines(0)
 		s.observe(executing("a.b", 100), 3)
 		j, _ := s.popDue(100)
 		s.observe(executing("a.b", 900), 6) // reclaimed while the action ran
@@ -109,7 +131,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, int64(900), next)
 	})
 	t.Run("an action that read nothing stands unless an event came", func(t *testing.T) {
-		s := newDeadlines()
+		s := newDeadlines(0)
 		s.observe(pending("a.b", 100), 1)
 		j, _ := s.popDue(100)
 		s.done(outcome{id: j.id}) // expired
@@ -124,7 +146,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, int64(700), next)
 	})
 	t.Run("a failed action is retried", func(t *testing.T) {
-		s := newDeadlines()
+		s := newDeadlines(0)
 		s.observe(pending("a.b", 100), 1)
 		j, _ := s.popDue(100)
 		s.done(outcome{id: j.id, rev: j.rev, kind: j.kind, at: 1100})
@@ -133,7 +155,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, kindApproval, j.kind)
 	})
 	t.Run("a gone entry is forgotten", func(t *testing.T) {
-		s := newDeadlines()
+		s := newDeadlines(0)
 		s.observe(pending("a.b", 100), 1)
 		j, _ := s.popDue(100)
 		s.done(outcome{id: j.id, gone: true})

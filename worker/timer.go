@@ -36,6 +36,7 @@ type Timer struct {
 	log         *slog.Logger
 	concurrency int
 	retry       time.Duration
+	unclaimed   time.Duration
 }
 
 // TimerOption configures a Timer.
@@ -52,6 +53,24 @@ func WithConcurrency(n int) TimerOption {
 		}
 	}
 }
+
+// WithUnclaimedRequeue sets how long a runnable call (approved, or
+// scheduled and due) may go unclaimed before the timer queues it again,
+// and again after as long each time until an executor claims it (default
+// DefaultUnclaimedRequeue; 0 never). Its work item may have been lost: a
+// consumer dead-lettered it, or its stream was purged; an executor that
+// takes a second item for a call already claimed leaves it.
+func WithUnclaimedRequeue(d time.Duration) TimerOption {
+	return func(t *Timer) {
+		if d >= 0 {
+			t.unclaimed = d
+		}
+	}
+}
+
+// DefaultUnclaimedRequeue is how long a runnable call waits for an
+// executor before the timer queues it again.
+const DefaultUnclaimedRequeue = 30 * time.Second
 
 // WithRetryDelay sets how long the timer waits before acting again on a
 // deadline whose action failed (JetStream unreachable, say), and before
@@ -76,7 +95,7 @@ type Deadlines interface {
 // NewTimer returns a Timer over kv, the tool_calls bucket, moving entries
 // through m. Run starts it.
 func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *slog.Logger, opts ...TimerOption) *Timer {
-	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 64, retry: time.Second}
+	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 64, retry: time.Second, unclaimed: DefaultUnclaimedRequeue}
 	for _, o := range opts {
 		o(t)
 	}
@@ -156,7 +175,7 @@ func (t *Timer) open(ctx context.Context) (jetstream.MessagesContext, *deadlines
 	if err != nil {
 		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", wire.EventsStream, err)
 	}
-	dl := newDeadlines()
+	dl := newDeadlines(t.unclaimed)
 	n, err := t.load(ctx, dl)
 	if err != nil {
 		iter.Stop()
@@ -278,7 +297,7 @@ func (t *Timer) act(ctx context.Context, j job) outcome {
 	} else if err != nil {
 		return t.retryLater(ctx, log, j, err)
 	}
-	k, at := deadlineOf(e)
+	k, at := deadlineOf(e, t.unclaimed)
 	now := time.Now().UnixMilli()
 	switch {
 	case k == kindNone:
@@ -291,6 +310,8 @@ func (t *Timer) act(ctx context.Context, j job) outcome {
 		return t.expire(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
 	case k == kindStart:
 		return t.start(ctx, log, e, rev)
+	case k == kindUnclaimed:
+		return t.requeueUnclaimed(ctx, log, e, rev)
 	default:
 		return t.leaseExpired(ctx, log, j, e, rev)
 	}
@@ -322,7 +343,41 @@ func (t *Timer) start(ctx context.Context, log *slog.Logger, e *machine.Entry, r
 		return t.retryLater(ctx, log, job{id: e.PendingID, kind: kindStart, at: e.ScheduledExecutionTime, rev: rev}, err)
 	}
 	log.Debug("timer: scheduled call queued", "msgId", id)
-	return outcome{id: e.PendingID, rev: rev}
+	return t.unclaimedAgainIn(e, rev)
+}
+
+// requeueUnclaimed queues again a runnable call nobody claimed, if an
+// executor hosts its tool: with none, the agent runs it itself (or nobody
+// does), and items would only pile up. Each time has a de-duplication id of
+// its own: the item it replaces may be gone.
+func (t *Timer) requeueUnclaimed(ctx context.Context, log *slog.Logger, e *machine.Entry, rev uint64) outcome {
+	if _, err := t.js.Consumer(ctx, wire.WorkStream, wire.ExecutorDurable(e.ToolName)); errors.Is(err, jetstream.ErrConsumerNotFound) {
+		log.Debug("timer: runnable call unclaimed, and no executor hosts its tool", "tool", e.ToolName)
+		return t.unclaimedAgainIn(e, rev)
+	} else if err != nil {
+		return t.retryLater(ctx, log, job{id: e.PendingID, kind: kindUnclaimed, at: time.Now().UnixMilli(), rev: rev}, err)
+	}
+	id := fmt.Sprintf("%s:unclaimed:%d", wire.MsgID(e.PendingID, rev), time.Now().UnixMilli())
+	if err := t.queue(ctx, e, rev, id); err != nil {
+		return t.retryLater(ctx, log, job{id: e.PendingID, kind: kindUnclaimed, at: time.Now().UnixMilli(), rev: rev}, err)
+	}
+	log.Info("timer: runnable call unclaimed, queued again", "status", e.Status, "msgId", id)
+	return t.unclaimedAgainIn(e, rev)
+}
+
+// unclaimedAgainIn is the outcome of queueing e at rev: look again later,
+// unless a claim (an event) comes first. Later is the unclaimed delay at
+// first and then as long as the call has waited so far, so a call nobody
+// takes for a day is looked at a handful of times, not thousands.
+func (t *Timer) unclaimedAgainIn(e *machine.Entry, rev uint64) outcome {
+	if t.unclaimed <= 0 {
+		return outcome{id: e.PendingID, rev: rev}
+	}
+	wait := t.unclaimed
+	if tr := e.LastTransition; tr != nil {
+		wait = max(wait, time.Since(time.UnixMilli(max(tr.At, e.ScheduledExecutionTime))))
+	}
+	return outcome{id: e.PendingID, rev: rev, kind: kindUnclaimed, at: time.Now().Add(wait).UnixMilli()}
 }
 
 // leaseExpired queues a call whose executor's lease ran out for another
@@ -354,7 +409,7 @@ func (t *Timer) leaseExpired(ctx context.Context, log *slog.Logger, j job, e *ma
 	case errors.As(err, &terr):
 		// It finished, or a heartbeat renewed the lease just now: the
 		// entry as it is now says which, and a renewal has no event.
-		k, at := deadlineOf(terr.Entry)
+		k, at := deadlineOf(terr.Entry, t.unclaimed)
 		return outcome{id: j.id, rev: rev, kind: k, at: at}
 	case errors.Is(err, machine.ErrNotFound):
 		return outcome{id: j.id, gone: true}

@@ -542,3 +542,40 @@ func TestTimer_StartsAgainWhenItCannotStart(t *testing.T) {
 	e := submit(t, policy(env, ask(300*time.Millisecond, true)), "late-start")
 	waitEntry(t, env, e.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected by timeout")
 }
+
+// TestTimer_LostWorkItemIsQueuedAgain: an approved call whose work item is
+// lost (dead-lettered, purged) is queued again, so it still runs; nothing
+// else owned it.
+func TestTimer_LostWorkItemIsQueuedAgain(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env, worker.WithUnclaimedRequeue(200*time.Millisecond))
+	m := policy(env, ask(time.Hour, true))
+	ctx := t.Context()
+	// An executor hosts the tool (and is, say, down): its queue's consumer
+	// is there.
+	_, err := env.JS.CreateOrUpdateConsumer(ctx, wire.WorkStream, jetstream.ConsumerConfig{
+		Durable: wire.ExecutorDurable("deploy"), FilterSubject: wire.WorkSubject("deploy"), AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	require.NoError(t, err)
+	e, err := m.Submit(ctx, machine.Call{ToolCallID: "lost", ToolName: "deploy", CallerBotID: "bot", ConversationID: "requeue"})
+	require.NoError(t, err)
+	_, err = m.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+
+	st, err := env.JS.Stream(ctx, wire.WorkStream)
+	require.NoError(t, err)
+	items := func() uint64 {
+		info, err := st.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Msgs
+	}
+	require.Eventually(t, func() bool { return items() > 0 }, waitFor, 10*time.Millisecond, "the relay never queued the approved call")
+	require.NoError(t, st.Purge(ctx), "the work item is lost")
+	require.Eventually(t, func() bool { return items() > 0 }, waitFor, 10*time.Millisecond, "the lost call was never queued again")
+	msg, err := st.GetLastMsgForSubject(ctx, wire.WorkSubject("deploy"))
+	require.NoError(t, err)
+	var item wire.WorkItem
+	require.NoError(t, json.Unmarshal(msg.Data, &item))
+	assert.Equal(t, e.PendingID, item.PendingID)
+}

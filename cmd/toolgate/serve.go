@@ -33,6 +33,7 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *server.Config) {
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "file of HTTP bearer tokens, one per line: TOKEN USER ROLE[,ROLE…]")
 	fs.StringVar(&cfg.TokensData, "tokens-data", "", "HTTP bearer tokens inline, entries separated by ';'")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "HOST:PORT serving only /metrics, for a process without the http role (none by default)")
+	fs.DurationVar(&cfg.RequeueUnclaimed, "requeue-unclaimed", cfg.RequeueUnclaimed, "how long an approved or due call may wait for an executor before the timer queues it again, in case its work item was lost (0: never)")
 	fs.DurationVar(&cfg.Lease, "executor-lease", cfg.Lease, "how long the executor role's claim on a running call lasts without a heartbeat (a dead executor's calls run again elsewhere after it)")
 	fs.Func("tools", "built-in tools the executor role hosts: http, exec (comma-separated; none by default)", func(v string) error {
 		cfg.Tools = nil

@@ -76,6 +76,7 @@ func TestServe_BadConfigurationIsNamed(t *testing.T) {
 		{env: map[string]string{"TOOLGATE_LOG_LEVEL": "loud"}, want: "TOOLGATE_LOG_LEVEL"},
 		{args: []string{"extra"}, want: `unexpected argument "extra"`},
 		{args: []string{"--executor-lease", "0s"}, want: "--executor-lease: must be > 0"},
+		{args: []string{"--requeue-unclaimed", "-1s"}, want: "--requeue-unclaimed: must be >= 0"},
 		{args: []string{"--tools", "exec,ftp"}, want: `unknown tool "ftp"`},
 		{args: []string{"--roles", "relay,janitor"}, want: `unknown role "janitor"`},
 		{args: []string{"--http", "localhost"}, want: `--http "localhost"`},
