@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,8 +13,11 @@ import (
 	"github.com/toolgate/toolgate/policy"
 )
 
-// GrantStore keeps session grants in KV under <conversation>.<id>, so the
-// grants of one conversation are read without reading any other's.
+// GrantStore keeps the session grants of each conversation in one KV value
+// under the conversation's key, a list changed by compare-and-set. So
+// matching a call against its conversation's grants is one read, on every
+// submit, where a watch over a key per grant created a JetStream consumer
+// per submit.
 type GrantStore struct {
 	kv jetstream.KeyValue
 }
@@ -36,21 +40,46 @@ func (s *GrantStore) Add(ctx context.Context, g policy.Grant) (policy.Grant, err
 		_, _ = rand.Read(b[:])
 		g.ID = hex.EncodeToString(b[:])
 	}
-	data, err := json.Marshal(g)
-	if err != nil {
+	key := machine.ConversationKey(g.ConversationID)
+	for {
+		grants, rev, err := s.list(ctx, g.ConversationID)
+		if err != nil {
+			return g, err
+		}
+		data, err := json.Marshal(append(grants, g))
+		if err != nil {
+			return g, err
+		}
+		if rev == 0 {
+			_, err = s.kv.Create(ctx, key, data)
+		} else {
+			_, err = s.kv.Update(ctx, key, data, rev)
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // another grant of the conversation came first
+		}
 		return g, err
 	}
-	_, err = s.kv.Put(ctx, machine.ConversationKey(g.ConversationID)+"."+machine.KeyToken(g.ID), data)
-	return g, err
 }
 
 // List returns a conversation's grants.
 func (s *GrantStore) List(ctx context.Context, conversationID string) ([]policy.Grant, error) {
-	return watchValues(ctx, s.kv, machine.ConversationKey(conversationID)+".*", func(data []byte) (policy.Grant, error) {
-		var g policy.Grant
-		err := json.Unmarshal(data, &g)
-		return g, err
-	})
+	grants, _, err := s.list(ctx, conversationID)
+	return grants, err
+}
+
+func (s *GrantStore) list(ctx context.Context, conversationID string) ([]policy.Grant, uint64, error) {
+	kve, err := s.kv.Get(ctx, machine.ConversationKey(conversationID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	} else if err != nil {
+		return nil, 0, err
+	}
+	var grants []policy.Grant
+	if err := json.Unmarshal(kve.Value(), &grants); err != nil {
+		return nil, 0, fmt.Errorf("grants of %s (revision %d): %w", conversationID, kve.Revision(), err)
+	}
+	return grants, kve.Revision(), nil
 }
 
 // Match implements policy.Grants.

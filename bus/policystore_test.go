@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"golang.org/x/sync/errgroup"
 )
 
 const policyYAML = `
@@ -129,4 +131,24 @@ func TestGrantStore_MatchesOnlyItsConversation(t *testing.T) {
 	_, ok, err = g.Match(ctx, push)
 	require.NoError(t, err)
 	assert.False(t, ok, "another command is not covered")
+}
+
+// TestGrantStore_ConcurrentGrantsAllKept: grants of one conversation share
+// a value changed by compare-and-set; none added at once is lost.
+func TestGrantStore_ConcurrentGrantsAllKept(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	g := bus.NewGrantStore(env.Buckets.Grants)
+	var eg errgroup.Group
+	for i := range 20 {
+		eg.Go(func() error {
+			_, err := g.Add(ctx, policy.Grant{Pattern: fmt.Sprintf("Bash(make target-%d)", i), ConversationID: "busy", By: "alice"})
+			return err
+		})
+	}
+	require.NoError(t, eg.Wait())
+	grants, err := g.List(ctx, "busy")
+	require.NoError(t, err)
+	assert.Len(t, grants, 20)
 }
