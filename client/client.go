@@ -26,6 +26,9 @@ type Client struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	timeout time.Duration
+	// unavailable is how long a request that may be repeated is tried
+	// again while nothing answers it.
+	unavailable time.Duration
 }
 
 // Option configures a Client.
@@ -34,6 +37,23 @@ type Option func(*Client)
 // WithRequestTimeout sets how long a request waits for toolgate when its
 // context has no deadline (default DefaultRequestTimeout).
 func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithUnavailableWait sets how long a request that is safe to repeat
+// (submit, get, list) is tried again while toolgate does not answer
+// (default DefaultUnavailableWait): a restart or a leader election takes
+// seconds, and an agent should not fail for them. 0 tries once.
+func WithUnavailableWait(d time.Duration) Option {
+	return func(c *Client) { c.unavailable = max(d, 0) }
+}
+
+// DefaultUnavailableWait is how long a repeatable request is tried again
+// while toolgate does not answer.
+const DefaultUnavailableWait = 10 * time.Second
+
+// attemptTimeout bounds one attempt of a repeatable request, so that a
+// request lost in a server's death is sent again within the caller's
+// deadline instead of waiting it out.
+const attemptTimeout = 5 * time.Second
 
 // New returns a client over nc. It does no I/O, so an agent may start
 // before toolgate does.
@@ -45,7 +65,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: jetstream: %w", err)
 	}
-	c := &Client{nc: nc, js: js, timeout: DefaultRequestTimeout}
+	c := &Client{nc: nc, js: js, timeout: DefaultRequestTimeout, unavailable: DefaultUnavailableWait}
 	for _, o := range opts {
 		o(c)
 	}
@@ -60,7 +80,17 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 	return err
 }
 
-// requestMsg is request, also returning the reply, for its headers.
+// repeatable are the endpoints a request may be sent to again when its
+// answer did not come: asking twice does what asking once does.
+var repeatable = map[string]bool{
+	wire.EndpointSubmit: true, wire.EndpointGet: true, wire.EndpointList: true,
+	wire.EndpointBudgets: true, wire.EndpointPolicyGet: true,
+}
+
+// requestMsg is request, also returning the reply, for its headers. A
+// repeatable request is sent again while nothing answers it (for up to
+// the client's unavailable wait) or an attempt times out, within the
+// caller's deadline.
 func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any) (*nats.Msg, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
@@ -71,6 +101,28 @@ func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any)
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
+	if !repeatable[endpoint] {
+		return c.attempt(ctx, endpoint, data, out)
+	}
+	giveUp := time.Now().Add(c.unavailable)
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		msg, err := c.attempt(actx, endpoint, data, out)
+		cancel()
+		unanswered := errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if !unanswered || ctx.Err() != nil || errors.Is(err, ErrUnavailable) && time.Now().After(giveUp) {
+			return msg, err
+		}
+		select {
+		case <-ctx.Done():
+			return msg, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// attempt sends a request once.
+func (c *Client) attempt(ctx context.Context, endpoint string, data []byte, out any) (*nats.Msg, error) {
 	subject := wire.APISubject(endpoint)
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
 	switch {

@@ -346,7 +346,7 @@ func TestClient_WithoutToolgateSaysItIsNotReachable(t *testing.T) {
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	c, err := client.New(nc)
+	c, err := client.New(nc, client.WithUnavailableWait(0))
 	require.NoError(t, err)
 
 	_, err = c.Submit(t.Context(), bash("c1", "t1", "ls"))

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -190,7 +191,9 @@ func (c *cliCmd) connect() (*nats.Conn, *client.Client, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (is toolgate serving there? --nats or TOOLGATE_NATS says where)", err)
 	}
-	cl, err := client.New(nc)
+	// A person at a terminal hears of a toolgate that is down within
+	// seconds; a restart in progress is still waited out.
+	cl, err := client.New(nc, client.WithUnavailableWait(2*time.Second))
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	appgate "github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/natsapi"
 )
 
 // TestAwait_AnswersWhenTheAnnouncementIsLost: with no relay running,
@@ -45,4 +47,38 @@ func TestAwait_AnswersWhenTheAnnouncementIsLost(t *testing.T) {
 	require.NoError(t, r.err)
 	assert.Equal(t, client.Approved, r.out.Kind)
 	assert.Equal(t, "alice", r.out.By)
+}
+
+// TestSubmit_WaitsOutARestart: a submit sent while toolgate's request API
+// is down (a restart, an election) is sent again and answered once it is
+// back, instead of failing the agent.
+func TestSubmit_WaitsOutARestart(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	nc, _ := bustest.Connect(t, env.URLs)
+	c, err := client.New(nc)
+	require.NoError(t, err)
+
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Submit(t.Context(), bash("restart", "t1", "make"))
+		got <- err
+	}()
+	// The first attempt has gone out to nothing before toolgate starts.
+	require.Eventually(t, func() bool { return nc.Stats().OutMsgs > 0 }, 10*time.Second, time.Millisecond)
+	g := appgate.New(appgate.Config{NC: env.NC, Buckets: env.Buckets})
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- natsapi.New(g, bustest.Logger()).Run(ctx, env.NC, "0.0.1-test") }()
+	t.Cleanup(func() { cancel(); <-served })
+
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the submit never got through")
+	}
+	e, err := g.Get(t.Context(), machine.PendingID("restart", "t1"))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, e.Status)
 }
