@@ -86,15 +86,17 @@ func (e *Engine) Resolve(team, conversationID string) Resolved {
 // Evaluate decides what c needs. In order, the first that applies decides:
 //
 //  1. a deny rule: deny;
-//  2. the permission mode (the call's, else the policy's): plan denies
-//     every tool that is not read-only; bypassPermissions runs the call;
-//  3. a grant: run;
-//  4. an ask rule: ask;
-//  5. an allow rule: run;
-//  6. a read-only tool: run;
-//  7. acceptEdits mode and an edit tool: run;
-//  8. a tool in requiresApprovalTools: ask;
-//  9. otherwise run, after the tool's delay.
+//  2. plan mode (the call's, else the policy's) and a tool that is not
+//     read-only: deny;
+//  3. a Bash line whose code no rule can see: ask;
+//  4. a grant: run;
+//  5. an ask rule: ask;
+//  6. bypassPermissions mode: run;
+//  7. an allow rule: run;
+//  8. a read-only tool: run;
+//  9. acceptEdits mode and an edit tool: run;
+//  10. a tool in requiresApprovalTools: ask;
+//  11. otherwise run, after the tool's delay.
 //
 // Every run from steps 3 to 9 must then pass the cost checks: an estimated
 // cost above requireApprovalAboveCost asks, and so does one the team's
@@ -151,9 +153,6 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 		// that does not parse): a human decides, whatever else says run.
 		return verdict(machine.ActionAsk, hiddenReason), nil
 	}
-	if mode == ModeBypassPermissions {
-		return verdict(machine.ActionRun, fmt.Sprintf("permissionMode bypassPermissions (%s)", modeFrom)), nil
-	}
 	if e.grants != nil {
 		g, ok, err := e.grants.Match(ctx, c)
 		if err != nil {
@@ -163,8 +162,14 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 			return e.charge(ctx, r, c, verdict(machine.ActionRun, g.String()))
 		}
 	}
+	// Ask rules hold even under bypassPermissions, as in Claude Code:
+	// the mode skips the questions a policy asks by default, not the ones
+	// a rule names.
 	if rule, ok := firstMatch(r.Rules.Ask, call, false); ok {
 		return verdict(machine.ActionAsk, rule.String()), nil
+	}
+	if mode == ModeBypassPermissions {
+		return verdict(machine.ActionRun, fmt.Sprintf("permissionMode bypassPermissions (%s)", modeFrom)), nil
 	}
 	if rule, ok := firstMatch(r.Rules.Allow, call, true); ok {
 		return e.charge(ctx, r, c, verdict(machine.ActionRun, rule.String()))

@@ -113,6 +113,7 @@ func TestEvaluate(t *testing.T) {
 		{"bypassPermissions from the call", testCall{tool: "web_search", args: `{"query":"x"}`, mode: "bypassPermissions"}, run, `permissionMode bypassPermissions (call)`, 0},
 		{"bypassPermissions from the scope", testCall{tool: "web_search", args: `{"query":"x"}`, conv: "c-yolo"}, run, `permissionMode bypassPermissions (conversations.c-yolo)`, 0},
 		{"bypassPermissions skips cost checks", testCall{tool: "web_search", team: "finance", mode: "bypassPermissions", cost: 5000}, run, `permissionMode bypassPermissions (call)`, 0},
+		{"ask rules hold under bypassPermissions", testCall{tool: "Bash", args: `{"command":"git push origin main"}`, mode: "bypassPermissions"}, ask, `rules.ask "Bash(git push *)" (default)`, 0},
 		{"bypassPermissions disabled", testCall{tool: "web_search", args: `{"query":"x"}`, team: "ops", mode: "bypassPermissions"}, ask, `requiresApprovalTools (default)`, 0},
 		{"default mode given explicitly", testCall{tool: "web_search", conv: "c-yolo", mode: "default"}, ask, `requiresApprovalTools (default)`, 0},
 
