@@ -83,6 +83,9 @@ type Executor struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // by pendingId
+	// busy holds the calls this executor has in hand, from its claim
+	// until their outcome is recorded or given up.
+	busy map[string]bool
 }
 
 // errConversationCancelled is why a handler's context ends when its
@@ -110,7 +113,7 @@ func (c *Client) NewExecutor(opts ExecutorOptions) (*Executor, error) {
 	opts.Log = opts.Log.With("executor", opts.ID)
 	return &Executor{
 		c: c, opts: opts,
-		handlers: map[string]Handler{}, running: map[string]context.CancelCauseFunc{},
+		handlers: map[string]Handler{}, running: map[string]context.CancelCauseFunc{}, busy: map[string]bool{},
 	}, nil
 }
 
@@ -171,6 +174,24 @@ func (x *Executor) work(ctx context.Context, msg jetstream.Msg, h Handler) error
 	if err := json.Unmarshal(msg.Data(), &item); err != nil {
 		return consumer.Permanent(fmt.Errorf("work item: %w", err))
 	}
+	// A call this executor is running already is not claimed again, not
+	// even when its lease ran out under load (heartbeats that could not
+	// get through) and the timer queued it again: a second claim would
+	// run it twice. The item comes back after a lease, by when the run in
+	// hand has ended (and the item is spent) or this executor has died
+	// (and whoever gets it reclaims the call).
+	x.mu.Lock()
+	if x.busy[item.PendingID] {
+		x.mu.Unlock()
+		return consumer.RetryAfter(fmt.Errorf("%s: running here already", item.PendingID), x.opts.Lease)
+	}
+	x.busy[item.PendingID] = true
+	x.mu.Unlock()
+	defer func() {
+		x.mu.Lock()
+		delete(x.busy, item.PendingID)
+		x.mu.Unlock()
+	}()
 	e, err := x.c.report(ctx, wire.EndpointStarted, wire.ReportRequest{PendingID: item.PendingID, By: x.opts.ID, LeaseMs: x.opts.Lease.Milliseconds()})
 	if errors.Is(err, machine.ErrConflict) || errors.Is(err, machine.ErrNotFound) {
 		// Not runnable (refused, cancelled, done, not due) or held by a

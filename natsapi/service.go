@@ -70,6 +70,28 @@ func (s *Service) Run(ctx context.Context, nc *nats.Conn, version string) error 
 	return nil
 }
 
+// WaitReady waits until toolgate's request API serves every endpoint on
+// nc's servers. A ping is not enough: the service answers pings as soon
+// as it is added, before its endpoints subscribe, and a request sent in
+// between gets "no responders".
+func WaitReady(ctx context.Context, nc *nats.Conn) error {
+	want := len((&Service{}).endpoints())
+	for {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		msg, err := nc.RequestWithContext(rctx, "$SRV.INFO."+wire.ServiceName, nil)
+		cancel()
+		var info micro.Info
+		if err == nil && json.Unmarshal(msg.Data, &info) == nil && len(info.Endpoints) >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // reply is what a handler answers: a value to encode as JSON, and headers.
 type reply struct {
 	v      any
@@ -91,7 +113,7 @@ func answer[T, R any](f func(context.Context, T) (R, error)) handler {
 }
 
 func (s *Service) endpoints() map[string]handler {
-	g := s.gate
+	g := s.gate // nil for WaitReady, which only counts them
 	return map[string]handler{
 		wire.EndpointSubmit: answer(g.Submit),
 		wire.EndpointGet:    s.get,

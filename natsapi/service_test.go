@@ -35,10 +35,9 @@ func startService(t *testing.T) (*bustest.Env, *natsapi.Service) {
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx, env.NC, "0.0.1-test") }()
 	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, func() bool {
-		_, err := env.NC.Request("$SRV.PING.toolgate", nil, time.Second)
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond)
+	wctx, stopWaiting := context.WithTimeout(t.Context(), 10*time.Second)
+	defer stopWaiting()
+	require.NoError(t, natsapi.WaitReady(wctx, env.NC), "the request API never served every endpoint")
 	return env, svc
 }
 

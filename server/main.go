@@ -32,8 +32,8 @@ import (
 	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/natsapi"
 	"github.com/toolgate/toolgate/policy"
-	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
 
@@ -253,7 +253,7 @@ func (m *Main) Run(ctx context.Context) error {
 		// "Serving" means a client can submit: wait for this process's
 		// request API to answer, so nobody who waits for the log line
 		// gets "no responders".
-		if err := waitForService(ctx, nc); err != nil {
+		if err := natsapi.WaitReady(ctx, nc); err != nil {
 			return errors.Join(err, g.Wait())
 		}
 	}
@@ -280,23 +280,6 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 		return err
 	}
 	return nil
-}
-
-// waitForService waits until toolgate's request API answers a ping.
-func waitForService(ctx context.Context, nc *nats.Conn) error {
-	for {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := nc.RequestWithContext(pctx, "$SRV.PING."+wire.ServiceName, nil)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 // deps is what the roles share: one connection, one application layer.
