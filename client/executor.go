@@ -132,10 +132,7 @@ func (x *Executor) Run(ctx context.Context) error {
 		return err
 	}
 	defer sub.Unsubscribe()
-	js, err := jetstream.New(x.c.nc)
-	if err != nil {
-		return err
-	}
+	js := x.c.js
 	g, ctx := errgroup.WithContext(ctx)
 	for tool, h := range x.handlers {
 		r := consumer.NewRunner(js, consumer.ConsumerConfig{
