@@ -251,9 +251,14 @@ type sseEvent struct {
 
 func (h *harness) events(query, lastID string) *sse {
 	h.t.Helper()
+	return h.eventsAs("viewer-token-00000001", query, lastID)
+}
+
+func (h *harness) eventsAs(token, query, lastID string) *sse {
+	h.t.Helper()
 	req, err := http.NewRequest("GET", h.url+"/v1/events"+query, nil)
 	require.NoError(h.t, err)
-	req.Header.Set("Authorization", "Bearer viewer-token-00000001")
+	req.Header.Set("Authorization", "Bearer "+token)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
@@ -282,6 +287,24 @@ func (s *sse) next(t *testing.T) sseEvent {
 	}
 	t.Fatalf("event stream ended: %v", s.sc.Err())
 	return ev
+}
+
+// TestAPI_AnAgentHearsOfItsOwnCallsOnly: an agent's token streams the
+// events of its own calls, not another agent's; a viewer's, all of them.
+func TestAPI_AnAgentHearsOfItsOwnCallsOnly(t *testing.T) {
+	t.Parallel()
+	h := start(t, tokens+"other-agent-token-0001 other-bot agent\n")
+	mine := h.eventsAs("agent-token-000000001", "", "")
+	all := h.events("", "")
+	var theirs machine.Entry
+	require.Equal(t, http.StatusCreated, h.do("POST", "/v1/tool-calls", "other-agent-token-0001",
+		machine.Call{ToolCallID: "x", ToolName: "web_search", Arguments: json.RawMessage(`{"query":"q"}`), ConversationID: "own"}, &theirs))
+	own := h.submit("own", "y")
+	assert.Equal(t, theirs.PendingID, all.next(t).data.Entry.PendingID)
+	assert.Equal(t, own.PendingID, all.next(t).data.Entry.PendingID)
+	assert.Equal(t, own.PendingID, mine.next(t).data.Entry.PendingID, "the other agent's call was left out")
+	status := h.do("GET", "/v1/tool-calls/"+theirs.PendingID, "agent-token-000000001", nil, nil)
+	assert.Equal(t, http.StatusNotFound, status, "nor can it read that call")
 }
 
 func TestAPI_EventsResumeWithLastEventID(t *testing.T) {

@@ -9,39 +9,25 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/toolgate/toolgate/gate"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Role is what a token may do.
-type Role string
+type Role = wire.Role
 
 // The roles a token can carry.
 const (
-	RoleAgent    Role = "agent"    // submits calls and reports on them, as itself
-	RoleApprover Role = "approver" // decides and cancels
-	RoleAdmin    Role = "admin"    // everything
-	RoleViewer   Role = "viewer"   // reads
+	RoleAgent    = wire.RoleAgent
+	RoleExecutor = wire.RoleExecutor
+	RoleApprover = wire.RoleApprover
+	RoleViewer   = wire.RoleViewer
+	RoleAdmin    = wire.RoleAdmin
 )
 
-var allRoles = []Role{RoleAgent, RoleApprover, RoleAdmin, RoleViewer}
-
-// User is who a request comes from.
-type User struct {
-	ID    string
-	Roles []Role
-}
-
-// Can reports whether u holds any of roles (an admin holds them all).
-func (u User) Can(roles ...Role) bool {
-	if slices.Contains(u.Roles, RoleAdmin) {
-		return true
-	}
-	for _, r := range roles {
-		if slices.Contains(u.Roles, r) {
-			return true
-		}
-	}
-	return false
-}
+// User is who a request comes from: the application layer's actor.
+type User = gate.Actor
 
 // Tokens maps bearer tokens to users. The zero Tokens is open: every
 // request is an admin named by its X-Toolgate-User header (or "anonymous"),
@@ -89,10 +75,10 @@ func ParseTokens(data []byte) (*Tokens, error) {
 		if len(f[0]) < 16 {
 			return nil, fmt.Errorf("tokens: entry %d (user %s): token must be at least 16 characters", n, f[1])
 		}
-		u := User{ID: f[1]}
+		u := User{Name: f[1]}
 		for _, r := range strings.Split(f[2], ",") {
-			if !slices.Contains(allRoles, Role(r)) {
-				return nil, fmt.Errorf("tokens: entry %d (user %s): unknown role %q: want agent, approver, admin or viewer", n, f[1], r)
+			if !slices.Contains(wire.Roles, Role(r)) {
+				return nil, fmt.Errorf("tokens: entry %d (user %s): unknown role %q: want agent, executor, approver, viewer or admin", n, f[1], r)
 			}
 			u.Roles = append(u.Roles, Role(r))
 		}
@@ -110,7 +96,7 @@ func (t *Tokens) authenticate(r *http.Request, queryToken bool) (User, bool) {
 		if id == "" {
 			id = "anonymous"
 		}
-		return User{ID: id, Roles: []Role{RoleAdmin}}, true
+		return User{Name: id, Roles: []Role{RoleAdmin}}, true
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok && queryToken {

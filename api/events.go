@@ -22,13 +22,18 @@ const keepAlive = 15 * time.Second
 // TOOL_EVENTS sequence, event the subject, data the envelope. A client that
 // reconnects with Last-Event-ID (or ?since=SEQ, e.g. a list's eventsSeq)
 // gets everything after it, so it misses nothing.
-func (s *Server) events(w http.ResponseWriter, r *http.Request, _ User) error {
+func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		return fmt.Errorf("streaming unsupported")
 	}
 	q := r.URL.Query()
 	conv, tool := q.Get("conversationId"), q.Get("toolName")
+	// An agent hears of its own calls only, as on NATS.
+	caller := ""
+	if !u.SeesAll() {
+		caller = u.Name
+	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy}
 	if since := cmp.Or(r.Header.Get("Last-Event-ID"), q.Get("since")); since != "" {
 		seq, err := strconv.ParseUint(since, 10, 64)
@@ -87,15 +92,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, _ User) error {
 			if err != nil {
 				continue
 			}
-			if conv != "" || tool != "" {
+			if conv != "" || tool != "" || caller != "" {
 				var ev struct {
 					Entry struct {
 						ConversationID string `json:"conversationId"`
 						ToolName       string `json:"toolName"`
+						CallerBotID    string `json:"callerBotId"`
 					} `json:"entry"`
 				}
 				if json.Unmarshal(m.Data(), &ev) != nil ||
-					(conv != "" && ev.Entry.ConversationID != conv) || (tool != "" && ev.Entry.ToolName != tool) {
+					(conv != "" && ev.Entry.ConversationID != conv) || (tool != "" && ev.Entry.ToolName != tool) ||
+					(caller != "" && ev.Entry.CallerBotID != caller) {
 					continue
 				}
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
 )
@@ -69,10 +70,10 @@ func (in *inboxServer) play(clk *toolgatetest.Clock, calls []scripted) {
 			t.Fatalf("outcome %q of %s", s.outcome, s.call.ToolCallID)
 		}
 		if s.outcome == outcomeApprove && s.cost > 0 {
-			_, err := in.gate.Claim(ctx, e.PendingID, "executor-1", time.Minute)
+			_, err := in.gate.Claim(ctx, gate.System, e.PendingID, "executor-1", time.Minute)
 			require.NoError(t, err)
 			clk.Set(s.decidedAt().Add(3 * time.Second))
-			_, err = in.gate.Complete(ctx, e.PendingID, machine.Outcome{Holder: "executor-1", Cost: s.cost})
+			_, err = in.gate.Complete(ctx, gate.System, e.PendingID, machine.Outcome{Holder: "executor-1", Cost: s.cost})
 			require.NoError(t, err)
 		}
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -38,13 +37,18 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Analytics, when set, serves GET /v1/analytics.
 	Analytics http.Handler
-	Log       *slog.Logger
+	// AllowedHosts are the Host header values the API answers (see
+	// CheckAllowedHosts for the forms; DefaultAllowedHosts for a listen
+	// address). nil: localhost, 127.0.0.1 and ::1.
+	AllowedHosts []string
+	Log          *slog.Logger
 }
 
 // Server is the HTTP API.
 type Server struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg   Config
+	mux   *http.ServeMux
+	hosts *allowedHosts
 }
 
 // route is one endpoint: who may call it and what it does. The table is
@@ -69,7 +73,7 @@ var routes = []route{
 	{"POST", "/v1/conversations/{conversationId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancelConversation},
 	{"GET", "/v1/events", readers, (*Server).events},
 	{"POST", "/v1/integrations/claude-code/{hook}", []Role{RoleAgent}, (*Server).claudeCodeHook},
-	{"GET", "/v1/analytics", readers, (*Server).analytics},
+	{"GET", "/v1/analytics", []Role{RoleViewer, RoleApprover}, (*Server).analytics},
 	{"GET", "/v1/budgets", []Role{RoleViewer, RoleApprover}, (*Server).budgets},
 	{"GET", "/v1/me", readers, (*Server).me},
 	{"GET", "/v1/openapi.json", nil, (*Server).openAPI},
@@ -80,7 +84,7 @@ var routes = []route{
 
 // New returns the API server.
 func New(cfg Config) *Server {
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), hosts: newAllowedHosts(cfg.AllowedHosts)}
 	for _, rt := range routes {
 		s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
 			s.serve(w, r, rt)
@@ -105,10 +109,22 @@ func pathMatches(pattern, path string) bool {
 	return true
 }
 
-// ServeHTTP implements http.Handler. What no route of the API takes is
-// refused in the API's one error shape, not the mux's plain text (nor the
-// inbox's page): 405 for a path that takes other methods, else 404.
+// ServeHTTP implements http.Handler. A request whose Host header is not an
+// allowed host is refused with 421, whatever it asks for (the health
+// checks aside: a probe asks by the pod's address, and they tell nothing).
+// What no route of the API takes is refused in the API's one error shape,
+// not the mux's plain text (nor the inbox's page): 405 for a path that
+// takes other methods, else 404.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.hosts.allows(r.Host) && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+		host := r.Host
+		if len(host) > 100 {
+			host = host[:100] + "…"
+		}
+		writeError(w, s.cfg.Log, httpErr(http.StatusMisdirectedRequest, "misdirected_request",
+			fmt.Sprintf("this server does not answer to the host %q (allowed hosts: --allowed-hosts)", host)))
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, "/v1/") {
 		if _, pattern := s.mux.Handler(r); pattern == "" || pattern == "GET /" {
 			s.unrouted(w, r)
@@ -163,7 +179,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		}
 		if !u.Can(rt.roles...) {
 			writeError(w, s.cfg.Log, httpErr(http.StatusForbidden, "forbidden",
-				fmt.Sprintf("%s may not %s %s: needs one of the roles %v", u.ID, rt.method, rt.path, rt.roles)))
+				fmt.Sprintf("%s may not %s %s: needs one of the roles %v", u.Name, rt.method, rt.path, rt.roles)))
 			return
 		}
 	}
@@ -252,16 +268,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, u User) error {
 	if err := readJSON(w, r, &c); err != nil {
 		return err
 	}
-	if !u.Can(RoleAdmin) {
-		// An agent submits as itself: it cannot ask on another's behalf,
-		// nor so make itself the approver of its own call.
-		if c.CallerBotID == "" {
-			c.CallerBotID = u.ID
-		} else if c.CallerBotID != u.ID {
-			return fmt.Errorf("%w: callerBotId %q: agent %s submits as itself", machine.ErrForbidden, c.CallerBotID, u.ID)
-		}
-	}
-	e, err := s.cfg.Gate.Submit(r.Context(), c)
+	e, err := s.cfg.Gate.Submit(r.Context(), u, c)
 	if err != nil {
 		return err
 	}
@@ -282,7 +289,7 @@ type Page struct {
 	EventsSeq uint64 `json:"eventsSeq"`
 }
 
-func (s *Server) list(w http.ResponseWriter, r *http.Request, _ User) error {
+func (s *Server) list(w http.ResponseWriter, r *http.Request, u User) error {
 	q := r.URL.Query()
 	req := wire.ListRequest{
 		ConversationID: q.Get("conversationId"), ToolName: q.Get("toolName"), CallerBotID: q.Get("callerBotId"),
@@ -299,7 +306,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, _ User) error {
 	if err != nil {
 		return err
 	}
-	page, err := s.cfg.Gate.List(r.Context(), req)
+	page, err := s.cfg.Gate.List(r.Context(), u, req)
 	if err != nil {
 		return err
 	}
@@ -319,8 +326,8 @@ func (s *Server) eventsSeq(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-func (s *Server) get(w http.ResponseWriter, r *http.Request, _ User) error {
-	e, err := s.cfg.Gate.Get(r.Context(), r.PathValue("pendingId"))
+func (s *Server) get(w http.ResponseWriter, r *http.Request, u User) error {
+	e, err := s.cfg.Gate.Get(r.Context(), u, r.PathValue("pendingId"))
 	if err != nil {
 		return err
 	}
@@ -331,8 +338,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, _ User) error {
 // HistoryItem is one transition of an entry.
 type HistoryItem = wire.HistoryItem
 
-func (s *Server) history(w http.ResponseWriter, r *http.Request, _ User) error {
-	items, err := s.cfg.Gate.History(r.Context(), r.PathValue("pendingId"))
+func (s *Server) history(w http.ResponseWriter, r *http.Request, u User) error {
+	items, err := s.cfg.Gate.History(r.Context(), u, r.PathValue("pendingId"))
 	if err != nil {
 		return err
 	}
@@ -360,8 +367,8 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u User, id strin
 	if d.Approved == nil {
 		return fmt.Errorf("%w: approved: required, true or false", machine.ErrInvalid)
 	}
-	e, err := s.cfg.Gate.Decide(r.Context(), id, machine.Decision{
-		Approve: *d.Approved, By: u.ID, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
+	e, err := s.cfg.Gate.Decide(r.Context(), u, id, machine.Decision{
+		Approve: *d.Approved, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
 	})
 	if err != nil {
 		return err
@@ -386,7 +393,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, u User) error {
 	if req.PendingID == "" || req.ConversationID == "" {
 		return fmt.Errorf("%w: conversationId and pendingId: required", machine.ErrInvalid)
 	}
-	e, err := s.cfg.Gate.Get(r.Context(), req.PendingID)
+	e, err := s.cfg.Gate.Get(r.Context(), u, req.PendingID)
 	if err != nil {
 		return err
 	}
@@ -417,17 +424,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, u User) error {
 	if err != nil {
 		return err
 	}
-	id := r.PathValue("pendingId")
-	if !u.Can(RoleApprover) {
-		e, err := s.cfg.Gate.Get(r.Context(), id)
-		if err != nil {
-			return err
-		}
-		if e.CallerBotID != u.ID {
-			return fmt.Errorf("%w: agent %s may cancel only its own calls", machine.ErrForbidden, u.ID)
-		}
-	}
-	e, err := s.cfg.Gate.Cancel(r.Context(), id, u.ID, reason)
+	e, err := s.cfg.Gate.Cancel(r.Context(), u, r.PathValue("pendingId"), "", reason)
 	if err != nil {
 		return err
 	}
@@ -440,13 +437,7 @@ func (s *Server) cancelConversation(w http.ResponseWriter, r *http.Request, u Us
 	if err != nil {
 		return err
 	}
-	// An agent stops its own calls of a conversation, not the other
-	// agents' in it; an approver stops them all.
-	onlyCaller := ""
-	if !u.Can(RoleApprover) {
-		onlyCaller = u.ID
-	}
-	reply, err := s.cfg.Gate.CancelConversation(r.Context(), r.PathValue("conversationId"), onlyCaller, u.ID, reason)
+	reply, err := s.cfg.Gate.CancelConversation(r.Context(), u, r.PathValue("conversationId"), "", reason)
 	if err != nil {
 		return err
 	}
@@ -454,51 +445,15 @@ func (s *Server) cancelConversation(w http.ResponseWriter, r *http.Request, u Us
 	return nil
 }
 
-// claudeCodeHooks maps the hook paths to the events they take.
-var claudeCodeHooks = map[string][]string{
-	"pre-tool-use":       {claudecode.EventPreToolUse},
-	"permission-request": {claudecode.EventPermissionRequest},
-	"post-tool-use":      {claudecode.EventPostToolUse, claudecode.EventPostToolUseFailure},
-}
-
-// claudeCodeHook answers one of Claude Code's HTTP hooks, with the same
-// JSON its command hook prints. The calls are the agent's: the token's
-// user is their callerBotId; ?team= names their team.
-func (s *Server) claudeCodeHook(w http.ResponseWriter, r *http.Request, u User) error {
-	events, ok := claudeCodeHooks[r.PathValue("hook")]
-	if !ok {
-		return httpErr(http.StatusNotFound, "not_found", "no such Claude Code hook here: pre-tool-use, permission-request or post-tool-use")
-	}
-	var raw json.RawMessage
-	if err := readJSON(w, r, &raw); err != nil {
-		return err
-	}
-	in, err := claudecode.ParseInput(raw)
-	if err != nil {
-		return err
-	}
-	if !slices.Contains(events, in.HookEventName) {
-		return fmt.Errorf("%w: hook_event_name: %q does not belong at %s", machine.ErrInvalid, in.HookEventName, r.URL.Path)
-	}
-	// The hook waits for a human's decision, as long as the hook says.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	out, err := claudecode.Handle(r.Context(), hookGate{g: s.cfg.Gate, nc: s.cfg.JS.Conn()}, in, claudecode.Options{Caller: u.ID, Team: r.URL.Query().Get("team")})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
-}
-
 // budgets serves the budget ledger; ?team=T narrows it to one team
 // (?team= to the calls that name none).
-func (s *Server) budgets(w http.ResponseWriter, r *http.Request, _ User) error {
+func (s *Server) budgets(w http.ResponseWriter, r *http.Request, u User) error {
 	var req wire.BudgetsRequest
 	if q := r.URL.Query(); q.Has("team") {
 		team := q.Get("team")
 		req.Team = &team
 	}
-	reply, err := s.cfg.Gate.Budgets(r.Context(), req)
+	reply, err := s.cfg.Gate.Budgets(r.Context(), u, req)
 	if err != nil {
 		return err
 	}
@@ -522,7 +477,7 @@ type Me struct {
 }
 
 func (s *Server) me(w http.ResponseWriter, _ *http.Request, u User) error {
-	writeJSON(w, http.StatusOK, Me{ID: u.ID, Roles: u.Roles, Open: s.cfg.Tokens.Open()})
+	writeJSON(w, http.StatusOK, Me{ID: u.Name, Roles: u.Roles, Open: s.cfg.Tokens.Open()})
 	return nil
 }
 

@@ -75,7 +75,7 @@ func BenchmarkSSEFanout(b *testing.B) {
 	ids := make([]string, b.N)
 	index := make(map[string]int, b.N)
 	for i := range ids {
-		e, err := m.Submit(ctx, machine.Call{
+		e, err := m.Submit(ctx, gate.System, machine.Call{
 			ToolCallID: fmt.Sprintf("call-%07d", i), ToolName: "send_email", CallerBotID: "agent-support-3",
 			ConversationID: fmt.Sprintf("conv-%03d", i%64), Team: "support", EstimatedCost: 0.002,
 			Arguments: json.RawMessage(`{"to":"ops@example.com","subject":"Nightly export failed"}`),
@@ -104,7 +104,7 @@ func BenchmarkSSEFanout(b *testing.B) {
 	b.StartTimer()
 	for i, id := range ids {
 		starts[i] = time.Since(f.base)
-		if _, err := m.Decide(ctx, id, machine.Decision{Approve: true, By: "reviewer-7", Reason: "recipient checked"}); err != nil {
+		if _, err := m.Decide(ctx, gate.System, id, machine.Decision{Approve: true, By: "reviewer-7", Reason: "recipient checked"}); err != nil {
 			b.Fatalf("decide %s: %v", id, err)
 		}
 		select {

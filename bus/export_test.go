@@ -7,3 +7,10 @@ func FailRelay(r *Relay, beforePublish, beforeAck func(revision uint64) error) {
 	r.beforePublish = beforePublish
 	r.beforeAck = beforeAck
 }
+
+// Synced reports whether s answers from memory.
+func (s *GrantStore) Synced() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.synced
+}

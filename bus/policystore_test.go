@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -151,4 +152,47 @@ func TestGrantStore_ConcurrentGrantsAllKept(t *testing.T) {
 	grants, err := g.List(ctx, "busy")
 	require.NoError(t, err)
 	assert.Len(t, grants, 20)
+}
+
+// TestGrantStore_FollowingMatchesFromMemory: a store that follows the
+// bucket matches a grant another process recorded, and goes on matching
+// with the NATS server gone: a submit reads no bucket for its grants.
+func TestGrantStore_FollowingMatchesFromMemory(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	writer, follower := bus.NewGrantStore(env.Buckets.Grants), bus.NewGrantStore(env.Buckets.Grants)
+	_, err := writer.Add(ctx, policy.Grant{Pattern: "Bash(make test)", ConversationID: "early", By: "alice"})
+	require.NoError(t, err)
+	followCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- follower.Follow(followCtx, bustest.Logger()) }()
+	t.Cleanup(func() { stop(); <-done })
+	require.Eventually(t, follower.Synced, 10*time.Second, 5*time.Millisecond, "the follower never read the bucket")
+
+	call := func(conv, command string) machine.Call {
+		args, _ := json.Marshal(map[string]string{"command": command})
+		return machine.Call{ToolName: "Bash", Arguments: args, ConversationID: conv}
+	}
+	_, ok, err := follower.Match(ctx, call("early", "make test"))
+	require.NoError(t, err)
+	assert.True(t, ok, "a grant recorded before it followed")
+	_, err = writer.Add(ctx, policy.Grant{Pattern: "Bash(git push origin main)", ConversationID: "late", By: "alice"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, ok, err := follower.Match(ctx, call("late", "git push origin main"))
+		return err == nil && ok
+	}, 10*time.Second, 5*time.Millisecond, "a grant recorded elsewhere never reached the follower")
+
+	env.Servers[0].Shutdown()
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, ok, err = follower.Match(short, call("late", "git push origin main"))
+	require.NoError(t, err, "matched from memory, with the server gone")
+	assert.True(t, ok)
+	_, ok, err = follower.Match(short, call("late", "git push --force origin main"))
+	require.NoError(t, err)
+	assert.False(t, ok, "another command is still not covered")
+	_, _, err = writer.Match(short, call("late", "git push origin main"))
+	assert.Error(t, err, "a store that does not follow reads the bucket, which is gone")
 }

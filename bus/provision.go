@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,6 +36,8 @@ type Buckets struct {
 	Policies jetstream.KeyValue
 	Grants   jetstream.KeyValue
 	Budgets  jetstream.KeyValue
+	// Identities records the NATS credentials toolgate issued and revoked.
+	Identities jetstream.KeyValue
 }
 
 // Provision creates or updates the buckets and streams toolgate needs. It
@@ -51,16 +54,19 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		{&b.Policies, jetstream.KeyValueConfig{Bucket: wire.PoliciesBucket, Description: "toolgate policy document", History: 16}},
 		{&b.Grants, jetstream.KeyValueConfig{Bucket: wire.GrantsBucket, Description: "toolgate session grants by conversation"}},
 		{&b.Budgets, jetstream.KeyValueConfig{Bucket: wire.BudgetsBucket, Description: "toolgate spending per team and day"}},
+		{&b.Identities, jetstream.KeyValueConfig{Bucket: wire.IdentitiesBucket, Description: "toolgate credentials issued and revoked, by public key", History: 8}},
 	} {
 		kv.cfg.Storage = jetstream.FileStorage
 		kv.cfg.Replicas = t.Replicas
-		bucket, err := js.CreateOrUpdateKeyValue(ctx, kv.cfg)
+		bucket, err := attempts(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+			return js.CreateOrUpdateKeyValue(ctx, kv.cfg)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("provision bucket %s: %w", kv.cfg.Bucket, err)
 		}
 		*kv.dst = bucket
 	}
-	calls, err := provisionCalls(ctx, js, t)
+	calls, err := attempts(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return provisionCalls(ctx, js, t) })
 	if err != nil {
 		return nil, fmt.Errorf("provision bucket %s: %w", wire.CallsBucket, err)
 	}
@@ -103,7 +109,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		Replicas:    t.Replicas,
 	}}
 	for _, cfg := range streams {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if _, err := attempts(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) }); err != nil {
 			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
@@ -158,5 +164,31 @@ func provisionCalls(ctx context.Context, js jetstream.JetStream, t Topology) (je
 			return nil, err
 		}
 		return js.KeyValue(ctx, wire.CallsBucket)
+	}
+}
+
+// provisionAttempt bounds one JetStream API call of provisioning. A
+// cluster creating a stream does not answer other requests to create the
+// same stream at all: they wait until their caller gives up (measured:
+// four of five processes starting at once on a fresh 3-node cluster were
+// still waiting after a minute, while the fifth was done in half a
+// second). Asked again once it exists, it answers at once.
+const provisionAttempt = 3 * time.Second
+
+// attempts runs f in attempts of provisionAttempt while they get no
+// answer, with a growing, jittered pause between them, until ctx ends.
+func attempts[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		actx, cancel := context.WithTimeout(ctx, provisionAttempt)
+		v, err := f(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(wait/2 + rand.N(wait)):
+		}
 	}
 }

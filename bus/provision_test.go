@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -59,4 +60,27 @@ func TestProvision_HandlesOpenedWhileProcessesStartAllRead(t *testing.T) {
 	cancel()
 	wg.Wait()
 	assert.Zero(t, broken.Load(), "of %d handles opened during provisioning, %d failed to read (first: %v)", opened.Load(), broken.Load(), firstErr.Load())
+}
+
+// TestProvision_ManyProcessesOnAFreshCluster: processes started together
+// (a Kubernetes rollout) all provision a fresh 3-node cluster. A cluster
+// creating a stream leaves other requests to create it unanswered until
+// their caller gives up; each such request is asked again, and answered
+// once the stream exists.
+func TestProvision_ManyProcessesOnAFreshCluster(t *testing.T) {
+	t.Parallel()
+	urls := bustest.ClientURLs(bustest.Cluster(t, 3))
+	errs := make(chan error, 5)
+	for range cap(errs) {
+		_, js := bustest.Connect(t, urls)
+		go func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			_, err := bus.Provision(ctx, js, bus.Topology{Replicas: 3})
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		require.NoError(t, <-errs)
+	}
 }

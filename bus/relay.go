@@ -206,7 +206,7 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	// Agents awaiting this call hear of it on its own subject: core NATS,
 	// nothing stored. One that misses it (not yet subscribed, reconnecting)
 	// reads the entry again, which is why losing this publish is harmless.
-	if err := r.js.Conn().Publish(wire.EntrySubject(e.PendingID), ev); err != nil {
+	if err := r.js.Conn().Publish(wire.EntrySubject(e.CallerBotID, e.PendingID), ev); err != nil {
 		return relayed{}, fmt.Errorf("relay: announce %s: %w", id, err)
 	}
 	if e.Runnable(time.UnixMilli(t.At)) {

@@ -3,7 +3,7 @@ package claudecode
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -56,26 +56,30 @@ func ParseInput(data []byte) (Input, error) {
 	return in, nil
 }
 
-// toolCallID is the call's id in toolgate: Claude Code's tool_use_id, or,
-// for inputs without one (a PermissionRequest), one derived from the
-// session, tool and input, so that the same request asked twice is one call.
-func (in Input) toolCallID() string {
-	if in.ToolUseID != "" {
-		return in.ToolUseID
-	}
-	sum := sha256.Sum256([]byte(in.SessionID + "\x00" + in.ToolName + "\x00" + string(in.ToolInput)))
-	return "cc_" + hex.EncodeToString(sum[:12])
-}
-
 // Call is the tool call the input asks about: the session is the
 // conversation, and Claude Code's permission mode is passed to the policy.
+//
+// Its toolCallId is Claude Code's tool_use_id. A PermissionRequest has
+// none, and nothing else in it tells two identical requests apart: each is
+// a call of its own, under an id drawn here. So a caller makes the Call of
+// a request once and submits that: the SDK's repeated submits of it (while
+// toolgate does not answer) find the entry the first one made, and no later
+// request ever does, so an approval given once is never replayed to
+// another request, and a request withdrawn at its wait does not answer the
+// next.
 func (in Input) Call(caller, team string) machine.Call {
 	mode := in.PermissionMode
 	if !policy.Mode(mode).Valid() {
 		mode = "" // a mode toolgate does not know: the policy's own applies
 	}
+	id := in.ToolUseID
+	if id == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		id = "cc_" + hex.EncodeToString(b[:])
+	}
 	return machine.Call{
-		ToolCallID: in.toolCallID(), ToolName: in.ToolName, Arguments: in.ToolInput,
+		ToolCallID: id, ToolName: in.ToolName, Arguments: in.ToolInput,
 		CallerBotID: caller, ConversationID: in.SessionID, Team: team, PermissionMode: mode,
 	}
 }
@@ -179,7 +183,9 @@ func (d Decision) PermissionRequest() PermissionRequestOutput {
 	return out
 }
 
-// Gate is what the hooks need of toolgate; *client.Client is one.
+// Gate is what the hooks need of toolgate. The CLI's is a *client.Client
+// with Calls added (its List takes the request API's wire type); the HTTP
+// role's answers through the application layer in its own process.
 type Gate interface {
 	Submit(ctx context.Context, call machine.Call) (*machine.Entry, error)
 	Await(ctx context.Context, pendingID string, opts ...client.AwaitOption) (client.Outcome, error)
@@ -188,27 +194,33 @@ type Gate interface {
 	Started(ctx context.Context, pendingID, by string) (*machine.Entry, error)
 	Succeed(ctx context.Context, pendingID, by string, result json.RawMessage, cost float64) (*machine.Entry, error)
 	Fail(ctx context.Context, pendingID, by, errMsg string, cost float64) (*machine.Entry, error)
+	// Calls lists the calls of a conversation for one tool that the
+	// hook's identity may see, in any state, oldest first.
+	Calls(ctx context.Context, conversationID, toolName string) ([]*machine.Entry, error)
 }
 
 // Options configure the hooks.
 type Options struct {
-	Caller string // callerBotId of the calls (default "claude-code")
+	// Caller is the callerBotId of the calls; empty, toolgate takes the
+	// name of the credential the hook connects with.
+	Caller string
 	Team   string
-	// Wait bounds how long a hook waits for a human; past it the hook
-	// hands the decision back to Claude Code's own prompt. 0: until the
-	// call's own approval deadline.
+	// Timeout is how long Claude Code waits for the hook (its "timeout"
+	// setting; for the MCP tool, MCP_TOOL_TIMEOUT): 0 is DefaultTimeout.
+	Timeout time.Duration
+	// Wait bounds how long the hook waits for toolgate's verdict, counted
+	// from Asked. It must leave the hook time to answer before Claude Code
+	// stops waiting (see WaitFor); 0 is the most Timeout allows. Past it the
+	// call is withdrawn and the decision handed back to Claude Code's own
+	// prompt, unless the call's approval deadline came first (see decide).
 	Wait time.Duration
+	// Asked is when Claude Code asked (the hook process started, the
+	// request arrived); zero is when Handle is called.
+	Asked time.Time
 	// OnError is the answer when toolgate cannot decide (it cannot be
 	// reached, say): Ask (the default: Claude Code's prompt decides) or
 	// Deny.
 	OnError Behavior
-}
-
-func (o Options) caller() string {
-	if o.Caller == "" {
-		return "claude-code"
-	}
-	return o.Caller
 }
 
 // Handle answers one hook input: the JSON to print or send back.
@@ -240,64 +252,4 @@ func Answer(in Input, d Decision) any {
 // Unreachable is the decision when toolgate cannot be asked at all.
 func Unreachable(opts Options, err error) Decision {
 	return Decision{Behavior: cmp.Or(opts.OnError, Ask), Reason: "toolgate could not decide: " + err.Error()}
-}
-
-// decide submits the call and waits for its verdict.
-func decide(ctx context.Context, g Gate, in Input, opts Options) Decision {
-	if opts.Wait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, opts.Wait)
-		defer cancel()
-	}
-	e, err := g.Submit(ctx, in.Call(opts.caller(), opts.Team))
-	if err != nil {
-		return Unreachable(opts, err)
-	}
-	o, err := g.Await(ctx, e.PendingID)
-	if errors.Is(err, context.DeadlineExceeded) {
-		// Claude Code's own prompt decides now: withdraw the call, so
-		// that a late answer in toolgate cannot leave it dangling.
-		reason := fmt.Sprintf("no decision within %s: handed back to Claude Code's prompt", opts.Wait)
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, cerr := g.Cancel(cctx, e.PendingID, opts.caller(), reason); cerr == nil || !errors.Is(cerr, machine.ErrConflict) {
-			return Decision{Behavior: Ask, Reason: "toolgate: " + e.PendingID + ": " + reason}
-		}
-		// It was decided just as we gave up: that decision stands.
-		o, err = g.Await(cctx, e.PendingID)
-	}
-	if err != nil && !errors.Is(err, client.ErrRejected) {
-		return Unreachable(opts, err)
-	}
-	return Decide(o, err)
-}
-
-// record marks a call Claude Code ran as finished, so its entry ends
-// COMPLETED_SUCCESS or COMPLETED_FAILURE with the tool's response.
-func record(ctx context.Context, g Gate, in Input, opts Options) error {
-	id := machine.PendingID(in.SessionID, in.toolCallID())
-	e, err := g.Get(ctx, id)
-	if errors.Is(err, machine.ErrNotFound) {
-		return nil // a call toolgate was not asked about
-	} else if err != nil {
-		return err
-	}
-	if e.Status == machine.StateApproved || e.Status == machine.StateScheduled {
-		if _, err := g.Started(ctx, id, opts.caller()); err != nil && !errors.Is(err, machine.ErrConflict) {
-			return err
-		}
-	}
-	if in.HookEventName == EventPostToolUseFailure {
-		_, err = g.Fail(ctx, id, opts.caller(), in.Error, 0)
-	} else {
-		result := in.ToolResponse
-		if len(result) == 0 || !json.Valid(result) {
-			result = nil
-		}
-		_, err = g.Succeed(ctx, id, opts.caller(), result, 0)
-	}
-	if errors.Is(err, machine.ErrConflict) {
-		return nil // recorded already: the hook ran twice
-	}
-	return err
 }

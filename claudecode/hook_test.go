@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -29,13 +30,34 @@ default:
   rules:
     deny: ["Bash(rm -rf *)"]
     allow: ["Bash(npm test:*)"]
+conversations:
+  rejects-at-1s:
+    approvalTimeoutMs: 1000
+    autoRejectOnTimeout: true
+  overdue-at-200ms:
+    approvalTimeoutMs: 200
+    autoRejectOnTimeout: false
 `
 
-// startGate runs toolgate's request API and relay on a real embedded
-// server and returns a client of it.
-func startGate(t *testing.T) *client.Client {
+// gateClient is the hooks' Gate over the request API, as the CLI builds
+// it, and a client to decide and read calls with (toolgate's own identity).
+type gateClient struct{ *client.Client }
+
+func (g gateClient) Calls(ctx context.Context, conversationID, toolName string) ([]*machine.Entry, error) {
+	return g.List(ctx, wire.ListRequest{ConversationID: conversationID, ToolName: toolName})
+}
+
+// startGate runs toolgate's request API, relay and timer on a real
+// embedded server, under gatePolicy, and returns a client of it.
+func startGate(t *testing.T) gateClient {
 	t.Helper()
-	return toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}, Policy: gatePolicy}).Client
+	return startGateWith(t, "relay", "intake", "timer")
+}
+
+// startGateWith runs roles under gatePolicy.
+func startGateWith(t *testing.T, roles ...string) gateClient {
+	t.Helper()
+	return gateClient{toolgatetest.Start(t, toolgatetest.Options{Roles: roles, Policy: gatePolicy}).Client}
 }
 
 func errorsIsUnavailable(err error) bool { return errors.Is(err, client.ErrUnavailable) }
@@ -103,7 +125,7 @@ func TestHooks_UnreachableAsks(t *testing.T) {
 	env := bustest.Start(t, bustest.Topologies[0]) // NATS, but no toolgate on it
 	c, err := client.New(env.NC, client.WithRequestTimeout(500*time.Millisecond))
 	require.NoError(t, err)
-	got := handle(t, c, input(claudecode.EventPreToolUse, "Bash", `{"command":"ls"}`, "toolu_1"), claudecode.Options{})
+	got := handle(t, gateClient{c}, input(claudecode.EventPreToolUse, "Bash", `{"command":"ls"}`, "toolu_1"), claudecode.Options{})
 	var out claudecode.PreToolUseOutput
 	require.NoError(t, json.Unmarshal(got, &out))
 	assert.Equal(t, claudecode.Ask, out.HookSpecificOutput.PermissionDecision)

@@ -14,23 +14,41 @@ import (
 const ApproveToolName = "approve"
 
 // ApproveInput is what Claude Code passes the permission-prompt tool.
+// Fields it may add later are accepted and ignored (approveSchema).
 type ApproveInput struct {
-	ToolName  string         `json:"tool_name" jsonschema:"the tool Claude Code wants to run"`
-	Input     map[string]any `json:"input" jsonschema:"the tool's input"`
-	ToolUseID string         `json:"tool_use_id,omitempty" jsonschema:"the tool call's id"`
+	ToolName  string         `json:"tool_name"`
+	Input     map[string]any `json:"input"`
+	ToolUseID string         `json:"tool_use_id,omitempty"`
 }
+
+// approveSchema is the approve tool's input schema. It is written out
+// rather than inferred from ApproveInput, whose inferred schema forbids
+// properties it does not name: a field a later Claude Code sends would
+// make every call fail. Only tool_name is required.
+var approveSchema = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "tool_name": {"type": "string", "description": "the tool Claude Code wants to run"},
+    "input": {"type": "object", "description": "the tool's input"},
+    "tool_use_id": {"type": "string", "description": "the tool call's id"}
+  },
+  "required": ["tool_name"]
+}`)
 
 // NewMCPServer returns an MCP server with the approve tool. Every call it
 // is asked about belongs to conversation (one server runs per Claude Code
 // session). Its result is one text block holding
 // {"behavior":"allow","updatedInput":{…}} (the input echoed when nobody
 // edited it) or {"behavior":"deny","message":"…"}: the tool has no "ask",
-// so a call toolgate cannot decide is denied, saying why.
+// so a call toolgate cannot decide, or that nobody decided within
+// opts.Wait (then withdrawn), is denied, saying why. A request Claude Code
+// cancels withdraws its call.
 func NewMCPServer(g Gate, conversation, version string, opts Options) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "toolgate", Version: version}, nil)
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        ApproveToolName,
 		Description: "Ask toolgate whether Claude Code may run a tool call: its policy decides, or a human approves from toolgate's inbox, CLI or chat.",
+		InputSchema: approveSchema,
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, a ApproveInput) (*mcp.CallToolResult, any, error) {
 		if a.ToolName == "" {
 			return nil, nil, fmt.Errorf("tool_name: required")

@@ -44,5 +44,39 @@ func TestMCPApprove_AllowEchoesInputDenyNamesTheRule(t *testing.T) {
 
 	e, err := c.Get(ctx, machine.PendingID("mcp-session", "toolu_1"))
 	require.NoError(t, err)
-	assert.Equal(t, "claude-code", e.CallerBotID)
+	assert.Equal(t, "toolgate", e.CallerBotID, "the caller is the name of the credential the server connects with")
+}
+
+// Claude Code may send the tool fields it does not send today: they are
+// accepted and ignored.
+func TestMCPApprove_ToleratesUnknownFields(t *testing.T) {
+	t.Parallel()
+	c := startGate(t)
+	ctx := t.Context()
+	st, ct := mcp.NewInMemoryTransports()
+	_, err := claudecode.NewMCPServer(c, "mcp-extra", "0.0.1", claudecode.Options{}).Connect(ctx, st, nil)
+	require.NoError(t, err)
+	session, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { session.Close() })
+
+	res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: claudecode.ApproveToolName, Arguments: map[string]any{
+		"tool_name": "Bash", "input": map[string]any{"command": "npm test"}, "tool_use_id": "toolu_x",
+		"permission_suggestions": []any{map[string]any{"type": "addRules"}}, "agent_id": "sub-1", "a_future_field": 42,
+	}})
+	require.NoError(t, err)
+	require.Len(t, res.Content, 1)
+	text := res.Content[0].(*mcp.TextContent).Text
+	require.False(t, res.IsError, text)
+	var out claudecode.PermissionResult
+	require.NoError(t, json.Unmarshal([]byte(text), &out))
+	assert.Equal(t, claudecode.Allow, out.Behavior)
+
+	// Without an input at all: the empty one.
+	res, err = session.CallTool(ctx, &mcp.CallToolParams{Name: claudecode.ApproveToolName, Arguments: map[string]any{"tool_name": "Read"}})
+	require.NoError(t, err)
+	text = res.Content[0].(*mcp.TextContent).Text
+	require.False(t, res.IsError, text)
+	require.NoError(t, json.Unmarshal([]byte(text), &out))
+	assert.Equal(t, claudecode.Allow, out.Behavior, "Read is read-only")
 }

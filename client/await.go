@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -64,6 +65,10 @@ type AwaitOption func(*awaitConfig)
 
 type awaitConfig struct {
 	untilFinished bool
+	// submitted is when this client last submitted the call (zero when
+	// it did not lately): until a little after, a read that does not
+	// find it is a read from behind the write, not an answer.
+	submitted time.Time
 }
 
 // UntilFinished makes Await wait past the approval until the call has run
@@ -92,10 +97,22 @@ func UntilFinished() AwaitOption { return func(c *awaitConfig) { c.untilFinished
 // restarted), and running it again could run it twice. It waits for that
 // run to finish and returns Executed or the *ExecutionError.
 //
-// It returns ctx's error when ctx ends first, and an error matching
-// machine.ErrNotFound when there is no such call.
+// If toolgate or the NATS server it reaches dies meanwhile, Await reads the
+// entry again once the connection is back, so an answer given while it
+// was away arrives within moments of its return; each read is bounded, so
+// none waits on ctx alone.
+//
+// It returns ctx's error when ctx ends first, an error matching
+// machine.ErrNotFound when there is no such call (a call this client has
+// just submitted is looked for a few seconds: a read may reach a replica
+// behind the write), and ErrUnavailable when toolgate does not serve its
+// request API at all.
 func (c *Client) Await(ctx context.Context, pendingID string, opts ...AwaitOption) (Outcome, error) {
-	return AwaitWith(ctx, c.nc, c.read, pendingID, opts...)
+	cfg := awaitConfig{submitted: c.submitted.when(pendingID)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return await(ctx, c.nc, c.read, pendingID, cfg)
 }
 
 // ReadFunc reads an entry and the revision it is at.
@@ -110,27 +127,71 @@ func AwaitWith(ctx context.Context, nc *nats.Conn, read ReadFunc, pendingID stri
 	for _, o := range opts {
 		o(&cfg)
 	}
+	return await(ctx, nc, read, pendingID, cfg)
+}
+
+func await(ctx context.Context, nc *nats.Conn, read ReadFunc, pendingID string, cfg awaitConfig) (Outcome, error) {
 	// A pendingId is two plain key tokens; anything else could be a
 	// wildcard that watches other calls' keys.
 	if !machine.ValidPendingID(pendingID) {
 		return Outcome{}, fmt.Errorf("await %q: not a toolgate pendingId: %w", pendingID, machine.ErrNotFound)
 	}
-	// Subscribe first, read second: a revision written between the two is
-	// in the read or announced after the subscription, never neither.
-	updates := make(chan *nats.Msg, 64)
-	sub, err := nc.ChanSubscribe(wire.EntrySubject(pendingID), updates)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("await %s: subscribe: %w", pendingID, err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	cur, rev, err := read(ctx, pendingID)
-	if err != nil {
+	// Listen for the connection coming back before anything else: a
+	// reconnect is then never unseen. What was announced while the
+	// connection was down never arrives, so it is read.
+	status := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(status)
+
+	var (
+		cur *machine.Entry // nil until a read or an announcement has it
+		rev uint64
+		// The entry names its caller, and so the subject its revisions
+		// are announced on (an agent's credential hears only its own
+		// calls'): Await subscribes once it has read the entry, then
+		// reads again, so that a revision written after the first read is
+		// in the second or announced after the subscription.
+		sub     *nats.Subscription
+		updates = make(chan *nats.Msg, 64)
+	)
+	defer func() {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+	}()
+	cur, rev, err := firstRead(ctx, read, pendingID, cfg.submitted)
+	var apiErr *wire.APIError
+	switch {
+	case err == nil:
+	case ctx.Err() != nil, errors.Is(err, machine.ErrNotFound), errors.Is(err, ErrUnavailable),
+		errors.As(err, &apiErr) && apiErr.Status < 500:
 		return Outcome{}, fmt.Errorf("await %s: %w", pendingID, err)
+	default:
+		// No answer in time (a server dying, an election): go on
+		// listening, and read again soon.
 	}
 
 	resyncEvery := awaitResyncFirst
 	resync := time.NewTimer(resyncEvery)
 	defer resync.Stop()
+	// reread reads the entry again, in case an announcement was missed: at
+	// growing intervals while the reads find nothing new, and soon again
+	// after one that failed.
+	reread := func() {
+		e, r, err := boundedRead(ctx, read, pendingID)
+		switch {
+		case err == nil:
+			if r > rev {
+				cur, rev = e, r
+			}
+			resyncEvery = min(2*resyncEvery, awaitResyncMax)
+		default:
+			// Toolgate out of reach for now, or (not found) a read from
+			// a replica behind: the entry exists, it was seen or just
+			// submitted, and toolgate never deletes one.
+			resyncEvery = awaitResyncFirst
+		}
+		resync.Reset(resyncEvery)
+	}
 	var (
 		timer *time.Timer
 		wake  <-chan time.Time
@@ -141,21 +202,33 @@ func AwaitWith(ctx context.Context, nc *nats.Conn, read ReadFunc, pendingID stri
 		}
 	}()
 	for {
-		a := answer(cur, cfg, time.Now())
-		if a.done {
-			return a.out, a.err
+		if cur != nil && sub == nil && !answer(cur, cfg, time.Now()).done {
+			if sub, err = nc.ChanSubscribe(wire.EntrySubject(cur.CallerBotID, pendingID), updates); err != nil {
+				return Outcome{}, fmt.Errorf("await %s: subscribe: %w", pendingID, err)
+			}
+			reread()
 		}
-		if timer != nil {
-			timer.Stop()
-			timer, wake = nil, nil
-		}
-		if !a.wake.IsZero() {
-			timer = time.NewTimer(time.Until(a.wake))
-			wake = timer.C
+		if cur != nil {
+			a := answer(cur, cfg, time.Now())
+			if a.done {
+				return a.out, a.err
+			}
+			if timer != nil {
+				timer.Stop()
+				timer, wake = nil, nil
+			}
+			if !a.wake.IsZero() {
+				timer = time.NewTimer(time.Until(a.wake))
+				wake = timer.C
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return Outcome{}, fmt.Errorf("await %s (still %s): %w", pendingID, cur.Status, ctx.Err())
+			state := "not read yet"
+			if cur != nil {
+				state = "still " + string(cur.Status)
+			}
+			return Outcome{}, fmt.Errorf("await %s (%s): %w", pendingID, state, ctx.Err())
 		case <-wake:
 			// The scheduled time has come: look at cur again.
 		case msg := <-updates:
@@ -165,29 +238,96 @@ func AwaitWith(ctx context.Context, nc *nats.Conn, read ReadFunc, pendingID stri
 			if json.Unmarshal(msg.Data, &ev) == nil && ev.Entry != nil && ev.Revision > rev {
 				cur, rev = ev.Entry, ev.Revision
 			}
-		case <-resync.C:
-			e, r, err := read(ctx, pendingID)
-			switch {
-			case errors.Is(err, machine.ErrNotFound):
-				return Outcome{}, fmt.Errorf("await %s: the entry was removed: %w", pendingID, err)
-			case err == nil && r > rev:
-				cur, rev = e, r
+		case s := <-status:
+			if s == nats.CLOSED {
+				return Outcome{}, fmt.Errorf("await %s: %w", pendingID, nats.ErrConnectionClosed)
 			}
-			// An error here is toolgate out of reach for now: the next
-			// read tries again.
-			resyncEvery = min(2*resyncEvery, awaitResyncMax)
-			resync.Reset(resyncEvery)
+			// Reconnected, the subscription with it: read what was
+			// missed now, not at the next resync, which may be far.
+			resyncEvery = awaitResyncFirst
+			reread()
+		case <-resync.C:
+			reread()
 		}
 	}
 }
 
+// firstRead reads the entry Await starts from. A call submitted at
+// submitted (when not zero) is looked for again while it is not found,
+// for a little while: the read may have reached a replica that has not
+// caught up with the submit's write.
+func firstRead(ctx context.Context, read ReadFunc, pendingID string, submitted time.Time) (*machine.Entry, uint64, error) {
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		e, rev, err := boundedRead(ctx, read, pendingID)
+		if !errors.Is(err, machine.ErrNotFound) || time.Now().Add(wait).After(submitted.Add(readYourWrites)) {
+			return e, rev, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// boundedRead reads the entry, giving up after awaitReadTimeout: no read
+// of Await's waits on the agent's context alone, which may last hours.
+func boundedRead(ctx context.Context, read ReadFunc, pendingID string) (*machine.Entry, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, awaitReadTimeout)
+	defer cancel()
+	return read(ctx, pendingID)
+}
+
 // How often Await reads the entry again in case it missed an
 // announcement: soon at first, when a missed one costs most, then less
-// and less often.
+// and less often. A read is given up after awaitReadTimeout, longer than
+// the default unavailable wait, so that "toolgate is not reachable" can
+// still be told.
 const (
 	awaitResyncFirst = time.Second
 	awaitResyncMax   = 30 * time.Second
+	awaitReadTimeout = DefaultUnavailableWait + attemptTimeout
 )
+
+// readYourWrites is how long after a submit a read that does not find the
+// call is taken for a read from behind the write.
+const readYourWrites = 5 * time.Second
+
+// recentSubmits remembers when a client submitted its calls, for
+// readYourWrites: a few seconds' worth, pruned each time it has doubled.
+type recentSubmits struct {
+	mu    sync.Mutex
+	at    map[string]time.Time
+	prune int // the size at which to prune next
+}
+
+func (r *recentSubmits) add(pendingID string) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at == nil {
+		r.at = map[string]time.Time{}
+	}
+	if len(r.at) >= max(r.prune, 1024) {
+		for id, t := range r.at {
+			if now.Sub(t) > readYourWrites {
+				delete(r.at, id)
+			}
+		}
+		r.prune = 2 * len(r.at)
+	}
+	r.at[pendingID] = now
+}
+
+// when returns when pendingID was submitted lately, or the zero time.
+func (r *recentSubmits) when(pendingID string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.at[pendingID]; ok && time.Since(t) <= readYourWrites {
+		return t
+	}
+	return time.Time{}
+}
 
 // Request submits call and awaits its answer: Submit, then Await.
 func (c *Client) Request(ctx context.Context, call machine.Call, opts ...AwaitOption) (Outcome, error) {

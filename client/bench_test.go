@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +30,12 @@ const lifecycleAgents = 32
 // known revision by as many writers as there are agents, on a bucket of its
 // own.
 //
+// "credentials": each party holds its role's credential, so every request
+// crosses from the CLIENTS account into toolgate's with the requester's
+// identity, as in production. "toolgate": all three use toolgate's own
+// identity, as its in-process roles do; the gap between the two is what
+// authentication costs.
+//
 // "ratio" is lifecycles/s over cas/s: the one figure comparable across
 // runs and machines. Each side runs twice, in the order CAS, lifecycles,
 // lifecycles, CAS, so that a server speeding up or slowing down weighs on
@@ -37,7 +44,32 @@ const lifecycleAgents = 32
 // Run it with: go test -run '^$' -bench LifecycleVsCAS -benchtime 2000x ./client
 func BenchmarkLifecycleVsCAS(b *testing.B) {
 	g := toolgatetest.Start(b, toolgatetest.Options{Roles: []string{"relay", "intake"}, Policy: "default: {requiresApprovalTools: all}\n"})
-	x, err := g.Client.NewExecutor(client.ExecutorOptions{Concurrency: lifecycleAgents})
+	kv, err := g.JS.CreateKeyValue(b.Context(), jetstream.KeyValueConfig{Bucket: "bench_cas", Storage: jetstream.FileStorage})
+	if err != nil {
+		b.Fatal(err)
+	}
+	as := func(role string) *client.Client {
+		_, c := g.ConnectAs(b, role)
+		return c
+	}
+	for _, bc := range []struct {
+		name                      string
+		agent, approver, executor func() *client.Client
+	}{
+		{"credentials", func() *client.Client { return as("agent") }, func() *client.Client { return as("approver") }, func() *client.Client { return as("executor") }},
+		{"toolgate", func() *client.Client { return g.Client }, func() *client.Client { return g.Client }, func() *client.Client { return g.Client }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			benchLifecycles(b, kv, bc.agent(), bc.approver(), bc.executor())
+		})
+	}
+}
+
+// rounds numbers the runs of lifecycles, whose calls need ids of their own.
+var rounds atomic.Int64
+
+func benchLifecycles(b *testing.B, kv jetstream.KeyValue, agent, approver, executor *client.Client) {
+	x, err := executor.NewExecutor(client.ExecutorOptions{Concurrency: lifecycleAgents})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,24 +79,17 @@ func BenchmarkLifecycleVsCAS(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = x.Run(ctx) })
-	b.Cleanup(func() { cancel(); wg.Wait() })
+	defer func() { cancel(); wg.Wait() }()
 
-	kv, err := g.JS.CreateKeyValue(b.Context(), jetstream.KeyValueConfig{Bucket: "bench_cas", Storage: jetstream.FileStorage})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cas := func() time.Duration { return runCAS(b, kv) }
-	round := 0
 	lifecycles := func() time.Duration {
-		round++
-		return runLifecycles(b, g.Client, round)
+		return runLifecycles(b, agent, approver, fmt.Sprintf("%s-%d", path.Base(b.Name()), rounds.Add(1)))
 	}
 
 	b.ResetTimer()
-	cd1 := cas()
+	cd1 := runCAS(b, kv)
 	ld1 := lifecycles()
 	ld2 := lifecycles()
-	cd2 := cas()
+	cd2 := runCAS(b, kv)
 	b.StopTimer()
 
 	casPerSec := float64(2*b.N) / (cd1 + cd2).Seconds()
@@ -103,7 +128,7 @@ func runCAS(b *testing.B, kv jetstream.KeyValue) time.Duration {
 }
 
 // runLifecycles runs b.N lifecycles, lifecycleAgents at a time.
-func runLifecycles(b *testing.B, c *client.Client, round int) time.Duration {
+func runLifecycles(b *testing.B, agent, approver *client.Client, round string) time.Duration {
 	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -115,13 +140,13 @@ func runLifecycles(b *testing.B, c *client.Client, round int) time.Duration {
 				if i > int64(b.N) {
 					return
 				}
-				call := machine.Call{ToolCallID: fmt.Sprintf("r%d-%d", round, i), ToolName: "noop", Arguments: json.RawMessage(`{}`), CallerBotID: "agent", ConversationID: "bench"}
-				e, err := c.Submit(ctx, call)
+				call := machine.Call{ToolCallID: fmt.Sprintf("%s-%d", round, i), ToolName: "noop", Arguments: json.RawMessage(`{}`), CallerBotID: "agent", ConversationID: "bench"}
+				e, err := agent.Submit(ctx, call)
 				if err == nil {
-					_, err = c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "alice"})
+					_, err = approver.Decide(ctx, e.PendingID, client.Decision{Approve: true})
 				}
 				if err == nil {
-					_, err = c.Await(ctx, e.PendingID, client.UntilFinished())
+					_, err = agent.Await(ctx, e.PendingID, client.UntilFinished())
 				}
 				if err != nil {
 					b.Error(err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +30,10 @@ type Client struct {
 	// unavailable is how long a request that may be repeated is tried
 	// again while nothing answers it.
 	unavailable time.Duration
+	denials     denials
+	// submitted are the calls submitted lately, for Await's
+	// read-your-writes.
+	submitted recentSubmits
 }
 
 // Option configures a Client.
@@ -66,6 +71,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("client: jetstream: %w", err)
 	}
 	c := &Client{nc: nc, js: js, timeout: DefaultRequestTimeout, unavailable: DefaultUnavailableWait}
+	c.denials.watch(nc)
 	for _, o := range opts {
 		o(c)
 	}
@@ -88,8 +94,9 @@ var repeatable = map[string]bool{
 }
 
 // requestMsg is request, also returning the reply, for its headers. A
-// repeatable request is sent again while nothing answers it (for up to
-// the client's unavailable wait) or an attempt times out, within the
+// repeatable request is sent again while nothing answers it or toolgate
+// fails it (5xx: a write or read lost in a leader election), for up to
+// the client's unavailable wait, or an attempt times out, within the
 // caller's deadline.
 func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any) (*nats.Msg, error) {
 	data, err := json.Marshal(body)
@@ -104,13 +111,21 @@ func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any)
 	if !repeatable[endpoint] {
 		return c.attempt(ctx, endpoint, data, out)
 	}
+	// A reconnect while an attempt waits means that its request or its
+	// answer may have gone with the server it went through: the request
+	// is sent again at once, not after the attempt's timeout.
+	reconnects := c.nc.StatusChanged(nats.CONNECTED)
+	defer c.nc.RemoveStatusListener(reconnects)
 	giveUp := time.Now().Add(c.unavailable)
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		msg, err := c.attempt(actx, endpoint, data, out)
-		cancel()
-		unanswered := errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
-		if !unanswered || ctx.Err() != nil || errors.Is(err, ErrUnavailable) && time.Now().After(giveUp) {
+		msg, err, reconnected := c.attemptUntilReconnect(ctx, reconnects, endpoint, data, out)
+		if reconnected {
+			continue
+		}
+		var apiErr *wire.APIError
+		failed := errors.Is(err, ErrUnavailable) || errors.As(err, &apiErr) && apiErr.Status >= 500
+		unanswered := failed || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if !unanswered || ctx.Err() != nil || failed && time.Now().After(giveUp) {
 			return msg, err
 		}
 		select {
@@ -121,10 +136,42 @@ func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any)
 	}
 }
 
+var errReconnected = errors.New("reconnected")
+
+// attemptUntilReconnect is one attempt of a repeatable request, bounded by
+// attemptTimeout, and ended early (reconnected) by a reconnect.
+func (c *Client) attemptUntilReconnect(ctx context.Context, reconnects <-chan nats.Status, endpoint string, data []byte, out any) (*nats.Msg, error, bool) {
+	// A reconnect before this attempt is sent does not concern it.
+	for len(reconnects) > 0 {
+		<-reconnects
+	}
+	rctx, reconnected := context.WithCancelCause(ctx)
+	defer reconnected(nil)
+	actx, cancel := context.WithTimeout(rctx, attemptTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-reconnects:
+			reconnected(errReconnected)
+		case <-actx.Done():
+		}
+	})
+	msg, err := c.attempt(actx, endpoint, data, out)
+	cancel()
+	wg.Wait()
+	return msg, err, err != nil && ctx.Err() == nil && errors.Is(context.Cause(rctx), errReconnected)
+}
+
 // attempt sends a request once.
 func (c *Client) attempt(ctx context.Context, endpoint string, data []byte, out any) (*nats.Msg, error) {
 	subject := wire.APISubject(endpoint)
+	ctx, release := c.denials.during(ctx, subject)
+	defer release()
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	if denied := deniedCause(ctx); denied != nil {
+		return nil, fmt.Errorf("%s: %w", endpoint, denied)
+	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w: toolgate's request API is not reachable on NATS %s: nothing answers %s (is `toolgate serve` running there, with the intake role?)",
@@ -147,6 +194,7 @@ func (c *Client) Submit(ctx context.Context, call machine.Call) (*machine.Entry,
 	if err := c.request(ctx, wire.EndpointSubmit, call, &e); err != nil {
 		return nil, err
 	}
+	c.submitted.add(e.PendingID)
 	return &e, nil
 }
 
@@ -268,10 +316,17 @@ func (c *Client) Budgets(ctx context.Context, r wire.BudgetsRequest) (wire.Budge
 	return reply, err
 }
 
-// Policy returns the policy document in force, as YAML.
+// Policy returns the policy document in force, as YAML, its secrets
+// redacted.
 func (c *Client) Policy(ctx context.Context) (wire.PolicyDocument, error) {
+	return c.GetPolicy(ctx, wire.PolicyGetRequest{})
+}
+
+// GetPolicy returns the policy document in force as r asks: its secrets
+// redacted, unless r.ShowSecrets (an admin's request).
+func (c *Client) GetPolicy(ctx context.Context, r wire.PolicyGetRequest) (wire.PolicyDocument, error) {
 	var doc wire.PolicyDocument
-	err := c.request(ctx, wire.EndpointPolicyGet, struct{}{}, &doc)
+	err := c.request(ctx, wire.EndpointPolicyGet, r, &doc)
 	return doc, err
 }
 
@@ -282,4 +337,28 @@ func (c *Client) SetPolicy(ctx context.Context, document string) (wire.PolicyDoc
 	var doc wire.PolicyDocument
 	err := c.request(ctx, wire.EndpointPolicySet, wire.PolicyDocument{Document: document}, &doc)
 	return doc, err
+}
+
+// IssueCredential has toolgate issue a NATS credential for a new identity
+// (admin only): the reply holds its .creds file, which toolgate keeps no
+// copy of.
+func (c *Client) IssueCredential(ctx context.Context, name string, role wire.Role) (wire.CredsReply, error) {
+	var reply wire.CredsReply
+	err := c.request(ctx, wire.EndpointCredsAdd, wire.CredsRequest{Name: name, Role: role}, &reply)
+	return reply, err
+}
+
+// Credentials lists the credentials toolgate issued, revoked ones too
+// (admin only).
+func (c *Client) Credentials(ctx context.Context) ([]wire.Identity, error) {
+	var reply wire.IdentitiesReply
+	err := c.request(ctx, wire.EndpointCredsList, struct{}{}, &reply)
+	return reply.Items, err
+}
+
+// RevokeCredential revokes every live credential of name (admin only).
+func (c *Client) RevokeCredential(ctx context.Context, name string) ([]wire.Identity, error) {
+	var reply wire.IdentitiesReply
+	err := c.request(ctx, wire.EndpointCredsRevoke, wire.CredsRequest{Name: name}, &reply)
+	return reply.Items, err
 }

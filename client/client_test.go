@@ -34,12 +34,11 @@ func startGate(t *testing.T, doc string) *gate {
 	return &gate{Gate: g, c: g.Client, clock: clock}
 }
 
-// newClient connects anew, as an agent process would.
-func newClient(t *testing.T, urls string) *client.Client {
+// newClient connects anew to g, as another process would, with toolgate's
+// own credential (which sees every call).
+func newClient(t *testing.T, g *toolgatetest.Gate) *client.Client {
 	t.Helper()
-	nc, _ := bustest.Connect(t, urls)
-	c, err := client.New(nc)
-	require.NoError(t, err)
+	_, c := g.ConnectAs(t, g.Creds())
 	return c
 }
 
@@ -133,7 +132,7 @@ func TestAwait_RejectionIsAnErrorNeverAResult(t *testing.T) {
 	assert.NotErrorIs(t, r.err, machine.ErrConflict)
 
 	// Awaited again (the agent restarted), it is the same refusal.
-	_, err = newClient(t, g.NATSURL).Await(ctx, e.PendingID)
+	_, err = newClient(t, g.Gate).Await(ctx, e.PendingID)
 	require.ErrorAs(t, err, &rej)
 	assert.Equal(t, client.RejectedByUser, rej.Kind)
 }
@@ -222,7 +221,7 @@ func TestAwait_UntilFinishedWaitsForTheRun(t *testing.T) {
 	t.Parallel()
 	g := startGate(t, "")
 	ctx := t.Context()
-	agent, executor := g.c, newClient(t, g.NATSURL)
+	agent, executor := g.c, newClient(t, g.Gate)
 
 	ok, err := agent.Submit(ctx, bash("c1", "ok", "make test"))
 	require.NoError(t, err)
@@ -272,7 +271,7 @@ func TestAwait_RunningCallIsNotHandedOutAgain(t *testing.T) {
 
 	// The agent restarts mid-run: Await must not tell it to run the call
 	// again, only how the run it started ends.
-	got := awaitAsync(newClient(t, g.NATSURL), ctx, e.PendingID)
+	got := awaitAsync(newClient(t, g.Gate), ctx, e.PendingID)
 	assertStillWaiting(t, got)
 	_, err = g.c.Succeed(ctx, e.PendingID, "bot", json.RawMessage(`"deployed"`), 0)
 	require.NoError(t, err)

@@ -3,11 +3,14 @@
 // decide, and agents that run their own tools report what happened.
 //
 // It speaks toolgate's NATS request API (the micro service "toolgate",
-// subjects toolgate.<endpoint>) and waits by watching the call's key in the
-// tool_calls KV bucket: no polling, and nothing lost across restarts. An
-// agent that restarts while a call is pending calls Await again with the
-// same pendingId (or Submit again with the same toolCallId, which returns
-// the entry already there) and gets the answer, whether it came before or
+// subjects toolgate.<endpoint>) and waits by listening on the call's own
+// subject, toolgate.entry.<caller>.<pendingId>, and reading the entry again
+// when the connection comes back: nothing lost across restarts. Connect
+// with a credential toolgate issued (Credentials gives the options): the
+// caller of the calls is its name. An agent that
+// restarts while a call is pending calls Await again with the same
+// pendingId (or Submit again with the same toolCallId, which returns the
+// entry already there) and gets the answer, whether it came before or
 // after the restart.
 //
 // # Answers

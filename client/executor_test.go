@@ -36,7 +36,7 @@ func startExecutor(t *testing.T, handlers map[string]client.Handler) *gate {
 	g := startGate(t, executorPolicy)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	x, err := newClient(t, g.NATSURL).NewExecutor(client.ExecutorOptions{ID: "exec-1", Lease: 3 * time.Second, Backoff: []time.Duration{10 * time.Millisecond}, Log: bustest.Logger()})
+	x, err := newClient(t, g.Gate).NewExecutor(client.ExecutorOptions{ID: "exec-1", Lease: 3 * time.Second, Backoff: []time.Duration{10 * time.Millisecond}, Log: bustest.Logger()})
 	require.NoError(t, err)
 	for tool, h := range handlers {
 		x.Handle(tool, h)
@@ -276,7 +276,7 @@ default:
   toolSpecificDelays: {delayed_job: 300}
 `)
 	for range 2 {
-		toolgatetest.Start(t, toolgatetest.Options{NATS: g.NATSURL, Roles: []string{"timer"}})
+		toolgatetest.Start(t, g.Sibling("timer"))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -293,7 +293,7 @@ default:
 		}
 	}
 	for _, id := range []string{"exec-a", "exec-b", "exec-c"} {
-		x, err := newClient(t, g.NATSURL).NewExecutor(client.ExecutorOptions{ID: id, Lease: 2 * time.Second, Log: bustest.Logger()})
+		x, err := newClient(t, g.Gate).NewExecutor(client.ExecutorOptions{ID: id, Lease: 2 * time.Second, Log: bustest.Logger()})
 		require.NoError(t, err)
 		for _, tool := range []string{"job", "delayed_job", "approved_job"} {
 			x.Handle(tool, handler(id))
@@ -332,4 +332,29 @@ default:
 	for _, e := range entries {
 		assert.Equal(t, 1, e.ExecutionAttempts, e.PendingID)
 	}
+}
+
+// TestExecutor_WithACredentialKnowsItsOwnLease: toolgate keeps the lease
+// of an executor that holds a credential under the credential's name
+// ("executor/worker-9" for the ID "worker-9"), and the executor knows
+// that holder as itself: a claim or a report of its own whose answer was
+// lost, found landed, is taken as its own.
+func TestExecutor_WithACredentialKnowsItsOwnLease(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "default: {requiresApprovalTools: none}")
+	ctx := t.Context()
+	e, err := g.c.Submit(ctx, call("own-lease", "t1", "job", `{}`))
+	require.NoError(t, err)
+	_, c := g.ConnectAs(t, "executor")
+	claimed, err := c.Started(ctx, e.PendingID, "worker-9")
+	require.NoError(t, err)
+	require.Equal(t, "executor/worker-9", claimed.Lease.Holder, "the holder is kept under the credential's name")
+
+	x, err := c.NewExecutor(client.ExecutorOptions{ID: "worker-9"})
+	require.NoError(t, err)
+	assert.True(t, x.Is(claimed.Lease.Holder))
+	assert.True(t, x.Is("worker-9"), "toolgate's own identity keeps the ID as it is")
+	other, err := c.NewExecutor(client.ExecutorOptions{ID: "worker-99"})
+	require.NoError(t, err)
+	assert.False(t, other.Is(claimed.Lease.Holder))
 }

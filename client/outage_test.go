@@ -23,7 +23,7 @@ func TestAwait_AnswersWhenTheAnnouncementIsLost(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	g := appgate.New(appgate.Config{NC: env.NC, Buckets: env.Buckets})
-	e, err := g.Submit(t.Context(), bash("lost", "t1", "make deploy"))
+	e, err := g.Submit(t.Context(), appgate.System, bash("lost", "t1", "make deploy"))
 	require.NoError(t, err)
 	require.Equal(t, machine.StatePendingApproval, e.Status)
 
@@ -33,7 +33,7 @@ func TestAwait_AnswersWhenTheAnnouncementIsLost(t *testing.T) {
 	var once sync.Once
 	read := func(ctx context.Context, id string) (*machine.Entry, uint64, error) {
 		defer once.Do(func() { close(firstRead) })
-		return g.Read(ctx, id)
+		return g.Read(ctx, appgate.System, id)
 	}
 	got := make(chan result, 1)
 	go func() {
@@ -41,7 +41,7 @@ func TestAwait_AnswersWhenTheAnnouncementIsLost(t *testing.T) {
 		got <- result{out, err}
 	}()
 	<-firstRead
-	_, err = g.Decide(t.Context(), e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	_, err = g.Decide(t.Context(), appgate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
 	require.NoError(t, err)
 	r := receive(t, got)
 	require.NoError(t, r.err)
@@ -78,7 +78,7 @@ func TestSubmit_WaitsOutARestart(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the submit never got through")
 	}
-	e, err := g.Get(t.Context(), machine.PendingID("restart", "t1"))
+	e, err := g.Get(t.Context(), appgate.System, machine.PendingID("restart", "t1"))
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, e.Status)
 }

@@ -100,6 +100,10 @@ type ConsumerConfig struct {
 	MaxAckPending int
 	// DeadLetter says where and how a message given up on is kept.
 	DeadLetter DeadLetterConfig
+	// Bind, when set, returns the consumer: someone else creates and
+	// configures it (toolgate, for an executor, whose credential may
+	// not), and the runner never changes it.
+	Bind func(ctx context.Context) (jetstream.Consumer, error)
 }
 
 // DeadLetterConfig tunes the dead letters of a Runner.
@@ -162,6 +166,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	return RunRestarting(ctx, r.log, "consumer", r.run)
 }
 
+func (r *Runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	if r.cfg.Bind != nil {
+		return r.cfg.Bind(ctx)
+	}
+	return r.CreateConsumer(ctx)
+}
+
 // CreateConsumer creates the durable consumer, or brings its configuration
 // up to date, as Run does each time it starts: for a producer that must
 // know the consumer exists before it publishes to it.
@@ -189,7 +200,7 @@ func (r *Runner) CreateConsumer(ctx context.Context) (jetstream.Consumer, error)
 }
 
 func (r *Runner) run(ctx context.Context) error {
-	cons, err := r.CreateConsumer(ctx)
+	cons, err := r.consumer(ctx)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@
 package deploy_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,9 +30,6 @@ import (
 
 	"github.com/toolgate/toolgate/api"
 )
-
-// composeNATS is the --nats every toolgate service in compose.yaml gives.
-const composeNATS = "nats://nats-1:4222,nats://nats-2:4222,nats://nats-3:4222"
 
 // ---------------------------------------------------------------------------
 // The toolgate binary, built once from this tree
@@ -153,13 +148,10 @@ func (s serveArgs) runs(role string) bool {
 	return slices.Contains(r, role) || slices.Contains(r, "all")
 }
 
-// checkServe checks a toolgate command line against the binary: every flag
-// and TOOLGATE_* variable must be one serve has, and serve must accept the
-// values. With --nats, it runs the command against a port nobody listens
-// on: reaching "nats: connect" proves flags, environment and the config's
-// validation all passed. Without, it runs it with -h appended, which parses
-// the flags and stops.
-func checkServe(t *testing.T, where string, args []string, env map[string]string) serveArgs {
+// parseServe checks a toolgate command line's flags, environment and
+// roles against the binary: every flag and TOOLGATE_* variable must be one
+// serve has, every role one it knows.
+func parseServe(t *testing.T, where string, args []string, env map[string]string) serveArgs {
 	t.Helper()
 	tg := toolgate(t)
 	s := serveArgs{where: where, args: args, env: env, flags: map[string]string{}}
@@ -199,29 +191,62 @@ func checkServe(t *testing.T, where string, args []string, env map[string]string
 			t.Errorf("%s: unknown role %q (serve knows %s)", where, r, strings.Join(tg.roles, ","))
 		}
 	}
+	return s
+}
+
+// withFlags returns a copy of a command line whose flag values are
+// replaced by f(name, value).
+func withFlags(args []string, f func(name, value string) string) []string {
+	out := slices.Clone(args)
+	for i := 1; i < len(out); i++ {
+		if !strings.HasPrefix(out[i], "-") {
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(out[i], "-"), "=")
+		if hasValue {
+			out[i] = "--" + name + "=" + f(name, value)
+		} else if i+1 < len(out) {
+			i++
+			out[i] = f(name, out[i])
+		}
+	}
+	return out
+}
+
+// checkServe checks a toolgate command line against the binary (see
+// parseServe), and that serve accepts its values. With --nats, it runs the
+// command against a port nobody listens on: reaching "nats: connect"
+// proves flags, environment and the config's validation all passed.
+// Without, it runs it with -h appended, which parses the flags and stops.
+// paths, if not nil, maps the paths the command names (in a container) to
+// where this test laid their files out.
+func checkServe(t *testing.T, where string, args []string, env map[string]string, paths func(string) string) serveArgs {
+	t.Helper()
+	s := parseServe(t, where, args, env)
 	if t.Failed() {
 		return s
 	}
-
-	run := slices.Clone(args)
 	_, cluster := s.flags["nats"]
-	if cluster {
-		for i, a := range run {
-			switch {
-			case strings.HasPrefix(a, "--nats=") || strings.HasPrefix(a, "-nats="):
-				run[i] = "--nats=nats://127.0.0.1:" + strconv.Itoa(closedPort(t))
-			case (a == "--nats" || a == "-nats") && i+1 < len(run):
-				run[i+1] = "nats://127.0.0.1:" + strconv.Itoa(closedPort(t))
-			}
+	run := withFlags(args, func(name, value string) string {
+		switch {
+		case name == "nats":
+			return "nats://127.0.0.1:" + strconv.Itoa(closedPort(t))
+		case paths != nil && strings.HasPrefix(value, "/"):
+			return paths(value)
 		}
-	} else {
+		return value
+	})
+	if !cluster {
 		run = append(run, "-h")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, tg.path, run...)
+	cmd := exec.CommandContext(ctx, toolgate(t).path, run...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	for k, v := range env {
+		if paths != nil && strings.HasPrefix(v, "/") {
+			v = paths(v)
+		}
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	var stderr bytes.Buffer
@@ -258,8 +283,8 @@ func checkRolesCovered(t *testing.T, where string, cmds []serveArgs) {
 	}
 }
 
-// checkTokens checks a tokens file: it parses, configures at least one
-// token, and every token says it is an example.
+// checkTokens checks a tokens file: it parses, and configures at least one
+// token.
 func checkTokens(t *testing.T, where string, data []byte) {
 	t.Helper()
 	tokens, err := api.ParseTokens(data)
@@ -269,16 +294,6 @@ func checkTokens(t *testing.T, where string, data []byte) {
 	}
 	if tokens.Open() {
 		t.Errorf("%s: no tokens: the HTTP API would refuse to start on 0.0.0.0", where)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if tok := strings.Fields(line)[0]; !strings.Contains(tok, "example") {
-			t.Errorf("%s: token %q does not look like an example: example tokens must say so", where, tok)
-		}
 	}
 }
 
@@ -585,15 +600,36 @@ func TestDockerfile(t *testing.T) {
 			toolgateEnv[k] = v
 		}
 	}
-	s := checkServe(t, "Dockerfile CMD", cmd, toolgateEnv)
+	s := checkServe(t, "Dockerfile CMD", cmd, toolgateEnv, nil)
 	want := map[string]string{"data": "/data", "listen": "0.0.0.0:4222", "http": "0.0.0.0:8080"}
 	for k, v := range want {
 		if s.flags[k] != v {
 			t.Errorf("Dockerfile CMD: --%s %q, want %q", k, s.flags[k], v)
 		}
 	}
-	if s.flags["tokens"] == "" && s.flags["tokens-data"] == "" && toolgateEnv["TOOLGATE_TOKENS"] == "" && toolgateEnv["TOOLGATE_TOKENS_DATA"] == "" {
-		t.Error("Dockerfile: the HTTP API listens on 0.0.0.0 but neither CMD nor ENV gives tokens: toolgate would refuse to start")
+	// The CLI in the container finds the admin credential serve made.
+	if toolgateEnv["TOOLGATE_DATA"] != s.flags["data"] {
+		t.Errorf("Dockerfile: ENV TOOLGATE_DATA=%q, want --data's %q (so that `docker exec toolgate toolgate pending` finds the admin credential)", toolgateEnv["TOOLGATE_DATA"], s.flags["data"])
+	}
+	// Tokens: named, never given. The HTTP API needs some on 0.0.0.0; the
+	// image points at a file the operator mounts.
+	if toolgateEnv["TOOLGATE_TOKENS"] == "" && s.flags["tokens"] == "" {
+		t.Error("Dockerfile: the HTTP API listens on 0.0.0.0 but neither CMD nor ENV names a tokens file: toolgate would refuse to start")
+	}
+	for _, secret := range []string{"TOOLGATE_TOKENS_DATA", "TOOLGATE_NATS_TOKEN", "TOOLGATE_NATS_PASSWORD"} {
+		if _, ok := toolgateEnv[secret]; ok {
+			t.Errorf("Dockerfile: ENV %s: the image ships no secret", secret)
+		}
+	}
+	if s.flags["tokens-data"] != "" {
+		t.Error("Dockerfile: CMD gives --tokens-data: the image ships no secret")
+	}
+	data, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regexp.MustCompile(`(?i)example[-_ ]?token|tokens\.example`).Match(data) {
+		t.Error("Dockerfile mentions example tokens: the image ships none")
 	}
 }
 
@@ -642,10 +678,35 @@ func TestDockerignore(t *testing.T) {
 // ---------------------------------------------------------------------------
 // NATS configurations
 
-// natsConf parses a NATS configuration with nats-server's own parser.
-func natsConf(t *testing.T, where, path string, replicas int) *server.Options {
+// envMu keeps the environment processConfig sets to its own parse.
+var envMu sync.Mutex
+
+// processConfig parses a NATS configuration with env in the environment,
+// which the configuration's $VARIABLES read.
+func processConfig(path string, env map[string]string) (*server.Options, error) {
+	envMu.Lock()
+	defer envMu.Unlock()
+	for k, v := range env {
+		old, had := os.LookupEnv(k)
+		os.Setenv(k, v)
+		defer func() {
+			if had {
+				os.Setenv(k, old)
+			} else {
+				os.Unsetenv(k)
+			}
+		}()
+	}
+	return server.ProcessConfigFile(path)
+}
+
+// natsConf parses a NATS configuration with nats-server's own parser, and
+// checks what every server of a toolgate cluster must have: JetStream, a
+// cluster, monitoring, and authentication by toolgate's operator alone.
+// env is the environment the configuration reads.
+func natsConf(t *testing.T, where, path string, env map[string]string, replicas int) *server.Options {
 	t.Helper()
-	opts, err := server.ProcessConfigFile(path)
+	opts, err := processConfig(path, env)
 	if err != nil {
 		t.Fatalf("%s: %v", where, err)
 	}
@@ -670,9 +731,22 @@ func natsConf(t *testing.T, where, path string, replicas int) *server.Options {
 	if opts.Port != 4222 {
 		t.Errorf("%s: client port %d, want 4222", where, opts.Port)
 	}
+	// Authentication: toolgate's operator and nothing else.
+	if len(opts.TrustedOperators) != 1 || opts.TrustedOperators[0].Name != "toolgate" {
+		t.Errorf("%s: want toolgate's operator as the only trusted one (`toolgate creds nats-config`), got %d", where, len(opts.TrustedOperators))
+	}
+	if opts.SystemAccount == "" || opts.AccountResolver == nil {
+		t.Errorf("%s: want a system account and an account resolver (`toolgate creds nats-config`)", where)
+	}
+	if len(opts.Users) > 0 || len(opts.Nkeys) > 0 || opts.Username != "" || opts.Authorization != "" || opts.NoAuthUser != "" {
+		t.Errorf("%s: users, a token or no_auth_user besides the operator: every client must hold a credential toolgate issued", where)
+	}
 	return opts
 }
 
+// TestNATSConfs parses each compose NATS server's configuration as the
+// server sees it: nats-N.conf at /etc/nats/nats.conf and, included from
+// it, the nats-auth.conf that compose's auth-init service generated.
 func TestNATSConfs(t *testing.T) {
 	paths, err := filepath.Glob("nats/*.conf")
 	if err != nil {
@@ -681,10 +755,24 @@ func TestNATSConfs(t *testing.T) {
 	if len(paths) != 3 {
 		t.Fatalf("nats/: %d configurations, want 3", len(paths))
 	}
+	c := loadCompose(t)
+	vol := composeInit(t, c)
 	var first string
 	for _, path := range paths {
 		name := strings.TrimSuffix(filepath.Base(path), ".conf")
-		opts := natsConf(t, path, path, 3)
+		svc := c.services[name]
+		if svc == nil {
+			t.Errorf("compose.yaml: no service %s for %s", name, path)
+			continue
+		}
+		conf, fs := c.natsConfig(t, name, vol)
+		if conf == "" {
+			continue
+		}
+		if got := fs.source(conf); got != filepath.Clean(path) {
+			t.Errorf("compose.yaml: %s reads %s from %s, want %s", name, conf, got, path)
+		}
+		opts := natsConf(t, path, fs.path(conf), nil, 3)
 		if opts.ServerName != name {
 			t.Errorf("%s: server_name %q, want %q", path, opts.ServerName, name)
 		}
@@ -712,607 +800,4 @@ func TestNATSConfs(t *testing.T) {
 			t.Errorf("%s differs from %s in more than its server_name", path, paths[0])
 		}
 	}
-}
-
-// ---------------------------------------------------------------------------
-// compose.yaml
-
-func TestCompose(t *testing.T) {
-	docs, err := yamlDocs("compose.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(docs) != 1 {
-		t.Fatalf("compose.yaml: %d documents, want 1", len(docs))
-	}
-	compose := docs[0]
-	services := mapping(compose, "services")
-	if len(services) == 0 {
-		t.Fatal("compose.yaml: no services")
-	}
-	volumes := mapping(compose, "volumes")
-
-	// Every local file a service mounts exists; every named volume is declared.
-	for name, svc := range services {
-		for _, v := range strs(svc, "volumes") {
-			src, _, ok := strings.Cut(v, ":")
-			if !ok {
-				t.Errorf("compose.yaml: service %s: volume %q has no target", name, v)
-				continue
-			}
-			if strings.HasPrefix(src, ".") || strings.HasPrefix(src, "/") {
-				if _, err := os.Stat(src); err != nil {
-					t.Errorf("compose.yaml: service %s mounts %s: %v", name, src, err)
-				}
-			} else if _, ok := volumes[src]; !ok {
-				t.Errorf("compose.yaml: service %s: volume %s is not declared", name, src)
-			}
-		}
-		for dep := range mapping(svc, "depends_on") {
-			if _, ok := services[dep]; !ok {
-				t.Errorf("compose.yaml: service %s depends on %s, which is not a service", name, dep)
-			}
-		}
-	}
-
-	// The NATS cluster: nats-1..3, each with its own configuration.
-	for i := 1; i <= 3; i++ {
-		name := fmt.Sprintf("nats-%d", i)
-		svc := services[name]
-		if svc == nil {
-			t.Errorf("compose.yaml: no service %s", name)
-			continue
-		}
-		if img := str(svc, "image"); !strings.HasPrefix(img, "nats:2.12") {
-			t.Errorf("compose.yaml: %s image %q, want nats:2.12", name, img)
-		}
-		cmd := strs(svc, "command")
-		ci := slices.Index(cmd, "--config")
-		if ci < 0 || ci+1 >= len(cmd) {
-			t.Errorf("compose.yaml: %s: command %q gives no --config", name, cmd)
-			continue
-		}
-		conf := ""
-		for _, v := range strs(svc, "volumes") {
-			parts := strings.Split(v, ":")
-			if len(parts) >= 2 && parts[1] == cmd[ci+1] {
-				conf = parts[0]
-			}
-		}
-		if want := "./nats/" + name + ".conf"; conf != want {
-			t.Errorf("compose.yaml: %s: --config %s is mounted from %q, want %s", name, cmd[ci+1], conf, want)
-		}
-		if !strings.Contains(strings.Join(strs(svc, "healthcheck", "test"), " "), "/healthz") {
-			t.Errorf("compose.yaml: %s: want a healthcheck on the monitoring port's /healthz", name)
-		}
-	}
-
-	// toolgate, split into role groups.
-	var cmds []serveArgs
-	for name, svc := range services {
-		if !strings.HasPrefix(str(svc, "image"), "toolgate") {
-			continue
-		}
-		where := "compose.yaml: service " + name
-		if df := str(svc, "build", "dockerfile"); df != "" {
-			if _, err := os.Stat(filepath.Join(str(svc, "build", "context"), df)); err != nil {
-				t.Errorf("%s: build: %v", where, err)
-			}
-		}
-		env := map[string]string{}
-		for k, v := range mapping(svc, "environment") {
-			if strings.HasPrefix(k, "TOOLGATE_") {
-				env[k] = str(v)
-			}
-		}
-		s := checkServe(t, where, strs(svc, "command"), env)
-		cmds = append(cmds, s)
-		if s.flags["nats"] != composeNATS {
-			t.Errorf("%s: --nats %q, want %s", where, s.flags["nats"], composeNATS)
-		}
-		if s.flags["replicas"] != "3" {
-			t.Errorf("%s: --replicas %q, want 3", where, s.flags["replicas"])
-		}
-		for _, n := range []string{"nats-1", "nats-2", "nats-3"} {
-			if str(svc, "depends_on", n, "condition") != "service_healthy" {
-				t.Errorf("%s: want depends_on %s: condition: service_healthy", where, n)
-			}
-		}
-		if str(svc, "read_only") != "true" {
-			t.Errorf("%s: want read_only: true", where)
-		}
-		if s.runs("http") {
-			if !strings.Contains(strings.Join(strs(svc, "healthcheck", "test"), " "), "/readyz") {
-				t.Errorf("%s runs the http role: want a healthcheck on /readyz", where)
-			}
-			if _, port, err := net.SplitHostPort(s.flags["http"]); err != nil || !strings.Contains(strings.Join(strs(svc, "healthcheck", "test"), " "), ":"+port+"/") {
-				t.Errorf("%s: the healthcheck does not ask --http %q", where, s.flags["http"])
-			}
-			checkComposeTokens(t, where, svc, s)
-		}
-		if s.runs("executor") && !s.runs("all") && s.flags["tools"] != "http" {
-			t.Errorf("%s runs the executor role: want --tools http, got %q", where, s.flags["tools"])
-		}
-		if s.runs("timer") && !s.runs("all") {
-			if n, _ := strconv.Atoi(str(svc, "deploy", "replicas")); n < 2 {
-				t.Errorf("%s runs the timer: want deploy.replicas >= 2", where)
-			}
-		}
-	}
-	checkRolesCovered(t, "compose.yaml", cmds)
-}
-
-// checkComposeTokens checks that --tokens names a file mounted from an
-// example tokens file that parses.
-func checkComposeTokens(t *testing.T, where string, svc any, s serveArgs) {
-	t.Helper()
-	path := s.flags["tokens"]
-	if path == "" {
-		t.Errorf("%s serves HTTP on %s: want --tokens", where, s.flags["http"])
-		return
-	}
-	for _, v := range strs(svc, "volumes") {
-		parts := strings.Split(v, ":")
-		if len(parts) >= 2 && parts[1] == path {
-			data, err := os.ReadFile(parts[0])
-			if err != nil {
-				t.Errorf("%s: --tokens %s: %v", where, path, err)
-				return
-			}
-			checkTokens(t, parts[0], data)
-			return
-		}
-	}
-	t.Errorf("%s: --tokens %s is not mounted", where, path)
-}
-
-// ---------------------------------------------------------------------------
-// Kubernetes
-
-type k8sObject struct {
-	file string
-	doc  map[string]any
-}
-
-func (o k8sObject) kind() string { return str(o.doc, "kind") }
-func (o k8sObject) name() string { return str(o.doc, "metadata", "name") }
-func (o k8sObject) String() string {
-	return fmt.Sprintf("%s: %s %s", o.file, o.kind(), o.name())
-}
-
-// k8sObjects reads every manifest kustomization.yaml lists, and checks
-// that it lists every manifest in k8s/.
-func k8sObjects(t *testing.T) []k8sObject {
-	t.Helper()
-	docs, err := yamlDocs("k8s/kustomization.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kust := docs[0]
-	if str(kust, "kind") != "Kustomization" || !strings.HasPrefix(str(kust, "apiVersion"), "kustomize.config.k8s.io/") {
-		t.Errorf("k8s/kustomization.yaml: not a Kustomization")
-	}
-	resources := strs(kust, "resources")
-	files, err := filepath.Glob("k8s/*.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if base := filepath.Base(f); base != "kustomization.yaml" && !slices.Contains(resources, base) {
-			t.Errorf("k8s/kustomization.yaml does not list %s", base)
-		}
-	}
-	var objs []k8sObject
-	for _, r := range resources {
-		docs, err := yamlDocs(filepath.Join("k8s", r))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range docs {
-			objs = append(objs, k8sObject{file: "k8s/" + r, doc: d})
-		}
-	}
-	return objs
-}
-
-func find(objs []k8sObject, kind, name string) *k8sObject {
-	for i := range objs {
-		if objs[i].kind() == kind && objs[i].name() == name {
-			return &objs[i]
-		}
-	}
-	return nil
-}
-
-// matches reports whether labels carry every key of selector.
-func matches(selector, labels map[string]any) bool {
-	if len(selector) == 0 {
-		return false
-	}
-	for k, v := range selector {
-		if str(labels[k]) != str(v) {
-			return false
-		}
-	}
-	return true
-}
-
-func TestK8sObjects(t *testing.T) {
-	objs := k8sObjects(t)
-	if len(objs) == 0 {
-		t.Fatal("no Kubernetes objects")
-	}
-	seen := map[string]bool{}
-	for _, o := range objs {
-		if str(o.doc, "apiVersion") == "" || o.kind() == "" || o.name() == "" {
-			t.Errorf("%s: an object without apiVersion, kind or metadata.name", o.file)
-			continue
-		}
-		key := o.kind() + "/" + o.name()
-		if seen[key] {
-			t.Errorf("%s: %s twice", o.file, key)
-		}
-		seen[key] = true
-		if o.kind() != "Namespace" && str(o.doc, "metadata", "namespace") != "toolgate" {
-			t.Errorf("%s: want metadata.namespace toolgate (so that kubectl apply -f works too)", o)
-		}
-	}
-	if find(objs, "Namespace", "toolgate") == nil {
-		t.Error("no Namespace toolgate")
-	}
-}
-
-// workload is a Deployment's or StatefulSet's pod template, checked for
-// what every pod here must have.
-func checkWorkload(t *testing.T, objs []k8sObject, o k8sObject) {
-	t.Helper()
-	tmpl := mapping(o.doc, "spec", "template")
-	if !matches(mapping(o.doc, "spec", "selector", "matchLabels"), mapping(tmpl, "metadata", "labels")) {
-		t.Errorf("%s: spec.selector does not select its own pods", o)
-	}
-	pod := mapping(tmpl, "spec")
-	if get(pod, "securityContext", "runAsNonRoot") != true {
-		t.Errorf("%s: want securityContext.runAsNonRoot: true", o)
-	}
-	if uid, _ := get(pod, "securityContext", "runAsUser").(int); uid == 0 {
-		t.Errorf("%s: want a non-zero securityContext.runAsUser", o)
-	}
-	if get(pod, "enableServiceLinks") != false {
-		t.Errorf("%s: want enableServiceLinks: false (service links put *_PORT variables in the environment)", o)
-	}
-	vols := map[string]any{}
-	for _, v := range list(pod, "volumes") {
-		vols[str(v, "name")] = v
-		if cm := str(v, "configMap", "name"); cm != "" && find(objs, "ConfigMap", cm) == nil {
-			t.Errorf("%s: volume %s: no ConfigMap %s", o, str(v, "name"), cm)
-		}
-		if s := str(v, "secret", "secretName"); s != "" && find(objs, "Secret", s) == nil {
-			t.Errorf("%s: volume %s: no Secret %s", o, str(v, "name"), s)
-		}
-	}
-	for _, c := range list(o.doc, "spec", "volumeClaimTemplates") {
-		vols[str(c, "metadata", "name")] = c
-	}
-	containers := list(pod, "containers")
-	if len(containers) == 0 {
-		t.Errorf("%s: no containers", o)
-	}
-	for _, c := range containers {
-		where := fmt.Sprintf("%s container %s", o, str(c, "name"))
-		if str(c, "image") == "" {
-			t.Errorf("%s: no image", where)
-		}
-		for _, kind := range []string{"requests", "limits"} {
-			for _, res := range []string{"cpu", "memory"} {
-				if str(c, "resources", kind, res) == "" {
-					t.Errorf("%s: no resources.%s.%s", where, kind, res)
-				}
-			}
-		}
-		if get(c, "securityContext", "readOnlyRootFilesystem") != true {
-			t.Errorf("%s: want securityContext.readOnlyRootFilesystem: true", where)
-		}
-		if get(c, "securityContext", "allowPrivilegeEscalation") != false {
-			t.Errorf("%s: want securityContext.allowPrivilegeEscalation: false", where)
-		}
-		if !slices.Contains(strs(c, "securityContext", "capabilities", "drop"), "ALL") {
-			t.Errorf("%s: want securityContext.capabilities.drop: [ALL]", where)
-		}
-		for _, m := range list(c, "volumeMounts") {
-			if vols[str(m, "name")] == nil {
-				t.Errorf("%s: mounts volume %s, which the pod does not have", where, str(m, "name"))
-			}
-		}
-		for _, probe := range []string{"startupProbe", "livenessProbe", "readinessProbe"} {
-			if p := mapping(c, probe); p != nil && !containerHasPort(c, get(p, "httpGet", "port")) {
-				t.Errorf("%s: %s asks port %v, which the container does not open", where, probe, get(p, "httpGet", "port"))
-			}
-		}
-	}
-}
-
-func containerHasPort(c any, port any) bool {
-	for _, p := range list(c, "ports") {
-		if str(p, "name") == str(port) || str(p, "containerPort") == str(port) {
-			return true
-		}
-	}
-	return false
-}
-
-// portNumber resolves a probe's or Service's port (a name or a number)
-// against a container's ports.
-func portNumber(c any, port any) string {
-	for _, p := range list(c, "ports") {
-		if str(p, "name") == str(port) || str(p, "containerPort") == str(port) {
-			return str(p, "containerPort")
-		}
-	}
-	return ""
-}
-
-func TestK8sWorkloads(t *testing.T) {
-	objs := k8sObjects(t)
-	n := 0
-	for _, o := range objs {
-		if o.kind() == "Deployment" || o.kind() == "StatefulSet" {
-			n++
-			checkWorkload(t, objs, o)
-		}
-	}
-	if n == 0 {
-		t.Fatal("no Deployments or StatefulSets")
-	}
-	// Every Service selects pods that open the port it sends to.
-	for _, svc := range objs {
-		if svc.kind() != "Service" {
-			continue
-		}
-		found := false
-		for _, o := range objs {
-			if (o.kind() != "Deployment" && o.kind() != "StatefulSet") || !matches(mapping(svc.doc, "spec", "selector"), mapping(o.doc, "spec", "template", "metadata", "labels")) {
-				continue
-			}
-			found = true
-			for _, p := range list(svc.doc, "spec", "ports") {
-				target := get(p, "targetPort")
-				if target == nil {
-					target = get(p, "port")
-				}
-				if !slices.ContainsFunc(list(o.doc, "spec", "template", "spec", "containers"), func(c any) bool { return containerHasPort(c, target) }) {
-					t.Errorf("%s: port %v: %s opens no such port", svc, target, o)
-				}
-			}
-		}
-		if !found {
-			t.Errorf("%s selects no pods", svc)
-		}
-	}
-}
-
-func TestK8sNATS(t *testing.T) {
-	objs := k8sObjects(t)
-	var sts *k8sObject
-	for i := range objs {
-		if objs[i].kind() == "StatefulSet" && slices.ContainsFunc(list(objs[i].doc, "spec", "template", "spec", "containers"), func(c any) bool {
-			return strings.HasPrefix(str(c, "image"), "nats:")
-		}) {
-			sts = &objs[i]
-		}
-	}
-	if sts == nil {
-		t.Fatal("no NATS StatefulSet")
-	}
-	replicas, _ := get(sts.doc, "spec", "replicas").(int)
-	if replicas != 3 {
-		t.Errorf("%s: %d replicas, want 3", sts, replicas)
-	}
-	svc := find(objs, "Service", str(sts.doc, "spec", "serviceName"))
-	if svc == nil || str(svc.doc, "spec", "clusterIP") != "None" {
-		t.Errorf("%s: serviceName %q is not a headless Service", sts, str(sts.doc, "spec", "serviceName"))
-	}
-	labels := mapping(sts.doc, "spec", "template", "metadata", "labels")
-
-	// The PodDisruptionBudget keeps a quorum.
-	pdb := false
-	for _, o := range objs {
-		if o.kind() == "PodDisruptionBudget" && matches(mapping(o.doc, "spec", "selector", "matchLabels"), labels) {
-			pdb = true
-			if min, _ := get(o.doc, "spec", "minAvailable").(int); min <= replicas/2 {
-				t.Errorf("%s: minAvailable %d does not keep a quorum of %d", o, min, replicas)
-			}
-		}
-	}
-	if !pdb {
-		t.Errorf("no PodDisruptionBudget for %s", sts)
-	}
-
-	// The container: nats:2.12 with the ConfigMap's configuration, and
-	// probes on the monitoring port's /healthz.
-	c := list(sts.doc, "spec", "template", "spec", "containers")[0]
-	if img := str(c, "image"); !strings.HasPrefix(img, "nats:2.12") {
-		t.Errorf("%s: image %s, want nats:2.12", sts, img)
-	}
-	for _, probe := range []string{"startupProbe", "livenessProbe", "readinessProbe"} {
-		if p := str(c, probe, "httpGet", "path"); !strings.HasPrefix(p, "/healthz") {
-			t.Errorf("%s: %s on %q, want /healthz", sts, probe, p)
-		}
-	}
-	args := strs(c, "args")
-	ci := slices.Index(args, "--config")
-	if ci < 0 || ci+1 >= len(args) {
-		t.Fatalf("%s: args %q give no --config", sts, args)
-	}
-	confPath := args[ci+1]
-	var cm *k8sObject
-	var key string
-	for _, m := range list(c, "volumeMounts") {
-		if dir := str(m, "mountPath"); strings.HasPrefix(confPath, dir+"/") {
-			for _, v := range list(sts.doc, "spec", "template", "spec", "volumes") {
-				if str(v, "name") == str(m, "name") {
-					cm = find(objs, "ConfigMap", str(v, "configMap", "name"))
-					key = strings.TrimPrefix(confPath, dir+"/")
-				}
-			}
-		}
-	}
-	if cm == nil {
-		t.Fatalf("%s: --config %s is not mounted from a ConfigMap", sts, confPath)
-	}
-	conf := str(cm.doc, "data", key)
-	if conf == "" {
-		t.Fatalf("%s: no key %s", cm, key)
-	}
-	// The configuration reads the pod's name from its environment.
-	for _, e := range list(c, "env") {
-		if str(e, "valueFrom", "fieldRef", "fieldPath") == "metadata.name" {
-			t.Setenv(str(e, "name"), str(sts.doc, "metadata", "name")+"-0")
-		}
-	}
-	path := filepath.Join(t.TempDir(), key)
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts := natsConf(t, cm.String(), path, replicas)
-	if want := str(sts.doc, "metadata", "name") + "-0"; opts.ServerName != want {
-		t.Errorf("%s: server_name is %q in pod %s: want the pod's name", cm, opts.ServerName, want)
-	}
-	for i, r := range opts.Routes {
-		if want := fmt.Sprintf("%s-%d.%s", str(sts.doc, "metadata", "name"), i, svc.name()); r.Hostname() != want {
-			t.Errorf("%s: route %d to %s, want %s", cm, i, r.Host, want)
-		}
-	}
-	for _, m := range list(c, "volumeMounts") {
-		if str(m, "mountPath") == opts.StoreDir || strings.HasPrefix(opts.StoreDir, str(m, "mountPath")+"/") {
-			return
-		}
-	}
-	t.Errorf("%s: store_dir %s is on no volume", cm, opts.StoreDir)
-}
-
-func TestK8sToolgate(t *testing.T) {
-	objs := k8sObjects(t)
-	natsHosts := map[string]bool{}
-	for _, o := range objs {
-		if o.kind() == "StatefulSet" {
-			n, _ := get(o.doc, "spec", "replicas").(int)
-			for i := range n {
-				natsHosts[fmt.Sprintf("%s-%d.%s:4222", o.name(), i, str(o.doc, "spec", "serviceName"))] = true
-			}
-		}
-	}
-	var cmds []serveArgs
-	for _, o := range objs {
-		if o.kind() != "Deployment" {
-			continue
-		}
-		pod := mapping(o.doc, "spec", "template", "spec")
-		for _, c := range list(pod, "containers") {
-			if !strings.HasPrefix(str(c, "image"), "toolgate") {
-				continue
-			}
-			where := o.String()
-			env := map[string]string{}
-			for _, e := range list(c, "env") {
-				if strings.HasPrefix(str(e, "name"), "TOOLGATE_") {
-					env[str(e, "name")] = str(e, "value")
-				}
-			}
-			s := checkServe(t, where, strs(c, "args"), env)
-			cmds = append(cmds, s)
-			if s.flags["replicas"] != "3" {
-				t.Errorf("%s: --replicas %q, want 3", where, s.flags["replicas"])
-			}
-			urls := strings.Split(s.flags["nats"], ",")
-			for _, u := range urls {
-				pu, err := url.Parse(u)
-				if err != nil || pu.Scheme != "nats" || !natsHosts[pu.Host] {
-					t.Errorf("%s: --nats %s is not a server of the NATS StatefulSet", where, u)
-				}
-			}
-			if len(urls) != len(natsHosts) {
-				t.Errorf("%s: --nats names %d servers, the StatefulSet has %d", where, len(urls), len(natsHosts))
-			}
-			if s.runs("executor") && !s.runs("all") && s.flags["tools"] != "http" {
-				t.Errorf("%s runs the executor role: want --tools http, got %q", where, s.flags["tools"])
-			}
-			if s.runs("timer") && !s.runs("all") {
-				if n, _ := get(o.doc, "spec", "replicas").(int); n < 2 {
-					t.Errorf("%s runs the timer: want 2 replicas or more", where)
-				}
-			}
-			if !s.runs("http") {
-				continue
-			}
-			// The http role: probes on its port, tokens from the Secret.
-			_, port, err := net.SplitHostPort(s.flags["http"])
-			if err != nil {
-				t.Errorf("%s: --http %q: %v", where, s.flags["http"], err)
-			}
-			for probe, path := range map[string]string{"readinessProbe": "/readyz", "livenessProbe": "/healthz"} {
-				if got := str(c, probe, "httpGet", "path"); got != path {
-					t.Errorf("%s: %s on %q, want %s", where, probe, got, path)
-				}
-				if got := portNumber(c, get(c, probe, "httpGet", "port")); got != port {
-					t.Errorf("%s: %s asks port %q, --http listens on %s", where, probe, got, port)
-				}
-			}
-			checkK8sTokens(t, objs, where, pod, c, s)
-		}
-	}
-	if len(cmds) == 0 {
-		t.Fatal("no toolgate Deployments")
-	}
-	checkRolesCovered(t, "k8s", cmds)
-
-	// The Service "toolgate" reaches the http role.
-	svc := find(objs, "Service", "toolgate")
-	if svc == nil {
-		t.Fatal("no Service toolgate")
-	}
-	for _, o := range objs {
-		if o.kind() == "Deployment" && matches(mapping(svc.doc, "spec", "selector"), mapping(o.doc, "spec", "template", "metadata", "labels")) {
-			for _, s := range cmds {
-				if s.where == o.String() && !s.runs("http") {
-					t.Errorf("%s selects %s, which does not run the http role", svc, o)
-				}
-			}
-		}
-	}
-}
-
-// checkK8sTokens checks that --tokens is a key of a mounted Secret, and
-// that the Secret's example tokens parse.
-func checkK8sTokens(t *testing.T, objs []k8sObject, where string, pod, c any, s serveArgs) {
-	t.Helper()
-	path := s.flags["tokens"]
-	if path == "" {
-		t.Errorf("%s serves HTTP on %s: want --tokens", where, s.flags["http"])
-		return
-	}
-	for _, m := range list(c, "volumeMounts") {
-		dir := str(m, "mountPath")
-		key, ok := strings.CutPrefix(path, dir+"/")
-		if !ok {
-			continue
-		}
-		for _, v := range list(pod, "volumes") {
-			if str(v, "name") != str(m, "name") {
-				continue
-			}
-			secret := find(objs, "Secret", str(v, "secret", "secretName"))
-			if secret == nil {
-				t.Errorf("%s: --tokens %s is not mounted from a Secret", where, path)
-				return
-			}
-			data := str(secret.doc, "stringData", key)
-			if data == "" {
-				t.Errorf("%s: no stringData key %s", secret, key)
-				return
-			}
-			checkTokens(t, secret.String(), []byte(data))
-			return
-		}
-	}
-	t.Errorf("%s: --tokens %s is not mounted", where, path)
 }

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,13 @@ type Config struct {
 	// Metrics, when set, counts the commands refused because their entry
 	// had moved on.
 	Metrics *metrics.Metrics
+	// Grants, when set, is the grant store the policy matches calls
+	// against, so that a grant this Service records is matched at once
+	// (default: a store of its own over Buckets.Grants).
+	Grants *bus.GrantStore
+	// Issue, when set, signs new NATS credentials: only a toolgate that
+	// holds the trust chain's keys can.
+	Issue Issuer
 	// Clock replaces time.Now, for tests.
 	Clock func() time.Time
 	Log   *slog.Logger
@@ -39,15 +47,18 @@ type Config struct {
 // serve the same buckets; compare-and-set makes each transition happen
 // once.
 type Service struct {
-	m        *machine.Machine
-	calls    *bus.KVStore
-	policies *bus.PolicyStore
-	grants   *bus.GrantStore
-	budgets  *bus.BudgetLedger
-	nc       *nats.Conn
-	limits   limits
-	mx       *metrics.Metrics
-	log      *slog.Logger
+	m          *machine.Machine
+	calls      *bus.KVStore
+	policies   *bus.PolicyStore
+	grants     *bus.GrantStore
+	budgets    *bus.BudgetLedger
+	identities *bus.IdentityStore
+	issue      Issuer
+	clock      func() time.Time
+	nc         *nats.Conn
+	limits     limits
+	mx         *metrics.Metrics
+	log        *slog.Logger
 }
 
 // limits is what of the policy Budgets shows: *policy.Engine has it.
@@ -70,16 +81,23 @@ func New(cfg Config) *Service {
 		log = slog.New(slog.DiscardHandler)
 	}
 	lim, _ := cfg.Policy.(limits)
+	grants := cfg.Grants
+	if grants == nil {
+		grants = bus.NewGrantStore(cfg.Buckets.Grants)
+	}
 	return &Service{
-		limits:   lim,
-		m:        machine.New(calls, opts...),
-		calls:    calls,
-		policies: bus.NewPolicyStore(cfg.Buckets.Policies),
-		grants:   bus.NewGrantStore(cfg.Buckets.Grants),
-		budgets:  bus.NewBudgetLedger(cfg.Buckets.Budgets),
-		nc:       cfg.NC,
-		mx:       cfg.Metrics,
-		log:      log,
+		limits:     lim,
+		m:          machine.New(calls, opts...),
+		calls:      calls,
+		policies:   bus.NewPolicyStore(cfg.Buckets.Policies),
+		grants:     grants,
+		budgets:    bus.NewBudgetLedger(cfg.Buckets.Budgets),
+		identities: bus.NewIdentityStore(cfg.Buckets.Identities),
+		issue:      cfg.Issue,
+		clock:      cfg.Clock,
+		nc:         cfg.NC,
+		mx:         cfg.Metrics,
+		log:        log,
 	}
 }
 
@@ -93,35 +111,72 @@ func (s *Service) observe(e *machine.Entry, err error) (*machine.Entry, error) {
 }
 
 // Submit evaluates the policy for c and records its entry; submitting the
-// same call again returns the entry already there.
-func (s *Service) Submit(ctx context.Context, c machine.Call) (*machine.Entry, error) {
+// same call again returns the entry already there. An agent submits as
+// itself: it cannot ask on another's behalf, nor so make itself the
+// approver of its own call.
+func (s *Service) Submit(ctx context.Context, a Actor, c machine.Call) (*machine.Entry, error) {
+	if err := a.require("submit calls", wire.RoleAgent); err != nil {
+		return nil, err
+	}
+	if c.CallerBotID != "" && c.CallerBotID != a.Name && !a.Can(wire.RoleAdmin) {
+		return nil, fmt.Errorf("%w: callerBotId %q: %s submits as itself", machine.ErrForbidden, c.CallerBotID, a.Name)
+	}
+	c.CallerBotID = cmp.Or(c.CallerBotID, a.Name)
 	return s.m.Submit(ctx, c)
 }
 
 // Get returns one entry.
-func (s *Service) Get(ctx context.Context, pendingID string) (*machine.Entry, error) {
-	e, _, err := s.Read(ctx, pendingID)
+func (s *Service) Get(ctx context.Context, a Actor, pendingID string) (*machine.Entry, error) {
+	e, _, err := s.Read(ctx, a, pendingID)
 	return e, err
 }
 
 // Read returns one entry and the revision it was read at: an agent
-// awaiting the entry orders what it hears of it by revision.
-func (s *Service) Read(ctx context.Context, pendingID string) (*machine.Entry, uint64, error) {
+// awaiting the entry orders what it hears of it by revision. An agent
+// reads only its own calls; another's is not found, as if it were not
+// there.
+func (s *Service) Read(ctx context.Context, a Actor, pendingID string) (*machine.Entry, uint64, error) {
+	if err := a.require("read calls", readers...); err != nil {
+		return nil, 0, err
+	}
 	e, rev, err := s.calls.Get(ctx, pendingID)
+	if err == nil && !a.SeesAll() && !a.owns(e) {
+		err = machine.ErrNotFound
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("get %s: %w", pendingID, err)
 	}
 	return e, rev, nil
 }
 
+// ReadReader is Read as one actor does it, in the shape client.AwaitWith
+// reads entries.
+func (s *Service) ReadReader(a Actor) func(context.Context, string) (*machine.Entry, uint64, error) {
+	return func(ctx context.Context, pendingID string) (*machine.Entry, uint64, error) {
+		return s.Read(ctx, a, pendingID)
+	}
+}
+
 // History returns the transitions an entry went through, oldest first.
-func (s *Service) History(ctx context.Context, pendingID string) ([]wire.HistoryItem, error) {
+func (s *Service) History(ctx context.Context, a Actor, pendingID string) ([]wire.HistoryItem, error) {
+	if _, _, err := s.Read(ctx, a, pendingID); err != nil {
+		return nil, err
+	}
 	return s.calls.History(ctx, pendingID)
 }
 
 // List returns one page of the entries r asks for. With a conversation,
-// only its keys are read.
-func (s *Service) List(ctx context.Context, r wire.ListRequest) (wire.ListReply, error) {
+// only its keys are read. An agent lists only its own calls.
+func (s *Service) List(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListReply, error) {
+	if err := a.require("list calls", readers...); err != nil {
+		return wire.ListReply{}, err
+	}
+	if !a.SeesAll() {
+		if r.CallerBotID != "" && r.CallerBotID != a.Name {
+			return wire.ListReply{}, fmt.Errorf("%w: callerBotId %q: %s lists only its own calls", machine.ErrForbidden, r.CallerBotID, a.Name)
+		}
+		r.CallerBotID = a.Name
+	}
 	if _, err := listPage(nil, r); err != nil {
 		return wire.ListReply{}, err // a bad filter, before anything is read
 	}
@@ -141,7 +196,15 @@ func (s *Service) List(ctx context.Context, r wire.ListRequest) (wire.ListReply,
 // Decide approves or rejects a pending call. An approval "for this
 // session" becomes a grant that later calls of the conversation match;
 // "always", an allow rule of the call's team.
-func (s *Service) Decide(ctx context.Context, pendingID string, d machine.Decision) (*machine.Entry, error) {
+func (s *Service) Decide(ctx context.Context, a Actor, pendingID string, d machine.Decision) (*machine.Entry, error) {
+	if err := a.require("decide calls", wire.RoleApprover); err != nil {
+		return nil, err
+	}
+	by, err := a.as(d.By)
+	if err != nil {
+		return nil, err
+	}
+	d.By = by
 	e, err := s.observe(s.m.Decide(ctx, pendingID, d))
 	if errors.Is(err, machine.ErrExpired) {
 		// The deadline passed and no timer has acted on it yet: act now,
@@ -176,16 +239,40 @@ func (s *Service) recordScope(ctx context.Context, e *machine.Entry) error {
 	return err
 }
 
-// Cancel stops a call that has not started running.
-func (s *Service) Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error) {
+// Cancel stops a call that has not started running: an approver any
+// call, an agent its own.
+func (s *Service) Cancel(ctx context.Context, a Actor, pendingID, by, reason string) (*machine.Entry, error) {
+	by, err := a.as(by)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.require("cancel calls", wire.RoleAgent, wire.RoleApprover); err != nil {
+		return nil, err
+	}
+	if !a.Can(wire.RoleApprover) {
+		if _, _, err := s.Read(ctx, a, pendingID); err != nil {
+			return nil, err
+		}
+	}
 	return s.observe(s.m.Cancel(ctx, pendingID, by, reason))
 }
 
 // CancelConversation cancels every call of a conversation that has not
-// started running (only caller's, when caller is set), reading only its
-// keys, and announces the cancel so that executors stop the calls already
-// running, which no transition can cancel.
-func (s *Service) CancelConversation(ctx context.Context, conversationID, caller, by, reason string) (*wire.CancelConversationReply, error) {
+// started running (an agent's own calls only, an approver's all of them),
+// reading only its keys, and announces the cancel so that executors stop
+// the calls already running, which no transition can cancel.
+func (s *Service) CancelConversation(ctx context.Context, a Actor, conversationID, by, reason string) (*wire.CancelConversationReply, error) {
+	by, err := a.as(by)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.require("cancel conversations", wire.RoleAgent, wire.RoleApprover); err != nil {
+		return nil, err
+	}
+	caller := ""
+	if !a.Can(wire.RoleApprover) {
+		caller = a.Name
+	}
 	entries, err := s.calls.ListConversation(ctx, conversationID)
 	if err != nil {
 		return nil, err
@@ -222,29 +309,59 @@ func (s *Service) CancelConversation(ctx context.Context, conversationID, caller
 	return reply, nil
 }
 
-// Claim hands a runnable call to holder for lease.
-func (s *Service) Claim(ctx context.Context, pendingID, holder string, lease time.Duration) (*machine.Entry, error) {
-	return s.observe(s.m.Claim(ctx, pendingID, holder, lease))
+// runs checks that a may run a call: an executor any, an agent (which
+// runs its own tools, as Claude Code does) its own.
+func (s *Service) runs(ctx context.Context, a Actor, pendingID string) error {
+	if err := a.require("run calls", wire.RoleExecutor, wire.RoleAgent); err != nil {
+		return err
+	}
+	if !a.Can(wire.RoleExecutor) {
+		_, _, err := s.Read(ctx, a, pendingID)
+		return err
+	}
+	return nil
+}
+
+// Claim hands a runnable call to holder (under a's name) for lease.
+func (s *Service) Claim(ctx context.Context, a Actor, pendingID, holder string, lease time.Duration) (*machine.Entry, error) {
+	if err := s.runs(ctx, a, pendingID); err != nil {
+		return nil, err
+	}
+	return s.observe(s.m.Claim(ctx, pendingID, a.holder(holder), lease))
 }
 
 // Retry starts another attempt of a call whose attempt failed, for the
 // holder of its lease.
-func (s *Service) Retry(ctx context.Context, pendingID, holder string, failed int, lease time.Duration) (*machine.Entry, error) {
-	return s.observe(s.m.Retry(ctx, pendingID, holder, failed, lease))
+func (s *Service) Retry(ctx context.Context, a Actor, pendingID, holder string, failed int, lease time.Duration) (*machine.Entry, error) {
+	if err := s.runs(ctx, a, pendingID); err != nil {
+		return nil, err
+	}
+	return s.observe(s.m.Retry(ctx, pendingID, a.holder(holder), failed, lease))
 }
 
 // Heartbeat renews the lease of the executor running a call.
-func (s *Service) Heartbeat(ctx context.Context, pendingID, holder string, lease time.Duration) (*machine.Entry, error) {
-	return s.observe(s.m.Heartbeat(ctx, pendingID, holder, lease))
+func (s *Service) Heartbeat(ctx context.Context, a Actor, pendingID, holder string, lease time.Duration) (*machine.Entry, error) {
+	if err := s.runs(ctx, a, pendingID); err != nil {
+		return nil, err
+	}
+	return s.observe(s.m.Heartbeat(ctx, pendingID, a.holder(holder), lease))
 }
 
 // Complete records a successful run.
-func (s *Service) Complete(ctx context.Context, pendingID string, o machine.Outcome) (*machine.Entry, error) {
+func (s *Service) Complete(ctx context.Context, a Actor, pendingID string, o machine.Outcome) (*machine.Entry, error) {
+	if err := s.runs(ctx, a, pendingID); err != nil {
+		return nil, err
+	}
+	o.Holder = a.holder(o.Holder)
 	return s.observe(s.m.Complete(ctx, pendingID, o))
 }
 
 // Fail records a failed run.
-func (s *Service) Fail(ctx context.Context, pendingID string, o machine.Outcome) (*machine.Entry, error) {
+func (s *Service) Fail(ctx context.Context, a Actor, pendingID string, o machine.Outcome) (*machine.Entry, error) {
+	if err := s.runs(ctx, a, pendingID); err != nil {
+		return nil, err
+	}
+	o.Holder = a.holder(o.Holder)
 	return s.observe(s.m.Fail(ctx, pendingID, o))
 }
 
@@ -262,7 +379,10 @@ func (s *Service) AbandonLease(ctx context.Context, pendingID string) (*machine.
 // Budgets returns the budget ledger: what each team reserved and spent per
 // day, beside the daily limit its policy sets now. With a team, only that
 // team's days are read.
-func (s *Service) Budgets(ctx context.Context, r wire.BudgetsRequest) (wire.BudgetsReply, error) {
+func (s *Service) Budgets(ctx context.Context, a Actor, r wire.BudgetsRequest) (wire.BudgetsReply, error) {
+	if err := a.require("read budgets", wire.RoleViewer, wire.RoleApprover); err != nil {
+		return wire.BudgetsReply{}, err
+	}
 	var days []bus.DayBudget
 	var err error
 	if r.Team != nil {
@@ -284,11 +404,23 @@ func (s *Service) Budgets(ctx context.Context, r wire.BudgetsRequest) (wire.Budg
 	return reply, nil
 }
 
-// Policy returns the policy document in force.
-func (s *Service) Policy(ctx context.Context) (wire.PolicyDocument, error) {
+// Policy returns the policy document in force, its secrets redacted
+// (policy.Redacted) unless r asks to see them, which only an admin may.
+func (s *Service) Policy(ctx context.Context, a Actor, r wire.PolicyGetRequest) (wire.PolicyDocument, error) {
+	if err := a.require("read the policy", wire.RoleViewer, wire.RoleApprover); err != nil {
+		return wire.PolicyDocument{}, err
+	}
+	if r.ShowSecrets {
+		if err := a.require("show the policy's secrets", wire.RoleAdmin); err != nil {
+			return wire.PolicyDocument{}, err
+		}
+	}
 	doc, rev, err := s.policies.Get(ctx)
 	if err != nil {
 		return wire.PolicyDocument{}, err
+	}
+	if !r.ShowSecrets {
+		doc = policy.Redacted(doc)
 	}
 	data, err := policy.Marshal(doc)
 	if err != nil {
@@ -299,8 +431,14 @@ func (s *Service) Policy(ctx context.Context) (wire.PolicyDocument, error) {
 
 // SetPolicy puts a policy document in force on every replica. A document
 // that does not parse or validate is refused, naming each field at fault,
-// and the policy in force stays as it was.
-func (s *Service) SetPolicy(ctx context.Context, r wire.PolicyDocument) (wire.PolicyDocument, error) {
+// and the policy in force stays as it was; so is one that holds the
+// redaction placeholder where a secret goes (a document read redacted and
+// set again), rather than storing the placeholder as the secret. The
+// reply is the document stored, redacted.
+func (s *Service) SetPolicy(ctx context.Context, a Actor, r wire.PolicyDocument) (wire.PolicyDocument, error) {
+	if err := a.require("set the policy", wire.RoleAdmin); err != nil {
+		return wire.PolicyDocument{}, err
+	}
 	doc, err := policy.Parse([]byte(r.Document))
 	if err != nil {
 		return wire.PolicyDocument{}, err
@@ -308,5 +446,5 @@ func (s *Service) SetPolicy(ctx context.Context, r wire.PolicyDocument) (wire.Po
 	if err := s.policies.Set(ctx, doc); err != nil {
 		return wire.PolicyDocument{}, err
 	}
-	return s.Policy(ctx)
+	return s.Policy(ctx, a, wire.PolicyGetRequest{})
 }

@@ -110,6 +110,10 @@ type Call struct {
 
 var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
+// ValidToolName reports whether name may name a tool: one plain subject
+// token, since each tool has its own work queue subject.
+func ValidToolName(name string) bool { return toolNameRE.MatchString(name) }
+
 // validate checks the call and fills in what may be left out.
 func (c *Call) validate() error {
 	if !toolNameRE.MatchString(c.ToolName) {

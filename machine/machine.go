@@ -143,7 +143,7 @@ func sameCall(id string, e *Entry, c Call) (*Entry, error) {
 	if e.ToolName != c.ToolName {
 		differs = append(differs, fmt.Sprintf("toolName %q, not %q", e.ToolName, c.ToolName))
 	}
-	if !sameJSON(args, c.Arguments) {
+	if !SameJSON(args, c.Arguments) {
 		differs = append(differs, "other toolArguments")
 	}
 	if len(differs) > 0 {
@@ -152,9 +152,9 @@ func sameCall(id string, e *Entry, c Call) (*Entry, error) {
 	return e, nil
 }
 
-// sameJSON reports whether two JSON documents say the same, however spaced
+// SameJSON reports whether two JSON documents say the same, however spaced
 // or ordered; an absent document is the empty object.
-func sameJSON(a, b json.RawMessage) bool {
+func SameJSON(a, b json.RawMessage) bool {
 	var x, y any
 	if len(a) == 0 {
 		a = json.RawMessage("{}")

@@ -29,4 +29,18 @@
 // know which processes run which roles. A consumer per process costs one
 // extra delivery per event per replica, which is small beside the KV
 // writes behind each event.
+//
+// # Label values
+//
+// A call's tool and team are the agent's to name, and Prometheus keeps
+// every label value it is shown as a series of its own, for good. So the
+// tool and team labels take only names the policy in force names (a tool
+// any field or rule of any scope names, Claude Code's built-in tools, an
+// MCP server named as a whole for each of its tools; a team with a scope),
+// and count any other value as "other" (OtherLabel): agents sending random
+// names add one series, not one each. `toolgate serve` binds the metrics
+// to the policy it follows (Metrics.BoundLabels); unbound, every tool and
+// team is "other". A policy change applies from the next event (and, for
+// toolgate_pending_approvals, the next scrape); a name the policy drops
+// keeps the series it had, which stops growing.
 package metrics

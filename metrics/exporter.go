@@ -49,6 +49,7 @@ func NewExporter(js jetstream.JetStream, calls jetstream.KeyValue, reg prometheu
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	pending := NewPendingApprovals(calls)
+	pending.labels = &m.labels
 	for _, c := range []prometheus.Collector{pending, NewConsumerLag(js, log)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)

@@ -22,6 +22,7 @@ const (
 	NameCost                 = "toolgate_cost_total"
 	NameNotifications        = "toolgate_notifications_total"
 	NameTransitionConflicts  = "toolgate_transition_conflicts_total"
+	NameRequeues             = "toolgate_requeues_total"
 	NameConsumerPending      = "toolgate_consumer_pending_messages"
 	NameConsumerAckPending   = "toolgate_consumer_ack_pending_messages"
 	NameConsumerRedeliveries = "toolgate_consumer_redelivered_messages"
@@ -32,6 +33,12 @@ const (
 	NotificationSent    = "sent"    // the channel accepted it
 	NotificationFailed  = "failed"  // the channel refused it or could not be reached
 	NotificationSkipped = "skipped" // nothing to send (no channel for the team, muted)
+)
+
+// The reasons Requeues counts.
+const (
+	RequeueUnclaimed    = "unclaimed"
+	RequeueLeaseExpired = "lease_expired"
 )
 
 // DecisionApproved and DecisionRejected are the values of the decision label.
@@ -45,7 +52,9 @@ const stateNone = "none"
 
 // Metrics are the counters and histograms of one process. Those fed by
 // TOOL_EVENTS are updated by Observe, which an Exporter calls for every
-// event; the notifier and the machine's callers update the others.
+// event; the notifier and the machine's callers update the others. Their
+// tool and team labels are only names the policy in force names, any
+// other counting as OtherLabel (BoundLabels).
 type Metrics struct {
 	ToolCalls           *prometheus.CounterVec   // tool, outcome (the terminal state)
 	Transitions         *prometheus.CounterVec   // from, to
@@ -56,6 +65,10 @@ type Metrics struct {
 	Cost                *prometheus.CounterVec   // team, tool
 	Notifications       *prometheus.CounterVec   // channel, result
 	TransitionConflicts *prometheus.CounterVec   // event
+	Requeues            *prometheus.CounterVec   // reason
+
+	// labels bounds the tool and team label values to the policy's names.
+	labels labels
 }
 
 // New creates the metrics and registers them with reg.
@@ -99,9 +112,13 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: NameTransitionConflicts,
 			Help: "Commands of this process refused because another actor moved the call first, by event. Per process: sum across instances.",
 		}, []string{"event"}),
+		Requeues: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameRequeues,
+			Help: "Runnable calls this process's timer queued again for an executor, by reason: unclaimed (nobody claimed it in --requeue-unclaimed; its work item may have been lost) or lease_expired (its executor stopped heartbeating). Per process: sum across instances.",
+		}, []string{"reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.ToolCalls, m.Transitions, m.ApprovalResponse, m.ApprovalTimeouts,
-		m.Execution, m.ExecutionAttempts, m.Cost, m.Notifications, m.TransitionConflicts} {
+		m.Execution, m.ExecutionAttempts, m.Cost, m.Notifications, m.TransitionConflicts, m.Requeues} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -144,7 +161,7 @@ func (m *Metrics) Observe(ev *wire.Event) {
 	if e == nil {
 		return
 	}
-	tool := e.ToolName
+	tool := m.labels.tool(e.ToolName)
 	if ev.To.Terminal() {
 		m.ToolCalls.WithLabelValues(tool, string(ev.To)).Inc()
 	}
@@ -167,7 +184,7 @@ func (m *Metrics) Observe(ev *wire.Event) {
 		if e.LastAttemptTime > 0 {
 			m.Execution.WithLabelValues(tool, string(ev.To)).Observe(seconds(ev.At - e.LastAttemptTime))
 		}
-		m.Cost.WithLabelValues(e.Team, tool).Add(e.Cost)
+		m.Cost.WithLabelValues(m.labels.team(e.Team), tool).Add(e.Cost)
 	}
 }
 

@@ -5,6 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,17 +22,40 @@ import (
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
 
-// startExporter runs an exporter on a registry of its own until the test
-// ends, and waits until it is ready.
-func startExporter(t *testing.T, env *bustest.Env) (*metrics.Exporter, *prometheus.Registry) {
+// scriptPolicy names the tools and teams of the scripted run, so that
+// its labels are theirs.
+const scriptPolicy = `default:
+  requiresApprovalTools: [web_search, deploy, send_email]
+  readOnlyTools: [read_file]
+  rules: {deny: [rm_rf]}
+teams:
+  research: {}
+  ops: {}
+`
+
+// engineFor is a policy engine over doc, the vocabulary of the labels.
+func engineFor(t *testing.T, doc string) *policy.Engine {
+	t.Helper()
+	d, err := policy.Parse([]byte(doc))
+	require.NoError(t, err)
+	e, err := policy.NewEngine(d, nil, nil)
+	require.NoError(t, err)
+	return e
+}
+
+// startExporter runs an exporter on a registry of its own, its labels
+// bound to v, until the test ends, and waits until it is ready.
+func startExporter(t *testing.T, env *bustest.Env, v metrics.Vocabulary) (*metrics.Exporter, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	x, err := metrics.NewExporter(env.JS, env.KV, reg, metrics.ExporterConfig{}, bustest.Logger())
 	require.NoError(t, err)
+	x.Metrics().BoundLabels(v)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- x.Run(ctx) }()
@@ -55,7 +83,7 @@ func TestExporter_ScriptedRun(t *testing.T) {
 	// A durable consumer nobody runs: its lag is every event.
 	_, err := env.JS.CreateOrUpdateConsumer(ctx, wire.EventsStream, jetstreamDurable("idle-notifier"))
 	require.NoError(t, err)
-	x, reg := startExporter(t, env)
+	x, reg := startExporter(t, env, engineFor(t, scriptPolicy))
 
 	t0 := time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
 	clk := toolgatetest.FixedClock(t0)
@@ -206,7 +234,7 @@ func TestExporter_ScriptedRun(t *testing.T) {
 		10*time.Second, 10*time.Millisecond, "pending: %v", samples(t, reg, metrics.NamePendingApprovals))
 	// A replica started now reports the same, though it saw none of the
 	// events: the gauge is the fleet's, not one process's counters.
-	x2, reg2 := startExporter(t, env)
+	x2, reg2 := startExporter(t, env, engineFor(t, scriptPolicy))
 	assert.Equal(t, wantPending, samples(t, reg2, metrics.NamePendingApprovals))
 	assert.Empty(t, samples(t, reg2, metrics.NameToolCalls), "a new replica counts from when it started")
 
@@ -257,6 +285,7 @@ func TestMetrics_ObserveDecodesRelayedEvents(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	require.NoError(t, err)
+	m.BoundLabels(engineFor(t, scriptPolicy))
 	m.Observe(&ev)
 	assert.Equal(t, []string{
 		`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 1`,
@@ -271,6 +300,7 @@ func TestMetrics_ObserveCountsEventsThatShareASubjectAlike(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	require.NoError(t, err)
+	m.BoundLabels(engineFor(t, scriptPolicy))
 	entry := &machine.Entry{PendingID: "c.x", ToolName: "deploy"}
 	for _, ev := range []machine.Event{
 		machine.EventTimeout, machine.EventOverdue,
@@ -281,4 +311,135 @@ func TestMetrics_ObserveCountsEventsThatShareASubjectAlike(t *testing.T) {
 	}
 	assert.Equal(t, []string{`toolgate_approval_timeouts_total{tool="deploy"} 2`}, samples(t, reg, metrics.NameApprovalTimeouts))
 	assert.Equal(t, []string{`toolgate_execution_attempts_total{tool="deploy"} 2`}, samples(t, reg, metrics.NameExecutionAttempts), "a heartbeat is no attempt")
+}
+
+// TestExporter_LabelsAreOnlyThePolicysNames: agents choose their calls'
+// tool and team names; a hundred random ones add one series, other, and a
+// name the policy takes up later gets its own from then on.
+func TestExporter_LabelsAreOnlyThePolicysNames(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	bustest.RunRelay(t, env.JS)
+	engine := engineFor(t, "default:\n  requiresApprovalTools: [web_search, mcp__github]\nteams:\n  research: {}\n")
+	x, reg := startExporter(t, env, engine)
+	m := machine.New(env.Store, machine.WithEvaluator(evaluator)) // every one of these asks
+
+	var ids []string
+	submit := func(id, tool, team string, cost float64) {
+		e, err := m.Submit(ctx, machine.Call{ToolCallID: id, ToolName: tool, Team: team, CallerBotID: "bot", ConversationID: "conv", EstimatedCost: cost})
+		require.NoError(t, err)
+		require.Equal(t, machine.StatePendingApproval, e.Status)
+		ids = append(ids, e.PendingID)
+	}
+	for i := range 100 {
+		submit(fmt.Sprintf("r%d", i), fmt.Sprintf("tool_%d_%x", i, rand.Uint64()), fmt.Sprintf("team_%x", rand.Uint64()), 0)
+	}
+	submit("ws", "web_search", "research", 0)
+	submit("gh", "mcp__github__create_issue", "", 0) // named by its server
+
+	wantPending := []string{
+		`toolgate_pending_approvals{team="other"} 100`,
+		`toolgate_pending_approvals{team="research"} 1`,
+		`toolgate_pending_approvals{team=""} 1`,
+	}
+	slices.Sort(wantPending)
+	require.Eventually(t, func() bool {
+		return fmt.Sprint(samples(t, reg, metrics.NamePendingApprovals)) == fmt.Sprint(wantPending)
+	}, 30*time.Second, 10*time.Millisecond, "pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+
+	for _, id := range ids {
+		_, err := m.Cancel(ctx, id, "system", "done")
+		require.NoError(t, err)
+	}
+	last := bustest.WaitRelayed(t, env.JS)
+	require.Eventually(t, func() bool { return x.Sequence() == last }, 30*time.Second, 10*time.Millisecond)
+	assert.Equal(t, []string{
+		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="mcp__github"} 1`,
+		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="other"} 100`,
+		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="web_search"} 1`,
+	}, samples(t, reg, metrics.NameToolCalls))
+	require.Eventually(t, func() bool {
+		return fmt.Sprint(samples(t, reg, metrics.NamePendingApprovals)) == fmt.Sprint([]string{
+			`toolgate_pending_approvals{team=""} 0`,
+			`toolgate_pending_approvals{team="other"} 0`,
+			`toolgate_pending_approvals{team="research"} 0`,
+		})
+	}, 30*time.Second, 10*time.Millisecond, "the teams seen stay, at 0; pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+
+	// The policy takes up a tool and a team: their calls are theirs from
+	// then on.
+	d, err := policy.Parse([]byte("default:\n  requiresApprovalTools: [web_search, late_tool]\nteams:\n  late_team: {}\n"))
+	require.NoError(t, err)
+	require.NoError(t, engine.SetDocument(d))
+	ids = nil
+	submit("late", "late_tool", "late_team", 0)
+	submit("late2", "tool_not_named", "late_team", 0)
+	require.Eventually(t, func() bool {
+		return slices.Contains(samples(t, reg, metrics.NamePendingApprovals), `toolgate_pending_approvals{team="late_team"} 2`)
+	}, 30*time.Second, 10*time.Millisecond, "pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	for _, id := range ids {
+		_, err := m.Cancel(ctx, id, "system", "done")
+		require.NoError(t, err)
+	}
+	last = bustest.WaitRelayed(t, env.JS)
+	require.Eventually(t, func() bool { return x.Sequence() == last }, 30*time.Second, 10*time.Millisecond)
+	assert.Equal(t, []string{
+		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="late_tool"} 1`,
+		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="mcp__github"} 1`,
+		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="other"} 101`,
+		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="web_search"} 1`,
+	}, samples(t, reg, metrics.NameToolCalls))
+}
+
+// TestMetrics_UnboundLabelsAreOther: a Metrics no policy was bound to keeps
+// no agent-chosen name at all.
+func TestMetrics_UnboundLabelsAreOther(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	entry := &machine.Entry{PendingID: "c.x", ToolName: "deploy", Team: "ops", Cost: 2, LastAttemptTime: 1000}
+	m.Observe(&wire.Event{Event: machine.EventSucceed, From: machine.StateExecuting, To: machine.StateCompletedSuccess, At: 2000, Entry: entry})
+	assert.Equal(t, []string{`toolgate_cost_total{team="other",tool="other"} 2`}, samples(t, reg, metrics.NameCost))
+	assert.Equal(t, []string{`toolgate_tool_calls_total{outcome="COMPLETED_SUCCESS",tool="other"} 1`}, samples(t, reg, metrics.NameToolCalls))
+
+	m.BoundLabels(engineFor(t, "default: {requiresApprovalTools: [deploy]}\nteams: {ops: {}}\n"))
+	m.Observe(&wire.Event{Event: machine.EventSucceed, From: machine.StateExecuting, To: machine.StateCompletedSuccess, At: 2000, Entry: entry})
+	assert.Equal(t, []string{
+		`toolgate_cost_total{team="ops",tool="deploy"} 2`,
+		`toolgate_cost_total{team="other",tool="other"} 2`,
+	}, samples(t, reg, metrics.NameCost))
+}
+
+// TestServe_MetricLabelsAreThePolicysNames: toolgate serve binds its
+// metrics to the policy it follows, for every role: what /metrics serves
+// after agents sent random team names is the policy's teams and other.
+func TestServe_MetricLabelsAreThePolicysNames(t *testing.T) {
+	t.Parallel()
+	g := toolgatetest.Start(t, toolgatetest.Options{
+		Roles:  []string{"relay", "intake", "analytics", "http"},
+		Policy: "default:\n  requiresApprovalTools: all\nteams:\n  research: {}\n",
+	})
+	for i := range 20 {
+		team := fmt.Sprintf("rnd_team_%x", rand.Uint64())
+		if i == 0 {
+			team = "research"
+		}
+		_, err := g.Client.Submit(t.Context(), machine.Call{ToolCallID: fmt.Sprintf("c%d", i), ToolName: fmt.Sprintf("rnd_tool_%x", rand.Uint64()),
+			Team: team, CallerBotID: "bot", ConversationID: "conv", Arguments: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	var body string
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(g.HTTPURL + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return strings.Contains(body, `toolgate_pending_approvals{team="other"} 19`) &&
+			strings.Contains(body, `toolgate_pending_approvals{team="research"} 1`)
+	}, 30*time.Second, 20*time.Millisecond, "pending approvals by team")
+	assert.NotContains(t, body, "rnd_", "no agent-chosen tool or team is a label value")
 }

@@ -18,13 +18,19 @@ import (
 // replica reports the same number and a restart loses nothing. A KV watch
 // of every key keeps it up to date as entries are written; a scrape only
 // reads what the watch has gathered.
+//
+// Its team label is, like the counters', a team the policy names or
+// OtherLabel, chosen when scraped: a policy change regroups the teams at
+// the next scrape.
 type PendingApprovals struct {
-	kv   jetstream.KeyValue
-	desc *prometheus.Desc
+	kv     jetstream.KeyValue
+	desc   *prometheus.Desc
+	labels *labels // the Metrics' (NewExporter); nil: every team is other
 
 	mu     sync.Mutex
 	byKey  map[string]string // pendingId → team, for entries pending approval
-	counts map[string]int    // team → pending; teams once seen stay, at 0
+	counts map[string]int    // team → pending, for teams with any
+	shown  map[string]bool   // labels once reported, which stay, at 0
 	synced chan struct{}     // closed once the watch has read every key
 	once   sync.Once         // Run may start again after a failure
 }
@@ -41,6 +47,7 @@ func NewPendingApprovals(calls jetstream.KeyValue) *PendingApprovals {
 			[]string{"team"}, nil),
 		byKey:  map[string]string{},
 		counts: map[string]int{},
+		shown:  map[string]bool{},
 		synced: make(chan struct{}),
 	}
 }
@@ -91,7 +98,11 @@ func (p *PendingApprovals) update(kve jetstream.KeyValueEntry) {
 	defer p.mu.Unlock()
 	if team, ok := p.byKey[kve.Key()]; ok {
 		delete(p.byKey, kve.Key())
-		p.counts[team]--
+		// A team with none pending is forgotten: teams are the agents'
+		// to name, and would otherwise pile up here.
+		if p.counts[team]--; p.counts[team] <= 0 {
+			delete(p.counts, team)
+		}
 	}
 	if pending {
 		p.byKey[kve.Key()] = f.Team
@@ -111,9 +122,20 @@ func (p *PendingApprovals) Describe(ch chan<- *prometheus.Desc) { ch <- p.desc }
 
 // Collect implements prometheus.Collector.
 func (p *PendingApprovals) Collect(ch chan<- prometheus.Metric) {
+	l := p.labels
+	if l == nil {
+		l = &labels{}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	byLabel := map[string]int{}
 	for team, n := range p.counts {
-		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, float64(n), team)
+		byLabel[l.team(team)] += n
+	}
+	for label := range byLabel {
+		p.shown[label] = true
+	}
+	for label := range p.shown {
+		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, float64(byLabel[label]), label)
 	}
 }

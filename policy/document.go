@@ -216,6 +216,20 @@ func (m Mode) Valid() bool { return slices.Contains(modes, m) }
 // and name the field they are about; when there are several, all are
 // returned, joined.
 func Parse(data []byte) (*Document, error) {
+	doc, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := doc.Validate(); err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
+
+// Decode reads a policy document as strictly as Parse, but does not
+// Validate it: for showing a document rather than putting it in force (a
+// redacted one, which Validate refuses, prints as JSON through it).
+func Decode(data []byte) (*Document, error) {
 	if j, ok := jsonForYAML(data); ok {
 		data = j
 	}
@@ -236,9 +250,6 @@ func Parse(data []byte) (*Document, error) {
 	d.document(&root, doc)
 	if len(d.errs) > 0 {
 		return nil, errorList(d.errs).err()
-	}
-	if err := doc.Validate(); err != nil {
-		return nil, err
 	}
 	return doc, nil
 }

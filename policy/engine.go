@@ -38,8 +38,9 @@ type Engine struct {
 var _ machine.Evaluator = (*Engine)(nil)
 
 type snapshot struct {
-	doc *Document
-	c   *compiled
+	doc   *Document
+	c     *compiled
+	names *vocabulary
 }
 
 // EngineOption configures an Engine.
@@ -71,7 +72,7 @@ func (e *Engine) SetDocument(doc *Document) error {
 	if err != nil {
 		return err
 	}
-	e.snap.Store(&snapshot{doc: doc, c: c})
+	e.snap.Store(&snapshot{doc: doc, c: c, names: vocabularyOf(doc)})
 	return nil
 }
 

@@ -271,8 +271,17 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 		if !c.Type.Valid() {
 			errs.add(at("type"), "must be webhook, slack or ntfy, got %q", string(c.Type))
 		}
-		if msg := checkHTTPURL(c.URL); msg != "" {
-			errs.add(at("url"), "%s", msg)
+		switch {
+		case c.URL == RedactedValue:
+			errs.add(at("url"), "%s", redactedMsg)
+		case IsSecretRef(c.URL):
+			if msg := checkSecretRef(c.URL); msg != "" {
+				errs.add(at("url"), "%s", msg)
+			}
+		default:
+			if msg := checkHTTPURL(c.URL); msg != "" {
+				errs.add(at("url"), "%s", msg)
+			}
 		}
 		switch {
 		case c.Type == ChannelNtfy && c.Topic == "":
@@ -287,8 +296,14 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 			errs.add(at("secret"), "required for a webhook: deliveries are signed with it (X-Toolgate-Signature)")
 		case c.Type == ChannelSlack && c.Secret != "":
 			errs.add(at("secret"), "a Slack incoming webhook takes no secret: its url is the secret")
-		case len(c.Secret) > 1024:
-			errs.add(at("secret"), "at most 1024 bytes, got %d", len(c.Secret))
+		case c.Secret == RedactedValue:
+			errs.add(at("secret"), "%s", redactedMsg)
+		case IsSecretRef(c.Secret):
+			if msg := checkSecretRef(c.Secret); msg != "" {
+				errs.add(at("secret"), "%s", msg)
+			}
+		case len(c.Secret) > maxSecretLen:
+			errs.add(at("secret"), "at most %d bytes, got %d", maxSecretLen, len(c.Secret))
 		}
 		key := Channel{Type: c.Type, URL: c.URL, Topic: c.Topic}
 		if j, ok := seen[key]; ok {
@@ -298,6 +313,13 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 		}
 	}
 }
+
+// redactedMsg refuses a document read redacted and set again: storing it
+// would replace the secret with the placeholder, and guessing which stored
+// secret the placeholder stands for (by position? by URL, when the URL is
+// the secret?) could put one channel's secret on another.
+const redactedMsg = "is " + `"` + RedactedValue + `"` + ", the placeholder `policy get` shows for a secret, not a secret: " +
+	"give the secret (`policy get --show-secrets`, as an admin, shows it) or a reference to it (env:NAME, file:PATH)"
 
 // checkHTTPURL says what is wrong with u as an absolute http(s) URL, or
 // "" when nothing is. It does not quote u: a Slack webhook's URL is a

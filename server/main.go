@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/embedded"
 	"github.com/toolgate/toolgate/consumer"
@@ -34,6 +36,7 @@ import (
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/natsapi"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
 
@@ -50,6 +53,7 @@ type Config struct {
 	Roles        Roles         // which roles this process runs
 	PolicyFile   string        // loaded into the policies bucket at start
 	HTTP         string        // the http role's address
+	AllowedHosts Hosts         // Host headers the HTTP API answers (empty: api.DefaultAllowedHosts)
 	TokensFile   string        // bearer tokens for the HTTP API
 	TokensData   string        // the same, inline
 	Tools        []string      // built-in tools the executor role hosts
@@ -85,6 +89,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--replicas: must be 1 to 5, got %d", c.Replicas)
 	}
 	if c.Conn.URLs == "" {
+		if c.Conn.User != "" || c.Conn.Password != "" || c.Conn.Token != "" || c.Conn.CredsFile != "" {
+			return fmt.Errorf("--nats-user, --nats-password, --nats-token and --nats-creds are for servers given with --nats: the embedded server takes only credentials toolgate issued (see docs/security.md)")
+		}
 		if _, _, err := splitHostPort(c.Listen); err != nil {
 			return fmt.Errorf("--listen %q: %v", c.Listen, err)
 		}
@@ -98,6 +105,9 @@ func (c Config) Validate() error {
 	if slices.Contains(c.Roles.Resolve(), "http") {
 		if _, _, err := splitHostPort(c.HTTP); err != nil {
 			return fmt.Errorf("--http %q: %v", c.HTTP, err)
+		}
+		if err := c.AllowedHosts.Validate(); err != nil {
+			return fmt.Errorf("--allowed-hosts: %v", err)
 		}
 	}
 	if c.Metrics != "" {
@@ -157,6 +167,10 @@ type Main struct {
 	handler  http.Handler
 	// server is the embedded NATS server, when there is one.
 	server *server.Server
+	// keys are the trust chain's, when this process holds them: it
+	// issues credentials, and the embedded server's revocations follow
+	// the identities bucket.
+	keys *auth.Keys
 }
 
 func (m *Main) init() {
@@ -233,8 +247,24 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
+	if m.keys != nil {
+		// The process holding the keys (the embedded server's, or one
+		// given their --data on a cluster) lists the role credentials
+		// beside them, so that they can be revoked like any other.
+		if err := registerLocalCreds(ctx, m.Config.Data, bus.NewIdentityStore(buckets.Identities)); err != nil {
+			// Only listing and revoking them wait for the next start.
+			m.Log.Warn("recording the role credentials among the identities failed", "err", err)
+		}
+	}
+	if m.server != nil {
+		g.Go(func() error { return m.enforceRevocations(ctx, m.keys, buckets.Identities) })
+	}
 	if m.Config.Metrics != "" {
 		g.Go(func() error { return serveMetrics(ctx, m.Config.Metrics, d.registry, m.Log) })
+	}
+	if slices.Contains(names, "intake") || slices.Contains(names, "http") {
+		// These submit calls: match them against grants in memory.
+		g.Go(func() error { return d.grants.Follow(ctx, m.Log) })
 	}
 	for _, r := range roles {
 		if !slices.Contains(names, r.name) {
@@ -293,6 +323,7 @@ type deps struct {
 	gate     *gate.Service
 	engine   *policy.Engine
 	policies *bus.PolicyStore
+	grants   *bus.GrantStore // followed by processes that evaluate the policy
 	// registry holds every Prometheus collector this process exports.
 	registry *prometheus.Registry
 	// The http role's, built before the roles start.
@@ -337,36 +368,63 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if err != nil {
 		return nil, err
 	}
-	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Metrics: mx, Clock: m.Clock, Log: m.Log})
+	var issue gate.Issuer
+	if m.keys != nil {
+		issue = func(name string, role wire.Role) (string, []byte, error) {
+			c, err := m.keys.Issue(name, role)
+			return c.Key, c.Creds, err
+		}
+	}
+	mx.BoundLabels(engine) // tool and team labels: only names the policy has
+	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Clock: m.Clock, Log: m.Log})
 	version := m.Version
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, registry: registry}, nil
+	return &deps{cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
 }
 
 // connect starts the embedded server, or dials the configured ones.
+//
+// The embedded server trusts only toolgate's operator (package auth): no
+// client connects without a credential toolgate issued. On first start
+// serve creates the trust chain and a credential per role in the data
+// directory; toolgate connects with its own.
 func (m *Main) connect() (*nats.Conn, error) {
 	c := m.Config.Conn
 	c.Name = "toolgate"
 	if c.URLs != "" {
 		m.natsURL, _, _ = strings.Cut(c.URLs, ",")
-		return bus.Connect(c)
+		// Where the trust chain's keys are (a data directory that serve
+		// or `toolgate creds init` made), this process can issue
+		// credentials.
+		keys, err := auth.Load(authDir(m.Config.Data))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		m.keys = keys
+		nc, err := bus.Connect(c)
+		if err == nil && !nc.AuthRequired() {
+			m.Log.Warn("the NATS servers take clients without credentials: whoever reaches them acts as toolgate itself (see docs/security.md)", "nats", nc.ConnectedUrlRedacted())
+		}
+		return nc, err
+	}
+	keys, err := localTrust(m.Config.Data)
+	if err != nil {
+		return nil, err
 	}
 	host, port, _ := splitHostPort(m.Config.Listen)
 	srv, err := embedded.StartServer(embedded.ServerConfig{
 		Host: host, Port: port, StoreDir: filepath.Join(m.Config.Data, "jetstream"),
-		User: c.User, Password: c.Password, Token: c.Token,
+		Configure: func(o *server.Options) error { return keys.Configure(o, nil) },
 	})
 	if err != nil {
 		return nil, err
 	}
-	m.server = srv
-	if !isLoopback(host) && c.User == "" && c.Token == "" {
-		m.Log.Warn("embedded NATS listens beyond this machine without credentials: set --nats-user/--nats-password or --nats-token", "listen", m.Config.Listen)
-	}
-	m.Log.Info("embedded NATS started", "listen", srv.ClientURL(), "data", m.Config.Data)
+	m.server, m.keys = srv, keys
+	m.Log.Info("embedded NATS started", "listen", srv.ClientURL(), "data", m.Config.Data, "credentials", filepath.Dir(CredsPath(m.Config.Data, "x")))
 	c.URLs = srv.ClientURL()
+	c.CredsFile = CredsPath(m.Config.Data, auth.ServerUser)
 	m.natsURL = c.URLs
 	nc, err := bus.Connect(c, nats.InProcessServer(srv))
 	if err != nil {

@@ -8,11 +8,35 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
 )
+
+// Hosts is --allowed-hosts: the Host header values the HTTP API answers
+// (api.CheckAllowedHosts says which forms). Empty: api.DefaultAllowedHosts
+// of --http.
+type Hosts []string
+
+// String implements flag.Value.
+func (h *Hosts) String() string { return strings.Join(*h, ",") }
+
+// Set implements flag.Value: a comma-separated list.
+func (h *Hosts) Set(v string) error {
+	*h = nil
+	for _, name := range strings.Split(v, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			*h = append(*h, name)
+		}
+	}
+	return h.Validate()
+}
+
+// Validate says what is wrong with h, naming the entry.
+func (h Hosts) Validate() error { return api.CheckAllowedHosts(h) }
 
 // loadTokens reads the HTTP API's bearer tokens from --tokens and
 // --tokens-data; none at all leaves the API open.
@@ -49,6 +73,13 @@ func (m *Main) prepareHTTP(ctx context.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
+	hosts := []string(m.Config.AllowedHosts)
+	if len(hosts) == 0 {
+		hosts = api.DefaultAllowedHosts(m.Config.HTTP)
+	}
+	if slices.Contains(hosts, "*") {
+		m.Log.Info("HTTP API answers any Host header: give the names clients use with --allowed-hosts", "http", m.Config.HTTP)
+	}
 	d.httpHandler = api.New(api.Config{
 		Gate:     d.gate,
 		JS:       d.js,
@@ -63,6 +94,8 @@ func (m *Main) prepareHTTP(ctx context.Context, d *deps) error {
 		},
 		Analytics: an,
 		Log:       log,
+
+		AllowedHosts: hosts,
 	})
 	d.httpListener, err = net.Listen("tcp", m.Config.HTTP)
 	if err != nil {

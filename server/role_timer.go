@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/worker"
 )
 
@@ -12,5 +13,10 @@ import (
 // it; each acts on every deadline, and compare-and-set and de-duplication
 // make the second firing harmless.
 func runTimer(ctx context.Context, d *deps, log *slog.Logger) error {
-	return worker.NewTimer(d.js, d.buckets.Calls, d.gate, log, worker.WithUnclaimedRequeue(d.cfg.RequeueUnclaimed)).Run(ctx)
+	mx, err := metrics.For(d.registry)
+	if err != nil {
+		return err
+	}
+	return worker.NewTimer(d.js, d.buckets.Calls, d.gate, log,
+		worker.WithUnclaimedRequeue(d.cfg.RequeueUnclaimed), worker.WithMetrics(mx)).Run(ctx)
 }

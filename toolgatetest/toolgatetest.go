@@ -9,6 +9,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,6 +43,9 @@ type Options struct {
 	// NATS runs the roles on servers started elsewhere (comma-separated
 	// URLs), as another toolgate process on the same deployment would.
 	NATS string
+	// Creds is the credentials file to connect to NATS with: another
+	// toolgate's own (see Gate.Sibling).
+	Creds string
 	// Replicas of the buckets and streams with NATS (default 1).
 	Replicas int
 	// Configure, when set, changes the server.Config before Main starts,
@@ -57,6 +61,9 @@ type Gate struct {
 	NATSURL string
 	// HTTPURL is the HTTP API's base URL, empty without the http role.
 	HTTPURL string
+	// Data is toolgate's data directory; an embedded server's credentials
+	// are in it (server.CredsPath).
+	Data string
 	// NC and JS are a connection of the test's own to toolgate's NATS.
 	NC *nats.Conn
 	JS jetstream.JetStream
@@ -86,7 +93,7 @@ func Start(t testing.TB, opts Options) *Gate {
 	}
 	switch {
 	case opts.NATS != "":
-		cfg.Conn.URLs, cfg.Replicas = opts.NATS, max(opts.Replicas, 1)
+		cfg.Conn.URLs, cfg.Conn.CredsFile, cfg.Replicas = opts.NATS, opts.Creds, max(opts.Replicas, 1)
 	case opts.Cluster:
 		cfg.Conn.URLs, cfg.Replicas = bustest.ClientURLs(bustest.Cluster(t, 3)), 3
 	}
@@ -113,16 +120,53 @@ func Start(t testing.TB, opts Options) *Gate {
 	case <-time.After(60 * time.Second):
 		t.Fatal("toolgate not ready after 60s")
 	}
-	g := &Gate{Main: m, NATSURL: m.NATSURL(), Service: m.Gate()}
+	g := &Gate{Main: m, NATSURL: m.NATSURL(), Data: cfg.Data, Service: m.Gate()}
 	if cfg.Conn.URLs != "" {
 		g.NATSURL = cfg.Conn.URLs
 	}
 	if addr := m.HTTPAddr(); addr != "" {
 		g.HTTPURL = "http://" + addr
 	}
-	g.NC, g.JS = bustest.Connect(t, g.NATSURL)
+	var creds []nats.Option
+	switch {
+	case cfg.Conn.URLs == "":
+		// The embedded server takes only toolgate's credentials: the
+		// test's connection is toolgate's own.
+		creds = append(creds, nats.UserCredentials(server.CredsPath(cfg.Data, "toolgate")))
+	case opts.Creds != "":
+		creds = append(creds, nats.UserCredentials(opts.Creds))
+	}
+	g.NC, g.JS = bustest.Connect(t, g.NATSURL, creds...)
 	c, err := client.New(g.NC)
 	require.NoError(t, err)
 	g.Client = c
 	return g
 }
+
+// ConnectAs connects to toolgate's embedded server with the credential
+// serve issued at first start for a role, or with any other .creds file
+// (a path), and returns a client over that connection: what an agent,
+// executor, approver, viewer or admin holding it can do.
+func (g *Gate) ConnectAs(t testing.TB, roleOrPath string) (*nats.Conn, *client.Client) {
+	t.Helper()
+	path := roleOrPath
+	if !strings.ContainsRune(path, os.PathSeparator) {
+		path = server.CredsPath(g.Data, roleOrPath)
+	}
+	opts, err := client.Credentials(path)
+	require.NoError(t, err)
+	nc, _ := bustest.Connect(t, g.NATSURL, opts...)
+	c, err := client.New(nc)
+	require.NoError(t, err)
+	return nc, c
+}
+
+// Sibling is the Options of another toolgate process on g's embedded
+// server, running roles: it connects with g's own credential.
+func (g *Gate) Sibling(roles ...string) Options {
+	return Options{NATS: g.NATSURL, Creds: g.Creds(), Roles: roles}
+}
+
+// Creds is the credentials file of g's own identity on its embedded
+// server.
+func (g *Gate) Creds() string { return server.CredsPath(g.Data, "toolgate") }

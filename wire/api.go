@@ -31,6 +31,10 @@ const (
 	EndpointBudgets            = "budgets"
 	EndpointPolicyGet          = "policy_get"
 	EndpointPolicySet          = "policy_set"
+	EndpointWorkConsumer       = "work_consumer"
+	EndpointCredsAdd           = "creds_add"
+	EndpointCredsList          = "creds_list"
+	EndpointCredsRevoke        = "creds_revoke"
 )
 
 // APISubject is the subject of an endpoint.
@@ -204,8 +208,14 @@ type HistoryItem struct {
 const RevisionHeader = "Toolgate-Revision"
 
 // EntrySubject is where every revision of one entry is announced (core
-// NATS, an Event) for agents awaiting it.
-func EntrySubject(pendingID string) string { return "toolgate.entry." + pendingID }
+// NATS, an Event) for agents awaiting it: under its caller's name, so
+// that an agent's credential may hear its own calls and no other's.
+func EntrySubject(caller, pendingID string) string {
+	return EntrySubjectPrefix + machine.KeyToken(caller) + "." + pendingID
+}
+
+// EntrySubjectPrefix starts every EntrySubject.
+const EntrySubjectPrefix = "toolgate.entry."
 
 // BudgetsRequest asks for the budget ledger: one team's days when Team is
 // set ("" is the team of calls that name none), every team's otherwise.
@@ -228,6 +238,14 @@ type BudgetsReply struct {
 	Items []Budget `json:"items"`
 }
 
+// PolicyGetRequest asks for the policy in force. Its secrets (a channel's
+// secret, a Slack channel's URL) are redacted unless ShowSecrets, which
+// only an admin may ask for; references to secrets (env:NAME, file:PATH)
+// are shown either way.
+type PolicyGetRequest struct {
+	ShowSecrets bool `json:"showSecrets,omitempty"`
+}
+
 // PolicyDocument is the policy in force, or one to put in force: the
 // document as YAML (or JSON, which is YAML too), and the revision it is
 // stored at (0: none stored, the built-in defaults apply).
@@ -235,3 +253,82 @@ type PolicyDocument struct {
 	Document string `json:"document"`
 	Revision uint64 `json:"revision,omitempty"`
 }
+
+// Role is what an identity may do. A NATS credential carries one, in its
+// user JWT's tags; an HTTP token carries one or more.
+type Role string
+
+// The roles. An admin holds them all.
+const (
+	RoleAgent    Role = "agent"    // submits calls and sees, cancels and runs its own
+	RoleExecutor Role = "executor" // claims and runs any runnable call
+	RoleApprover Role = "approver" // decides and cancels any call, and reads them
+	RoleViewer   Role = "viewer"   // reads calls, events, budgets and the policy
+	RoleAdmin    Role = "admin"    // everything, the policy and credentials too
+)
+
+// RoleTagPrefix starts the tag of a NATS user JWT that names its
+// role: role:approver.
+const RoleTagPrefix = "role:"
+
+// InboxPrefix is the prefix of the inboxes an identity hears replies on:
+// the only one its NATS credential may subscribe to.
+func InboxPrefix(name string) string { return "_INBOX_" + name }
+
+// Roles are all the roles, in the order the documentation lists them.
+var Roles = []Role{RoleAgent, RoleExecutor, RoleApprover, RoleViewer, RoleAdmin}
+
+// Identity is a NATS credential toolgate issued: who holds it, in which
+// role, and whether it was revoked.
+type Identity struct {
+	Name      string `json:"name"`
+	Role      Role   `json:"role"`
+	Key       string `json:"key"` // the credential's public nkey
+	IssuedAt  int64  `json:"issuedAt"`
+	IssuedBy  string `json:"issuedBy"`
+	RevokedAt int64  `json:"revokedAt,omitempty"`
+	RevokedBy string `json:"revokedBy,omitempty"`
+}
+
+// CredsRequest asks for a new credential (creds_add: name and role) or
+// revokes every credential of a name (creds_revoke: name).
+type CredsRequest struct {
+	Name string `json:"name"`
+	Role Role   `json:"role,omitempty"`
+}
+
+// CredsReply is a new credential: its identity and its .creds file, which
+// toolgate does not keep.
+type CredsReply struct {
+	Identity Identity `json:"identity"`
+	Creds    string   `json:"creds"`
+}
+
+// IdentitiesReply lists credentials, and revokes: those it changed.
+type IdentitiesReply struct {
+	Items []Identity `json:"items"`
+}
+
+// WorkConsumerRequest asks toolgate for the consumer of a tool's work
+// queue that executors share (ExecutorDurable), created with toolgate's
+// configuration: an executor may fetch and acknowledge work items, never
+// create or change a consumer itself.
+type WorkConsumerRequest struct {
+	Tool string `json:"tool"`
+	// AckWaitMs is how long a work item is the executor's before it is
+	// delivered again: its lease.
+	AckWaitMs int64 `json:"ackWaitMs,omitempty"`
+}
+
+// WorkConsumerReply names the consumer to fetch from, and the prefix of
+// the JetStream API to reach it by: "$JS.API" inside toolgate's own
+// account, WorkAPIPrefix from a client's.
+type WorkConsumerReply struct {
+	Stream    string `json:"stream"`
+	Consumer  string `json:"consumer"`
+	APIPrefix string `json:"apiPrefix"`
+}
+
+// WorkAPIPrefix is where a client account reaches the JetStream API of
+// toolgate's work queue (see package auth).
+const WorkAPIPrefix = "toolgate.js.API"

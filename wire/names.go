@@ -20,6 +20,8 @@ const (
 	PoliciesBucket = "tool_policies" // the policy document, and where it was loaded from
 	GrantsBucket   = "tool_grants"   // session grants, by conversation
 	BudgetsBucket  = "tool_budgets"  // spending per team and day
+	// IdentitiesBucket holds the credentials issued, by public key.
+	IdentitiesBucket = "tool_identities"
 )
 
 // Subjects of the events, one per public name in machine's transition

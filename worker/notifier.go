@@ -454,7 +454,11 @@ func (n *Notifier) deadLetterHeader(key string, msg jetstream.Msg) nats.Header {
 	if !ok {
 		return nil
 	}
-	return nats.Header{HeaderChannelHost: []string{redactURL(ch.URL)}}
+	host := redactURL(ch.URL)
+	if policy.IsSecretRef(ch.URL) {
+		host = ch.URL // where the URL is, which is no secret
+	}
+	return nats.Header{HeaderChannelHost: []string{host}}
 }
 
 func findChannel(chans []policy.Channel, key string) (policy.Channel, bool) {

@@ -81,10 +81,18 @@ func (e *sendError) Error() string { return e.msg }
 // send makes one attempt at delivering ev to ch. raw is the event as
 // published, which a webhook gets verbatim.
 func (n *Notifier) send(ctx context.Context, ch policy.Channel, inbox string, ev *wire.Event, raw []byte) error {
+	// References (env:, file:) are resolved at each attempt, never kept:
+	// a rotated secret applies to the next one. One that does not resolve
+	// here is retried like a channel that is down, since a file may yet
+	// appear, and dead-lettered in the end; the error names the
+	// reference, not the value.
+	ch, err := policy.ResolveChannel(ch)
+	if err != nil {
+		return &sendError{msg: err.Error()}
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.timeout)
 	defer cancel()
 	var req *http.Request
-	var err error
 	switch ch.Type {
 	case policy.ChannelWebhook:
 		req, err = n.webhookRequest(ctx, ch, ev, raw)

@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -545,6 +547,60 @@ func TestNotifier_ChannelLeftThePolicyGetsNoMore(t *testing.T) {
 	ntSubmit(t, m, machine.Call{ToolCallID: "after"})
 	require.Eventually(t, func() bool { return counts.get("none/skipped") == 1 }, ntWait, 5*time.Millisecond)
 	assert.Equal(t, n, hook.count())
+}
+
+// TestNotifier_ResolvesSecretReferencesAtEachDelivery: a channel's URL and
+// secret given as env: and file: references are looked up when a delivery
+// is sent, so the policy never holds them, and a rotated file applies to
+// the next delivery.
+func TestNotifier_ResolvesSecretReferencesAtEachDelivery(t *testing.T) {
+	hook := ntListen(t, nil)
+	t.Setenv("TOOLGATE_TEST_HOOK_URL", hook.URL+"/toolgate")
+	secretFile := filepath.Join(t.TempDir(), "hook-secret")
+	require.NoError(t, os.WriteFile(secretFile, []byte("first\n"), 0o600))
+	env, engine, m := ntEnv(t, fmt.Sprintf(`default:
+  notify:
+    - {type: webhook, url: "env:TOOLGATE_TEST_HOOK_URL", secret: "file:%s"}
+`, secretFile))
+	counts := &ntCounts{}
+	ntStart(t, env, engine, counts, ntFast(3)...)
+
+	ntSubmit(t, m, machine.Call{ToolCallID: "one"})
+	got := hook.next(t, "the first delivery")
+	assert.Equal(t, "/toolgate", got.Path)
+	assert.NoError(t, worker.VerifyWebhook("first", got.Header, got.Body, time.Now(), time.Minute))
+
+	require.NoError(t, os.WriteFile(secretFile, []byte("second\n"), 0o600))
+	ntSubmit(t, m, machine.Call{ToolCallID: "two"})
+	got = hook.next(t, "the delivery after the secret's rotation")
+	assert.NoError(t, worker.VerifyWebhook("second", got.Header, got.Body, time.Now(), time.Minute))
+
+	assert.Equal(t, tgpolicy.Channel{Type: tgpolicy.ChannelWebhook, URL: "env:TOOLGATE_TEST_HOOK_URL", Secret: "file:" + secretFile},
+		engine.Document().Default.Notify[0], "the policy keeps the references, never what they resolve to")
+	require.Eventually(t, func() bool { return counts.get("webhook/sent") == 2 }, ntWait, 5*time.Millisecond)
+}
+
+// TestNotifier_UnresolvableReferenceIsDeadLetteredNamingIt: a reference
+// that does not resolve in the notifier's process is retried like a
+// channel that is down, then dead-lettered with an error that names the
+// reference.
+func TestNotifier_UnresolvableReferenceIsDeadLetteredNamingIt(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "slack-url")
+	env, engine, m := ntEnv(t, fmt.Sprintf("default:\n  notify: [{type: slack, url: %q}]\n", "file:"+missing))
+	counts := &ntCounts{}
+	ntStart(t, env, engine, counts, ntFast(2)...)
+	ntSubmit(t, m, machine.Call{})
+	cons, err := env.JS.OrderedConsumer(t.Context(), wire.DeadLetterStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.DeadLetterSubject(worker.NotifierDurable)},
+	})
+	require.NoError(t, err)
+	msg, err := cons.Next(jetstream.FetchMaxWait(ntWait))
+	require.NoError(t, err)
+	h := msg.Headers()
+	assert.Equal(t, "2", h.Get(consumer.HeaderDeadDeliveries), "retried, as a file may yet appear")
+	assert.Contains(t, h.Get(consumer.HeaderDeadError), "url: policy: secret file:"+missing+": no such file or directory")
+	assert.Equal(t, "file:"+missing, h.Get(worker.HeaderChannelHost))
+	assert.Equal(t, 2, counts.get("slack/failed"))
 }
 
 func TestNotifier_RefusalIsDeadLetteredAtOnce(t *testing.T) {

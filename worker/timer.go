@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -37,6 +38,7 @@ type Timer struct {
 	concurrency int
 	retry       time.Duration
 	unclaimed   time.Duration
+	mx          *metrics.Metrics
 }
 
 // TimerOption configures a Timer.
@@ -65,6 +67,18 @@ func WithUnclaimedRequeue(d time.Duration) TimerOption {
 		if d >= 0 {
 			t.unclaimed = d
 		}
+	}
+}
+
+// WithMetrics counts the calls the timer queues again.
+func WithMetrics(mx *metrics.Metrics) TimerOption {
+	return func(t *Timer) { t.mx = mx }
+}
+
+// requeued counts a call queued again, for reason.
+func (t *Timer) requeued(reason string) {
+	if t.mx != nil {
+		t.mx.Requeues.WithLabelValues(reason).Inc()
 	}
 }
 
@@ -361,6 +375,7 @@ func (t *Timer) requeueUnclaimed(ctx context.Context, log *slog.Logger, e *machi
 	if err := t.queue(ctx, e, rev, id); err != nil {
 		return t.retryLater(ctx, log, job{id: e.PendingID, kind: kindUnclaimed, at: time.Now().UnixMilli(), rev: rev}, err)
 	}
+	t.requeued(metrics.RequeueUnclaimed)
 	log.Info("timer: runnable call unclaimed, queued again", "status", e.Status, "msgId", id)
 	return t.unclaimedAgainIn(e, rev)
 }
@@ -393,6 +408,7 @@ func (t *Timer) leaseExpired(ctx context.Context, log *slog.Logger, j job, e *ma
 		if err := t.queue(ctx, e, rev, id); err != nil {
 			return t.retryLater(ctx, log, job{id: j.id, kind: kindLease, at: e.Lease.ExpiresAt, rev: rev}, err)
 		}
+		t.requeued(metrics.RequeueLeaseExpired)
 		log.Debug("timer: lease expired, queued again", "holder", e.Lease.Holder, "attempts", e.ExecutionAttempts, "msgId", id)
 		// A late heartbeat may have renewed the lease between the read
 		// and the publish; it publishes no event, so look once more.

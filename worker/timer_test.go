@@ -9,12 +9,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
@@ -549,12 +552,14 @@ func TestTimer_StartsAgainWhenItCannotStart(t *testing.T) {
 func TestTimer_LostWorkItemIsQueuedAgain(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	startTimer(t, env, worker.WithUnclaimedRequeue(200*time.Millisecond))
+	mx, err := metrics.New(prometheus.NewRegistry())
+	require.NoError(t, err)
+	startTimer(t, env, worker.WithUnclaimedRequeue(200*time.Millisecond), worker.WithMetrics(mx))
 	m := policy(env, ask(time.Hour, true))
 	ctx := t.Context()
 	// An executor hosts the tool (and is, say, down): its queue's consumer
 	// is there.
-	_, err := env.JS.CreateOrUpdateConsumer(ctx, wire.WorkStream, jetstream.ConsumerConfig{
+	_, err = env.JS.CreateOrUpdateConsumer(ctx, wire.WorkStream, jetstream.ConsumerConfig{
 		Durable: wire.ExecutorDurable("deploy"), FilterSubject: wire.WorkSubject("deploy"), AckPolicy: jetstream.AckExplicitPolicy,
 	})
 	require.NoError(t, err)
@@ -578,4 +583,5 @@ func TestTimer_LostWorkItemIsQueuedAgain(t *testing.T) {
 	var item wire.WorkItem
 	require.NoError(t, json.Unmarshal(msg.Data, &item))
 	assert.Equal(t, e.PendingID, item.PendingID)
+	assert.GreaterOrEqual(t, testutil.ToFloat64(mx.Requeues.WithLabelValues(metrics.RequeueUnclaimed)), 1.0, "the requeue is counted")
 }

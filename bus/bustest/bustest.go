@@ -125,9 +125,9 @@ func ClientURLs(servers []*server.Server) string {
 }
 
 // Connect connects to urls and closes the connection at cleanup.
-func Connect(t testing.TB, urls string) (*nats.Conn, jetstream.JetStream) {
+func Connect(t testing.TB, urls string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := bus.Connect(bus.ConnConfig{URLs: urls, Name: t.Name()})
+	nc, err := bus.Connect(bus.ConnConfig{URLs: urls, Name: t.Name()}, opts...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -192,4 +192,38 @@ func freePort(t testing.TB) int {
 	require.NoError(t, err)
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// StreamLeader returns the index in servers of the one leading stream (in
+// the default account), or -1 while none does.
+func StreamLeader(servers []*server.Server, stream string) int {
+	for i, s := range servers {
+		if s.Running() && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return i
+		}
+	}
+	return -1
+}
+
+// MoveStreamLeader makes servers[to] the leader of stream, asking the
+// leader there is to step down in its favour, and waits until it leads.
+func MoveStreamLeader(t testing.TB, nc *nats.Conn, servers []*server.Server, stream string, to int) {
+	t.Helper()
+	body := fmt.Sprintf(`{"placement":{"preferred":%q}}`, servers[to].Name())
+	last := "no leader yet"
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		switch StreamLeader(servers, stream) {
+		case to:
+			return
+		case -1:
+			continue
+		}
+		msg, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, []byte(body), 2*time.Second)
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = string(msg.Data)
+		}
+	}
+	t.Fatalf("%s: leadership never moved to %s; the last step-down answered %s", stream, servers[to].Name(), last)
 }

@@ -22,6 +22,9 @@ type ServerConfig struct {
 
 	// User and Password, or Token, when set, are required of clients.
 	User, Password, Token string
+	// Configure, when set, changes the options last: toolgate's own
+	// server trusts its operator there (package auth).
+	Configure func(*server.Options) error
 
 	// Cluster, when set, joins the server to a cluster of embedded servers.
 	Cluster *ClusterConfig
@@ -34,6 +37,11 @@ type ClusterConfig struct {
 	Port   int      // route port; -1 picks a free one
 	Routes []string // nats-route://host:port of every member, this one included
 }
+
+// readyWait bounds how long a server may take to take clients: seconds
+// on a quiet machine, many more on a loaded one (a JetStream store to
+// recover, a test suite beside it).
+const readyWait = time.Minute
 
 // StartServer starts an embedded server and waits until it takes clients.
 func StartServer(cfg ServerConfig) (*server.Server, error) {
@@ -58,14 +66,19 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 			opts.Routes = append(opts.Routes, u)
 		}
 	}
+	if cfg.Configure != nil {
+		if err := cfg.Configure(opts); err != nil {
+			return nil, fmt.Errorf("nats server: %w", err)
+		}
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nats server: %w", err)
 	}
 	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(readyWait) {
 		s.Shutdown()
-		return nil, fmt.Errorf("nats server on %s: not ready for connections after 10s", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+		return nil, fmt.Errorf("nats server on %s: not ready for connections after %s", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)), readyWait)
 	}
 	return s, nil
 }

@@ -46,7 +46,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	toolgatetest.Start(t, toolgatetest.Options{NATS: url, Roles: []string{"relay", "analytics", "intake"}})
 
 	ctx := t.Context()
-	_, js := bustest.Connect(t, url)
+	_, js := connect(t, url)
 	calls, err := js.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
 	t0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)

@@ -6,14 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/server"
 )
 
 // The CLI verbs talk to a running toolgate over NATS: its request API for
@@ -40,6 +39,7 @@ var cliVerbs = map[string]func(ctx context.Context, args []string, out cliOutput
 	"cancel":    cliCancel,
 	"policy":    cliPolicy,
 	"budget":    cliBudget,
+	"creds":     cliCreds,
 	"hook":      cliHook,
 	"mcp":       cliMCP,
 	"stats":     cliStats,
@@ -100,8 +100,11 @@ type cliCmd struct {
 	verb string // "approve", "policy set"
 	fs   *flag.FlagSet
 	conn bus.ConnConfig
-	json bool
-	out  cliOutput
+	// natsContext and data say where credentials come from when no
+	// connection flag does (see credentials).
+	natsContext, data string
+	json              bool
+	out               cliOutput
 }
 
 // newCLICmd starts a verb's flag set; synopsis is its usage line after
@@ -123,7 +126,9 @@ func (c *cliCmd) connFlags() *cliCmd {
 	c.fs.StringVar(&c.conn.User, "nats-user", "", "NATS user (with --nats-password)")
 	c.fs.StringVar(&c.conn.Password, "nats-password", "", "NATS password")
 	c.fs.StringVar(&c.conn.Token, "nats-token", "", "NATS token")
-	c.fs.StringVar(&c.conn.CredsFile, "nats-creds", "", "NATS credentials file")
+	c.fs.StringVar(&c.conn.CredsFile, "nats-creds", "", "NATS credentials file (default: the admin credential of a toolgate serving from --data on this machine)")
+	c.fs.StringVar(&c.natsContext, "context", "", "NATS context (as the nats CLI saves them) to take the server and credentials from")
+	c.fs.StringVar(&c.data, "data", server.DefaultConfig().Data, "data directory of a toolgate serving on this machine, whose admin credential is used by default")
 	return c
 }
 
@@ -183,12 +188,26 @@ func (c *cliCmd) parse(args []string, least, most int, names string) ([]string, 
 // connect dials toolgate's NATS and returns a client over it, and how to
 // close it.
 func (c *cliCmd) connect() (*nats.Conn, *client.Client, error) {
-	cfg := c.conn
+	cfg, err := c.credentials()
+	if err != nil {
+		return nil, nil, err
+	}
 	cfg.Name = "toolgate " + c.verb
+	var extra []nats.Option
+	if cfg.CredsFile != "" {
+		if extra, err = client.Credentials(cfg.CredsFile); err != nil {
+			return nil, nil, err
+		}
+	}
 	// bus.Connect reconnects for ever: a `submit --wait` outlives a
 	// toolgate restart. A first connect that fails still fails at once.
-	nc, err := bus.Connect(cfg)
-	if err != nil {
+	nc, err := bus.Connect(cfg, extra...)
+	switch {
+	case errors.Is(err, nats.ErrAuthorization) && cfg.CredsFile != "":
+		return nil, nil, fmt.Errorf("%w: the server refused the credential %s (revoked, or not one this toolgate issued)", err, cfg.CredsFile)
+	case errors.Is(err, nats.ErrAuthorization):
+		return nil, nil, fmt.Errorf("%w: give a credential with --nats-creds or --context (docs/security.md)", err)
+	case err != nil:
 		return nil, nil, fmt.Errorf("%w (is toolgate serving there? --nats or TOOLGATE_NATS says where)", err)
 	}
 	// A person at a terminal hears of a toolgate that is down within
@@ -199,17 +218,4 @@ func (c *cliCmd) connect() (*nats.Conn, *client.Client, error) {
 		return nil, nil, err
 	}
 	return nc, cl, nil
-}
-
-// userFlag adds --as, who the verb acts as: $USER unless told.
-func (c *cliCmd) userFlag(as *string, what string) {
-	c.fs.StringVar(as, "as", os.Getenv("USER"), "the user who "+what+"; $USER unless given")
-}
-
-// requireUser checks that --as is known.
-func (c *cliCmd) requireUser(as string) error {
-	if strings.TrimSpace(as) == "" {
-		return c.usagef("--as: required: say who you are (it defaults to $USER, which is not set)")
-	}
-	return nil
 }

@@ -17,7 +17,7 @@ import (
 )
 
 func cliSubmit(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("submit", "submit --tool T --args JSON --conversation C --caller BOT [flags]",
+	c := newCLICmd("submit", "submit --tool T --args JSON --conversation C [--caller BOT] [flags]",
 		"Submit a tool call as an agent would and print its entry. A call already refused\n"+
 			"(denied by policy) exits 3. With --wait, wait for the answer and print it: exit 0\n"+
 			"when the call may run now (approved, or allowed without asking) or has run, 3 when\n"+
@@ -31,7 +31,7 @@ func cliSubmit(ctx context.Context, args []string, out cliOutput) error {
 	c.fs.StringVar(&call.ToolName, "tool", "", "the tool's name (required)")
 	c.fs.StringVar(&argsJSON, "args", "{}", "the tool's arguments, a JSON object")
 	c.fs.StringVar(&call.ConversationID, "conversation", "", "the conversation the call belongs to (required)")
-	c.fs.StringVar(&call.CallerBotID, "caller", "", "the agent asking (required)")
+	c.fs.StringVar(&call.CallerBotID, "caller", "", "the agent asking (default: the credential's name; only an admin may name another)")
 	c.fs.StringVar(&call.Team, "team", "", "the team (swarm) whose policy applies")
 	c.fs.Float64Var(&call.EstimatedCost, "cost", 0, "the call's estimated cost")
 	c.fs.StringVar(&call.ToolCallID, "id", "", "the tool call's id (default: generated); the same id submitted again gives the same entry")
@@ -46,8 +46,6 @@ func cliSubmit(ctx context.Context, args []string, out cliOutput) error {
 		return c.usagef("--tool: required")
 	case call.ConversationID == "":
 		return c.usagef("--conversation: required")
-	case call.CallerBotID == "":
-		return c.usagef("--caller: required")
 	case call.EstimatedCost < 0 || math.IsNaN(call.EstimatedCost) || math.IsInf(call.EstimatedCost, 0):
 		return c.usagef("--cost: must be a number >= 0, got %v", call.EstimatedCost)
 	case call.PermissionMode != "" && !policy.Mode(call.PermissionMode).Valid():
@@ -249,7 +247,7 @@ func cliShow(ctx context.Context, args []string, out cliOutput) error {
 }
 
 func cliApprove(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("approve", "approve ID [--reason R] [--scope once|session|always] [--as USER] [--args JSON] [flags]",
+	c := newCLICmd("approve", "approve ID [--reason R] [--scope once|session|always] [--args JSON] [flags]",
 		"Approve a pending call. --scope session also lets later calls like it in the same\n"+
 			"conversation run without asking; --scope always adds an allow rule to the team's policy.\n"+
 			"A call someone else already decided is refused (exit 1), saying who decided it.", out).connFlags().jsonFlag("the entry")
@@ -259,13 +257,9 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 	)
 	c.fs.StringVar(&d.Reason, "reason", "", "why (the agent is told)")
 	c.fs.StringVar(&scope, "scope", "once", "how far the approval reaches: once, session or always")
-	c.userFlag(&d.By, "approves")
 	c.fs.StringVar(&edited, "args", "", "run the call with these arguments instead (a JSON object)")
 	pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
 	if err != nil {
-		return err
-	}
-	if err := c.requireUser(d.By); err != nil {
 		return err
 	}
 	d.Approve, d.Scope = true, machine.Scope(scope)
@@ -283,17 +277,13 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 }
 
 func cliReject(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("reject", "reject ID --reason R [--as USER] [flags]",
+	c := newCLICmd("reject", "reject ID --reason R [flags]",
 		"Reject a pending call; the agent is told it was refused, and why.\n"+
 			"A call someone else already decided is refused (exit 1), saying who decided it.", out).connFlags().jsonFlag("the entry")
 	var d client.Decision
 	c.fs.StringVar(&d.Reason, "reason", "", "why (required: the agent is told)")
-	c.userFlag(&d.By, "rejects")
 	pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
 	if err != nil {
-		return err
-	}
-	if err := c.requireUser(d.By); err != nil {
 		return err
 	}
 	if strings.TrimSpace(d.Reason) == "" {
@@ -317,7 +307,7 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision) error 
 	}
 	w := c.out.stdout
 	if d.Approve {
-		fmt.Fprintf(w, "approved %s (%s) as %s, scope %s\n", e.PendingID, e.ToolName, d.By, e.DecisionScope)
+		fmt.Fprintf(w, "approved %s (%s) as %s, scope %s\n", e.PendingID, e.ToolName, e.ApprovedOrRejectedByUserID, e.DecisionScope)
 		if len(e.OriginalArguments) > 0 {
 			fmt.Fprintf(w, "it runs with the arguments %s\n", e.ToolArguments)
 		}
@@ -333,18 +323,17 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision) error 
 		}
 		return nil
 	}
-	fmt.Fprintf(w, "rejected %s (%s) as %s: %s\n", e.PendingID, e.ToolName, d.By, d.Reason)
+	fmt.Fprintf(w, "rejected %s (%s) as %s: %s\n", e.PendingID, e.ToolName, e.ApprovedOrRejectedByUserID, d.Reason)
 	return nil
 }
 
 func cliCancel(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("cancel", "cancel ID | --conversation C [--reason R] [--as USER] [flags]",
+	c := newCLICmd("cancel", "cancel ID | --conversation C [--reason R] [flags]",
 		"Cancel a call that has not started running, or every such call of a conversation.\n"+
 			"Running calls are listed, not cancelled.", out).connFlags().jsonFlag("the entry, or what a conversation's cancel did")
-	var conv, reason, by string
+	var conv, reason string
 	c.fs.StringVar(&conv, "conversation", "", "cancel every call of this conversation that has not started")
 	c.fs.StringVar(&reason, "reason", "", "why (the agent is told)")
-	c.userFlag(&by, "cancels")
 	pos, err := c.parse(args, 0, 1, "the call's ID, or --conversation")
 	if err != nil {
 		return err
@@ -355,9 +344,6 @@ func cliCancel(ctx context.Context, args []string, out cliOutput) error {
 	case len(pos) == 0 && conv == "":
 		return c.usagef("missing the call's ID, or --conversation")
 	}
-	if err := c.requireUser(by); err != nil {
-		return err
-	}
 	nc, cl, err := c.connect()
 	if err != nil {
 		return err
@@ -365,7 +351,7 @@ func cliCancel(ctx context.Context, args []string, out cliOutput) error {
 	defer nc.Close()
 	w := out.stdout
 	if conv == "" {
-		e, err := cl.Cancel(ctx, pos[0], by, reason)
+		e, err := cl.Cancel(ctx, pos[0], "", reason)
 		if err != nil {
 			return err
 		}
@@ -375,7 +361,7 @@ func cliCancel(ctx context.Context, args []string, out cliOutput) error {
 		fmt.Fprintf(w, "cancelled %s (%s)\n", e.PendingID, e.ToolName)
 		return nil
 	}
-	reply, err := cl.CancelConversation(ctx, conv, by, reason)
+	reply, err := cl.CancelConversation(ctx, conv, "", reason)
 	if err != nil {
 		return err
 	}

@@ -11,27 +11,73 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/claudecode"
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // stdin is where `toolgate hook` reads the hook's input; tests replace it.
 var stdin io.Reader = os.Stdin
 
-// hookFlags adds the flags the hook and the MCP server share.
-func hookFlags(c *cliCmd, opts *claudecode.Options) {
-	c.fs.StringVar(&opts.Caller, "caller", "claude-code", "callerBotId of the calls")
+// hookFlags adds the flags the hook and the MCP server share. timeout
+// names what Claude Code's timeout for the verb is.
+func hookFlags(c *cliCmd, opts *claudecode.Options, timeout string) {
+	c.fs.StringVar(&opts.Caller, "caller", "", "callerBotId of the calls (default: the credential's name; only an admin may name another)")
 	c.fs.StringVar(&opts.Team, "team", "", "team of the calls, for the policy")
-	c.fs.DurationVar(&opts.Wait, "wait", 0, "how long to wait for a human before handing back to Claude Code's prompt (0: until the call's approval deadline)")
+	opts.Timeout = claudecode.DefaultTimeout
+	c.fs.Var(durationFlag{&opts.Timeout}, "timeout", timeout+": seconds (600) or a duration (10m)")
+	c.fs.Var(durationFlag{&opts.Wait}, "wait", "how long to wait for toolgate's verdict before withdrawing the call and handing it back to Claude Code's prompt;\n"+
+		"at most --timeout less 10s (less half of it, under 20s), and that when 0. A call whose approval timeout\n"+
+		"is at most --wait, and rejected then (autoRejectOnTimeout), is denied at its deadline instead")
+}
+
+// durationFlag is a flag in seconds, as Claude Code's settings give a
+// hook's timeout, or a Go duration.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil || *f.d == 0 {
+		return "0"
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := claudecode.ParseDuration(s)
+	if err == nil {
+		*f.d = d
+	}
+	return err
+}
+
+// checkWait refuses a --wait that --timeout leaves no time to answer in.
+func checkWait(c *cliCmd, opts claudecode.Options) error {
+	if _, err := claudecode.WaitFor(opts.Wait, opts.Timeout); err != nil {
+		return c.usagef("--wait, --timeout: %v", err)
+	}
+	return nil
+}
+
+// clientGate is the hooks' Gate over the request API.
+type clientGate struct{ *client.Client }
+
+// Calls lists the conversation's calls of the tool.
+func (g clientGate) Calls(ctx context.Context, conversationID, toolName string) ([]*machine.Entry, error) {
+	return g.List(ctx, wire.ListRequest{ConversationID: conversationID, ToolName: toolName})
 }
 
 // cliHook is `toolgate hook claude-code`: a Claude Code command hook for
-// PreToolUse, PermissionRequest and PostToolUse. It prints the hook's JSON
-// answer and exits 0 whatever toolgate said; only a bad command line or
-// input exits otherwise.
+// PreToolUse, PermissionRequest, PostToolUse and PostToolUseFailure. It
+// prints the hook's JSON answer and exits 0 whatever toolgate said; only a
+// bad command line or input exits otherwise. Stopped by a signal (Claude
+// Code kills a hook at its timeout with SIGTERM) it withdraws the call it
+// was waiting for and prints nothing.
 func cliHook(ctx context.Context, args []string, out cliOutput) error {
+	opts := claudecode.Options{Asked: time.Now()}
 	c := newCLICmd("hook", "hook claude-code [flags] < hook-input.json",
-		"A Claude Code hook (PreToolUse, PermissionRequest, PostToolUse): reads the hook's JSON on stdin,\nsubmits the call to toolgate, waits for its verdict and prints Claude Code's answer.", out).connFlags()
-	var opts claudecode.Options
-	hookFlags(c, &opts)
+		"A Claude Code hook (PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure): reads the hook's JSON\n"+
+			"on stdin, submits the call to toolgate, waits for its verdict and prints Claude Code's answer.", out).connFlags()
+	hookFlags(c, &opts, `the hook's "timeout" in Claude Code's settings (default 600, Claude Code's own)`)
 	onError := c.fs.String("on-error", "ask", "the answer when toolgate cannot be reached: ask or deny")
 	pos, err := c.parse(args, 1, 1, "the agent (claude-code)")
 	if err != nil {
@@ -46,6 +92,9 @@ func cliHook(ctx context.Context, args []string, out cliOutput) error {
 	default:
 		return c.usagef("--on-error: want ask or deny, got %q", *onError)
 	}
+	if err := checkWait(c, opts); err != nil {
+		return err
+	}
 	data, err := io.ReadAll(stdin)
 	if err != nil {
 		return err
@@ -59,6 +108,11 @@ func cliHook(ctx context.Context, args []string, out cliOutput) error {
 		// Claude Code reads stdout; stderr is for people.
 		fmt.Fprintf(out.stderr, "toolgate hook: %v\n", err)
 	}
+	if ctx.Err() != nil {
+		// Claude Code stopped the hook and reads no answer.
+		fmt.Fprintf(out.stderr, "toolgate hook: stopped (%v): a call it waited for is withdrawn; no answer\n", context.Cause(ctx))
+		return nil
+	}
 	return json.NewEncoder(out.stdout).Encode(answer)
 }
 
@@ -68,7 +122,7 @@ func hookAnswer(ctx context.Context, c *cliCmd, in claudecode.Input, opts claude
 		return claudecode.Answer(in, claudecode.Unreachable(opts, err)), err
 	}
 	defer nc.Close()
-	answer, err := claudecode.Handle(ctx, cl, in, opts)
+	answer, err := claudecode.Handle(ctx, clientGate{cl}, in, opts)
 	if err != nil {
 		return struct{}{}, err
 	}
@@ -86,9 +140,12 @@ func cliMCP(ctx context.Context, args []string, out cliOutput) error {
 	c := newCLICmd("mcp", "mcp [flags]",
 		"An MCP server on stdio with one tool, approve, for Claude Code's\n--permission-prompt-tool mcp__toolgate__approve.", out).connFlags()
 	var opts claudecode.Options
-	hookFlags(c, &opts)
+	hookFlags(c, &opts, "how long Claude Code waits for a tool (MCP_TOOL_TIMEOUT)")
 	conversation := c.fs.String("conversation", "", "conversation of the calls (default: one per server, i.e. per Claude Code session)")
 	if _, err := c.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	if err := checkWait(c, opts); err != nil {
 		return err
 	}
 	if *conversation == "" {
@@ -99,5 +156,5 @@ func cliMCP(ctx context.Context, args []string, out cliOutput) error {
 		return err
 	}
 	defer nc.Close()
-	return claudecode.NewMCPServer(cl, *conversation, version, opts).Run(ctx, &mcp.StdioTransport{})
+	return claudecode.NewMCPServer(clientGate{cl}, *conversation, version, opts).Run(ctx, &mcp.StdioTransport{})
 }

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 const policyUsage = `Usage:
-  toolgate policy get [--json] [flags]   print the policy in force (YAML)
+  toolgate policy get [--json] [--show-secrets] [flags]
+                                         print the policy in force (YAML), secrets redacted
   toolgate policy set FILE [flags]       put FILE (YAML or JSON; - for stdin) in force
   toolgate policy validate FILE          check FILE offline, naming every field at fault
 `
@@ -36,8 +39,13 @@ func cliPolicy(ctx context.Context, args []string, out cliOutput) error {
 }
 
 func cliPolicyGet(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("policy get", "policy get [--json] [flags]",
-		"Print the policy document in force, as YAML (which `policy set` reads back).", out).connFlags().jsonFlag("the document")
+	c := newCLICmd("policy get", "policy get [--json] [--show-secrets] [flags]",
+		"Print the policy document in force, as YAML (which `policy set` reads back). Secrets given\n"+
+			"as values (a channel's secret, a Slack channel's url) print as \""+policy.RedactedValue+"\", which `policy set`\n"+
+			"refuses; references to them (env:NAME, file:PATH) print as they are. --show-secrets\n"+
+			"(admins only) prints the values.", out).connFlags().jsonFlag("the document")
+	var showSecrets bool
+	c.fs.BoolVar(&showSecrets, "show-secrets", false, "print secret values instead of \""+policy.RedactedValue+"\" (admins only)")
 	if _, err := c.parse(args, 0, 0, ""); err != nil {
 		return err
 	}
@@ -48,15 +56,19 @@ func cliPolicyGet(ctx context.Context, args []string, out cliOutput) error {
 		return err
 	}
 	defer nc.Close()
-	stored, err := cl.Policy(ctx)
+	stored, err := cl.GetPolicy(ctx, wire.PolicyGetRequest{ShowSecrets: showSecrets})
 	if err != nil {
 		return err
 	}
 	if stored.Revision == 0 {
 		fmt.Fprintln(out.stderr, "no policy stored: the built-in defaults apply (every call asks)")
 	}
+	if !showSecrets && strings.Contains(stored.Document, policy.RedactedValue) {
+		fmt.Fprintln(out.stderr, "secrets are redacted: `policy set` refuses this document as it is; give the secrets, or env:NAME / file:PATH references, or print them with --show-secrets (admins only)")
+	}
 	if c.json {
-		doc, err := policy.Parse([]byte(stored.Document))
+		// Decode, not Parse: a redacted document does not validate.
+		doc, err := policy.Decode([]byte(stored.Document))
 		if err != nil {
 			return err
 		}

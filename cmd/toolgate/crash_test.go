@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -68,6 +69,21 @@ type process struct {
 // startServe starts `toolgate serve` and waits until it says it is serving.
 func startServe(t *testing.T, args ...string) *process {
 	t.Helper()
+	// One with its own embedded server is remembered, so that the test
+	// and the processes that join it find its credentials; one that
+	// joins another connects with that one's own.
+	flags := map[string]string{}
+	for i := 0; i+1 < len(args); i++ {
+		if strings.HasPrefix(args[i], "--") {
+			flags[args[i]] = args[i+1]
+		}
+	}
+	if data, ok := flags["--data"]; ok && flags["--nats"] == "" {
+		dataDirs.Store("nats://"+flags["--listen"], data)
+	}
+	if url := flags["--nats"]; url != "" && flags["--nats-creds"] == "" {
+		args = append(args, "--nats-creds", server.CredsPath(dataDir(t, url), "toolgate"))
+	}
 	cmd := exec.Command(toolgateBinary(t), append([]string{"serve"}, args...)...)
 	// Its own process group, so that kill takes the tools it runs with it,
 	// as a crashed host would.
@@ -123,7 +139,7 @@ func TestServe_SIGKILLMidLoadLosesNothing(t *testing.T) {
 	args := []string{"--data", data, "--listen", listen, "--relay-ack-wait", "1s", "--http", "127.0.0.1:0"}
 	proc := startServe(t, args...)
 
-	nc, js := bustest.Connect(t, "nats://"+listen)
+	nc, js := connect(t, "nats://"+listen)
 	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)
 	m := machine.New(bus.NewKVStore(kv))

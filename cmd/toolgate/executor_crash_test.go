@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 )
@@ -36,7 +35,7 @@ func TestExecutor_SIGKILLInsideAHandlerRunsAgainElsewhere(t *testing.T) {
 	executor := []string{"--nats", "nats://" + listen, "--roles", "executor", "--tools", "exec", "--executor-lease", "2s"}
 	first := startServe(t, executor...)
 
-	nc, _ := bustest.Connect(t, "nats://"+listen)
+	nc, _ := connect(t, "nats://"+listen)
 	c, err := client.New(nc)
 	require.NoError(t, err)
 	toolLog := filepath.Join(dir, "tool.log")

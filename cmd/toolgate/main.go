@@ -48,6 +48,8 @@ Usage:
   toolgate mcp                an MCP server on stdio: --permission-prompt-tool mcp__toolgate__approve
   toolgate policy get|set FILE|validate FILE
                            print, replace or check the policy
+  toolgate creds add|list|revoke|init|nats-config
+                           issue, list and revoke NATS credentials (see docs/security.md)
   toolgate budget [--team T]
                            each team's reserved and spent cost per day, and its limit
   toolgate stats [--json]  approval analytics per tool, team, approver and hour,
@@ -56,8 +58,10 @@ Usage:
                            re-derive the analytics from the start of TOOL_EVENTS
 
 The verbs that talk to a running toolgate take --nats URL (default
-nats://127.0.0.1:4222) and serve's credentials flags; every flag is also read
-from TOOLGATE_<FLAG>. Exit codes: 0 done, 1 refused or failed, 2 bad usage,
+nats://127.0.0.1:4222) and a credential: --nats-creds FILE, --context NAME (a
+NATS context), or by default the admin credential of the toolgate serving from
+--data (./toolgate-data) on this machine. Every flag is also read from
+TOOLGATE_<FLAG>. Exit codes: 0 done, 1 refused or failed, 2 bad usage,
 3 submit: the call was rejected, timed out, cancelled or denied, 4 submit
 --wait: it ran and failed.
 

@@ -35,7 +35,7 @@ func TestServe_NotifierWithoutIntakeFollowsThePolicy(t *testing.T) {
 	t.Cleanup(slack.Close)
 
 	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}})
-	toolgatetest.Start(t, toolgatetest.Options{NATS: g.NATSURL, Roles: []string{"notifier"}})
+	toolgatetest.Start(t, g.Sibling("notifier"))
 	js := g.JS
 	require.Eventually(t, func() bool {
 		_, err := js.Consumer(t.Context(), wire.EventsStream, worker.NotifierDurable)

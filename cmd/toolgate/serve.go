@@ -30,6 +30,7 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *server.Config) {
 	fs.Var(&cfg.Roles, "roles", "roles this process runs: all, or a comma-separated list of "+strings.Join(server.RoleNames(), ","))
 	fs.StringVar(&cfg.PolicyFile, "policy", "", "policy document (YAML or JSON) to put in force at start")
 	fs.StringVar(&cfg.HTTP, "http", cfg.HTTP, "HOST:PORT of the HTTP API and web inbox (role http)")
+	fs.Var(&cfg.AllowedHosts, "allowed-hosts", "Host headers the HTTP API answers, comma-separated: names, addresses, *.domain or * (default: localhost, 127.0.0.1, ::1 and --http's host; * when --http listens on every address)")
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "file of HTTP bearer tokens, one per line: TOKEN USER ROLE[,ROLE…]")
 	fs.StringVar(&cfg.TokensData, "tokens-data", "", "HTTP bearer tokens inline, entries separated by ';'")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "HOST:PORT serving only /metrics, for a process without the http role (none by default)")

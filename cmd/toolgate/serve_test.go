@@ -80,6 +80,8 @@ func TestServe_BadConfigurationIsNamed(t *testing.T) {
 		{args: []string{"--tools", "exec,ftp"}, want: `unknown tool "ftp"`},
 		{args: []string{"--roles", "relay,janitor"}, want: `unknown role "janitor"`},
 		{args: []string{"--http", "localhost"}, want: `--http "localhost"`},
+		{args: []string{"--allowed-hosts", "toolgate.example.com:8080"}, want: "want a host name without a port"},
+		{env: map[string]string{"TOOLGATE_ALLOWED_HOSTS": "https://toolgate.example"}, want: "TOOLGATE_ALLOWED_HOSTS"},
 	} {
 		t.Run(strings.Join(tc.args, " ")+fmt.Sprint(tc.env), func(t *testing.T) {
 			for k, v := range tc.env {

@@ -31,7 +31,7 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 	timerArgs := []string{"--roles", "timer", "--nats", "nats://" + listen}
 	timer := startServe(t, timerArgs...)
 
-	_, js := bustest.Connect(t, "nats://"+listen)
+	_, js := connect(t, "nats://"+listen)
 	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)
 	store := bus.NewKVStore(kv)

@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -68,19 +69,24 @@ var agents = []agent{
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("swarm", flag.ContinueOnError)
 	url := fs.String("nats", "nats://127.0.0.1:4222", "NATS URL of a running toolgate serve")
+	data := fs.String("data", "toolgate-data", "data directory of that toolgate, where the credentials it issued are")
 	perAgent := fs.Int("calls", 6, "calls per agent")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	nc, err := nats.Connect(*url, nats.Name("toolgate-swarm"))
-	if err != nil {
-		return fmt.Errorf("connect %s: %w (is `toolgate serve` running?)", *url, err)
-	}
-	defer nc.Close()
-	c, err := client.New(nc)
+	// The agents and the executor share the admin's credential, which may
+	// submit for any agent; the auto-approver decides with the approver's,
+	// as whom the policy names.
+	nc, c, err := connect(*url, filepath.Join(*data, "creds", "admin.creds"))
 	if err != nil {
 		return err
 	}
+	defer nc.Close()
+	anc, approver, err := connect(*url, filepath.Join(*data, "creds", "approver.creds"))
+	if err != nil {
+		return err
+	}
+	defer anc.Close()
 	conversation := fmt.Sprintf("swarm-%d", time.Now().UnixNano())
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -100,7 +106,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	background.Go(func() error { return ignoreCancel(x.Run(ctx)) })
 
 	// The auto-approver decides the calls the policy asks about.
-	sub, err := nc.Subscribe(wire.SubjectApprovalRequired, func(m *nats.Msg) { autoApprove(ctx, c, conversation, m) })
+	sub, err := anc.Subscribe(wire.SubjectApprovalRequired, func(m *nats.Msg) { autoApprove(ctx, approver, conversation, m) })
 	if err != nil {
 		return err
 	}
@@ -130,6 +136,24 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		all = append(all, r)
 	}
 	return summarize(ctx, c, conversation, all, stdout)
+}
+
+// connect connects with a credential toolgate issued.
+func connect(url, creds string) (*nats.Conn, *client.Client, error) {
+	opts, err := client.Credentials(creds)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (run the swarm where toolgate serve runs, or give --data)", err)
+	}
+	nc, err := nats.Connect(url, append(opts, nats.Name("toolgate-swarm"))...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w (is `toolgate serve` running?)", url, err)
+	}
+	c, err := client.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, c, nil
 }
 
 type result struct {
@@ -162,12 +186,12 @@ func autoApprove(ctx context.Context, c *client.Client, conversation string, m *
 		Amount float64 `json:"amount"`
 	}
 	_ = json.Unmarshal(ev.Entry.ToolArguments, &args)
-	d := client.Decision{Approve: true, By: "auto-approver", Reason: "within policy"}
+	d := client.Decision{Approve: true, Reason: "within policy"}
 	switch {
 	case ev.Entry.ToolName == "send_email" && !strings.HasSuffix(args.To, "@example.com"):
-		d = client.Decision{By: "auto-approver", Reason: "mail to " + args.To + " leaves the company"}
+		d = client.Decision{Reason: "mail to " + args.To + " leaves the company"}
 	case ev.Entry.ToolName == "transfer_funds" && args.Amount > 150:
-		d = client.Decision{By: "auto-approver", Reason: fmt.Sprintf("%.0f EUR is over the 150 EUR limit", args.Amount)}
+		d = client.Decision{Reason: fmt.Sprintf("%.0f EUR is over the 150 EUR limit", args.Amount)}
 	}
 	time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) // a human takes a moment
 	if _, err := c.Decide(ctx, ev.Entry.PendingID, d); err != nil && !errors.Is(err, context.Canceled) {

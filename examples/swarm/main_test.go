@@ -28,7 +28,8 @@ func TestSwarm_EveryCallEndsTerminal(t *testing.T) {
 	require.NoError(t, err)
 	listen := l.Addr().String()
 	l.Close()
-	serve := exec.Command(bin, "serve", "--data", t.TempDir(), "--listen", listen, "--http", "127.0.0.1:0", "--policy", "policy.yaml")
+	data := t.TempDir()
+	serve := exec.Command(bin, "serve", "--data", data, "--listen", listen, "--http", "127.0.0.1:0", "--policy", "policy.yaml")
 	stderr, err := serve.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, serve.Start())
@@ -49,7 +50,7 @@ func TestSwarm_EveryCallEndsTerminal(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	require.NoError(t, run(t.Context(), []string{"--nats", "nats://" + listen, "--calls", "6"}, &buf), buf.String())
+	require.NoError(t, run(t.Context(), []string{"--nats", "nats://" + listen, "--data", data, "--calls", "6"}, &buf), buf.String())
 	report := buf.String()
 	assert.Contains(t, report, "18 calls:")
 	assert.Contains(t, report, "every call is terminal")
