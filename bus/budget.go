@@ -3,6 +3,7 @@ package bus
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,15 @@ type Spending struct {
 	// amounts. It is written in the same compare-and-set as they are, so a
 	// settlement delivered twice, or to two processes at once, counts once.
 	Applied consumer.Applied `json:"applied,omitzero"`
+}
+
+// storedSpending is Spending as kept in KV, with a random nonce of the write that
+// stored it: two changes that lead to the same amounts are still told
+// apart (see write), so one whose answer was lost is never taken for
+// another's.
+type storedSpending struct {
+	Spending
+	Write string `json:"write,omitempty"`
 }
 
 // DayBudget is one team's spending on one day, as listed.
@@ -77,15 +87,15 @@ func (l *BudgetLedger) Get(ctx context.Context, team, day string) (Spending, err
 }
 
 func (l *BudgetLedger) get(ctx context.Context, team, day string) (Spending, uint64, error) {
-	kve, err := l.kv.Get(ctx, budgetKey(team, day))
+	kve, err := get(ctx, l.kv, budgetKey(team, day))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Spending{}, 0, nil
 	} else if err != nil {
 		return Spending{}, 0, err
 	}
-	var s Spending
-	err = json.Unmarshal(kve.Value(), &s)
-	return s, kve.Revision(), err
+	var v storedSpending
+	err = json.Unmarshal(kve.Value(), &v)
+	return v.Spending, kve.Revision(), err
 }
 
 // change applies f to a team's spending on a day by compare-and-set.
@@ -98,12 +108,8 @@ func (l *BudgetLedger) change(ctx context.Context, team, day string, f func(*Spe
 		if !f(&s) {
 			return false, nil
 		}
-		data, _ := json.Marshal(s)
-		if rev == 0 {
-			_, err = l.kv.Create(ctx, budgetKey(team, day), data)
-		} else {
-			_, err = l.kv.Update(ctx, budgetKey(team, day), data, rev)
-		}
+		data, _ := json.Marshal(storedSpending{s, rand.Text()})
+		_, err = write(ctx, l.kv, budgetKey(team, day), data, rev)
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue
 		}

@@ -130,11 +130,7 @@ func (s *GrantStore) Add(ctx context.Context, g policy.Grant) (policy.Grant, err
 		if err != nil {
 			return g, err
 		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, key, data)
-		} else {
-			_, err = s.kv.Update(ctx, key, data, rev)
-		}
+		_, err = write(ctx, s.kv, key, data, rev)
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue // another grant of the conversation came first
 		}
@@ -152,7 +148,7 @@ func (s *GrantStore) List(ctx context.Context, conversationID string) ([]policy.
 }
 
 func (s *GrantStore) list(ctx context.Context, conversationID string) ([]policy.Grant, uint64, error) {
-	kve, err := s.kv.Get(ctx, machine.ConversationKey(conversationID))
+	kve, err := get(ctx, s.kv, machine.ConversationKey(conversationID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
 	} else if err != nil {

@@ -67,7 +67,7 @@ func (s *IdentityStore) List(ctx context.Context) ([]wire.Identity, error) {
 }
 
 func (s *IdentityStore) get(ctx context.Context, key string) (wire.Identity, uint64, error) {
-	kve, err := s.kv.Get(ctx, key)
+	kve, err := get(ctx, s.kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return wire.Identity{}, 0, machine.ErrNotFound
 	}

@@ -28,7 +28,7 @@ func (s *KVStore) Create(ctx context.Context, e *machine.Entry) (uint64, error) 
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.kv.Create(ctx, e.PendingID, data)
+	rev, err := write(ctx, s.kv, e.PendingID, data, 0)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, fmt.Errorf("%s: %w", e.PendingID, machine.ErrExists)
 	}
@@ -40,7 +40,7 @@ func (s *KVStore) Get(ctx context.Context, pendingID string) (*machine.Entry, ui
 	if !machine.ValidPendingID(pendingID) {
 		return nil, 0, fmt.Errorf("%w: pendingId %q is not a toolgate id", machine.ErrNotFound, pendingID)
 	}
-	kve, err := s.kv.Get(ctx, pendingID)
+	kve, err := get(ctx, s.kv, pendingID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("pendingId %s: %w", pendingID, machine.ErrNotFound)
 	} else if err != nil {
@@ -59,7 +59,7 @@ func (s *KVStore) Update(ctx context.Context, e *machine.Entry, revision uint64)
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.kv.Update(ctx, e.PendingID, data, revision)
+	rev, err := write(ctx, s.kv, e.PendingID, data, revision)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, fmt.Errorf("%s at revision %d: %w", e.PendingID, revision, machine.ErrConflict)
 	}

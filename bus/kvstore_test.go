@@ -1,10 +1,12 @@
 package bus_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/toolgate/toolgate/bus"
@@ -106,4 +108,108 @@ func TestProvision_EntriesAreReadFromTheLeader(t *testing.T) {
 		assert.False(t, info.Config.AllowDirect)
 		assert.Equal(t, 3, info.Config.Replicas)
 	}
+}
+
+// lostReplies is the entries' bucket with the answer to some writes lost
+// on the way back, as when a stream leader dies after storing a write and
+// before acknowledging it: the write is done, then before returns, and
+// the writer hears only that its deadline passed.
+type lostReplies struct {
+	jetstream.KeyValue
+	stored bool                            // whether the write is done before its answer is lost
+	before func(ctx context.Context) error // run after the lost write; nil: none
+	lost   int                             // how many answers are still to be lost
+}
+
+func (kv *lostReplies) lose(ctx context.Context, write func() (uint64, error)) (uint64, error) {
+	if kv.lost == 0 {
+		return write()
+	}
+	kv.lost--
+	if kv.stored {
+		if _, err := write(); err != nil {
+			return 0, err
+		}
+	}
+	if kv.before != nil {
+		if err := kv.before(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return 0, context.DeadlineExceeded
+}
+
+func (kv *lostReplies) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	return kv.lose(ctx, func() (uint64, error) { return kv.KeyValue.Create(ctx, key, value, opts...) })
+}
+
+func (kv *lostReplies) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	return kv.lose(ctx, func() (uint64, error) { return kv.KeyValue.Update(ctx, key, value, rev) })
+}
+
+// TestKVStore_AWriteWhoseAnswerWasLostIsNoConflictWithItself: a write is
+// sent again when its answer does not come; if the first was stored after
+// all, the writer is told of its success and its revision, not of a
+// conflict, even when another write followed it. One that was not stored
+// is a conflict as ever when someone else wrote meanwhile.
+func TestKVStore_AWriteWhoseAnswerWasLostIsNoConflictWithItself(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	other := func(e *machine.Entry, status machine.State) func(context.Context) error {
+		return func(ctx context.Context) error {
+			kve, err := env.KV.Get(ctx, e.PendingID)
+			if err != nil {
+				return err
+			}
+			next := *e
+			next.Status = status
+			data, _ := json.Marshal(&next)
+			_, err = env.KV.Update(ctx, e.PendingID, data, kve.Revision())
+			return err
+		}
+	}
+	revisions := func(id string) []uint64 {
+		hist, err := env.KV.History(ctx, id)
+		require.NoError(t, err)
+		var revs []uint64
+		for _, kve := range hist {
+			revs = append(revs, kve.Revision())
+		}
+		return revs
+	}
+
+	t.Run("create", func(t *testing.T) {
+		s := bus.NewKVStore(&lostReplies{KeyValue: env.KV, stored: true, lost: 1})
+		e := entry("lost", "create")
+		rev, err := s.Create(ctx, e)
+		require.NoError(t, err, "its own create is no conflict")
+		assert.Equal(t, revisions(e.PendingID), []uint64{rev}, "stored once")
+	})
+	t.Run("update, then another's", func(t *testing.T) {
+		e := entry("lost", "update")
+		rev, err := env.Store.Create(ctx, e)
+		require.NoError(t, err)
+		approved := *e
+		approved.Status = machine.StateApproved
+		s := bus.NewKVStore(&lostReplies{KeyValue: env.KV, stored: true, lost: 1, before: other(&approved, machine.StateExecuting)})
+		got, err := s.Update(ctx, &approved, rev)
+		require.NoError(t, err, "its own update is no conflict")
+		revs := revisions(e.PendingID)
+		require.Len(t, revs, 3, "create, this update, the other's")
+		assert.Equal(t, revs[1], got, "the revision this update was stored at")
+	})
+	t.Run("not stored", func(t *testing.T) {
+		e := entry("lost", "not-stored")
+		rev, err := env.Store.Create(ctx, e)
+		require.NoError(t, err)
+		rejected := *e
+		rejected.Status = machine.StateRejectedByUser
+		s := bus.NewKVStore(&lostReplies{KeyValue: env.KV, lost: 1, before: other(e, machine.StateApproved)})
+		_, err = s.Update(ctx, &rejected, rev)
+		require.ErrorIs(t, err, machine.ErrConflict, "another wrote first")
+		got, _, err := env.Store.Get(ctx, e.PendingID)
+		require.NoError(t, err)
+		assert.Equal(t, machine.StateApproved, got.Status)
+	})
 }

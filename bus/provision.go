@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,7 +57,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 	} {
 		kv.cfg.Storage = jetstream.FileStorage
 		kv.cfg.Replicas = t.Replicas
-		bucket, err := attempts(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+		bucket, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) {
 			return js.CreateOrUpdateKeyValue(ctx, kv.cfg)
 		})
 		if err != nil {
@@ -66,7 +65,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		}
 		*kv.dst = bucket
 	}
-	calls, err := attempts(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return provisionCalls(ctx, js, t) })
+	calls, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) { return provisionCalls(ctx, js, t) })
 	if err != nil {
 		return nil, fmt.Errorf("provision bucket %s: %w", wire.CallsBucket, err)
 	}
@@ -109,7 +108,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		Replicas:    t.Replicas,
 	}}
 	for _, cfg := range streams {
-		if _, err := attempts(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) }); err != nil {
+		if _, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) }); err != nil {
 			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
@@ -174,21 +173,3 @@ func provisionCalls(ctx context.Context, js jetstream.JetStream, t Topology) (je
 // still waiting after a minute, while the fifth was done in half a
 // second). Asked again once it exists, it answers at once.
 const provisionAttempt = 3 * time.Second
-
-// attempts runs f in attempts of provisionAttempt while they get no
-// answer, with a growing, jittered pause between them, until ctx ends.
-func attempts[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		actx, cancel := context.WithTimeout(ctx, provisionAttempt)
-		v, err := f(actx)
-		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return v, err
-		}
-		select {
-		case <-ctx.Done():
-			return v, err
-		case <-time.After(wait/2 + rand.N(wait)):
-		}
-	}
-}

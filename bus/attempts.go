@@ -1,0 +1,111 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// attempts runs f in attempts of at most per each, again while an attempt
+// goes unanswered, with a growing, jittered pause between them, until ctx
+// ends. f must be safe to repeat: an attempt that went unanswered may
+// still have done its work.
+//
+// A JetStream request sent to a stream leader that has just died is never
+// answered; one sent before a new leader is elected finds nobody. Asked
+// again, each is answered as soon as there is a leader, where waiting out
+// the caller's whole deadline would stall every write for its length.
+func attempts[T any](ctx context.Context, per time.Duration, f func(context.Context) (T, error)) (T, error) {
+	for wait := 25 * time.Millisecond; ; wait = min(2*wait, 400*time.Millisecond) {
+		actx, cancel := context.WithTimeout(ctx, per)
+		v, err := f(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !unanswered(err) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(wait/2 + rand.N(wait)):
+		}
+	}
+}
+
+// unanswered reports whether err says a request got no answer (rather
+// than an answer that refused it): nothing can be concluded from it, and
+// asking again is the way to find out.
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		// JetStream's "temporarily unavailable" during an election.
+		errors.As(err, &apiErr) && apiErr.Code == http.StatusServiceUnavailable
+}
+
+// storeAttempt bounds one request of the store to JetStream, which
+// answers in milliseconds when it has a stream leader: unanswered that
+// long, the request is sent again (see attempts), so writes resume soon
+// after a new leader is elected.
+const storeAttempt = time.Second
+
+// get reads key from kv, in attempts of storeAttempt.
+func get(ctx context.Context, kv jetstream.KeyValue, key string) (jetstream.KeyValueEntry, error) {
+	return attempts(ctx, storeAttempt, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return kv.Get(ctx, key) })
+}
+
+// write stores data under key in kv if the key is still at revision (0:
+// if it does not exist), in attempts of storeAttempt. An attempt that
+// went unanswered may have been stored all the same, and the next then
+// finds the key moved on: if a later revision holds exactly data, that
+// was this write, and it succeeded; the caller is never told "conflict"
+// about its own write. So data must say which write it is: no other
+// writer may store the same bytes (an entry records its transition's
+// actor and time; a budget, its write's nonce).
+func write(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, revision uint64) (uint64, error) {
+	unsure := false
+	return attempts(ctx, storeAttempt, func(ctx context.Context) (uint64, error) {
+		var rev uint64
+		var err error
+		if revision == 0 {
+			rev, err = kv.Create(ctx, key, data)
+		} else {
+			rev, err = kv.Update(ctx, key, data, revision)
+		}
+		switch {
+		case err == nil:
+			return rev, nil
+		case unanswered(err):
+			unsure = true
+		case unsure && (errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)):
+			if rev, ok, lerr := storedAt(ctx, kv, key, data, revision); lerr != nil {
+				return 0, lerr
+			} else if ok {
+				return rev, nil
+			}
+		}
+		return 0, err
+	})
+}
+
+// storedAt finds the revision after the given one at which key holds
+// exactly data.
+func storedAt(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, after uint64) (uint64, bool, error) {
+	revs, err := kv.History(ctx, key)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, kve := range revs {
+		if kve.Revision() > after && kve.Operation() == jetstream.KeyValuePut && bytes.Equal(kve.Value(), data) {
+			return kve.Revision(), true, nil
+		}
+	}
+	return 0, false, nil
+}
