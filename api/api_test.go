@@ -34,6 +34,8 @@ const testPolicy = `
 default:
   requiresApprovalTools: all
   approvers: [alice, bob, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9]
+  matchArgument: {web_search: query}
+  rules: {deny: ["web_search(forbidden *)"]}
 `
 
 type harness struct {
@@ -131,6 +133,10 @@ func TestAPI_ErrorCodes(t *testing.T) {
 	})
 	check("403 approver not allowed by policy", 403, "forbidden", "carol is not among", func(out any) int {
 		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "carol-token-000000001", api.DecisionRequest{Approved: &yes}, out)
+	})
+	check("403 an edit a deny rule matches", 403, "edit_denied", `the edited call is denied by rules.deny "web_search(forbidden *)"`, func(out any) int {
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "alice-token-000000001",
+			api.DecisionRequest{Approved: &yes, Arguments: json.RawMessage(`{"query":"forbidden fruit"}`)}, out)
 	})
 	check("404", 404, "not_found", "errors.nope", func(out any) int {
 		return h.do("GET", "/v1/tool-calls/errors.nope", "viewer-token-00000001", nil, out)

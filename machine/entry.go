@@ -2,10 +2,12 @@ package machine
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -73,6 +75,64 @@ type Transition struct {
 	Actor  string `json:"actor,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	At     int64  `json:"at"`
+	// Edit is set on an approval that edited the call's arguments.
+	Edit *Edit `json:"edit,omitempty"`
+}
+
+// Edit records what an approver changed of a call's arguments: the
+// digests of the arguments before and after (ArgumentsDigest), and the
+// top-level arguments that differ.
+type Edit struct {
+	From    string   `json:"from"`
+	To      string   `json:"to"`
+	Changed []string `json:"changed"`
+}
+
+// ArgumentsDigest is "sha256:" and the hex SHA-256 of a call's arguments
+// in canonical JSON (keys sorted, no spaces), so that the same arguments
+// however spaced or ordered have one digest.
+func ArgumentsDigest(args json.RawMessage) string {
+	var v any
+	if len(args) == 0 || json.Unmarshal(args, &v) != nil {
+		v = string(args) // not JSON: the bytes as they are
+	}
+	canon, _ := json.Marshal(v)
+	sum := sha256.Sum256(canon)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Edited says what an approver changed of the call's arguments, or nil
+// when they are the agent's.
+func (e *Entry) Edited() *Edit {
+	if len(e.OriginalArguments) == 0 {
+		return nil
+	}
+	return &Edit{
+		From:    ArgumentsDigest(e.OriginalArguments),
+		To:      ArgumentsDigest(e.ToolArguments),
+		Changed: changedArguments(e.OriginalArguments, e.ToolArguments),
+	}
+}
+
+// changedArguments lists, sorted, the top-level arguments that differ
+// between two argument objects (added, removed or changed).
+func changedArguments(from, to json.RawMessage) []string {
+	var a, b map[string]json.RawMessage
+	_ = json.Unmarshal(from, &a)
+	_ = json.Unmarshal(to, &b)
+	changed := []string{}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !SameJSON(v, w) {
+			changed = append(changed, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			changed = append(changed, k)
+		}
+	}
+	slices.Sort(changed)
+	return changed
 }
 
 // Lease is an executor's claim on a running call. When it expires without

@@ -24,6 +24,10 @@ var (
 	// or arguments. Answering it with the first call's entry would hand one
 	// agent another's outcome.
 	ErrIdempotencyConflict = fmt.Errorf("%w: toolCallId already used for another call", ErrConflict)
+	// ErrEditDenied refuses an approval whose edited arguments the policy
+	// would not let run: a deny rule matches the edited call, or the tool
+	// may not be edited. It matches ErrForbidden too.
+	ErrEditDenied = fmt.Errorf("%w: edit denied by policy", ErrForbidden)
 )
 
 // TransitionError says an event is not allowed in the state the entry is in

@@ -245,10 +245,14 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 			e.DecisionScope = cmp.Or(d.Scope, ScopeOnce)
 		}
 		if len(d.Arguments) > 0 {
+			if err := m.checkEdit(ctx, e, d); err != nil {
+				return err
+			}
 			if e.OriginalArguments == nil {
 				e.OriginalArguments = e.ToolArguments
 			}
 			e.ToolArguments = d.Arguments
+			e.LastTransition.Edit = e.Edited()
 		}
 		return nil
 	})
@@ -256,6 +260,34 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		return nil, fmt.Errorf("decide %s: %w", pendingID, err)
 	}
 	return e, nil
+}
+
+// checkEdit asks the policy what the call e would need with the edited
+// arguments of d: one a deny rule matches (or whose tool may not be
+// edited) is refused, and one that would be asked about needs an approver
+// its policy names, as the call submitted so would.
+func (m *Machine) checkEdit(ctx context.Context, e *Entry, d Decision) error {
+	ec, ok := m.eval.(EditChecker)
+	if !ok {
+		return nil
+	}
+	v, err := ec.CheckEdit(ctx, Call{
+		ToolCallID: e.ToolCallID, ToolName: e.ToolName, Arguments: d.Arguments, CallerBotID: e.CallerBotID,
+		ConversationID: e.ConversationID, Team: e.Team, EstimatedCost: e.EstimatedCost, PermissionMode: e.PermissionMode,
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case v.Action == ActionDeny:
+		return fmt.Errorf("%w: the edited call is denied by %s", ErrEditDenied, v.Reason)
+	case v.Action != ActionAsk:
+	case v.Approver != "" && v.Approver != d.By:
+		return fmt.Errorf("%w: the edited call may be approved only by %s, not %s (%s)", ErrForbidden, v.Approver, d.By, v.Reason)
+	case len(v.Approvers) > 0 && !slices.Contains(v.Approvers, d.By):
+		return fmt.Errorf("%w: the edited call may be approved only by one of %v, not %s (%s)", ErrForbidden, v.Approvers, d.By, v.Reason)
+	}
+	return nil
 }
 
 // Claim hands a runnable call to the executor holder for lease: approved,
@@ -469,8 +501,10 @@ func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose fun
 		}
 		now := m.now()
 		next := *cur
+		next.LastTransition = &Transition{Event: ev, From: cur.Status, To: to, Actor: actor, Reason: reason, At: now.UnixMilli()}
 		// apply sees the entry still in its current state, to check what
-		// the event alone cannot (a lease, a deadline, who may decide).
+		// the event alone cannot (a lease, a deadline, who may decide),
+		// with the transition being made as its LastTransition.
 		if apply != nil {
 			if err := apply(&next, now); err != nil {
 				return nil, err
@@ -478,7 +512,6 @@ func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose fun
 		}
 		next.Status = to
 		next.StatusReason = reason
-		next.LastTransition = &Transition{Event: ev, From: cur.Status, To: to, Actor: actor, Reason: reason, At: now.UnixMilli()}
 		if _, err := m.store.Update(ctx, &next, rev); errors.Is(err, ErrConflict) {
 			continue
 		} else if err != nil {

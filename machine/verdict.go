@@ -41,6 +41,14 @@ type Evaluator interface {
 	Evaluate(ctx context.Context, c Call) (Verdict, error)
 }
 
+// EditChecker is an Evaluator that can also say what a call would need
+// with an approver's edited arguments, as a submission of it would be
+// evaluated, while changing nothing (no budget reserved, no grant used).
+// A Machine whose Evaluator is one checks every edit on approval.
+type EditChecker interface {
+	CheckEdit(ctx context.Context, c Call) (Verdict, error)
+}
+
 // EvaluatorFunc adapts a function to Evaluator.
 type EvaluatorFunc func(ctx context.Context, c Call) (Verdict, error)
 

@@ -50,6 +50,10 @@ type Policy struct {
 	// MatchArgument names, per tool, the argument a rule's specifier is
 	// matched against, for tools whose argument is not built in. Merged per key.
 	MatchArgument map[string]string `yaml:"matchArgument,omitempty" json:"matchArgument,omitempty"`
+	// Editable says, per tool, whether an approver may edit a call's
+	// arguments when approving it; every tool may be edited unless this
+	// says false. Merged per key.
+	Editable map[string]bool `yaml:"editable,omitempty" json:"editable,omitempty"`
 	// RequireApprovalAboveCost asks about any call whose estimated cost is
 	// above it, even one a rule or grant would run.
 	RequireApprovalAboveCost *float64 `yaml:"requireApprovalAboveCost,omitempty" json:"requireApprovalAboveCost,omitempty"`

@@ -110,6 +110,27 @@ func (e *Engine) Resolve(team, conversationID string) Resolved {
 // around: Submit fails and the agent retries, where a guess would either
 // ask a human needlessly or run a call nobody allowed.
 func (e *Engine) Evaluate(ctx context.Context, c machine.Call) (machine.Verdict, error) {
+	return e.evaluate(ctx, c, false)
+}
+
+var _ machine.EditChecker = (*Engine)(nil)
+
+// CheckEdit implements machine.EditChecker: it evaluates c, a call with
+// an approver's edited arguments, as Evaluate would a submission of it,
+// but dry: no grant is consulted (a human approves the call anyway) and
+// no budget reserved. A tool that editable says false of is denied any
+// edit.
+func (e *Engine) CheckEdit(ctx context.Context, c machine.Call) (machine.Verdict, error) {
+	r := e.snap.Load().c.resolve(c.Team, c.ConversationID)
+	if ok, set := r.Editable[c.ToolName]; set && !ok {
+		f := index("editable", c.ToolName)
+		return verdict(machine.ActionDeny, fmt.Sprintf("%s false (%s)", f, r.Sources[f])), nil
+	}
+	return e.evaluate(ctx, c, true)
+}
+
+// evaluate is Evaluate; dry, it changes nothing (see CheckEdit).
+func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machine.Verdict, error) {
 	args, err := callArguments(c)
 	if err != nil {
 		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName, err)
@@ -119,7 +140,7 @@ func (e *Engine) Evaluate(ctx context.Context, c machine.Call) (machine.Verdict,
 			fieldErrorf("estimatedCost", "must be a finite number >= 0, got %v", c.EstimatedCost))
 	}
 	r := e.snap.Load().c.resolve(c.Team, c.ConversationID)
-	v, err := e.decide(ctx, r, c, args)
+	v, err := e.decide(ctx, r, c, args, dry)
 	if err != nil {
 		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName, err)
 	}
@@ -134,7 +155,7 @@ func (e *Engine) Evaluate(ctx context.Context, c machine.Call) (machine.Verdict,
 	return v, nil
 }
 
-func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args map[string]any) (machine.Verdict, error) {
+func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args map[string]any, dry bool) (machine.Verdict, error) {
 	tool := c.ToolName
 	call := newCallSubject(tool, args, r.MatchArgument[tool])
 	if rule, ok := firstMatch(r.Rules.Deny, call, false); ok {
@@ -154,13 +175,13 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 		// that does not parse): a human decides, whatever else says run.
 		return verdict(machine.ActionAsk, hiddenReason), nil
 	}
-	if e.grants != nil {
+	if e.grants != nil && !dry {
 		g, ok, err := e.grants.Match(ctx, c)
 		if err != nil {
 			return machine.Verdict{}, fmt.Errorf("grants: %w", err)
 		}
 		if ok {
-			return e.charge(ctx, r, c, verdict(machine.ActionRun, g.String()))
+			return e.charge(ctx, r, c, dry, verdict(machine.ActionRun, g.String()))
 		}
 	}
 	// Ask rules hold even under bypassPermissions, as in Claude Code:
@@ -173,13 +194,13 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 		return verdict(machine.ActionRun, fmt.Sprintf("permissionMode bypassPermissions (%s)", modeFrom)), nil
 	}
 	if rule, ok := firstMatch(r.Rules.Allow, call, true); ok {
-		return e.charge(ctx, r, c, verdict(machine.ActionRun, rule.String()))
+		return e.charge(ctx, r, c, dry, verdict(machine.ActionRun, rule.String()))
 	}
 	if r.ReadOnly(tool) {
-		return e.charge(ctx, r, c, verdict(machine.ActionRun, fmt.Sprintf("readOnlyTools (%s)", r.Sources["readOnlyTools"])))
+		return e.charge(ctx, r, c, dry, verdict(machine.ActionRun, fmt.Sprintf("readOnlyTools (%s)", r.Sources["readOnlyTools"])))
 	}
 	if mode == ModeAcceptEdits && r.EditTool(tool) {
-		return e.charge(ctx, r, c, verdict(machine.ActionRun, fmt.Sprintf("permissionMode acceptEdits (%s): editTools (%s)",
+		return e.charge(ctx, r, c, dry, verdict(machine.ActionRun, fmt.Sprintf("permissionMode acceptEdits (%s): editTools (%s)",
 			modeFrom, r.Sources["editTools"])))
 	}
 	if r.RequiresApprovalTools.Contains(tool) {
@@ -188,7 +209,7 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 	delay, why := r.Delay(tool)
 	v := verdict(machine.ActionRun, fmt.Sprintf("not in requiresApprovalTools (%s); %s", r.Sources["requiresApprovalTools"], why))
 	v.Delay = delay
-	return e.charge(ctx, r, c, v)
+	return e.charge(ctx, r, c, dry, v)
 }
 
 // hiddenReason is why a command line no rule can see through is asked about.
@@ -202,14 +223,14 @@ func verdict(a machine.Action, reason string) machine.Verdict {
 // checked first so a call that will be asked about anyway reserves nothing.
 // Giving a reservation back (a call cancelled, or cheaper than estimated)
 // is for whoever sees the call end; the verdict says what was reserved.
-func (e *Engine) charge(ctx context.Context, r *Resolved, c machine.Call, run machine.Verdict) (machine.Verdict, error) {
+func (e *Engine) charge(ctx context.Context, r *Resolved, c machine.Call, dry bool, run machine.Verdict) (machine.Verdict, error) {
 	cost := c.EstimatedCost
 	if t := r.RequireApprovalAboveCost; t != nil && cost > *t {
 		return verdict(machine.ActionAsk, fmt.Sprintf("requireApprovalAboveCost %s < %s (%s)",
 			formatNumber(*t), formatNumber(cost), r.Sources["requireApprovalAboveCost"])), nil
 	}
 	limit := r.DailyCostLimit
-	if limit == nil || cost == 0 {
+	if limit == nil || cost == 0 || dry {
 		return run, nil
 	}
 	what := fmt.Sprintf("dailyCostLimit %s (%s)", formatNumber(*limit), r.Sources["dailyCostLimit"])

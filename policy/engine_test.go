@@ -566,3 +566,29 @@ default:
 	assert.Equal(t, machine.ActionRun, evaluate("npm test && npm test -- -u", "").Action)
 	assert.Equal(t, machine.ActionRun, evaluate("ls -la | grep go", "").Action, "Bash is not in requiresApprovalTools")
 }
+
+// TestCheckEdit_IsADryEvaluation: an edited call is evaluated as a
+// submission of it would be (a deny rule denies it), but no budget is
+// reserved for it; a tool with editable false is
+// denied any edit, naming the field and its scope.
+func TestCheckEdit_IsADryEvaluation(t *testing.T) {
+	budget := newMemBudget()
+	e := newTestEngine(t, strings.Replace(engineDocument, "  finance:\n", "  finance:\n    editable: {transfer_funds: false}\n", 1), nil, budget)
+	ctx := context.Background()
+
+	v, err := e.CheckEdit(ctx, testCall{tool: "Bash", args: `{"command":"ls; rm -rf /"}`}.call())
+	require.NoError(t, err)
+	assert.Equal(t, machine.ActionDeny, v.Action)
+	assert.Contains(t, v.Reason, `rules.deny "Bash(rm -rf *)"`)
+
+	v, err = e.CheckEdit(ctx, testCall{tool: "report", team: "finance", cost: 5}.call())
+	require.NoError(t, err)
+	assert.Equal(t, machine.ActionRun, v.Action, "allowed by rules.allow report")
+	assert.Zero(t, budget.calls, "nothing reserved")
+	assert.Zero(t, v.CostReserved)
+
+	v, err = e.CheckEdit(ctx, testCall{tool: "transfer_funds", args: `{"to":"acct-1"}`, team: "finance", cost: 1}.call())
+	require.NoError(t, err)
+	assert.Equal(t, machine.ActionDeny, v.Action)
+	assert.Equal(t, `editable["transfer_funds"] false (teams.finance)`, v.Reason)
+}

@@ -61,6 +61,9 @@ func vocabularyOf(d *Document) *vocabulary {
 		for t := range p.ToolSpecificDelays {
 			add(t)
 		}
+		for t := range p.Editable {
+			add(t)
+		}
 		for _, rule := range slices.Concat(p.Rules.Deny, p.Rules.Ask, p.Rules.Allow) {
 			pat, err := parsePattern(rule)
 			switch {

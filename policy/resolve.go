@@ -48,8 +48,9 @@ type Resolved struct {
 	Rules                    RuleSet
 	Describe                 map[string]string // tool → template source
 	MatchArgument            map[string]string
-	RequireApprovalAboveCost *float64 // nil: no threshold
-	DailyCostLimit           *float64 // nil: no limit
+	Editable                 map[string]bool // tool → may an approver edit its calls; absent: yes
+	RequireApprovalAboveCost *float64        // nil: no threshold
+	DailyCostLimit           *float64        // nil: no limit
 	Approvers                []string
 	UserIDToApprove          string
 	MaxExecutionAttempts     int
@@ -214,6 +215,9 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 		} else if p.MatchArgument[tool] == "" {
 			errs.add(f, "argument name is empty")
 		}
+	}
+	for _, tool := range slices.Sorted(maps.Keys(p.Editable)) {
+		checkToolName(errs, index(at("editable"), tool), tool)
 	}
 	checkCost(errs, at("requireApprovalAboveCost"), p.RequireApprovalAboveCost)
 	checkCost(errs, at("dailyCostLimit"), p.DailyCostLimit)
@@ -394,6 +398,7 @@ func (p *Policy) clone() Policy {
 	c.Rules = Rules{Deny: slices.Clone(p.Rules.Deny), Ask: slices.Clone(p.Rules.Ask), Allow: slices.Clone(p.Rules.Allow)}
 	c.Describe = maps.Clone(p.Describe)
 	c.MatchArgument = maps.Clone(p.MatchArgument)
+	c.Editable = maps.Clone(p.Editable)
 	c.RequireApprovalAboveCost = clonePtr(p.RequireApprovalAboveCost)
 	c.DailyCostLimit = clonePtr(p.DailyCostLimit)
 	c.Approvers = slices.Clone(p.Approvers)
@@ -426,6 +431,7 @@ func (c *compiled) resolve(team, conversationID string) *Resolved {
 		EditTools:             slices.Clone(defaultEditTools),
 		Describe:              map[string]string{},
 		MatchArgument:         map[string]string{},
+		Editable:              map[string]bool{},
 		MaxExecutionAttempts:  DefaultMaxExecutionAttempts,
 		PermissionMode:        ModeDefault,
 		Sources:               map[string]string{},
@@ -491,6 +497,10 @@ func (r *Resolved) merge(l *layer) {
 	for tool, arg := range p.MatchArgument {
 		r.MatchArgument[tool] = arg
 		r.Sources[index("matchArgument", tool)] = s
+	}
+	for tool, ok := range p.Editable {
+		r.Editable[tool] = ok
+		r.Sources[index("editable", tool)] = s
 	}
 }
 

@@ -117,6 +117,8 @@ func ErrorStatus(err error) (int, string) {
 	switch {
 	case errors.Is(err, machine.ErrInvalid):
 		return 400, "invalid"
+	case errors.Is(err, machine.ErrEditDenied):
+		return 403, "edit_denied"
 	case errors.Is(err, machine.ErrForbidden):
 		return 403, "forbidden"
 	case errors.Is(err, machine.ErrNotFound):
@@ -137,6 +139,7 @@ func ErrorStatus(err error) (int, string) {
 var codeErrors = map[string]error{
 	"invalid":              machine.ErrInvalid,
 	"forbidden":            machine.ErrForbidden,
+	"edit_denied":          machine.ErrEditDenied,
 	"not_found":            machine.ErrNotFound,
 	"conflict":             machine.ErrConflict,
 	"expired":              machine.ErrExpired,

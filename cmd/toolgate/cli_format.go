@@ -111,8 +111,9 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 	field("ID", "%s", e.PendingID)
 	field("Tool", "%s", e.ToolName)
 	field("Arguments", "%s", e.ToolArguments)
-	if len(e.OriginalArguments) > 0 {
+	if ed := e.Edited(); ed != nil {
 		field("Original arguments", "%s (edited by the approver)", e.OriginalArguments)
+		field("Edited", "%s (%s -> %s)", strings.Join(ed.Changed, ", "), ed.From, ed.To)
 	}
 	if e.Description != "" {
 		field("Description", "%s", oneLine(e.Description, 200))
