@@ -20,14 +20,22 @@ import (
 // A JetStream request sent to a stream leader that has just died is never
 // answered; one sent before a new leader is elected finds nobody. Asked
 // again, each is answered as soon as there is a leader, where waiting out
-// the caller's whole deadline would stall every write for its length.
+// the caller's whole deadline would stall every write for its length. An
+// attempt that ran out of time is followed by one allowed twice as long
+// (up to 8 times per): a server that is only slow, under load, is not
+// asked ever faster.
 func attempts[T any](ctx context.Context, per time.Duration, f func(context.Context) (T, error)) (T, error) {
+	limit := 8 * per
 	for wait := 25 * time.Millisecond; ; wait = min(2*wait, 400*time.Millisecond) {
 		actx, cancel := context.WithTimeout(ctx, per)
 		v, err := f(actx)
+		timedOut := actx.Err() != nil
 		cancel()
 		if err == nil || ctx.Err() != nil || !unanswered(err) {
 			return v, err
+		}
+		if timedOut {
+			per = min(2*per, limit)
 		}
 		select {
 		case <-ctx.Done():
@@ -96,10 +104,24 @@ func write(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, 
 }
 
 // storedAt finds the revision after the given one at which key holds
-// exactly data.
+// exactly data: the latest, most often, else one in the key's history.
 func storedAt(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, after uint64) (uint64, bool, error) {
+	latest, err := kv.Get(ctx, key)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, err
+	}
+	if err == nil && latest.Revision() > after && bytes.Equal(latest.Value(), data) {
+		return latest.Revision(), true, nil
+	}
 	revs, err := kv.History(ctx, key)
-	if err != nil {
+	// A history cut short by ctx is not the key's: it ends early, or
+	// comes back as "key not found".
+	if ctx.Err() != nil {
+		return 0, false, ctx.Err()
+	}
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	} else if err != nil {
 		return 0, false, err
 	}
 	for _, kve := range revs {
