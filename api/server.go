@@ -68,6 +68,7 @@ var routes = []route{
 	{"GET", "/v1/tool-calls/{pendingId}", readers, (*Server).get},
 	{"GET", "/v1/tool-calls/{pendingId}/history", readers, (*Server).history},
 	{"POST", "/v1/tool-calls/{pendingId}/decision", []Role{RoleApprover}, (*Server).decision},
+	{"POST", "/v1/decisions", []Role{RoleApprover}, (*Server).decideMatching},
 	{"POST", "/v1/respond", []Role{RoleApprover}, (*Server).respond},
 	{"POST", "/v1/tool-calls/{pendingId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancel},
 	{"POST", "/v1/conversations/{conversationId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancelConversation},
@@ -374,6 +375,21 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u User, id strin
 		return err
 	}
 	writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
+// decideMatching decides every pending call a pattern covers (body:
+// wire.DecideMatchingRequest).
+func (s *Server) decideMatching(w http.ResponseWriter, r *http.Request, u User) error {
+	var req wire.DecideMatchingRequest
+	if err := readJSON(w, r, &req); err != nil {
+		return err
+	}
+	reply, err := s.cfg.Gate.DecideMatching(r.Context(), u, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, reply)
 	return nil
 }
 

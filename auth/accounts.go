@@ -23,7 +23,7 @@ var Endpoints = map[wire.Role][]string{
 		wire.EndpointStarted, wire.EndpointHeartbeat, wire.EndpointRetry, wire.EndpointSucceeded, wire.EndpointFailed,
 	},
 	wire.RoleApprover: {
-		wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointCancel, wire.EndpointCancelConversation,
+		wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointDecideMatching, wire.EndpointCancel, wire.EndpointCancelConversation,
 		wire.EndpointBudgets, wire.EndpointPolicyGet,
 	},
 	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointPolicyGet},

@@ -254,6 +254,18 @@ func (c *Client) Decide(ctx context.Context, pendingID string, d Decision) (*mac
 	return &e, nil
 }
 
+// DecideMatching approves or rejects every call pending approval that
+// r.Match covers, each its own transition, and says what was decided and
+// what was skipped and why. It is not sent again when unanswered: the
+// answer to a second would not list what the first decided.
+func (c *Client) DecideMatching(ctx context.Context, r wire.DecideMatchingRequest) (*wire.DecideMatchingReply, error) {
+	var reply wire.DecideMatchingReply
+	if err := c.request(ctx, wire.EndpointDecideMatching, r, &reply); err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
 // Cancel stops a call that has not started running.
 func (c *Client) Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error) {
 	var e machine.Entry

@@ -227,8 +227,7 @@ func (s *Service) recordScope(ctx context.Context, e *machine.Entry) error {
 	if e.Status != machine.StateApproved || e.DecisionScope == machine.ScopeOnce || e.DecisionScope == "" {
 		return nil
 	}
-	c := machine.Call{ToolName: e.ToolName, Arguments: e.ToolArguments, ConversationID: e.ConversationID, Team: e.Team, CallerBotID: e.CallerBotID}
-	pattern, err := policy.GrantPattern(c)
+	pattern, err := policy.GrantPattern(e.Call())
 	if err != nil {
 		return err
 	}

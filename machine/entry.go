@@ -101,6 +101,15 @@ func ArgumentsDigest(args json.RawMessage) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// Call is the call the entry holds, as an agent would submit it, with
+// the arguments that run (an approver's edit, if any).
+func (e *Entry) Call() Call {
+	return Call{
+		ToolCallID: e.ToolCallID, ToolName: e.ToolName, Arguments: e.ToolArguments, CallerBotID: e.CallerBotID,
+		ConversationID: e.ConversationID, Team: e.Team, EstimatedCost: e.EstimatedCost, PermissionMode: e.PermissionMode,
+	}
+}
+
 // Edited says what an approver changed of the call's arguments, or nil
 // when they are the agent's.
 func (e *Entry) Edited() *Edit {

@@ -271,10 +271,9 @@ func (m *Machine) checkEdit(ctx context.Context, e *Entry, d Decision) error {
 	if !ok {
 		return nil
 	}
-	v, err := ec.CheckEdit(ctx, Call{
-		ToolCallID: e.ToolCallID, ToolName: e.ToolName, Arguments: d.Arguments, CallerBotID: e.CallerBotID,
-		ConversationID: e.ConversationID, Team: e.Team, EstimatedCost: e.EstimatedCost, PermissionMode: e.PermissionMode,
-	})
+	c := e.Call()
+	c.Arguments = d.Arguments
+	v, err := ec.CheckEdit(ctx, c)
 	if err != nil {
 		return err
 	}

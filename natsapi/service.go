@@ -130,6 +130,7 @@ func (s *Service) endpoints() map[string]handler {
 				Approve: r.Approved, By: r.By, Reason: r.Reason, Scope: r.Scope, Arguments: r.Arguments,
 			})
 		}),
+		wire.EndpointDecideMatching: answer(g.DecideMatching),
 		wire.EndpointCancel: answer(func(ctx context.Context, a gate.Actor, r wire.CancelRequest) (*machine.Entry, error) {
 			if err := required("pendingId", r.PendingID); err != nil {
 				return nil, err

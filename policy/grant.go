@@ -33,11 +33,8 @@ func (g Grant) Validate() error {
 	return nil
 }
 
-// Allows reports whether the grant covers c. It matches as an allow rule
-// does: a Bash grant covers a compound command only if it covers every
-// command in it. Specifiers of tools other than the built-in ones are
-// matched against the first string argument in sorted key order, as no
-// policy's matchArgument is at hand here.
+// Allows reports whether the grant covers c, as Covers says (no policy's
+// matchArgument is at hand here).
 func (g Grant) Allows(c machine.Call) bool {
 	if g.ConversationID != "" && g.ConversationID != c.ConversationID {
 		return false
@@ -45,15 +42,26 @@ func (g Grant) Allows(c machine.Call) bool {
 	if g.Team != "" && g.Team != c.Team {
 		return false
 	}
-	p, err := parsePattern(g.Pattern)
+	ok, err := Covers(g.Pattern, c)
+	return ok && err == nil
+}
+
+// Covers reports whether pattern (rule syntax) covers c as an allow rule
+// would: a Bash pattern covers a command line only if it covers every
+// command in it. Specifiers of tools other than the built-in ones are
+// matched against the first string argument in sorted key order. A
+// pattern that does not parse is an error; arguments that are not an
+// object are covered by no pattern with a specifier.
+func Covers(pattern string, c machine.Call) (bool, error) {
+	p, err := parsePattern(pattern)
 	if err != nil {
-		return false
+		return false, fmt.Errorf("%q: %w", pattern, err)
 	}
 	args, err := callArguments(c)
 	if err != nil {
-		return false
+		return false, nil
 	}
-	return p.matchCall(newCallSubject(c.ToolName, args, ""), true)
+	return p.matchCall(newCallSubject(c.ToolName, args, ""), true), nil
 }
 
 // String names the grant in verdict reasons.

@@ -21,6 +21,7 @@ const (
 	EndpointGet                = "get"
 	EndpointList               = "list"
 	EndpointDecide             = "decide"
+	EndpointDecideMatching     = "decide_matching"
 	EndpointCancel             = "cancel"
 	EndpointCancelConversation = "cancel_conversation"
 	EndpointStarted            = "started"
@@ -66,6 +67,39 @@ type DecideRequest struct {
 	Reason    string          `json:"reason,omitempty"`
 	Scope     machine.Scope   `json:"scope,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// DecideMatchingRequest approves or rejects every call pending approval
+// that Match covers at this moment (in rule syntax, as an allow rule
+// covers a call: "web_search", "Bash(git push *)"), narrowed by the other
+// fields when set. DryRun lists what would be decided and decides nothing.
+type DecideMatchingRequest struct {
+	Match          string `json:"match"`
+	ConversationID string `json:"conversationId,omitempty"`
+	Team           string `json:"team,omitempty"`
+	CallerBotID    string `json:"callerBotId,omitempty"`
+	Approved       bool   `json:"approved"`
+	By             string `json:"by,omitempty"`
+	Reason         string `json:"reason,omitempty"`
+	DryRun         bool   `json:"dryRun,omitempty"`
+}
+
+// DecideMatchingReply accounts for every call the request matched: each
+// is either decided (or, in a dry run, would be) or skipped, with why.
+type DecideMatchingReply struct {
+	Decided []MatchedCall `json:"decided"`
+	Skipped []MatchedCall `json:"skipped"`
+	DryRun  bool          `json:"dryRun,omitempty"`
+}
+
+// MatchedCall is one call a DecideMatchingRequest matched: the entry as
+// the decision left it (or as it was found), and for a skipped one the
+// refusal's code (conflict: already decided; forbidden: not this
+// approver's; expired) and message.
+type MatchedCall struct {
+	Entry  *machine.Entry `json:"entry"`
+	Code   string         `json:"code,omitempty"`
+	Reason string         `json:"reason,omitempty"`
 }
 
 // CancelRequest cancels one call (PendingID) or every call of a

@@ -247,10 +247,14 @@ func cliShow(ctx context.Context, args []string, out cliOutput) error {
 }
 
 func cliApprove(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("approve", "approve ID [--reason R] [--scope once|session|always] [--args JSON] [flags]",
+	c := newCLICmd("approve", "approve ID [--reason R] [--scope once|session|always] [--args JSON] [flags]\n"+
+		"       toolgate approve --match PATTERN [--conversation C] [--team T] [--caller BOT] [--dry-run] [flags]",
 		"Approve a pending call. --scope session also lets later calls like it in the same\n"+
 			"conversation run without asking; --scope always adds an allow rule to the team's policy.\n"+
-			"A call someone else already decided is refused (exit 1), saying who decided it.", out).connFlags().jsonFlag("the entry")
+			"A call someone else already decided is refused (exit 1), saying who decided it.\n"+
+			"With --match, approve every call pending approval that the pattern covers (a tool\n"+
+			"name, or a rule such as 'Bash(git push *)', covering a call as an allow rule would),\n"+
+			"each its own decision; it lists what was approved and what was skipped and why.", out).connFlags().jsonFlag("the entry")
 	var (
 		d             client.Decision
 		scope, edited string
@@ -258,9 +262,19 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 	c.fs.StringVar(&d.Reason, "reason", "", "why (the agent is told)")
 	c.fs.StringVar(&scope, "scope", "once", "how far the approval reaches: once, session or always")
 	c.fs.StringVar(&edited, "args", "", "run the call with these arguments instead (a JSON object)")
-	pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
+	m := c.matchFlags()
+	pos, err := c.parse(args, 0, 1, "the call's ID (its pendingId)")
 	if err != nil {
 		return err
+	}
+	if m.req.Match != "" {
+		if scope != string(machine.ScopeOnce) || edited != "" {
+			return c.usagef("--match: approves each call once, as asked: no --scope or --args")
+		}
+		return m.decide(ctx, c, pos, true, d.Reason)
+	}
+	if len(pos) == 0 {
+		return c.usagef("the call's ID (its pendingId), or --match PATTERN: required")
 	}
 	d.Approve, d.Scope = true, machine.Scope(scope)
 	switch d.Scope {
@@ -277,19 +291,78 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 }
 
 func cliReject(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("reject", "reject ID --reason R [flags]",
+	c := newCLICmd("reject", "reject ID --reason R [flags]\n"+
+		"       toolgate reject --match PATTERN --reason R [--conversation C] [--team T] [--caller BOT] [--dry-run] [flags]",
 		"Reject a pending call; the agent is told it was refused, and why.\n"+
-			"A call someone else already decided is refused (exit 1), saying who decided it.", out).connFlags().jsonFlag("the entry")
+			"A call someone else already decided is refused (exit 1), saying who decided it.\n"+
+			"With --match, reject every call pending approval that the pattern covers (see approve).", out).connFlags().jsonFlag("the entry")
 	var d client.Decision
 	c.fs.StringVar(&d.Reason, "reason", "", "why (required: the agent is told)")
-	pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
+	m := c.matchFlags()
+	pos, err := c.parse(args, 0, 1, "the call's ID (its pendingId)")
 	if err != nil {
 		return err
 	}
 	if strings.TrimSpace(d.Reason) == "" {
 		return c.usagef("--reason: required: say why, the agent is told")
 	}
+	if m.req.Match != "" {
+		return m.decide(ctx, c, pos, false, d.Reason)
+	}
+	if len(pos) == 0 {
+		return c.usagef("the call's ID (its pendingId), or --match PATTERN: required")
+	}
 	return decide(ctx, c, pos[0], d)
+}
+
+// matchFlags are approve's and reject's flags for deciding every call a
+// pattern covers.
+type matchFlags struct{ req wire.DecideMatchingRequest }
+
+func (c *cliCmd) matchFlags() *matchFlags {
+	m := &matchFlags{}
+	c.fs.StringVar(&m.req.Match, "match", "", "decide every pending call this pattern covers: a tool name or a rule such as 'Bash(git push *)'")
+	c.fs.StringVar(&m.req.ConversationID, "conversation", "", "with --match: only this conversation's calls")
+	c.fs.StringVar(&m.req.Team, "team", "", "with --match: only this team's calls")
+	c.fs.StringVar(&m.req.CallerBotID, "caller", "", "with --match: only this agent's calls")
+	c.fs.BoolVar(&m.req.DryRun, "dry-run", false, "with --match: list the calls it would decide, and decide nothing")
+	return m
+}
+
+func (m *matchFlags) decide(ctx context.Context, c *cliCmd, pos []string, approve bool, reason string) error {
+	if len(pos) > 0 {
+		return c.usagef("--match: decides the calls it matches: give no ID")
+	}
+	m.req.Approved, m.req.Reason = approve, reason
+	nc, cl, err := c.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	reply, err := cl.DecideMatching(ctx, m.req)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return cliPrintJSON(c.out.stdout, reply)
+	}
+	verb := map[bool]string{true: "approved", false: "rejected"}[approve]
+	w := c.out.stdout
+	if reply.DryRun {
+		fmt.Fprintf(w, "would have %s %d calls (dry run, nothing decided):\n", verb, len(reply.Decided))
+	} else {
+		fmt.Fprintf(w, "%s %d calls, skipped %d\n", verb, len(reply.Decided), len(reply.Skipped))
+	}
+	for _, d := range reply.Decided {
+		fmt.Fprintf(w, "  %s %s (%s, from %s)\n", verb, d.Entry.PendingID, d.Entry.ToolName, d.Entry.CallerBotID)
+	}
+	for _, s := range reply.Skipped {
+		fmt.Fprintf(w, "  skipped %s (%s): %s: %s\n", s.Entry.PendingID, s.Entry.ToolName, s.Code, s.Reason)
+	}
+	if len(reply.Decided)+len(reply.Skipped) == 0 {
+		fmt.Fprintf(c.out.stderr, "no pending calls match %s\n", m.req.Match)
+	}
+	return nil
 }
 
 func decide(ctx context.Context, c *cliCmd, id string, d client.Decision) error {
