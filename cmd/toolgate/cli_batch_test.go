@@ -76,7 +76,7 @@ func TestCLI_DecidingEveryCallAPatternCovers(t *testing.T) {
 	}{
 		{[]string{"approve", "--match", "Bash", "--scope", "session"}, "--match: approves each call once, as asked: no --scope or --args"},
 		{[]string{"approve", pushes[1], "--match", "Bash"}, "--match: decides the calls it matches: give no ID"},
-		{[]string{"approve"}, "the call's ID (its pendingId), or --match PATTERN: required"},
+		{[]string{"approve"}, "missing the call's ID, or --match PATTERN"},
 		{[]string{"reject", "--match", "Bash"}, "--reason: required"},
 		{[]string{"approve", "--match", "Bash("}, "match"},
 	} {

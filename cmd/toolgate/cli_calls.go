@@ -274,7 +274,7 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 		return m.decide(ctx, c, pos, true, d.Reason)
 	}
 	if len(pos) == 0 {
-		return c.usagef("the call's ID (its pendingId), or --match PATTERN: required")
+		return c.usagef("missing the call's ID, or --match PATTERN")
 	}
 	d.Approve, d.Scope = true, machine.Scope(scope)
 	switch d.Scope {
@@ -310,7 +310,7 @@ func cliReject(ctx context.Context, args []string, out cliOutput) error {
 		return m.decide(ctx, c, pos, false, d.Reason)
 	}
 	if len(pos) == 0 {
-		return c.usagef("the call's ID (its pendingId), or --match PATTERN: required")
+		return c.usagef("missing the call's ID, or --match PATTERN")
 	}
 	return decide(ctx, c, pos[0], d)
 }

@@ -548,7 +548,7 @@ func TestCLI_BadCommandLinesNameTheFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"approve"}, "missing the call's ID"},
+		{[]string{"approve"}, "missing the call's ID, or --match PATTERN"},
 		{[]string{"approve", "a.b", "c.d"}, `unexpected argument "c.d"`},
 		{[]string{"approve", "a.b", "--scope", "forever"}, `--scope: must be once, session or always, got "forever"`},
 		{[]string{"approve", "a.b", "--args", "[1]"}, "--args: must be a JSON object"},
