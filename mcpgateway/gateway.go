@@ -87,6 +87,7 @@ type Gateway struct {
 	servers    []string // sorted
 	namespaced bool
 	log        *slog.Logger
+	sdkLog     *slog.Logger // the SDK's own: warnings and errors only
 
 	mu       sync.Mutex
 	sessions map[string]*session // by MCP session id, for HTTP's DELETE
@@ -151,7 +152,7 @@ func New(cfg *Config, g Gate, opts Options) (*Gateway, error) {
 	servers := cfg.names()
 	return &Gateway{
 		cfg: cfg, gate: g, opts: opts, wait: wait, servers: servers, namespaced: len(servers) > 1,
-		log: log, sessions: map[string]*session{},
+		log: log, sdkLog: slog.New(minLevel{log.Handler(), slog.LevelWarn}), sessions: map[string]*session{},
 	}, nil
 }
 
@@ -161,7 +162,7 @@ func New(cfg *Config, g Gate, opts Options) (*Gateway, error) {
 func (gw *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
 	s := gw.newSession()
 	err := s.srv.Run(ctx, t)
-	s.close(errors.New("the gateway stopped"))
+	s.close(errGatewayStopped)
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil
 	}
@@ -173,7 +174,7 @@ func (gw *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
 // calls still waiting for a decision at once.
 func (gw *Gateway) Handler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return gw.newSession().srv },
-		&mcp.StreamableHTTPOptions{Logger: gw.log})
+		&mcp.StreamableHTTPOptions{Logger: gw.sdkLog})
 	return http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodDelete {
 			gw.mu.Lock()
@@ -188,6 +189,25 @@ func (gw *Gateway) Handler() http.Handler {
 		h.ServeHTTP(w, r)
 	}))
 }
+
+// Close ends every HTTP session: their calls still waiting for a decision
+// are withdrawn, and their upstream servers stopped.
+func (gw *Gateway) Close() {
+	gw.mu.Lock()
+	var all []*session
+	for _, s := range gw.sessions {
+		all = append(all, s)
+	}
+	gw.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Go(func() { s.close(errGatewayStopped) })
+	}
+	wg.Wait()
+}
+
+// errGatewayStopped is why calls stop when the gateway does.
+var errGatewayStopped = errors.New("the gateway stopped")
 
 // errClientEnded is why a session's calls stop when its client ends it.
 var errClientEnded = errors.New("the MCP client ended its session")
@@ -219,7 +239,7 @@ type callCtx struct{ cancel context.CancelCauseFunc }
 func (gw *Gateway) newSession() *session {
 	s := &session{gw: gw, calls: map[*callCtx]struct{}{}, ups: map[string]*upstream{}}
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: "toolgate-mcp-gateway", Title: "toolgate MCP gateway", Version: gw.opts.Version},
-		&mcp.ServerOptions{Logger: gw.log, SupportedProtocolVersions: supportedVersions})
+		&mcp.ServerOptions{Logger: gw.sdkLog, SupportedProtocolVersions: supportedVersions})
 	s.srv.AddReceivingMiddleware(s.middleware)
 	for _, name := range gw.servers {
 		s.ups[name] = &upstream{name: name, cfg: gw.cfg.Servers[name], s: s}
@@ -452,3 +472,16 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// minLevel passes on what is at least min.
+type minLevel struct {
+	h   slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.h.Enabled(ctx, l)
+}
+func (m minLevel) Handle(ctx context.Context, r slog.Record) error { return m.h.Handle(ctx, r) }
+func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler           { return minLevel{m.h.WithAttrs(as), m.min} }
+func (m minLevel) WithGroup(name string) slog.Handler              { return minLevel{m.h.WithGroup(name), m.min} }

@@ -130,7 +130,7 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func (u *upstream) client() *mcp.Client {
 	s := u.s
 	opts := &mcp.ClientOptions{
-		Logger: s.gw.log,
+		Logger: s.gw.sdkLog,
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			u.mu.Lock()
 			u.tools = nil
