@@ -17,6 +17,7 @@ var Endpoints = map[wire.Role][]string{
 	wire.RoleAgent: {
 		wire.EndpointSubmit, wire.EndpointGet, wire.EndpointList, wire.EndpointCancel, wire.EndpointCancelConversation,
 		wire.EndpointStarted, wire.EndpointHeartbeat, wire.EndpointRetry, wire.EndpointSucceeded, wire.EndpointFailed,
+		wire.EndpointDeniedTools,
 	},
 	wire.RoleExecutor: {
 		wire.EndpointGet, wire.EndpointList, wire.EndpointWorkConsumer,
@@ -24,9 +25,9 @@ var Endpoints = map[wire.Role][]string{
 	},
 	wire.RoleApprover: {
 		wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointDecideMatching, wire.EndpointCancel, wire.EndpointCancelConversation,
-		wire.EndpointBudgets, wire.EndpointPolicyGet,
+		wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
 	},
-	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointPolicyGet},
+	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools},
 }
 
 // The work queue's JetStream API an executor uses to look up the

@@ -90,7 +90,7 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 // answer did not come: asking twice does what asking once does.
 var repeatable = map[string]bool{
 	wire.EndpointSubmit: true, wire.EndpointGet: true, wire.EndpointList: true,
-	wire.EndpointBudgets: true, wire.EndpointPolicyGet: true,
+	wire.EndpointBudgets: true, wire.EndpointPolicyGet: true, wire.EndpointDeniedTools: true,
 }
 
 // requestMsg is request, also returning the reply, for its headers. A
@@ -318,6 +318,16 @@ func (c *Client) report(ctx context.Context, endpoint string, r wire.ReportReque
 		return nil, err
 	}
 	return &e, nil
+}
+
+// DeniedTools asks which of r.Tools the policy denies whatever a call's
+// arguments (a deny rule naming the tool without a specifier, plan mode
+// for a tool that is not read-only): tools not worth offering a model.
+// Any role that reads calls may ask; nobody needs to read the policy.
+func (c *Client) DeniedTools(ctx context.Context, r wire.DeniedToolsRequest) (wire.DeniedToolsReply, error) {
+	var reply wire.DeniedToolsReply
+	err := c.request(ctx, wire.EndpointDeniedTools, r, &reply)
+	return reply, err
 }
 
 // Budgets returns the budget ledger: what each team reserved and spent per

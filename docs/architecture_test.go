@@ -39,6 +39,7 @@ var mayImport = map[string][]string{
 	"api":          {"machine", "wire", "gate", "client", "claudecode", "metrics", "analytics"},
 	"client":       {"machine", "wire", "consumer"},
 	"claudecode":   {"machine", "policy", "client"},
+	"mcpgateway":   {"machine", "wire", "client"},
 	"server":       {"policy", "wire", "consumer", "bus", "bus/embedded", "auth", "metrics", "analytics", "gate", "worker", "natsapi", "api", "client"},
 	"toolgatetest": {"gate", "client", "server", "bus/bustest"},
 	"docs":         {},

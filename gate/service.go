@@ -61,9 +61,11 @@ type Service struct {
 	log        *slog.Logger
 }
 
-// limits is what of the policy Budgets shows: *policy.Engine has it.
+// limits is what of the policy Budgets shows and DeniedTools asks:
+// *policy.Engine has it.
 type limits interface {
 	Resolve(team, conversationID string) policy.Resolved
+	DeniedTools(team, conversationID, permissionMode string, tools []string) (map[string]string, error)
 }
 
 // New returns the Service over cfg's buckets.
@@ -426,6 +428,37 @@ func (s *Service) Policy(ctx context.Context, a Actor, r wire.PolicyGetRequest) 
 		return wire.PolicyDocument{}, err
 	}
 	return wire.PolicyDocument{Document: string(data), Revision: rev}, nil
+}
+
+// DeniedTools says which of r.Tools the policy in force denies whatever a
+// call's arguments, so that an agent (or a gateway offering tools to a
+// model) can leave them out without reading the policy, which only
+// viewers and approvers may. It says no more than submitting a call of
+// each tool would.
+func (s *Service) DeniedTools(ctx context.Context, a Actor, r wire.DeniedToolsRequest) (wire.DeniedToolsReply, error) {
+	if err := a.require("ask which tools the policy denies", wire.RoleAgent, wire.RoleViewer, wire.RoleApprover); err != nil {
+		return wire.DeniedToolsReply{}, err
+	}
+	if len(r.Tools) > wire.MaxDeniedTools {
+		return wire.DeniedToolsReply{}, fmt.Errorf("%w: tools: at most %d, got %d", machine.ErrInvalid, wire.MaxDeniedTools, len(r.Tools))
+	}
+	for i, tool := range r.Tools {
+		if !machine.ValidToolName(tool) {
+			return wire.DeniedToolsReply{}, fmt.Errorf("%w: tools[%d]: must be 1 to 128 letters, digits, '_' or '-', got %q", machine.ErrInvalid, i, tool)
+		}
+	}
+	reply := wire.DeniedToolsReply{Denied: map[string]string{}}
+	if s.limits == nil {
+		return reply, nil // no policy engine: nothing is denied outright
+	}
+	denied, err := s.limits.DeniedTools(r.Team, r.ConversationID, r.PermissionMode, r.Tools)
+	if err != nil {
+		return wire.DeniedToolsReply{}, err // a bad permission mode: machine.ErrInvalid
+	}
+	if denied != nil {
+		reply.Denied = denied
+	}
+	return reply, nil
 }
 
 // SetPolicy puts a policy document in force on every replica. A document

@@ -169,6 +169,7 @@ func (s *Service) endpoints() map[string]handler {
 		wire.EndpointBudgets:      answer(g.Budgets),
 		wire.EndpointPolicyGet:    answer(g.Policy),
 		wire.EndpointPolicySet:    answer(g.SetPolicy),
+		wire.EndpointDeniedTools:  answer(g.DeniedTools),
 		wire.EndpointWorkConsumer: answer(g.WorkConsumer),
 		wire.EndpointCredsAdd:     answer(g.IssueCredential),
 		wire.EndpointCredsList:    answer(g.Credentials),

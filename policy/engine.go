@@ -266,3 +266,30 @@ func (r *Resolved) mode(callMode string) (Mode, string, error) {
 	}
 	return m, from, nil
 }
+
+// DeniedTools returns, of tools, those the policy in force for team and
+// conversationID denies whatever a call's arguments, each with the rule or
+// field that denies it: a deny rule naming the tool (or its MCP server)
+// without a specifier, or plan mode (permissionMode, else the policy's)
+// for a tool that is not read-only. A tool a rule denies only for some
+// arguments is not among them: its calls are decided one by one.
+func (e *Engine) DeniedTools(team, conversationID, permissionMode string, tools []string) (map[string]string, error) {
+	r := e.snap.Load().c.resolve(team, conversationID)
+	mode, modeFrom, err := r.mode(permissionMode)
+	if err != nil {
+		return nil, err
+	}
+	denied := map[string]string{}
+	for _, tool := range tools {
+		for _, rule := range r.Rules.Deny {
+			if rule.Pattern.re == nil && rule.Pattern.matchesTool(tool) {
+				denied[tool] = rule.String()
+				break
+			}
+		}
+		if _, ok := denied[tool]; !ok && mode == ModePlan && !r.ReadOnly(tool) {
+			denied[tool] = fmt.Sprintf("permissionMode plan (%s): %s is not in readOnlyTools (%s)", modeFrom, tool, r.Sources["readOnlyTools"])
+		}
+	}
+	return denied, nil
+}

@@ -592,3 +592,40 @@ func TestCheckEdit_IsADryEvaluation(t *testing.T) {
 	assert.Equal(t, machine.ActionDeny, v.Action)
 	assert.Equal(t, `editable["transfer_funds"] false (teams.finance)`, v.Reason)
 }
+
+func TestDeniedTools_OnlyToolsDeniedWhateverTheirArguments(t *testing.T) {
+	t.Parallel()
+	doc, err := Parse([]byte(`
+default:
+  readOnlyTools: [mcp__fs__read_file]
+  rules:
+    deny: ["mcp__fs__delete", "mcp__shell", "mcp__fs__write_file(/etc/**)", "Bash(rm -rf *)"]
+teams:
+  planners:
+    permissionMode: plan
+`))
+	require.NoError(t, err)
+	e, err := NewEngine(doc, nil, nil)
+	require.NoError(t, err)
+	tools := []string{"mcp__fs__delete", "mcp__shell__run", "mcp__fs__write_file", "mcp__fs__read_file", "Bash", "mcp__fs__deleted"}
+
+	got, err := e.DeniedTools("", "c1", "", tools)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{
+		"mcp__fs__delete": `rules.deny "mcp__fs__delete" (default)`,
+		"mcp__shell__run": `rules.deny "mcp__shell" (default)`,
+	}, got, "a rule with a specifier denies some calls only: those are decided one by one")
+
+	got, err = e.DeniedTools("planners", "c1", "", tools)
+	require.NoError(t, err)
+	assert.NotContains(t, got, "mcp__fs__read_file", "plan mode runs read-only tools")
+	assert.Contains(t, got["mcp__fs__write_file"], "permissionMode plan (teams.planners)")
+	assert.Contains(t, got["Bash"], "is not in readOnlyTools")
+
+	got, err = e.DeniedTools("", "c1", "plan", []string{"mcp__fs__write_file"})
+	require.NoError(t, err)
+	assert.Contains(t, got["mcp__fs__write_file"], "permissionMode plan (call)")
+
+	_, err = e.DeniedTools("", "c1", "yolo", tools)
+	assert.ErrorIs(t, err, machine.ErrInvalid)
+}

@@ -32,6 +32,7 @@ const (
 	EndpointBudgets            = "budgets"
 	EndpointPolicyGet          = "policy_get"
 	EndpointPolicySet          = "policy_set"
+	EndpointDeniedTools        = "denied_tools"
 	EndpointWorkConsumer       = "work_consumer"
 	EndpointCredsAdd           = "creds_add"
 	EndpointCredsList          = "creds_list"
@@ -281,6 +282,27 @@ type BudgetsReply struct {
 // are shown either way.
 type PolicyGetRequest struct {
 	ShowSecrets bool `json:"showSecrets,omitempty"`
+}
+
+// DeniedToolsRequest asks which of Tools the policy in force denies
+// whatever a call's arguments, for calls of Team in ConversationID under
+// PermissionMode (empty: the policy's): what an agent or a gateway leaves
+// out of the tools it offers a model, without reading the policy.
+type DeniedToolsRequest struct {
+	Tools          []string `json:"tools"`
+	Team           string   `json:"team,omitempty"`
+	ConversationID string   `json:"conversationId,omitempty"`
+	PermissionMode string   `json:"permissionMode,omitempty"`
+}
+
+// MaxDeniedTools bounds the tools one DeniedToolsRequest asks about.
+const MaxDeniedTools = 4096
+
+// DeniedToolsReply names the tools denied outright, each with the rule or
+// field that denies it (as a REJECTED_BY_POLICY entry's statusReason
+// would); a tool not named is decided call by call.
+type DeniedToolsReply struct {
+	Denied map[string]string `json:"denied"`
 }
 
 // PolicyDocument is the policy in force, or one to put in force: the

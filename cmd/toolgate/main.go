@@ -46,6 +46,8 @@ Usage:
 
   toolgate hook claude-code   a Claude Code hook (PreToolUse, PermissionRequest, PostToolUse)
   toolgate mcp                an MCP server on stdio: --permission-prompt-tool mcp__toolgate__approve
+  toolgate mcp-gateway --config FILE
+                              an MCP gateway in front of MCP servers: every tool call through toolgate
   toolgate policy get|set FILE|validate FILE
                            print, replace or check the policy
   toolgate creds add|list|revoke|init|nats-config

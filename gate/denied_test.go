@@ -1,0 +1,48 @@
+package gate_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/gate"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// TestDeniedTools_AgentsAskWithoutReadingThePolicy: an agent, which may
+// not read the policy, learns which tools it denies outright: no more
+// than submitting a call of each would tell it.
+func TestDeniedTools_AgentsAskWithoutReadingThePolicy(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	doc, err := policy.Parse([]byte(`default: {rules: {deny: ["mcp__fs__delete", "mcp__fs__write(/etc/**)"]}}`))
+	require.NoError(t, err)
+	engine, err := policy.NewEngine(doc, nil, nil)
+	require.NoError(t, err)
+	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine})
+	bot := actor("bot", wire.RoleAgent)
+
+	_, err = g.Policy(ctx, bot, wire.PolicyGetRequest{})
+	require.ErrorIs(t, err, machine.ErrForbidden, "an agent does not read the policy")
+	got, err := g.DeniedTools(ctx, bot, wire.DeniedToolsRequest{Tools: []string{"mcp__fs__delete", "mcp__fs__write", "mcp__fs__read"}})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"mcp__fs__delete": `rules.deny "mcp__fs__delete" (default)`}, got.Denied)
+
+	_, err = g.DeniedTools(ctx, actor("exec", wire.RoleExecutor), wire.DeniedToolsRequest{Tools: []string{"x"}})
+	require.ErrorIs(t, err, machine.ErrForbidden)
+	_, err = g.DeniedTools(ctx, gate.Actor{}, wire.DeniedToolsRequest{Tools: []string{"x"}})
+	require.ErrorIs(t, err, machine.ErrForbidden)
+	_, err = g.DeniedTools(ctx, bot, wire.DeniedToolsRequest{Tools: []string{"not a tool"}})
+	require.ErrorIs(t, err, machine.ErrInvalid)
+	_, err = g.DeniedTools(ctx, bot, wire.DeniedToolsRequest{Tools: []string{"x"}, PermissionMode: "yolo"})
+	require.ErrorIs(t, err, machine.ErrInvalid)
+	got, err = g.DeniedTools(ctx, bot, wire.DeniedToolsRequest{Tools: []string{"Bash", "Read"}, PermissionMode: "plan"})
+	require.NoError(t, err)
+	assert.Contains(t, got.Denied, "Bash")
+	assert.NotContains(t, got.Denied, "Read", "a read-only tool runs in plan mode")
+}

@@ -1,0 +1,387 @@
+package mcpgateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// callTool gates one tools/call through toolgate. The call is submitted
+// (tool mcp__<server>__<tool>, the session's conversation, the gateway's
+// credential as its caller) and waited for. When toolgate lets it run, the
+// gateway claims it (toolgate.started, as the Claude Code hooks settle the
+// calls Claude Code runs), sends the server the arguments of the entry it
+// claimed -- an approver's edit, if there was one -- and records how it
+// went (toolgate.succeeded or toolgate.failed), so the entry ends
+// COMPLETED_SUCCESS or COMPLETED_FAILURE. A refusal (rejected, timed out,
+// cancelled, denied by policy) is answered as a tool error naming who
+// refused and why, and the server never hears of the call.
+func (s *session) callTool(reqCtx context.Context, req *mcp.CallToolRequest) (mcp.Result, error) {
+	p := req.Params
+	server, tool, ok := s.gw.route(p.Name)
+	if !ok {
+		return nil, unknownTool(p.Name)
+	}
+	u := s.ups[server]
+	known, err := u.hasTool(reqCtx, tool)
+	if err != nil {
+		return nil, err
+	}
+	if !known {
+		return nil, unknownTool(p.Name)
+	}
+	args := json.RawMessage(bytes.TrimSpace(p.Arguments))
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tools/call: arguments must be a JSON object"}
+	}
+
+	// The call stops when the client cancels it or disconnects, or when
+	// its session ends.
+	ctx, cancel := context.WithCancelCause(reqCtx)
+	defer cancel(nil)
+	defer s.track(cancel)()
+
+	call := machine.Call{
+		ToolCallID: "mcp_" + randomHex(12), ToolName: ToolName(server, tool), Arguments: args,
+		ConversationID: s.conversation, Team: s.gw.opts.Team,
+	}
+	v := s.decide(ctx, call, p.GetProgressToken())
+	if v.entry == nil {
+		s.gw.log.Info("tools/call refused", "tool", call.ToolName, "pendingId", v.pendingID, "why", v.refusal)
+		return toolError(v.refusal, v.pendingID), nil
+	}
+	return s.run(ctx, u, tool, p.Meta, v.entry)
+}
+
+func unknownTool(name string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
+}
+
+// toolError is a tool result that says the call did not run, or failed,
+// and why. Its _meta names the toolgate call.
+func toolError(text, pendingID string) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+	if pendingID != "" {
+		res.Meta = mcp.Meta{MetaPendingID: pendingID}
+	}
+	return res
+}
+
+// MetaPendingID is the _meta key of a refused call's result that holds its
+// toolgate pendingId.
+const MetaPendingID = "dev.toolgate/pendingId"
+
+// verdict is what toolgate said of a call: the entry the gateway claimed
+// to run, or why it will not run.
+type verdict struct {
+	entry     *machine.Entry
+	refusal   string
+	pendingID string
+}
+
+func refused(pendingID, why string) verdict { return verdict{refusal: why, pendingID: pendingID} }
+
+// decide submits the call and waits for its verdict, within the wait. As
+// the Claude Code hooks do, what ends the wait is fixed in advance from
+// the entry toolgate recorded: when the call's approval timeout is at most
+// the wait and its policy rejects unanswered calls, the deadline decides
+// (the call is refused as timed out: toolgate takes no decision after
+// it); otherwise the wait does, and the call is withdrawn (cancelled,
+// saying why) and refused. A decision that lands while the call is being
+// withdrawn stands. When the client stops waiting first (it cancelled the
+// request or disconnected) the call is withdrawn too, with that reason.
+func (s *session) decide(ctx context.Context, call machine.Call, progressToken any) verdict {
+	g, wait := s.gw.gate, s.gw.wait
+	asked := time.Now()
+	spare := margin(s.gw.opts.Timeout) / 2
+	id := machine.PendingID(call.ConversationID, call.ToolCallID)
+	waitOver := fmt.Sprintf("no decision within %s", wait)
+
+	sctx, cancel := context.WithDeadline(ctx, asked.Add(wait))
+	defer cancel()
+	e, err := g.Submit(sctx, call)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return s.withdraw(ctx, id, stopped(ctx), spare) // the submit may have landed
+	case sctx.Err() != nil:
+		return s.withdraw(ctx, id, waitOver, spare)
+	default:
+		return refused("", fmt.Sprintf("toolgate: %s was not run: toolgate could not be asked about it: %v", call.ToolName, err))
+	}
+
+	until, deadlineDecides := asked.Add(wait), false
+	if e.Status == machine.StatePendingApproval {
+		s.progress(ctx, progressToken, "toolgate: waiting for a decision on "+e.PendingID)
+		if e.AutoRejectOnTimeout && e.ApprovalTimeoutAt > 0 {
+			t := time.Duration(e.ApprovalTimeoutAt-e.RequestedAt) * time.Millisecond
+			if d := time.Now().Add(t); t <= wait && !d.After(asked.Add(wait+spare)) {
+				until, deadlineDecides = d, true
+			}
+		}
+	}
+	actx, cancelAwait := context.WithDeadline(ctx, until)
+	defer cancelAwait()
+	o, err := g.Await(actx, e.PendingID)
+	var (
+		rej     *client.RejectedError
+		execErr *client.ExecutionError
+	)
+	switch {
+	case err == nil:
+		return s.claim(ctx, o, spare)
+	case errors.As(err, &rej):
+		return refused(e.PendingID, "toolgate: "+rej.Error())
+	case errors.As(err, &execErr):
+		return refused(e.PendingID, "toolgate: "+execErr.Error()+" (it ran elsewhere, not through this gateway)")
+	case ctx.Err() != nil:
+		return s.withdraw(ctx, e.PendingID, stopped(ctx), spare)
+	case actx.Err() != nil && deadlineDecides:
+		return s.timedOut(ctx, e, spare)
+	case actx.Err() != nil:
+		return s.withdraw(ctx, e.PendingID, waitOver, spare)
+	default:
+		return s.withdraw(ctx, e.PendingID, "toolgate could not be asked: "+err.Error(), spare)
+	}
+}
+
+// claim takes a call toolgate let run, for the gateway to run it: the
+// claim (a compare-and-set to EXECUTING, under the gateway's identity)
+// also fixes the arguments, which no decision changes after it.
+func (s *session) claim(ctx context.Context, o client.Outcome, spare time.Duration) verdict {
+	if !o.Runnable() {
+		return refused(o.PendingID, fmt.Sprintf("toolgate: %s ran elsewhere (%s), not through this gateway", o.PendingID, o.Kind))
+	}
+	if ctx.Err() != nil {
+		// Approved, and nobody waits for it any more.
+		return s.withdraw(ctx, o.PendingID, stopped(ctx), spare)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spare)
+	defer cancel()
+	e, err := s.gw.gate.Started(cctx, o.PendingID, "")
+	switch {
+	case err == nil:
+		return verdict{entry: e, pendingID: e.PendingID}
+	case errors.Is(err, machine.ErrConflict):
+		// Cancelled (or taken) between the approval and the claim: say
+		// what it is now.
+		_, aerr := s.gw.gate.Await(cctx, o.PendingID)
+		var rej *client.RejectedError
+		if errors.As(aerr, &rej) {
+			return refused(o.PendingID, "toolgate: "+rej.Error())
+		}
+		return refused(o.PendingID, fmt.Sprintf("toolgate: %s was not run: it could not be claimed: %v", o.PendingID, err))
+	default:
+		return s.withdraw(ctx, o.PendingID, "it could not be claimed to run: "+err.Error(), spare)
+	}
+}
+
+// withdraw cancels the call pendingID, saying why, and refuses it; a
+// decision that landed first stands.
+func (s *session) withdraw(ctx context.Context, pendingID, why string, spare time.Duration) verdict {
+	g := s.gw.gate
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spare)
+	defer cancel()
+	_, err := g.Cancel(wctx, pendingID, "", "withdrawn: "+why)
+	switch {
+	case err == nil, errors.Is(err, machine.ErrNotFound): // not found: the submit never landed
+		return refused(pendingID, "toolgate: "+pendingID+" was not run: withdrawn: "+why)
+	case errors.Is(err, machine.ErrConflict):
+		// Decided (or claimed) just as it was withdrawn.
+		o, err := g.Await(wctx, pendingID)
+		var rej *client.RejectedError
+		switch {
+		case errors.As(err, &rej):
+			return refused(pendingID, "toolgate: "+rej.Error())
+		case err == nil && o.Runnable() && ctx.Err() == nil:
+			return s.claim(ctx, o, spare)
+		}
+		return refused(pendingID, fmt.Sprintf("toolgate: %s was not run: %s, and withdrawing it failed: %v", pendingID, why, err))
+	default:
+		return refused(pendingID, fmt.Sprintf("toolgate: %s was not run: %s, and withdrawing it failed: %v", pendingID, why, err))
+	}
+}
+
+// timedOut answers a call whose approval deadline passed while the client
+// waited, under a policy that rejects unanswered calls then: toolgate
+// refuses a decision from the deadline on, so a call still pending is
+// refused, whether or not the timer has recorded it yet.
+func (s *session) timedOut(ctx context.Context, e *machine.Entry, spare time.Duration) verdict {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spare)
+	defer cancel()
+	timeout := time.Duration(e.ApprovalTimeoutAt-e.RequestedAt) * time.Millisecond
+	denied := refused(e.PendingID, fmt.Sprintf("toolgate: tool call %s (%s) timed out: nobody decided within its approval timeout (%s), and its policy rejects it then", e.PendingID, e.ToolName, timeout))
+	o, err := s.gw.gate.Await(rctx, e.PendingID)
+	var rej *client.RejectedError
+	switch {
+	case errors.As(err, &rej):
+		return refused(e.PendingID, "toolgate: "+rej.Error())
+	case err == nil && o.Runnable():
+		// Decided in time after all (the deadline is toolgate's clock).
+		return s.claim(ctx, o, spare)
+	}
+	return denied
+}
+
+// stopped says why ctx ended: the client stopped waiting.
+func stopped(ctx context.Context) string {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, io.EOF):
+		return "the MCP client disconnected"
+	case errors.Is(cause, context.Canceled):
+		return "the MCP client cancelled the request"
+	default:
+		return cause.Error()
+	}
+}
+
+// progress tells the client how its call stands, when it asked to hear.
+func (s *session) progress(ctx context.Context, token any, message string) {
+	if token == nil || s.ss == nil {
+		return
+	}
+	_ = s.ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Message: message})
+}
+
+// run sends the claimed call to its server with the entry's arguments and
+// records the outcome. The server's answer goes back as it is: a result
+// (an error result is recorded as a failure), or its JSON-RPC error. A
+// server that fails mid-call (its process died, its connection broke) is
+// recorded as a failure and answered as a tool error.
+func (s *session) run(ctx context.Context, u *upstream, tool string, meta mcp.Meta, e *machine.Entry) (mcp.Result, error) {
+	defer s.keepClaim(e.PendingID)()
+	if ctx.Err() != nil {
+		why := stopped(ctx) + " before the call was sent to MCP server " + u.name
+		s.record(ctx, e, nil, why)
+		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
+	}
+	var res *mcp.CallToolResult
+	cs, err := u.session(ctx)
+	if err == nil {
+		res, err = cs.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: tool, Arguments: e.ToolArguments})
+	}
+	var rpcErr *jsonrpc.Error
+	switch {
+	case err == nil && !res.IsError:
+		s.record(ctx, e, res, "")
+		return res, nil
+	case err == nil:
+		s.record(ctx, e, nil, "the tool answered an error: "+resultText(res))
+		return res, nil
+	case ctx.Err() != nil:
+		why := stopped(ctx) + " while MCP server " + u.name + " ran the call"
+		s.record(ctx, e, nil, why)
+		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
+	case errors.As(err, &rpcErr):
+		s.record(ctx, e, nil, fmt.Sprintf("MCP server %s answered error %d: %s", u.name, rpcErr.Code, rpcErr.Message))
+		return nil, rpcErr
+	default:
+		why := fmt.Sprintf("MCP server %s failed during the call: %v", u.name, err)
+		s.record(ctx, e, nil, why)
+		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
+	}
+}
+
+// maxRecorded bounds the result recorded on the entry, which lives in a
+// KV value: a larger one is recorded as its size.
+const maxRecorded = 256 << 10
+
+// record reports the outcome of a call the gateway claimed: succeeded with
+// res, or failed saying why. It tries for a while: the entry would
+// otherwise stay EXECUTING until its claim (an hour) runs out.
+func (s *session) record(ctx context.Context, e *machine.Entry, res *mcp.CallToolResult, failure string) {
+	g := s.gw.gate
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	var result json.RawMessage
+	if res != nil {
+		data, err := json.Marshal(res)
+		switch {
+		case err != nil:
+			result = json.RawMessage(`{"unrecorded":"the result is not JSON"}`)
+		case len(data) > maxRecorded:
+			result = json.RawMessage(fmt.Sprintf(`{"unrecorded":"too large","bytes":%d}`, len(data)))
+		default:
+			result = data
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		var err error
+		if res != nil {
+			_, err = g.Succeed(rctx, e.PendingID, "", result, 0)
+		} else {
+			_, err = g.Fail(rctx, e.PendingID, "", failure, 0)
+		}
+		if err == nil {
+			return
+		}
+		if errors.Is(err, machine.ErrConflict) || errors.Is(err, machine.ErrForbidden) || errors.Is(err, machine.ErrInvalid) || rctx.Err() != nil {
+			s.gw.log.Error("recording a call's outcome failed", "pendingId", e.PendingID, "attempts", attempt, "err", err)
+			return
+		}
+		select {
+		case <-rctx.Done():
+		case <-time.After(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)):
+		}
+	}
+}
+
+// claimHeartbeat is how often the claim of a call still running upstream
+// is renewed; Started holds it an hour.
+const claimHeartbeat = 30 * time.Minute
+
+// keepClaim renews the claim on a call while its server runs it; the
+// returned func stops.
+func (s *session) keepClaim(pendingID string) func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(claimHeartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				hctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				if _, err := s.gw.gate.Heartbeat(hctx, pendingID, "", time.Hour); err != nil {
+					s.gw.log.Warn("renewing a running call's claim failed", "pendingId", pendingID, "err", err)
+				}
+				cancel()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// resultText is the text of an error result, bounded.
+func resultText(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, t.Text)
+		}
+	}
+	text := strings.Join(parts, "\n")
+	if text == "" {
+		text = "(no text)"
+	}
+	if len(text) > 4096 {
+		text = text[:4096] + "…"
+	}
+	return text
+}

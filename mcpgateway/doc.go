@@ -1,0 +1,17 @@
+// Package mcpgateway is an MCP gateway: an MCP server (stdio or
+// streamable HTTP) in front of one or more MCP servers (commands spoken
+// to over stdio, or streamable-HTTP URLs) that forwards what a client asks
+// of them -- tools, resources, prompts, completions, log levels; and back,
+// list changes, log messages, progress, sampling and elicitation -- and
+// puts every tools/call through toolgate first.
+//
+// A call is submitted as tool mcp__<server>__<tool> in the conversation of
+// the client's MCP session, under the identity of the credential the
+// gateway holds. Only when toolgate lets it run does the server hear of
+// it, with the arguments toolgate recorded (an approver may have edited
+// them); its outcome is recorded on the entry. A refusal reaches the
+// client as a tool result with isError set, saying who refused and why.
+// Tools the policy denies whatever their arguments are left out of
+// tools/list. The gateway writes nothing of toolgate's: it uses the
+// request API, as an agent does.
+package mcpgateway

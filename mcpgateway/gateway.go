@@ -1,0 +1,487 @@
+package mcpgateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Gate is what the gateway needs of toolgate: the request API an agent's
+// credential may use. *client.Client has it.
+type Gate interface {
+	Submit(ctx context.Context, call machine.Call) (*machine.Entry, error)
+	Await(ctx context.Context, pendingID string, opts ...client.AwaitOption) (client.Outcome, error)
+	Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error)
+	Started(ctx context.Context, pendingID, by string) (*machine.Entry, error)
+	Heartbeat(ctx context.Context, pendingID, by string, lease time.Duration) (*machine.Entry, error)
+	Succeed(ctx context.Context, pendingID, by string, result json.RawMessage, cost float64) (*machine.Entry, error)
+	Fail(ctx context.Context, pendingID, by, errMsg string, cost float64) (*machine.Entry, error)
+	DeniedTools(ctx context.Context, r wire.DeniedToolsRequest) (wire.DeniedToolsReply, error)
+}
+
+var _ Gate = (*client.Client)(nil)
+
+// DefaultTimeout is how long MCP clients commonly wait for a request
+// before giving up on it: the TypeScript SDK's default (Claude Desktop,
+// Cursor and others use it) and Codex's tool_timeout_sec.
+const DefaultTimeout = 60 * time.Second
+
+// Options configure a Gateway.
+type Options struct {
+	// Team is the team of the calls, for the policy.
+	Team string
+	// Conversation, when set, is the conversation of every session's
+	// calls; by default each MCP session is one (see Gateway).
+	Conversation string
+	// Timeout is how long the MCP client waits for a tools/call (its
+	// request timeout; 0: DefaultTimeout). The gateway answers before it.
+	Timeout time.Duration
+	// Wait bounds how long a call waits for toolgate's verdict; past it
+	// the call is withdrawn and answered as refused. It must leave
+	// Timeout room to withdraw the call and answer (see WaitFor); 0 is
+	// the most it allows.
+	Wait time.Duration
+	// Version is the gateway's, as it tells clients.
+	Version string
+	// Log receives what the gateway has to say (default: nothing).
+	Log *slog.Logger
+	// Stderr receives the upstream commands' standard error (default:
+	// the gateway's own).
+	Stderr io.Writer
+	// ConnectTimeout bounds starting and initializing one upstream
+	// server (default 30s).
+	ConnectTimeout time.Duration
+}
+
+// Gateway is an MCP server in front of MCP servers: it forwards what a
+// client asks of them, and every tools/call goes through toolgate first.
+//
+// Each MCP session is a toolgate conversation, named after the client's
+// clientInfo.name and the session's id ("claude-ai-3F7K…"); the calls'
+// caller is the name of the credential the gateway holds (an agent's), as
+// everywhere in toolgate: a client's name is a label, not an identity.
+// Each session has upstream connections of its own, opened when it
+// initializes (so a stdio server runs once per session, as it would
+// behind the client itself) and closed when it ends.
+type Gateway struct {
+	cfg        *Config
+	gate       Gate
+	opts       Options
+	wait       time.Duration
+	servers    []string // sorted
+	namespaced bool
+	log        *slog.Logger
+	sdkLog     *slog.Logger // the SDK's own: warnings and errors only
+
+	mu       sync.Mutex
+	sessions map[string]*session // by MCP session id, for HTTP's DELETE
+}
+
+// maxMargin is the most of the client's timeout the wait leaves for
+// withdrawing a call and answering.
+const maxMargin = 10 * time.Second
+
+// margin is what a client timeout keeps back from the wait: 10 seconds,
+// or half a timeout shorter than 20.
+func margin(timeout time.Duration) time.Duration { return min(maxMargin, timeout/2) }
+
+// WaitFor returns how long a call waits for toolgate's verdict when the
+// client waits timeout (0: DefaultTimeout): wait, or when wait is 0 the
+// most timeout allows, which is timeout less 10 seconds (less half of it,
+// under 20), the rule of toolgate's Claude Code hooks. A longer wait would
+// have the client give up before the gateway withdrew the call: refused.
+func WaitFor(wait, timeout time.Duration) (time.Duration, error) {
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	if timeout < 0 {
+		return 0, fmt.Errorf("%w: timeout: must be > 0, got %s", machine.ErrInvalid, timeout)
+	}
+	most := timeout - margin(timeout)
+	switch {
+	case wait < 0:
+		return 0, fmt.Errorf("%w: wait: must be >= 0, got %s", machine.ErrInvalid, wait)
+	case wait == 0:
+		return most, nil
+	case wait > most:
+		return 0, fmt.Errorf("%w: wait: %s leaves no time to answer within the client's timeout %s: at most %s (the timeout less %s, to withdraw the call and answer before the client gives up)",
+			machine.ErrInvalid, wait, timeout, most, margin(timeout))
+	}
+	return wait, nil
+}
+
+// New returns a gateway in front of cfg's servers, asking g about every
+// tool call.
+func New(cfg *Config, g Gate, opts Options) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	wait, err := WaitFor(opts.Wait, opts.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = 30 * time.Second
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = os.Stderr
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	servers := cfg.names()
+	return &Gateway{
+		cfg: cfg, gate: g, opts: opts, wait: wait, servers: servers, namespaced: len(servers) > 1,
+		log: log, sdkLog: slog.New(minLevel{log.Handler(), slog.LevelWarn}), sessions: map[string]*session{},
+	}, nil
+}
+
+// Serve serves one MCP session over t (stdio: &mcp.StdioTransport{})
+// until the client disconnects or ctx ends. Calls still waiting for a
+// decision then are withdrawn.
+func (gw *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
+	s := gw.newSession()
+	err := s.srv.Run(ctx, t)
+	s.close(errGatewayStopped)
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// Handler serves MCP's streamable HTTP transport, one session per client
+// that initializes. A session the client ends (DELETE) withdraws its
+// calls still waiting for a decision at once.
+func (gw *Gateway) Handler() http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return gw.newSession().srv },
+		&mcp.StreamableHTTPOptions{Logger: gw.sdkLog})
+	return http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			gw.mu.Lock()
+			s := gw.sessions[r.Header.Get("Mcp-Session-Id")]
+			gw.mu.Unlock()
+			if s != nil {
+				// The SDK closes a session only once its requests are
+				// answered: withdraw the waiting ones first.
+				s.cancelCalls(errClientEnded)
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+}
+
+// Close ends every HTTP session: their calls still waiting for a decision
+// are withdrawn, and their upstream servers stopped.
+func (gw *Gateway) Close() {
+	gw.mu.Lock()
+	var all []*session
+	for _, s := range gw.sessions {
+		all = append(all, s)
+	}
+	gw.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Go(func() { s.close(errGatewayStopped) })
+	}
+	wg.Wait()
+}
+
+// errGatewayStopped is why calls stop when the gateway does.
+var errGatewayStopped = errors.New("the gateway stopped")
+
+// errClientEnded is why a session's calls stop when its client ends it.
+var errClientEnded = errors.New("the MCP client ended its session")
+
+// supportedVersions are the protocol versions the gateway speaks: those
+// with sessions, since a session is the calls' conversation.
+var supportedVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+// session is one client's MCP session and its upstream connections.
+type session struct {
+	gw  *Gateway
+	srv *mcp.Server
+
+	once         sync.Once
+	ss           *mcp.ServerSession
+	id           string
+	conversation string
+	clientCaps   *mcp.ClientCapabilities
+	ups          map[string]*upstream
+
+	mu     sync.Mutex
+	calls  map[*callCtx]struct{}
+	closed bool
+}
+
+// callCtx is a tools/call in flight, to stop when the session ends.
+type callCtx struct{ cancel context.CancelCauseFunc }
+
+func (gw *Gateway) newSession() *session {
+	s := &session{gw: gw, calls: map[*callCtx]struct{}{}, ups: map[string]*upstream{}}
+	s.srv = mcp.NewServer(&mcp.Implementation{Name: "toolgate-mcp-gateway", Title: "toolgate MCP gateway", Version: gw.opts.Version},
+		&mcp.ServerOptions{Logger: gw.sdkLog, SupportedProtocolVersions: supportedVersions})
+	s.srv.AddReceivingMiddleware(s.middleware)
+	for _, name := range gw.servers {
+		s.ups[name] = &upstream{name: name, cfg: gw.cfg.Servers[name], s: s}
+	}
+	return s
+}
+
+// middleware answers the methods the gateway forwards, before the SDK's
+// server (which has no features of its own) would.
+func (s *session) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "initialize":
+			return s.initialize(ctx, method, req, next)
+		case "tools/list":
+			return s.listTools(ctx)
+		case "tools/call":
+			return s.callTool(ctx, req.(*mcp.CallToolRequest))
+		case "resources/list":
+			return s.listResources(ctx)
+		case "resources/templates/list":
+			return s.listResourceTemplates(ctx)
+		case "resources/read":
+			return s.readResource(ctx, req.GetParams().(*mcp.ReadResourceParams))
+		case "prompts/list":
+			return s.listPrompts(ctx)
+		case "prompts/get":
+			return s.getPrompt(ctx, req.GetParams().(*mcp.GetPromptParams))
+		case "completion/complete":
+			return s.complete(ctx, req.GetParams().(*mcp.CompleteParams))
+		case "logging/setLevel":
+			res, err := next(ctx, method, req)
+			if err == nil {
+				s.setLevel(ctx, req.GetParams().(*mcp.SetLoggingLevelParams))
+			}
+			return res, err
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// initialize opens the session's upstream connections, mirroring what the
+// client can do (sampling, elicitation) toward them, and answers with
+// what they can do together.
+func (s *session) initialize(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
+	params, _ := req.GetParams().(*mcp.InitializeParams)
+	ss, _ := req.GetSession().(*mcp.ServerSession)
+	first := false
+	s.once.Do(func() {
+		first = true
+		s.ss = ss
+		s.id = ss.ID()
+		if s.id == "" { // stdio: no transport session id
+			s.id = randomHex(8)
+		}
+		client := "mcp"
+		if params != nil {
+			s.clientCaps = params.Capabilities
+			if params.ClientInfo != nil && params.ClientInfo.Name != "" {
+				client = params.ClientInfo.Name
+			}
+		}
+		s.conversation = s.gw.opts.Conversation
+		if s.conversation == "" {
+			s.conversation = labelToken(client, 64) + "-" + s.id
+		}
+		if ss.ID() != "" {
+			s.gw.mu.Lock()
+			s.gw.sessions[ss.ID()] = s
+			s.gw.mu.Unlock()
+		}
+		go func() {
+			_ = ss.Wait()
+			s.close(errors.New("the MCP client disconnected"))
+		}()
+	})
+	if first {
+		s.connectAll(ctx)
+	}
+	res, err := next(ctx, method, req)
+	if ir, ok := res.(*mcp.InitializeResult); ok && err == nil {
+		ir.Capabilities, ir.Instructions = s.capabilities()
+	}
+	return res, err
+}
+
+// capabilities are what the upstream servers can do together, and their
+// instructions. Tools are always offered; list changes are passed on.
+// Resource subscriptions are not forwarded.
+func (s *session) capabilities() (*mcp.ServerCapabilities, string) {
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}
+	var instructions []string
+	for _, name := range s.gw.servers {
+		cs := s.ups[name].current()
+		if cs == nil || cs.InitializeResult() == nil {
+			continue
+		}
+		ir := cs.InitializeResult()
+		if c := ir.Capabilities; c != nil {
+			if c.Resources != nil {
+				caps.Resources = &mcp.ResourceCapabilities{ListChanged: true}
+			}
+			if c.Prompts != nil {
+				caps.Prompts = &mcp.PromptCapabilities{ListChanged: true}
+			}
+			if c.Completions != nil {
+				caps.Completions = &mcp.CompletionCapabilities{}
+			}
+			if c.Logging != nil {
+				caps.Logging = &mcp.LoggingCapabilities{}
+			}
+		}
+		if ir.Instructions != "" {
+			if s.gw.namespaced {
+				instructions = append(instructions, fmt.Sprintf("%s (tools and prompts named %s%s…): %s", name, name, Separator, ir.Instructions))
+			} else {
+				instructions = append(instructions, ir.Instructions)
+			}
+		}
+	}
+	return caps, strings.Join(instructions, "\n\n")
+}
+
+// track registers a call in flight; the returned func forgets it. A
+// session already closed stops the call at once.
+func (s *session) track(cancel context.CancelCauseFunc) func() {
+	c := &callCtx{cancel: cancel}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		cancel(errors.New("the MCP session has ended"))
+		return func() {}
+	}
+	s.calls[c] = struct{}{}
+	return func() {
+		s.mu.Lock()
+		delete(s.calls, c)
+		s.mu.Unlock()
+	}
+}
+
+// cancelCalls stops every call in flight, with cause as the reason.
+func (s *session) cancelCalls(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.calls {
+		c.cancel(cause)
+	}
+}
+
+// close ends the session: its calls in flight are withdrawn, and its
+// upstream connections closed (a stdio server is told to exit).
+func (s *session) close(cause error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancelCalls(cause)
+	if s.ss != nil && s.ss.ID() != "" {
+		s.gw.mu.Lock()
+		if s.gw.sessions[s.ss.ID()] == s {
+			delete(s.gw.sessions, s.ss.ID())
+		}
+		s.gw.mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for _, u := range s.ups {
+		wg.Go(u.close)
+	}
+	wg.Wait()
+}
+
+// notifyListChanged tells the client that a list (tools, prompts,
+// resources) changed upstream. The SDK's server sends a list_changed
+// notification when its own features change, and has no other way to:
+// so a placeholder is added and removed at once (its debounce sends one
+// notification). The placeholder is never listed: the gateway answers
+// the lists itself.
+func (s *session) notifyListChanged(kind string) {
+	const placeholder = "toolgate-mcp-gateway-list-changed"
+	switch kind {
+	case "tools":
+		s.srv.AddTool(&mcp.Tool{Name: placeholder, InputSchema: map[string]any{"type": "object"}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return nil, errors.New("placeholder")
+			})
+		s.srv.RemoveTools(placeholder)
+	case "prompts":
+		s.srv.AddPrompt(&mcp.Prompt{Name: placeholder},
+			func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+				return nil, errors.New("placeholder")
+			})
+		s.srv.RemovePrompts(placeholder)
+	case "resources":
+		uri := "toolgate:" + placeholder
+		s.srv.AddResource(&mcp.Resource{URI: uri, Name: placeholder},
+			func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return nil, errors.New("placeholder")
+			})
+		s.srv.RemoveResources(uri)
+	}
+}
+
+// labelToken makes s a conversation id's label: letters, digits, '-' and
+// '_' only, at most n bytes.
+func labelToken(s string, n int) string {
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= n {
+			break
+		}
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	if b.Len() == 0 {
+		return "mcp"
+	}
+	return b.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// minLevel passes on what is at least min.
+type minLevel struct {
+	h   slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.h.Enabled(ctx, l)
+}
+func (m minLevel) Handle(ctx context.Context, r slog.Record) error { return m.h.Handle(ctx, r) }
+func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler           { return minLevel{m.h.WithAttrs(as), m.min} }
+func (m minLevel) WithGroup(name string) slog.Handler              { return minLevel{m.h.WithGroup(name), m.min} }
