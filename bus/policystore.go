@@ -139,7 +139,7 @@ func (s *PolicyStore) Follow(ctx context.Context, engine *policy.Engine, log *sl
 					continue
 				}
 			}
-			if err := engine.SetDocument(doc); err != nil {
+			if err := engine.SetStored(doc, kve.Revision()); err != nil {
 				log.Error("stored policy is invalid; keeping the previous one", "revision", kve.Revision(), "err", err)
 				continue
 			}

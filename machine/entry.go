@@ -22,6 +22,13 @@ type Entry struct {
 	// OriginalArguments are the agent's arguments when an approver edited
 	// them; ToolArguments then holds the edited ones, which are what runs.
 	OriginalArguments json.RawMessage `json:"originalArguments,omitempty"`
+	// ArgumentsDigest is ArgumentsDigest(ToolArguments): what an approval
+	// of the call binds to, and what an executor may check before it runs
+	// the arguments it was handed.
+	ArgumentsDigest string `json:"argumentsDigest,omitempty"`
+	// PolicyRevision is the revision of the stored policy that evaluated
+	// the call when it was submitted.
+	PolicyRevision uint64 `json:"policyRevision,omitempty"`
 	CallerBotID       string          `json:"callerBotId"`
 	ConversationID    string          `json:"conversationId"`
 	RequestedAt       int64           `json:"requestedAt"`

@@ -74,18 +74,20 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 	}
 	now := m.now()
 	e := &Entry{
-		PendingID:      id,
-		ToolCallID:     c.ToolCallID,
-		ToolName:       c.ToolName,
-		ToolArguments:  c.Arguments,
-		CallerBotID:    c.CallerBotID,
-		ConversationID: c.ConversationID,
-		RequestedAt:    now.UnixMilli(),
-		StatusReason:   v.Reason,
-		Team:           c.Team,
-		EstimatedCost:  c.EstimatedCost,
-		PermissionMode: c.PermissionMode,
-		Description:    v.Description,
+		PendingID:       id,
+		ToolCallID:      c.ToolCallID,
+		ToolName:        c.ToolName,
+		ToolArguments:   c.Arguments,
+		ArgumentsDigest: ArgumentsDigest(c.Arguments),
+		PolicyRevision:  v.PolicyRevision,
+		CallerBotID:     c.CallerBotID,
+		ConversationID:  c.ConversationID,
+		RequestedAt:     now.UnixMilli(),
+		StatusReason:    v.Reason,
+		Team:            c.Team,
+		EstimatedCost:   c.EstimatedCost,
+		PermissionMode:  c.PermissionMode,
+		Description:     v.Description,
 
 		MaxExecutionAttempts: v.MaxExecutionAttempts,
 		CostReserved:         v.CostReserved,
@@ -252,6 +254,7 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 				e.OriginalArguments = e.ToolArguments
 			}
 			e.ToolArguments = d.Arguments
+			e.ArgumentsDigest = ArgumentsDigest(d.Arguments)
 			e.LastTransition.Edit = e.Edited()
 		}
 		return nil

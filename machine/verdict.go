@@ -34,6 +34,9 @@ type Verdict struct {
 	// on CostDay (UTC, 2006-01-02), for the call.
 	CostReserved float64
 	CostDay      string
+	// PolicyRevision is the revision of the stored policy that decided
+	// (0 when the policy was not read from the bucket).
+	PolicyRevision uint64
 }
 
 // Evaluator decides what a call needs. policy.Engine is the real one.

@@ -270,6 +270,13 @@ func (s *session) run(ctx context.Context, u *upstream, tool string, meta mcp.Me
 		s.record(ctx, e, nil, why)
 		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
 	}
+	if e.ArgumentsDigest != "" && machine.ArgumentsDigest(e.ToolArguments) != e.ArgumentsDigest {
+		// The approval binds to the digest the entry records: arguments
+		// that do not match it are not the ones approved, and never run.
+		why := "its arguments do not match the digest its approval bound them to"
+		s.record(ctx, e, nil, why)
+		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
+	}
 	var res *mcp.CallToolResult
 	cs, err := u.session(ctx)
 	if err == nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -80,6 +81,7 @@ func TestMain(m *testing.M) {
 // the log of what the upstream server received.
 type env struct {
 	t        *testing.T
+	g        *toolgatetest.Gate
 	agent    *client.Client
 	approver *client.Client
 	log      string
@@ -90,7 +92,7 @@ func start(t *testing.T) *env {
 	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake", "timer"}, Policy: testPolicy})
 	_, agent := g.ConnectAs(t, "agent")
 	_, approver := g.ConnectAs(t, "approver")
-	return &env{t: t, agent: agent, approver: approver, log: filepath.Join(t.TempDir(), "upstream.log")}
+	return &env{t: t, g: g, agent: agent, approver: approver, log: filepath.Join(t.TempDir(), "upstream.log")}
 }
 
 // files is the config of the upstream stdio server "files".
@@ -349,6 +351,46 @@ func TestGateway_ApprovedWithEditedArgumentsRunsTheEdit(t *testing.T) {
 	assert.JSONEq(t, `{"path":"/tmp/hosts","content":"x"}`, string(got[0].Args), "the upstream receives the approver's edit, not the client's")
 	done := e.only("mcp__files__write_file", machine.StateCompletedSuccess)
 	assert.JSONEq(t, `{"path":"/etc/hosts","content":"x"}`, string(done.OriginalArguments))
+}
+
+// TestGateway_ArgumentsThatAreNotTheApprovedOnesNeverRun: the approval
+// binds to the arguments digest the entry records. Arguments changed
+// behind toolgate's back (a write to the bucket that only toolgate's own
+// credential can make) do not match it: the upstream never hears of the
+// call, the client gets a tool error, and the call ends failed.
+func TestGateway_ArgumentsThatAreNotTheApprovedOnesNeverRun(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	cs := e.connect(e.gateway(map[string]mcpgateway.Upstream{"files": e.files()}, mcpgateway.Options{}), "tamper-test", nil)
+
+	answered := callAsync(t.Context(), cs, "write_file", map[string]any{"path": "/tmp/a", "content": "x"})
+	pending := e.only("mcp__files__write_file", machine.StatePendingApproval)
+	assert.Equal(t, machine.ArgumentsDigest(json.RawMessage(`{"path":"/tmp/a","content":"x"}`)), pending.ArgumentsDigest)
+	assert.NotZero(t, pending.PolicyRevision, "the stored policy's revision that evaluated it")
+
+	nc, _ := e.g.ConnectAs(t, "toolgate")
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
+	require.NoError(t, err)
+	kve, err := kv.Get(t.Context(), pending.PendingID)
+	require.NoError(t, err)
+	var tampered machine.Entry
+	require.NoError(t, json.Unmarshal(kve.Value(), &tampered))
+	tampered.ToolArguments = json.RawMessage(`{"path":"/etc/passwd","content":"x"}`)
+	data, err := json.Marshal(&tampered)
+	require.NoError(t, err)
+	_, err = kv.Update(t.Context(), pending.PendingID, data, kve.Revision())
+	require.NoError(t, err)
+
+	_, err = e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Approve: true})
+	require.NoError(t, err)
+	a := await(t, answered)
+	require.NoError(t, a.err)
+	assert.True(t, a.res.IsError)
+	assert.Contains(t, text(t, a.res), "do not match the digest its approval bound them to")
+	assert.Empty(t, e.received(), "the upstream never heard of the call")
+	e.only("mcp__files__write_file", machine.StateCompletedFailure)
 }
 
 func TestGateway_NobodyDecides(t *testing.T) {

@@ -41,6 +41,9 @@ type snapshot struct {
 	doc   *Document
 	c     *compiled
 	names *vocabulary
+	// revision is the policies bucket's revision doc was stored at; 0
+	// for a document given directly.
+	revision uint64
 }
 
 // EngineOption configures an Engine.
@@ -66,13 +69,18 @@ func NewEngine(doc *Document, grants Grants, budget Budget, opts ...EngineOption
 // SetDocument validates doc and, if it is valid, puts it in force for every
 // evaluation from now on. An invalid document leaves the old one in force.
 // The Engine keeps its own copy: changing doc afterwards changes nothing.
-func (e *Engine) SetDocument(doc *Document) error {
+func (e *Engine) SetDocument(doc *Document) error { return e.SetStored(doc, 0) }
+
+// SetStored is SetDocument for the document stored at revision of the
+// policies bucket: every verdict from now on names that revision, so an
+// entry says which policy version decided it.
+func (e *Engine) SetStored(doc *Document, revision uint64) error {
 	doc = doc.Clone()
 	c, err := compile(doc)
 	if err != nil {
 		return err
 	}
-	e.snap.Store(&snapshot{doc: doc, c: c, names: vocabularyOf(doc)})
+	e.snap.Store(&snapshot{doc: doc, c: c, names: vocabularyOf(doc), revision: revision})
 	return nil
 }
 
@@ -139,13 +147,15 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName,
 			fieldErrorf("estimatedCost", "must be a finite number >= 0, got %v", c.EstimatedCost))
 	}
-	r := e.snap.Load().c.resolve(c.Team, c.ConversationID)
+	snap := e.snap.Load()
+	r := snap.c.resolve(c.Team, c.ConversationID)
 	v, err := e.decide(ctx, r, c, args, dry)
 	if err != nil {
 		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName, err)
 	}
 	v.Description = r.Description(c.ToolName, args, c.Arguments)
 	v.MaxExecutionAttempts = r.MaxExecutionAttempts
+	v.PolicyRevision = snap.revision
 	if v.Action == machine.ActionAsk {
 		v.ApprovalTimeout = r.ApprovalTimeout
 		v.AutoRejectOnTimeout = r.AutoRejectOnTimeout
