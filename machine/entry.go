@@ -29,9 +29,9 @@ type Entry struct {
 	// PolicyRevision is the revision of the stored policy that evaluated
 	// the call when it was submitted.
 	PolicyRevision uint64 `json:"policyRevision,omitempty"`
-	CallerBotID       string          `json:"callerBotId"`
-	ConversationID    string          `json:"conversationId"`
-	RequestedAt       int64           `json:"requestedAt"`
+	CallerBotID    string `json:"callerBotId"`
+	ConversationID string `json:"conversationId"`
+	RequestedAt    int64  `json:"requestedAt"`
 
 	Status            State  `json:"status"`
 	StatusReason      string `json:"statusReason,omitempty"`
