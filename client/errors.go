@@ -64,6 +64,10 @@ func (e *RejectedError) Error() string {
 		if at := e.Entry.ApprovalTimeoutAt; at > 0 {
 			b.WriteString(" by " + time.UnixMilli(at).UTC().Format(time.RFC3339))
 		}
+		// What a resubmit would meet, when the timer could tell.
+		if _, again, ok := strings.Cut(e.Reason, "; "); ok {
+			b.WriteString("; " + again)
+		}
 		return b.String()
 	case Cancelled:
 		b.WriteString("cancelled")

@@ -371,6 +371,12 @@ func (s *Service) Expire(ctx context.Context, pendingID string) (*machine.Entry,
 	return s.observe(s.m.Expire(ctx, pendingID))
 }
 
+// Remind reminds the approvers of a call still pending before its
+// deadline (the timer's, at the call's reminderAt).
+func (s *Service) Remind(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	return s.observe(s.m.Remind(ctx, pendingID))
+}
+
 // AbandonLease fails a running call whose executor's lease ran out on its
 // last allowed attempt.
 func (s *Service) AbandonLease(ctx context.Context, pendingID string) (*machine.Entry, error) {

@@ -40,6 +40,10 @@ type Entry struct {
 
 	ScheduledExecutionTime int64 `json:"scheduledExecutionTime,omitempty"`
 	ApprovalTimeoutAt      int64 `json:"approvalTimeoutAt,omitempty"`
+	// ReminderAt is when the approvers of a call still pending are
+	// reminded of it (0: never); Reminded, that they were.
+	ReminderAt int64 `json:"reminderAt,omitempty"`
+	Reminded   bool  `json:"reminded,omitempty"`
 	// Overdue is set when the approval deadline passed and the policy
 	// kept the call pending.
 	Overdue                    bool     `json:"overdue,omitempty"`

@@ -102,6 +102,9 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 			timeout = DefaultApprovalTimeout
 		}
 		e.ApprovalTimeoutAt = now.Add(timeout).UnixMilli()
+		if r := v.ApprovalReminder; r > 0 && r < timeout {
+			e.ReminderAt = now.Add(r).UnixMilli()
+		}
 		e.AutoRejectOnTimeout = v.AutoRejectOnTimeout
 		e.UserIDToApprove = v.Approver
 		e.Approvers = v.Approvers
@@ -417,12 +420,55 @@ func (m *Machine) Expire(ctx context.Context, pendingID string) (*Entry, error) 
 		}
 		if ev == EventTimeout {
 			e.DecisionTime = now.UnixMilli()
+			if again := m.resubmitted(ctx, e); again != "" {
+				e.LastTransition.Reason += "; " + again
+			}
 		}
 		e.Overdue = true
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
+// resubmitted says what the call e would meet if its agent submitted it
+// again now, for the agent told it timed out: asked again, run, or
+// denied, and by what. It says nothing when the policy cannot tell
+// without side effects.
+func (m *Machine) resubmitted(ctx context.Context, e *Entry) string {
+	ec, ok := m.eval.(EditChecker)
+	if !ok {
+		return ""
+	}
+	v, err := ec.EvaluateDry(ctx, e.Call())
+	if err != nil {
+		return ""
+	}
+	switch v.Action {
+	case ActionAsk:
+		return "a resubmit would be asked again (" + v.Reason + ")"
+	case ActionDeny:
+		return "a resubmit would be denied (" + v.Reason + ")"
+	default:
+		return "a resubmit would run without asking (" + v.Reason + ")"
+	}
+}
+
+// Remind marks a call still pending approval as reminded, once, at its
+// reminderAt: the event it publishes tells its approvers again before the
+// deadline. A call decided, or reminded, before is left alone.
+func (m *Machine) Remind(ctx context.Context, pendingID string) (*Entry, error) {
+	e, err := m.transition(ctx, pendingID, EventRemind, "timer", "approval deadline approaching", func(e *Entry, now time.Time) error {
+		if e.Reminded || e.ReminderAt == 0 || now.UnixMilli() < e.ReminderAt {
+			return &TransitionError{Event: EventRemind, Entry: e}
+		}
+		e.Reminded = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("remind %s: %w", pendingID, err)
 	}
 	return e, nil
 }
@@ -506,14 +552,15 @@ func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose fun
 		next.LastTransition = &Transition{Event: ev, From: cur.Status, To: to, Actor: actor, Reason: reason, At: now.UnixMilli()}
 		// apply sees the entry still in its current state, to check what
 		// the event alone cannot (a lease, a deadline, who may decide),
-		// with the transition being made as its LastTransition.
+		// with the transition being made as its LastTransition (whose
+		// reason it may add to).
 		if apply != nil {
 			if err := apply(&next, now); err != nil {
 				return nil, err
 			}
 		}
 		next.Status = to
-		next.StatusReason = reason
+		next.StatusReason = next.LastTransition.Reason
 		if _, err := m.store.Update(ctx, &next, rev); errors.Is(err, ErrConflict) {
 			continue
 		} else if err != nil {

@@ -61,6 +61,9 @@ const (
 	// EventOverdue flags a call nobody answered in time whose policy does
 	// not reject it then: it stays pending, and the flag is raised once.
 	EventOverdue Event = "overdue"
+	// EventRemind reminds the approvers of a call still pending a while
+	// before its deadline (reminderAt), once.
+	EventRemind  Event = "remind"
 	EventCancel  Event = "cancel"
 	EventStart   Event = "start"   // an executor claimed it
 	EventReclaim Event = "reclaim" // the previous executor's lease ran out
@@ -110,6 +113,7 @@ var transitions = []transition{
 	{EventReject, []State{StatePendingApproval}, StateRejectedByUser, "rejected", "approval_rejected", notify},
 	{EventTimeout, []State{StatePendingApproval}, StateRejectedByTimeout, "nobody answered in time", "approval_timeout", notify},
 	{EventOverdue, []State{StatePendingApproval}, StatePendingApproval, "nobody answered in time, kept pending", "approval_timeout", notify},
+	{EventRemind, []State{StatePendingApproval}, StatePendingApproval, "reminded before the deadline", "approval_reminder", notify},
 	{EventCancel, []State{StatePendingApproval, StateScheduled, StateApproved}, StateCancelled, "cancelled", "cancelled", notify},
 	{EventStart, []State{StateScheduled, StateApproved}, StateExecuting, "executor claims it", "execution_started", 0},
 	{EventReclaim, []State{StateExecuting}, StateExecuting, "lease lost, claimed again", "execution_started", 0},

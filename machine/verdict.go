@@ -22,8 +22,11 @@ type Verdict struct {
 	Delay               time.Duration // ActionRun: wait this long first
 	ApprovalTimeout     time.Duration // ActionAsk: reject (or flag) after this long
 	AutoRejectOnTimeout bool          // ActionAsk: reject at the timeout, else only flag it
-	Approver            string        // ActionAsk: the only user who may decide, if set
-	Approvers           []string      // ActionAsk: the users who may decide, if set
+	// ApprovalReminder (ActionAsk) is how long after the call is asked its
+	// approvers are reminded of it, if nobody decided; 0: never.
+	ApprovalReminder time.Duration
+	Approver         string   // ActionAsk: the only user who may decide, if set
+	Approvers        []string // ActionAsk: the users who may decide, if set
 	// MaxExecutionAttempts bounds how often the call is claimed; 0: default.
 	MaxExecutionAttempts int
 	// Description is one human sentence saying what the call will do.
@@ -44,11 +47,15 @@ type Evaluator interface {
 	Evaluate(ctx context.Context, c Call) (Verdict, error)
 }
 
-// EditChecker is an Evaluator that can also say what a call would need
-// with an approver's edited arguments, as a submission of it would be
-// evaluated, while changing nothing (no budget reserved, no grant used).
-// A Machine whose Evaluator is one checks every edit on approval.
+// EditChecker is an Evaluator that can also say what a call would need,
+// as a submission of it would be evaluated, while changing nothing (no
+// budget reserved, no grant used): EvaluateDry for the call as it is, and
+// CheckEdit with an approver's edited arguments (which a tool may also
+// forbid). A Machine whose Evaluator is one checks every edit on
+// approval, and tells an agent whose call timed out what a resubmit would
+// meet.
 type EditChecker interface {
+	EvaluateDry(ctx context.Context, c Call) (Verdict, error)
 	CheckEdit(ctx context.Context, c Call) (Verdict, error)
 }
 

@@ -31,6 +31,9 @@ type Policy struct {
 	// AutoRejectOnTimeout rejects an unanswered call at the timeout; when
 	// false the timeout only flags it.
 	AutoRejectOnTimeout *bool `yaml:"autoRejectOnTimeout,omitempty" json:"autoRejectOnTimeout,omitempty"`
+	// ApprovalReminderPercent is how far into its approval timeout a call
+	// still pending is notified again (default 80; 0: no reminder).
+	ApprovalReminderPercent *int `yaml:"approvalReminderPercent,omitempty" json:"approvalReminderPercent,omitempty"`
 	// DefaultDelayMs delays calls that run without anybody's say-so,
 	// leaving a window to cancel them.
 	DefaultDelayMs *int64 `yaml:"defaultDelayMs,omitempty" json:"defaultDelayMs,omitempty"`

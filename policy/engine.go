@@ -134,6 +134,12 @@ func (e *Engine) CheckEdit(ctx context.Context, c machine.Call) (machine.Verdict
 		f := index("editable", c.ToolName)
 		return verdict(machine.ActionDeny, fmt.Sprintf("%s false (%s)", f, r.Sources[f])), nil
 	}
+	return e.EvaluateDry(ctx, c)
+}
+
+// EvaluateDry implements machine.EditChecker: Evaluate, but changing
+// nothing (no grant consulted, no budget reserved).
+func (e *Engine) EvaluateDry(ctx context.Context, c machine.Call) (machine.Verdict, error) {
 	return e.evaluate(ctx, c, true)
 }
 
@@ -159,6 +165,7 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 	if v.Action == machine.ActionAsk {
 		v.ApprovalTimeout = r.ApprovalTimeout
 		v.AutoRejectOnTimeout = r.AutoRejectOnTimeout
+		v.ApprovalReminder = r.ApprovalTimeout * time.Duration(r.ApprovalReminderPercent) / 100
 		v.Approver = r.UserIDToApprove
 		v.Approvers = slices.Clone(r.Approvers)
 	}

@@ -191,6 +191,7 @@ func TestEvaluate_AskCarriesApprovalSettings(t *testing.T) {
 		Action:               machine.ActionAsk,
 		ApprovalTimeout:      time.Minute,
 		AutoRejectOnTimeout:  false,
+		ApprovalReminder:     48 * time.Second, // 80% of the timeout, by default
 		Approver:             "alice",
 		Approvers:            []string{"alice", "bob"},
 		MaxExecutionAttempts: 5,

@@ -30,6 +30,10 @@ var defaultReadOnlyTools = []string{"Read", "Glob", "Grep", "LS", "NotebookRead"
 // defaultEditTools are Claude Code's tools that edit files.
 var defaultEditTools = []string{"Write", "Edit", "MultiEdit", "NotebookEdit"}
 
+// DefaultApprovalReminderPercent is how far into its approval timeout a
+// pending call is notified again when the policy does not say.
+const DefaultApprovalReminderPercent = 80
+
 // maxMs bounds delays and timeouts: a year, far below where milliseconds
 // overflow a time.Duration.
 const maxMs = 365 * 24 * 60 * 60 * 1000
@@ -43,6 +47,7 @@ type Resolved struct {
 	ToolSpecificDelays       map[string]time.Duration
 	ApprovalTimeout          time.Duration
 	AutoRejectOnTimeout      bool
+	ApprovalReminderPercent  int // of ApprovalTimeout; 0: no reminder
 	ReadOnlyTools            []string
 	EditTools                []string
 	Rules                    RuleSet
@@ -174,6 +179,9 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 		checkTools(errs, at("requiresApprovalTools"), p.RequiresApprovalTools.Tools)
 	}
 	checkMs(errs, at("approvalTimeoutMs"), p.ApprovalTimeoutMs, 1)
+	if v := p.ApprovalReminderPercent; v != nil && (*v < 0 || *v > 99) {
+		errs.add(at("approvalReminderPercent"), "must be 0 (no reminder) to 99, got %d", *v)
+	}
 	checkMs(errs, at("defaultDelayMs"), p.DefaultDelayMs, 0)
 	for _, tool := range slices.Sorted(maps.Keys(p.ToolSpecificDelays)) {
 		f := index(at("toolSpecificDelays"), tool)
@@ -391,6 +399,7 @@ func (p *Policy) clone() Policy {
 	}
 	c.ApprovalTimeoutMs = clonePtr(p.ApprovalTimeoutMs)
 	c.AutoRejectOnTimeout = clonePtr(p.AutoRejectOnTimeout)
+	c.ApprovalReminderPercent = clonePtr(p.ApprovalReminderPercent)
 	c.DefaultDelayMs = clonePtr(p.DefaultDelayMs)
 	c.ToolSpecificDelays = maps.Clone(p.ToolSpecificDelays)
 	c.ReadOnlyTools = slices.Clone(p.ReadOnlyTools)
@@ -423,21 +432,22 @@ func clonePtr[T any](p *T) *T {
 // overwrite, except rules, which add up narrowest first.
 func (c *compiled) resolve(team, conversationID string) *Resolved {
 	r := &Resolved{
-		RequiresApprovalTools: ToolSet{All: true},
-		ToolSpecificDelays:    map[string]time.Duration{},
-		ApprovalTimeout:       machine.DefaultApprovalTimeout,
-		AutoRejectOnTimeout:   true,
-		ReadOnlyTools:         slices.Clone(defaultReadOnlyTools),
-		EditTools:             slices.Clone(defaultEditTools),
-		Describe:              map[string]string{},
-		MatchArgument:         map[string]string{},
-		Editable:              map[string]bool{},
-		MaxExecutionAttempts:  DefaultMaxExecutionAttempts,
-		PermissionMode:        ModeDefault,
-		Sources:               map[string]string{},
-		templates:             map[string]*template.Template{},
+		RequiresApprovalTools:   ToolSet{All: true},
+		ToolSpecificDelays:      map[string]time.Duration{},
+		ApprovalTimeout:         machine.DefaultApprovalTimeout,
+		AutoRejectOnTimeout:     true,
+		ApprovalReminderPercent: DefaultApprovalReminderPercent,
+		ReadOnlyTools:           slices.Clone(defaultReadOnlyTools),
+		EditTools:               slices.Clone(defaultEditTools),
+		Describe:                map[string]string{},
+		MatchArgument:           map[string]string{},
+		Editable:                map[string]bool{},
+		MaxExecutionAttempts:    DefaultMaxExecutionAttempts,
+		PermissionMode:          ModeDefault,
+		Sources:                 map[string]string{},
+		templates:               map[string]*template.Template{},
 	}
-	for _, f := range []string{"requiresApprovalTools", "defaultDelayMs", "approvalTimeoutMs", "autoRejectOnTimeout",
+	for _, f := range []string{"requiresApprovalTools", "defaultDelayMs", "approvalTimeoutMs", "autoRejectOnTimeout", "approvalReminderPercent",
 		"readOnlyTools", "editTools", "maxExecutionAttempts", "permissionMode", "disableBypassPermissionsMode",
 		"notify", "inboxUrl"} {
 		r.Sources[f] = BuiltIn
@@ -472,6 +482,7 @@ func (r *Resolved) merge(l *layer) {
 	set("defaultDelayMs", p.DefaultDelayMs != nil, func() { r.DefaultDelay = ms(*p.DefaultDelayMs) })
 	set("approvalTimeoutMs", p.ApprovalTimeoutMs != nil, func() { r.ApprovalTimeout = ms(*p.ApprovalTimeoutMs) })
 	set("autoRejectOnTimeout", p.AutoRejectOnTimeout != nil, func() { r.AutoRejectOnTimeout = *p.AutoRejectOnTimeout })
+	set("approvalReminderPercent", p.ApprovalReminderPercent != nil, func() { r.ApprovalReminderPercent = *p.ApprovalReminderPercent })
 	set("readOnlyTools", p.ReadOnlyTools != nil, func() { r.ReadOnlyTools = p.ReadOnlyTools })
 	set("editTools", p.EditTools != nil, func() { r.EditTools = p.EditTools })
 	set("requireApprovalAboveCost", p.RequireApprovalAboveCost != nil, func() { r.RequireApprovalAboveCost = p.RequireApprovalAboveCost })

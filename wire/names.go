@@ -34,6 +34,7 @@ const (
 	SubjectApprovalGranted    = "tool.approval_granted"
 	SubjectApprovalRejected   = "tool.approval_rejected"
 	SubjectApprovalTimeout    = "tool.approval_timeout"
+	SubjectApprovalReminder   = "tool.approval_reminder"
 	SubjectCancelled          = "tool.cancelled"
 	SubjectExecutionStarted   = "tool.execution_started"
 	SubjectExecutionSucceeded = "tool.execution_succeeded"

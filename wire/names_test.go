@@ -22,6 +22,7 @@ func TestEventSubject_TheContract(t *testing.T) {
 		machine.EventReject:   "tool.approval_rejected",
 		machine.EventTimeout:  "tool.approval_timeout",
 		machine.EventOverdue:  "tool.approval_timeout",
+		machine.EventRemind:   "tool.approval_reminder",
 		machine.EventCancel:   "tool.cancelled",
 		machine.EventStart:    "tool.execution_started",
 		machine.EventReclaim:  "tool.execution_started",
@@ -42,7 +43,7 @@ func TestEventSubject_TheContract(t *testing.T) {
 	assert.Equal(t, []string{
 		wire.SubjectApprovalRequired, wire.SubjectScheduledExecution, wire.SubjectPolicyDenied,
 		wire.SubjectApprovalGranted, wire.SubjectApprovalRejected, wire.SubjectApprovalTimeout,
-		wire.SubjectCancelled, wire.SubjectExecutionStarted, wire.SubjectExecutionSucceeded,
+		wire.SubjectApprovalReminder, wire.SubjectCancelled, wire.SubjectExecutionStarted, wire.SubjectExecutionSucceeded,
 		wire.SubjectExecutionFailed,
 	}, wire.EventSubjects(), "TOOL_EVENTS' subjects, each once, in table order")
 }

@@ -19,6 +19,9 @@ const (
 	// scheduled and due) with no executor claiming it: queue it again,
 	// since its work item may be lost (dead-lettered, its stream purged).
 	kindUnclaimed
+	// kindReminder is reminderAt of a pending call nobody decided yet:
+	// Remind its approvers, once, before its approval deadline.
+	kindReminder
 )
 
 func (k kind) String() string {
@@ -31,6 +34,8 @@ func (k kind) String() string {
 		return "lease_expiry"
 	case kindUnclaimed:
 		return "unclaimed"
+	case kindReminder:
+		return "reminder"
 	}
 	return "none"
 }
@@ -46,7 +51,10 @@ func deadlineOf(e *machine.Entry, unclaimed time.Duration) (kind, int64) {
 	switch e.Status {
 	case machine.StatePendingApproval:
 		// An overdue call stays pending with nothing more to do: the flag
-		// is raised once.
+		// is raised once. Its reminder, if it has one, comes first.
+		if !e.Overdue && !e.Reminded && e.ReminderAt > 0 && e.ReminderAt < e.ApprovalTimeoutAt {
+			return kindReminder, e.ReminderAt
+		}
 		if !e.Overdue && e.ApprovalTimeoutAt > 0 {
 			return kindApproval, e.ApprovalTimeoutAt
 		}

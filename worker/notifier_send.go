@@ -207,6 +207,8 @@ func newSummary(ev *wire.Event, inbox string) summary {
 		s.headline = s.tool + " rejected: nobody decided in time"
 	case machine.EventOverdue:
 		s.headline = s.tool + " is past its deadline and still waiting"
+	case machine.EventRemind:
+		s.headline = "Reminder: " + s.tool + " still needs a decision"
 	case machine.EventCancel:
 		s.headline = s.tool + " cancelled"
 		if ev.Actor != "" {
@@ -221,7 +223,7 @@ func newSummary(ev *wire.Event, inbox string) summary {
 // waiting reports whether the call still waits for a decision, so the
 // message should offer one.
 func (s summary) waiting() bool {
-	return s.event == machine.EventAsk || s.event == machine.EventOverdue
+	return s.event == machine.EventAsk || s.event == machine.EventOverdue || s.event == machine.EventRemind
 }
 
 func (s summary) deadlineText() string {
@@ -366,7 +368,7 @@ func ntfyRequest(ctx context.Context, ch policy.Channel, s summary) (*http.Reque
 		tags, priority = "x", "3"
 	case machine.EventTimeout:
 		tags, priority = "hourglass", "3"
-	case machine.EventOverdue:
+	case machine.EventOverdue, machine.EventRemind:
 		tags = "hourglass"
 	case machine.EventCancel:
 		tags, priority = "no_entry_sign", "3"

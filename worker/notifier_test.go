@@ -628,6 +628,7 @@ func TestNotifier_TellsOfWhatAHumanWaitsOn(t *testing.T) {
 		machine.EventReject:  {pending},
 		machine.EventTimeout: {pending},
 		machine.EventOverdue: {pending},
+		machine.EventRemind:  {pending},
 		machine.EventCancel:  {pending},
 	}
 	untold := map[machine.Event][]machine.State{
@@ -652,7 +653,7 @@ func TestNotifier_TellsOfWhatAHumanWaitsOn(t *testing.T) {
 	}
 	assert.Equal(t, []string{
 		wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectApprovalRejected,
-		wire.SubjectApprovalTimeout, wire.SubjectCancelled,
+		wire.SubjectApprovalTimeout, wire.SubjectApprovalReminder, wire.SubjectCancelled,
 	}, worker.NotifySubjects)
 }
 

@@ -103,6 +103,7 @@ func WithRetryDelay(d time.Duration) TimerOption {
 // alone).
 type Deadlines interface {
 	Expire(ctx context.Context, pendingID string) (*machine.Entry, error)
+	Remind(ctx context.Context, pendingID string) (*machine.Entry, error)
 	AbandonLease(ctx context.Context, pendingID string) (*machine.Entry, error)
 }
 
@@ -322,6 +323,8 @@ func (t *Timer) act(ctx context.Context, j job) outcome {
 		return outcome{id: j.id, rev: rev, kind: k, at: at}
 	case k == kindApproval:
 		return t.expire(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
+	case k == kindReminder:
+		return t.remind(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
 	case k == kindStart:
 		return t.start(ctx, log, e, rev)
 	case k == kindUnclaimed:
@@ -342,6 +345,26 @@ func (t *Timer) expire(ctx context.Context, log *slog.Logger, j job) outcome {
 	case errors.Is(err, machine.ErrConflict):
 		// Someone decided first, or another timer fired first.
 		log.Debug("timer: nothing to expire", "err", err)
+		return outcome{id: j.id}
+	default:
+		return t.retryLater(ctx, log, j, err)
+	}
+}
+
+// remind reminds the approvers of a call still pending. Like Expire,
+// Remind checks inside its compare-and-set that the call is pending and
+// not reminded yet, so two timers remind once; the revision it writes
+// brings the approval deadline back to the timer.
+func (t *Timer) remind(ctx context.Context, log *slog.Logger, j job) outcome {
+	_, err := t.m.Remind(ctx, j.id)
+	switch {
+	case err == nil:
+		log.Debug("timer: approvers reminded")
+		return outcome{id: j.id}
+	case errors.Is(err, machine.ErrNotFound):
+		return outcome{id: j.id, gone: true}
+	case errors.Is(err, machine.ErrConflict):
+		log.Debug("timer: nothing to remind", "err", err)
 		return outcome{id: j.id}
 	default:
 		return t.retryLater(ctx, log, j, err)

@@ -585,3 +585,43 @@ func TestTimer_LostWorkItemIsQueuedAgain(t *testing.T) {
 	assert.Equal(t, e.PendingID, item.PendingID)
 	assert.GreaterOrEqual(t, testutil.ToFloat64(mx.Requeues.WithLabelValues(metrics.RequeueUnclaimed)), 1.0, "the requeue is counted")
 }
+
+// TestTimer_RemindsOnceBeforeTheDeadline: with two timers running, a call
+// nobody decides is reminded of once, at its reminderAt and before its
+// deadline, then times out; a call decided before its reminder is never
+// reminded of.
+func TestTimer_RemindsOnceBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env)
+	startTimer(t, env)
+	v := ask(2*time.Second, true)
+	v.ApprovalReminder = time.Second
+	m := policy(env, v)
+	decided := submit(t, m, "decided")
+	waiting := submit(t, m, "waiting")
+	require.Equal(t, waiting.RequestedAt+1000, waiting.ReminderAt)
+	_, err := m.Decide(t.Context(), decided.PendingID, machine.Decision{Approve: false, By: "alice"})
+	require.NoError(t, err)
+
+	got := waitEntry(t, env, waiting.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected by timeout")
+	assert.True(t, got.Reminded)
+	events := eventsByEntry(t, env.JS)
+	evs := events[waiting.PendingID]
+	require.Equal(t, 1, count(evs, machine.EventRemind), "reminded once: %v", evs)
+	var remind, timeout wire.Event
+	for _, ev := range evs {
+		switch ev.Event {
+		case machine.EventRemind:
+			remind = ev
+		case machine.EventTimeout:
+			timeout = ev
+		}
+	}
+	assert.Equal(t, wire.SubjectApprovalReminder, remind.Type)
+	assert.GreaterOrEqual(t, remind.At, waiting.ReminderAt, "not before its reminderAt")
+	assert.Less(t, remind.At, waiting.ApprovalTimeoutAt, "before the deadline")
+	assert.Less(t, remind.Revision, timeout.Revision, "then the timeout")
+	assert.True(t, worker.Notifies(&remind), "humans hear of it")
+	assert.Zero(t, count(events[decided.PendingID], machine.EventRemind), "a call decided first is not reminded of")
+}
