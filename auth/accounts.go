@@ -77,7 +77,10 @@ func Permissions(role wire.Role) jwt.Permissions {
 		p.Pub.Allow.Add(workSubjects()...)
 		p.Sub.Allow.Add(wire.EntrySubjectPrefix+">", events, wire.CancelSubject)
 	default:
-		p.Sub.Allow.Add(wire.EntrySubjectPrefix+">", events)
+		// Approvers and viewers hear of calls through the events, whose
+		// arguments the relay masks; an agent's own announcements carry
+		// them as they are, for the agent only.
+		p.Sub.Allow.Add(events)
 	}
 	return p
 }

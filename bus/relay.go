@@ -25,6 +25,10 @@ type RelayConfig struct {
 	// AckWait is how long a revision handed to a relay that died stays
 	// unclaimed before another relay gets it.
 	AckWait time.Duration
+	// Mask, when set, returns what subscribers of TOOL_EVENTS may see of
+	// an entry: its secrets masked (see policy.Masker). The agent that
+	// asked hears of its call on its own subject as it is.
+	Mask func(*machine.Entry) *machine.Entry
 }
 
 // Relay turns every revision written to the tool_calls bucket into the event
@@ -194,11 +198,17 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 		}
 	}
 	id := wire.MsgID(e.PendingID, item.revision)
-	ev, _ := json.Marshal(wire.Event{
+	event := wire.Event{
 		ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
 		Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: item.revision, Entry: &e,
-	})
-	fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: ev}, jetstream.WithMsgID(id))
+	}
+	ev, _ := json.Marshal(event)
+	published := ev
+	if r.cfg.Mask != nil {
+		event.Entry = r.cfg.Mask(&e)
+		published, _ = json.Marshal(event)
+	}
+	fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: published}, jetstream.WithMsgID(id))
 	if err != nil {
 		return relayed{}, fmt.Errorf("relay: publish %s: %w", id, err)
 	}

@@ -79,6 +79,13 @@ func (a Actor) SeesAll() bool {
 // owns reports whether e is a's own call.
 func (a Actor) owns(e *machine.Entry) bool { return e.CallerBotID == a.Name }
 
+// seesSecrets reports whether a sees e's arguments as they are: toolgate
+// itself and admins, executors (which run them) and the agent that asked.
+// Approvers and viewers see them masked (see Service.Mask).
+func (a Actor) seesSecrets(e *machine.Entry) bool {
+	return a.system || a.Can(wire.RoleAdmin, wire.RoleExecutor) || a.owns(e)
+}
+
 // as is the name a acts under when a request names by: its own. A
 // decision or cancel naming someone else is refused; toolgate itself may
 // name anyone.

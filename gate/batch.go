@@ -68,7 +68,7 @@ func (s *Service) DecideMatching(ctx context.Context, a Actor, r wire.DecideMatc
 	reply := &wire.DecideMatchingReply{Decided: []wire.MatchedCall{}, Skipped: []wire.MatchedCall{}, DryRun: r.DryRun}
 	if r.DryRun {
 		for _, e := range matched {
-			reply.Decided = append(reply.Decided, wire.MatchedCall{Entry: e})
+			reply.Decided = append(reply.Decided, wire.MatchedCall{Entry: s.shown(a, e)})
 		}
 		return reply, nil
 	}
@@ -92,7 +92,7 @@ func (s *Service) DecideMatching(ctx context.Context, a Actor, r wire.DecideMatc
 				if te := (*machine.TransitionError)(nil); errors.As(err, &te) {
 					now = te.Entry
 				}
-				results[i] = wire.MatchedCall{Entry: now, Code: code, Reason: err.Error()}
+				results[i] = wire.MatchedCall{Entry: s.shown(a, now), Code: code, Reason: err.Error()}
 			}
 			return nil
 		})

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -57,6 +58,7 @@ type Service struct {
 	clock      func() time.Time
 	nc         *nats.Conn
 	limits     limits
+	masker     masker
 	mx         *metrics.Metrics
 	log        *slog.Logger
 }
@@ -83,12 +85,14 @@ func New(cfg Config) *Service {
 		log = slog.New(slog.DiscardHandler)
 	}
 	lim, _ := cfg.Policy.(limits)
+	mk, _ := cfg.Policy.(masker)
 	grants := cfg.Grants
 	if grants == nil {
 		grants = bus.NewGrantStore(cfg.Buckets.Grants)
 	}
 	return &Service{
 		limits:     lim,
+		masker:     mk,
 		m:          machine.New(calls, opts...),
 		calls:      calls,
 		policies:   bus.NewPolicyStore(cfg.Buckets.Policies),
@@ -148,7 +152,7 @@ func (s *Service) Read(ctx context.Context, a Actor, pendingID string) (*machine
 	if err != nil {
 		return nil, 0, fmt.Errorf("get %s: %w", pendingID, err)
 	}
-	return e, rev, nil
+	return s.shown(a, e), rev, nil
 }
 
 // ReadReader is Read as one actor does it, in the shape client.AwaitWith
@@ -192,6 +196,7 @@ func (s *Service) List(ctx context.Context, a Actor, r wire.ListRequest) (wire.L
 	if err != nil {
 		return wire.ListReply{}, err
 	}
+	s.shownAll(a, all)
 	return listPage(all, r)
 }
 
@@ -207,6 +212,16 @@ func (s *Service) Decide(ctx context.Context, a Actor, pendingID string, d machi
 		return nil, err
 	}
 	d.By = by
+	if bytes.Contains(d.Arguments, []byte(policy.RedactedValue)) {
+		// An edit of arguments shown masked: what the approver left
+		// masked keeps its value.
+		if cur, _, err := s.calls.Get(ctx, pendingID); err == nil {
+			d.Arguments = policy.UnmaskEdit(d.Arguments, cur.ToolArguments)
+		}
+		if bytes.Contains(d.Arguments, []byte(policy.RedactedValue)) {
+			return nil, fmt.Errorf("%w: arguments: %s stands where a secret was, in a value changed around it: give the value, or leave the value as it was shown", machine.ErrInvalid, policy.RedactedValue)
+		}
+	}
 	e, err := s.observe(s.m.Decide(ctx, pendingID, d))
 	if errors.Is(err, machine.ErrExpired) {
 		// The deadline passed and no timer has acted on it yet: act now,
@@ -216,13 +231,13 @@ func (s *Service) Decide(ctx context.Context, a Actor, pendingID string, d machi
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, s.shownErr(a, err)
 	}
 	if err := s.recordScope(ctx, e); err != nil {
 		// The decision stands; only its reach beyond this call failed.
 		s.log.Error("recording the decision's scope failed", "pendingId", e.PendingID, "scope", e.DecisionScope, "err", err)
 	}
-	return e, nil
+	return s.shown(a, e), nil
 }
 
 func (s *Service) recordScope(ctx context.Context, e *machine.Entry) error {
@@ -255,7 +270,8 @@ func (s *Service) Cancel(ctx context.Context, a Actor, pendingID, by, reason str
 			return nil, err
 		}
 	}
-	return s.observe(s.m.Cancel(ctx, pendingID, by, reason))
+	e, err := s.observe(s.m.Cancel(ctx, pendingID, by, reason))
+	return s.shown(a, e), s.shownErr(a, err)
 }
 
 // CancelConversation cancels every call of a conversation that has not
@@ -307,6 +323,8 @@ func (s *Service) CancelConversation(ctx context.Context, a Actor, conversationI
 			return nil, fmt.Errorf("announce cancel of %s: %w", conversationID, err)
 		}
 	}
+	s.shownAll(a, reply.Cancelled)
+	s.shownAll(a, reply.Running)
 	return reply, nil
 }
 

@@ -53,6 +53,12 @@ type Policy struct {
 	// MatchArgument names, per tool, the argument a rule's specifier is
 	// matched against, for tools whose argument is not built in. Merged per key.
 	MatchArgument map[string]string `yaml:"matchArgument,omitempty" json:"matchArgument,omitempty"`
+	// Redact names arguments whose values approvers and viewers are shown
+	// masked, beside the built-in secret names and shapes: a path from the
+	// arguments' root ("$.headers.Authorization", "$.*.key") or a key name
+	// anywhere ("*token*"), globs, case ignored. Unlike most fields, the
+	// scopes' lists add up.
+	Redact Names `yaml:"redact,omitempty" json:"redact,omitzero"`
 	// Editable says, per tool, whether an approver may edit a call's
 	// arguments when approving it; every tool may be edited unless this
 	// says false. Merged per key.

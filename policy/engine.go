@@ -84,6 +84,13 @@ func (e *Engine) SetStored(doc *Document, revision uint64) error {
 	return nil
 }
 
+// Masker returns what masks the arguments of a call of team and
+// conversationID for those who may not see its secrets: the built-in
+// secret names and shapes, and the policy's redact patterns.
+func (e *Engine) Masker(team, conversationID string) Masker {
+	return Masker{patterns: e.snap.Load().c.resolve(team, conversationID).Redact}
+}
+
 // Document returns a copy of the document in force.
 func (e *Engine) Document() *Document { return e.snap.Load().doc.Clone() }
 
@@ -158,6 +165,14 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 	v, err := e.decide(ctx, r, c, args, dry)
 	if err != nil {
 		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName, err)
+	}
+	// The description is shown to whoever sees the call: it says what the
+	// call does with its secrets masked.
+	if masked, ok := (Masker{patterns: r.Redact}).Mask(c.Arguments); ok {
+		c.Arguments = masked
+		if args, err = callArguments(c); err != nil {
+			return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName, err)
+		}
 	}
 	v.Description = r.Description(c.ToolName, args, c.Arguments)
 	v.MaxExecutionAttempts = r.MaxExecutionAttempts

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"net/url"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -54,6 +55,7 @@ type Resolved struct {
 	Describe                 map[string]string // tool → template source
 	MatchArgument            map[string]string
 	Editable                 map[string]bool // tool → may an approver edit its calls; absent: yes
+	Redact                   []string        // every scope's redact patterns
 	RequireApprovalAboveCost *float64        // nil: no threshold
 	DailyCostLimit           *float64        // nil: no limit
 	Approvers                []string
@@ -222,6 +224,11 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 			errs.add(f, "%s is matched against its %s argument; that cannot be changed", tool, args[0])
 		} else if p.MatchArgument[tool] == "" {
 			errs.add(f, "argument name is empty")
+		}
+	}
+	for i, pat := range p.Redact {
+		if _, err := path.Match(pat, ""); err != nil || pat == "" || pat == "$" {
+			errs.add(fmt.Sprintf("%s[%d]", at("redact"), i), "%q: want a path ($.headers.Authorization) or a key name (*token*), globs allowed", pat)
 		}
 	}
 	for _, tool := range slices.Sorted(maps.Keys(p.Editable)) {
@@ -408,6 +415,7 @@ func (p *Policy) clone() Policy {
 	c.Describe = maps.Clone(p.Describe)
 	c.MatchArgument = maps.Clone(p.MatchArgument)
 	c.Editable = maps.Clone(p.Editable)
+	c.Redact = slices.Clone(p.Redact)
 	c.RequireApprovalAboveCost = clonePtr(p.RequireApprovalAboveCost)
 	c.DailyCostLimit = clonePtr(p.DailyCostLimit)
 	c.Approvers = slices.Clone(p.Approvers)
@@ -509,6 +517,7 @@ func (r *Resolved) merge(l *layer) {
 		r.MatchArgument[tool] = arg
 		r.Sources[index("matchArgument", tool)] = s
 	}
+	r.Redact = append(r.Redact, p.Redact...)
 	for tool, ok := range p.Editable {
 		r.Editable[tool] = ok
 		r.Sources[index("editable", tool)] = s

@@ -32,7 +32,7 @@ func TestAuth_EachCredentialDoesOnlyWhatItsRoleMay(t *testing.T) {
 	require.ErrorIs(t, err, nats.ErrAuthorization, "an anonymous client is refused")
 
 	agentNC, agent := g.ConnectAs(t, "agent")
-	_, approver := g.ConnectAs(t, "approver")
+	approverNC, approver := g.ConnectAs(t, "approver")
 	_, viewer := g.ConnectAs(t, "viewer")
 	mine, err := agent.Submit(ctx, machine.Call{ToolCallID: "t1", ToolName: "deploy", ConversationID: "auth"})
 	require.NoError(t, err)
@@ -58,10 +58,15 @@ func TestAuth_EachCredentialDoesOnlyWhatItsRoleMay(t *testing.T) {
 	require.NoError(t, agentNC.Publish(wire.SubjectApprovalGranted, fake))
 	require.NoError(t, agentNC.Publish("$KV."+wire.CallsBucket+"."+mine.PendingID, fake))
 	require.NoError(t, agentNC.Flush())
-	heard := make(chan *nats.Msg, 1)
+	heard := make(chan *nats.Msg, 2)
 	_, err = agentNC.Subscribe(wire.EntrySubject("other-bot", theirs.PendingID), func(m *nats.Msg) { heard <- m })
 	require.NoError(t, err)
 	require.NoError(t, agentNC.Flush())
+	// Nor does an approver's hear the agents' announcements, which carry
+	// the arguments unmasked.
+	_, err = approverNC.Subscribe(wire.EntrySubjectPrefix+">", func(m *nats.Msg) { heard <- m })
+	require.NoError(t, err)
+	require.NoError(t, approverNC.Flush())
 
 	// What an approver's and a viewer's cannot.
 	_, err = approver.Decide(ctx, mine.PendingID, client.Decision{Approve: true, By: "bob"})
@@ -113,7 +118,7 @@ func TestAuth_EachCredentialDoesOnlyWhatItsRoleMay(t *testing.T) {
 	require.Eventually(t, func() bool { return streamLastSeq(t, g.JS, wire.EventsStream) >= eventsBefore+2 }, 30*time.Second, 10*time.Millisecond)
 	select {
 	case m := <-heard:
-		t.Fatalf("the agent heard another agent's call: %s", m.Data)
+		t.Fatalf("an announcement reached a credential not its caller's: %s on %s", m.Data, m.Subject)
 	default:
 	}
 }

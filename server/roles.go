@@ -90,8 +90,22 @@ func (r Roles) Resolve() []string {
 	return names
 }
 
+// runRelay publishes every revision's event with the call's secrets
+// masked (the policy's redact patterns, which the intake role keeps
+// current; in a process without intake the relay follows the stored
+// policy itself).
 func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
-	return bus.NewRelay(d.js, bus.RelayConfig{AckWait: d.cfg.RelayAckWait}, log).Run(ctx)
+	relay := bus.NewRelay(d.js, bus.RelayConfig{AckWait: d.cfg.RelayAckWait, Mask: d.gate.Mask}, log)
+	if slices.Contains(d.roles, "intake") {
+		return relay.Run(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	followed := make(chan error, 1)
+	go func() { followed <- d.policies.Follow(ctx, d.engine, log) }()
+	err := relay.Run(ctx)
+	cancel()
+	return errors.Join(err, <-followed)
 }
 
 // runIntake serves the request API, evaluating calls against the policy

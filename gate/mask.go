@@ -1,0 +1,55 @@
+package gate
+
+import (
+	"errors"
+
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// masker is a policy that says how a call's arguments are masked.
+type masker interface {
+	Masker(team, conversationID string) policy.Masker
+}
+
+// Mask returns a copy of e whose arguments (and the agent's original ones,
+// if an approver edited them) have their secrets masked, as approvers,
+// viewers and event subscribers see them: the built-in secret names and
+// shapes, and the redact patterns of the call's policy.
+func (s *Service) Mask(e *machine.Entry) *machine.Entry {
+	var m policy.Masker // the built-in names and shapes only
+	if s.masker != nil {
+		m = s.masker.Masker(e.Team, e.ConversationID)
+	}
+	c := *e
+	c.ToolArguments, _ = m.Mask(e.ToolArguments)
+	if len(e.OriginalArguments) > 0 {
+		c.OriginalArguments, _ = m.Mask(e.OriginalArguments)
+	}
+	return &c
+}
+
+// shown is e as a may see it.
+func (s *Service) shown(a Actor, e *machine.Entry) *machine.Entry {
+	if e == nil || a.seesSecrets(e) {
+		return e
+	}
+	return s.Mask(e)
+}
+
+// shownErr is err with the entry a refusal carries (a TransitionError's)
+// as a may see it.
+func (s *Service) shownErr(a Actor, err error) error {
+	var te *machine.TransitionError
+	if errors.As(err, &te) && te.Entry != nil && !a.seesSecrets(te.Entry) {
+		te.Entry = s.Mask(te.Entry)
+	}
+	return err
+}
+
+// shownAll is shown for each of entries, in place.
+func (s *Service) shownAll(a Actor, entries []*machine.Entry) {
+	for i, e := range entries {
+		entries[i] = s.shown(a, e)
+	}
+}

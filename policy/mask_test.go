@@ -1,0 +1,58 @@
+package policy
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestMasker_MasksSecretsByNameShapeAndPattern(t *testing.T) {
+	m := Masker{patterns: []string{"$.headers.X-Custom", "*pin*", "$.*.code"}}
+	for _, c := range []struct{ name, in, want string }{
+		{"nothing secret", `{"query":"weather in Paris","max_tokens":100}`, ``},
+		{"secret names, any depth, any case",
+			`{"Authorization":"Basic abc","nested":{"api-key":"k1","list":[{"password":"p"}]},"token":null}`,
+			`{"Authorization":"[redacted]","nested":{"api-key":"[redacted]","list":[{"password":"[redacted]"}]},"token":null}`},
+		{"shapes inside a command line",
+			`{"command":"curl -H 'Authorization: Bearer abcdefgh12345678' https://x?api_key=zzz9 && echo sk-abcdefghijklmnopqrstuv"}`,
+			`{"command":"curl -H 'Authorization: Bearer [redacted]' https://x?api_key=[redacted] \u0026\u0026 echo [redacted]"}`},
+		{"a private key",
+			`{"key":"-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----"}`,
+			`{"key":"[redacted]"}`},
+		{"the policy's patterns: a path, a key glob, a path glob",
+			`{"headers":{"x-custom":"v","other":"o"},"user_pin":1234,"a":{"code":"c"},"code":"top"}`,
+			`{"a":{"code":"[redacted]"},"code":"top","headers":{"other":"o","x-custom":"[redacted]"},"user_pin":"[redacted]"}`},
+		{"not JSON", `nope`, ``},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, masked := m.Mask(json.RawMessage(c.in))
+			if c.want == "" {
+				assert.False(t, masked)
+				assert.Equal(t, c.in, string(got), "returned as it is")
+				return
+			}
+			assert.True(t, masked)
+			assert.JSONEq(t, c.want, string(got))
+		})
+	}
+}
+
+func TestUnmaskEdit_KeepsWhatTheApproverLeftMasked(t *testing.T) {
+	original := json.RawMessage(`{"url":"https://x","headers":{"Authorization":"Bearer s3cr3t-v4lue-123"},"command":"deploy --token=abc123 now","n":1}`)
+	shown, masked := Masker{}.Mask(original)
+	assert.True(t, masked)
+	// The approver changes the URL, leaves the masked header and command as shown.
+	var edit map[string]any
+	assert.NoError(t, json.Unmarshal(shown, &edit))
+	edit["url"] = "https://y"
+	data, _ := json.Marshal(edit)
+	assert.JSONEq(t, `{"url":"https://y","headers":{"Authorization":"Bearer s3cr3t-v4lue-123"},"command":"deploy --token=abc123 now","n":1}`,
+		string(UnmaskEdit(data, original)))
+
+	// A command the approver rewrote keeps their text, placeholder and all.
+	assert.JSONEq(t, `{"command":"deploy --token=[redacted] later"}`,
+		string(UnmaskEdit(json.RawMessage(`{"command":"deploy --token=[redacted] later"}`), original)))
+	// An edit with no placeholder is left alone.
+	assert.Equal(t, `{"n":2}`, string(UnmaskEdit(json.RawMessage(`{"n":2}`), original)))
+}
