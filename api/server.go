@@ -69,6 +69,8 @@ var routes = []route{
 	{"GET", "/v1/tool-calls/{pendingId}/history", readers, (*Server).history},
 	{"POST", "/v1/tool-calls/{pendingId}/decision", []Role{RoleApprover}, (*Server).decision},
 	{"POST", "/v1/decisions", []Role{RoleApprover}, (*Server).decideMatching},
+	{"GET", "/v1/grants", []Role{RoleViewer, RoleApprover}, (*Server).grants},
+	{"POST", "/v1/grants/{id}/revoke", []Role{RoleApprover}, (*Server).revokeGrant},
 	{"POST", "/v1/respond", []Role{RoleApprover}, (*Server).respond},
 	{"POST", "/v1/tool-calls/{pendingId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancel},
 	{"POST", "/v1/conversations/{conversationId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancelConversation},
@@ -354,6 +356,10 @@ type DecisionRequest struct {
 	Reason    string          `json:"reason,omitempty"`
 	Scope     machine.Scope   `json:"scope,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// ForMs bounds the grant a session or always approval records.
+	ForMs int64 `json:"forMs,omitempty"`
+	// PersistRule writes an always approval into the policy (admins).
+	PersistRule bool `json:"persistRule,omitempty"`
 }
 
 func (s *Server) decision(w http.ResponseWriter, r *http.Request, u User) error {
@@ -370,6 +376,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u User, id strin
 	}
 	e, err := s.cfg.Gate.Decide(r.Context(), u, id, machine.Decision{
 		Approve: *d.Approved, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
+		For: time.Duration(d.ForMs) * time.Millisecond, PersistRule: d.PersistRule,
 	})
 	if err != nil {
 		return err
@@ -390,6 +397,24 @@ func (s *Server) decideMatching(w http.ResponseWriter, r *http.Request, u User) 
 		return err
 	}
 	writeJSON(w, http.StatusOK, reply)
+	return nil
+}
+
+func (s *Server) grants(w http.ResponseWriter, r *http.Request, u User) error {
+	grants, err := s.cfg.Gate.Grants(r.Context(), u, wire.GrantsRequest{ConversationID: r.URL.Query().Get("conversationId")})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, grants)
+	return nil
+}
+
+func (s *Server) revokeGrant(w http.ResponseWriter, r *http.Request, u User) error {
+	g, err := s.cfg.Gate.RevokeGrant(r.Context(), u, wire.RevokeGrantRequest{ID: r.PathValue("id")})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, g)
 	return nil
 }
 

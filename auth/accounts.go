@@ -26,8 +26,9 @@ var Endpoints = map[wire.Role][]string{
 	wire.RoleApprover: {
 		wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointDecideMatching, wire.EndpointCancel, wire.EndpointCancelConversation,
 		wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
+		wire.EndpointGrantsList, wire.EndpointGrantsRevoke,
 	},
-	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools},
+	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList},
 }
 
 // The work queue's JetStream API an executor uses to look up the

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/consumer"
@@ -87,30 +89,41 @@ func (s *GrantStore) unsync() {
 	s.mu.Unlock()
 }
 
-// cached returns a conversation's grants from memory, and false when the
-// store is not following the bucket.
-func (s *GrantStore) cached(conversationID string) ([]policy.Grant, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.byKey[machine.ConversationKey(conversationID)], s.synced
+// alwaysKey holds the "always allow" grants, which belong to no
+// conversation: two tokens, so no conversation's key (one token) is it.
+const alwaysKey = "_toolgate.always"
+
+// grantKey is the key a grant is kept under.
+func grantKey(conversationID string) string {
+	if conversationID == "" {
+		return alwaysKey
+	}
+	return machine.ConversationKey(conversationID)
 }
 
-// remember puts a conversation's grants as this process wrote them in
+// cached returns the grants under key from memory, and false when the
+// store is not following the bucket.
+func (s *GrantStore) cached(key string) ([]policy.Grant, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.byKey[key], s.synced
+}
+
+// remember puts the grants under key as this process wrote them in
 // memory at once, so that its next submit matches them without waiting
 // for the watch.
-func (s *GrantStore) remember(conversationID string, grants []policy.Grant) {
+func (s *GrantStore) remember(key string, grants []policy.Grant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.synced {
-		s.byKey[machine.ConversationKey(conversationID)] = grants
+		s.byKey[key] = grants
 	}
 }
 
-// Add stores a session grant.
-func (s *GrantStore) Add(ctx context.Context, g policy.Grant) (policy.Grant, error) {
-	if g.ConversationID == "" {
-		return g, fmt.Errorf("%w: grant: conversationId: required for a session grant", machine.ErrInvalid)
-	}
+// Add stores a grant: a session grant under its conversation, an
+// "always" one (no conversation) with the others. Grants of the same key
+// that have expired by now are dropped.
+func (s *GrantStore) Add(ctx context.Context, g policy.Grant, now time.Time) (policy.Grant, error) {
 	if err := g.Validate(); err != nil {
 		return g, err
 	}
@@ -119,36 +132,96 @@ func (s *GrantStore) Add(ctx context.Context, g policy.Grant) (policy.Grant, err
 		_, _ = rand.Read(b[:])
 		g.ID = hex.EncodeToString(b[:])
 	}
-	key := machine.ConversationKey(g.ConversationID)
-	for {
-		grants, rev, err := s.list(ctx, g.ConversationID)
-		if err != nil {
-			return g, err
+	key := grantKey(g.ConversationID)
+	err := s.change(ctx, key, func(grants []policy.Grant) ([]policy.Grant, error) {
+		live := slices.DeleteFunc(grants, func(o policy.Grant) bool { return !o.Live(now) })
+		return append(live, g), nil
+	})
+	return g, err
+}
+
+// Revoke removes the grant id, wherever it is kept, and returns it. It
+// takes effect on every process that follows the bucket as soon as its
+// watch hears of it.
+func (s *GrantStore) Revoke(ctx context.Context, id string) (policy.Grant, error) {
+	all, err := s.All(ctx)
+	if err != nil {
+		return policy.Grant{}, err
+	}
+	i := slices.IndexFunc(all, func(g policy.Grant) bool { return g.ID == id })
+	if i < 0 {
+		return policy.Grant{}, fmt.Errorf("grant %q: %w", id, machine.ErrNotFound)
+	}
+	g := all[i]
+	err = s.change(ctx, grantKey(g.ConversationID), func(grants []policy.Grant) ([]policy.Grant, error) {
+		n := len(grants)
+		grants = slices.DeleteFunc(grants, func(o policy.Grant) bool { return o.ID == id })
+		if len(grants) == n {
+			return nil, fmt.Errorf("grant %q: %w", id, machine.ErrNotFound) // revoked meanwhile
 		}
-		grants = append(grants, g)
+		return grants, nil
+	})
+	return g, err
+}
+
+// change replaces the grants under key with what f makes of them, by
+// compare-and-set, reading again when another change came first.
+func (s *GrantStore) change(ctx context.Context, key string, f func([]policy.Grant) ([]policy.Grant, error)) error {
+	for {
+		grants, rev, err := s.read(ctx, key)
+		if err != nil {
+			return err
+		}
+		if grants, err = f(grants); err != nil {
+			return err
+		}
 		data, err := json.Marshal(grants)
 		if err != nil {
-			return g, err
+			return err
 		}
 		_, err = write(ctx, s.kv, key, data, rev)
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue // another grant of the conversation came first
+			continue // another change of the same grants came first
 		}
 		if err == nil {
-			s.remember(g.ConversationID, grants)
+			s.remember(key, grants)
 		}
-		return g, err
+		return err
 	}
 }
 
-// List returns a conversation's grants.
+// List returns a conversation's grants (its session grants), or with no
+// conversation the "always" grants.
 func (s *GrantStore) List(ctx context.Context, conversationID string) ([]policy.Grant, error) {
-	grants, _, err := s.list(ctx, conversationID)
+	grants, _, err := s.read(ctx, grantKey(conversationID))
 	return grants, err
 }
 
-func (s *GrantStore) list(ctx context.Context, conversationID string) ([]policy.Grant, uint64, error) {
-	kve, err := get(ctx, s.kv, machine.ConversationKey(conversationID))
+// All returns every grant: from memory while the store follows the
+// bucket, else from the bucket.
+func (s *GrantStore) All(ctx context.Context) ([]policy.Grant, error) {
+	s.mu.RLock()
+	if s.synced {
+		var all []policy.Grant
+		for _, grants := range s.byKey {
+			all = append(all, grants...)
+		}
+		s.mu.RUnlock()
+		return all, nil
+	}
+	s.mu.RUnlock()
+	lists, err := watchValues(ctx, s.kv, ">", func(data []byte) ([]policy.Grant, error) {
+		var grants []policy.Grant
+		return grants, json.Unmarshal(data, &grants)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return slices.Concat(lists...), nil
+}
+
+func (s *GrantStore) read(ctx context.Context, key string) ([]policy.Grant, uint64, error) {
+	kve, err := get(ctx, s.kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
 	} else if err != nil {
@@ -156,23 +229,28 @@ func (s *GrantStore) list(ctx context.Context, conversationID string) ([]policy.
 	}
 	var grants []policy.Grant
 	if err := json.Unmarshal(kve.Value(), &grants); err != nil {
-		return nil, 0, fmt.Errorf("grants of %s (revision %d): %w", conversationID, kve.Revision(), err)
+		return nil, 0, fmt.Errorf("grants under %s (revision %d): %w", key, kve.Revision(), err)
 	}
 	return grants, kve.Revision(), nil
 }
 
-// Match implements policy.Grants: from memory while the store follows
-// the bucket, else from the bucket.
-func (s *GrantStore) Match(ctx context.Context, c machine.Call) (policy.Grant, bool, error) {
-	grants, ok := s.cached(c.ConversationID)
-	if !ok {
-		var err error
-		if grants, err = s.List(ctx, c.ConversationID); err != nil {
-			return policy.Grant{}, false, err
+// Match implements policy.Grants: a grant in force at now, of c's
+// conversation or an "always" one, that covers c. It reads from memory
+// while the store follows the bucket, else from the bucket.
+func (s *GrantStore) Match(ctx context.Context, c machine.Call, now time.Time) (policy.Grant, bool, error) {
+	var candidates []policy.Grant
+	for _, key := range []string{grantKey(c.ConversationID), alwaysKey} {
+		grants, ok := s.cached(key)
+		if !ok {
+			var err error
+			if grants, _, err = s.read(ctx, key); err != nil {
+				return policy.Grant{}, false, err
+			}
 		}
+		candidates = append(candidates, grants...)
 	}
-	for _, g := range grants {
-		if g.Allows(c) {
+	for _, g := range candidates {
+		if g.Live(now) && g.Allows(c) {
 			return g, true, nil
 		}
 	}

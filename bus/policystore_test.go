@@ -112,24 +112,24 @@ func TestGrantStore_MatchesOnlyItsConversation(t *testing.T) {
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
 	g := bus.NewGrantStore(env.Buckets.Grants)
-	_, err := g.Add(ctx, policy.Grant{Pattern: "Bash(git push origin main)", ConversationID: "conv-1", By: "alice"})
+	_, err := g.Add(ctx, policy.Grant{Pattern: "Bash(git push origin main)", ConversationID: "conv-1", By: "alice"}, time.Now())
 	require.NoError(t, err)
-	_, err = g.Add(ctx, policy.Grant{Pattern: "Bash", By: "alice"})
-	assert.ErrorIs(t, err, machine.ErrInvalid, "a grant without a conversation is not a session grant")
+	_, err = g.Add(ctx, policy.Grant{Pattern: "Bash"}, time.Now())
+	assert.Error(t, err, "a grant says who gave it")
 
 	push := machine.Call{ToolName: "Bash", Arguments: json.RawMessage(`{"command":"git push origin main"}`), ConversationID: "conv-1"}
-	got, ok, err := g.Match(ctx, push)
+	got, ok, err := g.Match(ctx, push, time.Now())
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.Equal(t, "alice", got.By)
 
 	push.ConversationID = "conv-2"
-	_, ok, err = g.Match(ctx, push)
+	_, ok, err = g.Match(ctx, push, time.Now())
 	require.NoError(t, err)
 	assert.False(t, ok, "another conversation has no grant")
 	push.ConversationID = "conv-1"
 	push.Arguments = json.RawMessage(`{"command":"git push --force origin main"}`)
-	_, ok, err = g.Match(ctx, push)
+	_, ok, err = g.Match(ctx, push, time.Now())
 	require.NoError(t, err)
 	assert.False(t, ok, "another command is not covered")
 }
@@ -144,7 +144,7 @@ func TestGrantStore_ConcurrentGrantsAllKept(t *testing.T) {
 	var eg errgroup.Group
 	for i := range 20 {
 		eg.Go(func() error {
-			_, err := g.Add(ctx, policy.Grant{Pattern: fmt.Sprintf("Bash(make target-%d)", i), ConversationID: "busy", By: "alice"})
+			_, err := g.Add(ctx, policy.Grant{Pattern: fmt.Sprintf("Bash(make target-%d)", i), ConversationID: "busy", By: "alice"}, time.Now())
 			return err
 		})
 	}
@@ -162,7 +162,7 @@ func TestGrantStore_FollowingMatchesFromMemory(t *testing.T) {
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
 	writer, follower := bus.NewGrantStore(env.Buckets.Grants), bus.NewGrantStore(env.Buckets.Grants)
-	_, err := writer.Add(ctx, policy.Grant{Pattern: "Bash(make test)", ConversationID: "early", By: "alice"})
+	_, err := writer.Add(ctx, policy.Grant{Pattern: "Bash(make test)", ConversationID: "early", By: "alice"}, time.Now())
 	require.NoError(t, err)
 	followCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -174,25 +174,80 @@ func TestGrantStore_FollowingMatchesFromMemory(t *testing.T) {
 		args, _ := json.Marshal(map[string]string{"command": command})
 		return machine.Call{ToolName: "Bash", Arguments: args, ConversationID: conv}
 	}
-	_, ok, err := follower.Match(ctx, call("early", "make test"))
+	_, ok, err := follower.Match(ctx, call("early", "make test"), time.Now())
 	require.NoError(t, err)
 	assert.True(t, ok, "a grant recorded before it followed")
-	_, err = writer.Add(ctx, policy.Grant{Pattern: "Bash(git push origin main)", ConversationID: "late", By: "alice"})
+	_, err = writer.Add(ctx, policy.Grant{Pattern: "Bash(git push origin main)", ConversationID: "late", By: "alice"}, time.Now())
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		_, ok, err := follower.Match(ctx, call("late", "git push origin main"))
+		_, ok, err := follower.Match(ctx, call("late", "git push origin main"), time.Now())
 		return err == nil && ok
 	}, 10*time.Second, 5*time.Millisecond, "a grant recorded elsewhere never reached the follower")
 
 	env.Servers[0].Shutdown()
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, ok, err = follower.Match(short, call("late", "git push origin main"))
+	_, ok, err = follower.Match(short, call("late", "git push origin main"), time.Now())
 	require.NoError(t, err, "matched from memory, with the server gone")
 	assert.True(t, ok)
-	_, ok, err = follower.Match(short, call("late", "git push --force origin main"))
+	_, ok, err = follower.Match(short, call("late", "git push --force origin main"), time.Now())
 	require.NoError(t, err)
 	assert.False(t, ok, "another command is still not covered")
-	_, _, err = writer.Match(short, call("late", "git push origin main"))
+	_, _, err = writer.Match(short, call("late", "git push origin main"), time.Now())
 	assert.Error(t, err, "a store that does not follow reads the bucket, which is gone")
+}
+
+// TestGrantStore_ExpiryAlwaysAndRevocation: a window grant matches until
+// its expiry and not after; an "always" grant (no conversation) matches
+// every conversation of its team; a revoked grant stops matching on
+// another process that follows the bucket within a second.
+func TestGrantStore_ExpiryAlwaysAndRevocation(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	writer, follower := bus.NewGrantStore(env.Buckets.Grants), bus.NewGrantStore(env.Buckets.Grants)
+	followCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- follower.Follow(followCtx, bustest.Logger()) }()
+	t.Cleanup(func() { stop(); <-done })
+	require.Eventually(t, follower.Synced, 10*time.Second, 5*time.Millisecond, "the follower never read the bucket")
+
+	now := time.UnixMilli(1_800_000_000_000)
+	call := func(conv, team string) machine.Call {
+		return machine.Call{ToolName: "web_search", Arguments: json.RawMessage(`{"query":"q"}`), ConversationID: conv, Team: team}
+	}
+	window, err := writer.Add(ctx, policy.Grant{Pattern: "web_search", ConversationID: "w", By: "alice", ExpiresAt: now.Add(2 * time.Hour).UnixMilli()}, now)
+	require.NoError(t, err)
+	_, ok, err := writer.Match(ctx, call("w", ""), now.Add(2*time.Hour-time.Millisecond))
+	require.NoError(t, err)
+	assert.True(t, ok, "in force until its expiry")
+	_, ok, err = writer.Match(ctx, call("w", ""), now.Add(2*time.Hour))
+	require.NoError(t, err)
+	assert.False(t, ok, "not at its expiry")
+
+	always, err := writer.Add(ctx, policy.Grant{Pattern: "web_search", Team: "research", By: "bob"}, now)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, ok, err := follower.Match(ctx, call("any-conversation", "research"), now)
+		return err == nil && ok
+	}, 10*time.Second, 5*time.Millisecond, "the always grant never reached the follower")
+	_, ok, err = follower.Match(ctx, call("any-conversation", "finance"), now)
+	require.NoError(t, err)
+	assert.False(t, ok, "another team's calls")
+
+	all, err := follower.All(ctx)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{window.ID, always.ID}, []string{all[0].ID, all[1].ID})
+
+	revoked, err := writer.Revoke(ctx, always.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "bob", revoked.By)
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		_, ok, err := follower.Match(ctx, call("any-conversation", "research"), now)
+		return err == nil && !ok
+	}, 10*time.Second, 5*time.Millisecond, "the revocation never reached the follower")
+	assert.Less(t, time.Since(start), time.Second, "revoked on another process within a second")
+	_, err = writer.Revoke(ctx, always.ID)
+	assert.ErrorIs(t, err, machine.ErrNotFound, "revoked already")
 }

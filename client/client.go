@@ -247,6 +247,7 @@ func (c *Client) Decide(ctx context.Context, pendingID string, d Decision) (*mac
 	var e machine.Entry
 	err := c.request(ctx, wire.EndpointDecide, wire.DecideRequest{
 		PendingID: pendingID, Approved: d.Approve, By: d.By, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
+		ForMs: d.For.Milliseconds(), PersistRule: d.PersistRule,
 	}, &e)
 	if err != nil {
 		return nil, err
@@ -264,6 +265,25 @@ func (c *Client) DecideMatching(ctx context.Context, r wire.DecideMatchingReques
 		return nil, err
 	}
 	return &reply, nil
+}
+
+// Grants lists the grants in force: a conversation's, or with
+// conversationID "" every one.
+func (c *Client) Grants(ctx context.Context, conversationID string) ([]wire.Grant, error) {
+	var grants []wire.Grant
+	if err := c.request(ctx, wire.EndpointGrantsList, wire.GrantsRequest{ConversationID: conversationID}, &grants); err != nil {
+		return nil, err
+	}
+	return grants, nil
+}
+
+// RevokeGrant ends a grant, and returns it.
+func (c *Client) RevokeGrant(ctx context.Context, id string) (*wire.Grant, error) {
+	var g wire.Grant
+	if err := c.request(ctx, wire.EndpointGrantsRevoke, wire.RevokeGrantRequest{ID: id}, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
 }
 
 // Cancel stops a call that has not started running.

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -212,6 +214,9 @@ func (s *Service) Decide(ctx context.Context, a Actor, pendingID string, d machi
 		return nil, err
 	}
 	d.By = by
+	if d.PersistRule && !a.Can(wire.RoleAdmin) {
+		return nil, fmt.Errorf("%w: persistRule: only an admin writes an approval into the policy; without it, \"always\" records a grant", machine.ErrForbidden)
+	}
 	if bytes.Contains(d.Arguments, []byte(policy.RedactedValue)) {
 		// An edit of arguments shown masked: what the approver left
 		// masked keeps its value.
@@ -233,14 +238,18 @@ func (s *Service) Decide(ctx context.Context, a Actor, pendingID string, d machi
 	if err != nil {
 		return nil, s.shownErr(a, err)
 	}
-	if err := s.recordScope(ctx, e); err != nil {
+	if err := s.recordScope(ctx, e, d); err != nil {
 		// The decision stands; only its reach beyond this call failed.
 		s.log.Error("recording the decision's scope failed", "pendingId", e.PendingID, "scope", e.DecisionScope, "err", err)
 	}
 	return s.shown(a, e), nil
 }
 
-func (s *Service) recordScope(ctx context.Context, e *machine.Entry) error {
+// recordScope records how far an approval reaches beyond its call: a
+// session grant for the conversation, or an "always" grant for the team
+// (both until revoked, or d.For), or with d.PersistRule an allow rule in
+// the team's policy.
+func (s *Service) recordScope(ctx context.Context, e *machine.Entry, d machine.Decision) error {
 	if e.Status != machine.StateApproved || e.DecisionScope == machine.ScopeOnce || e.DecisionScope == "" {
 		return nil
 	}
@@ -248,11 +257,59 @@ func (s *Service) recordScope(ctx context.Context, e *machine.Entry) error {
 	if err != nil {
 		return err
 	}
-	if e.DecisionScope == machine.ScopeAlways {
+	if d.PersistRule {
 		return s.policies.AddAllowRule(ctx, e.Team, pattern)
 	}
-	_, err = s.grants.Add(ctx, policy.Grant{Pattern: pattern, ConversationID: e.ConversationID, Team: e.Team, By: e.ApprovedOrRejectedByUserID, At: e.DecisionTime})
+	g := policy.Grant{Pattern: pattern, Team: e.Team, By: e.ApprovedOrRejectedByUserID, At: e.DecisionTime, PendingID: e.PendingID}
+	if e.DecisionScope == machine.ScopeSession {
+		g.ConversationID = e.ConversationID
+	}
+	if d.For > 0 {
+		g.ExpiresAt = e.DecisionTime + d.For.Milliseconds()
+	}
+	_, err = s.grants.Add(ctx, g, s.now())
 	return err
+}
+
+// Grants lists the grants in force (a conversation's, when given): who
+// granted each, from which call, what it covers and until when.
+func (s *Service) Grants(ctx context.Context, a Actor, r wire.GrantsRequest) ([]wire.Grant, error) {
+	if err := a.require("list grants", wire.RoleViewer, wire.RoleApprover); err != nil {
+		return nil, err
+	}
+	all, err := s.grants.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	grants := []wire.Grant{}
+	for _, g := range all {
+		if g.Live(now) && (r.ConversationID == "" || g.ConversationID == r.ConversationID) {
+			grants = append(grants, wireGrant(g))
+		}
+	}
+	slices.SortFunc(grants, func(x, y wire.Grant) int { return cmp.Or(cmp.Compare(x.At, y.At), strings.Compare(x.ID, y.ID)) })
+	return grants, nil
+}
+
+// RevokeGrant ends a grant at once, on every process that matches grants.
+func (s *Service) RevokeGrant(ctx context.Context, a Actor, r wire.RevokeGrantRequest) (*wire.Grant, error) {
+	if err := a.require("revoke grants", wire.RoleApprover); err != nil {
+		return nil, err
+	}
+	if r.ID == "" {
+		return nil, fmt.Errorf("%w: id: required", machine.ErrInvalid)
+	}
+	g, err := s.grants.Revoke(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	w := wireGrant(g)
+	return &w, nil
+}
+
+func wireGrant(g policy.Grant) wire.Grant {
+	return wire.Grant{ID: g.ID, Pattern: g.Pattern, ConversationID: g.ConversationID, Team: g.Team, By: g.By, At: g.At, PendingID: g.PendingID, ExpiresAt: g.ExpiresAt}
 }
 
 // Cancel stops a call that has not started running: an approver any

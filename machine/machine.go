@@ -203,6 +203,12 @@ type Decision struct {
 	// Arguments, when set on an approval, replace the call's arguments;
 	// the original ones are kept in OriginalArguments.
 	Arguments json.RawMessage
+	// For bounds the grant a session or always approval records: it
+	// expires this long after the decision (0: until revoked).
+	For time.Duration
+	// PersistRule writes an always approval into the team's policy as an
+	// allow rule instead of recording a grant (only an admin may ask).
+	PersistRule bool
 }
 
 // Decide approves or rejects a pending call. Only the call's named approver,
@@ -219,6 +225,16 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 	case "", ScopeOnce, ScopeSession, ScopeAlways:
 	default:
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("scope: must be once, session or always, got %q", d.Scope))
+	}
+	switch {
+	case d.For < 0:
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("for: must be positive, got %v", d.For))
+	case d.For > 0 && (d.Scope == "" || d.Scope == ScopeOnce):
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("for: bounds a session or always grant; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
+	case d.PersistRule && d.Scope != ScopeAlways:
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("persistRule: writes an always approval into the policy; scope is %s", cmp.Or(d.Scope, ScopeOnce)))
+	case d.PersistRule && d.For > 0:
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("persistRule: a rule in the policy has no expiry; leave out for"))
 	}
 	if len(d.Arguments) > 0 {
 		if !d.Approve {

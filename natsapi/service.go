@@ -128,9 +128,12 @@ func (s *Service) endpoints() map[string]handler {
 			}
 			return g.Decide(ctx, a, r.PendingID, machine.Decision{
 				Approve: r.Approved, By: r.By, Reason: r.Reason, Scope: r.Scope, Arguments: r.Arguments,
+				For: time.Duration(r.ForMs) * time.Millisecond, PersistRule: r.PersistRule,
 			})
 		}),
 		wire.EndpointDecideMatching: answer(g.DecideMatching),
+		wire.EndpointGrantsList:     answer(g.Grants),
+		wire.EndpointGrantsRevoke:   answer(g.RevokeGrant),
 		wire.EndpointCancel: answer(func(ctx context.Context, a gate.Actor, r wire.CancelRequest) (*machine.Entry, error) {
 			if err := required("pendingId", r.PendingID); err != nil {
 				return nil, err

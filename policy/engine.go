@@ -14,7 +14,8 @@ import (
 // Grants finds a human's standing permission for a call: "allow for this
 // session" or "always allow". bus implements it on NATS KV.
 type Grants interface {
-	Match(ctx context.Context, c machine.Call) (Grant, bool, error)
+	// Match returns a grant in force at now that covers c.
+	Match(ctx context.Context, c machine.Call, now time.Time) (Grant, bool, error)
 }
 
 // Budget reserves estimated cost against a team's daily limit. Reserve must
@@ -208,7 +209,7 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 		return verdict(machine.ActionAsk, hiddenReason), nil
 	}
 	if e.grants != nil && !dry {
-		g, ok, err := e.grants.Match(ctx, c)
+		g, ok, err := e.grants.Match(ctx, c, e.now())
 		if err != nil {
 			return machine.Verdict{}, fmt.Errorf("grants: %w", err)
 		}

@@ -2,13 +2,15 @@ package policy
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/toolgate/toolgate/machine"
 )
 
 // Grant is a human's standing yes: "allow for this session" (ConversationID
-// set) or "always allow" (it is not). A call it covers runs without asking,
-// unless a deny rule, plan mode or the cost limits say otherwise.
+// set) or "always allow" (it is not, and Team bounds it). A call it covers
+// runs without asking, unless a deny rule, plan mode or the cost limits
+// say otherwise, until it expires or is revoked.
 type Grant struct {
 	ID string `json:"id"`
 	// Pattern says what the grant covers, in rule syntax: "Bash(npm test:*)",
@@ -20,7 +22,15 @@ type Grant struct {
 	Team string `json:"team,omitempty"`
 	By   string `json:"by"`           // who granted it
 	At   int64  `json:"at,omitempty"` // when, epoch milliseconds
+	// PendingID is the call whose approval granted it.
+	PendingID string `json:"pendingId,omitempty"`
+	// ExpiresAt ends the grant (epoch milliseconds); 0: it lasts until
+	// revoked.
+	ExpiresAt int64 `json:"expiresAt,omitempty"`
 }
+
+// Live reports whether the grant is in force at now: not expired.
+func (g Grant) Live(now time.Time) bool { return g.ExpiresAt == 0 || now.UnixMilli() < g.ExpiresAt }
 
 // Validate checks that the grant says who gave it and what it covers.
 func (g Grant) Validate() error {
@@ -69,6 +79,9 @@ func (g Grant) String() string {
 	scope := "always"
 	if g.ConversationID != "" {
 		scope = "session " + g.ConversationID
+	}
+	if g.ExpiresAt > 0 {
+		scope += ", until " + time.UnixMilli(g.ExpiresAt).UTC().Format(time.RFC3339)
 	}
 	return fmt.Sprintf("grant %s %q by %s (%s)", g.ID, g.Pattern, g.By, scope)
 }

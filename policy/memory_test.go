@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/toolgate/toolgate/machine"
 )
@@ -13,12 +14,12 @@ type memGrants struct {
 	err    error
 }
 
-func (m *memGrants) Match(_ context.Context, c machine.Call) (Grant, bool, error) {
+func (m *memGrants) Match(_ context.Context, c machine.Call, now time.Time) (Grant, bool, error) {
 	if m.err != nil {
 		return Grant{}, false, m.err
 	}
 	for _, g := range m.grants {
-		if g.Allows(c) {
+		if g.Live(now) && g.Allows(c) {
 			return g, true, nil
 		}
 	}

@@ -22,6 +22,8 @@ const (
 	EndpointList               = "list"
 	EndpointDecide             = "decide"
 	EndpointDecideMatching     = "decide_matching"
+	EndpointGrantsList         = "grants_list"
+	EndpointGrantsRevoke       = "grants_revoke"
 	EndpointCancel             = "cancel"
 	EndpointCancelConversation = "cancel_conversation"
 	EndpointStarted            = "started"
@@ -68,6 +70,35 @@ type DecideRequest struct {
 	Reason    string          `json:"reason,omitempty"`
 	Scope     machine.Scope   `json:"scope,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// ForMs bounds the grant a session or always approval records.
+	ForMs int64 `json:"forMs,omitempty"`
+	// PersistRule writes an always approval into the policy as an allow
+	// rule instead of a grant (admins only).
+	PersistRule bool `json:"persistRule,omitempty"`
+}
+
+// Grant is a standing yes an approval recorded: a session grant
+// (ConversationID set) or an "always" one for a team. It covers the calls
+// Pattern covers until ExpiresAt (0: until revoked).
+type Grant struct {
+	ID             string `json:"id"`
+	Pattern        string `json:"pattern"`
+	ConversationID string `json:"conversationId,omitempty"`
+	Team           string `json:"team,omitempty"`
+	By             string `json:"by"`
+	At             int64  `json:"at,omitempty"`
+	PendingID      string `json:"pendingId,omitempty"` // the call whose approval granted it
+	ExpiresAt      int64  `json:"expiresAt,omitempty"`
+}
+
+// GrantsRequest lists the grants in force, a conversation's when given.
+type GrantsRequest struct {
+	ConversationID string `json:"conversationId,omitempty"`
+}
+
+// RevokeGrantRequest ends a grant.
+type RevokeGrantRequest struct {
+	ID string `json:"id"`
 }
 
 // DecideMatchingRequest approves or rejects every call pending approval

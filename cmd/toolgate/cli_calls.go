@@ -262,13 +262,15 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 	c.fs.StringVar(&d.Reason, "reason", "", "why (the agent is told)")
 	c.fs.StringVar(&scope, "scope", "once", "how far the approval reaches: once, session or always")
 	c.fs.StringVar(&edited, "args", "", "run the call with these arguments instead (a JSON object)")
+	c.fs.DurationVar(&d.For, "for", 0, "with --scope session or always: the grant ends after this long (e.g. 2h); default: until revoked")
+	c.fs.BoolVar(&d.PersistRule, "persist-rule", false, "with --scope always: write an allow rule into the team's policy instead of a grant (admins only)")
 	m := c.matchFlags()
 	pos, err := c.parse(args, 0, 1, "the call's ID (its pendingId)")
 	if err != nil {
 		return err
 	}
 	if m.req.Match != "" {
-		if scope != string(machine.ScopeOnce) || edited != "" {
+		if scope != string(machine.ScopeOnce) || edited != "" || d.For != 0 || d.PersistRule {
 			return c.usagef("--match: approves each call once, as asked: no --scope or --args")
 		}
 		return m.decide(ctx, c, pos, true, d.Reason)
@@ -384,15 +386,21 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision) error 
 		if len(e.OriginalArguments) > 0 {
 			fmt.Fprintf(w, "it runs with the arguments %s\n", e.ToolArguments)
 		}
-		switch e.DecisionScope {
-		case machine.ScopeSession:
-			fmt.Fprintf(w, "later calls like it in conversation %s run without asking\n", e.ConversationID)
-		case machine.ScopeAlways:
-			where := "the default policy"
-			if e.Team != "" {
-				where = "team " + e.Team + "'s policy"
-			}
-			fmt.Fprintf(w, "later calls like it run without asking: an allow rule of %s\n", where)
+		until := "until revoked (toolgate grants revoke)"
+		if d.For > 0 {
+			until = "for " + d.For.String()
+		}
+		team := "calls of no team"
+		if e.Team != "" {
+			team = "team " + e.Team + "'s calls"
+		}
+		switch {
+		case e.DecisionScope == machine.ScopeSession:
+			fmt.Fprintf(w, "later calls like it in conversation %s run without asking, %s\n", e.ConversationID, until)
+		case e.DecisionScope == machine.ScopeAlways && d.PersistRule:
+			fmt.Fprintf(w, "later calls like it run without asking: an allow rule of %s's policy\n", strings.TrimSuffix(team, "'s calls"))
+		case e.DecisionScope == machine.ScopeAlways:
+			fmt.Fprintf(w, "later calls like it among %s run without asking, %s\n", team, until)
 		}
 		return nil
 	}

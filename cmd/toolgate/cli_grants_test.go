@@ -1,0 +1,86 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// TestCLI_GrantsAreListedBoundedAndRevoked: an approval for the session
+// with --for records a grant that grants list shows (what it covers, who,
+// from which call, when it ends) and that lets a like call run; revoked,
+// the next like call is asked again. "always" from an approver is a
+// grant, not a policy rule; only an admin may --persist-rule.
+func TestCLI_GrantsAreListedBoundedAndRevoked(t *testing.T) {
+	t.Parallel()
+	url := startToolgate(t, "default: {requiresApprovalTools: all}\n")
+	ctx := t.Context()
+	bot := agent(t, url)
+	alice := as(t, url, "alice")
+
+	first, err := bot.Submit(ctx, bashCall("conv-g", "1", "make test"))
+	require.NoError(t, err)
+	r := cli(t, url, "approve", first.PendingID, alice, "--scope", "session", "--for", "2h")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "later calls like it in conversation conv-g run without asking, for 2h0m0s")
+
+	r = cli(t, url, "grants", "list", alice, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	grants := decode[[]wire.Grant](t, []byte(r.stdout))
+	require.Len(t, grants, 1)
+	g := grants[0]
+	assert.Equal(t, "Bash(make test)", g.Pattern)
+	assert.Equal(t, "conv-g", g.ConversationID)
+	assert.Equal(t, "alice", g.By)
+	assert.Equal(t, first.PendingID, g.PendingID)
+	assert.InDelta(t, g.At+7_200_000, g.ExpiresAt, 1, "two hours after the decision")
+	r = cli(t, url, "grants", "list", alice)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, g.ID+`\s+Bash\(make test\)\s+session conv-g\s+alice\s+`+first.PendingID+`\s+in (1h59m|2h)`, r.stdout)
+
+	second, err := bot.Submit(ctx, bashCall("conv-g", "2", "make test"))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateScheduled, second.Status, "the grant lets a like call run")
+
+	r = cli(t, url, "grants", "revoke", g.ID, alice)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "revoked grant "+g.ID)
+	third, err := bot.Submit(ctx, bashCall("conv-g", "3", "make test"))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, third.Status, "asked again once revoked")
+	r = cli(t, url, "grants", "revoke", g.ID, alice)
+	assert.Equal(t, 1, r.code, "revoked already")
+
+	// "always" from an approver: a grant for every conversation.
+	r = cli(t, url, "approve", third.PendingID, alice, "--scope", "always")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "later calls like it among calls of no team run without asking, until revoked")
+	elsewhere, err := bot.Submit(ctx, bashCall("conv-other", "1", "make test"))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateScheduled, elsewhere.Status)
+	r = cli(t, url, "policy", "get")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.NotContains(t, r.stdout, "make test", "no rule was written into the policy")
+
+	pending, err := bot.Submit(ctx, bashCall("conv-p", "1", "make lint"))
+	require.NoError(t, err)
+	r = cli(t, url, "approve", pending.PendingID, alice, "--scope", "always", "--persist-rule")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "only an admin writes an approval into the policy")
+	got, err := bot.Get(ctx, pending.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, got.Status, "the refused approval decided nothing")
+	r = cli(t, url, "approve", pending.PendingID, "--scope", "always", "--persist-rule") // the admin
+	require.Equal(t, 0, r.code, r.stderr)
+	r = cli(t, url, "policy", "get")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "Bash(make lint)", "the admin's rule is in the policy")
+
+	r = cli(t, url, "approve", pending.PendingID, alice, "--for", "1h")
+	assert.NotEqual(t, 0, r.code)
+	assert.Contains(t, r.stderr, "for: bounds a session or always grant")
+}
