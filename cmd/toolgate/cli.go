@@ -53,6 +53,10 @@ type cliOutput struct {
 	stdout, stderr io.Writer
 	env            lookupEnv
 	globals        []globalFlag
+	// collect, when set, is handed the verb's command line once its flags
+	// are defined, instead of parsing it: completion reads every verb's
+	// flags so. The verb then returns errCollected.
+	collect func(*cliCmd)
 }
 
 // runCLI runs a CLI verb and maps its error to an exit code, once, here.
@@ -102,8 +106,10 @@ func (e *cliUsageError) Is(target error) bool { return target == errUsage }
 // verb that talks to toolgate shares, and --json.
 type cliCmd struct {
 	verb string // "approve", "policy set"
-	fs   *flag.FlagSet
-	conn bus.ConnConfig
+	// synopsis and help are what -h prints above the flags.
+	synopsis, help string
+	fs             *flag.FlagSet
+	conn           bus.ConnConfig
 	// natsContext and data say where credentials come from when no
 	// connection flag does (see credentials).
 	natsContext, data string
@@ -122,7 +128,7 @@ type cliCmd struct {
 // newCLICmd starts a verb's flag set; synopsis is its usage line after
 // "toolgate", what follows the flags in the help text.
 func newCLICmd(verb, synopsis, help string, out cliOutput) *cliCmd {
-	c := &cliCmd{verb: verb, fs: flag.NewFlagSet(verb, flag.ContinueOnError), out: out}
+	c := &cliCmd{verb: verb, synopsis: synopsis, help: help, fs: flag.NewFlagSet(verb, flag.ContinueOnError), out: out}
 	c.fs.SetOutput(out.stderr)
 	c.fs.Usage = func() {
 		fmt.Fprintf(out.stderr, "Usage: toolgate %s\n\n%s\n\nFlags (each also read from TOOLGATE_<FLAG>, e.g. --nats-user from TOOLGATE_NATS_USER;\nthe connection's also from NATS_URL, NATS_CREDS, NATS_CONTEXT and the config file):\n", synopsis, help)
@@ -155,6 +161,10 @@ func (c *cliCmd) usagef(format string, args ...any) error {
 	return &cliUsageError{verb: c.verb, msg: fmt.Sprintf(format, args...)}
 }
 
+// errCollected is what a verb returns when its cliOutput only collects its
+// flags (completion).
+var errCollected = errors.New("flags collected")
+
 // parse parses args, which may mix flags and positional arguments in any
 // order (`approve ID --reason R` and `approve --reason R ID`), fills the
 // flags not given from the sources after the command line (see fill), and
@@ -163,6 +173,10 @@ func (c *cliCmd) usagef(format string, args ...any) error {
 func (c *cliCmd) parse(args []string, least, most int, names string) ([]string, error) {
 	if c.ownConfig = c.fs.Lookup("config") != nil; !c.ownConfig {
 		c.fs.StringVar(&c.config, "config", "", configUsage)
+	}
+	if c.out.collect != nil {
+		c.out.collect(c)
+		return nil, errCollected
 	}
 	var pos []string
 	for {

@@ -33,6 +33,8 @@ Usage:
   toolgate serve [flags]   run toolgate (embedded NATS, or --nats to use a cluster)
   toolgate version         print the version (also toolgate --version)
   toolgate help            print this
+  toolgate completion bash|zsh|fish
+                           print a shell completion script ('toolgate completion -h': how to load it)
 
   toolgate submit --tool T --args JSON --conversation C --caller BOT [--wait]
                            submit a call as an agent would (--wait: and its answer)
@@ -97,6 +99,8 @@ func runWith(ctx context.Context, args []string, env lookupEnv, stdout, stderr i
 		printVersion(stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
+	case "completion":
+		err = completion(ctx, args[1:], stdout, stderr)
 	default:
 		// runCLI knows the verbs that talk to a running toolgate, and
 		// says so when args[0] is none of them.
