@@ -42,6 +42,7 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 	m.Cost.WithLabelValues("team", "t").Inc()
 	m.Notification("c", "r")
 	m.TransitionConflict("e")
+	m.Requeues.WithLabelValues("r").Inc()
 	pending := NewPendingApprovals(nil)
 	pending.counts["team"] = 1
 	reg.MustRegister(pending)
@@ -71,7 +72,7 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 		}
 		known[mf.GetName()] = labels
 	}
-	require.Len(t, mfs, 13, "every metric of the package is in the list")
+	require.Len(t, mfs, 14, "every metric of the package is in the list")
 	return known
 }
 

@@ -43,4 +43,17 @@
 // team is "other". A policy change applies from the next event (and, for
 // toolgate_pending_approvals, the next scrape); a name the policy drops
 // keeps the series it had, which stops growing.
+//
+// # Series that start at 0
+//
+// A series Prometheus has not seen shows as "No data", and the increment
+// that creates it is lost to rate(). So every series whose labels are
+// known before the first event is exported at 0 from the start: every
+// transition of the table, event (conflicts), notification channel and
+// result, requeue reason; the counters of the tools and teams the policy
+// in force names when the metrics are bound to it (Metrics.BoundLabels),
+// of "other" and of no team; the histograms of "other" only (one per
+// named tool would be a dozen series each); toolgate_pending_approvals
+// of no team and of the teams the policy names. A name the policy takes up
+// later starts with its first event.
 package metrics

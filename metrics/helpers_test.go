@@ -33,6 +33,18 @@ var evaluator = machine.EvaluatorFunc(func(_ context.Context, c machine.Call) (m
 // lines, sorted; a histogram gives its _count and _sum.
 func samples(t *testing.T, g prometheus.Gatherer, name string) []string {
 	t.Helper()
+	return sampleLines(t, g, name, false)
+}
+
+// counted is samples less the series still at 0 (a histogram's with no
+// observation): those every Metrics starts with, which nothing counted.
+func counted(t *testing.T, g prometheus.Gatherer, name string) []string {
+	t.Helper()
+	return sampleLines(t, g, name, true)
+}
+
+func sampleLines(t *testing.T, g prometheus.Gatherer, name string, skipZero bool) []string {
+	t.Helper()
 	mfs, err := g.Gather()
 	require.NoError(t, err)
 	var lines []string
@@ -47,6 +59,9 @@ func samples(t *testing.T, g prometheus.Gatherer, name string) []string {
 			}
 			sort.Strings(labels)
 			ls := "{" + strings.Join(labels, ",") + "}"
+			if skipZero && m.GetCounter().GetValue() == 0 && m.GetGauge().GetValue() == 0 && m.GetHistogram().GetSampleCount() == 0 {
+				continue
+			}
 			switch mf.GetType() {
 			case dto.MetricType_COUNTER:
 				lines = append(lines, fmt.Sprintf("%s%s %g", name, ls, m.GetCounter().GetValue()))

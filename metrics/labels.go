@@ -16,6 +16,13 @@ type Vocabulary interface {
 	NamedTeam(team string) bool
 }
 
+// NameLister is a Vocabulary that can also list the names it knows
+// (*policy.Engine is one): BoundLabels starts each one's series at 0.
+type NameLister interface {
+	// Names lists the tool and team names the policy writes down.
+	Names() (tools, teams []string)
+}
+
 // labels turns a call's tool and team into label values. An agent chooses
 // its call's tool and team, and every distinct label value is a series
 // Prometheus keeps for good: left as they come, an agent sending random
@@ -51,14 +58,30 @@ func (l *labels) team(team string) string {
 	return OtherLabel
 }
 
+// teams lists the teams the vocabulary names, if it can.
+func (l *labels) teams() []string {
+	if r := l.v.Load(); r != nil {
+		if n, ok := r.Vocabulary.(NameLister); ok {
+			_, teams := n.Names()
+			return teams
+		}
+	}
+	return nil
+}
+
 // BoundLabels makes the tool and team labels of every observation from
 // now on values v names, any other counting as OtherLabel (see labels).
 // Every role of a process shares one Metrics (For), so binding it once, to
-// the process's policy engine, bounds them all.
+// the process's policy engine, bounds them all. When v can list its names
+// (NameLister), their series start at 0 now; a name the policy takes up
+// later starts with its first event.
 func (m *Metrics) BoundLabels(v Vocabulary) {
 	if v == nil {
 		m.labels.v.Store(nil)
 		return
 	}
 	m.labels.v.Store(&vocabularyRef{v})
+	if n, ok := v.(NameLister); ok {
+		m.initializeNames(n.Names())
+	}
 }

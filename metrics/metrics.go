@@ -2,11 +2,13 @@ package metrics
 
 import (
 	"errors"
+	"regexp"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -27,6 +29,13 @@ const (
 	NameConsumerAckPending   = "toolgate_consumer_ack_pending_messages"
 	NameConsumerRedeliveries = "toolgate_consumer_redelivered_messages"
 )
+
+// NotificationChannels are the channel types a notifier reports to
+// Notification (policy.ChannelType's values), and NotificationNoChannel
+// the channel of an event whose call names none, always skipped.
+var NotificationChannels = []string{string(policy.ChannelWebhook), string(policy.ChannelSlack), string(policy.ChannelNtfy)}
+
+const NotificationNoChannel = "none"
 
 // The results a notifier reports to Notification.
 const (
@@ -123,7 +132,84 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	m.initialize()
 	return m, nil
+}
+
+// initialize starts at 0 every series whose labels are known before the
+// first event: a panel then shows 0, not "No data", and a rate sees the
+// first increment. Those are every transition of the table, event,
+// notification channel and result, and requeue reason; and, for the tool
+// and team labels, OtherLabel and no team, and the names BoundLabels'
+// vocabulary lists (initializeNames). The histograms start for OtherLabel
+// only: one per named tool would be a dozen series each.
+func (m *Metrics) initialize() {
+	m.initializeNames(nil, nil)
+	for _, d := range []string{DecisionApproved, DecisionRejected} {
+		m.ApprovalResponse.WithLabelValues(OtherLabel, d)
+	}
+	for _, s := range []machine.State{machine.StateCompletedSuccess, machine.StateCompletedFailure} {
+		m.Execution.WithLabelValues(OtherLabel, string(s))
+	}
+	for _, e := range transitionEdges() {
+		m.Transitions.WithLabelValues(e[0], e[1])
+	}
+	for _, ev := range machine.Events() {
+		m.TransitionConflicts.WithLabelValues(string(ev))
+	}
+	for _, ch := range NotificationChannels {
+		for _, r := range []string{NotificationSent, NotificationFailed, NotificationSkipped} {
+			m.Notifications.WithLabelValues(ch, r)
+		}
+	}
+	m.Notifications.WithLabelValues(NotificationNoChannel, NotificationSkipped)
+	for _, r := range []string{RequeueUnclaimed, RequeueLeaseExpired} {
+		m.Requeues.WithLabelValues(r)
+	}
+}
+
+// initializeNames starts at 0 the counters of the tools and teams given,
+// and of OtherLabel and no team.
+func (m *Metrics) initializeNames(tools, teams []string) {
+	tools = append([]string{OtherLabel}, tools...)
+	teams = append([]string{"", OtherLabel}, teams...)
+	for _, tool := range tools {
+		for _, s := range machine.States {
+			if s.Terminal() {
+				m.ToolCalls.WithLabelValues(tool, string(s))
+			}
+		}
+		m.ApprovalTimeouts.WithLabelValues(tool)
+		m.ExecutionAttempts.WithLabelValues(tool)
+		for _, team := range teams {
+			m.Cost.WithLabelValues(team, tool)
+		}
+	}
+}
+
+// diagramEdge is a transition in machine.Diagram: from --> to: event (…).
+var diagramEdge = regexp.MustCompile(`(?m)^\s*(\S+) --> (\S+): (\S+) \(`)
+
+// transitionEdges are the from and to labels of every transition an event
+// is published for, from the one transition table (as the diagram shows
+// it).
+func transitionEdges() [][2]string {
+	var edges [][2]string
+	seen := map[[2]string]bool{}
+	for _, m := range diagramEdge.FindAllStringSubmatch(machine.Diagram(), -1) {
+		if machine.Event(m[3]).Silent() {
+			continue // no event: nothing observes it
+		}
+		e := [2]string{m[1], m[2]}
+		if e[0] == "[*]" {
+			e[0] = stateNone
+		}
+		if !seen[e] {
+			seen[e] = true
+			edges = append(edges, e)
+		}
+	}
+	return edges
 }
 
 var (

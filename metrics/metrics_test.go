@@ -162,7 +162,7 @@ func TestExporter_ScriptedRun(t *testing.T) {
 		`toolgate_tool_calls_total{outcome="REJECTED_BY_POLICY",tool="rm_rf"} 1`,
 		`toolgate_tool_calls_total{outcome="REJECTED_BY_TIMEOUT",tool="deploy"} 1`,
 		`toolgate_tool_calls_total{outcome="REJECTED_BY_USER",tool="deploy"} 1`,
-	}, samples(t, reg, metrics.NameToolCalls))
+	}, counted(t, reg, metrics.NameToolCalls))
 	assert.Equal(t, []string{
 		`toolgate_transitions_total{from="APPROVED_READY_FOR_EXECUTION",to="EXECUTING"} 2`,
 		`toolgate_transitions_total{from="EXECUTING",to="COMPLETED_FAILURE"} 1`,
@@ -177,17 +177,17 @@ func TestExporter_ScriptedRun(t *testing.T) {
 		`toolgate_transitions_total{from="none",to="PENDING_APPROVAL"} 7`,
 		`toolgate_transitions_total{from="none",to="REJECTED_BY_POLICY"} 1`,
 		`toolgate_transitions_total{from="none",to="SCHEDULED_FOR_EXECUTION"} 1`,
-	}, samples(t, reg, metrics.NameTransitions))
+	}, counted(t, reg, metrics.NameTransitions))
 	assert.Equal(t, []string{
 		`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 2`,
 		`toolgate_approval_response_seconds_count{decision="rejected",tool="deploy"} 1`,
 		`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 23`,
 		`toolgate_approval_response_seconds_sum{decision="rejected",tool="deploy"} 90`,
-	}, samples(t, reg, metrics.NameApprovalResponse))
+	}, counted(t, reg, metrics.NameApprovalResponse))
 	assert.Equal(t, []string{
 		`toolgate_approval_timeouts_total{tool="deploy"} 1`,
 		`toolgate_approval_timeouts_total{tool="send_email"} 1`,
-	}, samples(t, reg, metrics.NameApprovalTimeouts))
+	}, counted(t, reg, metrics.NameApprovalTimeouts))
 	assert.Equal(t, []string{
 		`toolgate_execution_seconds_count{outcome="COMPLETED_FAILURE",tool="web_search"} 1`,
 		`toolgate_execution_seconds_count{outcome="COMPLETED_SUCCESS",tool="read_file"} 1`,
@@ -195,21 +195,18 @@ func TestExporter_ScriptedRun(t *testing.T) {
 		`toolgate_execution_seconds_sum{outcome="COMPLETED_FAILURE",tool="web_search"} 1`,
 		`toolgate_execution_seconds_sum{outcome="COMPLETED_SUCCESS",tool="read_file"} 1`,
 		`toolgate_execution_seconds_sum{outcome="COMPLETED_SUCCESS",tool="web_search"} 2.5`,
-	}, samples(t, reg, metrics.NameExecution))
+	}, counted(t, reg, metrics.NameExecution))
 	assert.Equal(t, []string{
 		`toolgate_execution_attempts_total{tool="read_file"} 2`,
 		`toolgate_execution_attempts_total{tool="web_search"} 2`,
-	}, samples(t, reg, metrics.NameExecutionAttempts))
-	assert.Equal(t, []string{
-		`toolgate_cost_total{team="research",tool="read_file"} 0`,
-		`toolgate_cost_total{team="research",tool="web_search"} 0.75`,
-	}, samples(t, reg, metrics.NameCost))
+	}, counted(t, reg, metrics.NameExecutionAttempts))
+	assert.Equal(t, []string{`toolgate_cost_total{team="research",tool="web_search"} 0.75`}, counted(t, reg, metrics.NameCost))
 	assert.Equal(t, []string{
 		`toolgate_notifications_total{channel="slack",result="sent"} 2`,
 		`toolgate_notifications_total{channel="webhook",result="failed"} 1`,
-	}, samples(t, reg, metrics.NameNotifications))
+	}, counted(t, reg, metrics.NameNotifications))
 	assert.Equal(t, []string{`toolgate_transition_conflicts_total{event="approve"} 1`},
-		samples(t, reg, metrics.NameTransitionConflicts))
+		counted(t, reg, metrics.NameTransitionConflicts))
 	assert.Equal(t, 2.0, testutil.ToFloat64(x.Metrics().ToolCalls.WithLabelValues("web_search", string(machine.StateCompletedSuccess)))+
 		testutil.ToFloat64(x.Metrics().ToolCalls.WithLabelValues("web_search", string(machine.StateCompletedFailure))))
 
@@ -225,6 +222,7 @@ func TestExporter_ScriptedRun(t *testing.T) {
 
 	// Pending approvals come from the store: ws3 and the overdue email.
 	wantPending := []string{
+		`toolgate_pending_approvals{team=""} 0`, // shown from the start, as the teams the policy names are
 		`toolgate_pending_approvals{team="ops"} 1`,
 		`toolgate_pending_approvals{team="research"} 1`,
 	}
@@ -236,13 +234,14 @@ func TestExporter_ScriptedRun(t *testing.T) {
 	// events: the gauge is the fleet's, not one process's counters.
 	x2, reg2 := startExporter(t, env, engineFor(t, scriptPolicy))
 	assert.Equal(t, wantPending, samples(t, reg2, metrics.NamePendingApprovals))
-	assert.Empty(t, samples(t, reg2, metrics.NameToolCalls), "a new replica counts from when it started")
+	assert.Empty(t, counted(t, reg2, metrics.NameToolCalls), "a new replica counts from when it started")
 
 	at(4 * time.Minute) // before its 5-minute deadline
 	must(m.Decide(ctx, ws3.PendingID, machine.Decision{Approve: true, By: "alice"}))
 	for _, r := range []*prometheus.Registry{reg, reg2} {
 		require.Eventually(t, func() bool {
 			return fmt.Sprint(samples(t, r, metrics.NamePendingApprovals)) == fmt.Sprint([]string{
+				`toolgate_pending_approvals{team=""} 0`,
 				`toolgate_pending_approvals{team="ops"} 1`,
 				`toolgate_pending_approvals{team="research"} 0`,
 			})
@@ -254,7 +253,7 @@ func TestExporter_ScriptedRun(t *testing.T) {
 	assert.Equal(t, []string{
 		`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 1`,
 		`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 240`,
-	}, samples(t, reg2, metrics.NameApprovalResponse))
+	}, counted(t, reg2, metrics.NameApprovalResponse))
 }
 
 func jetstreamDurable(name string) jetstream.ConsumerConfig {
@@ -290,8 +289,8 @@ func TestMetrics_ObserveDecodesRelayedEvents(t *testing.T) {
 	assert.Equal(t, []string{
 		`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 1`,
 		`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 0.5`,
-	}, samples(t, reg, metrics.NameApprovalResponse))
-	assert.Empty(t, samples(t, reg, metrics.NameToolCalls), "not terminal")
+	}, counted(t, reg, metrics.NameApprovalResponse))
+	assert.Empty(t, counted(t, reg, metrics.NameToolCalls), "not terminal")
 }
 
 // TestMetrics_ObserveCountsEventsThatShareASubjectAlike: events published
@@ -309,8 +308,8 @@ func TestMetrics_ObserveCountsEventsThatShareASubjectAlike(t *testing.T) {
 		to, _ := ev.Target()
 		m.Observe(&wire.Event{Event: ev, To: to, Entry: entry})
 	}
-	assert.Equal(t, []string{`toolgate_approval_timeouts_total{tool="deploy"} 2`}, samples(t, reg, metrics.NameApprovalTimeouts))
-	assert.Equal(t, []string{`toolgate_execution_attempts_total{tool="deploy"} 2`}, samples(t, reg, metrics.NameExecutionAttempts), "a heartbeat is no attempt")
+	assert.Equal(t, []string{`toolgate_approval_timeouts_total{tool="deploy"} 2`}, counted(t, reg, metrics.NameApprovalTimeouts))
+	assert.Equal(t, []string{`toolgate_execution_attempts_total{tool="deploy"} 2`}, counted(t, reg, metrics.NameExecutionAttempts), "a heartbeat is no attempt")
 }
 
 // TestExporter_LabelsAreOnlyThePolicysNames: agents choose their calls'
@@ -358,7 +357,7 @@ func TestExporter_LabelsAreOnlyThePolicysNames(t *testing.T) {
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="mcp__github"} 1`,
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="other"} 100`,
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="web_search"} 1`,
-	}, samples(t, reg, metrics.NameToolCalls))
+	}, counted(t, reg, metrics.NameToolCalls))
 	require.Eventually(t, func() bool {
 		return fmt.Sprint(samples(t, reg, metrics.NamePendingApprovals)) == fmt.Sprint([]string{
 			`toolgate_pending_approvals{team=""} 0`,
@@ -389,7 +388,7 @@ func TestExporter_LabelsAreOnlyThePolicysNames(t *testing.T) {
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="mcp__github"} 1`,
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="other"} 101`,
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="web_search"} 1`,
-	}, samples(t, reg, metrics.NameToolCalls))
+	}, counted(t, reg, metrics.NameToolCalls))
 }
 
 // TestMetrics_UnboundLabelsAreOther: a Metrics no policy was bound to keeps
@@ -400,15 +399,15 @@ func TestMetrics_UnboundLabelsAreOther(t *testing.T) {
 	require.NoError(t, err)
 	entry := &machine.Entry{PendingID: "c.x", ToolName: "deploy", Team: "ops", Cost: 2, LastAttemptTime: 1000}
 	m.Observe(&wire.Event{Event: machine.EventSucceed, From: machine.StateExecuting, To: machine.StateCompletedSuccess, At: 2000, Entry: entry})
-	assert.Equal(t, []string{`toolgate_cost_total{team="other",tool="other"} 2`}, samples(t, reg, metrics.NameCost))
-	assert.Equal(t, []string{`toolgate_tool_calls_total{outcome="COMPLETED_SUCCESS",tool="other"} 1`}, samples(t, reg, metrics.NameToolCalls))
+	assert.Equal(t, []string{`toolgate_cost_total{team="other",tool="other"} 2`}, counted(t, reg, metrics.NameCost))
+	assert.Equal(t, []string{`toolgate_tool_calls_total{outcome="COMPLETED_SUCCESS",tool="other"} 1`}, counted(t, reg, metrics.NameToolCalls))
 
 	m.BoundLabels(engineFor(t, "default: {requiresApprovalTools: [deploy]}\nteams: {ops: {}}\n"))
 	m.Observe(&wire.Event{Event: machine.EventSucceed, From: machine.StateExecuting, To: machine.StateCompletedSuccess, At: 2000, Entry: entry})
 	assert.Equal(t, []string{
 		`toolgate_cost_total{team="ops",tool="deploy"} 2`,
 		`toolgate_cost_total{team="other",tool="other"} 2`,
-	}, samples(t, reg, metrics.NameCost))
+	}, counted(t, reg, metrics.NameCost))
 }
 
 // TestServe_MetricLabelsAreThePolicysNames: toolgate serve binds its
@@ -442,4 +441,62 @@ func TestServe_MetricLabelsAreThePolicysNames(t *testing.T) {
 			strings.Contains(body, `toolgate_pending_approvals{team="research"} 1`)
 	}, 30*time.Second, 20*time.Millisecond, "pending approvals by team")
 	assert.NotContains(t, body, "rnd_", "no agent-chosen tool or team is a label value")
+}
+
+// TestServe_SeriesStartAtZero: a fresh toolgate's /metrics has, before
+// any call, every series whose labels it knows at 0 (the transitions,
+// events, channels, requeue reasons; the tools and teams the policy
+// names, and other), so that a dashboard shows 0, not "No data".
+func TestServe_SeriesStartAtZero(t *testing.T) {
+	t.Parallel()
+	g := toolgatetest.Start(t, toolgatetest.Options{
+		Roles:  []string{"relay", "intake", "analytics", "http"},
+		Policy: "default:\n  requiresApprovalTools: [web_search]\n  rules: {allow: [mcp__github]}\nteams:\n  research: {}\n",
+	})
+	var body string
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(g.HTTPURL + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return strings.Contains(body, `toolgate_pending_approvals{team="research"} 0`)
+	}, 30*time.Second, 20*time.Millisecond, "no pending approvals gauge: %s", body)
+	for _, want := range []string{
+		`toolgate_tool_calls_total{outcome="COMPLETED_SUCCESS",tool="web_search"} 0`,
+		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="mcp__github"} 0`,
+		`toolgate_tool_calls_total{outcome="REJECTED_BY_POLICY",tool="other"} 0`,
+		`toolgate_transitions_total{from="none",to="PENDING_APPROVAL"} 0`,
+		`toolgate_transitions_total{from="EXECUTING",to="EXECUTING"} 0`,
+		`toolgate_transitions_total{from="SCHEDULED_FOR_EXECUTION",to="CANCELLED_BY_SYSTEM"} 0`,
+		`toolgate_approval_response_seconds_count{decision="approved",tool="other"} 0`,
+		`toolgate_approval_response_seconds_count{decision="rejected",tool="other"} 0`,
+		`toolgate_approval_timeouts_total{tool="web_search"} 0`,
+		`toolgate_execution_seconds_count{outcome="COMPLETED_FAILURE",tool="other"} 0`,
+		`toolgate_execution_attempts_total{tool="other"} 0`,
+		`toolgate_cost_total{team="research",tool="web_search"} 0`,
+		`toolgate_cost_total{team="",tool="other"} 0`,
+		`toolgate_notifications_total{channel="slack",result="failed"} 0`,
+		`toolgate_notifications_total{channel="none",result="skipped"} 0`,
+		`toolgate_transition_conflicts_total{event="approve"} 0`,
+		`toolgate_requeues_total{reason="unclaimed"} 0`,
+		`toolgate_requeues_total{reason="lease_expired"} 0`,
+		`toolgate_pending_approvals{team=""} 0`,
+	} {
+		assert.Contains(t, body, want+"\n")
+	}
+	// Every one is at 0 (nothing happened yet), and none is a tool the
+	// policy does not name (Claude Code's built-in ones among them).
+	var toolgate int
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "toolgate_") || strings.HasPrefix(line, "toolgate_consumer_") {
+			continue
+		}
+		toolgate++
+		assert.True(t, strings.HasSuffix(line, " 0"), "%s", line)
+	}
+	assert.Greater(t, toolgate, 100)
+	assert.NotContains(t, body, `tool="Bash"`)
 }

@@ -135,6 +135,12 @@ func (p *PendingApprovals) Collect(ch chan<- prometheus.Metric) {
 	for label := range byLabel {
 		p.shown[label] = true
 	}
+	// Calls with no team, and the teams the policy names, are shown at 0
+	// from the start: a panel shows 0, not "No data".
+	p.shown[""] = true
+	for _, team := range l.teams() {
+		p.shown[team] = true
+	}
 	for label := range p.shown {
 		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, float64(byLabel[label]), label)
 	}

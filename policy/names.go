@@ -15,6 +15,9 @@ type vocabulary struct {
 	tools   map[string]bool // tools named one by one
 	servers []string        // MCP servers named as a whole (mcp__server), longest first
 	teams   map[string]bool
+	// written is the tools and servers the document writes down, sorted:
+	// tools less Claude Code's built-in ones it does not name.
+	written []string
 }
 
 // builtinTools are Claude Code's built-in tools that the policy's own
@@ -28,9 +31,6 @@ var builtinTools = func() []string {
 
 func vocabularyOf(d *Document) *vocabulary {
 	v := &vocabulary{tools: map[string]bool{}, teams: map[string]bool{}}
-	for _, t := range builtinTools {
-		v.tools[t] = true
-	}
 	servers := map[string]bool{}
 	add := func(entry string) {
 		if srv, ok := mcpServer(entry); ok {
@@ -86,6 +86,13 @@ func vocabularyOf(d *Document) *vocabulary {
 	for _, p := range d.Conversations {
 		scope(p)
 	}
+	v.written = slices.Sorted(maps.Keys(v.tools))
+	v.written = append(v.written, slices.Collect(maps.Keys(servers))...)
+	slices.Sort(v.written)
+	v.written = slices.Compact(v.written)
+	for _, t := range builtinTools {
+		v.tools[t] = true
+	}
 	v.servers = slices.SortedFunc(maps.Keys(servers), func(a, b string) int {
 		return cmp.Or(cmp.Compare(len(b), len(a)), strings.Compare(a, b))
 	})
@@ -115,3 +122,12 @@ func (e *Engine) NamedTool(tool string) (string, bool) { return e.snap.Load().na
 
 // NamedTeam reports whether the policy in force has a scope for team.
 func (e *Engine) NamedTeam(team string) bool { return e.snap.Load().names.teams[team] }
+
+// Names lists, sorted, the tool names the policy in force writes down
+// (tools, and MCP servers named as a whole) and its teams: names NamedTool
+// and NamedTeam know, less Claude Code's built-in tools the document does
+// not name. A metric starts a series at 0 for each.
+func (e *Engine) Names() (tools, teams []string) {
+	v := e.snap.Load().names
+	return slices.Clone(v.written), slices.Sorted(maps.Keys(v.teams))
+}

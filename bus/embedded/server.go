@@ -75,10 +75,43 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats server: %w", err)
 	}
+	// A server that cannot start (its port is taken, its store is
+	// another's) says so only to its logger, and would be waited for in
+	// vain: hear it, and fail at once.
+	fatal := make(chan string, 1)
+	s.SetLogger(fatalLogger(fatal), false, false)
 	s.Start()
-	if !s.ReadyForConnections(readyWait) {
-		s.Shutdown()
-		return nil, fmt.Errorf("nats server on %s: not ready for connections after %s", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)), readyWait)
+	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
+	for deadline := time.Now().Add(readyWait); ; {
+		select {
+		case msg := <-fatal:
+			s.Shutdown()
+			return nil, fmt.Errorf("nats server on %s: %s", addr, msg)
+		default:
+		}
+		if s.ReadyForConnections(50 * time.Millisecond) {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			return nil, fmt.Errorf("nats server on %s: not ready for connections after %s", addr, readyWait)
+		}
 	}
-	return s, nil
 }
+
+// fatalLogger passes the server's first fatal error on and drops
+// everything else, as the embedded server without a logger did.
+type fatalLogger chan<- string
+
+func (l fatalLogger) Fatalf(format string, v ...any) {
+	select {
+	case l <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+
+func (fatalLogger) Noticef(string, ...any) {}
+func (fatalLogger) Warnf(string, ...any)   {}
+func (fatalLogger) Errorf(string, ...any)  {}
+func (fatalLogger) Debugf(string, ...any)  {}
+func (fatalLogger) Tracef(string, ...any)  {}

@@ -46,20 +46,28 @@ var cliVerbs = map[string]func(ctx context.Context, args []string, out cliOutput
 	"analytics": cliAnalytics,
 }
 
-// cliOutput is where a verb writes: results on stdout, everything else on
-// stderr.
+// cliOutput is where a verb writes (results on stdout, everything else on
+// stderr) and what it reads besides its arguments: the environment, and
+// the flags given before the verb.
 type cliOutput struct {
 	stdout, stderr io.Writer
+	env            lookupEnv
+	globals        []globalFlag
+	// collect, when set, is handed the verb's command line once its flags
+	// are defined, instead of parsing it: completion reads every verb's
+	// flags so. The verb then returns errCollected.
+	collect func(*cliCmd)
 }
 
 // runCLI runs a CLI verb and maps its error to an exit code, once, here.
-func runCLI(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) int {
+func runCLI(ctx context.Context, verb string, args []string, out cliOutput) int {
+	stderr := out.stderr
 	run, ok := cliVerbs[verb]
 	if !ok {
 		fmt.Fprintf(stderr, "toolgate: unknown command %q\n\n%s", verb, usage)
 		return exitUsage
 	}
-	err := run(ctx, args, cliOutput{stdout: stdout, stderr: stderr})
+	err := run(ctx, args, out)
 	var (
 		ue      *cliUsageError
 		execErr *client.ExecutionError
@@ -98,22 +106,32 @@ func (e *cliUsageError) Is(target error) bool { return target == errUsage }
 // verb that talks to toolgate shares, and --json.
 type cliCmd struct {
 	verb string // "approve", "policy set"
-	fs   *flag.FlagSet
-	conn bus.ConnConfig
+	// synopsis and help are what -h prints above the flags.
+	synopsis, help string
+	fs             *flag.FlagSet
+	conn           bus.ConnConfig
 	// natsContext and data say where credentials come from when no
 	// connection flag does (see credentials).
 	natsContext, data string
-	json              bool
-	out               cliOutput
+	// config is toolgate's config file (--config); ownConfig is set when
+	// the verb's own --config means something else (mcp-gateway's MCP
+	// servers), and toolgate's config file is then given before the verb.
+	config    string
+	ownConfig bool
+	json      bool
+	out       cliOutput
+	// credsFrom, in the errors of connect, names the NATS context the
+	// server or credential came from, if one did.
+	credsFrom string
 }
 
 // newCLICmd starts a verb's flag set; synopsis is its usage line after
 // "toolgate", what follows the flags in the help text.
 func newCLICmd(verb, synopsis, help string, out cliOutput) *cliCmd {
-	c := &cliCmd{verb: verb, fs: flag.NewFlagSet(verb, flag.ContinueOnError), out: out}
+	c := &cliCmd{verb: verb, synopsis: synopsis, help: help, fs: flag.NewFlagSet(verb, flag.ContinueOnError), out: out}
 	c.fs.SetOutput(out.stderr)
 	c.fs.Usage = func() {
-		fmt.Fprintf(out.stderr, "Usage: toolgate %s\n\n%s\n\nFlags (each also read from TOOLGATE_<FLAG>, e.g. --nats-user from TOOLGATE_NATS_USER):\n", synopsis, help)
+		fmt.Fprintf(out.stderr, "Usage: toolgate %s\n\n%s\n\nFlags (each also read from TOOLGATE_<FLAG>, e.g. --nats-user from TOOLGATE_NATS_USER;\nthe connection's also from NATS_URL, NATS_CREDS, NATS_CONTEXT and the config file):\n", synopsis, help)
 		c.fs.PrintDefaults()
 	}
 	return c
@@ -143,11 +161,23 @@ func (c *cliCmd) usagef(format string, args ...any) error {
 	return &cliUsageError{verb: c.verb, msg: fmt.Sprintf(format, args...)}
 }
 
+// errCollected is what a verb returns when its cliOutput only collects its
+// flags (completion).
+var errCollected = errors.New("flags collected")
+
 // parse parses args, which may mix flags and positional arguments in any
 // order (`approve ID --reason R` and `approve --reason R ID`), fills the
-// flags not given from the environment, and returns the positional
-// arguments, of which there must be between least and most.
+// flags not given from the sources after the command line (see fill), and
+// returns the positional arguments, of which there must be between least
+// and most.
 func (c *cliCmd) parse(args []string, least, most int, names string) ([]string, error) {
+	if c.ownConfig = c.fs.Lookup("config") != nil; !c.ownConfig {
+		c.fs.StringVar(&c.config, "config", "", configUsage)
+	}
+	if c.out.collect != nil {
+		c.out.collect(c)
+		return nil, errCollected
+	}
 	var pos []string
 	for {
 		if err := c.fs.Parse(args); err != nil {
@@ -168,10 +198,8 @@ func (c *cliCmd) parse(args []string, least, most int, names string) ([]string, 
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
-	// The flags are all parsed: parseFlags only fills the rest from the
-	// environment.
-	if err := parseFlags(c.fs, nil); err != nil {
-		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
+	if err := c.fill(); err != nil {
+		if errors.Is(err, errUsage) {
 			return nil, err
 		}
 		return nil, c.usagef("%v", err)
@@ -204,11 +232,11 @@ func (c *cliCmd) connect() (*nats.Conn, *client.Client, error) {
 	nc, err := bus.Connect(cfg, extra...)
 	switch {
 	case errors.Is(err, nats.ErrAuthorization) && cfg.CredsFile != "":
-		return nil, nil, fmt.Errorf("%w: the server refused the credential %s (revoked, or not one this toolgate issued)", err, cfg.CredsFile)
+		return nil, nil, fmt.Errorf("%w: the server refused the credential %s%s (revoked, or not one this toolgate issued)", err, cfg.CredsFile, c.credsFrom)
 	case errors.Is(err, nats.ErrAuthorization):
-		return nil, nil, fmt.Errorf("%w: give a credential with --nats-creds or --context (docs/security.md)", err)
+		return nil, nil, fmt.Errorf("%w: give a credential with --nats-creds or --context (docs/security.md)%s", err, c.credsFrom)
 	case err != nil:
-		return nil, nil, fmt.Errorf("%w (is toolgate serving there? --nats or TOOLGATE_NATS says where)", err)
+		return nil, nil, fmt.Errorf("%w (is toolgate serving there? --nats or TOOLGATE_NATS says where)%s", err, c.credsFrom)
 	}
 	// A person at a terminal hears of a toolgate that is down within
 	// seconds; a restart in progress is still waited out.

@@ -31,7 +31,10 @@ const usage = `toolgate: a durable approval gate for AI agents' tool calls
 
 Usage:
   toolgate serve [flags]   run toolgate (embedded NATS, or --nats to use a cluster)
-  toolgate version         print the version
+  toolgate version         print the version (also toolgate --version)
+  toolgate help            print this
+  toolgate completion bash|zsh|fish
+                           print a shell completion script ('toolgate completion -h': how to load it)
 
   toolgate submit --tool T --args JSON --conversation C --caller BOT [--wait]
                            submit a call as an agent would (--wait: and its answer)
@@ -61,33 +64,47 @@ Usage:
 
 The verbs that talk to a running toolgate take --nats URL (default
 nats://127.0.0.1:4222) and a credential: --nats-creds FILE, --context NAME (a
-NATS context), or by default the admin credential of the toolgate serving from
---data (./toolgate-data) on this machine. Every flag is also read from
-TOOLGATE_<FLAG>. Exit codes: 0 done, 1 refused or failed, 2 bad usage,
-3 submit: the call was rejected, timed out, cancelled or denied, 4 submit
---wait: it ran and failed.
+NATS context; by default the one 'nats context select' chose), or else the
+admin credential of the toolgate serving from --data (./toolgate-data) on this
+machine. These flags may also come before the command:
+'toolgate --nats URL pending'. A flag not given is read from TOOLGATE_<FLAG>,
+then (the connection's) from NATS_URL, NATS_CREDS and NATS_CONTEXT, then from
+the config file (--config, default $XDG_CONFIG_HOME/toolgate/config.yaml).
+Exit codes: 0 done, 1 refused or failed, 2 bad usage, 3 submit: the call was
+rejected, timed out, cancelled or denied, 4 submit --wait: it ran and failed.
 
 Run 'toolgate <command> -h' for a command's flags.
 `
 
 // run dispatches a command and returns the process's exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runWith(ctx, args, os.LookupEnv, stdout, stderr)
+}
+
+// runWith is run reading the environment through env.
+func runWith(ctx context.Context, args []string, env lookupEnv, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	args, globals, code, done := parseGlobals(args, stdout, stderr)
+	if done {
+		return code
+	}
 	var err error
 	switch args[0] {
 	case "serve":
-		err = serve(ctx, args[1:], stderr)
+		err = serve(ctx, args[1:], globals, env, stderr)
 	case "version":
 		printVersion(stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
+	case "completion":
+		err = completion(ctx, args[1:], stdout, stderr)
 	default:
 		// runCLI knows the verbs that talk to a running toolgate, and
 		// says so when args[0] is none of them.
-		return runCLI(ctx, args[0], args[1:], stdout, stderr)
+		return runCLI(ctx, args[0], args[1:], cliOutput{stdout: stdout, stderr: stderr, env: env, globals: globals})
 	}
 	switch {
 	case err == nil:
@@ -100,6 +117,45 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toolgate %s: %v\n", args[0], err)
 		return 1
 	}
+}
+
+// newGlobalFlags returns the flags toolgate takes before the command: the
+// connection's and the config file's, which the verb then takes as its
+// own (`toolgate --nats URL pending` is `toolgate pending --nats URL`),
+// and --version.
+func newGlobalFlags() (*flag.FlagSet, *bool) {
+	c := newCLICmd("toolgate", "", "", cliOutput{stdout: io.Discard, stderr: io.Discard}).connFlags()
+	c.fs.StringVar(&c.config, "config", "", configUsage)
+	return c.fs, c.fs.Bool("version", false, "print the version")
+}
+
+// parseGlobals takes the flags before the command off args and returns
+// the command and its arguments, and the flags taken. done is set when
+// the flags were all there was to do (--version, -h) or were wrong; code
+// is then the exit code.
+func parseGlobals(args []string, stdout, stderr io.Writer) (rest []string, globals []globalFlag, code int, done bool) {
+	if !strings.HasPrefix(args[0], "-") {
+		return args, nil, 0, false
+	}
+	fs, version := newGlobalFlags()
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return nil, nil, 0, true
+	case err != nil:
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, "--"+f.Name) })
+		fmt.Fprintf(stderr, "toolgate: %v: before the command, toolgate takes only %s; a command's other flags follow it\n", err, strings.Join(names, ", "))
+		return nil, nil, 2, true
+	case *version:
+		printVersion(stdout)
+		return nil, nil, 0, true
+	case fs.NArg() == 0:
+		fmt.Fprintf(stderr, "toolgate: missing the command after the flags\n\n%s", usage)
+		return nil, nil, 2, true
+	}
+	fs.Visit(func(f *flag.Flag) { globals = append(globals, globalFlag{f.Name, f.Value.String()}) })
+	return fs.Args(), globals, 0, false
 }
 
 func printVersion(w io.Writer) {
@@ -121,6 +177,13 @@ var errUsage = errors.New("usage")
 // command line from its TOOLGATE_* environment variable (--nats-user reads
 // TOOLGATE_NATS_USER).
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	return parseFlagsFrom(fs, args, nil, os.LookupEnv)
+}
+
+// parseFlagsFrom is parseFlags with the flags given before the command,
+// which come after those given after it and before the environment, and
+// the environment read through env.
+func parseFlagsFrom(fs *flag.FlagSet, args []string, globals []globalFlag, env lookupEnv) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -131,21 +194,12 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
 		return errUsage
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
-			return
-		}
-		name := envName(f.Name)
-		if v, ok := os.LookupEnv(name); ok {
-			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("%s=%q: %v", name, v, serr)
-			}
-		}
-	})
-	return err
+	f := newFlagFiller(fs)
+	if err := f.globals(fs.Name(), globals, ""); err != nil {
+		fmt.Fprintf(fs.Output(), "toolgate %s: %v\n", fs.Name(), err)
+		return errUsage
+	}
+	return f.env(env)
 }
 
 func envName(flagName string) string {

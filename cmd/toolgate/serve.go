@@ -48,9 +48,9 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *server.Config) {
 	return fs, &cfg
 }
 
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
+func serve(ctx context.Context, args []string, globals []globalFlag, env lookupEnv, stderr io.Writer) error {
 	fs, cfg := newServeFlags(stderr)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlagsFrom(fs, args, globals, env); err != nil {
 		return err
 	}
 	if err := cfg.Validate(); err != nil {
