@@ -17,6 +17,7 @@ import (
 var cliSubcommands = map[string][]string{
 	"policy":     {"get", "set", "validate"},
 	"creds":      {"add", "list", "revoke", "init", "nats-config"},
+	"grants":     {"list", "revoke"},
 	"analytics":  {"rebuild"},
 	"hook":       {"claude-code"},
 	"completion": {"bash", "zsh", "fish"},
@@ -187,7 +188,7 @@ func summary(command string) string {
 	texts := []string{usage}
 	if strings.Contains(command, " ") {
 		// A subcommand: its verb's usage says more of it than toolgate's.
-		texts = []string{policyUsage, credsUsage, analyticsUsage, usage}
+		texts = []string{policyUsage, credsUsage, grantsUsage, analyticsUsage, usage}
 	}
 	for _, text := range texts {
 		for _, m := range usageLine.FindAllStringSubmatch(text, -1) {

@@ -41,9 +41,13 @@ Usage:
   toolgate pending         list the calls waiting for a decision
   toolgate list            list calls in any state (--status S)
   toolgate show ID         show one call
-  toolgate approve ID      approve a call (--scope once|session|always, --args JSON)
+  toolgate approve ID      approve a call (--scope once|session|always, --for D, --args JSON)
   toolgate reject ID --reason R
                            reject a call; the agent is told why
+  toolgate approve|reject --match PATTERN [--dry-run]
+                           decide every pending call the pattern covers
+  toolgate grants list|revoke ID
+                           the grants approvals recorded; end one
   toolgate cancel ID | --conversation C
                            cancel a call, or a conversation's calls
 
