@@ -360,6 +360,8 @@ type DecisionRequest struct {
 	ForMs int64 `json:"forMs,omitempty"`
 	// PersistRule writes an always approval into the policy (admins).
 	PersistRule bool `json:"persistRule,omitempty"`
+	// SingleUse makes the grant good for one call.
+	SingleUse bool `json:"singleUse,omitempty"`
 }
 
 func (s *Server) decision(w http.ResponseWriter, r *http.Request, u User) error {
@@ -376,7 +378,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u User, id strin
 	}
 	e, err := s.cfg.Gate.Decide(r.Context(), u, id, machine.Decision{
 		Approve: *d.Approved, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
-		For: time.Duration(d.ForMs) * time.Millisecond, PersistRule: d.PersistRule,
+		For: time.Duration(d.ForMs) * time.Millisecond, PersistRule: d.PersistRule, SingleUse: d.SingleUse,
 	})
 	if err != nil {
 		return err

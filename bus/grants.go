@@ -250,8 +250,19 @@ func (s *GrantStore) Match(ctx context.Context, c machine.Call, now time.Time) (
 		candidates = append(candidates, grants...)
 	}
 	for _, g := range candidates {
-		if g.Live(now) && g.Allows(c) {
+		if !g.Live(now) || !g.Allows(c) {
+			continue
+		}
+		if !g.SingleUse {
 			return g, true, nil
+		}
+		// Consumed by compare-and-set: of calls racing for it, the one
+		// whose removal lands gets it; the others find it gone.
+		switch _, err := s.Revoke(ctx, g.ID); {
+		case err == nil:
+			return g, true, nil
+		case !errors.Is(err, machine.ErrNotFound):
+			return policy.Grant{}, false, err
 		}
 	}
 	return policy.Grant{}, false, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,4 +251,44 @@ func TestGrantStore_ExpiryAlwaysAndRevocation(t *testing.T) {
 	assert.Less(t, time.Since(start), time.Second, "revoked on another process within a second")
 	_, err = writer.Revoke(ctx, always.ID)
 	assert.ErrorIs(t, err, machine.ErrNotFound, "revoked already")
+}
+
+// TestGrantStore_ASingleUseGrantLetsOneOfEightRacingCallsRun: eight calls
+// it covers race for a single-use grant, through two stores (two
+// processes): exactly one matches it, and it is gone.
+func TestGrantStore_ASingleUseGrantLetsOneOfEightRacingCallsRun(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	stores := []*bus.GrantStore{bus.NewGrantStore(env.Buckets.Grants), bus.NewGrantStore(env.Buckets.Grants)}
+	followCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- stores[1].Follow(followCtx, bustest.Logger()) }()
+	t.Cleanup(func() { stop(); <-done })
+	require.Eventually(t, stores[1].Synced, 10*time.Second, 5*time.Millisecond)
+
+	_, err := stores[0].Add(ctx, policy.Grant{Pattern: "deploy", ConversationID: "once", By: "alice", SingleUse: true}, time.Now())
+	require.NoError(t, err)
+	c := machine.Call{ToolName: "deploy", Arguments: json.RawMessage(`{}`), ConversationID: "once"}
+	require.Eventually(t, func() bool {
+		grants, err := stores[1].All(ctx)
+		return err == nil && len(grants) == 1
+	}, 10*time.Second, 5*time.Millisecond, "the follower never heard of the grant")
+
+	var matched atomic.Int32
+	var eg errgroup.Group
+	for i := range 8 {
+		eg.Go(func() error {
+			_, ok, err := stores[i%2].Match(ctx, c, time.Now())
+			if ok {
+				matched.Add(1)
+			}
+			return err
+		})
+	}
+	require.NoError(t, eg.Wait())
+	assert.Equal(t, int32(1), matched.Load(), "exactly one call got the single-use grant")
+	left, err := stores[0].List(ctx, "once")
+	require.NoError(t, err)
+	assert.Empty(t, left, "consumed")
 }

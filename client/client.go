@@ -247,7 +247,7 @@ func (c *Client) Decide(ctx context.Context, pendingID string, d Decision) (*mac
 	var e machine.Entry
 	err := c.request(ctx, wire.EndpointDecide, wire.DecideRequest{
 		PendingID: pendingID, Approved: d.Approve, By: d.By, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
-		ForMs: d.For.Milliseconds(), PersistRule: d.PersistRule,
+		ForMs: d.For.Milliseconds(), PersistRule: d.PersistRule, SingleUse: d.SingleUse,
 	}, &e)
 	if err != nil {
 		return nil, err

@@ -267,6 +267,7 @@ func (s *Service) recordScope(ctx context.Context, e *machine.Entry, d machine.D
 	if d.For > 0 {
 		g.ExpiresAt = e.DecisionTime + d.For.Milliseconds()
 	}
+	g.SingleUse = d.SingleUse
 	_, err = s.grants.Add(ctx, g, s.now())
 	return err
 }
@@ -309,7 +310,8 @@ func (s *Service) RevokeGrant(ctx context.Context, a Actor, r wire.RevokeGrantRe
 }
 
 func wireGrant(g policy.Grant) wire.Grant {
-	return wire.Grant{ID: g.ID, Pattern: g.Pattern, ConversationID: g.ConversationID, Team: g.Team, By: g.By, At: g.At, PendingID: g.PendingID, ExpiresAt: g.ExpiresAt}
+	return wire.Grant{ID: g.ID, Pattern: g.Pattern, ConversationID: g.ConversationID, Team: g.Team, By: g.By, At: g.At,
+		PendingID: g.PendingID, ExpiresAt: g.ExpiresAt, SingleUse: g.SingleUse}
 }
 
 // Cancel stops a call that has not started running: an approver any

@@ -209,6 +209,9 @@ type Decision struct {
 	// PersistRule writes an always approval into the team's policy as an
 	// allow rule instead of recording a grant (only an admin may ask).
 	PersistRule bool
+	// SingleUse makes the grant a session or always approval records
+	// good for one call.
+	SingleUse bool
 }
 
 // Decide approves or rejects a pending call. Only the call's named approver,
@@ -233,6 +236,8 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("for: bounds a session or always grant; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
 	case d.PersistRule && d.Scope != ScopeAlways:
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("persistRule: writes an always approval into the policy; scope is %s", cmp.Or(d.Scope, ScopeOnce)))
+	case d.SingleUse && (d.Scope == "" || d.Scope == ScopeOnce || d.PersistRule):
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("singleUse: makes a session or always grant good for one call; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
 	case d.PersistRule && d.For > 0:
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("persistRule: a rule in the policy has no expiry; leave out for"))
 	}

@@ -128,7 +128,7 @@ func (s *Service) endpoints() map[string]handler {
 			}
 			return g.Decide(ctx, a, r.PendingID, machine.Decision{
 				Approve: r.Approved, By: r.By, Reason: r.Reason, Scope: r.Scope, Arguments: r.Arguments,
-				For: time.Duration(r.ForMs) * time.Millisecond, PersistRule: r.PersistRule,
+				For: time.Duration(r.ForMs) * time.Millisecond, PersistRule: r.PersistRule, SingleUse: r.SingleUse,
 			})
 		}),
 		wire.EndpointDecideMatching: answer(g.DecideMatching),

@@ -14,7 +14,8 @@ import (
 // Grants finds a human's standing permission for a call: "allow for this
 // session" or "always allow". bus implements it on NATS KV.
 type Grants interface {
-	// Match returns a grant in force at now that covers c.
+	// Match returns a grant in force at now that covers c. A single-use
+	// grant it returns is consumed: of calls racing for it, one gets it.
 	Match(ctx context.Context, c machine.Call, now time.Time) (Grant, bool, error)
 }
 

@@ -27,6 +27,8 @@ type Grant struct {
 	// ExpiresAt ends the grant (epoch milliseconds); 0: it lasts until
 	// revoked.
 	ExpiresAt int64 `json:"expiresAt,omitempty"`
+	// SingleUse grants are consumed by the one call they let run.
+	SingleUse bool `json:"singleUse,omitempty"`
 }
 
 // Live reports whether the grant is in force at now: not expired.
@@ -79,6 +81,9 @@ func (g Grant) String() string {
 	scope := "always"
 	if g.ConversationID != "" {
 		scope = "session " + g.ConversationID
+	}
+	if g.SingleUse {
+		scope += ", single use"
 	}
 	if g.ExpiresAt > 0 {
 		scope += ", until " + time.UnixMilli(g.ExpiresAt).UTC().Format(time.RFC3339)

@@ -75,6 +75,8 @@ type DecideRequest struct {
 	// PersistRule writes an always approval into the policy as an allow
 	// rule instead of a grant (admins only).
 	PersistRule bool `json:"persistRule,omitempty"`
+	// SingleUse makes the grant good for one call.
+	SingleUse bool `json:"singleUse,omitempty"`
 }
 
 // Grant is a standing yes an approval recorded: a session grant
@@ -89,6 +91,7 @@ type Grant struct {
 	At             int64  `json:"at,omitempty"`
 	PendingID      string `json:"pendingId,omitempty"` // the call whose approval granted it
 	ExpiresAt      int64  `json:"expiresAt,omitempty"`
+	SingleUse      bool   `json:"singleUse,omitempty"` // consumed by the one call it lets run
 }
 
 // GrantsRequest lists the grants in force, a conversation's when given.

@@ -263,6 +263,7 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 	c.fs.StringVar(&scope, "scope", "once", "how far the approval reaches: once, session or always")
 	c.fs.StringVar(&edited, "args", "", "run the call with these arguments instead (a JSON object)")
 	c.fs.DurationVar(&d.For, "for", 0, "with --scope session or always: the grant ends after this long (e.g. 2h); default: until revoked")
+	c.fs.BoolVar(&d.SingleUse, "single-use", false, "with --scope session or always: the grant lets one more call run, then is gone")
 	c.fs.BoolVar(&d.PersistRule, "persist-rule", false, "with --scope always: write an allow rule into the team's policy instead of a grant (admins only)")
 	m := c.matchFlags()
 	pos, err := c.parse(args, 0, 1, "the call's ID (its pendingId)")
@@ -270,7 +271,7 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 		return err
 	}
 	if m.req.Match != "" {
-		if scope != string(machine.ScopeOnce) || edited != "" || d.For != 0 || d.PersistRule {
+		if scope != string(machine.ScopeOnce) || edited != "" || d.For != 0 || d.PersistRule || d.SingleUse {
 			return c.usagef("--match: approves each call once, as asked: no --scope or --args")
 		}
 		return m.decide(ctx, c, pos, true, d.Reason)
@@ -389,6 +390,9 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision) error 
 		until := "until revoked (toolgate grants revoke)"
 		if d.For > 0 {
 			until = "for " + d.For.String()
+		}
+		if d.SingleUse {
+			until = "once, " + until
 		}
 		team := "calls of no team"
 		if e.Team != "" {

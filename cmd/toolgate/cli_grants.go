@@ -81,6 +81,9 @@ func printGrants(w io.Writer, grants []wire.Grant, now time.Time) error {
 		if g.ExpiresAt > 0 {
 			expires = "in " + shortDuration(time.UnixMilli(g.ExpiresAt).Sub(now))
 		}
+		if g.SingleUse {
+			expires += ", single use"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", g.ID, g.Pattern, scope, g.By, g.PendingID, expires)
 	}
 	return tw.Flush()

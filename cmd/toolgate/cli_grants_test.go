@@ -80,6 +80,22 @@ func TestCLI_GrantsAreListedBoundedAndRevoked(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "Bash(make lint)", "the admin's rule is in the policy")
 
+	// A single-use grant lets one more like call run, then is gone.
+	once, err := bot.Submit(ctx, bashCall("conv-once", "1", "make docs"))
+	require.NoError(t, err)
+	r = cli(t, url, "approve", once.PendingID, alice, "--scope", "session", "--single-use")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "run without asking, once, until revoked")
+	r = cli(t, url, "grants", "list", "--conversation", "conv-once", alice)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "never, single use")
+	next, err := bot.Submit(ctx, bashCall("conv-once", "2", "make docs"))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateScheduled, next.Status, "the one call the grant lets run")
+	after, err := bot.Submit(ctx, bashCall("conv-once", "3", "make docs"))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, after.Status, "then it is gone")
+
 	r = cli(t, url, "approve", pending.PendingID, alice, "--for", "1h")
 	assert.NotEqual(t, 0, r.code)
 	assert.Contains(t, r.stderr, "for: bounds a session or always grant")
