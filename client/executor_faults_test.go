@@ -68,7 +68,10 @@ func TestExecutor_StreamLeaderLossRunsNoHandlerTwice(t *testing.T) {
 		require.Equal(t, servers[victim].ClientURL(), nc.ConnectedUrl())
 		c, err := client.New(nc)
 		require.NoError(t, err)
-		x, err := c.NewExecutor(client.ExecutorOptions{ID: id, Lease: 4 * time.Second, Concurrency: 8, Log: slog.New(logs)})
+		// The lease outlasts an election on a loaded machine: a run
+		// again would be the executor's reports failing, not a lease
+		// the machine's load let run out.
+		x, err := c.NewExecutor(client.ExecutorOptions{ID: id, Lease: 10 * time.Second, Concurrency: 8, Log: slog.New(logs)})
 		require.NoError(t, err)
 		x.Handle("job", handler)
 		wg.Go(func() { _ = x.Run(ctx) })
