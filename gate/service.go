@@ -261,7 +261,10 @@ func (s *Service) recordScope(ctx context.Context, e *machine.Entry, d machine.D
 		return s.policies.AddAllowRule(ctx, e.Team, pattern)
 	}
 	g := policy.Grant{Pattern: pattern, Team: e.Team, By: e.ApprovedOrRejectedByUserID, At: e.DecisionTime, PendingID: e.PendingID}
-	if e.DecisionScope == machine.ScopeSession {
+	switch e.DecisionScope {
+	case machine.ScopeTask:
+		g.ConversationID, g.TaskID = e.ConversationID, e.TaskID
+	case machine.ScopeSession:
 		g.ConversationID = e.ConversationID
 	}
 	if d.For > 0 {
@@ -311,7 +314,7 @@ func (s *Service) RevokeGrant(ctx context.Context, a Actor, r wire.RevokeGrantRe
 
 func wireGrant(g policy.Grant) wire.Grant {
 	return wire.Grant{ID: g.ID, Pattern: g.Pattern, ConversationID: g.ConversationID, Team: g.Team, By: g.By, At: g.At,
-		PendingID: g.PendingID, ExpiresAt: g.ExpiresAt, SingleUse: g.SingleUse}
+		TaskID: g.TaskID, PendingID: g.PendingID, ExpiresAt: g.ExpiresAt, SingleUse: g.SingleUse}
 }
 
 // Cancel stops a call that has not started running: an approver any

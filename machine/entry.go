@@ -60,6 +60,7 @@ type Entry struct {
 	Cost   float64         `json:"cost,omitempty"`
 
 	Team           string  `json:"team,omitempty"`
+	TaskID         string  `json:"taskId,omitempty"`
 	EstimatedCost  float64 `json:"estimatedCost,omitempty"`
 	PermissionMode string  `json:"permissionMode,omitempty"`
 	// Description is the policy's one-line account of what the call does.
@@ -117,7 +118,7 @@ func ArgumentsDigest(args json.RawMessage) string {
 func (e *Entry) Call() Call {
 	return Call{
 		ToolCallID: e.ToolCallID, ToolName: e.ToolName, Arguments: e.ToolArguments, CallerBotID: e.CallerBotID,
-		ConversationID: e.ConversationID, Team: e.Team, EstimatedCost: e.EstimatedCost, PermissionMode: e.PermissionMode,
+		ConversationID: e.ConversationID, Team: e.Team, TaskID: e.TaskID, EstimatedCost: e.EstimatedCost, PermissionMode: e.PermissionMode,
 	}
 }
 
@@ -182,7 +183,11 @@ type Call struct {
 	CallerBotID    string          `json:"callerBotId"`
 	ConversationID string          `json:"conversationId"`
 	Team           string          `json:"team,omitempty"`
-	EstimatedCost  float64         `json:"estimatedCost,omitempty"`
+	// TaskID names the task the call is part of, within its
+	// conversation: an approval with scope task covers later calls like
+	// it of the same task.
+	TaskID        string  `json:"taskId,omitempty"`
+	EstimatedCost float64 `json:"estimatedCost,omitempty"`
 	// PermissionMode is the agent's mode for its conversation, as Claude
 	// Code names them: default, acceptEdits, plan, bypassPermissions.
 	PermissionMode string `json:"permissionMode,omitempty"`
@@ -204,6 +209,9 @@ func (c *Call) validate() error {
 	}
 	if c.CallerBotID == "" {
 		return invalidf("callerBotId: required")
+	}
+	if len(c.TaskID) > 256 {
+		return invalidf("taskId: at most 256 bytes, got %d", len(c.TaskID))
 	}
 	if len(c.ToolCallID) > 256 {
 		return invalidf("toolCallId: at most 256 bytes, got %d", len(c.ToolCallID))
@@ -239,8 +247,9 @@ type Scope string
 // The scopes of an approval.
 const (
 	ScopeOnce    Scope = "once"    // this call only
+	ScopeTask    Scope = "task"    // and later calls like it of the same task (the call's taskId)
 	ScopeSession Scope = "session" // and later calls like it in the conversation
-	ScopeAlways  Scope = "always"  // and later calls like it in the team, as an allow rule
+	ScopeAlways  Scope = "always"  // and later calls like it in the team
 )
 
 // PendingID is the id of the entry for a tool call: the conversation's key,

@@ -85,6 +85,7 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 		RequestedAt:     now.UnixMilli(),
 		StatusReason:    v.Reason,
 		Team:            c.Team,
+		TaskID:          c.TaskID,
 		EstimatedCost:   c.EstimatedCost,
 		PermissionMode:  c.PermissionMode,
 		Description:     v.Description,
@@ -225,19 +226,19 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		ev = EventApprove
 	}
 	switch d.Scope {
-	case "", ScopeOnce, ScopeSession, ScopeAlways:
+	case "", ScopeOnce, ScopeTask, ScopeSession, ScopeAlways:
 	default:
-		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("scope: must be once, session or always, got %q", d.Scope))
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("scope: must be once, task, session or always, got %q", d.Scope))
 	}
 	switch {
 	case d.For < 0:
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("for: must be positive, got %v", d.For))
 	case d.For > 0 && (d.Scope == "" || d.Scope == ScopeOnce):
-		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("for: bounds a session or always grant; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("for: bounds a task, session or always grant; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
 	case d.PersistRule && d.Scope != ScopeAlways:
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("persistRule: writes an always approval into the policy; scope is %s", cmp.Or(d.Scope, ScopeOnce)))
 	case d.SingleUse && (d.Scope == "" || d.Scope == ScopeOnce || d.PersistRule):
-		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("singleUse: makes a session or always grant good for one call; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("singleUse: makes a task, session or always grant good for one call; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
 	case d.PersistRule && d.For > 0:
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("persistRule: a rule in the policy has no expiry; leave out for"))
 	}
@@ -255,6 +256,9 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		}
 		if len(e.Approvers) > 0 && !slices.Contains(e.Approvers, d.By) {
 			return fmt.Errorf("%w: %s is not among this call's approvers %v", ErrForbidden, d.By, e.Approvers)
+		}
+		if d.Scope == ScopeTask && e.TaskID == "" {
+			return invalidf("scope task: the call names no task (it was submitted without a taskId)")
 		}
 		if d.By == e.CallerBotID {
 			return fmt.Errorf("%w: %s asked for this call and may not decide it", ErrForbidden, d.By)

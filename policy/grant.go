@@ -20,8 +20,11 @@ type Grant struct {
 	ConversationID string `json:"conversationId,omitempty"`
 	// Team limits the grant to one team's calls.
 	Team string `json:"team,omitempty"`
-	By   string `json:"by"`           // who granted it
-	At   int64  `json:"at,omitempty"` // when, epoch milliseconds
+	// TaskID limits a session grant to the calls of one task (a task
+	// grant).
+	TaskID string `json:"taskId,omitempty"`
+	By     string `json:"by"`           // who granted it
+	At     int64  `json:"at,omitempty"` // when, epoch milliseconds
 	// PendingID is the call whose approval granted it.
 	PendingID string `json:"pendingId,omitempty"`
 	// ExpiresAt ends the grant (epoch milliseconds); 0: it lasts until
@@ -54,6 +57,9 @@ func (g Grant) Allows(c machine.Call) bool {
 	if g.Team != "" && g.Team != c.Team {
 		return false
 	}
+	if g.TaskID != "" && g.TaskID != c.TaskID {
+		return false
+	}
 	ok, err := Covers(g.Pattern, c)
 	return ok && err == nil
 }
@@ -81,6 +87,9 @@ func (g Grant) String() string {
 	scope := "always"
 	if g.ConversationID != "" {
 		scope = "session " + g.ConversationID
+	}
+	if g.TaskID != "" {
+		scope = "task " + g.TaskID + " of " + scope
 	}
 	if g.SingleUse {
 		scope += ", single use"

@@ -87,6 +87,7 @@ type Grant struct {
 	Pattern        string `json:"pattern"`
 	ConversationID string `json:"conversationId,omitempty"`
 	Team           string `json:"team,omitempty"`
+	TaskID         string `json:"taskId,omitempty"` // a task grant: the calls of this task only
 	By             string `json:"by"`
 	At             int64  `json:"at,omitempty"`
 	PendingID      string `json:"pendingId,omitempty"` // the call whose approval granted it

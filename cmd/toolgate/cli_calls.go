@@ -33,6 +33,7 @@ func cliSubmit(ctx context.Context, args []string, out cliOutput) error {
 	c.fs.StringVar(&call.ConversationID, "conversation", "", "the conversation the call belongs to (required)")
 	c.fs.StringVar(&call.CallerBotID, "caller", "", "the agent asking (default: the credential's name; only an admin may name another)")
 	c.fs.StringVar(&call.Team, "team", "", "the team (swarm) whose policy applies")
+	c.fs.StringVar(&call.TaskID, "task", "", "the task the call is part of: an approval with --scope task covers later calls like it of the task")
 	c.fs.Float64Var(&call.EstimatedCost, "cost", 0, "the call's estimated cost")
 	c.fs.StringVar(&call.ToolCallID, "id", "", "the tool call's id (default: generated); the same id submitted again gives the same entry")
 	c.fs.StringVar(&call.PermissionMode, "mode", "", "the agent's permission mode: default, acceptEdits, plan or bypassPermissions")
@@ -260,7 +261,7 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 		scope, edited string
 	)
 	c.fs.StringVar(&d.Reason, "reason", "", "why (the agent is told)")
-	c.fs.StringVar(&scope, "scope", "once", "how far the approval reaches: once, session or always")
+	c.fs.StringVar(&scope, "scope", "once", "how far the approval reaches: once, task (the call's task), session or always")
 	c.fs.StringVar(&edited, "args", "", "run the call with these arguments instead (a JSON object)")
 	c.fs.DurationVar(&d.For, "for", 0, "with --scope session or always: the grant ends after this long (e.g. 2h); default: until revoked")
 	c.fs.BoolVar(&d.SingleUse, "single-use", false, "with --scope session or always: the grant lets one more call run, then is gone")
@@ -281,9 +282,9 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 	}
 	d.Approve, d.Scope = true, machine.Scope(scope)
 	switch d.Scope {
-	case machine.ScopeOnce, machine.ScopeSession, machine.ScopeAlways:
+	case machine.ScopeOnce, machine.ScopeTask, machine.ScopeSession, machine.ScopeAlways:
 	default:
-		return c.usagef("--scope: must be once, session or always, got %q", scope)
+		return c.usagef("--scope: must be once, task, session or always, got %q", scope)
 	}
 	if edited != "" {
 		if d.Arguments, err = jsonObject(edited); err != nil {
@@ -399,6 +400,8 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision) error 
 			team = "team " + e.Team + "'s calls"
 		}
 		switch {
+		case e.DecisionScope == machine.ScopeTask:
+			fmt.Fprintf(w, "later calls like it of task %s in conversation %s run without asking, %s\n", e.TaskID, e.ConversationID, until)
 		case e.DecisionScope == machine.ScopeSession:
 			fmt.Fprintf(w, "later calls like it in conversation %s run without asking, %s\n", e.ConversationID, until)
 		case e.DecisionScope == machine.ScopeAlways && d.PersistRule:

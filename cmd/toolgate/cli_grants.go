@@ -77,6 +77,9 @@ func printGrants(w io.Writer, grants []wire.Grant, now time.Time) error {
 		if g.ConversationID != "" {
 			scope = "session " + g.ConversationID
 		}
+		if g.TaskID != "" {
+			scope = "task " + g.TaskID + " of " + g.ConversationID
+		}
 		expires := "never"
 		if g.ExpiresAt > 0 {
 			expires = "in " + shortDuration(time.UnixMilli(g.ExpiresAt).Sub(now))

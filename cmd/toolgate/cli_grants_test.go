@@ -96,7 +96,31 @@ func TestCLI_GrantsAreListedBoundedAndRevoked(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, after.Status, "then it is gone")
 
+	// A task grant covers the like calls of that task only.
+	r = cli(t, url, "submit", "--tool", "Bash", "--args", `{"command":"make build"}`, "--conversation", "conv-task", "--task", "t-1", "--id", "b1", "--caller", "bot")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = cli(t, url, "approve", "conv-task.b1", alice, "--scope", "task")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "later calls like it of task t-1 in conversation conv-task run without asking")
+	sameTask := bashCall("conv-task", "b2", "make build")
+	sameTask.TaskID = "t-1"
+	got, err = bot.Submit(ctx, sameTask)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateScheduled, got.Status, "a like call of the task runs")
+	otherTask := bashCall("conv-task", "b3", "make build")
+	otherTask.TaskID = "t-2"
+	got, err = bot.Submit(ctx, otherTask)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, got.Status, "another task's is asked")
+	r = cli(t, url, "approve", got.PendingID, alice, "--scope", "task")
+	require.Equal(t, 0, r.code, r.stderr)
+	noTask, err := bot.Submit(ctx, bashCall("conv-task", "b4", "make dist"))
+	require.NoError(t, err)
+	r = cli(t, url, "approve", noTask.PendingID, alice, "--scope", "task")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "scope task: the call names no task")
+
 	r = cli(t, url, "approve", pending.PendingID, alice, "--for", "1h")
 	assert.NotEqual(t, 0, r.code)
-	assert.Contains(t, r.stderr, "for: bounds a session or always grant")
+	assert.Contains(t, r.stderr, "for: bounds a task, session or always grant")
 }

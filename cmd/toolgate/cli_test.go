@@ -550,7 +550,7 @@ func TestCLI_BadCommandLinesNameTheFlag(t *testing.T) {
 	}{
 		{[]string{"approve"}, "missing the call's ID, or --match PATTERN"},
 		{[]string{"approve", "a.b", "c.d"}, `unexpected argument "c.d"`},
-		{[]string{"approve", "a.b", "--scope", "forever"}, `--scope: must be once, session or always, got "forever"`},
+		{[]string{"approve", "a.b", "--scope", "forever"}, `--scope: must be once, task, session or always, got "forever"`},
 		{[]string{"approve", "a.b", "--args", "[1]"}, "--args: must be a JSON object"},
 		{[]string{"reject", "a.b"}, "--reason: required"},
 		{[]string{"submit", "--tool", "Bash", "--conversation", "c", "--caller", "b", "--cost", "abc"}, `invalid value "abc" for flag -cost`},
