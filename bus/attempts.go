@@ -75,8 +75,8 @@ func get(ctx context.Context, kv jetstream.KeyValue, key string) (jetstream.KeyV
 // finds the key moved on: if a later revision holds exactly data, that
 // was this write, and it succeeded; the caller is never told "conflict"
 // about its own write. So data must say which write it is: no other
-// writer may store the same bytes (an entry records its transition's
-// actor and time; a budget, its write's nonce).
+// writer may store the same bytes (an entry's transition and a budget
+// value carry a random id of their write).
 func write(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, revision uint64) (uint64, error) {
 	unsure := false
 	return attempts(ctx, storeAttempt, func(ctx context.Context) (uint64, error) {

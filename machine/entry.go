@@ -89,6 +89,19 @@ type Transition struct {
 	At     int64  `json:"at"`
 	// Edit is set on an approval that edited the call's arguments.
 	Edit *Edit `json:"edit,omitempty"`
+	// Write is a random id of the write that made this revision. Two
+	// commands alike (two timers expiring a call in the same millisecond)
+	// still write different values, so a store that resends a write whose
+	// answer was lost, and finds the key moved on, tells its own write
+	// from the other's: exactly one of them is told it made the move.
+	Write string `json:"write,omitempty"`
+}
+
+// writeID returns a new Transition.Write.
+func writeID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Edit records what an approver changed of a call's arguments: the

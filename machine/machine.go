@@ -119,7 +119,7 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 		return nil, fmt.Errorf("submit %s: policy gave unknown action %q", id, v.Action)
 	}
 	e.Status, _ = ev.Target()
-	e.LastTransition = &Transition{Event: ev, To: e.Status, Actor: "policy", Reason: v.Reason, At: now.UnixMilli()}
+	e.LastTransition = &Transition{Event: ev, To: e.Status, Actor: "policy", Reason: v.Reason, At: now.UnixMilli(), Write: writeID()}
 	if _, err := m.store.Create(ctx, e); errors.Is(err, ErrExists) {
 		// A retry of the same call raced us to it: theirs stands.
 		existing, _, err := m.store.Get(ctx, id)
@@ -574,7 +574,7 @@ func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose fun
 		}
 		now := m.now()
 		next := *cur
-		next.LastTransition = &Transition{Event: ev, From: cur.Status, To: to, Actor: actor, Reason: reason, At: now.UnixMilli()}
+		next.LastTransition = &Transition{Event: ev, From: cur.Status, To: to, Actor: actor, Reason: reason, At: now.UnixMilli(), Write: writeID()}
 		// apply sees the entry still in its current state, to check what
 		// the event alone cannot (a lease, a deadline, who may decide),
 		// with the transition being made as its LastTransition (whose
