@@ -58,15 +58,14 @@ type natsCluster struct {
 
 // natsServer is one member: its configuration and its current process.
 type natsServer struct {
-	Name      string
-	URL       string // client URL
-	monitor   string // HOST:PORT of its monitoring endpoint
-	conf      string
-	mu        sync.Mutex
-	cmd       *exec.Cmd
-	done      chan struct{}
-	log       *lockedLog // every run's stderr
-	restarted int
+	Name    string
+	URL     string // client URL
+	monitor string // HOST:PORT of its monitoring endpoint
+	conf    string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	log     *lockedLog // every run's stderr
 }
 
 type lockedLog struct {
