@@ -199,12 +199,31 @@ func (r *Runner) CreateConsumer(ctx context.Context) (jetstream.Consumer, error)
 	return cons, nil
 }
 
+// pullExpiry is how long each pull request the runner keeps open lasts;
+// the server heartbeats it every half of that. A pull request lives in
+// the consumer's leader: when the server holding it dies, nothing tells
+// the client, which notices only by missing two heartbeats and then pulls
+// again from the new leader. With nats.go's default (30s, heartbeats every
+// 15s), an executor sat idle for up to 30s after such a death while calls
+// waited in its queue; with 5s, for 5s.
+const pullExpiry = 5 * time.Second
+
+// bindTimeout bounds finding (or creating) the consumer as a run starts.
+// Its request goes to JetStream's meta leader (through toolgate's request
+// API, for an executor), and one sent just as that leader died is never
+// answered: unbounded, it held an executor without work for the 30s of
+// toolgate's request timeout after each such death. A run that times out
+// starts again, and its new request reaches the new leader.
+const bindTimeout = 5 * time.Second
+
 func (r *Runner) run(ctx context.Context) error {
-	cons, err := r.consumer(ctx)
+	bctx, cancel := context.WithTimeout(ctx, bindTimeout)
+	cons, err := r.consumer(bctx)
+	cancel()
 	if err != nil {
 		return err
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Concurrency))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", r.cfg.Durable, err)
 	}

@@ -226,7 +226,12 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		m.Log.Info("toolgate stopped")
 	}()
-	js, err := jetstream.New(nc)
+	// An asynchronous publish (the relay's events and work items) whose
+	// ack went down with the server that was to send it is otherwise
+	// waited for forever, and the relay, which acks revisions in order,
+	// stalls for good. Bounded, it fails, and the revision is published
+	// again (the replay de-duplicated by its Nats-Msg-Id).
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(asyncPublishTimeout))
 	if err != nil {
 		return err
 	}
@@ -291,6 +296,12 @@ func (m *Main) Run(ctx context.Context) error {
 	close(m.ready)
 	return g.Wait()
 }
+
+// asyncPublishTimeout bounds the wait for an asynchronous publish's ack:
+// JetStream answers in milliseconds, or at once with "no responders"
+// while a stream elects its leader; only an ack lost with a dead server
+// takes longer.
+const asyncPublishTimeout = 5 * time.Second
 
 // serveMetrics serves the process's registry at addr/metrics until ctx ends.
 func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) error {

@@ -64,6 +64,16 @@ func toolgateBinary(t *testing.T) string {
 type process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
+
+	logMu sync.Mutex
+	log   strings.Builder // its stderr so far
+}
+
+// output is what the process has written to stderr so far.
+func (p *process) output() string {
+	p.logMu.Lock()
+	defer p.logMu.Unlock()
+	return p.log.String()
 }
 
 // startServe starts `toolgate serve` and waits until it says it is serving.
@@ -93,14 +103,12 @@ func startServe(t *testing.T, args ...string) *process {
 	require.NoError(t, cmd.Start())
 	p := &process{cmd: cmd, done: make(chan struct{})}
 	serving := make(chan struct{})
-	var log strings.Builder
-	var logMu sync.Mutex
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			logMu.Lock()
-			log.WriteString(sc.Text() + "\n")
-			logMu.Unlock()
+			p.logMu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.logMu.Unlock()
 			if strings.Contains(sc.Text(), "toolgate serving") {
 				close(serving)
 			}
@@ -112,9 +120,7 @@ func startServe(t *testing.T, args ...string) *process {
 	select {
 	case <-serving:
 	case <-p.done:
-		logMu.Lock()
-		defer logMu.Unlock()
-		t.Fatalf("toolgate serve exited before serving:\n%s", log.String())
+		t.Fatalf("toolgate serve exited before serving:\n%s", p.output())
 	case <-time.After(60 * time.Second):
 		t.Fatal("toolgate serve not serving after 60s")
 	}
