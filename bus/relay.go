@@ -109,7 +109,9 @@ func (r *Relay) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("relay: consumer %s on %s: %w", r.cfg.Durable, stream, err)
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(512))
+	// Pulls expire after 5s (not nats.go's 30s): a pull held by a server
+	// that died is given up on, and the relay pulls again, within seconds.
+	iter, err := cons.Messages(jetstream.PullMaxMessages(512), jetstream.PullExpiry(5*time.Second))
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}

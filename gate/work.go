@@ -30,6 +30,10 @@ func (s *Service) WorkConsumer(ctx context.Context, a Actor, r wire.WorkConsumer
 		return wire.WorkConsumerReply{}, err
 	}
 	durable := wire.ExecutorDurable(r.Tool)
+	// Bounded: a JetStream API request that went to a meta leader that
+	// died is never answered, and the executor asks again.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	_, err = js.CreateOrUpdateConsumer(ctx, wire.WorkStream, jetstream.ConsumerConfig{
 		Durable:        durable,
 		Description:    "toolgate: executors of " + r.Tool,

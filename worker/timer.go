@@ -186,7 +186,9 @@ func (t *Timer) open(ctx context.Context) (jetstream.MessagesContext, *deadlines
 	if err != nil {
 		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", wire.EventsStream, err)
 	}
-	iter, err := cons.Messages()
+	// Pulls expire after 5s, as the relay's: one held by a server that
+	// died is given up on within seconds.
+	iter, err := cons.Messages(jetstream.PullExpiry(5 * time.Second))
 	if err != nil {
 		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", wire.EventsStream, err)
 	}
