@@ -22,7 +22,7 @@ import (
 )
 
 // TestRace_DecisionsTimeoutsAndCancels races 16 goroutines (approve, reject,
-// time out, cancel: four of each) on every one of 2,000 entries, with the
+// time out, cancel: four of each) on every one of 800 entries, with the
 // relay running. Every command either moves the entry or is refused with a
 // conflict; afterwards each entry is in exactly the state its winning
 // commands lead to, and TOOL_EVENTS holds exactly one event per transition.
@@ -31,9 +31,9 @@ func TestRace_DecisionsTimeoutsAndCancels(t *testing.T) {
 	for _, topo := range bustest.Topologies {
 		t.Run(topo.Name, func(t *testing.T) {
 			t.Parallel()
-			entries := 2000
+			entries := 800 // 12,800 commands racing, on each topology
 			if testing.Short() {
-				entries = 500 // still races every pair of commands
+				entries = 200 // still races every pair of commands
 			}
 			raceEntries(t, topo, entries)
 		})
