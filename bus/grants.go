@@ -18,8 +18,9 @@ import (
 	"github.com/toolgate/toolgate/policy"
 )
 
-// GrantStore keeps the session grants of each conversation in one KV value
-// under the conversation's key, a list changed by compare-and-set. So
+// GrantStore keeps the grants of each conversation (session and task
+// grants) in one KV value under the conversation's key, and the "always"
+// grants in one more, each a list changed by compare-and-set. So
 // matching a call against its conversation's grants is one read, on every
 // submit, where a watch over a key per grant created a JetStream consumer
 // per submit.

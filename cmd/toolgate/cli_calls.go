@@ -395,9 +395,11 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision) error 
 		if d.SingleUse {
 			until = "once, " + until
 		}
-		team := "calls of no team"
+		// An approval of a call of no team reaches every team's, as the
+		// default policy's rules do.
+		team, policyOf := "every team's calls", "the default"
 		if e.Team != "" {
-			team = "team " + e.Team + "'s calls"
+			team, policyOf = "team "+e.Team+"'s calls", "team "+e.Team+"'s"
 		}
 		switch {
 		case e.DecisionScope == machine.ScopeTask:
@@ -405,7 +407,7 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision) error 
 		case e.DecisionScope == machine.ScopeSession:
 			fmt.Fprintf(w, "later calls like it in conversation %s run without asking, %s\n", e.ConversationID, until)
 		case e.DecisionScope == machine.ScopeAlways && d.PersistRule:
-			fmt.Fprintf(w, "later calls like it run without asking: an allow rule of %s's policy\n", strings.TrimSuffix(team, "'s calls"))
+			fmt.Fprintf(w, "later calls like it run without asking: an allow rule of %s policy\n", policyOf)
 		case e.DecisionScope == machine.ScopeAlways:
 			fmt.Fprintf(w, "later calls like it among %s run without asking, %s\n", team, until)
 		}

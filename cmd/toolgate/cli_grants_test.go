@@ -58,7 +58,7 @@ func TestCLI_GrantsAreListedBoundedAndRevoked(t *testing.T) {
 	// "always" from an approver: a grant for every conversation.
 	r = cli(t, url, "approve", third.PendingID, alice, "--scope", "always")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "later calls like it among calls of no team run without asking, until revoked")
+	assert.Contains(t, r.stdout, "later calls like it among every team's calls run without asking, until revoked")
 	elsewhere, err := bot.Submit(ctx, bashCall("conv-other", "1", "make test"))
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateScheduled, elsewhere.Status)
