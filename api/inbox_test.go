@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -185,27 +186,40 @@ func startBrowser(t *testing.T) context.Context {
 	profile, err := os.MkdirTemp("", "toolgate-inbox-chromium-")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(profile) })
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium(t)),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("no-default-browser-check", true),
-		chromedp.UserDataDir(profile),
-		chromedp.WindowSize(1280, 1000),
-	)
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
-	// The first Run starts the browser, and it lives as long as bctx:
-	// no timeout here.
-	require.NoError(t, chromedp.Do(bctx), "start chromium")
-	return bctx
+	// A browser that fails to start on a loaded machine (two suites at
+	// once start several) is started again, twice at most.
+	var errs []error
+	for range 3 {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+			chromedp.ExecPath(chromium(t)),
+			chromedp.Headless,
+			chromedp.NoSandbox,
+			chromedp.DisableGPU,
+			chromedp.NoFirstRun,
+			chromedp.Flag("disable-quic", true),
+			chromedp.Flag("disable-background-networking", true),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true),
+			chromedp.Flag("disable-extensions", true),
+			chromedp.Flag("no-default-browser-check", true),
+			chromedp.UserDataDir(profile),
+			chromedp.WindowSize(1280, 1000),
+			chromedp.WSURLReadTimeout(time.Minute),
+		)
+		bctx, cancelBrowser := chromedp.NewContext(actx)
+		// The first Run starts the browser, and it lives as long as bctx:
+		// no timeout here.
+		if err := chromedp.Do(bctx); err != nil {
+			cancelBrowser()
+			cancelAlloc()
+			errs = append(errs, err)
+			continue
+		}
+		t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
+		return bctx
+	}
+	require.NoError(t, errors.Join(errs...), "start chromium")
+	return nil
 }
 
 // page is one browser tab on the inbox.
