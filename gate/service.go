@@ -202,9 +202,9 @@ func (s *Service) List(ctx context.Context, a Actor, r wire.ListRequest) (wire.L
 	return listPage(all, r)
 }
 
-// Decide approves or rejects a pending call. An approval "for this
-// session" becomes a grant that later calls of the conversation match;
-// "always", an allow rule of the call's team.
+// Decide approves or rejects a pending call. An approval with scope
+// task, session or always records a grant that later like calls match
+// (recordScope); an admin's always with PersistRule, an allow rule.
 func (s *Service) Decide(ctx context.Context, a Actor, pendingID string, d machine.Decision) (*machine.Entry, error) {
 	if err := a.require("decide calls", wire.RoleApprover); err != nil {
 		return nil, err
