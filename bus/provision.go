@@ -162,7 +162,17 @@ func provisionCalls(ctx context.Context, js jetstream.JetStream, t Topology) (je
 		if err != nil {
 			return nil, err
 		}
-		return js.KeyValue(ctx, wire.CallsBucket)
+		kv, err := js.KeyValue(ctx, wire.CallsBucket)
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return kv, err
+		}
+		// Created a moment ago (by another process, on a fresh cluster)
+		// and not yet known to the server that answered: ask again.
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
