@@ -57,8 +57,10 @@ func startNATS(t *testing.T, confs []*server.Options, scheme, host string) []str
 		}
 		s.Start()
 		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("nats server %s: not ready", o.ServerName)
+		// A minute, as the embedded server waits: a cluster with TLS and
+		// JetStream starting beside the rest of the suite is slow to be.
+		if !s.ReadyForConnections(time.Minute) {
+			t.Fatalf("nats server %s: not ready after a minute", o.ServerName)
 		}
 		port := s.Addr().(*net.TCPAddr).Port
 		urls = append(urls, scheme+"://"+net.JoinHostPort(host, strconv.Itoa(port)))
