@@ -18,15 +18,6 @@ const (
 	DefaultHTTPTimeout = 30 * time.Second  // an HTTP hook
 )
 
-// maxMargin is the most of a hook's timeout that its wait leaves for
-// withdrawing the call and answering: a cancel and a line of JSON, with
-// room for a slow toolgate.
-const maxMargin = 10 * time.Second
-
-// margin is what a hook given timeout keeps back from its wait: 10 seconds,
-// or half a timeout shorter than 20.
-func margin(timeout time.Duration) time.Duration { return min(maxMargin, timeout/2) }
-
 // WaitFor returns how long a hook that Claude Code gives timeout (0:
 // DefaultTimeout) waits for toolgate's verdict: wait, or when wait is 0
 // the most timeout allows, which is timeout less 10 seconds (less half of
@@ -36,20 +27,7 @@ func WaitFor(wait, timeout time.Duration) (time.Duration, error) {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	if timeout < 0 {
-		return 0, fmt.Errorf("%w: timeout: must be > 0, got %s", machine.ErrInvalid, timeout)
-	}
-	most := timeout - margin(timeout)
-	switch {
-	case wait < 0:
-		return 0, fmt.Errorf("%w: wait: must be >= 0, got %s", machine.ErrInvalid, wait)
-	case wait == 0:
-		return most, nil
-	case wait > most:
-		return 0, fmt.Errorf("%w: wait: %s leaves no time to answer within the hook's timeout %s: at most %s (the timeout less %s, to withdraw the call and answer before Claude Code stops waiting)",
-			machine.ErrInvalid, wait, timeout, most, margin(timeout))
-	}
-	return wait, nil
+	return client.WaitWithin(wait, timeout, "the hook's", "Claude Code stops waiting")
 }
 
 // ParseDuration reads a wait or timeout as Claude Code's settings write a
@@ -98,7 +76,7 @@ func decide(ctx context.Context, g Gate, in Input, opts Options) Decision {
 		return Unreachable(opts, err)
 	}
 	// What withdrawing the call may take: half the time the wait leaves.
-	spare := margin(opts.timeout()) / 2
+	spare := client.WaitMargin(opts.timeout()) / 2
 	call := in.Call(opts.Caller, opts.Team)
 	id := machine.PendingID(call.ConversationID, call.ToolCallID)
 	waitOver := fmt.Sprintf("no decision within %s", wait)

@@ -108,7 +108,7 @@ func refused(pendingID, why string) verdict { return verdict{refusal: why, pendi
 func (s *session) decide(ctx context.Context, call machine.Call, progressToken any) verdict {
 	g, wait := s.gw.gate, s.gw.wait
 	asked := time.Now()
-	spare := margin(s.gw.opts.Timeout) / 2
+	spare := client.WaitMargin(s.gw.opts.Timeout) / 2
 	id := machine.PendingID(call.ConversationID, call.ToolCallID)
 	waitOver := fmt.Sprintf("no decision within %s", wait)
 

@@ -93,14 +93,6 @@ type Gateway struct {
 	sessions map[string]*session // by MCP session id, for HTTP's DELETE
 }
 
-// maxMargin is the most of the client's timeout the wait leaves for
-// withdrawing a call and answering.
-const maxMargin = 10 * time.Second
-
-// margin is what a client timeout keeps back from the wait: 10 seconds,
-// or half a timeout shorter than 20.
-func margin(timeout time.Duration) time.Duration { return min(maxMargin, timeout/2) }
-
 // WaitFor returns how long a call waits for toolgate's verdict when the
 // client waits timeout (0: DefaultTimeout): wait, or when wait is 0 the
 // most timeout allows, which is timeout less 10 seconds (less half of it,
@@ -110,20 +102,7 @@ func WaitFor(wait, timeout time.Duration) (time.Duration, error) {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	if timeout < 0 {
-		return 0, fmt.Errorf("%w: timeout: must be > 0, got %s", machine.ErrInvalid, timeout)
-	}
-	most := timeout - margin(timeout)
-	switch {
-	case wait < 0:
-		return 0, fmt.Errorf("%w: wait: must be >= 0, got %s", machine.ErrInvalid, wait)
-	case wait == 0:
-		return most, nil
-	case wait > most:
-		return 0, fmt.Errorf("%w: wait: %s leaves no time to answer within the client's timeout %s: at most %s (the timeout less %s, to withdraw the call and answer before the client gives up)",
-			machine.ErrInvalid, wait, timeout, most, margin(timeout))
-	}
-	return wait, nil
+	return client.WaitWithin(wait, timeout, "the client's", "the client gives up")
 }
 
 // New returns a gateway in front of cfg's servers, asking g about every
