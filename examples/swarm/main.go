@@ -111,6 +111,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer sub.Unsubscribe()
+	// Events are not stored for a subscriber that is not yet there: the
+	// subscription must be known to the server before the first call.
+	if err := anc.Flush(); err != nil {
+		return err
+	}
 
 	// The agents submit their calls at once and wait for each to finish.
 	results := make(chan result)
