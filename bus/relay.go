@@ -33,7 +33,7 @@ type RelayConfig struct {
 
 // Relay turns every revision written to the tool_calls bucket into the event
 // of the transition it recorded, on that transition's subject in
-// TOOL_EVENTS, and queues the call on tool.work.<tool> when the revision
+// TOOL_EVENTS, and queues the call on toolgate.work.<tool> when the revision
 // made it runnable.
 //
 // The KV write is the commit point; the relay only reads what was
@@ -201,7 +201,7 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	}
 	id := wire.MsgID(e.PendingID, item.revision)
 	event := wire.Event{
-		ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
+		V: wire.EventVersion, ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
 		Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: item.revision, Entry: &e,
 	}
 	ev, _ := json.Marshal(event)

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/toolgate/toolgate/bus"
@@ -277,4 +279,46 @@ func TestRelay_StartsAgainWhenItsConsumerIsDeleted(t *testing.T) {
 		t.Fatalf("the relay stopped: %v", err)
 	default:
 	}
+}
+
+// Every event the relay publishes is what the contract's JSON Schema
+// (wire.EventSchema, served at /v1/schemas/event.json) says it is, over a
+// lifecycle that fills the envelope's optional parts: an edited approval,
+// a lease, a result, a rejection, a cancel and a denial.
+func TestRelay_EventsMatchTheirSchema(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	startRelay(t, env.JS, nil)
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(wire.EventSchema))
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	require.NoError(t, c.AddResource("event.json", doc))
+	schema, err := c.Compile("event.json")
+	require.NoError(t, err)
+
+	asker := submitter(env, machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute})
+	e := submit(t, asker, "schema", "c1")
+	_, err = asker.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice", Reason: "ok", Arguments: json.RawMessage(`{"query":"nats kv"}`)})
+	require.NoError(t, err)
+	_, err = asker.Claim(ctx, e.PendingID, "x/1", time.Minute)
+	require.NoError(t, err)
+	_, err = asker.Complete(ctx, e.PendingID, machine.Outcome{Holder: "x/1", Result: json.RawMessage(`{"hits":3}`), Cost: 0.5})
+	require.NoError(t, err)
+	rejected := submit(t, asker, "schema", "c2")
+	_, err = asker.Decide(ctx, rejected.PendingID, machine.Decision{By: "bob", Reason: "no"})
+	require.NoError(t, err)
+	later := submit(t, submitter(env, machine.Verdict{Action: machine.ActionRun, Delay: time.Hour}), "schema", "c3")
+	_, err = asker.Cancel(ctx, later.PendingID, "bot", "changed my mind")
+	require.NoError(t, err)
+	submit(t, submitter(env, machine.Verdict{Action: machine.ActionDeny, Reason: "rules.deny"}), "schema", "c4")
+
+	msgs := streamMsgs(t, env.JS, wire.EventsStream, 9)
+	for _, m := range msgs {
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(m.Data))
+		require.NoError(t, err)
+		assert.NoError(t, schema.Validate(v), "%s: %s", m.Subject, m.Data)
+		assert.Equal(t, m.Subject, decodeEvent(t, m.Data).Type)
+	}
+	assert.Contains(t, string(msgs[len(msgs)-1].Data), `"v":1`)
 }

@@ -75,7 +75,7 @@ type ExecutorOptions struct {
 	Log         *slog.Logger
 }
 
-// Executor hosts tool handlers: it consumes the tool.work.<tool> queues of
+// Executor hosts tool handlers: it consumes the toolgate.work.<tool> queues of
 // the tools it has, claims each call by compare-and-set before running it,
 // heartbeats from the claim until the result is recorded, and records it,
 // sending a report toolgate does not answer again for as long as the lease

@@ -20,7 +20,7 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// runRunner starts a runner over TOOL_WORK's tool.work.<tool> queue.
+// runRunner starts a runner over TOOL_WORK's toolgate.work.<tool> queue.
 func runRunner(t *testing.T, env *bustest.Env, tool string, h consumer.Handler, mw ...consumer.Middleware) (stop func() error) {
 	t.Helper()
 	return runRunnerWith(t, env, testConfig(tool), h, mw...)

@@ -112,7 +112,7 @@ var transitions = []transition{
 	{EventApprove, []State{StatePendingApproval}, StateApproved, "approved", "approval_granted", notify},
 	{EventReject, []State{StatePendingApproval}, StateRejectedByUser, "rejected", "approval_rejected", notify},
 	{EventTimeout, []State{StatePendingApproval}, StateRejectedByTimeout, "nobody answered in time", "approval_timeout", notify},
-	{EventOverdue, []State{StatePendingApproval}, StatePendingApproval, "nobody answered in time, kept pending", "approval_timeout", notify},
+	{EventOverdue, []State{StatePendingApproval}, StatePendingApproval, "nobody answered in time, kept pending", "approval_overdue", notify},
 	{EventRemind, []State{StatePendingApproval}, StatePendingApproval, "reminded before the deadline", "approval_reminder", notify},
 	{EventCancel, []State{StatePendingApproval, StateScheduled, StateApproved}, StateCancelled, "cancelled", "cancelled", notify},
 	{EventStart, []State{StateScheduled, StateApproved}, StateExecuting, "executor claims it", "execution_started", 0},

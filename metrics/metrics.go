@@ -252,8 +252,9 @@ func (m *Metrics) Observe(ev *wire.Event) {
 		m.ToolCalls.WithLabelValues(tool, string(ev.To)).Inc()
 	}
 	// By subject, not event: events the table gives one public name are
-	// one thing to count (a timeout and an overdue flag are both calls
-	// nobody answered in time, a start and a reclaim both attempts).
+	// one thing to count (a start and a reclaim are both attempts). A
+	// timeout and an overdue flag, on subjects of their own, are both
+	// calls nobody answered in time.
 	subject, _ := wire.EventSubject(ev.Event)
 	switch subject {
 	case wire.SubjectApprovalGranted, wire.SubjectApprovalRejected:
@@ -262,7 +263,7 @@ func (m *Metrics) Observe(ev *wire.Event) {
 			decision = DecisionRejected
 		}
 		m.ApprovalResponse.WithLabelValues(tool, decision).Observe(seconds(e.DecisionTime - e.RequestedAt))
-	case wire.SubjectApprovalTimeout:
+	case wire.SubjectApprovalTimeout, wire.SubjectApprovalOverdue:
 		m.ApprovalTimeouts.WithLabelValues(tool).Inc()
 	case wire.SubjectExecutionStarted:
 		m.ExecutionAttempts.WithLabelValues(tool).Inc()

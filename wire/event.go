@@ -1,15 +1,28 @@
 package wire
 
 import (
+	_ "embed"
 	"fmt"
 
 	"github.com/toolgate/toolgate/machine"
 )
 
+// EventVersion is the version of the events' schema (Event.V). Fields are
+// added without a new version, and consumers ignore what they do not know;
+// a field removed or changed in meaning raises it.
+const EventVersion = 1
+
+// EventSchema is the JSON Schema (2020-12) of Event, served at
+// /v1/schemas/event.json and described in docs/events.md.
+//
+//go:embed event.schema.json
+var EventSchema []byte
+
 // Event is the envelope published for every transition: what happened, to
 // which entry, from which state, by whom and why, with the entry as it was
 // written.
 type Event struct {
+	V        int            `json:"v"`  // EventVersion
 	ID       string         `json:"id"` // <pendingId>:<revision>, also the Nats-Msg-Id
 	Type     string         `json:"type"`
 	Event    machine.Event  `json:"event"`
@@ -22,7 +35,7 @@ type Event struct {
 	Entry    *machine.Entry `json:"entry"`
 }
 
-// WorkItem is queued on tool.work.<tool> when a call may run. The executor
+// WorkItem is queued on toolgate.work.<tool> when a call may run. The executor
 // claims the entry by CAS before running anything; the item only says where
 // to look.
 type WorkItem struct {

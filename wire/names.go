@@ -34,6 +34,7 @@ const (
 	SubjectApprovalGranted    = "tool.approval_granted"
 	SubjectApprovalRejected   = "tool.approval_rejected"
 	SubjectApprovalTimeout    = "tool.approval_timeout"
+	SubjectApprovalOverdue    = "tool.approval_overdue"
 	SubjectApprovalReminder   = "tool.approval_reminder"
 	SubjectCancelled          = "tool.cancelled"
 	SubjectExecutionStarted   = "tool.execution_started"
@@ -76,15 +77,19 @@ func EventSubjectsOf(keep func(machine.Event) bool) []string {
 	return subs
 }
 
+// internalPrefix is the namespace of toolgate's own queues, apart from the
+// events' tool.*: `nats sub 'tool.>'` shows exactly the events.
+const internalPrefix = "toolgate."
+
 // WorkSubject is where runnable calls of one tool are queued.
-func WorkSubject(tool string) string { return "tool.work." + tool }
+func WorkSubject(tool string) string { return internalPrefix + "work." + tool }
 
 // ExecutorDurable is the consumer of a tool's queue that every executor
 // hosting the tool shares.
 func ExecutorDurable(tool string) string { return "executor-" + tool }
 
 // NotifySubject is where the notifications to one channel wait.
-func NotifySubject(channelKey string) string { return "tool.notify." + channelKey }
+func NotifySubject(channelKey string) string { return internalPrefix + "notify." + channelKey }
 
 // DeadLetterSubject is where a consumer puts a message it gave up on.
-func DeadLetterSubject(consumer string) string { return "tool.deadletter." + consumer }
+func DeadLetterSubject(consumer string) string { return internalPrefix + "deadletter." + consumer }

@@ -21,7 +21,7 @@ func TestEventSubject_TheContract(t *testing.T) {
 		machine.EventApprove:  "tool.approval_granted",
 		machine.EventReject:   "tool.approval_rejected",
 		machine.EventTimeout:  "tool.approval_timeout",
-		machine.EventOverdue:  "tool.approval_timeout",
+		machine.EventOverdue:  "tool.approval_overdue",
 		machine.EventRemind:   "tool.approval_reminder",
 		machine.EventCancel:   "tool.cancelled",
 		machine.EventStart:    "tool.execution_started",
@@ -43,16 +43,16 @@ func TestEventSubject_TheContract(t *testing.T) {
 	assert.Equal(t, []string{
 		wire.SubjectApprovalRequired, wire.SubjectScheduledExecution, wire.SubjectPolicyDenied,
 		wire.SubjectApprovalGranted, wire.SubjectApprovalRejected, wire.SubjectApprovalTimeout,
-		wire.SubjectApprovalReminder, wire.SubjectCancelled, wire.SubjectExecutionStarted, wire.SubjectExecutionSucceeded,
+		wire.SubjectApprovalOverdue, wire.SubjectApprovalReminder, wire.SubjectCancelled, wire.SubjectExecutionStarted, wire.SubjectExecutionSucceeded,
 		wire.SubjectExecutionFailed,
 	}, wire.EventSubjects(), "TOOL_EVENTS' subjects, each once, in table order")
 }
 
 func TestEventSubjectsOf_ListsASharedSubjectOnce(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t, []string{wire.SubjectApprovalTimeout, wire.SubjectExecutionStarted},
+	assert.Equal(t, []string{wire.SubjectExecutionStarted},
 		wire.EventSubjectsOf(func(ev machine.Event) bool {
-			return ev == machine.EventOverdue || ev == machine.EventTimeout || ev == machine.EventReclaim
+			return ev == machine.EventStart || ev == machine.EventReclaim
 		}))
 	assert.Empty(t, wire.EventSubjectsOf(machine.Event.Silent))
 }

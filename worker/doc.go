@@ -18,7 +18,7 @@
 // When a deadline falls due the Timer acts on the entry as it is then,
 // never on the event that announced it: Expire (which reads the entry and
 // checks the deadline inside its compare-and-set), or a read and then a
-// work item on tool.work.<tool> with the relay's de-dup id for that
+// work item on toolgate.work.<tool> with the relay's de-dup id for that
 // revision (a scheduled start), or a requeue or AbandonLease (a lost
 // lease). Heartbeats publish no event, so a lease deadline is where the
 // Timer learns, by reading, that the lease was renewed, and moves on to

@@ -79,7 +79,7 @@ func (f NotificationCounterFunc) Notification(channel, result string) { f(channe
 //  1. Fan-out. One durable consumer on TOOL_EVENTS, shared by every
 //     Notifier process (so each event is handled by one), resolves the
 //     call's channels and publishes one delivery per channel to
-//     TOOL_NOTIFY on tool.notify.<channel key>, de-duplicated by
+//     TOOL_NOTIFY on toolgate.notify.<channel key>, de-duplicated by
 //     Nats-Msg-Id <event id>:<channel key>. No HTTP happens here, so it
 //     never waits on a channel. Events are fanned out one at a time, so
 //     each channel's deliveries queue in event order.

@@ -653,7 +653,7 @@ func TestNotifier_TellsOfWhatAHumanWaitsOn(t *testing.T) {
 	}
 	assert.Equal(t, []string{
 		wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectApprovalRejected,
-		wire.SubjectApprovalTimeout, wire.SubjectApprovalReminder, wire.SubjectCancelled,
+		wire.SubjectApprovalTimeout, wire.SubjectApprovalOverdue, wire.SubjectApprovalReminder, wire.SubjectCancelled,
 	}, worker.NotifySubjects)
 }
 

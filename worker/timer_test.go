@@ -199,7 +199,7 @@ func TestTimer_NoAutoRejectFlagsOnceAndStaysPending(t *testing.T) {
 	assert.Equal(t, machine.StatePendingApproval, got.Status)
 	evs := eventsByEntry(t, env.JS)[e.PendingID]
 	assert.Equal(t, 1, count(evs, machine.EventOverdue), "flagged once")
-	assert.Equal(t, wire.SubjectApprovalTimeout, evs[len(evs)-1].Type)
+	assert.Equal(t, wire.SubjectApprovalOverdue, evs[len(evs)-1].Type)
 
 	approved, err := m.Decide(t.Context(), e.PendingID, machine.Decision{Approve: true, By: "alice"})
 	require.NoError(t, err)

@@ -19,7 +19,7 @@
   const SUBJECTS = [
     'tool.approval_required', 'tool.scheduled_execution', 'tool.policy_denied',
     'tool.approval_granted', 'tool.approval_rejected', 'tool.approval_timeout',
-    'tool.approval_reminder', 'tool.cancelled', 'tool.execution_started', 'tool.execution_succeeded',
+    'tool.approval_overdue', 'tool.approval_reminder', 'tool.cancelled', 'tool.execution_started', 'tool.execution_succeeded',
     'tool.execution_failed',
   ];
 
