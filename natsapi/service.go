@@ -9,10 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
+	"golang.org/x/sync/semaphore"
 )
 
 // Service serves the request API: a NATS micro service named "toolgate"
@@ -37,37 +38,47 @@ func New(g *gate.Service, log *slog.Logger) *Service {
 	return &Service{gate: g, log: log}
 }
 
+// Instances is how many instances of the service Run adds on one
+// connection. Each answers its requests one at a time, as micro's stats
+// assume (`nats micro stats toolgate` counts the time to the answer, and
+// the refusals as errors); requests are shared among the instances of
+// every process by the endpoints' queue group, so this is how many
+// requests to one endpoint a process serves at once.
+const Instances = 16
+
+// stopping is the weight Run acquires at its end to wait for the requests
+// in flight: more than Instances × endpoints could ever hold.
+const stopping = 1 << 30
+
 // Run serves requests until ctx ends, then waits for the requests in
-// flight to be answered. Handlers run concurrently (up to 64 at once),
-// since one slow write must not hold up the others.
+// flight to be answered.
 func (s *Service) Run(ctx context.Context, nc *nats.Conn, version string) error {
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        wire.ServiceName,
-		Version:     semver(version),
-		Description: "toolgate: submit tool calls, decide, cancel, report",
-	})
-	if err != nil {
-		return fmt.Errorf("service: %w", err)
-	}
-	var inflight sync.WaitGroup
-	defer inflight.Wait()
-	defer svc.Stop() // first: no new requests while the last are answered
-	slots := make(chan struct{}, 64)
-	group := svc.AddGroup(wire.ServiceName)
-	for name, h := range s.endpoints() {
-		handler := micro.HandlerFunc(func(req micro.Request) {
-			// The answer goes out from another goroutine, after micro's
-			// handler returned, so it must not touch req (micro reads it
-			// then): take what serve needs now.
-			in := incoming{subject: req.Subject(), reply: req.Reply(), data: req.Data(), header: req.Headers()}
-			slots <- struct{}{}
-			inflight.Go(func() {
-				defer func() { <-slots }()
-				s.serve(ctx, nc, in, h)
-			})
+	inflight := semaphore.NewWeighted(stopping)
+	defer inflight.Acquire(context.Background(), stopping) //nolint:errcheck // cannot fail without a context to end
+	for range Instances {
+		svc, err := micro.AddService(nc, micro.Config{
+			Name:        wire.ServiceName,
+			Version:     semver(version),
+			Description: "toolgate: submit tool calls, decide, cancel, report",
 		})
-		if err := group.AddEndpoint(name, handler); err != nil {
-			return fmt.Errorf("service endpoint %s: %w", name, err)
+		if err != nil {
+			return fmt.Errorf("service: %w", err)
+		}
+		defer svc.Stop() // first: no new requests while the last are answered
+		group := svc.AddGroup(wire.ServiceName)
+		for name, e := range s.endpoints() {
+			handler := micro.HandlerFunc(func(req micro.Request) {
+				if !inflight.TryAcquire(1) {
+					_ = req.Error("503", "toolgate is stopping: ask again", nil)
+					return
+				}
+				defer inflight.Release(1)
+				s.serve(ctx, req, e.handle)
+			})
+			md := map[string]string{"request": e.request, "reply": e.reply}
+			if err := group.AddEndpoint(name, handler, micro.WithEndpointMetadata(md)); err != nil {
+				return fmt.Errorf("service endpoint %s: %w", name, err)
+			}
 		}
 	}
 	<-ctx.Done()
@@ -104,23 +115,39 @@ type reply struct {
 
 type handler func(context.Context, gate.Actor, []byte) (reply, error)
 
-// answer makes a handler of a use case that answers one value.
-func answer[T, R any](f func(context.Context, gate.Actor, T) (R, error)) handler {
-	return func(ctx context.Context, a gate.Actor, data []byte) (reply, error) {
-		var req T
-		if err := json.Unmarshal(data, &req); err != nil {
-			return reply{}, fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
-		}
-		v, err := f(ctx, a, req)
-		return reply{v: v}, err
+// endpoint is a handler and the Go types of what it reads and answers,
+// which its metadata names.
+type endpoint struct {
+	handle         handler
+	request, reply string
+}
+
+// typeName names a request's or reply's type as the wire contract spells
+// it: "machine.Call", "machine.Entry".
+func typeName[T any]() string {
+	return strings.TrimLeft(reflect.TypeFor[T]().String(), "*[]")
+}
+
+// answer makes an endpoint of a use case that answers one value.
+func answer[T, R any](f func(context.Context, gate.Actor, T) (R, error)) endpoint {
+	return endpoint{
+		handle: func(ctx context.Context, a gate.Actor, data []byte) (reply, error) {
+			var req T
+			if err := json.Unmarshal(data, &req); err != nil {
+				return reply{}, fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
+			}
+			v, err := f(ctx, a, req)
+			return reply{v: v}, err
+		},
+		request: typeName[T](), reply: typeName[R](),
 	}
 }
 
-func (s *Service) endpoints() map[string]handler {
+func (s *Service) endpoints() map[string]endpoint {
 	g := s.gate // nil for WaitReady, which only counts them
-	return map[string]handler{
+	return map[string]endpoint{
 		wire.EndpointSubmit: answer(g.Submit),
-		wire.EndpointGet:    s.get,
+		wire.EndpointGet:    {handle: s.get, request: typeName[wire.GetRequest](), reply: typeName[machine.Entry]()},
 		wire.EndpointList:   answer(g.List),
 		wire.EndpointDecide: answer(func(ctx context.Context, a gate.Actor, r wire.DecideRequest) (*machine.Entry, error) {
 			if err := required("pendingId", r.PendingID); err != nil {
@@ -199,50 +226,42 @@ func (s *Service) get(ctx context.Context, a gate.Actor, data []byte) (reply, er
 	return reply{v: e, header: micro.Headers{wire.RevisionHeader: {strconv.FormatUint(rev, 10)}}}, nil
 }
 
-// incoming is a request, as serve answers it.
-type incoming struct {
-	subject, reply string
-	data           []byte
-	header         micro.Headers
-}
-
-func (s *Service) serve(ctx context.Context, nc *nats.Conn, req incoming, h handler) {
+// serve answers one request: as the caller's actor, h's reply, or a
+// refusal as micro's own Error makes it (status and description in
+// headers, which hold no line breaks; the ErrorBody beside them), which
+// micro counts as an error.
+func (s *Service) serve(ctx context.Context, req micro.Request, h handler) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var r reply
-	a, err := actorOf(req.header)
+	a, err := actorOf(req.Headers())
 	if err == nil {
 		err = s.gate.Authenticate(ctx, a)
 	}
 	if err == nil {
-		r, err = h(ctx, a, req.data)
+		r, err = h(ctx, a, req.Data())
 	}
-	out := &nats.Msg{Subject: req.reply, Header: nats.Header{}}
-	if err != nil {
+	if err == nil {
+		var data []byte
+		if data, err = json.Marshal(r.v); err != nil {
+			s.log.Error("encode reply", "subject", req.Subject(), "err", err)
+			return
+		}
+		err = req.Respond(data, micro.WithHeaders(r.header))
+	} else {
 		status, code := wire.ErrorStatus(err)
 		body := wire.ErrorBody{Error: wire.ErrorDetail{Code: code, Message: err.Error()}}
 		if te := (*machine.TransitionError)(nil); errors.As(err, &te) {
 			body.Error.Entry = te.Entry
 		}
 		if status == 500 {
-			s.log.Error("request failed", "subject", req.subject, "err", err)
+			s.log.Error("request failed", "subject", req.Subject(), "err", err)
 		}
-		out.Data, _ = json.Marshal(body)
-		// A refusal as micro's own Error makes it: status and description
-		// in headers (which hold no line breaks), the body beside them.
-		out.Header.Set(wire.ErrorCodeHeader, strconv.Itoa(status))
-		out.Header.Set(wire.ErrorHeader, strings.Join(strings.Fields(err.Error()), " "))
-	} else {
-		for k, v := range r.header {
-			out.Header[k] = v
-		}
-		if out.Data, err = json.Marshal(r.v); err != nil {
-			s.log.Error("encode reply", "subject", req.subject, "err", err)
-			return
-		}
+		data, _ := json.Marshal(body)
+		err = req.Error(strconv.Itoa(status), strings.Join(strings.Fields(err.Error()), " "), data)
 	}
-	if err := nc.PublishMsg(out); err != nil {
-		s.log.Warn("respond", "subject", req.subject, "err", err)
+	if err != nil {
+		s.log.Warn("respond", "subject", req.Subject(), "err", err)
 	}
 }
 

@@ -186,3 +186,57 @@ func TestService_ListAndCancelConversation(t *testing.T) {
 	assert.Equal(t, machine.StateCompletedSuccess, done.Status)
 	assert.InDelta(t, 0.5, done.Cost, 1e-9)
 }
+
+// allStats asks every instance of the service on env's server for its
+// stats, and waits until all of them answered.
+func allStats(t *testing.T, nc *nats.Conn) []micro.Stats {
+	t.Helper()
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, nc.PublishRequest("$SRV.STATS.toolgate", inbox, nil))
+	var all []micro.Stats
+	for len(all) < natsapi.Instances {
+		msg, err := sub.NextMsg(10 * time.Second)
+		require.NoError(t, err, "%d of %d instances answered", len(all), natsapi.Instances)
+		var s micro.Stats
+		require.NoError(t, json.Unmarshal(msg.Data, &s))
+		all = append(all, s)
+	}
+	return all
+}
+
+// `nats micro stats toolgate` is true: a refusal counts as an error of
+// its endpoint, and each endpoint's metadata names what it reads and
+// answers.
+func TestService_StatsCountRefusalsAndEndpointsNameTheirTypes(t *testing.T) {
+	t.Parallel()
+	env, _ := startService(t)
+	_, err := request[machine.Entry](t, env.NC, wire.EndpointGet, wire.GetRequest{PendingID: "svc.nope"})
+	assertAPIError(t, err, 404, machine.ErrNotFound, "svc.nope")
+	_, err = request[machine.Entry](t, env.NC, wire.EndpointSubmit, machine.Call{ToolCallID: "c1", ToolName: "run_it", CallerBotID: "bot", ConversationID: "stats"})
+	require.NoError(t, err)
+
+	counts := map[string][2]int{} // endpoint: requests, errors
+	for _, s := range allStats(t, env.NC) {
+		for _, e := range s.Endpoints {
+			c := counts[e.Subject]
+			counts[e.Subject] = [2]int{c[0] + e.NumRequests, c[1] + e.NumErrors}
+		}
+	}
+	assert.Equal(t, [2]int{1, 1}, counts[wire.APISubject(wire.EndpointGet)], "get: one request, refused")
+	assert.Equal(t, [2]int{1, 0}, counts[wire.APISubject(wire.EndpointSubmit)], "submit: one request, answered")
+
+	msg, err := env.NC.Request("$SRV.INFO.toolgate", nil, 5*time.Second)
+	require.NoError(t, err)
+	var info micro.Info
+	require.NoError(t, json.Unmarshal(msg.Data, &info))
+	md := map[string]map[string]string{}
+	for _, e := range info.Endpoints {
+		md[e.Name] = e.Metadata
+	}
+	assert.Equal(t, map[string]string{"request": "machine.Call", "reply": "machine.Entry"}, md[wire.EndpointSubmit])
+	assert.Equal(t, map[string]string{"request": "wire.GetRequest", "reply": "machine.Entry"}, md[wire.EndpointGet])
+	assert.Equal(t, map[string]string{"request": "wire.ListRequest", "reply": "wire.ListReply"}, md[wire.EndpointList])
+}
