@@ -15,7 +15,19 @@ type ConnConfig struct {
 	Password  string
 	Token     string
 	CredsFile string
-	Name      string // connection name shown by the server
+	// TLS: the CA that signs the servers' certificates (default: the
+	// system's), and a client certificate and its key for servers that
+	// verify clients.
+	TLSCA, TLSCert, TLSKey string
+	Name                   string // connection name shown by the server
+}
+
+// check says what is wrong with c's TLS settings.
+func (c ConnConfig) check() error {
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("nats: --nats-tls-cert and --nats-tls-key go together: a client certificate needs its key")
+	}
+	return nil
 }
 
 // Options returns the nats.go options for c: credentials, and reconnecting
@@ -36,6 +48,12 @@ func (c ConnConfig) Options() []nats.Option {
 	if c.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(c.CredsFile))
 	}
+	if c.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.TLSCA))
+	}
+	if c.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
+	}
 	return opts
 }
 
@@ -43,6 +61,9 @@ func (c ConnConfig) Options() []nats.Option {
 func Connect(c ConnConfig, extra ...nats.Option) (*nats.Conn, error) {
 	if strings.TrimSpace(c.URLs) == "" {
 		return nil, fmt.Errorf("nats: no server URL given")
+	}
+	if err := c.check(); err != nil {
+		return nil, err
 	}
 	nc, err := nats.Connect(c.URLs, append(c.Options(), extra...)...)
 	if err != nil {

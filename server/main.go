@@ -92,6 +92,9 @@ func (c Config) Validate() error {
 		if c.Conn.User != "" || c.Conn.Password != "" || c.Conn.Token != "" || c.Conn.CredsFile != "" {
 			return fmt.Errorf("--nats-user, --nats-password, --nats-token and --nats-creds are for servers given with --nats: the embedded server takes only credentials toolgate issued (see docs/security.md)")
 		}
+		if c.Conn.TLSCA != "" || c.Conn.TLSCert != "" || c.Conn.TLSKey != "" {
+			return fmt.Errorf("--nats-tls-ca, --nats-tls-cert and --nats-tls-key are for servers given with --nats; the embedded server serves no TLS")
+		}
 		if _, _, err := splitHostPort(c.Listen); err != nil {
 			return fmt.Errorf("--listen %q: %v", c.Listen, err)
 		}

@@ -136,6 +136,12 @@ func Start(t testing.TB, opts Options) *Gate {
 	case opts.Creds != "":
 		creds = append(creds, nats.UserCredentials(opts.Creds))
 	}
+	if cfg.Conn.TLSCA != "" {
+		creds = append(creds, nats.RootCAs(cfg.Conn.TLSCA))
+	}
+	if cfg.Conn.TLSCert != "" {
+		creds = append(creds, nats.ClientCert(cfg.Conn.TLSCert, cfg.Conn.TLSKey))
+	}
 	g.NC, g.JS = bustest.Connect(t, g.NATSURL, creds...)
 	c, err := client.New(g.NC)
 	require.NoError(t, err)

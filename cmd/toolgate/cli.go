@@ -137,6 +137,14 @@ func newCLICmd(verb, synopsis, help string, out cliOutput) *cliCmd {
 	return c
 }
 
+// tlsFlags adds the flags of a TLS connection to NATS, serve's and the
+// CLI's.
+func tlsFlags(fs *flag.FlagSet, c *bus.ConnConfig) {
+	fs.StringVar(&c.TLSCA, "nats-tls-ca", "", "CA certificate (PEM) the NATS servers' certificates are checked against (default: the system's)")
+	fs.StringVar(&c.TLSCert, "nats-tls-cert", "", "client certificate (PEM) for NATS servers that verify clients (with --nats-tls-key)")
+	fs.StringVar(&c.TLSKey, "nats-tls-key", "", "the client certificate's private key (PEM)")
+}
+
 // connFlags adds the flags saying how to reach toolgate's NATS: the same
 // names as serve's.
 func (c *cliCmd) connFlags() *cliCmd {
@@ -145,6 +153,7 @@ func (c *cliCmd) connFlags() *cliCmd {
 	c.fs.StringVar(&c.conn.Password, "nats-password", "", "NATS password")
 	c.fs.StringVar(&c.conn.Token, "nats-token", "", "NATS token")
 	c.fs.StringVar(&c.conn.CredsFile, "nats-creds", "", "NATS credentials file (default: the admin credential of a toolgate serving from --data on this machine)")
+	tlsFlags(c.fs, &c.conn)
 	c.fs.StringVar(&c.natsContext, "context", "", "NATS context (as the nats CLI saves them) to take the server and credentials from")
 	c.fs.StringVar(&c.data, "data", server.DefaultConfig().Data, "data directory of a toolgate serving on this machine, whose admin credential is used by default")
 	return c

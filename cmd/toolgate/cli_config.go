@@ -53,8 +53,8 @@ var natsEnv = []struct{ env, flag string }{
 // files, which may start with ~ and hold $VARIABLES, and are relative to
 // the config file's directory.
 var (
-	configKeys = []string{"nats", "nats-creds", "nats-user", "nats-password", "nats-token", "context", "data"}
-	pathKeys   = []string{"nats-creds", "data"}
+	configKeys = []string{"nats", "nats-creds", "nats-user", "nats-password", "nats-token", "nats-tls-ca", "nats-tls-cert", "nats-tls-key", "context", "data"}
+	pathKeys   = []string{"nats-creds", "nats-tls-ca", "nats-tls-cert", "nats-tls-key", "data"}
 )
 
 // flagFiller sets the flags of fs that nothing before it set.

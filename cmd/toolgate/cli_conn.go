@@ -47,6 +47,16 @@ func (c *cliCmd) credentials() (bus.ConnConfig, error) {
 			cfg.User, cfg.Password, cfg.Token, cfg.CredsFile = nctx.User, nctx.Password, nctx.Token, nctx.Creds
 			used = used || hasCred()
 		}
+		// The context's TLS settings, each unless a flag gave it.
+		for _, f := range []struct {
+			flag        string
+			dst         *string
+			fromContext string
+		}{{"nats-tls-ca", &cfg.TLSCA, nctx.CA}, {"nats-tls-cert", &cfg.TLSCert, nctx.Cert}, {"nats-tls-key", &cfg.TLSKey, nctx.Key}} {
+			if f.fromContext != "" && !c.flagSet(f.flag) {
+				*f.dst, used = f.fromContext, true
+			}
+		}
 		if used {
 			c.credsFrom = " (from the " + via + ")"
 		}
@@ -70,6 +80,9 @@ type natsContext struct {
 	Password string `json:"password"`
 	Token    string `json:"token"`
 	Creds    string `json:"creds"`
+	CA       string `json:"ca"`
+	Cert     string `json:"cert"`
+	Key      string `json:"key"`
 }
 
 // natsConfigDir is where the nats CLI keeps its contexts:

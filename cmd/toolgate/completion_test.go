@@ -119,7 +119,7 @@ func TestCompletion_Bash(t *testing.T) {
 		{"toolgate creds init --", "--config --data"},
 		{"toolgate --nats nats://127.0.0.1:4222 --nats-creds a.creds pen", "pending"},
 		{"toolgate --nats=nats://127.0.0.1:4222 s", "serve show stats submit"},
-		{"toolgate --", "--config --context --data --nats --nats-creds --nats-password --nats-token --nats-user --version"},
+		{"toolgate --", "--config --context --data --nats --nats-creds --nats-password --nats-tls-ca --nats-tls-cert --nats-tls-key --nats-token --nats-user --version"},
 		{"toolgate approve ID --rea", "--reason"},
 		{"toolgate approve --scope ", ""}, // a flag's value: bash's own (file names)
 		{"toolgate approve ", ""},

@@ -23,6 +23,7 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *server.Config) {
 	fs.StringVar(&cfg.Conn.Password, "nats-password", "", "NATS password")
 	fs.StringVar(&cfg.Conn.Token, "nats-token", "", "NATS token")
 	fs.StringVar(&cfg.Conn.CredsFile, "nats-creds", "", "NATS credentials file")
+	tlsFlags(fs, &cfg.Conn)
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas of the bucket and streams (3 on a cluster)")
 	fs.DurationVar(&cfg.EventsMaxAge, "events-max-age", cfg.EventsMaxAge, "how long TOOL_EVENTS keeps events (0: for ever)")
 	fs.DurationVar(&cfg.RelayAckWait, "relay-ack-wait", cfg.RelayAckWait, "how long a revision handed to a relay that died waits before another relay takes it")
