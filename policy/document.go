@@ -110,8 +110,8 @@ type Channel struct {
 	Secrets []string `yaml:"secrets,omitempty" json:"secrets,omitempty"`
 	// LegacySignature adds to a webhook's deliveries the headers toolgate
 	// signed with before Standard Webhooks (X-Toolgate-Signature and
-	// X-Toolgate-Timestamp), keyed with the first secret, for receivers not
-	// yet moved. Deprecated: it goes in the next release.
+	// X-Toolgate-Timestamp), keyed with the bytes of the first secret, for
+	// receivers not yet moved. Deprecated: it goes in the next release.
 	LegacySignature bool `yaml:"legacySignature,omitempty" json:"legacySignature,omitempty"`
 	// Topic is the ntfy topic (ntfy only, required there).
 	Topic string `yaml:"topic,omitempty" json:"topic,omitempty"`

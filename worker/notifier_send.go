@@ -49,9 +49,9 @@ const (
 
 	// HeaderSignature is the signature of deliveries before Standard
 	// Webhooks, sent only to a channel with legacySignature: "sha256=" and
-	// the hex HMAC-SHA256, keyed with the channel's first secret as
-	// written, of HeaderTimestamp's value, a ".", and the body
-	// (SignLegacyWebhook).
+	// the hex HMAC-SHA256, keyed with the bytes of the channel's first
+	// secret (whsec_ or not), of HeaderTimestamp's value, a ".", and the
+	// body (SignLegacyWebhook).
 	//
 	// Deprecated: it goes in the next release; verify webhook-signature.
 	HeaderSignature = "X-Toolgate-Signature"
