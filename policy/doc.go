@@ -69,12 +69,12 @@
 //
 // # Secrets
 //
-// A policy holds credentials: a webhook's signing secret and an ntfy access
-// token (Channel.Secret), and a Slack incoming webhook's URL, which is a
-// secret itself. Anyone who may read the policy (`policy get`, the viewer
-// role) must not learn them, so every read of the policy shows them
-// redacted, and a document may hold, instead of a secret, a reference to
-// where the server finds it:
+// A policy holds credentials: a webhook's signing secrets (Channel.Secret
+// and Channel.Secrets), an ntfy access token (Channel.Secret), and a Slack
+// incoming webhook's URL, which is a secret itself. Anyone who may read the
+// policy (`policy get`, the viewer role) must not learn them, so every read
+// of the policy shows them redacted, and a document may hold, instead of a
+// secret, a reference to where the server finds it:
 //
 //	env:NAME   the environment variable NAME of the process that uses it
 //	file:PATH  the contents of the file at the absolute PATH, without the

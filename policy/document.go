@@ -98,10 +98,21 @@ type Channel struct {
 	// URL is the webhook's address, the Slack incoming webhook's, or the
 	// ntfy server's base (the topic is appended).
 	URL string `yaml:"url" json:"url"`
-	// Secret signs a webhook's deliveries (HMAC-SHA256, required for
-	// webhook); for ntfy it is an access token sent as a bearer token
-	// (optional). Slack takes none: its URL is the secret.
+	// Secret signs a webhook's deliveries (Standard Webhooks: a whsec_
+	// secret, see NewWebhookSecret; a webhook needs it or Secrets); for
+	// ntfy it is an access token sent as a bearer token (optional). Slack
+	// takes none: its URL is the secret.
 	Secret string `yaml:"secret,omitempty" json:"secret,omitempty"`
+	// Secrets are a webhook's signing secrets besides Secret: every one
+	// signs each delivery, so a receiver verifies with any of them, and a
+	// secret is rotated by adding the new one, moving the receiver to it,
+	// and removing the old.
+	Secrets []string `yaml:"secrets,omitempty" json:"secrets,omitempty"`
+	// LegacySignature adds to a webhook's deliveries the headers toolgate
+	// signed with before Standard Webhooks (X-Toolgate-Signature and
+	// X-Toolgate-Timestamp), keyed with the bytes of the first secret, for
+	// receivers not yet moved. Deprecated: it goes in the next release.
+	LegacySignature bool `yaml:"legacySignature,omitempty" json:"legacySignature,omitempty"`
 	// Topic is the ntfy topic (ntfy only, required there).
 	Topic string `yaml:"topic,omitempty" json:"topic,omitempty"`
 }

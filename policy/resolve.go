@@ -284,7 +284,11 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 	if len(chans) > maxChannels {
 		errs.add(path, "at most %d channels, got %d", maxChannels, len(chans))
 	}
-	seen := map[Channel]int{}
+	type where struct {
+		t          ChannelType
+		url, topic string
+	}
+	seen := map[where]int{}
 	for i, c := range chans {
 		at := func(field string) string { return fmt.Sprintf("%s[%d].%s", path, i, field) }
 		if !c.Type.Valid() {
@@ -311,8 +315,8 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 			errs.add(at("topic"), "only ntfy channels have a topic")
 		}
 		switch {
-		case c.Type == ChannelWebhook && c.Secret == "":
-			errs.add(at("secret"), "required for a webhook: deliveries are signed with it (X-Toolgate-Signature)")
+		case c.Type == ChannelWebhook && c.Secret == "" && len(c.Secrets) == 0:
+			errs.add(at("secret"), "required for a webhook (or secrets, a list): deliveries are signed with it (webhook-signature)")
 		case c.Type == ChannelSlack && c.Secret != "":
 			errs.add(at("secret"), "a Slack incoming webhook takes no secret: its url is the secret")
 		case c.Secret == RedactedValue:
@@ -324,7 +328,8 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 		case len(c.Secret) > maxSecretLen:
 			errs.add(at("secret"), "at most %d bytes, got %d", maxSecretLen, len(c.Secret))
 		}
-		key := Channel{Type: c.Type, URL: c.URL, Topic: c.Topic}
+		checkWebhook(errs, at, c)
+		key := where{c.Type, c.URL, c.Topic}
 		if j, ok := seen[key]; ok {
 			errs.add(fmt.Sprintf("%s[%d]", path, i), "the same channel as %s[%d]", path, j)
 		} else {
@@ -424,6 +429,9 @@ func (p *Policy) clone() Policy {
 	c.PermissionMode = clonePtr(p.PermissionMode)
 	c.DisableBypassPermissionsMode = clonePtr(p.DisableBypassPermissionsMode)
 	c.Notify = slices.Clone(p.Notify)
+	for i := range c.Notify {
+		c.Notify[i].Secrets = slices.Clone(c.Notify[i].Secrets)
+	}
 	c.InboxURL = clonePtr(p.InboxURL)
 	return c
 }

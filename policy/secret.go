@@ -124,9 +124,10 @@ func readSecretFile(path string) (string, error) {
 	return v, nil
 }
 
-// ResolveChannel returns c with its URL and Secret resolved (ResolveSecret)
-// and checked as Validate checks ones given in the document: a reference
-// that leads to a URL that is not one, or to a secret too long, is an
+// ResolveChannel returns c with its URL, Secret and Secrets resolved
+// (ResolveSecret) and checked as Validate checks ones given in the
+// document: a reference that leads to a URL that is not one, to a secret
+// too long, or to a webhook's whsec_ secret with a malformed key, is an
 // error. Errors name the field and the reference, never the value.
 func ResolveChannel(c Channel) (Channel, error) {
 	var err error
@@ -144,6 +145,29 @@ func ResolveChannel(c Channel) (Channel, error) {
 	}
 	if IsSecretRef(c.Secret) && len(r.Secret) > maxSecretLen {
 		return Channel{}, fmt.Errorf("secret: policy: secret %s: at most %d bytes, got %d", c.Secret, maxSecretLen, len(r.Secret))
+	}
+	if IsSecretRef(c.Secret) && c.Type == ChannelWebhook {
+		if err := resolveWebhookKey(c.Secret, r.Secret); err != nil {
+			return Channel{}, fmt.Errorf("secret: %w", err)
+		}
+	}
+	if c.Secrets != nil {
+		// A new list: c's is the policy's, shared with every reader.
+		r.Secrets = make([]string, len(c.Secrets))
+	}
+	for i, s := range c.Secrets {
+		if r.Secrets[i], err = ResolveSecret(s); err != nil {
+			return Channel{}, fmt.Errorf("secrets[%d]: %w", i, err)
+		}
+		if !IsSecretRef(s) {
+			continue
+		}
+		if len(r.Secrets[i]) > maxSecretLen {
+			return Channel{}, fmt.Errorf("secrets[%d]: policy: secret %s: at most %d bytes, got %d", i, s, maxSecretLen, len(r.Secrets[i]))
+		}
+		if err := resolveWebhookKey(s, r.Secrets[i]); err != nil {
+			return Channel{}, fmt.Errorf("secrets[%d]: %w", i, err)
+		}
 	}
 	return r, nil
 }
@@ -169,6 +193,11 @@ func Redacted(d *Document) *Document {
 			ch := &p.Notify[i]
 			if ch.Secret != "" && !IsSecretRef(ch.Secret) {
 				ch.Secret = RedactedValue
+			}
+			for j, s := range ch.Secrets {
+				if s != "" && !IsSecretRef(s) {
+					ch.Secrets[j] = RedactedValue
+				}
 			}
 			if secretURL(ch.Type) && ch.URL != "" && !IsSecretRef(ch.URL) {
 				ch.URL = RedactedValue

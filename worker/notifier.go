@@ -106,7 +106,8 @@ func (f NotificationCounterFunc) Notification(channel, result string) { f(channe
 // drained while any Notifier runs.
 //
 // What each channel gets: a webhook, the wire.Event envelope exactly as
-// published on TOOL_EVENTS, signed (see HeaderSignature); Slack, a card
+// published on TOOL_EVENTS, signed as Standard Webhooks sign (see
+// HeaderWebhookSignature) with each of its secrets; Slack, a card
 // (blocks, with text as the fallback) naming the tool, the policy's
 // one-line description, caller, conversation, estimated cost and deadline,
 // with Approve and Reject buttons linking to <inboxUrl>/#/calls/<pendingId>
@@ -120,7 +121,7 @@ func (f NotificationCounterFunc) Notification(channel, result string) { f(channe
 // the stream's history. Restarted, it goes on where it stopped.
 //
 // A delivery is made at least once: an attempt whose response is lost is
-// tried again, so a webhook receiver de-duplicates by X-Toolgate-Delivery.
+// tried again, so a webhook receiver de-duplicates by webhook-id.
 // Retries may reorder a channel's messages (a decision overtaking the
 // request whose first attempt failed).
 type Notifier struct {

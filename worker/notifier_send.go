@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -23,26 +24,65 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// Headers of a generic webhook delivery.
+// Headers of a generic webhook delivery: Standard Webhooks' three
+// (https://www.standardwebhooks.com), which its libraries verify, and
+// toolgate's own.
 const (
-	// HeaderSignature is "sha256=" and the hex HMAC-SHA256, keyed with the
-	// channel's secret, of the timestamp header's value, a ".", and the
-	// body: SignWebhook. Signing the timestamp lets a receiver refuse a
-	// replayed delivery (VerifyWebhook).
-	HeaderSignature = "X-Toolgate-Signature"
-	// HeaderTimestamp is when this attempt was made, in Unix seconds.
-	HeaderTimestamp = "X-Toolgate-Timestamp"
-	// HeaderDelivery is the event's id (<pendingId>:<revision>), the same
-	// on every attempt: a receiver de-duplicates by it.
+	// HeaderWebhookID is the delivery's id: the event's, <pendingId>:<revision>,
+	// the same on every attempt, so a receiver de-duplicates by it.
+	HeaderWebhookID = "webhook-id"
+	// HeaderWebhookTimestamp is when this attempt was made, in Unix
+	// seconds. It is signed, so a receiver refuses a delivery replayed
+	// later than its tolerance (the libraries': five minutes either way).
+	HeaderWebhookTimestamp = "webhook-timestamp"
+	// HeaderWebhookSignature is "v1," and the base64 HMAC-SHA256 of
+	// "<webhook-id>.<webhook-timestamp>.<body>", one per signing secret of
+	// the channel, space-separated: SignWebhook. A receiver accepts a
+	// delivery one of whose signatures its secret makes, so during a
+	// rotation the old secret and the new both verify.
+	HeaderWebhookSignature = "webhook-signature"
+	// HeaderDelivery is the webhook-id again, under the name toolgate gave
+	// it first.
 	HeaderDelivery = "X-Toolgate-Delivery"
 	// HeaderEvent is the event's subject, e.g. tool.approval_required.
 	HeaderEvent = "X-Toolgate-Event"
+
+	// HeaderSignature is the signature of deliveries before Standard
+	// Webhooks, sent only to a channel with legacySignature: "sha256=" and
+	// the hex HMAC-SHA256, keyed with the bytes of the channel's first
+	// secret (whsec_ or not), of HeaderTimestamp's value, a ".", and the
+	// body (SignLegacyWebhook).
+	//
+	// Deprecated: it goes in the next release; verify webhook-signature.
+	HeaderSignature = "X-Toolgate-Signature"
+	// HeaderTimestamp is the webhook-timestamp again, signed by
+	// HeaderSignature; sent only with it.
+	//
+	// Deprecated: it goes with HeaderSignature.
+	HeaderTimestamp = "X-Toolgate-Timestamp"
 )
 
-// SignWebhook returns the X-Toolgate-Signature of a delivery whose
+// SignWebhook returns the webhook-signature of a delivery: for each key,
+// "v1," and the base64 HMAC-SHA256, keyed with it, of id + "." +
+// timestamp + "." + body, the signatures separated by spaces. A key is
+// what policy.WebhookKey makes of a secret.
+func SignWebhook(keys [][]byte, id string, timestamp int64, body []byte) string {
+	sigs := make([]string, len(keys))
+	for i, k := range keys {
+		mac := hmac.New(sha256.New, k)
+		mac.Write([]byte(id + "." + strconv.FormatInt(timestamp, 10) + "."))
+		mac.Write(body)
+		sigs[i] = "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	}
+	return strings.Join(sigs, " ")
+}
+
+// SignLegacyWebhook returns the X-Toolgate-Signature of a delivery whose
 // X-Toolgate-Timestamp is timestamp: "sha256=" and the hex HMAC-SHA256,
 // keyed with secret, of timestamp + "." + body.
-func SignWebhook(secret, timestamp string, body []byte) string {
+//
+// Deprecated: the header goes in the next release; see SignWebhook.
+func SignLegacyWebhook(secret, timestamp string, body []byte) string {
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write([]byte(timestamp))
 	mac.Write([]byte{'.'})
@@ -50,10 +90,13 @@ func SignWebhook(secret, timestamp string, body []byte) string {
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
-// VerifyWebhook checks a delivery as its receiver should: the signature
-// over the timestamp and the raw body, and, when tolerance is positive,
-// that the timestamp is within tolerance of now.
-func VerifyWebhook(secret string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+// VerifyLegacyWebhook checks a delivery's X-Toolgate-Signature as its
+// receiver should: the signature over the timestamp and the raw body,
+// and, when tolerance is positive, that the timestamp is within tolerance
+// of now.
+//
+// Deprecated: verify webhook-signature with a Standard Webhooks library.
+func VerifyLegacyWebhook(secret string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
 	ts := h.Get(HeaderTimestamp)
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
@@ -62,7 +105,7 @@ func VerifyWebhook(secret string, h http.Header, body []byte, now time.Time, tol
 	if d := now.Sub(time.Unix(sec, 0)); tolerance > 0 && (d > tolerance || d < -tolerance) {
 		return fmt.Errorf("%s: %s off now, more than %s", HeaderTimestamp, d.Round(time.Second), tolerance)
 	}
-	if !hmac.Equal([]byte(h.Get(HeaderSignature)), []byte(SignWebhook(secret, ts, body))) {
+	if !hmac.Equal([]byte(h.Get(HeaderSignature)), []byte(SignLegacyWebhook(secret, ts, body))) {
 		return fmt.Errorf("%s: does not match", HeaderSignature)
 	}
 	return nil
@@ -136,18 +179,37 @@ func (n *Notifier) send(ctx context.Context, ch policy.Channel, inbox string, ev
 }
 
 // webhookRequest POSTs the wire.Event envelope, as published on
-// TOOL_EVENTS, signed.
+// TOOL_EVENTS, signed with every secret of the channel (resolved).
 func (n *Notifier) webhookRequest(ctx context.Context, ch policy.Channel, ev *wire.Event, raw []byte) (*http.Request, error) {
+	secrets := ch.SigningSecrets()
+	if len(secrets) == 0 {
+		return nil, errors.New("a webhook without a secret") // Validate refuses one
+	}
+	keys := make([][]byte, len(secrets))
+	for i, s := range secrets {
+		k, err := policy.WebhookKey(s)
+		if err != nil {
+			return nil, fmt.Errorf("secret: %w", err) // Validate and ResolveChannel refuse one
+		}
+		keys[i] = k
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ch.URL, bytes.NewReader(raw))
 	if err != nil {
 		return nil, errors.New("bad webhook URL")
 	}
-	ts := strconv.FormatInt(n.now().Unix(), 10)
+	// The attempt's time, not the event's: a retry an hour later is no
+	// replay, and a receiver's tolerance must not refuse it.
+	ts := n.now().Unix()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderEvent, ev.Type)
 	req.Header.Set(HeaderDelivery, ev.ID)
-	req.Header.Set(HeaderTimestamp, ts)
-	req.Header.Set(HeaderSignature, SignWebhook(ch.Secret, ts, raw))
+	req.Header.Set(HeaderWebhookID, ev.ID)
+	req.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(HeaderWebhookSignature, SignWebhook(keys, ev.ID, ts, raw))
+	if ch.LegacySignature {
+		req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+		req.Header.Set(HeaderSignature, SignLegacyWebhook(secrets[0], strconv.FormatInt(ts, 10), raw))
+	}
 	return req, nil
 }
 

@@ -59,6 +59,7 @@ Usage:
                            print, replace or check the policy
   toolgate creds add|list|revoke|init|nats-config
                            issue, list and revoke NATS credentials (see docs/security.md)
+  toolgate webhook-secret  print a new webhook signing secret (whsec_…, Standard Webhooks)
   toolgate budget [--team T]
                            each team's reserved and spent cost per day, and its limit
   toolgate stats [--json]  approval analytics per tool, team, approver and hour,
