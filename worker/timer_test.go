@@ -334,13 +334,14 @@ func TestTimer_RenewedLeaseReschedules(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
 	startTimer(t, env)
-	const lease = 800 * time.Millisecond
+	const lease = 2 * time.Second
 	e := claimed(t, env, "renewed", 3, lease)
 	m := machine.New(env.Store)
 
 	// Heartbeats publish no event: the timer learns of each renewal only
-	// by reading the entry when the lease it knew of runs out. Every
-	// 100ms, a lease of 800ms never runs out, however slow the machine.
+	// by reading the entry when the lease it knew of runs out. Renewed
+	// every 100ms, a lease of 2s runs out only if a heartbeat stalls for
+	// 2s (at load 9 on two cores one took more than 800ms).
 	var last *machine.Entry
 	for end := time.Now().Add(2 * lease); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		var err error
