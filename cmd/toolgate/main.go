@@ -64,6 +64,9 @@ Usage:
                            each team's reserved and spent cost per day, and its limit
   toolgate stats [--json]  approval analytics per tool, team, approver and hour,
                            with recommended policy changes
+  toolgate bench [--embedded]
+                           lifecycles per second and latencies, against the raw KV
+                           compare-and-set rate (docs/performance.md)
   toolgate analytics rebuild
                            re-derive the analytics from the start of TOOL_EVENTS
 

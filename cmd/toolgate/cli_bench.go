@@ -1,0 +1,454 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/server"
+)
+
+func init() { cliVerbs["bench"] = cliBench }
+
+// The tools the bench's calls name: the policy must ask a human about the
+// first and run the second at once (an embedded toolgate's does).
+const (
+	benchApprovalTool = "bench_approval"
+	benchAutoTool     = "bench_auto"
+	benchPolicy       = "default:\n  requiresApprovalTools: [" + benchApprovalTool + "]\n  approvalTimeoutMs: 600000\n"
+)
+
+// benchReport is what `toolgate bench` measured.
+type benchReport struct {
+	Agents int    `json:"agents"`
+	Calls  int    `json:"calls"` // lifecycles a path
+	Target string `json:"target"`
+	// CASPerSec is the raw KV compare-and-set rate of the same server, in
+	// the same run, by as many writers as agents: the baseline.
+	CASPerSec float64      `json:"casPerSec"`
+	Paths     []benchPath  `json:"paths"`
+	Host      benchHostEnv `json:"host"`
+}
+
+type benchHostEnv struct {
+	CPUs int    `json:"cpus"`
+	Load string `json:"load,omitempty"` // /proc/loadavg at the start
+}
+
+// benchPath is one kind of lifecycle's figures.
+type benchPath struct {
+	Name          string  `json:"name"` // approval, auto
+	PerSec        float64 `json:"lifecyclesPerSec"`
+	Ratio         float64 `json:"ratioToCAS"` // PerSec / CASPerSec
+	SubmitResult  pcts    `json:"submitToResultMs"`
+	DecideHandler *pcts   `json:"decisionToHandlerMs,omitempty"`
+	// CPUMs is the CPU time per lifecycle of the process measured: this
+	// one with --embedded (toolgate and the bench's clients), serve's
+	// with --serve-pid; 0 when neither.
+	CPUMs float64 `json:"cpuMsPerLifecycle,omitempty"`
+}
+
+type pcts struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func cliBench(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("bench", "bench [--embedded] [--agents N] [--calls N] [--path approval|auto|both] [--json]",
+		"Measure toolgate: lifecycles per second and their latencies, against the raw KV\n"+
+			"compare-and-set rate of the same server measured in the same run (the ratio is the\n"+
+			"figure comparable across machines). An approval lifecycle is an agent submitting a\n"+
+			"call of "+benchApprovalTool+", an approver approving it, an executor running a handler that\n"+
+			"does nothing and the agent getting the result; an auto-run one is the same for\n"+
+			benchAutoTool+", which the policy runs without asking. Each party holds its role's credential.\n\n"+
+			"With --embedded, a toolgate of its own in a temporary directory. Otherwise the\n"+
+			"toolgate at --nats, whose --data holds the role credentials (run it where serve\n"+
+			"runs), and whose policy must ask about "+benchApprovalTool+" and run "+benchAutoTool+":\n\n"+
+			"  "+strings.ReplaceAll(benchPolicy, "\n", "\n  "), out)
+	c.connFlags()
+	embedded := c.fs.Bool("embedded", false, "measure a toolgate of the bench's own, with its policy")
+	agents := c.fs.Int("agents", 32, "agents submitting at once (and CAS writers)")
+	calls := c.fs.Int("calls", 2000, "lifecycles a path")
+	path := c.fs.String("path", "both", "approval, auto or both")
+	servePID := c.fs.Int("serve-pid", 0, "process ID of a toolgate serve on this machine, whose CPU time to report per lifecycle")
+	asJSON := c.fs.Bool("json", false, "print the report as JSON")
+	if _, err := c.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	var paths []string
+	switch *path {
+	case "both":
+		paths = []string{"approval", "auto"}
+	case "approval", "auto":
+		paths = []string{*path}
+	default:
+		return c.usagef("--path: approval, auto or both, got %q", *path)
+	}
+	if *agents < 1 || *calls < 1 {
+		return c.usagef("--agents and --calls: at least 1")
+	}
+
+	cfg, data := c.conn, c.data
+	cpu := func() time.Duration { return 0 }
+	target := cfg.URLs
+	if *embedded {
+		m, stop, err := startBenchToolgate(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		cfg = bus.ConnConfig{URLs: m.NATSURL()}
+		data, target = m.Config.Data, "embedded"
+		cpu = selfCPU
+	} else if *servePID > 0 {
+		cpu = func() time.Duration { return processCPU(*servePID) }
+	}
+	b, err := newBench(cfg, data)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	report, err := b.run(ctx, *agents, *calls, paths, cpu)
+	if err != nil {
+		return err
+	}
+	report.Target = target
+	if *asJSON {
+		enc := json.NewEncoder(out.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(report)
+	}
+	report.print(out.stdout)
+	return nil
+}
+
+// startBenchToolgate runs a toolgate of the bench's own: an embedded
+// server in a temporary directory, the bench's policy, the roles a
+// lifecycle needs (the bench hosts the executor).
+func startBenchToolgate(ctx context.Context) (*server.Main, func(), error) {
+	dir, err := os.MkdirTemp("", "toolgate-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := server.DefaultConfig()
+	cfg.Data, cfg.Listen, cfg.HTTP = filepath.Join(dir, "data"), "127.0.0.1:-1", ""
+	cfg.Roles = server.Roles{"relay", "intake", "timer"}
+	cfg.PolicyFile = filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(cfg.PolicyFile, []byte(benchPolicy), 0o600); err != nil {
+		return nil, nil, err
+	}
+	m := &server.Main{Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: version}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	stop := func() { cancel(); <-done; os.RemoveAll(dir) }
+	select {
+	case <-m.Ready():
+		return m, stop, nil
+	case err := <-done:
+		os.RemoveAll(dir)
+		cancel()
+		return nil, nil, fmt.Errorf("embedded toolgate: %w", err)
+	}
+}
+
+// bench holds a connection per party, each with its role's credential.
+type bench struct {
+	conns                     []*nats.Conn
+	agent, approver, executor *client.Client
+	js                        jetstream.JetStream // toolgate's own, for the CAS baseline
+}
+
+func newBench(cfg bus.ConnConfig, data string) (*bench, error) {
+	b := &bench{}
+	connect := func(role string) (*nats.Conn, error) {
+		cc := cfg
+		cc.Name = "toolgate bench " + role
+		creds := server.CredsPath(data, role)
+		var opts []nats.Option
+		if _, err := os.Stat(creds); err == nil {
+			if opts, err = client.Credentials(creds); err != nil {
+				return nil, err
+			}
+		} else if cfg.CredsFile == "" && cfg.User == "" && cfg.Token == "" {
+			return nil, fmt.Errorf("bench: no %s credential at %s: run the bench where toolgate serves, or give its --data", role, creds)
+		}
+		nc, err := bus.Connect(cc, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s: %w", role, err)
+		}
+		b.conns = append(b.conns, nc)
+		return nc, nil
+	}
+	for _, p := range []struct {
+		role string
+		dst  **client.Client
+	}{{"agent", &b.agent}, {"approver", &b.approver}, {"executor", &b.executor}} {
+		nc, err := connect(p.role)
+		if err != nil {
+			b.close()
+			return nil, err
+		}
+		if *p.dst, err = client.New(nc); err != nil {
+			b.close()
+			return nil, err
+		}
+	}
+	nc, err := connect("toolgate")
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	if b.js, err = jetstream.New(nc); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bench) close() {
+	for _, nc := range b.conns {
+		nc.Close()
+	}
+}
+
+// run measures CAS, then each path, then CAS again, so that a server
+// speeding up or slowing down weighs on both sides alike.
+func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu func() time.Duration) (*benchReport, error) {
+	r := &benchReport{Agents: agents, Calls: calls, Host: benchHost()}
+	bucket := "bench_cas_" + randomHex(4)
+	kv, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, fmt.Errorf("bench: the CAS baseline's bucket: %w", err)
+	}
+	defer b.js.DeleteKeyValue(context.WithoutCancel(ctx), bucket) //nolint:errcheck // a leftover bucket is harmless
+
+	x, err := b.executor.NewExecutor(client.ExecutorOptions{Concurrency: agents, ID: "bench-" + randomHex(3)})
+	if err != nil {
+		return nil, err
+	}
+	var started sync.Map // pending ID: time the handler started
+	handler := func(_ context.Context, call client.Call) (client.Result, error) {
+		started.Store(call.PendingID, time.Now())
+		return client.Result{Output: json.RawMessage(`true`)}, nil
+	}
+	x.Handle(benchApprovalTool, handler)
+	x.Handle(benchAutoTool, handler)
+	xctx, stopExecutor := context.WithCancel(ctx)
+	var xdone sync.WaitGroup
+	xdone.Go(func() { _ = x.Run(xctx) })
+	defer func() { stopExecutor(); xdone.Wait() }()
+
+	cas1, err := runBenchCAS(ctx, kv, agents, calls)
+	if err != nil {
+		return nil, err
+	}
+	run := "b" + randomHex(4)
+	for _, p := range paths {
+		before := cpu()
+		res, err := b.lifecycles(ctx, run+"-"+p, p, agents, calls, &started)
+		if err != nil {
+			return nil, err
+		}
+		if spent := cpu() - before; spent > 0 {
+			res.CPUMs = float64(spent.Microseconds()) / 1000 / float64(calls)
+		}
+		r.Paths = append(r.Paths, res)
+	}
+	cas2, err := runBenchCAS(ctx, kv, agents, calls)
+	if err != nil {
+		return nil, err
+	}
+	r.CASPerSec = float64(2*calls) / (cas1 + cas2).Seconds()
+	for i := range r.Paths {
+		r.Paths[i].Ratio = r.Paths[i].PerSec / r.CASPerSec
+	}
+	return r, nil
+}
+
+// runBenchCAS makes n compare-and-set updates by writers writers, each on
+// a key of its own, and says how long they took.
+func runBenchCAS(ctx context.Context, kv jetstream.KeyValue, writers, n int) (time.Duration, error) {
+	value := make([]byte, 600) // about an entry's size
+	var next atomic.Int64
+	errs := make(chan error, writers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range writers {
+		wg.Go(func() {
+			key := fmt.Sprint("k", w)
+			rev, err := kv.Put(ctx, key, value)
+			for err == nil && next.Add(1) <= int64(n) {
+				rev, err = kv.Update(ctx, key, value, rev)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return 0, fmt.Errorf("bench: CAS baseline: %w", err)
+		}
+	}
+	return took, nil
+}
+
+// lifecycles runs calls lifecycles of one path, agents at a time.
+func (b *bench) lifecycles(ctx context.Context, conversation, path string, agents, calls int, started *sync.Map) (benchPath, error) {
+	tool := benchAutoTool
+	if path == "approval" {
+		tool = benchApprovalTool
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	var submitResult, decideHandler []time.Duration
+	errs := make(chan error, agents)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range agents {
+		wg.Go(func() {
+			errs <- func() error {
+				for i := next.Add(1); i <= int64(calls); i = next.Add(1) {
+					t0 := time.Now()
+					e, err := b.agent.Submit(ctx, machine.Call{ToolCallID: fmt.Sprint("c", i), ToolName: tool, Arguments: json.RawMessage(`{}`), ConversationID: conversation})
+					if err != nil {
+						return err
+					}
+					if (e.Status == machine.StatePendingApproval) != (path == "approval") {
+						return fmt.Errorf("bench: a call of %s was %s: the policy in force must ask about %s and run %s (see toolgate bench --help)", tool, e.Status, benchApprovalTool, benchAutoTool)
+					}
+					var decided time.Time
+					if path == "approval" {
+						decided = time.Now()
+						if _, err := b.approver.Decide(ctx, e.PendingID, client.Decision{Approve: true, Reason: "bench"}); err != nil {
+							return err
+						}
+					}
+					if _, err := b.agent.Await(ctx, e.PendingID, client.UntilFinished()); err != nil {
+						return err
+					}
+					took := time.Since(t0)
+					mu.Lock()
+					submitResult = append(submitResult, took)
+					if v, ok := started.LoadAndDelete(e.PendingID); ok && !decided.IsZero() {
+						decideHandler = append(decideHandler, v.(time.Time).Sub(decided))
+					}
+					mu.Unlock()
+				}
+				return nil
+			}()
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return benchPath{}, err
+		}
+	}
+	p := benchPath{Name: path, PerSec: float64(calls) / took.Seconds(), SubmitResult: percentiles(submitResult)}
+	if path == "approval" {
+		dh := percentiles(decideHandler)
+		p.DecideHandler = &dh
+	}
+	return p, nil
+}
+
+func percentiles(ds []time.Duration) pcts {
+	if len(ds) == 0 {
+		return pcts{}
+	}
+	slices.Sort(ds)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return pcts{P50: ms(ds[len(ds)/2]), P99: ms(ds[len(ds)*99/100]), Max: ms(ds[len(ds)-1])}
+}
+
+func (r *benchReport) print(w io.Writer) {
+	fmt.Fprintf(w, "toolgate bench: %s, %d agents, %d lifecycles a path, %d CPUs, load %s\n\n", r.Target, r.Agents, r.Calls, r.Host.CPUs, r.Host.Load)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEASURE\tPER SEC\tRATIO TO CAS\tSUBMIT→RESULT p50/p99\tDECISION→HANDLER p50/p99\tCPU/LIFECYCLE")
+	fmt.Fprintf(tw, "raw KV compare-and-set\t%.0f\t1\t\t\t\n", r.CASPerSec)
+	for _, p := range r.Paths {
+		dh, cpu := "", ""
+		if p.DecideHandler != nil {
+			dh = fmt.Sprintf("%.1f / %.1f ms", p.DecideHandler.P50, p.DecideHandler.P99)
+		}
+		if p.CPUMs > 0 {
+			cpu = fmt.Sprintf("%.2f ms", p.CPUMs)
+		}
+		fmt.Fprintf(tw, "%s lifecycles\t%.0f\t1/%.0f\t%.1f / %.1f ms\t%s\t%s\n", p.Name, p.PerSec, 1/p.Ratio, p.SubmitResult.P50, p.SubmitResult.P99, dh, cpu)
+	}
+	tw.Flush()
+}
+
+func benchHost() benchHostEnv {
+	h := benchHostEnv{CPUs: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		h.Load = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	return h
+}
+
+// selfCPU is the CPU time this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// processCPU is the CPU time process pid has used, from /proc (0 where
+// there is none).
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces) in parentheses:
+	// utime and stime are the 14th and 15th of the line, in clock ticks.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0
+	}
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / ticks
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBench_EmbeddedReportsBothPathsAgainstCAS: a short bench of an
+// embedded toolgate measures each path and the CAS baseline, and the
+// ratios are the one divided by the other.
+func TestBench_EmbeddedReportsBothPathsAgainstCAS(t *testing.T) {
+	t.Parallel()
+	r := cliEnv(t, nil, "bench", "--embedded", "--agents", "4", "--calls", "20", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var report benchReport
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report), r.stdout)
+	assert.Equal(t, "embedded", report.Target)
+	require.Greater(t, report.CASPerSec, 0.0)
+	require.Len(t, report.Paths, 2)
+	for _, p := range report.Paths {
+		assert.Greater(t, p.PerSec, 0.0, p.Name)
+		assert.InDelta(t, p.PerSec/report.CASPerSec, p.Ratio, 1e-9, p.Name)
+		assert.Greater(t, p.SubmitResult.P50, 0.0, p.Name)
+		assert.GreaterOrEqual(t, p.SubmitResult.Max, p.SubmitResult.P99, p.Name)
+		assert.Greater(t, p.CPUMs, 0.0, "%s: the process's CPU per lifecycle", p.Name)
+	}
+	assert.Equal(t, "approval", report.Paths[0].Name)
+	require.NotNil(t, report.Paths[0].DecideHandler, "the approval path times decision to handler")
+	assert.Greater(t, report.Paths[0].DecideHandler.P50, 0.0)
+	assert.Nil(t, report.Paths[1].DecideHandler, "the auto path has no decision")
+}
+
+// TestBench_AToolgateWhosePolicyDoesNotAskSaysSo: against a running
+// toolgate, the bench needs a policy that asks about bench_approval; one
+// that does not is named, with the policy to give.
+func TestBench_AToolgateWhosePolicyDoesNotAskSaysSo(t *testing.T) {
+	t.Parallel()
+	url := startToolgate(t, "default: {requiresApprovalTools: none}\n")
+	r := cli(t, url, "bench", "--agents", "2", "--calls", "2", "--path", "approval")
+	assert.Equal(t, exitRefused, r.code, r.stdout)
+	assert.Contains(t, r.stderr, "the policy in force must ask about bench_approval and run bench_auto")
+
+	r = cli(t, url, "bench", "--path", "sideways")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, `--path: approval, auto or both, got "sideways"`)
+}
