@@ -32,11 +32,6 @@ const (
 	analystToken = "python-example-analyst-token"
 	tokens       = bot1Token + " bot1 approver\n" + bot2Token + " bot2 approver\n" + analystToken + " analyst viewer\n"
 
-	// Email and money ask a human; search runs at once.
-	policyDoc = `
-default:
-  requiresApprovalTools: [send_email, transfer_funds]
-`
 	rejectReason = "no money moves without a person"
 )
 
@@ -58,7 +53,10 @@ func TestPython_ApproverAndAnalyticsFollowTheContract(t *testing.T) {
 	python, err := exec.LookPath("python3")
 	require.NoError(t, err, "the Python examples' test needs python3 (apt-get install -y python3; .ci/run installs it)")
 
-	g := toolgatetest.Start(t, toolgatetest.Options{Tokens: tokens, Policy: policyDoc})
+	// The README's policy: email and money ask a person, search runs at once.
+	policy, err := os.ReadFile("policy.yaml")
+	require.NoError(t, err)
+	g := toolgatetest.Start(t, toolgatetest.Options{Tokens: tokens, Policy: string(policy)})
 	proxy := startProxy(t, strings.TrimPrefix(g.HTTPURL, "http://"))
 	ps := &processes{t: t, python: python}
 
