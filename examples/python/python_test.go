@@ -50,8 +50,7 @@ const wait = 60 * time.Second
 // and times to decide are the calls' own.
 func TestPython_ApproverAndAnalyticsFollowTheContract(t *testing.T) {
 	t.Parallel()
-	python, err := exec.LookPath("python3")
-	require.NoError(t, err, "the Python examples' test needs python3 (apt-get install -y python3; .ci/run installs it)")
+	python := interpreter(t)
 
 	// The README's policy: email and money ask a person, search runs at once.
 	policy, err := os.ReadFile("policy.yaml")
@@ -169,6 +168,20 @@ func TestPython_ApproverAndAnalyticsFollowTheContract(t *testing.T) {
 	for _, p := range approvers {
 		assert.Empty(t, p.matching(false, "failed"), "%s: no decision failed\n%s", p.name, ps.dump())
 	}
+}
+
+// interpreter is the python3 on PATH, resolved past a wrapper (pyenv's
+// shims are shell scripts that take seconds to start on a busy machine).
+// Its absence fails the test: CI installs it.
+func interpreter(t *testing.T) string {
+	path, err := exec.LookPath("python3")
+	require.NoError(t, err, "the Python examples' test needs python3 (apt-get install -y python3; .ci/run installs it)")
+	out, err := exec.Command(path, "-c", "import sys; print(sys.executable)").Output()
+	require.NoError(t, err, "%s -c 'import sys; print(sys.executable)'", path)
+	if exe := strings.TrimSpace(string(out)); exe != "" {
+		return exe
+	}
+	return path
 }
 
 // runRound submits a round's three calls as the agent, waits for each to
