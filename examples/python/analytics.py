@@ -116,8 +116,8 @@ class Analytics:
         self.by_type[kind] = self.by_type.get(kind, 0) + 1
         if kind in ("tool.approval_granted", "tool.approval_rejected"):
             approved = kind == "tool.approval_granted"
-            decided = entry.get("decisionTime") or envelope.get("at")
-            ms = decided - entry["requestedAt"]
+            decided = entry.get("decisionTime") or envelope.get("at") or 0
+            ms = max(decided - entry.get("requestedAt", decided), 0)
             t = self.decisions.setdefault(tool, Timing())
             t.add(ms, approved)
             actor = envelope.get("actor") or entry.get("approvedOrRejectedByUserId") or "?"

@@ -24,10 +24,14 @@ import fnmatch
 import os
 import signal
 import sys
+import time
 
 import toolgate
 
 PREFIX = "approver"
+
+# Pauses between attempts at a decision toolgate did not answer.
+RETRY_PAUSES = [0.2, 0.5, 1.0, 2.0]
 
 
 def parse_args(argv):
@@ -57,6 +61,7 @@ class Approver:
         self.verbose = verbose
         self.patterns = patterns
         self.reason = reason
+        self.me = None  # the token's user, from GET /v1/me
         # A call is decided once by this process, though it may appear
         # both in the list at start and in the stream after it.
         self.decided = toolgate.Seen()
@@ -74,30 +79,42 @@ class Approver:
         if not self.decided.add(pending_id):
             return
         approve, reason = self.rule(tool)
-        try:
-            self.client.decide(pending_id, approve, reason)
-        except toolgate.APIError as err:
-            now = err.entry or {}
-            if err.status == 409 and err.code == "expired":
-                say("expired %s (%s): %s" % (pending_id, tool, err.message))
-            elif err.status == 409:
-                say("already decided %s (%s): %s by %s" % (
-                    pending_id, tool, now.get("status", "?"), now.get("approvedOrRejectedByUserId") or "?"))
-            elif err.status in (403, 404):
-                # Not ours to decide (the policy names other approvers),
-                # or gone: nothing this process can do about it.
-                say("skipped %s (%s): %s" % (pending_id, tool, err))
-            else:
-                # Decided or not, the next event of this call will tell;
-                # let a later list (a restart) try again.
-                self.decided.keys.pop(pending_id, None)
-                toolgate.log(PREFIX, "deciding %s failed: %s" % (pending_id, err))
-            return
-        except OSError as err:
-            self.decided.keys.pop(pending_id, None)
-            toolgate.log(PREFIX, "deciding %s failed: %s" % (pending_id, err))
-            return
-        say("%s %s (%s): %s" % ("approved" if approve else "rejected", pending_id, tool, reason))
+        verb = "approved" if approve else "rejected"
+        # A decision toolgate did not answer (it restarts, a connection
+        # drops) is sent again a few times. One whose answer was lost may
+        # have landed: the next attempt's 409 then names this approver.
+        for attempt, pause in enumerate(RETRY_PAUSES + [None]):
+            try:
+                self.client.decide(pending_id, approve, reason)
+                say("%s %s (%s): %s" % (verb, pending_id, tool, reason))
+                return
+            except toolgate.APIError as err:
+                if err.status < 500:
+                    self.refused(err, pending_id, tool, verb, reason, attempt > 0)
+                    return
+                failure = err
+            except OSError as err:
+                failure = err
+            if pause is not None:
+                toolgate.log(PREFIX, "deciding %s: %s; again in %.1fs" % (pending_id, failure, pause))
+                time.sleep(pause)
+        # Still pending: a restart (its list of waiting calls) tries again.
+        self.decided.keys.pop(pending_id, None)
+        toolgate.log(PREFIX, "deciding %s failed: %s" % (pending_id, failure))
+
+    def refused(self, err, pending_id, tool, verb, reason, retried):
+        now = err.entry or {}
+        by = now.get("approvedOrRejectedByUserId") or "?"
+        if err.status == 409 and err.code == "expired":
+            say("expired %s (%s): %s" % (pending_id, tool, err.message))
+        elif err.status == 409 and retried and by == self.me:
+            say("%s %s (%s): %s (an earlier attempt landed)" % (verb, pending_id, tool, reason))
+        elif err.status == 409:
+            say("already decided %s (%s): %s by %s" % (pending_id, tool, now.get("status", "?"), by))
+        else:
+            # 403: the call's policy names other approvers; 404: gone.
+            # Nothing this process can do about either.
+            say("skipped %s (%s): %s" % (pending_id, tool, err))
 
     def on_event(self, ev):
         envelope = ev.data
@@ -125,6 +142,8 @@ def main(argv):
     # SIGTERM ends the process as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
+        approver.me = client.request("GET", "/v1/me").get("id")
+        toolgate.log(PREFIX, "deciding as %s" % approver.me)
         since = args.since
         if since is None:
             entries, since = client.pending()
@@ -134,7 +153,7 @@ def main(argv):
         for ev in toolgate.follow(client, since, PREFIX, args.idle_timeout):
             approver.on_event(ev)
     except (toolgate.APIError, OSError) as err:
-        toolgate.log(PREFIX, "listing pending calls from %s: %s" % (args.url, err))
+        toolgate.log(PREFIX, "%s: %s" % (args.url, err))
         return 1
     except toolgate.FatalStreamError as err:
         toolgate.log(PREFIX, str(err))

@@ -81,12 +81,22 @@ func TestPython_ApproverAndAnalyticsFollowTheContract(t *testing.T) {
 		ps.start("approver bot1", bot1Token, "approver.py", "--url", proxy.url, "--approve", "web_*,send_*", "--reason", rejectReason, "--verbose"),
 		ps.start("approver bot2", bot2Token, "approver.py", "--url", proxy.url, "--approve", "web_*", "--approve", "send_email", "--reason", rejectReason, "--verbose"),
 	}
+	// A token toolgate does not know stops an approver at once, saying so.
+	impostor := ps.start("impostor", "python-example-wrong-token", "approver.py", "--url", proxy.url, "--approve", "*")
 	all := append([]*process{analytics}, approvers...)
 	for _, p := range all {
 		ps.waitFor(p, "following the events", func(_, stderr []string) bool {
 			return count(stderr, "/v1/events after event 0") == 1
 		})
+		if p != analytics {
+			assert.Len(t, p.matching(false, "approver: deciding as "+p.user), 1, "%s knows who it is", p.name)
+		}
 	}
+
+	ps.waitFor(impostor, "exit", func([]string, []string) bool { return impostor.exited })
+	assert.Error(t, impostor.waitErr, "an approver with a wrong token exits non-zero")
+	assert.Len(t, impostor.matching(false, "401 unauthorized"), 1, ps.dump())
+	assert.Empty(t, impostor.lines(true), "it decided nothing")
 
 	var decided []*machine.Entry
 	for round := range rounds {
