@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -94,7 +95,7 @@ func TestPython_ApproverAndAnalyticsFollowTheContract(t *testing.T) {
 	}
 
 	ps.waitFor(impostor, "exit", func([]string, []string) bool { return impostor.exited })
-	assert.Error(t, impostor.waitErr, "an approver with a wrong token exits non-zero")
+	assert.Error(t, impostor.exitErr(), "an approver with a wrong token exits non-zero")
 	assert.Len(t, impostor.matching(false, "401 unauthorized"), 1, ps.dump())
 	assert.Empty(t, impostor.lines(true), "it decided nothing")
 
@@ -163,10 +164,11 @@ func TestPython_ApproverAndAnalyticsFollowTheContract(t *testing.T) {
 				ms = append(ms, e.DecisionTime-e.RequestedAt)
 			}
 		}
+		require.Len(t, ms, rounds, tool)
 		d := summary.Decisions[tool]
 		assert.Equal(t, rounds, d.Count, tool)
-		assert.Equal(t, min(ms[0], ms[1]), d.MinMs, tool)
-		assert.Equal(t, max(ms[0], ms[1]), d.MaxMs, tool)
+		assert.Equal(t, slices.Min(ms), d.MinMs, tool)
+		assert.Equal(t, slices.Max(ms), d.MaxMs, tool)
 	}
 	for _, e := range decided {
 		by[e.ApprovedOrRejectedByUserID]++
@@ -393,10 +395,14 @@ func (ps *processes) waitFor(p *process, what string, cond func(stdout, stderr [
 func (ps *processes) waitExit(p *process) {
 	ps.t.Helper()
 	ps.waitFor(p, "exit", func([]string, []string) bool { return p.exited })
+	require.NoError(ps.t, p.exitErr(), "%s\n%s", p.name, ps.dump())
+}
+
+// exitErr is how p ended (nil while it runs, or if it succeeded).
+func (p *process) exitErr() error {
 	p.mu.Lock()
-	err := p.waitErr
-	p.mu.Unlock()
-	require.NoError(ps.t, err, "%s\n%s", p.name, ps.dump())
+	defer p.mu.Unlock()
+	return p.waitErr
 }
 
 func (ps *processes) approvers() []*process {
