@@ -447,7 +447,19 @@ func TestAPI_Hardening(t *testing.T) {
 	status, body, hdr := raw("DELETE", "/v1/tool-calls/"+mine.PendingID, bearer("alice-token-000000001"))
 	assert.Equal(t, http.StatusMethodNotAllowed, status)
 	assert.Equal(t, "method_not_allowed", body.Error.Code)
-	assert.Equal(t, "GET", hdr.Get("Allow"))
+	assert.Equal(t, "GET, HEAD", hdr.Get("Allow"))
+	status, body, hdr = raw("POST", "/healthz", http.Header{"Content-Type": {"application/json"}})
+	assert.Equal(t, http.StatusMethodNotAllowed, status, "outside /v1/ too")
+	assert.Equal(t, "method_not_allowed", body.Error.Code)
+	assert.Equal(t, "GET, HEAD", hdr.Get("Allow"))
+	status, body, hdr = raw("PUT", "/style.css", http.Header{})
+	assert.Equal(t, http.StatusMethodNotAllowed, status, "the inbox's files are read only")
+	assert.Equal(t, "GET, HEAD", hdr.Get("Allow"))
+	for _, path := range []string{"/nothing-here.js", "/v1/tool-calls/", "/v1"} {
+		status, body, _ = raw("GET", path, http.Header{})
+		assert.Equal(t, http.StatusNotFound, status, path)
+		assert.Equal(t, "not_found", body.Error.Code, path)
+	}
 
 	// A sequence past the stream's end is refused, not a 500.
 	status, body, _ = raw("GET", "/v1/events?since=18446744073709551615", bearer("viewer-token-00000001"))

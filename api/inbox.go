@@ -4,10 +4,17 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 //go:embed web
 var webFiles embed.FS
+
+// inboxHas reports whether the inbox has a file (or a folder) at path.
+func inboxHas(path string) bool {
+	_, err := fs.Stat(webFiles, strings.TrimSuffix("web"+path, "/"))
+	return err == nil
+}
 
 // inbox serves the web inbox: plain HTML, CSS and JavaScript embedded in
 // the binary, nothing loaded from elsewhere.

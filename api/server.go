@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,6 +81,7 @@ var routes = []route{
 	{"GET", "/v1/budgets", []Role{RoleViewer, RoleApprover}, (*Server).budgets},
 	{"GET", "/v1/me", readers, (*Server).me},
 	{"GET", "/v1/openapi.json", nil, (*Server).openAPI},
+	{"GET", "/v1/schemas/event.json", nil, (*Server).eventSchema},
 	{"GET", "/healthz", nil, (*Server).healthz},
 	{"GET", "/readyz", nil, (*Server).readyz},
 	{"GET", "/metrics", nil, (*Server).metrics},
@@ -98,14 +100,14 @@ func New(cfg Config) *Server {
 }
 
 // pathMatches reports whether path fits a route's pattern, whose {name}
-// segments match any one segment.
+// segments match any one segment but an empty one, as the mux's do.
 func pathMatches(pattern, path string) bool {
 	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
 	if len(ps) != len(xs) {
 		return false
 	}
 	for i, p := range ps {
-		if !strings.HasPrefix(p, "{") && p != xs[i] {
+		if strings.HasPrefix(p, "{") && xs[i] == "" || !strings.HasPrefix(p, "{") && p != xs[i] {
 			return false
 		}
 	}
@@ -115,9 +117,10 @@ func pathMatches(pattern, path string) bool {
 // ServeHTTP implements http.Handler. A request whose Host header is not an
 // allowed host is refused with 421, whatever it asks for (the health
 // checks aside: a probe asks by the pod's address, and they tell nothing).
-// What no route of the API takes is refused in the API's one error shape,
-// not the mux's plain text (nor the inbox's page): 405 for a path that
-// takes other methods, else 404.
+// What neither a route of the API nor the inbox takes is refused in the
+// API's one error shape, not the mux's plain text (nor the inbox's page):
+// 405 for a path that takes other methods, else 404. The mux's redirects
+// of unclean paths ("/v1//x", "/a/../b") are left to it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.hosts.allows(r.Host) && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
 		host := r.Host
@@ -128,22 +131,53 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("this server does not answer to the host %q (allowed hosts: --allowed-hosts)", host)))
 		return
 	}
-	if strings.HasPrefix(r.URL.Path, "/v1/") {
-		if _, pattern := s.mux.Handler(r); pattern == "" || pattern == "GET /" {
-			s.unrouted(w, r)
-			return
-		}
+	_, pattern := s.mux.Handler(r)
+	if cleanPath(r.URL.Path) && (pattern == "" ||
+		// The inbox has the files, but none under the API's paths.
+		pattern == "GET /" && (strings.HasPrefix(r.URL.Path, "/v1/") || !inboxHas(r.URL.Path))) {
+		s.unrouted(w, r)
+		return
 	}
 	s.mux.ServeHTTP(w, r)
 }
 
-func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
+// cleanPath reports whether the mux takes p as it is, rather than
+// redirecting to its clean form.
+func cleanPath(p string) bool {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+// allowed lists the methods some route takes at path, as the Allow header
+// says them: a GET route answers HEAD too, as the mux has it.
+func allowed(p string) []string {
 	var allow []string
-	for _, rt := range routes {
-		if pathMatches(rt.path, r.URL.Path) && !slices.Contains(allow, rt.method) {
-			allow = append(allow, rt.method)
+	add := func(methods ...string) {
+		for _, m := range methods {
+			if !slices.Contains(allow, m) {
+				allow = append(allow, m)
+			}
 		}
 	}
+	for _, rt := range routes {
+		if pathMatches(rt.path, p) {
+			add(rt.method)
+			if rt.method == http.MethodGet {
+				add(http.MethodHead)
+			}
+		}
+	}
+	if len(allow) == 0 && !strings.HasPrefix(p, "/v1/") && inboxHas(p) {
+		add(http.MethodGet, http.MethodHead)
+	}
+	return allow
+}
+
+func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
+	allow := allowed(r.URL.Path)
 	if len(allow) == 0 {
 		writeError(w, s.cfg.Log, httpErr(http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path+" (see /v1/openapi.json)"))
 		return
@@ -530,6 +564,13 @@ var openAPIDoc []byte
 func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request, _ User) error {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(openAPIDoc)
+	return nil
+}
+
+// eventSchema serves the events' JSON Schema (docs/events.md).
+func (s *Server) eventSchema(w http.ResponseWriter, _ *http.Request, _ User) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(wire.EventSchema)
 	return nil
 }
 
