@@ -72,6 +72,7 @@ type DecisionTokenView struct {
 	Approver  string
 	ExpiresAt time.Time
 	Used      bool
+	Expired   bool
 	// Entry is the call as its approver sees it (secrets masked).
 	Entry *machine.Entry
 }
@@ -89,7 +90,7 @@ func (s *Service) DecisionToken(ctx context.Context, token string) (DecisionToke
 	}
 	return DecisionTokenView{
 		Approve: t.Approve, Approver: t.Approver, ExpiresAt: time.UnixMilli(t.ExpiresAt), Used: t.UsedAt != 0,
-		Entry: s.shown(tokenActor(t), e),
+		Expired: s.now().UnixMilli() > t.ExpiresAt, Entry: s.shown(tokenActor(t), e),
 	}, nil
 }
 
