@@ -42,7 +42,13 @@ type Config struct {
 	// CheckAllowedHosts for the forms; DefaultAllowedHosts for a listen
 	// address). nil: localhost, 127.0.0.1 and ::1.
 	AllowedHosts []string
-	Log          *slog.Logger
+	// SlackResponseURL reports whether toolgate may POST a click's answer
+	// to a Slack payload's response_url (nil: https://hooks.slack.com/
+	// only, so a signed payload cannot make toolgate call anywhere else).
+	SlackResponseURL func(*url.URL) bool
+	// HTTPClient sends those answers (nil: a client of its own).
+	HTTPClient *http.Client
+	Log        *slog.Logger
 }
 
 // Server is the HTTP API.
@@ -80,6 +86,9 @@ var routes = []route{
 	{"GET", "/v1/analytics", []Role{RoleViewer, RoleApprover}, (*Server).analytics},
 	{"GET", "/v1/budgets", []Role{RoleViewer, RoleApprover}, (*Server).budgets},
 	{"GET", "/v1/me", readers, (*Server).me},
+	{"POST", slackInteractionsPath, nil, (*Server).slackInteraction},
+	{"GET", "/v1/decision-tokens/{token}", nil, (*Server).showDecisionToken},
+	{"POST", "/v1/decision-tokens/{token}", nil, (*Server).redeemDecisionToken},
 	{"GET", "/v1/openapi.json", nil, (*Server).openAPI},
 	{"GET", "/v1/schemas/event.json", nil, (*Server).eventSchema},
 	{"GET", "/healthz", nil, (*Server).healthz},
@@ -194,7 +203,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		// credentials and no CORS check. Every POST here takes JSON, which
 		// no simple request may say it is, and a request a browser marks
 		// as coming from another origin is refused outright.
-		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		// Slack's form alone is taken, on its endpoint, where its signature
+		// is the credential and no browser can make one.
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); (err != nil || mt != "application/json") && rt.path != slackInteractionsPath {
 			writeError(w, s.cfg.Log, httpErr(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json"))
 			return
 		}

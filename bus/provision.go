@@ -37,6 +37,8 @@ type Buckets struct {
 	Budgets  jetstream.KeyValue
 	// Identities records the NATS credentials toolgate issued and revoked.
 	Identities jetstream.KeyValue
+	// DecisionTokens holds the one-time decision tokens (DecisionTokenStore).
+	DecisionTokens jetstream.KeyValue
 }
 
 // Provision creates or updates the buckets and streams toolgate needs. It
@@ -54,6 +56,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		{&b.Grants, jetstream.KeyValueConfig{Bucket: wire.GrantsBucket, Description: "toolgate session grants by conversation"}},
 		{&b.Budgets, jetstream.KeyValueConfig{Bucket: wire.BudgetsBucket, Description: "toolgate spending per team and day"}},
 		{&b.Identities, jetstream.KeyValueConfig{Bucket: wire.IdentitiesBucket, Description: "toolgate credentials issued and revoked, by public key", History: 8}},
+		// A token lives at most MaxDecisionTokenLife; a day more keeps a
+		// used one long enough to say it was used, not that it is unknown.
+		{&b.DecisionTokens, jetstream.KeyValueConfig{Bucket: wire.DecisionTokensBucket, Description: "toolgate one-time decision tokens, by SHA-256", TTL: MaxDecisionTokenLife + 24*time.Hour}},
 	} {
 		kv.cfg.Storage = jetstream.FileStorage
 		kv.cfg.Replicas = t.Replicas

@@ -56,6 +56,7 @@ type Service struct {
 	grants     *bus.GrantStore
 	budgets    *bus.BudgetLedger
 	identities *bus.IdentityStore
+	tokens     *bus.DecisionTokenStore
 	issue      Issuer
 	clock      func() time.Time
 	nc         *nats.Conn
@@ -101,6 +102,7 @@ func New(cfg Config) *Service {
 		grants:     grants,
 		budgets:    bus.NewBudgetLedger(cfg.Buckets.Budgets),
 		identities: bus.NewIdentityStore(cfg.Buckets.Identities),
+		tokens:     bus.NewDecisionTokenStore(cfg.Buckets.DecisionTokens),
 		issue:      cfg.Issue,
 		clock:      cfg.Clock,
 		nc:         cfg.NC,

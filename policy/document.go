@@ -115,6 +115,17 @@ type Channel struct {
 	LegacySignature bool `yaml:"legacySignature,omitempty" json:"legacySignature,omitempty"`
 	// Topic is the ntfy topic (ntfy only, required there).
 	Topic string `yaml:"topic,omitempty" json:"topic,omitempty"`
+	// Approver is the toolgate identity a webhook's or an ntfy channel's
+	// one-time decision links decide as. Without it, the channel's
+	// notifications carry no decision links.
+	Approver string `yaml:"approver,omitempty" json:"approver,omitempty"`
+	// SigningSecret is the Slack app's signing secret (Slack only): with
+	// it, the card's buttons decide in Slack, through toolgate's
+	// interactivity endpoint, as SlackUsers maps the clicking user.
+	SigningSecret string `yaml:"signingSecret,omitempty" json:"signingSecret,omitempty"`
+	// SlackUsers maps Slack user ids (U…, W…) to the toolgate identities
+	// they decide as (Slack only, with SigningSecret).
+	SlackUsers map[string]string `yaml:"slackUsers,omitempty" json:"slackUsers,omitempty"`
 }
 
 // ChannelType says how a Channel is spoken to.

@@ -329,6 +329,7 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 			errs.add(at("secret"), "at most %d bytes, got %d", maxSecretLen, len(c.Secret))
 		}
 		checkWebhook(errs, at, c)
+		checkDeciders(errs, at, c)
 		key := where{c.Type, c.URL, c.Topic}
 		if j, ok := seen[key]; ok {
 			errs.add(fmt.Sprintf("%s[%d]", path, i), "the same channel as %s[%d]", path, j)
@@ -431,6 +432,7 @@ func (p *Policy) clone() Policy {
 	c.Notify = slices.Clone(p.Notify)
 	for i := range c.Notify {
 		c.Notify[i].Secrets = slices.Clone(c.Notify[i].Secrets)
+		c.Notify[i].SlackUsers = maps.Clone(c.Notify[i].SlackUsers)
 	}
 	c.InboxURL = clonePtr(p.InboxURL)
 	return c

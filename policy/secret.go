@@ -151,6 +151,12 @@ func ResolveChannel(c Channel) (Channel, error) {
 			return Channel{}, fmt.Errorf("secret: %w", err)
 		}
 	}
+	if r.SigningSecret, err = ResolveSecret(c.SigningSecret); err != nil {
+		return Channel{}, fmt.Errorf("signingSecret: %w", err)
+	}
+	if IsSecretRef(c.SigningSecret) && len(r.SigningSecret) > maxSecretLen {
+		return Channel{}, fmt.Errorf("signingSecret: policy: secret %s: at most %d bytes, got %d", c.SigningSecret, maxSecretLen, len(r.SigningSecret))
+	}
 	if c.Secrets != nil {
 		// A new list: c's is the policy's, shared with every reader.
 		r.Secrets = make([]string, len(c.Secrets))
@@ -198,6 +204,9 @@ func Redacted(d *Document) *Document {
 				if s != "" && !IsSecretRef(s) {
 					ch.Secrets[j] = RedactedValue
 				}
+			}
+			if ch.SigningSecret != "" && !IsSecretRef(ch.SigningSecret) {
+				ch.SigningSecret = RedactedValue
 			}
 			if secretURL(ch.Type) && ch.URL != "" && !IsSecretRef(ch.URL) {
 				ch.URL = RedactedValue

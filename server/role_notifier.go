@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/worker"
 )
@@ -23,7 +24,11 @@ func runNotifier(ctx context.Context, d *deps, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	n := worker.NewNotifier(d.js, d.engine, mx, log)
+	issue := worker.DecisionTokenIssuerFunc(func(ctx context.Context, pendingID, approver string) (string, string, error) {
+		t, err := d.gate.IssueDecisionTokens(ctx, gate.System, pendingID, approver)
+		return t.Approve, t.Reject, err
+	})
+	n := worker.NewNotifier(d.js, d.engine, mx, log, worker.WithDecisionTokens(issue))
 	if slices.Contains(d.roles, "intake") {
 		return n.Run(ctx)
 	}

@@ -22,6 +22,9 @@ const (
 	BudgetsBucket  = "tool_budgets"  // spending per team and day
 	// IdentitiesBucket holds the credentials issued, by public key.
 	IdentitiesBucket = "tool_identities"
+	// DecisionTokensBucket holds the one-time decision tokens notifications
+	// carry, by the SHA-256 of the token.
+	DecisionTokensBucket = "tool_decision_tokens"
 )
 
 // Subjects of the events, one per public name in machine's transition

@@ -114,7 +114,10 @@ func (f NotificationCounterFunc) Notification(channel, result string) { f(channe
 // (?decision=approve or reject), and for a decision a short message
 // ("deploy approved by alice"), as an incoming webhook cannot edit what it
 // posted; ntfy, the same as a notification with Title, Tags, Priority,
-// Click and view Actions headers.
+// Click and view Actions headers. A Slack channel with its app's signing
+// secret gets buttons that decide in Slack instead of links (action ids
+// gate.SlackAction*, value the pendingId); a webhook or ntfy channel that
+// names an approver gets one-time decision links (WithDecisionTokens).
 //
 // The consumer on TOOL_EVENTS is created at the stream's end: a Notifier
 // started for the first time tells of what happens from then on, not of
@@ -137,6 +140,7 @@ type Notifier struct {
 	perChannel int
 	now        func() time.Time
 	ackWait    time.Duration
+	tokens     DecisionTokenIssuer
 
 	mu      sync.Mutex
 	stopped bool

@@ -135,14 +135,23 @@ func (n *Notifier) send(ctx context.Context, ch policy.Channel, inbox string, ev
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.timeout)
 	defer cancel()
+	links, err := n.decisionLinks(ctx, ch, inbox, ev)
+	if err != nil {
+		return &sendError{msg: err.Error()}
+	}
 	var req *http.Request
 	switch ch.Type {
 	case policy.ChannelWebhook:
 		req, err = n.webhookRequest(ctx, ch, ev, raw)
+		links.setHeaders(req)
 	case policy.ChannelSlack:
-		req, err = slackRequest(ctx, ch, newSummary(ev, inbox))
+		req, err = slackRequest(ctx, ch, newSummary(ev, inbox), ch.SigningSecret != "")
 	case policy.ChannelNtfy:
-		req, err = ntfyRequest(ctx, ch, newSummary(ev, inbox))
+		if links != nil {
+			req, err = ntfyJSONRequest(ctx, ch, newSummary(ev, inbox), links)
+		} else {
+			req, err = ntfyRequest(ctx, ch, newSummary(ev, inbox))
+		}
 	default:
 		return &sendError{msg: fmt.Sprintf("unknown channel type %q", ch.Type), permanent: true}
 	}
@@ -305,9 +314,10 @@ func (s summary) costText() string {
 // slackRequest posts to a Slack incoming webhook: blocks for the card and
 // text as the fallback (what notifications and old clients show).
 // Incoming webhooks cannot edit what they posted, so a decision is a
-// short message of its own.
-func slackRequest(ctx context.Context, ch policy.Channel, s summary) (*http.Request, error) {
-	body, err := json.Marshal(slackMessage(s))
+// short message of its own; a click on an interactive card's button
+// replaces the card (through Slack's response_url, see gate.SlackInteraction).
+func slackRequest(ctx context.Context, ch policy.Channel, s summary, interactive bool) (*http.Request, error) {
+	body, err := json.Marshal(slackMessage(s, interactive))
 	if err != nil {
 		return nil, err
 	}
@@ -339,6 +349,8 @@ type slackElement struct {
 	Style string     `json:"style,omitempty"`
 	// ActionID tells the buttons apart if the Slack app has interactivity on.
 	ActionID string `json:"action_id,omitempty"`
+	// Value is an interactive button's pendingId.
+	Value string `json:"value,omitempty"`
 }
 
 type slackPayload struct {
@@ -346,7 +358,10 @@ type slackPayload struct {
 	Blocks []slackBlock `json:"blocks"`
 }
 
-func slackMessage(s summary) slackPayload {
+// slackMessage is the message of s. An interactive card (a channel with
+// the Slack app's signing secret) has buttons that decide in Slack, each
+// carrying the call's pendingId; otherwise they link to the inbox.
+func slackMessage(s summary, interactive bool) slackPayload {
 	mrkdwn := func(t string) *slackText { return &slackText{Type: "mrkdwn", Text: clip(t, 3000)} }
 	if !s.waiting() {
 		line := "*" + slackEscape(s.headline) + "*"
@@ -384,7 +399,21 @@ func slackMessage(s summary) slackPayload {
 	}
 	text := fmt.Sprintf("%s: %s (caller %s, conversation %s, estimated cost %s, deadline %s)",
 		s.headline, s.description, s.caller, s.conversation, s.costText(), s.deadlineText())
-	if s.link != "" {
+	if interactive {
+		button := func(label, style, action string) slackElement {
+			return slackElement{Type: "button", Text: &slackText{Type: "plain_text", Text: label}, Style: style, ActionID: action, Value: s.pendingID}
+		}
+		elems := []slackElement{
+			button("Approve", "primary", "toolgate_approve"),
+			button("Approve for session", "", "toolgate_approve_session"),
+			button("Reject", "danger", "toolgate_reject"),
+		}
+		if s.link != "" {
+			elems = append(elems, slackElement{Type: "button", Text: &slackText{Type: "plain_text", Text: "Open in the inbox"}, URL: s.link, ActionID: "toolgate_view"})
+			text += " " + s.link
+		}
+		blocks = append(blocks, slackBlock{Type: "actions", Elements: elems})
+	} else if s.link != "" {
 		blocks = append(blocks, slackBlock{Type: "actions", Elements: []slackElement{
 			{Type: "button", Text: &slackText{Type: "plain_text", Text: "Approve"}, URL: s.approve, Style: "primary", ActionID: "toolgate_approve"},
 			{Type: "button", Text: &slackText{Type: "plain_text", Text: "Reject"}, URL: s.reject, Style: "danger", ActionID: "toolgate_reject"},
@@ -401,40 +430,16 @@ func slackEscape(s string) string {
 
 // ntfyRequest publishes to <url>/<topic>: the message in the body, the rest
 // in headers. Its actions are view actions, links to the inbox, where the
-// human signs in to decide: ntfy's http actions would have to carry a
-// toolgate token in every notification, so they are not used. A channel's
-// secret, if any, is sent as an ntfy access token.
+// human signs in to decide; a channel with an approver gets one-time
+// decision links instead (ntfyJSONRequest). A channel's secret, if any,
+// is sent as an ntfy access token.
 func ntfyRequest(ctx context.Context, ch policy.Channel, s summary) (*http.Request, error) {
-	var b strings.Builder
-	b.WriteString(s.description)
-	if s.reason != "" && !s.waiting() {
-		b.WriteString("\nReason: " + s.reason)
-	}
-	fmt.Fprintf(&b, "\nCaller: %s\nConversation: %s", s.caller, s.conversation)
-	if s.team != "" {
-		fmt.Fprintf(&b, "\nTeam: %s", s.team)
-	}
-	if s.waiting() {
-		fmt.Fprintf(&b, "\nEstimated cost: %s\nDeadline: %s", s.costText(), s.deadlineText())
-	}
 	u := strings.TrimRight(ch.URL, "/") + "/" + ch.Topic
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(b.String()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(ntfyMessage(s)))
 	if err != nil {
 		return nil, errors.New("bad ntfy URL")
 	}
-	tags, priority := "bell", "4"
-	switch s.event {
-	case machine.EventApprove:
-		tags, priority = "white_check_mark", "3"
-	case machine.EventReject:
-		tags, priority = "x", "3"
-	case machine.EventTimeout:
-		tags, priority = "hourglass", "3"
-	case machine.EventOverdue, machine.EventRemind:
-		tags = "hourglass"
-	case machine.EventCancel:
-		tags, priority = "no_entry_sign", "3"
-	}
+	tags, priority := ntfyTags(s)
 	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
 	req.Header.Set("Title", headerText(s.headline))
 	req.Header.Set("Tags", tags)
@@ -449,6 +454,41 @@ func ntfyRequest(ctx context.Context, ch policy.Channel, s summary) (*http.Reque
 		req.Header.Set("Authorization", "Bearer "+ch.Secret)
 	}
 	return req, nil
+}
+
+// ntfyMessage is an ntfy notification's body.
+func ntfyMessage(s summary) string {
+	var b strings.Builder
+	b.WriteString(s.description)
+	if s.reason != "" && !s.waiting() {
+		b.WriteString("\nReason: " + s.reason)
+	}
+	fmt.Fprintf(&b, "\nCaller: %s\nConversation: %s", s.caller, s.conversation)
+	if s.team != "" {
+		fmt.Fprintf(&b, "\nTeam: %s", s.team)
+	}
+	if s.waiting() {
+		fmt.Fprintf(&b, "\nEstimated cost: %s\nDeadline: %s", s.costText(), s.deadlineText())
+	}
+	return b.String()
+}
+
+// ntfyTags are an ntfy notification's tags (emoji) and priority.
+func ntfyTags(s summary) (tags, priority string) {
+	tags, priority = "bell", "4"
+	switch s.event {
+	case machine.EventApprove:
+		tags, priority = "white_check_mark", "3"
+	case machine.EventReject:
+		tags, priority = "x", "3"
+	case machine.EventTimeout:
+		tags, priority = "hourglass", "3"
+	case machine.EventOverdue, machine.EventRemind:
+		tags = "hourglass"
+	case machine.EventCancel:
+		tags, priority = "no_entry_sign", "3"
+	}
+	return tags, priority
 }
 
 // headerText makes s one header line: no line breaks, and RFC 2047 encoded
