@@ -55,19 +55,27 @@ func request[T any](t *testing.T, nc *nats.Conn, endpoint string, body any) (T, 
 func TestService_DiscoverableAsMicroService(t *testing.T) {
 	t.Parallel()
 	env, _ := startService(t)
-	msg, err := env.NC.Request("$SRV.INFO.toolgate", nil, 5*time.Second)
-	require.NoError(t, err)
-	var info micro.Info
-	require.NoError(t, json.Unmarshal(msg.Data, &info))
-	assert.Equal(t, "toolgate", info.Name)
-	var subjects []string
-	for _, e := range info.Endpoints {
-		subjects = append(subjects, e.Subject)
-	}
-	for _, ep := range []string{wire.EndpointSubmit, wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointCancel,
-		wire.EndpointCancelConversation, wire.EndpointStarted, wire.EndpointHeartbeat, wire.EndpointSucceeded, wire.EndpointFailed} {
-		assert.Contains(t, subjects, wire.APISubject(ep))
-	}
+	want := []string{wire.EndpointSubmit, wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointCancel,
+		wire.EndpointCancelConversation, wire.EndpointStarted, wire.EndpointHeartbeat, wire.EndpointSucceeded, wire.EndpointFailed}
+	// Every instance answers `nats micro info`, and lists every endpoint
+	// once it has added them all, a moment after it started answering.
+	var missing []string
+	require.Eventually(t, func() bool {
+		missing = nil
+		for _, info := range askAll[micro.Info](t, env.NC, "$SRV.INFO.toolgate") {
+			assert.Equal(t, "toolgate", info.Name)
+			subjects := map[string]bool{}
+			for _, e := range info.Endpoints {
+				subjects[e.Subject] = true
+			}
+			for _, ep := range want {
+				if !subjects[wire.APISubject(ep)] {
+					missing = append(missing, info.ID+": "+ep)
+				}
+			}
+		}
+		return len(missing) == 0
+	}, 10*time.Second, 10*time.Millisecond, "endpoints an instance does not list: %v", missing)
 }
 
 func TestService_SubmitDecideAndRefusals(t *testing.T) {
@@ -187,22 +195,22 @@ func TestService_ListAndCancelConversation(t *testing.T) {
 	assert.InDelta(t, 0.5, done.Cost, 1e-9)
 }
 
-// allStats asks every instance of the service on env's server for its
-// stats, and waits until all of them answered.
-func allStats(t *testing.T, nc *nats.Conn) []micro.Stats {
+// askAll asks every instance of the service on nc's server, and waits
+// until all of them answered.
+func askAll[T any](t *testing.T, nc *nats.Conn, subject string) []T {
 	t.Helper()
 	inbox := nats.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	require.NoError(t, err)
 	defer sub.Unsubscribe()
-	require.NoError(t, nc.PublishRequest("$SRV.STATS.toolgate", inbox, nil))
-	var all []micro.Stats
+	require.NoError(t, nc.PublishRequest(subject, inbox, nil))
+	var all []T
 	for len(all) < natsapi.Instances {
 		msg, err := sub.NextMsg(10 * time.Second)
-		require.NoError(t, err, "%d of %d instances answered", len(all), natsapi.Instances)
-		var s micro.Stats
-		require.NoError(t, json.Unmarshal(msg.Data, &s))
-		all = append(all, s)
+		require.NoError(t, err, "%d of %d instances answered %s", len(all), natsapi.Instances, subject)
+		var v T
+		require.NoError(t, json.Unmarshal(msg.Data, &v))
+		all = append(all, v)
 	}
 	return all
 }
@@ -219,7 +227,7 @@ func TestService_StatsCountRefusalsAndEndpointsNameTheirTypes(t *testing.T) {
 	require.NoError(t, err)
 
 	counts := map[string][2]int{} // endpoint: requests, errors
-	for _, s := range allStats(t, env.NC) {
+	for _, s := range askAll[micro.Stats](t, env.NC, "$SRV.STATS.toolgate") {
 		for _, e := range s.Endpoints {
 			c := counts[e.Subject]
 			counts[e.Subject] = [2]int{c[0] + e.NumRequests, c[1] + e.NumErrors}

@@ -254,12 +254,12 @@ func TestParse_AliasExpansionIsBounded(t *testing.T) {
 	for i := range 1000 {
 		fmt.Fprintf(&b, "  t%d: *p\n", i)
 	}
-	start := time.Now()
+	// Refused at the bound, not after building the million: how long that
+	// takes is for a benchmark, not a timed assertion.
 	_, err := Parse([]byte(b.String()))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, machine.ErrInvalid)
 	assert.Contains(t, err.Error(), "policy: malformed document: more than 100000 nodes")
-	assert.Less(t, time.Since(start), 2*time.Second)
 }
 
 // notifyDocument is the notify example of the design brief, with a team
