@@ -232,9 +232,11 @@ func openPage(t *testing.T, browser context.Context, url string) *page {
 	t.Helper()
 	tab, cancelTab := chromedp.NewContext(browser)
 	// The tab lives as long as the context of its first Run: open it
-	// without a deadline, then bound every step with one.
+	// without a deadline, then bound what the test does on it with one,
+	// long enough for a whole subtest under -race on a loaded machine
+	// (each wait has its own, shorter bound).
 	require.NoError(t, chromedp.Do(tab), "open a tab")
-	ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+	ctx, cancel := context.WithTimeout(tab, 90*time.Second)
 	p := &page{t: t, ctx: ctx}
 	// A strict CSP fails quietly: a refused inline style or script is only
 	// a console message. So is an uncaught exception. Either fails the test.
@@ -308,6 +310,29 @@ func (p *page) signIn(token string) {
 		chromedp.Click(chromedp.CSS(`#sign-in-form button[type=submit]`)),
 		chromedp.WaitVisible(chromedp.ID("app")),
 	)
+}
+
+// textOnce waits until the element sel names holds every one of wants,
+// and returns its text as it was then: one read, however often the page
+// draws it again meanwhile. A failed wait says what the element held.
+func (p *page) textOnce(sel string, wants ...string) string {
+	p.t.Helper()
+	js := fmt.Sprintf(`(() => { const el = document.querySelector(%s); const t = el ? el.textContent : ''; return %s.every((w) => t.includes(w)) ? t : '' })()`,
+		jsString(sel), jsStrings(wants))
+	got, err := chromedp.Run(p.ctx, chromedp.Poll[string](js, chromedp.WithPollingTimeout(15*time.Second)))
+	if err != nil {
+		// p.ctx may be what ran out: look with a moment of its own.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 5*time.Second)
+		last, _ := chromedp.Run(lctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%s) || {}).textContent || '(not there)'`, jsString(sel))))
+		cancel()
+		require.NoError(p.t, err, "waiting for %s to hold %q; it held %q", sel, wants, last)
+	}
+	return got
+}
+
+func jsStrings(s []string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
 // setField replaces a field's text as typing would, firing input.
@@ -426,8 +451,9 @@ func TestInbox(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS(row(push.PendingID)+` .timeline`)))
 		// The timeline loads after it opens: wait for its content, not
 		// its "Loading…".
-		p.until(`(document.querySelector('` + row(push.PendingID) + ` .row-details') || {}).textContent?.includes('Asked with') === true`)
-		timeline := p.text(row(push.PendingID) + ` .row-details`)
+		// A late event may draw the history again (and load the timeline
+		// again): read the timeline once it holds what it should.
+		timeline := p.textOnce(row(push.PendingID)+` .row-details`, "Asked with", "git push --dry-run", "approve")
 		assert.Contains(t, timeline, "approve")
 		assert.Contains(t, timeline, "git push --dry-run")
 		assert.Contains(t, timeline, "Asked with")

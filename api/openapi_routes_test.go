@@ -9,10 +9,12 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
@@ -41,10 +44,15 @@ default:
   rules:
     deny: ["web_search(forbidden *)"]
     allow: ["Bash(npm test:*)"]
+  notify:
+    - {type: slack, url: "https://hooks.slack.com/services/T/B/X", signingSecret: ` + specSlackSecret + `, slackUsers: {U0ALICE: alice}}
 teams:
   research:
     dailyCostLimit: 10
 `
+
+// specSlackSecret is the Slack app's signing secret specPolicy names.
+const specSlackSecret = "spec-slack-signing-secret-0001"
 
 const (
 	specAgent  = "agent-token-000000001"
@@ -94,6 +102,15 @@ type specCall struct {
 	// badRequest marks a request the document does not allow, sent to
 	// see the refusal: it is not validated, its answer is.
 	badRequest bool
+}
+
+// A decision link's page is HTML, which kin-openapi does not read by
+// itself: its body is checked as the string it is.
+func init() {
+	openapi3filter.RegisterBodyDecoder("text/html", func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+		b, err := io.ReadAll(body)
+		return string(b), err
+	})
 }
 
 var specOptions = &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true}
@@ -410,6 +427,31 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	require.NotEmpty(t, grants, "the session approval's grant")
 	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/grants/" + grants[0].ID + "/revoke", token: specAlice}, nil))
 	assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "POST", path: "/v1/grants/nope/revoke", token: specAlice}, nil))
+
+	// What a grant would cover, before granting.
+	previewed := submit(webSearch("c7", "q7"))
+	var preview wire.GrantPreview
+	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + previewed.PendingID + "/grant-preview?scope=session", token: specViewer}, &preview))
+	assert.Equal(t, "web_search", preview.ToolName)
+
+	// A one-time decision link, as a notification carries it: its page,
+	// then its redemption.
+	tokens, err := g.Service.IssueDecisionTokens(t.Context(), gate.System, previewed.PendingID, "alice")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/decision-tokens/" + tokens.Approve}, nil))
+	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/decision-tokens/" + tokens.Approve, body: []byte("{}")}, nil))
+
+	// A click on a Slack card, signed with the app's secret, by a user
+	// the policy does not map: answered (the user is told, privately).
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	payload, err := json.Marshal(map[string]any{"type": "block_actions", "user": map[string]string{"id": "U0NOBODY"},
+		"actions":      []map[string]string{{"action_id": gate.SlackActionApprove, "value": previewed.PendingID, "type": "button"}},
+		"response_url": "https://hooks.slack.com/actions/T/1/spec"})
+	require.NoError(t, err)
+	click := url.Values{"payload": {string(payload)}}.Encode()
+	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/integrations/slack/interactions", body: []byte(click),
+		contentType: "application/x-www-form-urlencoded",
+		header:      http.Header{"X-Slack-Request-Timestamp": {ts}, "X-Slack-Signature": {gate.SignSlack(specSlackSecret, ts, []byte(click))}}}, nil))
 
 	// The reference design's decision.
 	third := submit(webSearch("c4", "q4"))

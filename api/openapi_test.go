@@ -89,6 +89,7 @@ var (
 		"HistoryItem":             reflect.TypeFor[api.HistoryItem](),
 		"Page":                    reflect.TypeFor[api.Page](),
 		"Grant":                   reflect.TypeFor[wire.Grant](),
+		"GrantPreview":            reflect.TypeFor[wire.GrantPreview](),
 		"Budget":                  reflect.TypeFor[wire.Budget](),
 		"BudgetsReply":            reflect.TypeFor[wire.BudgetsReply](),
 		"DecideMatchingReply":     reflect.TypeFor[wire.DecideMatchingReply](),

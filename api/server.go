@@ -78,6 +78,7 @@ var routes = []route{
 	{"POST", "/v1/decisions", []Role{RoleApprover}, (*Server).decideMatching},
 	{"GET", "/v1/grants", []Role{RoleViewer, RoleApprover}, (*Server).grants},
 	{"POST", "/v1/grants/{id}/revoke", []Role{RoleApprover}, (*Server).revokeGrant},
+	{"GET", "/v1/tool-calls/{pendingId}/grant-preview", []Role{RoleViewer, RoleApprover}, (*Server).grantPreview},
 	{"POST", "/v1/respond", []Role{RoleApprover}, (*Server).respond},
 	{"POST", "/v1/tool-calls/{pendingId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancel},
 	{"POST", "/v1/conversations/{conversationId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancelConversation},
@@ -462,6 +463,18 @@ func (s *Server) revokeGrant(w http.ResponseWriter, r *http.Request, u User) err
 		return err
 	}
 	writeJSON(w, http.StatusOK, g)
+	return nil
+}
+
+// grantPreview says what an approval with ?scope=task|session|always
+// would grant: the tool and the pattern derived from the call.
+func (s *Server) grantPreview(w http.ResponseWriter, r *http.Request, u User) error {
+	p, err := s.cfg.Gate.GrantPreview(r.Context(), u, wire.GrantPreviewRequest{
+		PendingID: r.PathValue("pendingId"), Scope: machine.Scope(r.URL.Query().Get("scope"))})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, p)
 	return nil
 }
 

@@ -26,9 +26,10 @@ var Endpoints = map[wire.Role][]string{
 	wire.RoleApprover: {
 		wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointDecideMatching, wire.EndpointCancel, wire.EndpointCancelConversation,
 		wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
-		wire.EndpointGrantsList, wire.EndpointGrantsRevoke,
+		wire.EndpointGrantsList, wire.EndpointGrantsRevoke, wire.EndpointGrantsPreview,
 	},
-	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList},
+	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList,
+		wire.EndpointGrantsPreview},
 }
 
 // The work queue's JetStream API an executor uses to look up the

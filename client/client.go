@@ -91,6 +91,7 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 var repeatable = map[string]bool{
 	wire.EndpointSubmit: true, wire.EndpointGet: true, wire.EndpointList: true,
 	wire.EndpointBudgets: true, wire.EndpointPolicyGet: true, wire.EndpointDeniedTools: true,
+	wire.EndpointGrantsPreview: true,
 }
 
 // requestMsg is request, also returning the reply, for its headers. A
@@ -275,6 +276,17 @@ func (c *Client) Grants(ctx context.Context, conversationID string) ([]wire.Gran
 		return nil, err
 	}
 	return grants, nil
+}
+
+// GrantPreview says what an approval of pendingID with scope (task,
+// session or always) would grant: the tool and the pattern derived from
+// the call, and what bounds it. It changes nothing.
+func (c *Client) GrantPreview(ctx context.Context, pendingID string, scope machine.Scope) (*wire.GrantPreview, error) {
+	var p wire.GrantPreview
+	if err := c.request(ctx, wire.EndpointGrantsPreview, wire.GrantPreviewRequest{PendingID: pendingID, Scope: scope}, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 // RevokeGrant ends a grant, and returns it.

@@ -29,6 +29,9 @@ type Entry struct {
 	// PolicyRevision is the revision of the stored policy that evaluated
 	// the call when it was submitted.
 	PolicyRevision uint64 `json:"policyRevision,omitempty"`
+	// Risk is the risk the policy attached to the call (risk:), shown to
+	// its approvers first; "" when the policy says none.
+	Risk           Risk   `json:"risk,omitempty"`
 	CallerBotID    string `json:"callerBotId"`
 	ConversationID string `json:"conversationId"`
 	RequestedAt    int64  `json:"requestedAt"`

@@ -231,7 +231,7 @@ func TestSubmit_VerdictChoosesFirstState(t *testing.T) {
 		v    machine.Verdict
 		want machine.State
 	}{
-		{machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute, Approver: "alice", Reason: "requiresApprovalTools"}, machine.StatePendingApproval},
+		{machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute, Approver: "alice", Reason: "requiresApprovalTools", Risk: machine.RiskHigh}, machine.StatePendingApproval},
 		{machine.Verdict{Action: machine.ActionRun, Delay: 2 * time.Second, Reason: "toolSpecificDelays"}, machine.StateScheduled},
 		{machine.Verdict{Action: machine.ActionDeny, Reason: `rules.deny "Bash(rm -rf *)"`}, machine.StateRejectedByPolicy},
 	} {
@@ -243,6 +243,10 @@ func TestSubmit_VerdictChoosesFirstState(t *testing.T) {
 			assert.Equal(t, tc.want, e.Status)
 			assert.Equal(t, tc.v.Reason, e.StatusReason)
 			assert.Equal(t, tc.v.Reason, e.LastTransition.Reason)
+			assert.Equal(t, tc.v.Risk, e.Risk, "the entry records the risk the policy attached")
+			if data, _ := json.Marshal(e); tc.v.Risk == "" {
+				assert.NotContains(t, string(data), `"risk"`, "no risk: no field")
+			}
 			switch tc.v.Action {
 			case machine.ActionAsk:
 				assert.InDelta(t, before+time.Minute.Milliseconds(), e.ApprovalTimeoutAt, 1000)

@@ -2,6 +2,7 @@ package machine
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -40,6 +41,33 @@ type Verdict struct {
 	// PolicyRevision is the revision of the stored policy that decided
 	// (0 when the policy was not read from the bucket).
 	PolicyRevision uint64
+	// Risk is what the policy says of the call's risk, for the approver
+	// to see first ("" when it says nothing).
+	Risk Risk
+}
+
+// Risk is how risky a policy says a call is: high, medium or low.
+type Risk string
+
+// The risks a policy may attach to a call.
+const (
+	RiskHigh   Risk = "high"
+	RiskMedium Risk = "medium"
+	RiskLow    Risk = "low"
+)
+
+// Risks are the risks, highest first.
+var Risks = []Risk{RiskHigh, RiskMedium, RiskLow}
+
+// Valid reports whether r is one of Risks.
+func (r Risk) Valid() bool { return slices.Contains(Risks, r) }
+
+// Rank orders risks: high 3, medium 2, low 1, anything else 0.
+func (r Risk) Rank() int {
+	if i := slices.Index(Risks, r); i >= 0 {
+		return len(Risks) - i
+	}
+	return 0
 }
 
 // Evaluator decides what a call needs. policy.Engine is the real one.

@@ -161,6 +161,7 @@ func (s *Service) endpoints() map[string]endpoint {
 		wire.EndpointDecideMatching: answer(g.DecideMatching),
 		wire.EndpointGrantsList:     answer(g.Grants),
 		wire.EndpointGrantsRevoke:   answer(g.RevokeGrant),
+		wire.EndpointGrantsPreview:  answer(g.GrantPreview),
 		wire.EndpointCancel: answer(func(ctx context.Context, a gate.Actor, r wire.CancelRequest) (*machine.Entry, error) {
 			if err := required("pendingId", r.PendingID); err != nil {
 				return nil, err

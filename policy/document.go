@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/toolgate/toolgate/machine"
 )
 
 // Document is a whole policy: the default scope, and overrides per team and
@@ -63,6 +65,11 @@ type Policy struct {
 	// arguments when approving it; every tool may be edited unless this
 	// says false. Merged per key.
 	Editable map[string]bool `yaml:"editable,omitempty" json:"editable,omitempty"`
+	// Risk attaches a risk (high, medium or low) to the calls a pattern
+	// in rule syntax matches ("transfer_funds", "Bash(git push *)"):
+	// approvers see it first. Merged per key; a call several patterns
+	// match carries the highest.
+	Risk map[string]machine.Risk `yaml:"risk,omitempty" json:"risk,omitempty"`
 	// RequireApprovalAboveCost asks about any call whose estimated cost is
 	// above it, even one a rule or grant would run.
 	RequireApprovalAboveCost *float64 `yaml:"requireApprovalAboveCost,omitempty" json:"requireApprovalAboveCost,omitempty"`

@@ -200,6 +200,10 @@ func TestParse_Errors(t *testing.T) {
 		{"too many channels", "default:\n  notify:\n" + slackChannels(17), `policy: default.notify: at most 16 channels, got 17`},
 		{"inbox url", "conversations:\n  c1:\n    inboxUrl: toolgate.example", `policy: conversations.c1.inboxUrl: must be an absolute http or https URL, got scheme ""`},
 		{"inbox url query", "default:\n  inboxUrl: 'https://toolgate.example/?a=1'", `policy: default.inboxUrl: must not have a query`},
+		{"unknown risk", "teams:\n  finance:\n    risk: {transfer_funds: severe}",
+			`policy: teams.finance.risk["transfer_funds"]: must be high, medium or low, got "severe"`},
+		{"risk pattern", "default:\n  risk: {'Bash(rm': high}", `policy: default.risk["Bash(rm"]: "Bash(rm": must end with ")"`},
+		{"risk not a string", "default:\n  risk: {Bash: [high]}", `policy: default.risk["Bash"]: must be a string, got a list`},
 		{"inbox url fragment", "default:\n  inboxUrl: 'https://toolgate.example/#/x'", `policy: default.inboxUrl: must not have a fragment`},
 	}
 	for _, tt := range tests {
@@ -358,6 +362,7 @@ func TestMarshal_RoundTrip(t *testing.T) {
   permissionMode: acceptEdits
   disableBypassPermissionsMode: true
   matchArgument: {send_email: to}
+  risk: {transfer_funds: high, "Bash(git push *)": medium}
   userIdToApprove: carol
   maxExecutionAttempts: 5
 conversations:

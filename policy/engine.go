@@ -168,6 +168,7 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 	if err != nil {
 		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName, err)
 	}
+	v.Risk = r.risk(newCallSubject(c.ToolName, args, r.MatchArgument[c.ToolName]))
 	// The description is shown to whoever sees the call: it says what the
 	// call does with its secrets masked.
 	if masked, ok := (Masker{patterns: r.Redact}).Mask(c.Arguments); ok {

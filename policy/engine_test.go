@@ -630,3 +630,47 @@ teams:
 	_, err = e.DeniedTools("", "c1", "yolo", tools)
 	assert.ErrorIs(t, err, machine.ErrInvalid)
 }
+
+// TestEvaluate_RiskIsTheHighestAPatternAttaches: a risk map's patterns
+// match as deny and ask rules do (any command of a Bash line), a team's
+// entry replaces the default's for the same pattern, the highest of the
+// matching ones is the call's, whatever the verdict's action, and a call
+// none matches carries none.
+func TestEvaluate_RiskIsTheHighestAPatternAttaches(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, `
+default:
+  requiresApprovalTools: all
+  rules:
+    deny: ["Bash(rm -rf *)"]
+    ask: ["Bash(git push *)"]
+  risk:
+    "Bash(git push *)": medium
+    "Bash(git push * --force)": high
+    "Bash(rm -rf *)": high
+    Bash: low
+    transfer_funds: medium
+teams:
+  finance:
+    risk: {transfer_funds: high}
+`, nil, nil)
+	for _, tc := range []struct {
+		c    testCall
+		want machine.Risk
+	}{
+		{testCall{tool: "Bash", args: `{"command":"ls"}`}, machine.RiskLow},
+		{testCall{tool: "Bash", args: `{"command":"git push origin main"}`}, machine.RiskMedium},
+		{testCall{tool: "Bash", args: `{"command":"make && git push origin main --force"}`}, machine.RiskHigh},
+		{testCall{tool: "Bash", args: `{"command":"rm -rf /tmp/x"}`}, machine.RiskHigh},
+		{testCall{tool: "transfer_funds", args: `{"to":"acct-1"}`}, machine.RiskMedium},
+		{testCall{tool: "transfer_funds", args: `{"to":"acct-1"}`, team: "finance"}, machine.RiskHigh},
+		{testCall{tool: "web_search", args: `{"query":"x"}`}, ""},
+	} {
+		v, err := e.Evaluate(context.Background(), tc.c.call())
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, v.Risk, "%s %s (team %q): %s", tc.c.tool, tc.c.args, tc.c.team, v.Reason)
+	}
+	v, err := e.CheckEdit(context.Background(), testCall{tool: "Bash", args: `{"command":"git push origin main --force"}`}.call())
+	require.NoError(t, err)
+	assert.Equal(t, machine.RiskHigh, v.Risk, "an edited call's risk is its own")
+}

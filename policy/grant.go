@@ -108,17 +108,9 @@ func (g Grant) String() string {
 // which an allow rule must cover part by part) is refused rather than
 // widened: the human approved this call, not the whole tool.
 func GrantPattern(c machine.Call) (string, error) {
-	pattern := c.ToolName
-	if _, builtin := builtinArgs[c.ToolName]; builtin {
-		args, err := callArguments(c)
-		if err != nil {
-			return "", err
-		}
-		v, ok := argument(c.ToolName, args, "")
-		if !ok || v == "" {
-			return "", fieldErrorf("toolArguments", "%s call has nothing to grant by", c.ToolName)
-		}
-		pattern = c.ToolName + "(" + v + ")"
+	pattern, err := grantPattern(c)
+	if err != nil {
+		return "", err
 	}
 	g := Grant{Pattern: pattern, By: "-", ConversationID: c.ConversationID, Team: c.Team}
 	if err := g.Validate(); err != nil {
@@ -128,4 +120,32 @@ func GrantPattern(c machine.Call) (string, error) {
 		return "", fieldErrorf("toolArguments", "no pattern covers this %s call alone (%s); approve it once", c.ToolName, pattern)
 	}
 	return pattern, nil
+}
+
+// ShownGrantPattern is GrantPattern's pattern as it reads to someone who
+// is shown c's arguments masked: derived in the same way from shown (c
+// with its arguments masked), and not checked, since a masked value
+// covers nothing. It is for showing, never for recording.
+func ShownGrantPattern(shown machine.Call) string {
+	pattern, err := grantPattern(shown)
+	if err != nil {
+		return shown.ToolName
+	}
+	return pattern
+}
+
+// grantPattern derives the pattern of GrantPattern, unchecked.
+func grantPattern(c machine.Call) (string, error) {
+	if _, builtin := builtinArgs[c.ToolName]; !builtin {
+		return c.ToolName, nil
+	}
+	args, err := callArguments(c)
+	if err != nil {
+		return "", err
+	}
+	v, ok := argument(c.ToolName, args, "")
+	if !ok || v == "" {
+		return "", fieldErrorf("toolArguments", "%s call has nothing to grant by", c.ToolName)
+	}
+	return c.ToolName + "(" + v + ")", nil
 }

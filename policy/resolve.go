@@ -54,10 +54,11 @@ type Resolved struct {
 	Rules                    RuleSet
 	Describe                 map[string]string // tool → template source
 	MatchArgument            map[string]string
-	Editable                 map[string]bool // tool → may an approver edit its calls; absent: yes
-	Redact                   []string        // every scope's redact patterns
-	RequireApprovalAboveCost *float64        // nil: no threshold
-	DailyCostLimit           *float64        // nil: no limit
+	Editable                 map[string]bool     // tool → may an approver edit its calls; absent: yes
+	Risks                    map[string]RiskRule // pattern → the risk of the calls it matches
+	Redact                   []string            // every scope's redact patterns
+	RequireApprovalAboveCost *float64            // nil: no threshold
+	DailyCostLimit           *float64            // nil: no limit
 	Approvers                []string
 	UserIDToApprove          string
 	MaxExecutionAttempts     int
@@ -130,6 +131,7 @@ type layer struct {
 	scope     string
 	p         Policy // a deep copy: the caller may change the Document later
 	rules     RuleSet
+	risks     map[string]RiskRule
 	templates map[string]*template.Template
 }
 
@@ -234,6 +236,7 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 	for _, tool := range slices.Sorted(maps.Keys(p.Editable)) {
 		checkToolName(errs, index(at("editable"), tool), tool)
 	}
+	l.risks = compileRisk(errs, scope, p.Risk)
 	checkCost(errs, at("requireApprovalAboveCost"), p.RequireApprovalAboveCost)
 	checkCost(errs, at("dailyCostLimit"), p.DailyCostLimit)
 	seen := map[string]bool{}
@@ -421,6 +424,7 @@ func (p *Policy) clone() Policy {
 	c.Describe = maps.Clone(p.Describe)
 	c.MatchArgument = maps.Clone(p.MatchArgument)
 	c.Editable = maps.Clone(p.Editable)
+	c.Risk = maps.Clone(p.Risk)
 	c.Redact = slices.Clone(p.Redact)
 	c.RequireApprovalAboveCost = clonePtr(p.RequireApprovalAboveCost)
 	c.DailyCostLimit = clonePtr(p.DailyCostLimit)
@@ -460,6 +464,7 @@ func (c *compiled) resolve(team, conversationID string) *Resolved {
 		Describe:                map[string]string{},
 		MatchArgument:           map[string]string{},
 		Editable:                map[string]bool{},
+		Risks:                   map[string]RiskRule{},
 		MaxExecutionAttempts:    DefaultMaxExecutionAttempts,
 		PermissionMode:          ModeDefault,
 		Sources:                 map[string]string{},
@@ -531,6 +536,10 @@ func (r *Resolved) merge(l *layer) {
 	for tool, ok := range p.Editable {
 		r.Editable[tool] = ok
 		r.Sources[index("editable", tool)] = s
+	}
+	for key, rr := range l.risks {
+		r.Risks[key] = rr
+		r.Sources[index("risk", key)] = s
 	}
 }
 

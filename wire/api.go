@@ -24,6 +24,7 @@ const (
 	EndpointDecideMatching     = "decide_matching"
 	EndpointGrantsList         = "grants_list"
 	EndpointGrantsRevoke       = "grants_revoke"
+	EndpointGrantsPreview      = "grants_preview"
 	EndpointCancel             = "cancel"
 	EndpointCancelConversation = "cancel_conversation"
 	EndpointStarted            = "started"
@@ -100,6 +101,26 @@ type GrantsRequest struct {
 	ConversationID string `json:"conversationId,omitempty"`
 }
 
+// GrantPreviewRequest asks what an approval of PendingID with Scope
+// (task, session or always) would grant, before anyone grants it.
+type GrantPreviewRequest struct {
+	PendingID string        `json:"pendingId"`
+	Scope     machine.Scope `json:"scope"`
+}
+
+// GrantPreview is the grant an approval would record: the tool, the
+// pattern in rule syntax derived from the call (what later calls it
+// covers), and what bounds it (a conversation and task, or a team).
+type GrantPreview struct {
+	PendingID      string        `json:"pendingId"`
+	ToolName       string        `json:"toolName"`
+	Scope          machine.Scope `json:"scope"`
+	Pattern        string        `json:"pattern"`
+	ConversationID string        `json:"conversationId,omitempty"`
+	TaskID         string        `json:"taskId,omitempty"`
+	Team           string        `json:"team,omitempty"`
+}
+
 // RevokeGrantRequest ends a grant.
 type RevokeGrantRequest struct {
 	ID string `json:"id"`
@@ -108,16 +129,19 @@ type RevokeGrantRequest struct {
 // DecideMatchingRequest approves or rejects every call pending approval
 // that Match covers at this moment (in rule syntax, as an allow rule
 // covers a call: "web_search", "Bash(git push *)"), narrowed by the other
-// fields when set. DryRun lists what would be decided and decides nothing.
+// fields when set; or, instead of Match, the calls IDs names (an inbox's
+// selection), which the other filters do not narrow. DryRun lists what
+// would be decided and decides nothing.
 type DecideMatchingRequest struct {
-	Match          string `json:"match"`
-	ConversationID string `json:"conversationId,omitempty"`
-	Team           string `json:"team,omitempty"`
-	CallerBotID    string `json:"callerBotId,omitempty"`
-	Approved       bool   `json:"approved"`
-	By             string `json:"by,omitempty"`
-	Reason         string `json:"reason,omitempty"`
-	DryRun         bool   `json:"dryRun,omitempty"`
+	Match          string   `json:"match,omitempty"`
+	IDs            []string `json:"ids,omitempty"`
+	ConversationID string   `json:"conversationId,omitempty"`
+	Team           string   `json:"team,omitempty"`
+	CallerBotID    string   `json:"callerBotId,omitempty"`
+	Approved       bool     `json:"approved"`
+	By             string   `json:"by,omitempty"`
+	Reason         string   `json:"reason,omitempty"`
+	DryRun         bool     `json:"dryRun,omitempty"`
 }
 
 // DecideMatchingReply accounts for every call the request matched: each
@@ -128,14 +152,16 @@ type DecideMatchingReply struct {
 	DryRun  bool          `json:"dryRun,omitempty"`
 }
 
-// MatchedCall is one call a DecideMatchingRequest matched: the entry as
-// the decision left it (or as it was found), and for a skipped one the
-// refusal's code (conflict: already decided; forbidden: not this
-// approver's; expired) and message.
+// MatchedCall is one call a DecideMatchingRequest matched or named: the
+// entry as the decision left it (or as it was found), and for a skipped
+// one the refusal's code (conflict: already decided; forbidden: not this
+// approver's; edit_denied; expired; not_found: an ID no call has) and
+// message.
 type MatchedCall struct {
-	Entry  *machine.Entry `json:"entry"`
-	Code   string         `json:"code,omitempty"`
-	Reason string         `json:"reason,omitempty"`
+	PendingID string         `json:"pendingId"`
+	Entry     *machine.Entry `json:"entry,omitempty"` // absent: no such call (not_found)
+	Code      string         `json:"code,omitempty"`
+	Reason    string         `json:"reason,omitempty"`
 }
 
 // CancelRequest cancels one call (PendingID) or every call of a

@@ -37,7 +37,10 @@
     CANCELLED_BY_SYSTEM: ['Cancelled', 'muted'],
   };
 
-  const SCOPES = { session: 'for this session', always: 'always' };
+  const SCOPES = { task: 'for this task', session: 'for this session', always: 'always' };
+
+  // A policy's risk: line shown first on a card.
+  const RISKS = { high: 'High risk', medium: 'Medium risk', low: 'Low risk' };
 
   // How long a card that someone else decided stays, saying so, before it
   // goes; a card showing an error stays until dismissed.
@@ -88,6 +91,9 @@
     everLive: false,
     listed: false,
     linked: null, // {id, entry}: the call a link opened
+    selected: new Set(), // pendingIds ticked for a decision together
+    batching: false, // a decision of the selected calls is in flight
+    grants: null, // the grants in force, once listed
   };
 
   // ---- the API ------------------------------------------------------------
@@ -226,6 +232,9 @@
     state.cards.clear();
     state.history = null;
     state.linked = null;
+    state.selected.clear();
+    state.grants = null;
+    $('batch-result').hidden = true;
     stopAnalytics();
     an.data = null;
     if (open) { closeStream(); showNamePrompt(); } else showSignIn();
@@ -321,6 +330,7 @@
     state.listed = true;
     replacePending(page.items);
     if (state.view === 'history') loadHistory();
+    loadGrants();
     follow(page.eventsSeq);
   }
 
@@ -379,6 +389,9 @@
   function apply(e) {
     remember(e);
     if (state.view === 'analytics') refreshAnalyticsSoon();
+    // An approval beyond once records a grant; a call a grant let run
+    // may have used up a single-use one.
+    if (state.view === 'grants' || (e.decisionScope && e.decisionScope !== 'once') || /^grant /.test(e.statusReason || '')) loadGrantsSoon();
     if (e.status === PENDING) {
       upsertPending(e, true);
     } else if (state.pending.has(e.pendingId)) {
@@ -414,6 +427,7 @@
     const card = state.cards.get(id);
     state.pending.delete(id);
     state.cards.delete(id);
+    state.selected.delete(id);
     if (!card) return;
     // Keep keyboard users in the queue: focus moves to the next card.
     const hadFocus = card.contains(document.activeElement);
@@ -482,7 +496,8 @@
     const banner = card.querySelector('.card-banner');
     banner.textContent = capitalize(verdict(e)) + (e.statusReason ? ` — “${e.statusReason}”` : '');
     banner.hidden = false;
-    for (const el of card.querySelectorAll('.actions, .panel')) el.remove();
+    for (const el of card.querySelectorAll('.actions, .panel, input.select')) el.remove();
+    if (state.selected.delete(e.pendingId)) renderBatch();
     const deadline = card.querySelector('.deadline');
     if (deadline) deadline.remove();
   }
@@ -524,14 +539,28 @@
   }
 
   function buildCard(e) {
-    const card = h('article', { class: 'card', 'data-id': e.pendingId, 'aria-labelledby': `t-${e.pendingId}` });
+    const card = h('article', { class: 'card', 'data-id': e.pendingId, 'aria-labelledby': `t-${e.pendingId}`, 'data-risk': e.risk || null });
     const args = prettyArgs(e.toolArguments);
     const note = whyNot(e);
     const deciding = canDecide() && !note;
+    const select = deciding
+      ? h('input', { type: 'checkbox', class: 'select', 'data-action': 'select', 'aria-label': `Select this ${e.toolName} call to decide it with others` })
+      : null;
+    if (select) {
+      select.checked = state.selected.has(e.pendingId);
+      select.addEventListener('change', () => {
+        if (select.checked) state.selected.add(e.pendingId); else state.selected.delete(e.pendingId);
+        renderBatch();
+      });
+    }
 
     card.append(
+      // What the policy says of the call's risk frames the rest: first.
+      // (append, unlike h, would print a null as "null".)
+      e.risk ? h('p', { class: `risk risk-${RISKS[e.risk] ? e.risk : 'other'}` }, RISKS[e.risk] || `Risk: ${e.risk}`) : '',
       h('header', { class: 'card-head' },
         h('div', { class: 'card-title' },
+          select,
           h('h2', { class: 'tool', id: `t-${e.pendingId}` }, e.toolName),
           h('span', { class: 'pill pill-wait status-pill' }, 'Waiting')),
         h('p', { class: 'card-when' },
@@ -539,7 +568,7 @@
           h('span', { class: 'deadline', 'data-deadline': e.approvalTimeoutAt || '' }))),
       e.description && e.description !== e.toolName
         ? h('p', { class: 'description' }, e.description)
-        : null,
+        : '',
       h('div', { class: 'card-body' },
         h('div', { class: 'card-info' },
           h('dl', { class: 'meta' },
@@ -550,7 +579,11 @@
           e.statusReason ? h('div', { class: 'why' }, h('div', { class: 'why-label' }, 'Why it asks'), h('div', { class: 'mono why-text' }, e.statusReason)) : null),
         h('div', { class: 'args' },
           h('div', { class: 'args-label' }, 'Arguments'),
-          jsonView(args))),
+          jsonView(args),
+          e.argumentsDigest
+            ? h('p', { class: 'digest', title: 'The SHA-256 of these arguments: an approval binds to exactly them' },
+              'Approval binds ', h('code', { class: 'digest-value' }, e.argumentsDigest))
+            : null)),
       h('div', { class: 'card-banner', role: 'status' }),
       h('p', { class: 'card-error', role: 'alert', hidden: true }),
     );
@@ -577,9 +610,52 @@
     reject.addEventListener('click', () => openReject(card, e));
     edit.addEventListener('click', () => openEdit(card, e, args));
 
+    const hint = h('p', { class: 'grant-hint', 'data-state': 'loading', role: 'status' }, 'grants: …');
+    previewGrant(e, session, always, hint);
     return h('div', { class: 'actions' },
       h('div', { class: 'actions-main' }, approve, session, always, edit),
-      reject);
+      reject,
+      hint);
+  }
+
+  // previewGrant asks what "Allow for this session" and "Always allow"
+  // would grant (the pattern derived from the call; the scopes differ in
+  // reach, not in pattern) and says it beside them before anyone clicks.
+  // A call no pattern covers alone can be approved once only.
+  function previewGrant(e, session, always, hint) {
+    throttled(() => api('GET', `v1/tool-calls/${encodeURIComponent(e.pendingId)}/grant-preview?scope=session`)).then((p) => {
+      hint.dataset.state = 'ready';
+      hint.dataset.pattern = p.pattern;
+      hint.replaceChildren('grants: ', h('code', { class: 'grant-pattern' }, p.pattern));
+      session.title = `Run this call, and later calls ${p.pattern} covers in conversation ${e.conversationId}, without asking`;
+      always.title = `Run this call, and later calls ${p.pattern} covers${e.team ? ` for team ${e.team}` : ''}, without asking`;
+    }, (err) => {
+      hint.dataset.state = err.status === 400 ? 'none' : 'error';
+      if (err.status === 400) {
+        // No grant would cover it: only "once" is honest.
+        for (const b of [session, always]) { b.disabled = true; b.dataset.wasDisabled = '1'; }
+        hint.textContent = 'No grant: ' + err.message.replace(/^.*?toolArguments: /, '');
+      } else {
+        hint.textContent = 'Could not tell what a grant would cover: ' + err.message;
+      }
+    });
+  }
+
+  // throttled runs at most a few requests of a kind at once, so that a
+  // page of many cards does not starve the event stream of connections.
+  const throttle = { running: 0, queue: [] };
+  function throttled(f) {
+    return new Promise((resolve, reject) => {
+      throttle.queue.push(() => f().then(resolve, reject));
+      pump();
+    });
+  }
+  function pump() {
+    while (throttle.running < 3 && throttle.queue.length) {
+      const next = throttle.queue.shift();
+      throttle.running++;
+      next().finally(() => { throttle.running--; pump(); });
+    }
   }
 
   function closePanels(card) {
@@ -834,6 +910,7 @@
       : 'When an agent asks to run a tool that needs a human, it appears here at once.';
     $('empty-clear').hidden = !(filtered && n);
     $('f-clear').hidden = !(filtered || f.status);
+    renderBatch();
   }
 
   function renderDatalists() {
@@ -845,6 +922,240 @@
   function announce(text) {
     $('announce').textContent = '';
     requestAnimationFrame(() => { $('announce').textContent = text; });
+  }
+
+  // ---- deciding several calls at once ----------------------------------------
+
+  // The selected calls are decided in one request (POST /v1/decisions with
+  // their ids): each is still its own decision, and the answer says per
+  // call what was decided and what was skipped and why, which the page
+  // lists until dismissed.
+
+  function shownCards() {
+    const f = filters();
+    return [...state.cards.values()].filter((c) => matches(c.entry, f) && c.querySelector('input.select'));
+  }
+
+  function renderBatch() {
+    const n = state.selected.size;
+    const selectable = canDecide() && shownCards().length > 0;
+    $('batch').hidden = !selectable && n === 0;
+    $('batch-count').textContent = n ? `${n} selected` : 'Select calls to decide them together';
+    $('batch-approve').disabled = !n || state.batching;
+    $('batch-reject').disabled = !n || state.batching;
+    $('batch-confirm-reject').disabled = !n || state.batching;
+    $('batch-clear').hidden = !n;
+    $('select-all').hidden = !selectable;
+    if (!n) $('batch-reject-form').hidden = true;
+    for (const [id, card] of state.cards) {
+      const box = card.querySelector('input.select');
+      if (box) box.checked = state.selected.has(id);
+      card.classList.toggle('card-selected', state.selected.has(id));
+    }
+  }
+
+  $('select-all').addEventListener('click', () => {
+    for (const card of shownCards()) state.selected.add(card.dataset.id);
+    renderBatch();
+  });
+  $('batch-clear').addEventListener('click', () => { state.selected.clear(); renderBatch(); });
+  $('batch-approve').addEventListener('click', () => decideSelected(true, ''));
+  $('batch-reject').addEventListener('click', () => {
+    $('batch-reject-form').hidden = false;
+    $('batch-reason').focus();
+  });
+  $('batch-cancel-reject').addEventListener('click', () => { $('batch-reject-form').hidden = true; });
+  $('batch-reject-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    decideSelected(false, $('batch-reason').value.trim());
+  });
+  $('batch-result-dismiss').addEventListener('click', () => { $('batch-result').hidden = true; });
+
+  async function decideSelected(approved, reason) {
+    const ids = [...state.selected];
+    if (!ids.length || state.batching) return;
+    state.batching = true;
+    renderBatch();
+    const cards = ids.map((id) => state.cards.get(id)).filter(Boolean);
+    for (const card of cards) { setBusy(card, true); card.dataset.deciding = ''; }
+    let reply;
+    try {
+      const body = { ids, approved };
+      if (reason) body.reason = reason;
+      reply = await api('POST', 'v1/decisions', body);
+    } catch (ex) {
+      state.batching = false;
+      for (const card of cards) { delete card.dataset.deciding; setBusy(card, false); }
+      if (ex.status === 401) { showSignIn('Your token is no longer accepted. Sign in again.'); return; }
+      showBatchResult(approved, null, ex.message);
+      renderBatch();
+      return;
+    }
+    state.batching = false;
+    state.selected.clear();
+    $('batch-reason').value = '';
+    $('batch-reject-form').hidden = true;
+    for (const m of reply.decided) {
+      removeCard(m.pendingId);
+      if (state.history && m.entry) state.history.set(m.pendingId, m.entry);
+    }
+    for (const m of reply.skipped) {
+      const card = state.cards.get(m.pendingId);
+      if (!card) continue;
+      delete card.dataset.deciding;
+      setBusy(card, false);
+      if (m.entry && m.entry.status !== PENDING) {
+        state.pending.delete(m.pendingId);
+        if (state.history) state.history.set(m.pendingId, m.entry);
+        showCardError(card, skipText(m), m.entry);
+      } else {
+        showCardError(card, skipText(m));
+      }
+    }
+    for (const card of cards) {
+      if (state.cards.get(card.dataset.id) === card) { delete card.dataset.deciding; setBusy(card, false); }
+    }
+    if (state.history) renderHistory();
+    showBatchResult(approved, reply);
+    announce(`${approved ? 'Approved' : 'Rejected'} ${reply.decided.length}, skipped ${reply.skipped.length}`);
+    renderInbox();
+  }
+
+  // skipText says why a selected call was not decided, as an approver
+  // needs it.
+  function skipText(m) {
+    if (m.code === 'conflict' && m.entry && m.entry.status !== PENDING) return `Already ${verdict(m.entry)}.`;
+    if (m.code === 'not_found') return 'No such call any more.';
+    if (m.code === 'expired') return 'Too late: its deadline passed.';
+    if (m.code === 'forbidden' || m.code === 'edit_denied') return `Not yours to decide: ${m.reason}`;
+    return m.reason || m.code;
+  }
+
+  function showBatchResult(approved, reply, error) {
+    const verb = approved ? 'Approved' : 'Rejected';
+    const box = $('batch-result');
+    box.hidden = false;
+    box.dataset.state = error ? 'error' : 'done';
+    if (error) {
+      $('batch-result-title').textContent = `Nothing was decided: ${error}`;
+      $('batch-items').replaceChildren();
+      return;
+    }
+    $('batch-result-title').textContent = `${verb} ${reply.decided.length}, skipped ${reply.skipped.length}`;
+    const item = (m, outcome) => {
+      const e = m.entry || {};
+      return h('li', { class: `batch-item batch-${outcome}`, 'data-id': m.pendingId, 'data-outcome': outcome, 'data-code': m.code || null },
+        h('span', { class: `pill pill-tiny ${outcome === 'decided' ? (approved ? 'pill-ok' : 'pill-bad') : 'pill-muted'}` }, outcome === 'decided' ? verb.toLowerCase() : 'skipped'),
+        h('span', { class: 'tool mono' }, e.toolName || ''),
+        h('span', { class: 'mono batch-id' }, m.pendingId),
+        outcome === 'skipped' ? h('span', { class: 'batch-why' }, skipText(m)) : null);
+    };
+    $('batch-items').replaceChildren(...reply.decided.map((m) => item(m, 'decided')), ...reply.skipped.map((m) => item(m, 'skipped')));
+  }
+
+  // ---- the grants view ---------------------------------------------------------
+
+  // The grants in force, from GET /v1/grants: read when the view opens,
+  // after each list of the pending calls, and again a moment after a
+  // decision that may have recorded or used one. Revoke ends one at once.
+
+  let grantsTicket = null;
+  let grantsSoon = 0;
+
+  async function loadGrants() {
+    const ticket = {};
+    grantsTicket = ticket;
+    $('grants-refresh').disabled = true;
+    try {
+      const grants = await api('GET', 'v1/grants');
+      if (grantsTicket !== ticket) return;
+      state.grants = grants;
+      $('grants-error').hidden = true;
+    } catch (err) {
+      if (grantsTicket !== ticket) return;
+      if (err.status === 401) return showSignIn('Your token is no longer accepted. Sign in again.');
+      $('grants-error').textContent = 'Could not load the grants: ' + err.message;
+      $('grants-error').hidden = false;
+    } finally {
+      if (grantsTicket === ticket) $('grants-refresh').disabled = false;
+    }
+    if (grantsTicket === ticket) grantsTicket = null;
+    renderGrants();
+  }
+
+  function loadGrantsSoon() {
+    clearTimeout(grantsSoon);
+    grantsSoon = setTimeout(loadGrants, 400);
+  }
+
+  $('grants-refresh').addEventListener('click', () => loadGrants());
+
+  // grantReach says what bounds a grant, in words.
+  function grantReach(g) {
+    if (g.taskId) return ['Task', `task ${g.taskId} of conversation ${g.conversationId}`];
+    if (g.conversationId) return ['Session', `conversation ${g.conversationId}`];
+    return ['Always', g.team ? `team ${g.team}’s calls` : 'every team’s calls'];
+  }
+
+  function renderGrants() {
+    const grants = state.grants;
+    const list = $('grant-rows');
+    $('grants').dataset.state = grants ? 'ready' : 'loading';
+    $('grants-count').textContent = grants ? String(grants.length) : '0';
+    $('grants-count').dataset.zero = grants && grants.length ? '' : '1';
+    if (!grants) return;
+    $('grants-empty').hidden = grants.length > 0;
+    list.replaceChildren(...grants.map(buildGrantRow));
+  }
+
+  function buildGrantRow(g) {
+    const [scope, reach] = grantReach(g);
+    const expires = g.expiresAt
+      ? h('span', { class: 'grant-expiry', 'data-deadline': g.expiresAt, title: 'Ends ' + new Date(g.expiresAt).toLocaleString() }, 'ends ' + new Date(g.expiresAt).toLocaleString())
+      : h('span', { class: 'grant-expiry' }, 'until revoked');
+    const revoke = canDecide()
+      ? h('button', { type: 'button', class: 'btn btn-reject btn-small', 'data-action': 'revoke', title: 'End this grant now: calls it covers are asked about again' }, 'Revoke')
+      : null;
+    const err = h('p', { class: 'field-error grant-error', role: 'alert', hidden: true });
+    // Not a .row: those are the history's.
+    const row = h('li', { class: 'grant', 'data-id': g.id, 'data-pattern': g.pattern },
+      h('div', { class: 'row-main' },
+        h('span', { class: `pill ${scope === 'Always' ? 'pill-info' : 'pill-muted'}` }, scope),
+        h('div', { class: 'row-what' },
+          h('div', { class: 'row-title' },
+            h('span', { class: 'grant-matches' }, 'matches ', h('code', { class: 'tool mono grant-pattern' }, g.pattern)),
+            g.singleUse ? h('span', { class: 'pill pill-wait pill-tiny grant-single' }, 'single use') : null),
+          h('div', { class: 'row-sub' },
+            h('span', { class: 'grant-reach' }, reach),
+            h('span', {}, 'granted by ', h('span', { class: 'row-who grant-by' }, g.by),
+              g.at ? ' ' + ago(g.at) : ''),
+            g.pendingId ? h('span', {}, 'from call ', h('a', { class: 'mono grant-call', href: `#/calls/${encodeURIComponent(g.pendingId)}` }, g.pendingId)) : null,
+            expires),
+          err),
+        h('div', { class: 'row-end' }, revoke)));
+    if (revoke) {
+      revoke.addEventListener('click', async () => {
+        revoke.disabled = true;
+        err.hidden = true;
+        try {
+          await api('POST', `v1/grants/${encodeURIComponent(g.id)}/revoke`, {});
+        } catch (ex) {
+          if (ex.status === 401) { showSignIn('Your token is no longer accepted. Sign in again.'); return; }
+          if (ex.status !== 404) {
+            revoke.disabled = false;
+            err.textContent = 'Could not revoke it: ' + ex.message;
+            err.hidden = false;
+            return;
+          }
+          // Revoked or expired already: it is not in force either way.
+        }
+        announce(`Revoked the grant ${g.pattern}`);
+        if (state.grants) state.grants = state.grants.filter((x) => x.id !== g.id);
+        renderGrants();
+        loadGrantsSoon();
+      });
+    }
+    return row;
   }
 
   // ---- the history view ------------------------------------------------------
@@ -1482,7 +1793,7 @@
 
   // ---- views and filters ------------------------------------------------------
 
-  const VIEWS = ['inbox', 'history', 'analytics'];
+  const VIEWS = ['inbox', 'history', 'grants', 'analytics'];
 
   // setView shows a view. push puts it in the address (a tab's click);
   // load (re)reads what the view lists.
@@ -1494,12 +1805,13 @@
       if (v === view) $('tab-' + v).setAttribute('aria-current', 'page');
       else $('tab-' + v).removeAttribute('aria-current');
     }
-    $('filters').hidden = view === 'analytics';
+    $('filters').hidden = view === 'analytics' || view === 'grants';
     $('f-status-field').hidden = view !== 'history';
     if (push) history.replaceState(null, '', '#' + view);
     if (load && view === 'history' && state.listed) loadHistory();
     if (view === 'analytics') loadAnalytics();
     else stopAnalytics();
+    if (view === 'grants' && load && state.me) { renderGrants(); loadGrants(); }
     renderInbox();
   }
 

@@ -248,10 +248,12 @@ func cliShow(ctx context.Context, args []string, out cliOutput) error {
 }
 
 func cliApprove(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("approve", "approve ID [--reason R] [--scope once|session|always] [--args JSON] [flags]\n"+
+	c := newCLICmd("approve", "approve ID [--reason R] [--scope once|task|session|always [--dry-run]] [--args JSON] [flags]\n"+
 		"       toolgate approve --match PATTERN [--conversation C] [--team T] [--caller BOT] [--dry-run] [flags]",
 		"Approve a pending call. --scope session also lets later calls like it in the same\n"+
-			"conversation run without asking; --scope always adds an allow rule to the team's policy.\n"+
+			"conversation run without asking (a grant); --scope always, those of the team anywhere.\n"+
+			"The grant covers what a pattern derived from the call covers, which it prints;\n"+
+			"with --dry-run it prints the grant it would record and approves nothing.\n"+
 			"A call someone else already decided is refused (exit 1), saying who decided it.\n"+
 			"With --match, approve every call pending approval that the pattern covers (a tool\n"+
 			"name, or a rule such as 'Bash(git push *)', covering a call as an allow rule would),\n"+
@@ -286,12 +288,18 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 	default:
 		return c.usagef("--scope: must be once, task, session or always, got %q", scope)
 	}
+	if m.req.DryRun && d.Scope == machine.ScopeOnce {
+		return c.usagef("--dry-run: with an ID, shows the grant a --scope task, session or always approval would record; once records none")
+	}
 	if edited != "" {
 		if d.Arguments, err = jsonObject(edited); err != nil {
 			return c.usagef("--args: %v", err)
 		}
+		if m.req.DryRun {
+			return c.usagef("--dry-run: shows the grant an approval of the call as asked would record; leave out --args")
+		}
 	}
-	return decide(ctx, c, pos[0], d)
+	return decide(ctx, c, pos[0], d, m.req.DryRun)
 }
 
 func cliReject(ctx context.Context, args []string, out cliOutput) error {
@@ -316,7 +324,10 @@ func cliReject(ctx context.Context, args []string, out cliOutput) error {
 	if len(pos) == 0 {
 		return c.usagef("missing the call's ID, or --match PATTERN")
 	}
-	return decide(ctx, c, pos[0], d)
+	if m.req.DryRun {
+		return c.usagef("--dry-run: with --match only (a rejection records no grant to preview)")
+	}
+	return decide(ctx, c, pos[0], d, false)
 }
 
 // matchFlags are approve's and reject's flags for deciding every call a
@@ -329,7 +340,7 @@ func (c *cliCmd) matchFlags() *matchFlags {
 	c.fs.StringVar(&m.req.ConversationID, "conversation", "", "with --match: only this conversation's calls")
 	c.fs.StringVar(&m.req.Team, "team", "", "with --match: only this team's calls")
 	c.fs.StringVar(&m.req.CallerBotID, "caller", "", "with --match: only this agent's calls")
-	c.fs.BoolVar(&m.req.DryRun, "dry-run", false, "with --match: list the calls it would decide, and decide nothing")
+	c.fs.BoolVar(&m.req.DryRun, "dry-run", false, "decide nothing: with --match, list the calls it would decide; with approve ID --scope, print the grant it would record")
 	return m
 }
 
@@ -369,12 +380,34 @@ func (m *matchFlags) decide(ctx context.Context, c *cliCmd, pos []string, approv
 	return nil
 }
 
-func decide(ctx context.Context, c *cliCmd, id string, d client.Decision) error {
+// decide decides one call. An approval that records a grant first asks
+// what the grant would cover, so that the approver reads it (and, with
+// dryRun, only reads it) and a call no grant can cover alone is refused
+// before anything is decided, rather than approved once by surprise.
+func decide(ctx context.Context, c *cliCmd, id string, d client.Decision, dryRun bool) error {
 	nc, cl, err := c.connect()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	var grant *wire.GrantPreview
+	if d.Approve && d.Scope != machine.ScopeOnce && len(d.Arguments) == 0 {
+		if grant, err = cl.GrantPreview(ctx, id, d.Scope); err != nil {
+			return err
+		}
+	}
+	w := c.out.stdout
+	if dryRun {
+		if c.json {
+			return cliPrintJSON(w, grant)
+		}
+		if d.PersistRule {
+			fmt.Fprintf(w, "would write the allow rule %s into the policy (dry run, nothing decided)\n", grant.Pattern)
+			return nil
+		}
+		fmt.Fprintf(w, "would grant %s: %s (dry run, nothing decided)\n", grantReach(grant), grant.Pattern)
+		return nil
+	}
 	e, err := cl.Decide(ctx, id, d)
 	if err != nil {
 		return err
@@ -382,9 +415,11 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision) error 
 	if c.json {
 		return cliPrintJSON(c.out.stdout, e)
 	}
-	w := c.out.stdout
 	if d.Approve {
 		fmt.Fprintf(w, "approved %s (%s) as %s, scope %s\n", e.PendingID, e.ToolName, e.ApprovedOrRejectedByUserID, e.DecisionScope)
+		if grant != nil && !d.PersistRule {
+			fmt.Fprintf(w, "grants: %s\n", grant.Pattern)
+		}
 		if len(e.OriginalArguments) > 0 {
 			fmt.Fprintf(w, "it runs with the arguments %s\n", e.ToolArguments)
 		}
@@ -469,4 +504,17 @@ func cliCancel(ctx context.Context, args []string, out cliOutput) error {
 		}
 	}
 	return nil
+}
+
+// grantReach says in words what bounds a grant: "session conv-1".
+func grantReach(g *wire.GrantPreview) string {
+	switch {
+	case g.Scope == machine.ScopeTask:
+		return "task " + g.TaskID + " of conversation " + g.ConversationID
+	case g.Scope == machine.ScopeSession:
+		return "session " + g.ConversationID
+	case g.Team != "":
+		return "always, team " + g.Team + "'s calls"
+	}
+	return "always, every team's calls"
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,10 +26,10 @@ func cliPrintJSON(w io.Writer, v any) error {
 // printTable writes entries as an aligned table, one line each.
 func printTable(w io.Writer, entries []*machine.Entry, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTOOL\tSTATUS\tCALLER\tCONVERSATION\tAGE\tDEADLINE\tDESCRIPTION")
+	fmt.Fprintln(tw, "ID\tTOOL\tSTATUS\tRISK\tCALLER\tCONVERSATION\tAGE\tDEADLINE\tDESCRIPTION")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			oneLine(e.PendingID, 60), e.ToolName, e.Status, oneLine(e.CallerBotID, 30), oneLine(e.ConversationID, 30),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			oneLine(e.PendingID, 60), e.ToolName, e.Status, cmp.Or(string(e.Risk), "-"), oneLine(e.CallerBotID, 30), oneLine(e.ConversationID, 30),
 			shortDuration(now.Sub(time.UnixMilli(e.RequestedAt))), deadline(e, now), oneLine(description(e), 60))
 	}
 	return tw.Flush()
@@ -108,9 +109,16 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 		}
 		return fmt.Sprintf("%s (%s)", t.Local().Format("2006-01-02 15:04:05 MST"), rel)
 	}
+	if e.Risk != "" {
+		// First: what the policy says of the call's risk frames the rest.
+		field("Risk", "%s", e.Risk)
+	}
 	field("ID", "%s", e.PendingID)
 	field("Tool", "%s", e.ToolName)
 	field("Arguments", "%s", e.ToolArguments)
+	if e.ArgumentsDigest != "" {
+		field("Arguments digest", "%s (what an approval binds)", e.ArgumentsDigest)
+	}
 	if ed := e.Edited(); ed != nil {
 		field("Original arguments", "%s (edited by the approver)", e.OriginalArguments)
 		field("Edited", "%s (%s -> %s)", strings.Join(ed.Changed, ", "), ed.From, ed.To)

@@ -124,3 +124,63 @@ func TestCLI_GrantsAreListedBoundedAndRevoked(t *testing.T) {
 	assert.NotEqual(t, 0, r.code)
 	assert.Contains(t, r.stderr, "for: bounds a task, session or always grant")
 }
+
+// TestCLI_ApproveShowsWhatTheGrantCoversBeforeGranting: approve ID
+// --scope session --dry-run prints the pattern the grant would record
+// and changes nothing; the approval itself prints it again and records
+// it; a call no pattern covers alone is refused before anything is
+// decided, and --dry-run without a grant to show is a usage error.
+func TestCLI_ApproveShowsWhatTheGrantCoversBeforeGranting(t *testing.T) {
+	t.Parallel()
+	url := startToolgate(t, "default: {requiresApprovalTools: all}\n")
+	ctx := t.Context()
+	bot := agent(t, url)
+	alice := as(t, url, "alice")
+	e, err := bot.Submit(ctx, bashCall("conv-pv", "1", "npm test"))
+	require.NoError(t, err)
+
+	r := cli(t, url, "approve", e.PendingID, alice, "--scope", "session", "--dry-run")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "would grant session conv-pv: Bash(npm test) (dry run, nothing decided)\n", r.stdout)
+	r = cli(t, url, "approve", e.PendingID, alice, "--scope", "always", "--dry-run", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	p := decode[wire.GrantPreview](t, []byte(r.stdout))
+	assert.Equal(t, wire.GrantPreview{PendingID: e.PendingID, ToolName: "Bash", Scope: machine.ScopeAlways, Pattern: "Bash(npm test)"}, p)
+	got, err := bot.Get(ctx, e.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, got.Status, "a dry run decides nothing")
+	r = cli(t, url, "grants", "list", alice, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Empty(t, decode[[]wire.Grant](t, []byte(r.stdout)), "and grants nothing")
+
+	r = cli(t, url, "approve", e.PendingID, alice, "--scope", "session")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "grants: Bash(npm test)\n")
+	r = cli(t, url, "grants", "list", alice, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	grants := decode[[]wire.Grant](t, []byte(r.stdout))
+	require.Len(t, grants, 1)
+	assert.Equal(t, "Bash(npm test)", grants[0].Pattern, "the grant previewed is the grant recorded")
+
+	compound, err := bot.Submit(ctx, bashCall("conv-pv", "2", "make && rm -rf build"))
+	require.NoError(t, err)
+	r = cli(t, url, "approve", compound.PendingID, alice, "--scope", "session")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "no pattern covers this Bash call alone")
+	got, err = bot.Get(ctx, compound.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, got.Status, "refused before anything was decided")
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"approve", compound.PendingID, "--dry-run"}, "--dry-run: with an ID, shows the grant a --scope task, session or always approval would record"},
+		{[]string{"approve", compound.PendingID, "--scope", "session", "--dry-run", "--args", `{"command":"ls"}`}, "leave out --args"},
+		{[]string{"reject", compound.PendingID, "--reason", "no", "--dry-run"}, "--dry-run: with --match only"},
+	} {
+		r := cli(t, url, append(c.args, alice)...)
+		assert.Equal(t, 2, r.code, "%v: %s", c.args, r.stderr)
+		assert.Contains(t, r.stderr, c.want, "%v", c.args)
+	}
+}
