@@ -42,10 +42,17 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 		push := in.call(gitPush("trust", "c2"))
 		search := in.call(webSearch("trust", "c3", "NATS KV"))
 		both := in.call(compound("trust", "c4"))
+		const secret = "ghp_abcdefghijklmnopqrstuvwxyz0123"
+		leak := in.call(machine.Call{ToolCallID: "c5", ToolName: "Bash", ConversationID: "trust", CallerBotID: "release-bot", Team: "platform",
+			Arguments: json.RawMessage(`{"command":"git clone https://` + secret + `@github.com/acme/tools"}`)})
 
 		p := openPage(t, browser, in.url)
 		p.signIn(aliceToken)
-		p.until(cardCount(4))
+		p.until(cardCount(5))
+		// A secret in the arguments is masked wherever the card shows them.
+		shown := p.text(card(leak.PendingID))
+		assert.NotContains(t, shown, secret)
+		assert.Contains(t, shown, "[redacted]")
 		assert.True(t, eval[bool](p, `document.querySelector('`+card(pay.PendingID)+`').firstElementChild.matches('p.risk.risk-high')`), "the risk line is the card's first")
 		assert.Equal(t, "High risk", p.text(card(pay.PendingID)+` .risk`))
 		assert.Equal(t, "Medium risk", p.text(card(push.PendingID)+` .risk`))
