@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"encoding/json"
 	"errors"
 
 	"github.com/toolgate/toolgate/machine"
@@ -27,6 +28,22 @@ func (s *Service) Mask(e *machine.Entry) *machine.Entry {
 		c.OriginalArguments, _ = m.Mask(e.OriginalArguments)
 	}
 	return &c
+}
+
+// maskText is text with the secrets a call of team and conversationID
+// would have masked in its arguments' strings.
+func (s *Service) maskText(team, conversationID, text string) string {
+	var m policy.Masker
+	if s.masker != nil {
+		m = s.masker.Masker(team, conversationID)
+	}
+	in, _ := json.Marshal([]string{text})
+	out, _ := m.Mask(in)
+	var masked []string
+	if json.Unmarshal(out, &masked) != nil || len(masked) != 1 {
+		return text
+	}
+	return masked[0]
 }
 
 // shown is e as a may see it.

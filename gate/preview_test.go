@@ -75,6 +75,23 @@ func TestGrantPreview_IsTheGrantTheApprovalRecords(t *testing.T) {
 	p, err = g.GrantPreview(ctx, gate.Actor{Name: "root", Roles: []wire.Role{wire.RoleAdmin}}, wire.GrantPreviewRequest{PendingID: secret.PendingID, Scope: machine.ScopeSession})
 	require.NoError(t, err)
 	assert.Equal(t, "Bash(deploy --token=s3cr3tvalue)", p.Pattern, "an admin sees it as it is")
+	// Granted, the pattern is listed as it was previewed: masked for
+	// approvers and viewers, as it is for an admin.
+	_, err = g.Decide(ctx, alice, secret.PendingID, machine.Decision{Approve: true, Scope: machine.ScopeSession})
+	require.NoError(t, err)
+	listed := func(a gate.Actor) []string {
+		grants, err := g.Grants(ctx, a, wire.GrantsRequest{})
+		require.NoError(t, err)
+		var patterns []string
+		for _, gr := range grants {
+			patterns = append(patterns, gr.Pattern)
+		}
+		return patterns
+	}
+	for _, a := range []gate.Actor{alice, vic} {
+		assert.Equal(t, []string{"Bash(npm test)", "Bash(deploy --token=[redacted])"}, listed(a), a.Name)
+	}
+	assert.Equal(t, []string{"Bash(npm test)", "Bash(deploy --token=s3cr3tvalue)"}, listed(gate.Actor{Name: "root", Roles: []wire.Role{wire.RoleAdmin}}))
 	leaky := bash("4", "", "make && deploy --token=s3cr3tvalue")
 	_, err = g.GrantPreview(ctx, alice, wire.GrantPreviewRequest{PendingID: leaky.PendingID, Scope: machine.ScopeSession})
 	require.ErrorIs(t, err, machine.ErrInvalid)

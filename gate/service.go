@@ -351,7 +351,15 @@ func (s *Service) Grants(ctx context.Context, a Actor, r wire.GrantsRequest) ([]
 	grants := []wire.Grant{}
 	for _, g := range all {
 		if g.Live(now) && (r.ConversationID == "" || g.ConversationID == r.ConversationID) {
-			grants = append(grants, wireGrant(g))
+			w := wireGrant(g)
+			if !a.system && !a.Can(wire.RoleAdmin) {
+				// A pattern derived from a command line may quote a
+				// secret in it: masked as the call's arguments are.
+				if tool, inner, ok := strings.Cut(w.Pattern, "("); ok && strings.HasSuffix(inner, ")") {
+					w.Pattern = tool + "(" + s.maskText(g.Team, g.ConversationID, strings.TrimSuffix(inner, ")")) + ")"
+				}
+			}
+			grants = append(grants, w)
 		}
 	}
 	slices.SortFunc(grants, func(x, y wire.Grant) int { return cmp.Or(cmp.Compare(x.At, y.At), strings.Compare(x.ID, y.ID)) })
