@@ -85,6 +85,8 @@ func startSettler(t *testing.T, env *budgetEnv, setup func(*worker.BudgetSettler
 func waitSettled(t *testing.T, env *budgetEnv, durable string) {
 	t.Helper()
 	bustest.WaitRelayed(t, env.JS)
+	// An event a stopped settler left unacknowledged, its nak unsent,
+	// comes again after the consumer's AckWait (30s).
 	require.Eventually(t, func() bool {
 		c, err := env.JS.Consumer(t.Context(), wire.EventsStream, durable)
 		if err != nil {
@@ -92,7 +94,7 @@ func waitSettled(t *testing.T, env *budgetEnv, durable string) {
 		}
 		info, err := c.Info(t.Context())
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, 3*waitFor, 10*time.Millisecond, "the settlers of %s never caught up", durable)
+	}, 30*time.Second+3*waitFor, 10*time.Millisecond, "the settlers of %s never caught up", durable)
 }
 
 // call submits a call for team, estimated at estimate, and returns its
