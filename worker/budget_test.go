@@ -191,10 +191,13 @@ func TestBudgetSettler_CallThatNeverRanReleasesItsReservation(t *testing.T) {
 	_, err = env.m.Fail(t.Context(), failed.PendingID, machine.Outcome{Holder: "exec", Error: "refused before it cost anything"})
 	require.NoError(t, err)
 
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		s := env.spending(t, "ops", cancelled.CostDay)
+		assert.Equal(c, [2]float64{0, 0}, [2]float64{s.Reserved, s.Spent}, "both reservations released, nothing spent")
+	}, settleWait, 10*time.Millisecond)
 	waitSettled(t, env, worker.BudgetSettlerDurable)
 	s := env.spending(t, "ops", cancelled.CostDay)
-	assert.Equal(t, 0.0, s.Reserved, "both reservations released")
-	assert.Equal(t, 0.0, s.Spent)
+	assert.Equal(t, [2]float64{0, 0}, [2]float64{s.Reserved, s.Spent}, "and no more after")
 }
 
 func TestBudgetSettler_SettlesOnceThoughEverythingIsRedelivered(t *testing.T) {
