@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -75,7 +77,7 @@ func TestService_DiscoverableAsMicroService(t *testing.T) {
 			}
 		}
 		return len(missing) == 0
-	}, 10*time.Second, 10*time.Millisecond, "endpoints an instance does not list: %v", missing)
+	}, 30*time.Second, 10*time.Millisecond, "endpoints an instance does not list: %v", missing)
 }
 
 func TestService_SubmitDecideAndRefusals(t *testing.T) {
@@ -195,24 +197,35 @@ func TestService_ListAndCancelConversation(t *testing.T) {
 	assert.InDelta(t, 0.5, done.Cost, 1e-9)
 }
 
-// askAll asks every instance of the service on nc's server, and waits
-// until all of them answered.
+// askAll asks every instance of the service on nc's server, asking again
+// until each has answered: an instance still starting answers a later
+// request, not one sent before it subscribed.
 func askAll[T any](t *testing.T, nc *nats.Conn, subject string) []T {
 	t.Helper()
-	inbox := nats.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	require.NoError(t, err)
-	defer sub.Unsubscribe()
-	require.NoError(t, nc.PublishRequest(subject, inbox, nil))
-	var all []T
-	for len(all) < natsapi.Instances {
-		msg, err := sub.NextMsg(10 * time.Second)
-		require.NoError(t, err, "%d of %d instances answered %s", len(all), natsapi.Instances, subject)
-		var v T
-		require.NoError(t, json.Unmarshal(msg.Data, &v))
-		all = append(all, v)
+	byID := map[string]T{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(byID) < natsapi.Instances {
+		require.True(t, time.Now().Before(deadline), "%d of %d instances answered %s", len(byID), natsapi.Instances, subject)
+		inbox := nats.NewInbox()
+		sub, err := nc.SubscribeSync(inbox)
+		require.NoError(t, err)
+		require.NoError(t, nc.PublishRequest(subject, inbox, nil))
+		for len(byID) < natsapi.Instances {
+			msg, err := sub.NextMsg(time.Second)
+			if err != nil {
+				break // the rest are asked again
+			}
+			var id struct {
+				ID string `json:"id"`
+			}
+			var v T
+			require.NoError(t, json.Unmarshal(msg.Data, &id))
+			require.NoError(t, json.Unmarshal(msg.Data, &v))
+			byID[id.ID] = v
+		}
+		require.NoError(t, sub.Unsubscribe())
 	}
-	return all
+	return slices.Collect(maps.Values(byID))
 }
 
 // `nats micro stats toolgate` is true: a refusal counts as an error of

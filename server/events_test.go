@@ -54,14 +54,18 @@ func TestEvents_ToolSubjectsCarryOnlyEvents(t *testing.T) {
 	require.NoError(t, err)
 	_, err = g.Client.Await(ctx, e.PendingID, client.UntilFinished())
 	require.NoError(t, err)
-	for _, want := range []string{wire.SubjectApprovalRequired, wire.SubjectApprovalGranted} {
+	// The notifications went through toolgate's queue: the webhook was
+	// told of both (in either order: deliveries run side by side).
+	var notified []string
+	for len(notified) < 2 {
 		select {
 		case got := <-told:
-			assert.Equal(t, want, got, "the webhook's notifications, in order")
+			notified = append(notified, got)
 		case <-time.After(30 * time.Second):
-			t.Fatalf("the webhook was never told of %s", want)
+			t.Fatalf("the webhook was told only of %v", notified)
 		}
 	}
+	assert.ElementsMatch(t, []string{wire.SubjectApprovalRequired, wire.SubjectApprovalGranted}, notified)
 
 	want := []string{wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectExecutionStarted, wire.SubjectExecutionSucceeded}
 	var seen []string
