@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -41,6 +42,7 @@ func TestAuth_EachCredentialDoesOnlyWhatItsRoleMay(t *testing.T) {
 	require.ErrorIs(t, err, machine.ErrForbidden, "an agent submits as itself only")
 	theirs, err := g.Client.Submit(ctx, machine.Call{ToolCallID: "t3", ToolName: "deploy", ConversationID: "auth", CallerBotID: "other-bot"})
 	require.NoError(t, err)
+	bustest.WaitRelayed(t, g.JS) // the submits' events are in, before counting
 	eventsBefore := streamLastSeq(t, g.JS, wire.EventsStream)
 
 	// What an agent's credential cannot do.
