@@ -48,6 +48,12 @@ func (c ConnConfig) Options() []nats.Option {
 	if c.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(c.CredsFile))
 	}
+	return append(opts, c.TLSOptions()...)
+}
+
+// TLSOptions returns the nats.go options of c's TLS settings.
+func (c ConnConfig) TLSOptions() []nats.Option {
+	var opts []nats.Option
 	if c.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(c.TLSCA))
 	}

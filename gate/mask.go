@@ -18,10 +18,7 @@ type masker interface {
 // viewers and event subscribers see them: the built-in secret names and
 // shapes, and the redact patterns of the call's policy.
 func (s *Service) Mask(e *machine.Entry) *machine.Entry {
-	var m policy.Masker // the built-in names and shapes only
-	if s.masker != nil {
-		m = s.masker.Masker(e.Team, e.ConversationID)
-	}
+	m := s.maskerFor(e.Team, e.ConversationID)
 	c := *e
 	c.ToolArguments, _ = m.Mask(e.ToolArguments)
 	if len(e.OriginalArguments) > 0 {
@@ -33,17 +30,22 @@ func (s *Service) Mask(e *machine.Entry) *machine.Entry {
 // maskText is text with the secrets a call of team and conversationID
 // would have masked in its arguments' strings.
 func (s *Service) maskText(team, conversationID, text string) string {
-	var m policy.Masker
-	if s.masker != nil {
-		m = s.masker.Masker(team, conversationID)
-	}
 	in, _ := json.Marshal([]string{text})
-	out, _ := m.Mask(in)
+	out, _ := s.maskerFor(team, conversationID).Mask(in)
 	var masked []string
 	if json.Unmarshal(out, &masked) != nil || len(masked) != 1 {
 		return text
 	}
 	return masked[0]
+}
+
+// maskerFor is the masker of a call of team and conversationID: without
+// a policy, the built-in names and shapes only.
+func (s *Service) maskerFor(team, conversationID string) policy.Masker {
+	if s.masker == nil {
+		return policy.Masker{}
+	}
+	return s.masker.Masker(team, conversationID)
 }
 
 // shown is e as a may see it.

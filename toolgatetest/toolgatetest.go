@@ -136,12 +136,7 @@ func Start(t testing.TB, opts Options) *Gate {
 	case opts.Creds != "":
 		creds = append(creds, nats.UserCredentials(opts.Creds))
 	}
-	if cfg.Conn.TLSCA != "" {
-		creds = append(creds, nats.RootCAs(cfg.Conn.TLSCA))
-	}
-	if cfg.Conn.TLSCert != "" {
-		creds = append(creds, nats.ClientCert(cfg.Conn.TLSCert, cfg.Conn.TLSKey))
-	}
+	creds = append(creds, cfg.Conn.TLSOptions()...)
 	g.NC, g.JS = bustest.Connect(t, g.NATSURL, creds...)
 	c, err := client.New(g.NC)
 	require.NoError(t, err)
