@@ -168,7 +168,8 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 	if err != nil {
 		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName, err)
 	}
-	v.Risk = r.risk(newCallSubject(c.ToolName, args, r.MatchArgument[c.ToolName]))
+	cs := newCallSubject(c.ToolName, args, r.MatchArgument[c.ToolName])
+	v.Risk = r.risk(cs)
 	// The description is shown to whoever sees the call: it says what the
 	// call does with its secrets masked.
 	if masked, ok := (Masker{patterns: r.Redact}).Mask(c.Arguments); ok {
@@ -186,6 +187,8 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 		v.ApprovalReminder = r.ApprovalTimeout * time.Duration(r.ApprovalReminderPercent) / 100
 		v.Approver = r.UserIDToApprove
 		v.Approvers = slices.Clone(r.Approvers)
+		v.Quorum = r.quorum(cs)
+		v.Escalate = r.tiers()
 	}
 	return v, nil
 }
@@ -210,7 +213,9 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 		// that does not parse): a human decides, whatever else says run.
 		return verdict(machine.ActionAsk, hiddenReason), nil
 	}
-	if e.grants != nil && !dry {
+	// A call under a quorum is asked each time: a grant (one approver's
+	// say) does not cover it.
+	if e.grants != nil && !dry && r.quorum(call) == nil {
 		g, ok, err := e.grants.Match(ctx, c, e.now())
 		if err != nil {
 			return machine.Verdict{}, fmt.Errorf("grants: %w", err)
