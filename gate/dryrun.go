@@ -89,6 +89,19 @@ func (s *Service) recordedCalls(ctx context.Context, since, until int64) ([]*mac
 	return slices.DeleteFunc(all, func(e *machine.Entry) bool { return e.RequestedAt < since || e.RequestedAt > until }), nil
 }
 
+// maxExampleDescription bounds an example's description, in runes, so
+// that a reply of many examples fits in one NATS message.
+const maxExampleDescription = 200
+
+// clip is s cut to n runes, an ellipsis marking the cut.
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
 // verdicts in the order a reply lists them.
 var verdicts = []string{wire.VerdictAllow, wire.VerdictAsk, wire.VerdictDeny}
 
@@ -230,7 +243,7 @@ func (d *dryRun) replay(ctx context.Context, e *machine.Entry, current, candidat
 	if p.from != p.to {
 		d.examples[p] = append(d.examples[p], wire.DryRunExample{
 			From: p.from, To: p.to, PendingID: e.PendingID, ToolName: e.ToolName, Team: e.Team,
-			CallerBotID: e.CallerBotID, RequestedAt: e.RequestedAt, Description: e.Description,
+			CallerBotID: e.CallerBotID, RequestedAt: e.RequestedAt, Description: clip(e.Description, maxExampleDescription),
 			CurrentReason: was.Reason, CandidateReason: will.Reason,
 		})
 	}

@@ -106,7 +106,8 @@ type DryRunGroup struct {
 
 // DryRunExample is one call whose verdict the candidate changes, with
 // the reason each policy gives (the rule or field that decided) and the
-// call's recorded description (its secrets masked, as every entry's).
+// call's recorded description (its secrets masked, as every entry's; cut
+// to 200 characters).
 type DryRunExample struct {
 	From            string `json:"from"`
 	To              string `json:"to"`
@@ -132,7 +133,7 @@ type DryRunBudget struct {
 // asking (the sum of their estimatedCost), the team's dailyCostLimit under
 // that policy (none: nil), and the UTC days on which that cost passes it.
 // A dry run counts no budget: a call past the limit counts as allowed, where
-// the policy in force would have asked about it.
+// a real evaluation would have asked about it.
 type DryRunSpend struct {
 	AutoRunCost    float64     `json:"autoRunCost"`
 	DailyCostLimit *float64    `json:"dailyCostLimit,omitempty"`
