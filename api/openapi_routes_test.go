@@ -501,6 +501,20 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/analytics?hours=100000", token: specViewer}, nil))
 	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/analytics?hours=soon", token: specViewer, badRequest: true}, nil))
 
+	// Trying a policy before it is put in force: the calls so far,
+	// replayed through a candidate that no longer asks about web searches.
+	var dry wire.PolicyDryRunReply
+	require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specViewer,
+		body: wire.PolicyDryRunRequest{Document: "default: {requiresApprovalTools: [Bash]}", Team: new("research"), Examples: 1}}, &dry))
+	assert.NotZero(t, dry.Changed)
+	assert.NotEmpty(t, dry.Examples)
+	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specAlice,
+		body: wire.PolicyDryRunRequest{Document: "{}", Since: 1}}, nil))
+	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specViewer,
+		body: wire.PolicyDryRunRequest{Document: "default: {approvalTimeoutMs: -1}"}}, nil))
+	assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specAgent,
+		body: wire.PolicyDryRunRequest{Document: "{}"}}, nil))
+
 	// What anyone may ask.
 	for _, path := range []string{"/v1/openapi.json", "/v1/schemas/event.json", "/healthz", "/readyz", "/metrics"} {
 		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: path}, nil), path)

@@ -111,6 +111,14 @@ var (
 		"NameCount":               reflect.TypeFor[analytics.NameCount](),
 		"Series":                  reflect.TypeFor[analytics.Series](),
 		"SeriesPoint":             reflect.TypeFor[analytics.SeriesPoint](),
+		"PolicyDryRunReply":       reflect.TypeFor[wire.PolicyDryRunReply](),
+		"VerdictCount":            reflect.TypeFor[wire.VerdictCount](),
+		"DryRunGroup":             reflect.TypeFor[wire.DryRunGroup](),
+		"DryRunExample":           reflect.TypeFor[wire.DryRunExample](),
+		"DryRunBudget":            reflect.TypeFor[wire.DryRunBudget](),
+		"DryRunSpend":             reflect.TypeFor[wire.DryRunSpend](),
+		"DryRunDay":               reflect.TypeFor[wire.DryRunDay](),
+		"DryRunRecorded":          reflect.TypeFor[wire.DryRunRecorded](),
 	}
 	requestSchemas = map[string]reflect.Type{
 		"Call":                  reflect.TypeFor[machine.Call](),
@@ -118,6 +126,7 @@ var (
 		"RespondRequest":        reflect.TypeFor[api.RespondRequest](),
 		"CancelRequest":         reflect.TypeFor[api.CancelRequest](),
 		"DecideMatchingRequest": reflect.TypeFor[wire.DecideMatchingRequest](),
+		"PolicyDryRunRequest":   reflect.TypeFor[wire.PolicyDryRunRequest](),
 	}
 	// enumSchemas are the document's string enums and the values the
 	// code has.

@@ -95,6 +95,7 @@ var routes = []route{
 	{"GET", "/healthz", nil, (*Server).healthz},
 	{"GET", "/readyz", nil, (*Server).readyz},
 	{"GET", "/metrics", nil, (*Server).metrics},
+	{"POST", "/v1/policy/dry-run", []Role{RoleViewer, RoleApprover}, (*Server).policyDryRun},
 }
 
 // New returns the API server.

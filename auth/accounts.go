@@ -27,9 +27,10 @@ var Endpoints = map[wire.Role][]string{
 		wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointDecideMatching, wire.EndpointCancel, wire.EndpointCancelConversation,
 		wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
 		wire.EndpointGrantsList, wire.EndpointGrantsRevoke, wire.EndpointGrantsPreview,
+		wire.EndpointPolicyDryRun,
 	},
 	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList,
-		wire.EndpointGrantsPreview},
+		wire.EndpointGrantsPreview, wire.EndpointPolicyDryRun},
 }
 
 // The work queue's JetStream API an executor uses to look up the

@@ -207,6 +207,7 @@ func (s *Service) endpoints() map[string]endpoint {
 		wire.EndpointCredsRevoke:  answer(g.RevokeCredential),
 		wire.EndpointSucceeded:    answer(finish(g.Complete)),
 		wire.EndpointFailed:       answer(finish(g.Fail)),
+		wire.EndpointPolicyDryRun: answer(g.PolicyDryRun),
 	}
 }
 

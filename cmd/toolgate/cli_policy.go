@@ -17,6 +17,8 @@ const policyUsage = `Usage:
                                          print the policy in force (YAML), secrets redacted
   toolgate policy set FILE [flags]       put FILE (YAML or JSON; - for stdin) in force
   toolgate policy validate FILE          check FILE offline, naming every field at fault
+  toolgate policy dry-run FILE [--since 7d] [--team T] [--examples N] [--json] [flags]
+                                         what FILE would change over the calls recorded since
 `
 
 func cliPolicy(ctx context.Context, args []string, out cliOutput) error {
@@ -31,11 +33,13 @@ func cliPolicy(ctx context.Context, args []string, out cliOutput) error {
 		return cliPolicySet(ctx, args[1:], out)
 	case "validate":
 		return cliPolicyValidate(args[1:], out)
+	case "dry-run":
+		return cliPolicyDryRun(ctx, args[1:], out)
 	case "help", "-h", "--help":
 		fmt.Fprint(out.stdout, policyUsage)
 		return nil
 	}
-	return &cliUsageError{verb: "policy", msg: fmt.Sprintf("unknown subcommand %q: want get, set or validate", args[0])}
+	return &cliUsageError{verb: "policy", msg: fmt.Sprintf("unknown subcommand %q: want get, set, validate or dry-run", args[0])}
 }
 
 func cliPolicyGet(ctx context.Context, args []string, out cliOutput) error {

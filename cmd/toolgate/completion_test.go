@@ -113,7 +113,7 @@ func TestCompletion_Bash(t *testing.T) {
 		{"toolgate p", "pending policy"},
 		{"toolgate pending --j", "--json"},
 		{"toolgate pending --nats-c", "--nats-creds"},
-		{"toolgate policy ", "get set validate"},
+		{"toolgate policy ", "get set validate dry-run"},
 		{"toolgate policy get --sh", "--show-secrets"},
 		{"toolgate creds ", "add list revoke init nats-config"},
 		{"toolgate creds init --", "--config --data"},
@@ -207,7 +207,7 @@ func TestCompletion_ZshAndFish(t *testing.T) {
 		want []string
 	}{
 		{"toolgate pen", []string{"pending"}},
-		{"toolgate policy ", []string{"get", "set", "validate"}},
+		{"toolgate policy ", []string{"dry-run", "get", "set", "validate"}},
 		{"toolgate policy get --sh", []string{"--show-secrets"}},
 		{"toolgate --nats nats://127.0.0.1:4222 pen", []string{"pending"}},
 		{"toolgate approve --rea", []string{"--reason"}},
