@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/machine"
@@ -64,6 +65,18 @@ func (s *KVStore) Update(ctx context.Context, e *machine.Entry, revision uint64)
 		return 0, fmt.Errorf("%s at revision %d: %w", e.PendingID, revision, machine.ErrConflict)
 	}
 	return rev, err
+}
+
+// Retire removes an entry from the bucket, with every revision of it,
+// if it is still at revision: a purge whose marker expires after
+// markerTTL. (machine.Store has no such command: only a finished call,
+// archived first, leaves; see gate.Service.Retire.)
+func (s *KVStore) Retire(ctx context.Context, pendingID string, revision uint64, markerTTL time.Duration) error {
+	err := s.kv.Purge(ctx, pendingID, jetstream.LastRevision(revision), jetstream.PurgeTTL(markerTTL))
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return fmt.Errorf("%s at revision %d: %w", pendingID, revision, machine.ErrConflict)
+	}
+	return err
 }
 
 // ListConversation implements machine.Store. It watches only the

@@ -14,6 +14,9 @@ import (
 type Topology struct {
 	Replicas     int           // 1 on one machine, 3 on a cluster
 	EventsMaxAge time.Duration // how long TOOL_EVENTS keeps history; 0 keeps it for ever
+	// ArchiveMaxAge is how long TOOL_ARCHIVE keeps a finished call once
+	// it left tool_calls; 0 keeps it for ever.
+	ArchiveMaxAge time.Duration
 }
 
 // DefaultEventsMaxAge is how long events are kept when not configured.
@@ -39,6 +42,8 @@ type Buckets struct {
 	Identities jetstream.KeyValue
 	// DecisionTokens holds the one-time decision tokens (DecisionTokenStore).
 	DecisionTokens jetstream.KeyValue
+	// Archive is TOOL_ARCHIVE, the finished calls that left Calls.
+	Archive jetstream.Stream
 }
 
 // Provision creates or updates the buckets and streams toolgate needs. It
@@ -111,10 +116,24 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		MaxAge:      t.EventsMaxAge,
 		Storage:     jetstream.FileStorage,
 		Replicas:    t.Replicas,
+	}, {
+		Name:              wire.ArchiveStream,
+		Description:       "toolgate: finished tool calls that left tool_calls, one subject per call",
+		Subjects:          []string{wire.ArchiveSubject(">")},
+		Retention:         jetstream.LimitsPolicy,
+		MaxMsgsPerSubject: 1,
+		MaxAge:            t.ArchiveMaxAge,
+		Storage:           jetstream.FileStorage,
+		Replicas:          t.Replicas,
+		Duplicates:        duplicateWindow,
 	}}
 	for _, cfg := range streams {
-		if _, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) }); err != nil {
+		st, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
+		if err != nil {
 			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+		}
+		if cfg.Name == wire.ArchiveStream {
+			b.Archive = st
 		}
 	}
 	return &b, nil
@@ -149,6 +168,9 @@ func provisionCalls(ctx context.Context, js jetstream.JetStream, t Topology) (je
 		Duplicates:        2 * time.Minute,
 		Discard:           jetstream.DiscardNew,
 		AllowDirect:       false,
+		// A call retired to the archive is purged with a marker that
+		// expires (Retire), so neither its revisions nor the marker stay.
+		AllowMsgTTL: true,
 	}
 	for {
 		st, err := js.Stream(ctx, want.Name)
@@ -159,8 +181,8 @@ func provisionCalls(ctx context.Context, js jetstream.JetStream, t Topology) (je
 			}
 		} else if err == nil {
 			cur := st.CachedInfo().Config
-			if cur.MaxMsgsPerSubject != want.MaxMsgsPerSubject || cur.Replicas != want.Replicas || cur.AllowDirect || cur.Description != want.Description {
-				cur.MaxMsgsPerSubject, cur.Replicas, cur.AllowDirect, cur.Description = want.MaxMsgsPerSubject, want.Replicas, false, want.Description
+			if cur.MaxMsgsPerSubject != want.MaxMsgsPerSubject || cur.Replicas != want.Replicas || cur.AllowDirect || cur.Description != want.Description || !cur.AllowMsgTTL {
+				cur.MaxMsgsPerSubject, cur.Replicas, cur.AllowDirect, cur.Description, cur.AllowMsgTTL = want.MaxMsgsPerSubject, want.Replicas, false, want.Description, true
 				_, err = js.UpdateStream(ctx, cur)
 			}
 		}

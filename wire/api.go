@@ -452,3 +452,13 @@ type WorkConsumerReply struct {
 // WorkAPIPrefix is where a client account reaches the JetStream API of
 // toolgate's work queue (see package auth).
 const WorkAPIPrefix = "toolgate.js.API"
+
+// ArchivedCall is a finished call as the archive keeps it once it left
+// tool_calls (the retention window after it finished): the entry as it
+// was last written, that revision, and every transition it went through.
+type ArchivedCall struct {
+	Entry      *machine.Entry `json:"entry"`
+	Revision   uint64         `json:"revision"`
+	History    []HistoryItem  `json:"history"`
+	ArchivedAt int64          `json:"archivedAt"`
+}

@@ -13,6 +13,9 @@ const (
 	WorkStream       = "TOOL_WORK"       // runnable calls, work-queue retention
 	DeadLetterStream = "TOOL_DEADLETTER" // messages a consumer gave up on
 	NotifyStream     = "TOOL_NOTIFY"     // notifications to deliver, one subject per channel
+	// ArchiveStream keeps the finished calls that left tool_calls after
+	// the retention window, each with its history: one subject per call.
+	ArchiveStream = "TOOL_ARCHIVE"
 )
 
 // Buckets beside the entries'.
@@ -95,6 +98,11 @@ func ExecutorDurable(tool string) string { return "executor-" + tool }
 
 // NotifySubject is where the notifications to one channel wait.
 func NotifySubject(channelKey string) string { return internalPrefix + "notify." + channelKey }
+
+// ArchiveSubject is where the archive keeps one finished call (an
+// ArchivedCall); ArchiveSubject(machine.ConversationKey(c) + ".*") are a
+// conversation's.
+func ArchiveSubject(pendingID string) string { return internalPrefix + "archive." + pendingID }
 
 // DeadLetterSubject is where a consumer puts a message it gave up on.
 func DeadLetterSubject(consumer string) string { return internalPrefix + "deadletter." + consumer }
