@@ -64,7 +64,7 @@ func vocabularyOf(d *Document) *vocabulary {
 		for t := range p.Editable {
 			add(t)
 		}
-		for _, rule := range slices.Concat(p.Rules.Deny, p.Rules.Ask, p.Rules.Allow, slices.Sorted(maps.Keys(p.Risk))) {
+		for _, rule := range slices.Concat(p.Rules.Deny, p.Rules.Ask, p.Rules.Allow, slices.Sorted(maps.Keys(p.Risk)), rateMatches(p.RateLimits)) {
 			pat, err := parsePattern(rule)
 			switch {
 			case err != nil:

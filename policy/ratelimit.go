@@ -253,3 +253,13 @@ func (e *Engine) RateRules() []RateRule {
 	}
 	return out
 }
+
+// rateMatches are the patterns of a scope's rate rules, for the names a
+// document names.
+func rateMatches(list []RateLimit) []string {
+	out := make([]string, 0, len(list))
+	for _, rl := range list {
+		out = append(out, rl.Match)
+	}
+	return out
+}

@@ -300,3 +300,14 @@ func TestMarshal_RateLimitsRoundTrip(t *testing.T) {
 	c.Default.RateLimits[0].Max = 99
 	assert.Equal(t, 2, doc.Default.RateLimits[0].Max, "Clone copies the list")
 }
+
+func TestEngine_NamedToolOfARateRule(t *testing.T) {
+	t.Parallel()
+	doc, err := Parse([]byte("teams:\n  ops:\n    rateLimits: [{match: 'kubectl(delete *)', max: 1, per: 1m}]\n"))
+	require.NoError(t, err)
+	e, err := NewEngine(doc, nil, nil)
+	require.NoError(t, err)
+	name, ok := e.NamedTool("kubectl")
+	assert.True(t, ok, "a tool only a rate rule names is a metric label")
+	assert.Equal(t, "kubectl", name)
+}
