@@ -173,6 +173,21 @@ func (a *ApproverStats) add(ev event) {
 	case machine.EventReject:
 		a.Rejected++
 		a.RejectedTools = countBounded(a.RejectedTools, e.ToolName, maxToolsKept)
+	case machine.EventVote:
+		// An approver's say on a call under a quorum that did not settle
+		// it: theirs all the same.
+		if len(e.Votes) == 0 {
+			return
+		}
+		v := e.Votes[len(e.Votes)-1]
+		if v.Approve {
+			a.Approved++
+		} else {
+			a.Rejected++
+			a.RejectedTools = countBounded(a.RejectedTools, e.ToolName, maxToolsKept)
+		}
+		a.Response.Add(v.At - e.RequestedAt)
+		return
 	default:
 		return
 	}

@@ -420,9 +420,9 @@ func keysFor(gen uint64, ev *wire.Event) map[string]func() aggregate {
 	}
 	hour := time.UnixMilli(ev.At).UTC().Truncate(time.Hour)
 	keys[hourKey(gen, hour)] = func() aggregate { return &HourStats{Hour: hour.UnixMilli()} }
-	if ev.Event == machine.EventApprove || ev.Event == machine.EventReject {
+	if ev.Event == machine.EventApprove || ev.Event == machine.EventReject || ev.Event == machine.EventVote {
 		by := e.ApprovedOrRejectedByUserID
-		if by == "" {
+		if by == "" || ev.Event == machine.EventVote {
 			by = ev.Actor
 		}
 		keys[p+"approver."+machine.KeyToken(by)] = func() aggregate { return &ApproverStats{Name: by} }

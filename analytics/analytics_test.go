@@ -744,3 +744,37 @@ func TestAnalytics_RestartsWhenItsConsumerIsDeleted(t *testing.T) {
 	default:
 	}
 }
+
+// TestAnalytics_EveryQuorumApproverIsCounted: under a 2-of-2 quorum, the
+// approval short of it counts for its approver as the one that settles
+// the call counts for theirs; the call is approved once.
+func TestAnalytics_EveryQuorumApproverIsCounted(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	bustest.RunRelay(t, env.JS)
+	a, _ := runAnalytics(t, env, nil)
+	m := machine.New(env.Store, machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+		return machine.Verdict{Action: machine.ActionAsk, Quorum: &machine.Quorum{Required: 2}}, nil
+	})))
+	ctx := t.Context()
+	e, err := m.Submit(ctx, machine.Call{ToolName: "deploy", CallerBotID: "bot", ConversationID: "q"})
+	require.NoError(t, err)
+	_, err = m.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	_, err = m.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "bob"})
+	require.NoError(t, err)
+	waitCaughtUp(t, env, a)
+
+	rec := httptest.NewRecorder()
+	a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/analytics", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	var r analytics.Report
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &r))
+	approved := map[string]int64{}
+	for _, ap := range r.Approvers {
+		approved[ap.Name] = ap.Approved
+	}
+	assert.Equal(t, map[string]int64{"alice": 1, "bob": 1}, approved)
+	require.Len(t, r.Tools, 1)
+	assert.EqualValues(t, 1, r.Tools[0].Approved, "the call is approved once")
+}

@@ -317,6 +317,9 @@ func (s *Service) GrantPreview(ctx context.Context, a Actor, r wire.GrantPreview
 	if r.Scope == machine.ScopeTask && e.TaskID == "" {
 		return nil, fmt.Errorf("%w: scope task: the call names no task (it was submitted without a taskId)", machine.ErrInvalid)
 	}
+	if e.Quorum != nil {
+		return nil, fmt.Errorf("%w: scope %s: a call under a quorum records no grant (later calls would skip the quorum); approve it once", machine.ErrInvalid, r.Scope)
+	}
 	shown := s.shown(a, e)
 	g, err := grantOf(e, r.Scope)
 	if err != nil {
@@ -527,6 +530,12 @@ func (s *Service) Expire(ctx context.Context, pendingID string) (*machine.Entry,
 // deadline (the timer's, at the call's reminderAt).
 func (s *Service) Remind(ctx context.Context, pendingID string) (*machine.Entry, error) {
 	return s.observe(s.m.Remind(ctx, pendingID))
+}
+
+// Escalate widens who may decide a call nobody has decided by its next
+// escalation tier's time (the timer's, at that time).
+func (s *Service) Escalate(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	return s.observe(s.m.Escalate(ctx, pendingID))
 }
 
 // AbandonLease fails a running call whose executor's lease ran out on its

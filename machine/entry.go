@@ -49,12 +49,21 @@ type Entry struct {
 	Reminded   bool  `json:"reminded,omitempty"`
 	// Overdue is set when the approval deadline passed and the policy
 	// kept the call pending.
-	Overdue                    bool     `json:"overdue,omitempty"`
-	AutoRejectOnTimeout        bool     `json:"autoRejectOnTimeout,omitempty"`
-	UserIDToApprove            string   `json:"userIdToApprove,omitempty"`
-	Approvers                  []string `json:"approvers,omitempty"` // who may decide, when set
-	ApprovedOrRejectedByUserID string   `json:"approvedOrRejectedByUserId,omitempty"`
-	DecisionTime               int64    `json:"decisionTime,omitempty"`
+	Overdue             bool     `json:"overdue,omitempty"`
+	AutoRejectOnTimeout bool     `json:"autoRejectOnTimeout,omitempty"`
+	UserIDToApprove     string   `json:"userIdToApprove,omitempty"`
+	Approvers           []string `json:"approvers,omitempty"` // who may decide, when set
+	// Quorum, when set, is how many distinct approvals the call needs;
+	// Votes are the approvals (and, under RejectMajority, rejections)
+	// given so far.
+	Quorum *Quorum `json:"quorum,omitempty"`
+	Votes  []Vote  `json:"votes,omitempty"`
+	// Escalations widen who may decide the call while nobody has (see
+	// Deciders); Escalated counts the tiers reached.
+	Escalations                []Escalation `json:"escalations,omitempty"`
+	Escalated                  int          `json:"escalated,omitempty"`
+	ApprovedOrRejectedByUserID string       `json:"approvedOrRejectedByUserId,omitempty"`
+	DecisionTime               int64        `json:"decisionTime,omitempty"`
 	// DecisionScope is how far an approval reaches: once, session, always.
 	DecisionScope Scope `json:"decisionScope,omitempty"`
 

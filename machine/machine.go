@@ -110,6 +110,10 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 		e.AutoRejectOnTimeout = v.AutoRejectOnTimeout
 		e.UserIDToApprove = v.Approver
 		e.Approvers = v.Approvers
+		e.Quorum = v.Quorum
+		for _, t := range v.Escalate {
+			e.Escalations = append(e.Escalations, Escalation{At: now.Add(t.After).UnixMilli(), To: t.To})
+		}
 	case ActionRun:
 		ev = EventSchedule
 		e.ScheduledExecutionTime = now.Add(max(v.Delay, 0)).UnixMilli()
@@ -251,24 +255,33 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 			return nil, fmt.Errorf("decide %s: %w", pendingID, err)
 		}
 	}
-	e, err := m.transition(ctx, pendingID, ev, d.By, d.Reason, func(e *Entry, now time.Time) error {
-		if e.UserIDToApprove != "" && e.UserIDToApprove != d.By {
-			return fmt.Errorf("%w: only %s may decide this call, not %s", ErrForbidden, e.UserIDToApprove, d.By)
+	// Under a quorum, a decision that does not settle the call is a vote.
+	choose := func(cur *Entry) (Event, string) {
+		if cur.Quorum == nil || (d.Approve && cur.Approvals()+1 >= cur.Quorum.Required) || (!d.Approve && cur.rejectsNow()) {
+			return ev, d.Reason
 		}
-		if len(e.Approvers) > 0 && !slices.Contains(e.Approvers, d.By) {
-			return fmt.Errorf("%w: %s is not among this call's approvers %v", ErrForbidden, d.By, e.Approvers)
+		return EventVote, d.Reason
+	}
+	e, err := m.transitionBy(ctx, pendingID, choose, d.By, func(e *Entry, now time.Time) error {
+		if err := e.mayDecide(d.By); err != nil {
+			return err
 		}
 		if d.Scope == ScopeTask && e.TaskID == "" {
 			return invalidf("scope task: the call names no task (it was submitted without a taskId)")
-		}
-		if d.By == e.CallerBotID {
-			return fmt.Errorf("%w: %s asked for this call and may not decide it", ErrForbidden, d.By)
 		}
 		// A decision after the deadline of a call its policy rejects then
 		// is refused, timer or no timer: the agent may already have been
 		// told it timed out, or is about to be.
 		if e.AutoRejectOnTimeout && e.ApprovalTimeoutAt > 0 && now.UnixMilli() >= e.ApprovalTimeoutAt {
 			return fmt.Errorf("%w at %s", ErrExpired, time.UnixMilli(e.ApprovalTimeoutAt).UTC().Format(time.RFC3339))
+		}
+		if e.Quorum != nil {
+			if err := e.castVote(d, now); err != nil {
+				return err
+			}
+			if e.LastTransition.Event == EventVote {
+				return nil // pending still: nobody has decided the call yet
+			}
 		}
 		e.ApprovedOrRejectedByUserID = d.By
 		e.DecisionTime = now.UnixMilli()

@@ -56,7 +56,14 @@ const (
 	EventSchedule Event = "schedule" // created, runs now or after a delay
 	EventDeny     Event = "deny"     // created, refused by policy
 	EventApprove  Event = "approve"
-	EventReject   Event = "reject"
+	// EventVote records an approval of a call under a quorum that does
+	// not reach it yet (or, under RejectMajority, a rejection short of the
+	// majority): the call stays pending.
+	EventVote   Event = "vote"
+	EventReject Event = "reject"
+	// EventEscalate widens who may decide a call nobody has decided by
+	// the next escalation tier's time, and tells them.
+	EventEscalate Event = "escalate"
 	EventTimeout  Event = "timeout" // nobody answered before approvalTimeoutAt
 	// EventOverdue flags a call nobody answered in time whose policy does
 	// not reject it then: it stays pending, and the flag is raised once.
@@ -110,7 +117,9 @@ var transitions = []transition{
 	{EventSchedule, []State{stateNone}, StateScheduled, "policy runs it now or after a delay", "scheduled_execution", 0},
 	{EventDeny, []State{stateNone}, StateRejectedByPolicy, "policy denies it", "policy_denied", 0},
 	{EventApprove, []State{StatePendingApproval}, StateApproved, "approved", "approval_granted", notify},
+	{EventVote, []State{StatePendingApproval}, StatePendingApproval, "an approval short of the quorum", "approval_progress", notify},
 	{EventReject, []State{StatePendingApproval}, StateRejectedByUser, "rejected", "approval_rejected", notify},
+	{EventEscalate, []State{StatePendingApproval}, StatePendingApproval, "nobody answered: the next tier may decide", "approval_escalated", notify},
 	{EventTimeout, []State{StatePendingApproval}, StateRejectedByTimeout, "nobody answered in time", "approval_timeout", notify},
 	{EventOverdue, []State{StatePendingApproval}, StatePendingApproval, "nobody answered in time, kept pending", "approval_overdue", notify},
 	{EventRemind, []State{StatePendingApproval}, StatePendingApproval, "reminded before the deadline", "approval_reminder", notify},

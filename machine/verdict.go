@@ -28,6 +28,11 @@ type Verdict struct {
 	ApprovalReminder time.Duration
 	Approver         string   // ActionAsk: the only user who may decide, if set
 	Approvers        []string // ActionAsk: the users who may decide, if set
+	// Quorum (ActionAsk), when set, is how many distinct approvals the
+	// call needs; Escalate, the tiers that widen who may decide it while
+	// nobody has.
+	Quorum   *Quorum
+	Escalate []EscalationTier
 	// MaxExecutionAttempts bounds how often the call is claimed; 0: default.
 	MaxExecutionAttempts int
 	// Description is one human sentence saying what the call will do.

@@ -48,6 +48,7 @@ var (
 	toolSetType   = reflect.TypeFor[ToolSet]()
 	namesType     = reflect.TypeFor[Names]()
 	channelsType  = reflect.TypeFor[Channels]()
+	tiersType     = reflect.TypeFor[Tiers]()
 )
 
 func (d *decoder) document(root *yaml.Node, doc *Document) {
@@ -211,7 +212,7 @@ func (d *decoder) sequence(path *fieldPath, n *yaml.Node, v reflect.Value) {
 	}
 	t := v.Type()
 	if len(n.Content) == 0 {
-		if t == namesType || t == channelsType {
+		if t == namesType || t == channelsType || t == tiersType {
 			v.Set(reflect.MakeSlice(t, 0, 0)) // an explicit empty list overrides
 		}
 		return

@@ -83,6 +83,13 @@ type Policy struct {
 	Approvers Names `yaml:"approvers,omitempty" json:"approvers,omitzero"`
 	// UserIDToApprove is the one user who may decide asked calls.
 	UserIDToApprove *string `yaml:"userIdToApprove,omitempty" json:"userIdToApprove,omitempty"`
+	// Quorum asks, of the calls a pattern in rule syntax matches, for
+	// that many distinct approvals before they run (see quorum.go).
+	// Merged per key.
+	Quorum map[string]QuorumRule `yaml:"quorum,omitempty" json:"quorum,omitempty"`
+	// Escalate widens, tier by tier, who may decide a call nobody has
+	// decided. The narrowest scope that sets it wins.
+	Escalate Tiers `yaml:"escalate,omitempty" json:"escalate,omitzero"`
 	// MaxExecutionAttempts bounds how often a call is claimed by executors.
 	MaxExecutionAttempts *int `yaml:"maxExecutionAttempts,omitempty" json:"maxExecutionAttempts,omitempty"`
 	// PermissionMode applies to calls that do not name their own.

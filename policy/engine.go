@@ -126,9 +126,9 @@ func (e *Engine) Resolve(team, conversationID string) Resolved {
 //
 // Errors: a call whose arguments are not a JSON object, or whose
 // permission mode or estimated cost is invalid, wraps machine.ErrInvalid;
-// an error from Grants or Budget is returned, wrapped, rather than guessed
-// around: Submit fails and the agent retries, where a guess would either
-// ask a human needlessly or run a call nobody allowed.
+// an error from Grants, Budget or a RateCounter is returned, wrapped,
+// rather than guessed around: Submit fails and the agent retries, where a
+// guess would either ask a human needlessly or run a call nobody allowed.
 func (e *Engine) Evaluate(ctx context.Context, c machine.Call) (machine.Verdict, error) {
 	return e.evaluate(ctx, c, false)
 }
@@ -171,7 +171,8 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 	if err != nil {
 		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName, err)
 	}
-	v.Risk = r.risk(newCallSubject(c.ToolName, args, r.MatchArgument[c.ToolName]))
+	cs := newCallSubject(c.ToolName, args, r.MatchArgument[c.ToolName])
+	v.Risk = r.risk(cs)
 	// The description is shown to whoever sees the call: it says what the
 	// call does with its secrets masked.
 	if masked, ok := (Masker{patterns: r.Redact}).Mask(c.Arguments); ok {
@@ -189,6 +190,8 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 		v.ApprovalReminder = r.ApprovalTimeout * time.Duration(r.ApprovalReminderPercent) / 100
 		v.Approver = r.UserIDToApprove
 		v.Approvers = slices.Clone(r.Approvers)
+		v.Quorum = r.quorum(cs)
+		v.Escalate = r.tiers()
 	}
 	return v, nil
 }
@@ -216,7 +219,9 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 		// that does not parse): a human decides, whatever else says run.
 		return verdict(machine.ActionAsk, hiddenReason), nil
 	}
-	if e.grants != nil && !dry {
+	// A call under a quorum is asked each time: a grant (one approver's
+	// say) does not cover it.
+	if e.grants != nil && !dry && r.quorum(call) == nil {
 		g, ok, err := e.grants.Match(ctx, c, e.now())
 		if err != nil {
 			return machine.Verdict{}, fmt.Errorf("grants: %w", err)

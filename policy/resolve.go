@@ -62,6 +62,8 @@ type Resolved struct {
 	DailyCostLimit           *float64            // nil: no limit
 	Approvers                []string
 	UserIDToApprove          string
+	Quorums                  map[string]compiledQuorum // pattern → the quorum of the calls it matches
+	Escalate                 Tiers
 	MaxExecutionAttempts     int
 	PermissionMode           Mode
 	// DisableBypassPermissionsMode makes a call's bypassPermissions count as default.
@@ -133,6 +135,7 @@ type layer struct {
 	p         Policy // a deep copy: the caller may change the Document later
 	rules     RuleSet
 	risks     map[string]RiskRule
+	quorums   map[string]compiledQuorum
 	rates     []RateRule
 	templates map[string]*template.Template
 }
@@ -262,6 +265,8 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 			errs.add(at("userIdToApprove"), "%q is not among this scope's approvers %q", *u, []string(p.Approvers))
 		}
 	}
+	l.quorums = compileQuorum(errs, scope, p)
+	checkTiers(errs, at("escalate"), p.Escalate)
 	if n := p.MaxExecutionAttempts; n != nil && (*n < 1 || *n > 100) {
 		errs.add(at("maxExecutionAttempts"), "must be 1 to 100, got %d", *n)
 	}
@@ -434,6 +439,15 @@ func (p *Policy) clone() Policy {
 	c.DailyCostLimit = clonePtr(p.DailyCostLimit)
 	c.Approvers = slices.Clone(p.Approvers)
 	c.UserIDToApprove = clonePtr(p.UserIDToApprove)
+	c.Quorum = maps.Clone(p.Quorum)
+	for k, q := range c.Quorum {
+		q.Of = slices.Clone(q.Of)
+		c.Quorum[k] = q
+	}
+	c.Escalate = slices.Clone(p.Escalate)
+	for i := range c.Escalate {
+		c.Escalate[i].To = slices.Clone(c.Escalate[i].To)
+	}
 	c.MaxExecutionAttempts = clonePtr(p.MaxExecutionAttempts)
 	c.PermissionMode = clonePtr(p.PermissionMode)
 	c.DisableBypassPermissionsMode = clonePtr(p.DisableBypassPermissionsMode)
@@ -469,6 +483,7 @@ func (c *compiled) resolve(team, conversationID string) *Resolved {
 		MatchArgument:           map[string]string{},
 		Editable:                map[string]bool{},
 		Risks:                   map[string]RiskRule{},
+		Quorums:                 map[string]compiledQuorum{},
 		MaxExecutionAttempts:    DefaultMaxExecutionAttempts,
 		PermissionMode:          ModeDefault,
 		Sources:                 map[string]string{},
@@ -516,6 +531,7 @@ func (r *Resolved) merge(l *layer) {
 	set("dailyCostLimit", p.DailyCostLimit != nil, func() { r.DailyCostLimit = p.DailyCostLimit })
 	set("approvers", p.Approvers != nil, func() { r.Approvers = p.Approvers })
 	set("userIdToApprove", p.UserIDToApprove != nil, func() { r.UserIDToApprove = *p.UserIDToApprove })
+	set("escalate", p.Escalate != nil, func() { r.Escalate = p.Escalate })
 	set("maxExecutionAttempts", p.MaxExecutionAttempts != nil, func() { r.MaxExecutionAttempts = *p.MaxExecutionAttempts })
 	set("permissionMode", p.PermissionMode != nil, func() { r.PermissionMode = *p.PermissionMode })
 	set("disableBypassPermissionsMode", p.DisableBypassPermissionsMode != nil, func() {
@@ -545,6 +561,10 @@ func (r *Resolved) merge(l *layer) {
 	for key, rr := range l.risks {
 		r.Risks[key] = rr
 		r.Sources[index("risk", key)] = s
+	}
+	for key, q := range l.quorums {
+		r.Quorums[key] = q
+		r.Sources[index("quorum", key)] = s
 	}
 }
 

@@ -19,7 +19,9 @@ func TestEventSubject_TheContract(t *testing.T) {
 		machine.EventSchedule: "tool.scheduled_execution",
 		machine.EventDeny:     "tool.policy_denied",
 		machine.EventApprove:  "tool.approval_granted",
+		machine.EventVote:     "tool.approval_progress",
 		machine.EventReject:   "tool.approval_rejected",
+		machine.EventEscalate: "tool.approval_escalated",
 		machine.EventTimeout:  "tool.approval_timeout",
 		machine.EventOverdue:  "tool.approval_overdue",
 		machine.EventRemind:   "tool.approval_reminder",
@@ -42,7 +44,7 @@ func TestEventSubject_TheContract(t *testing.T) {
 
 	assert.Equal(t, []string{
 		wire.SubjectApprovalRequired, wire.SubjectScheduledExecution, wire.SubjectPolicyDenied,
-		wire.SubjectApprovalGranted, wire.SubjectApprovalRejected, wire.SubjectApprovalTimeout,
+		wire.SubjectApprovalGranted, wire.SubjectApprovalProgress, wire.SubjectApprovalRejected, wire.SubjectApprovalEscalated, wire.SubjectApprovalTimeout,
 		wire.SubjectApprovalOverdue, wire.SubjectApprovalReminder, wire.SubjectCancelled, wire.SubjectExecutionStarted, wire.SubjectExecutionSucceeded,
 		wire.SubjectExecutionFailed,
 	}, wire.EventSubjects(), "TOOL_EVENTS' subjects, each once, in table order")

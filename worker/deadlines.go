@@ -22,6 +22,9 @@ const (
 	// kindReminder is reminderAt of a pending call nobody decided yet:
 	// Remind its approvers, once, before its approval deadline.
 	kindReminder
+	// kindEscalation is the next escalation tier's time of a pending call
+	// nobody decided yet: Escalate it, widening who may decide.
+	kindEscalation
 )
 
 func (k kind) String() string {
@@ -36,6 +39,8 @@ func (k kind) String() string {
 		return "unclaimed"
 	case kindReminder:
 		return "reminder"
+	case kindEscalation:
+		return "escalation"
 	}
 	return "none"
 }
@@ -50,14 +55,25 @@ func deadlineOf(e *machine.Entry, unclaimed time.Duration) (kind, int64) {
 	}
 	switch e.Status {
 	case machine.StatePendingApproval:
-		// An overdue call stays pending with nothing more to do: the flag
-		// is raised once. Its reminder, if it has one, comes first.
+		// The earliest of its reminder, its next escalation tier and its
+		// deadline. An overdue call has only escalations left: the flag is
+		// raised once.
+		k, at := kindNone, int64(0)
+		earliest := func(kk kind, t int64) {
+			if k == kindNone || t < at {
+				k, at = kk, t
+			}
+		}
 		if !e.Overdue && !e.Reminded && e.ReminderAt > 0 && e.ReminderAt < e.ApprovalTimeoutAt {
-			return kindReminder, e.ReminderAt
+			earliest(kindReminder, e.ReminderAt)
+		}
+		if e.Escalated < len(e.Escalations) {
+			earliest(kindEscalation, e.Escalations[e.Escalated].At)
 		}
 		if !e.Overdue && e.ApprovalTimeoutAt > 0 {
-			return kindApproval, e.ApprovalTimeoutAt
+			earliest(kindApproval, e.ApprovalTimeoutAt)
 		}
+		return k, at
 	case machine.StateScheduled:
 		// The relay queues a call that was due when it was written (the
 		// same test it applies); only a later start is the timer's.

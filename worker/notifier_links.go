@@ -65,7 +65,7 @@ func (n *Notifier) decisionLinks(ctx context.Context, ch policy.Channel, inbox s
 	if n.tokens == nil || ch.Approver == "" || inbox == "" || ch.Type == policy.ChannelSlack {
 		return nil, nil
 	}
-	if ev.Event != machine.EventAsk && ev.Event != machine.EventRemind {
+	if ev.Event != machine.EventAsk && ev.Event != machine.EventRemind && ev.Event != machine.EventEscalate {
 		return nil, nil
 	}
 	approve, reject, err := n.tokens.IssueDecisionTokens(ctx, ev.Entry.PendingID, ch.Approver)

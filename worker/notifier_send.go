@@ -272,8 +272,12 @@ func newSummary(ev *wire.Event, inbox string) summary {
 		if e.DecisionScope == machine.ScopeSession || e.DecisionScope == machine.ScopeAlways {
 			s.headline += " (" + string(e.DecisionScope) + ")"
 		}
+	case machine.EventVote:
+		s.headline = s.tool + ": " + ev.Reason
 	case machine.EventReject:
 		s.headline = s.tool + " rejected by " + by
+	case machine.EventEscalate:
+		s.headline = "Escalated: " + s.tool + " still needs a decision (" + strings.Join(e.Deciders(), ", ") + " may decide)"
 	case machine.EventTimeout:
 		s.headline = s.tool + " rejected: nobody decided in time"
 	case machine.EventOverdue:
@@ -294,7 +298,11 @@ func newSummary(ev *wire.Event, inbox string) summary {
 // waiting reports whether the call still waits for a decision, so the
 // message should offer one.
 func (s summary) waiting() bool {
-	return s.event == machine.EventAsk || s.event == machine.EventOverdue || s.event == machine.EventRemind
+	switch s.event {
+	case machine.EventAsk, machine.EventOverdue, machine.EventRemind, machine.EventVote, machine.EventEscalate:
+		return true
+	}
+	return false
 }
 
 func (s summary) deadlineText() string {
@@ -483,8 +491,10 @@ func ntfyTags(s summary) (tags, priority string) {
 		tags, priority = "x", "3"
 	case machine.EventTimeout:
 		tags, priority = "hourglass", "3"
-	case machine.EventOverdue, machine.EventRemind:
+	case machine.EventOverdue, machine.EventRemind, machine.EventEscalate:
 		tags = "hourglass"
+	case machine.EventVote:
+		tags, priority = "ballot_box_with_check", "3"
 	case machine.EventCancel:
 		tags, priority = "no_entry_sign", "3"
 	}

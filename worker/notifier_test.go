@@ -632,13 +632,15 @@ func TestNotifier_TellsOfWhatAHumanWaitsOn(t *testing.T) {
 	t.Parallel()
 	pending, scheduled, approved, executing := machine.StatePendingApproval, machine.StateScheduled, machine.StateApproved, machine.StateExecuting
 	told := map[machine.Event][]machine.State{
-		machine.EventAsk:     {""},
-		machine.EventApprove: {pending},
-		machine.EventReject:  {pending},
-		machine.EventTimeout: {pending},
-		machine.EventOverdue: {pending},
-		machine.EventRemind:  {pending},
-		machine.EventCancel:  {pending},
+		machine.EventAsk:      {""},
+		machine.EventApprove:  {pending},
+		machine.EventVote:     {pending},
+		machine.EventReject:   {pending},
+		machine.EventEscalate: {pending},
+		machine.EventTimeout:  {pending},
+		machine.EventOverdue:  {pending},
+		machine.EventRemind:   {pending},
+		machine.EventCancel:   {pending},
 	}
 	untold := map[machine.Event][]machine.State{
 		machine.EventSchedule:  {""},
@@ -661,8 +663,8 @@ func TestNotifier_TellsOfWhatAHumanWaitsOn(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{
-		wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectApprovalRejected,
-		wire.SubjectApprovalTimeout, wire.SubjectApprovalOverdue, wire.SubjectApprovalReminder, wire.SubjectCancelled,
+		wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectApprovalProgress, wire.SubjectApprovalRejected,
+		wire.SubjectApprovalEscalated, wire.SubjectApprovalTimeout, wire.SubjectApprovalOverdue, wire.SubjectApprovalReminder, wire.SubjectCancelled,
 	}, worker.NotifySubjects)
 }
 
@@ -752,4 +754,46 @@ func ntGoroutines() []string {
 		}
 	}
 	return found
+}
+
+// TestNotifier_QuorumProgressAndEscalationReachTheChannel: the approvers
+// hear of an approval short of the quorum (who approved, who is still
+// needed) and, when a tier is reached, who may decide now, each with the
+// buttons a waiting call's card has.
+func TestNotifier_QuorumProgressAndEscalationReachTheChannel(t *testing.T) {
+	t.Parallel()
+	slack := ntListen(t, nil)
+	env, engine, m := ntEnv(t, fmt.Sprintf(`default:
+  approvalTimeoutMs: 600000
+  approvers: [alice, bob]
+  quorum: {send_email: {required: 2}}
+  escalate: [{afterMs: 1500, to: [oncall]}]
+  inboxUrl: "https://toolgate.example/"
+  notify:
+    - {type: slack, url: "%s/services/T/B/X"}
+`, slack.URL))
+	ntStart(t, env, engine, nil, ntFast(3)...)
+	startTimer(t, env)
+	e := ntSubmit(t, m, machine.Call{})
+	require.Equal(t, &machine.Quorum{Required: 2}, e.Quorum)
+	body := func(what string) string {
+		var msg struct{ Text string }
+		got := slack.next(t, what)
+		require.NoError(t, json.Unmarshal(got.Body, &msg))
+		return msg.Text
+	}
+	assert.Contains(t, body("the request"), "Approval needed: send_email")
+
+	_, err := m.Decide(t.Context(), e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	text := body("the progress")
+	assert.Contains(t, text, "send_email: approved by alice: 1 of 2 approvals; still needed: one of bob")
+	assert.Contains(t, text, "?decision=approve", "the others are offered the decision")
+
+	text = body("the escalation")
+	assert.Contains(t, text, "Escalated: send_email still needs a decision (alice, bob, oncall may decide)")
+	got, err := m.Decide(t.Context(), e.PendingID, machine.Decision{Approve: true, By: "oncall"})
+	require.NoError(t, err, "the tier reached counts toward the quorum")
+	assert.Equal(t, machine.StateApproved, got.Status)
+	assert.Contains(t, body("the approval"), "send_email approved by oncall")
 }

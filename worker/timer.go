@@ -21,7 +21,7 @@ import (
 )
 
 // Timer owns every deadline of the tool_calls bucket: approval timeouts,
-// scheduled starts and executor leases. It keeps them in a heap in memory,
+// reminders and escalations, scheduled starts and executor leases. It keeps them in a heap in memory,
 // learns them from the events the relay publishes and, at start, from one
 // read of the bucket; when one falls due it reads the entry again and acts
 // on what the entry is now, never on the event that announced it.
@@ -104,6 +104,7 @@ func WithRetryDelay(d time.Duration) TimerOption {
 type Deadlines interface {
 	Expire(ctx context.Context, pendingID string) (*machine.Entry, error)
 	Remind(ctx context.Context, pendingID string) (*machine.Entry, error)
+	Escalate(ctx context.Context, pendingID string) (*machine.Entry, error)
 	AbandonLease(ctx context.Context, pendingID string) (*machine.Entry, error)
 }
 
@@ -327,6 +328,8 @@ func (t *Timer) act(ctx context.Context, j job) outcome {
 		return t.expire(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
 	case k == kindReminder:
 		return t.remind(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
+	case k == kindEscalation:
+		return t.escalate(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
 	case k == kindStart:
 		return t.start(ctx, log, e, rev)
 	case k == kindUnclaimed:
@@ -367,6 +370,25 @@ func (t *Timer) remind(ctx context.Context, log *slog.Logger, j job) outcome {
 		return outcome{id: j.id, gone: true}
 	case errors.Is(err, machine.ErrConflict):
 		log.Debug("timer: nothing to remind", "err", err)
+		return outcome{id: j.id}
+	default:
+		return t.retryLater(ctx, log, j, err)
+	}
+}
+
+// escalate moves a call still pending to its next escalation tier; like
+// Remind, Escalate checks inside its compare-and-set that the tier is due
+// and not reached yet, so two timers escalate once.
+func (t *Timer) escalate(ctx context.Context, log *slog.Logger, j job) outcome {
+	_, err := t.m.Escalate(ctx, j.id)
+	switch {
+	case err == nil:
+		log.Debug("timer: escalated")
+		return outcome{id: j.id}
+	case errors.Is(err, machine.ErrNotFound):
+		return outcome{id: j.id, gone: true}
+	case errors.Is(err, machine.ErrConflict):
+		log.Debug("timer: nothing to escalate", "err", err)
 		return outcome{id: j.id}
 	default:
 		return t.retryLater(ctx, log, j, err)

@@ -626,3 +626,44 @@ func TestTimer_RemindsOnceBeforeTheDeadline(t *testing.T) {
 	assert.True(t, worker.Notifies(&remind), "humans hear of it")
 	assert.Zero(t, count(events[decided.PendingID], machine.EventRemind), "a call decided first is not reminded of")
 }
+
+// TestTimer_EscalatesEachTierOnceThenTimesOut: with two timers running,
+// a call nobody decides reaches each escalation tier once, in order and
+// at its time, widening who may decide, then times out; the tier's
+// approver may decide once it is reached.
+func TestTimer_EscalatesEachTierOnceThenTimesOut(t *testing.T) {
+	t.Parallel()
+	env := startEnv(t)
+	startTimer(t, env)
+	startTimer(t, env)
+	v := ask(3*time.Second, true)
+	v.Approvers = []string{"alice"}
+	v.Escalate = []machine.EscalationTier{{After: time.Second, To: []string{"oncall"}}, {After: 2 * time.Second, To: []string{"cto"}}}
+	m := policy(env, v)
+	waiting := submit(t, m, "waiting")
+	answered := submit(t, m, "answered")
+
+	got := waitEntry(t, env, answered.PendingID, func(e *machine.Entry) bool { return e.Escalated == 1 }, "escalated to oncall")
+	assert.Equal(t, []string{"alice", "oncall"}, got.Deciders())
+	_, err := m.Decide(t.Context(), answered.PendingID, machine.Decision{Approve: true, By: "oncall"})
+	require.NoError(t, err, "the tier reached may decide")
+
+	got = waitEntry(t, env, waiting.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected by timeout")
+	assert.Equal(t, 2, got.Escalated)
+	events := eventsByEntry(t, env.JS)
+	evs := events[waiting.PendingID]
+	require.Equal(t, 2, count(evs, machine.EventEscalate), "each tier once: %v", evs)
+	var tiers []wire.Event
+	for _, ev := range evs {
+		if ev.Event == machine.EventEscalate {
+			tiers = append(tiers, ev)
+		}
+	}
+	for i, ev := range tiers {
+		assert.Equal(t, wire.SubjectApprovalEscalated, ev.Type)
+		assert.GreaterOrEqual(t, ev.At, waiting.Escalations[i].At, "tier %d not before its time", i+1)
+		assert.True(t, worker.Notifies(&ev), "humans hear of it")
+	}
+	assert.Contains(t, tiers[1].Reason, "to cto")
+	assert.Equal(t, 1, count(events[answered.PendingID], machine.EventEscalate), "a call decided escalates no further")
+}

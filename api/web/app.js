@@ -18,7 +18,7 @@
   // The event stream's event names: one per kind of transition.
   const SUBJECTS = [
     'tool.approval_required', 'tool.scheduled_execution', 'tool.policy_denied',
-    'tool.approval_granted', 'tool.approval_rejected', 'tool.approval_timeout',
+    'tool.approval_granted', 'tool.approval_progress', 'tool.approval_rejected', 'tool.approval_escalated', 'tool.approval_timeout',
     'tool.approval_overdue', 'tool.approval_reminder', 'tool.cancelled', 'tool.execution_started', 'tool.execution_succeeded',
     'tool.execution_failed',
   ];
@@ -157,11 +157,47 @@
     const me = state.me ? state.me.id : '';
     if (!canDecide()) return '';
     if (e.callerBotId === me) return 'You asked for this call, so someone else decides it.';
-    if (e.userIdToApprove && e.userIdToApprove !== me) return `Only ${e.userIdToApprove} can decide this call.`;
-    if (e.approvers && e.approvers.length && !e.approvers.includes(me)) {
-      return `Only ${joinNames(e.approvers)} can decide this call.`;
-    }
+    const who = deciders(e);
+    if (who && !who.includes(me)) return `Only ${joinNames(who)} can decide this call.`;
+    const mine = (e.votes || []).find((v) => v.by === me);
+    if (mine && mine.approve) return 'You approved this call; it waits for the others its quorum needs (a rejection from you would still end it).';
+    if (mine) return 'You rejected this call; it waits for the others to decide.';
     return '';
+  }
+
+  // deciders are who may decide e now, as toolgate counts them
+  // (machine.Entry.Deciders): its quorum's members, else its approvers,
+  // widened by each escalation tier reached; null: any approver.
+  function deciders(e) {
+    let base = null;
+    if (e.quorum && e.quorum.of && e.quorum.of.length) base = e.quorum.of;
+    else if (e.userIdToApprove) base = [e.userIdToApprove];
+    else if (e.approvers && e.approvers.length) base = e.approvers;
+    if (!base) return null;
+    const out = [...base];
+    for (const t of (e.escalations || []).slice(0, e.escalated || 0)) {
+      for (const u of t.to) if (!out.includes(u)) out.push(u);
+    }
+    return out;
+  }
+
+  // quorumText says how far a call under a quorum is: "1 of 2 approvals
+  // (alice) · still needed: 1 of bob, carol".
+  function quorumText(e) {
+    const yes = (e.votes || []).filter((v) => v.approve).map((v) => v.by);
+    const no = (e.votes || []).filter((v) => !v.approve).map((v) => v.by);
+    let s = `${yes.length} of ${e.quorum.required} approvals`;
+    if (yes.length) s += ` (${yes.join(', ')})`;
+    if (no.length) s += ` · rejected by ${no.join(', ')}`;
+    const who = deciders(e);
+    const left = e.quorum.required - yes.length;
+    if (who) {
+      const waiting = who.filter((u) => u !== e.callerBotId && !(e.votes || []).some((v) => v.by === u));
+      if (waiting.length) s += ` · still needed: ${left} of ${waiting.join(', ')}`;
+    } else {
+      s += ` · still needed: ${left} more`;
+    }
+    return s;
   }
 
   function joinNames(names) {
@@ -409,12 +445,20 @@
     const known = state.pending.has(e.pendingId);
     state.pending.set(e.pendingId, e);
     const card = state.cards.get(e.pendingId);
-    if (card) {
+    if (card && card.dataset.note === whyNot(e)) {
       card.entry = e;
       updateCard(card, e);
       return;
     }
+    // New, or who may decide it changed for this user (a vote of theirs,
+    // an escalation reaching them): built anew.
     const fresh = buildCard(e);
+    if (card) {
+      card.replaceWith(fresh);
+      fresh.entry = e;
+      state.cards.set(e.pendingId, fresh);
+      return;
+    }
     fresh.entry = e;
     state.cards.set(e.pendingId, fresh);
     if (!known && announceIt) {
@@ -542,6 +586,7 @@
     const card = h('article', { class: 'card', 'data-id': e.pendingId, 'aria-labelledby': `t-${e.pendingId}`, 'data-risk': e.risk || null });
     const args = prettyArgs(e.toolArguments);
     const note = whyNot(e);
+    card.dataset.note = note;
     const deciding = canDecide() && !note;
     const select = deciding
       ? h('input', { type: 'checkbox', class: 'select', 'data-action': 'select', 'aria-label': `Select this ${e.toolName} call to decide it with others` })
@@ -569,6 +614,7 @@
       e.description && e.description !== e.toolName
         ? h('p', { class: 'description' }, e.description)
         : '',
+      e.quorum ? h('p', { class: 'quorum', role: 'status' }) : '',
       h('div', { class: 'card-body' },
         h('div', { class: 'card-info' },
           h('dl', { class: 'meta' },
@@ -609,6 +655,12 @@
     always.addEventListener('click', () => decide(card, e, { approved: true, scope: 'always' }));
     reject.addEventListener('click', () => openReject(card, e));
     edit.addEventListener('click', () => openEdit(card, e, args));
+    if (e.quorum) {
+      // Each of its approvers approves this call as submitted, once: no
+      // grant (later calls would skip the quorum), no edit.
+      approve.title = `Add your approval: the call runs once ${e.quorum.required} approvers have approved it`;
+      return h('div', { class: 'actions' }, h('div', { class: 'actions-main' }, approve), reject);
+    }
 
     const hint = h('p', { class: 'grant-hint', 'data-state': 'loading', role: 'status' }, 'grants: …');
     previewGrant(e, session, always, hint);
@@ -778,6 +830,16 @@
     card.dataset.deciding = '';
     try {
       const updated = await api('POST', `v1/tool-calls/${encodeURIComponent(e.pendingId)}/decision`, body);
+      if (updated.status === PENDING) {
+        // An approval its quorum still needs others for: the card stays,
+        // saying how far the call is.
+        announce(`${e.toolName}: your approval is recorded, ${quorumText(updated)}`);
+        delete card.dataset.deciding;
+        setBusy(card, false);
+        upsertPending(updated, false);
+        renderInbox();
+        return;
+      }
       announce(`${e.toolName}: ${verdict(updated)}`);
       removeCard(e.pendingId);
       if (state.history) { state.history.set(updated.pendingId, updated); renderHistory(); }
@@ -797,6 +859,8 @@
   }
 
   function updateCard(card, e) {
+    const q = card.querySelector('.quorum');
+    if (q && e.quorum) q.textContent = quorumText(e);
     const pill = card.querySelector('.status-pill');
     if (pill) {
       pill.textContent = e.overdue ? 'Overdue' : 'Waiting';

@@ -369,6 +369,10 @@ func (m *matchFlags) decide(ctx context.Context, c *cliCmd, pos []string, approv
 		fmt.Fprintf(w, "%s %d calls, skipped %d\n", verb, len(reply.Decided), len(reply.Skipped))
 	}
 	for _, d := range reply.Decided {
+		if d.Entry.Status == machine.StatePendingApproval && !reply.DryRun {
+			fmt.Fprintf(w, "  recorded %s (%s, from %s), still pending: %s\n", d.Entry.PendingID, d.Entry.ToolName, d.Entry.CallerBotID, d.Entry.Needed())
+			continue
+		}
 		fmt.Fprintf(w, "  %s %s (%s, from %s)\n", verb, d.Entry.PendingID, d.Entry.ToolName, d.Entry.CallerBotID)
 	}
 	for _, s := range reply.Skipped {
@@ -414,6 +418,11 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision, dryRun
 	}
 	if c.json {
 		return cliPrintJSON(c.out.stdout, e)
+	}
+	if e.Status == machine.StatePendingApproval {
+		// A say its quorum needs others besides.
+		fmt.Fprintf(w, "%s: recorded, still pending: %s\n", e.PendingID, e.Needed())
+		return nil
 	}
 	if d.Approve {
 		fmt.Fprintf(w, "approved %s (%s) as %s, scope %s\n", e.PendingID, e.ToolName, e.ApprovedOrRejectedByUserID, e.DecisionScope)

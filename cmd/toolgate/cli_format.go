@@ -29,10 +29,19 @@ func printTable(w io.Writer, entries []*machine.Entry, now time.Time) error {
 	fmt.Fprintln(tw, "ID\tTOOL\tSTATUS\tRISK\tCALLER\tCONVERSATION\tAGE\tDEADLINE\tDESCRIPTION")
 	for _, e := range entries {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			oneLine(e.PendingID, 60), e.ToolName, e.Status, cmp.Or(string(e.Risk), "-"), oneLine(e.CallerBotID, 30), oneLine(e.ConversationID, 30),
+			oneLine(e.PendingID, 60), e.ToolName, status(e), cmp.Or(string(e.Risk), "-"), oneLine(e.CallerBotID, 30), oneLine(e.ConversationID, 30),
 			shortDuration(now.Sub(time.UnixMilli(e.RequestedAt))), deadline(e, now), oneLine(description(e), 60))
 	}
 	return tw.Flush()
+}
+
+// status is a call's state, and for a pending call under a quorum how
+// far it is: PENDING_APPROVAL (1/2).
+func status(e *machine.Entry) string {
+	if e.Quorum != nil && e.Status == machine.StatePendingApproval {
+		return fmt.Sprintf("%s (%d/%d)", e.Status, e.Approvals(), e.Quorum.Required)
+	}
+	return string(e.Status)
 }
 
 // deadline says when a call's next step is due: the approval deadline of a
@@ -144,11 +153,25 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 		}
 		field("Deadline", "%s, then %s", when(e.ApprovalTimeoutAt), what)
 	}
-	switch {
-	case e.UserIDToApprove != "":
-		field("Approver", "%s", e.UserIDToApprove)
-	case len(e.Approvers) > 0:
-		field("Approvers", "%s", strings.Join(e.Approvers, ", "))
+	switch who := e.Deciders(); {
+	case len(who) == 1:
+		field("Approver", "%s", who[0])
+	case len(who) > 1:
+		field("Approvers", "%s", strings.Join(who, ", "))
+	}
+	if e.Quorum != nil {
+		field("Quorum", "%s", e.Needed())
+		for _, v := range e.Votes {
+			said := map[bool]string{true: "approved", false: "rejected"}[v.Approve]
+			field("", "%s %s, %s%s", said, v.By, when(v.At), map[bool]string{true: ": " + v.Reason}[v.Reason != ""])
+		}
+	}
+	for i, t := range e.Escalations {
+		reached := "at"
+		if i < e.Escalated {
+			reached = "reached"
+		}
+		field(map[bool]string{true: "Escalation"}[i == 0], "%s %s: %s", reached, when(t.At), strings.Join(t.To, ", "))
 	}
 	if e.ScheduledExecutionTime > 0 {
 		field("Scheduled for", "%s", when(e.ScheduledExecutionTime))
