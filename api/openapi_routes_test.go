@@ -49,6 +49,7 @@ default:
 teams:
   research:
     dailyCostLimit: 10
+    rateLimits: [{match: "Bash(npm test:*)", max: 100, per: 1h}]
 `
 
 // specSlackSecret is the Slack app's signing secret specPolicy names.
@@ -491,6 +492,14 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	require.NotEmpty(t, budgets.Items)
 	assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/budgets?team=research", token: specViewer}, nil))
 	assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "GET", path: "/v1/budgets", token: specAgent}, nil))
+	var rates wire.RateLimitsReply
+	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/rate-limits", token: specViewer}, &rates))
+	require.Len(t, rates.Items, 1)
+	assert.Equal(t, `rateLimits[0] "Bash(npm test:*)" (teams.research)`, rates.Items[0].Rule)
+	if assert.Len(t, rates.Items[0].Counters, 1, "the hook's npm test took a slot") {
+		assert.Equal(t, wire.RateCount{Value: "research", Count: 1, FreesAt: rates.Items[0].Counters[0].FreesAt}, rates.Items[0].Counters[0])
+	}
+	assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "GET", path: "/v1/rate-limits", token: specAgent}, nil))
 	assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/me", token: specAgent}, nil))
 	var report analytics.Report
 	waitUntil(t, "the analytics count every call", func() (bool, any) {

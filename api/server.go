@@ -86,6 +86,7 @@ var routes = []route{
 	{"POST", "/v1/integrations/claude-code/{hook}", []Role{RoleAgent}, (*Server).claudeCodeHook},
 	{"GET", "/v1/analytics", []Role{RoleViewer, RoleApprover}, (*Server).analytics},
 	{"GET", "/v1/budgets", []Role{RoleViewer, RoleApprover}, (*Server).budgets},
+	{"GET", "/v1/rate-limits", []Role{RoleViewer, RoleApprover}, (*Server).rateLimits},
 	{"GET", "/v1/me", readers, (*Server).me},
 	{"POST", slackInteractionsPath, nil, (*Server).slackInteraction},
 	{"GET", "/v1/decision-tokens/{token}", nil, (*Server).showDecisionToken},

@@ -25,11 +25,11 @@ var Endpoints = map[wire.Role][]string{
 	},
 	wire.RoleApprover: {
 		wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointDecideMatching, wire.EndpointCancel, wire.EndpointCancelConversation,
-		wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
+		wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
 		wire.EndpointGrantsList, wire.EndpointGrantsRevoke, wire.EndpointGrantsPreview,
 		wire.EndpointPolicyDryRun,
 	},
-	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList,
+	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList,
 		wire.EndpointGrantsPreview, wire.EndpointPolicyDryRun},
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -42,6 +43,8 @@ type Buckets struct {
 	Identities jetstream.KeyValue
 	// DecisionTokens holds the one-time decision tokens (DecisionTokenStore).
 	DecisionTokens jetstream.KeyValue
+	// RateLimits holds the rate rules' counters (RateCounters).
+	RateLimits jetstream.KeyValue
 	// Archive is TOOL_ARCHIVE, the finished calls that left Calls.
 	Archive jetstream.Stream
 }
@@ -64,6 +67,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		// A token lives at most MaxDecisionTokenLife; a day more keeps a
 		// used one long enough to say it was used, not that it is unknown.
 		{&b.DecisionTokens, jetstream.KeyValueConfig{Bucket: wire.DecisionTokensBucket, Description: "toolgate one-time decision tokens, by SHA-256", TTL: MaxDecisionTokenLife + 24*time.Hour}},
+		// A window is at most policy.MaxRatePer long: a counter untouched
+		// for longer counts nothing, and goes.
+		{&b.RateLimits, jetstream.KeyValueConfig{Bucket: wire.RateLimitsBucket, Description: "toolgate rate rules' counters: the slots taken in each window", TTL: policy.MaxRatePer + time.Hour}},
 	} {
 		kv.cfg.Storage = jetstream.FileStorage
 		kv.cfg.Replicas = t.Replicas

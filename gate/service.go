@@ -55,6 +55,7 @@ type Service struct {
 	policies   *bus.PolicyStore
 	grants     *bus.GrantStore
 	budgets    *bus.BudgetLedger
+	rates      *bus.RateCounters
 	identities *bus.IdentityStore
 	tokens     *bus.DecisionTokenStore
 	issue      Issuer
@@ -101,6 +102,7 @@ func New(cfg Config) *Service {
 		policies:   bus.NewPolicyStore(cfg.Buckets.Policies),
 		grants:     grants,
 		budgets:    bus.NewBudgetLedger(cfg.Buckets.Budgets),
+		rates:      bus.NewRateCounters(cfg.Buckets.RateLimits),
 		identities: bus.NewIdentityStore(cfg.Buckets.Identities),
 		tokens:     bus.NewDecisionTokenStore(cfg.Buckets.DecisionTokens),
 		issue:      cfg.Issue,

@@ -198,6 +198,7 @@ func (s *Service) endpoints() map[string]endpoint {
 			return g.Retry(ctx, a, r.PendingID, r.By, r.Attempt, lease)
 		}),
 		wire.EndpointBudgets:      answer(g.Budgets),
+		wire.EndpointRateLimits:   answer(g.RateLimits),
 		wire.EndpointPolicyGet:    answer(g.Policy),
 		wire.EndpointPolicySet:    answer(g.SetPolicy),
 		wire.EndpointDeniedTools:  answer(g.DeniedTools),

@@ -24,7 +24,7 @@ func TestDocs_PolicyExamplesParse(t *testing.T) {
 		_, err := policy.Parse([]byte(b[1]))
 		assert.NoError(t, err, "docs/policy.md, YAML example %d:\n%s", i+1, b[1])
 	}
-	for _, field := range []string{"editable:", "redact:", "risk:", "approvalReminderPercent:", "approvers:"} {
+	for _, field := range []string{"editable:", "redact:", "risk:", "approvalReminderPercent:", "approvers:", "rateLimits:"} {
 		assert.Contains(t, string(doc), field, "docs/policy.md shows %s in an example", field)
 	}
 }

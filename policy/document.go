@@ -70,6 +70,9 @@ type Policy struct {
 	// approvers see it first. Merged per key; a call several patterns
 	// match carries the highest.
 	Risk map[string]machine.Risk `yaml:"risk,omitempty" json:"risk,omitempty"`
+	// RateLimits cap how often the calls a pattern matches may be
+	// attempted, counted swarm-wide (see RateLimit). The scopes' lists add up.
+	RateLimits []RateLimit `yaml:"rateLimits,omitempty" json:"rateLimits,omitempty"`
 	// RequireApprovalAboveCost asks about any call whose estimated cost is
 	// above it, even one a rule or grant would run.
 	RequireApprovalAboveCost *float64 `yaml:"requireApprovalAboveCost,omitempty" json:"requireApprovalAboveCost,omitempty"`

@@ -34,6 +34,7 @@ type Engine struct {
 	snap   atomic.Pointer[snapshot]
 	grants Grants
 	budget Budget
+	rates  RateCounter
 	now    func() time.Time
 }
 
@@ -106,6 +107,8 @@ func (e *Engine) Resolve(team, conversationID string) Resolved {
 //  1. a deny rule: deny;
 //  2. plan mode (the call's, else the policy's) and a tool that is not
 //     read-only: deny;
+//     then a rate rule with no slot left in its window: its then, ask or
+//     deny (every rate rule the call matches takes a slot: ratelimit.go);
 //  3. a Bash line whose code no rule can see: ask;
 //  4. a grant: run;
 //  5. an ask rule: ask;
@@ -123,9 +126,9 @@ func (e *Engine) Resolve(team, conversationID string) Resolved {
 //
 // Errors: a call whose arguments are not a JSON object, or whose
 // permission mode or estimated cost is invalid, wraps machine.ErrInvalid;
-// an error from Grants or Budget is returned, wrapped, rather than guessed
-// around: Submit fails and the agent retries, where a guess would either
-// ask a human needlessly or run a call nobody allowed.
+// an error from Grants, Budget or a RateCounter is returned, wrapped,
+// rather than guessed around: Submit fails and the agent retries, where a
+// guess would either ask a human needlessly or run a call nobody allowed.
 func (e *Engine) Evaluate(ctx context.Context, c machine.Call) (machine.Verdict, error) {
 	return e.evaluate(ctx, c, false)
 }
@@ -206,6 +209,9 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 	if mode == ModePlan && !r.ReadOnly(tool) {
 		return verdict(machine.ActionDeny, fmt.Sprintf("permissionMode plan (%s): %s is not in readOnlyTools (%s)",
 			modeFrom, tool, r.Sources["readOnlyTools"])), nil
+	}
+	if v, limited, err := e.rateLimit(ctx, r, c, call, dry); err != nil || limited {
+		return v, err
 	}
 	if call.hidden {
 		// No rule can see what this line runs (eval, a shell reading a

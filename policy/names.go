@@ -64,7 +64,8 @@ func vocabularyOf(d *Document) *vocabulary {
 		for t := range p.Editable {
 			add(t)
 		}
-		for _, rule := range slices.Concat(p.Rules.Deny, p.Rules.Ask, p.Rules.Allow, slices.Sorted(maps.Keys(p.Risk)), slices.Sorted(maps.Keys(p.Quorum))) {
+		for _, rule := range slices.Concat(p.Rules.Deny, p.Rules.Ask, p.Rules.Allow, slices.Sorted(maps.Keys(p.Risk)), slices.Sorted(maps.Keys(p.Quorum)),
+			rateMatches(p.RateLimits)) {
 			pat, err := parsePattern(rule)
 			switch {
 			case err != nil:

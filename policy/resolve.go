@@ -56,6 +56,7 @@ type Resolved struct {
 	MatchArgument            map[string]string
 	Editable                 map[string]bool     // tool → may an approver edit its calls; absent: yes
 	Risks                    map[string]RiskRule // pattern → the risk of the calls it matches
+	RateLimits               []RateRule          // every scope's rate rules, the narrowest scope's first
 	Redact                   []string            // every scope's redact patterns
 	RequireApprovalAboveCost *float64            // nil: no threshold
 	DailyCostLimit           *float64            // nil: no limit
@@ -135,6 +136,7 @@ type layer struct {
 	rules     RuleSet
 	risks     map[string]RiskRule
 	quorums   map[string]compiledQuorum
+	rates     []RateRule
 	templates map[string]*template.Template
 }
 
@@ -240,6 +242,7 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 		checkToolName(errs, index(at("editable"), tool), tool)
 	}
 	l.risks = compileRisk(errs, scope, p.Risk)
+	l.rates = compileRateLimits(errs, scope, p.RateLimits)
 	checkCost(errs, at("requireApprovalAboveCost"), p.RequireApprovalAboveCost)
 	checkCost(errs, at("dailyCostLimit"), p.DailyCostLimit)
 	seen := map[string]bool{}
@@ -430,6 +433,7 @@ func (p *Policy) clone() Policy {
 	c.MatchArgument = maps.Clone(p.MatchArgument)
 	c.Editable = maps.Clone(p.Editable)
 	c.Risk = maps.Clone(p.Risk)
+	c.RateLimits = slices.Clone(p.RateLimits)
 	c.Redact = slices.Clone(p.Redact)
 	c.RequireApprovalAboveCost = clonePtr(p.RequireApprovalAboveCost)
 	c.DailyCostLimit = clonePtr(p.DailyCostLimit)
@@ -549,6 +553,7 @@ func (r *Resolved) merge(l *layer) {
 		r.Sources[index("matchArgument", tool)] = s
 	}
 	r.Redact = append(r.Redact, p.Redact...)
+	r.RateLimits = append(slices.Clone(l.rates), r.RateLimits...) // narrowest first
 	for tool, ok := range p.Editable {
 		r.Editable[tool] = ok
 		r.Sources[index("editable", tool)] = s

@@ -368,7 +368,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	}
 	grants := bus.NewGrantStore(b.Grants)
 	ledger := bus.NewBudgetLedger(b.Budgets)
-	var opts []policy.EngineOption
+	opts := []policy.EngineOption{policy.WithRateCounter(bus.NewRateCounters(b.RateLimits))}
 	if m.Clock != nil {
 		opts = append(opts, policy.WithClock(m.Clock))
 	}

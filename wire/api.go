@@ -33,6 +33,7 @@ const (
 	EndpointFailed             = "failed"
 	EndpointRetry              = "retry"
 	EndpointBudgets            = "budgets"
+	EndpointRateLimits         = "rate_limits"
 	EndpointPolicyGet          = "policy_get"
 	EndpointPolicySet          = "policy_set"
 	EndpointDeniedTools        = "denied_tools"
@@ -335,6 +336,42 @@ type Budget struct {
 // BudgetsReply is the budget ledger, by team and then day.
 type BudgetsReply struct {
 	Items []Budget `json:"items"`
+}
+
+// RateLimitsRequest asks for the rate rules of the policy in force and
+// their counters.
+type RateLimitsRequest struct{}
+
+// RateLimit is one rate rule of the policy in force (policy.RateLimit),
+// with its counters that hold a slot now.
+type RateLimit struct {
+	// Rule names it as verdict reasons do: rateLimits[0] "Bash(rm *)" (teams.ops).
+	Rule string `json:"rule"`
+	// Source is the scope of the document it is in: default, teams.ops, conversations.c1.
+	Source string `json:"source"`
+	Index  int    `json:"index"` // in its scope's list
+	Match  string `json:"match"`
+	Max    int    `json:"max"`
+	Per    string `json:"per"` // as written: 10m
+	// Scope is what it counts apart: team, conversation, caller or all.
+	Scope string `json:"scope"`
+	Then  string `json:"then"` // ask or deny
+	// Counters are its windows with a slot held now, the fullest first.
+	Counters []RateCount `json:"counters"`
+}
+
+// RateCount is one counter of a rate rule: the slots held now in the
+// window of one team, conversation or caller (or of all calls).
+type RateCount struct {
+	Value   string `json:"value"`   // the team, conversation or caller; "" for scope all
+	Count   int    `json:"count"`   // slots held now
+	FreesAt int64  `json:"freesAt"` // when the oldest of them is freed, epoch milliseconds
+}
+
+// RateLimitsReply lists the rate rules: the default scope's, then each
+// team's and each conversation's, by name.
+type RateLimitsReply struct {
+	Items []RateLimit `json:"items"`
 }
 
 // PolicyGetRequest asks for the policy in force. Its secrets (a channel's

@@ -28,6 +28,9 @@ const (
 	// DecisionTokensBucket holds the one-time decision tokens notifications
 	// carry, by the SHA-256 of the token.
 	DecisionTokensBucket = "tool_decision_tokens"
+	// RateLimitsBucket holds the rate rules' counters: the slots taken in
+	// each rule's window, per team, conversation, caller or for all.
+	RateLimitsBucket = "tool_rate_limits"
 )
 
 // Subjects of the events, one per public name in machine's transition

@@ -9,9 +9,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/analytics"
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -20,7 +22,8 @@ func cliStats(ctx context.Context, args []string, out cliOutput) error {
 	c := newCLICmd("stats", "stats [--json] [--hours N] [flags]",
 		"Show the approval analytics kept by the analytics role: calls, approval and\n"+
 			"timeout rates and time to decide per tool, team and approver; activity per\n"+
-			"hour; and recommended policy changes with their evidence.", out).connFlags().jsonFlag("the report")
+			"hour; recommended policy changes with their evidence; and the policy's rate\n"+
+			"rules with the slots each team, conversation or caller holds now.", out).connFlags().jsonFlag("the report")
 	hours := c.fs.Int("hours", analytics.DefaultSeriesHours, "hours of activity to show, ending now")
 	if _, err := c.parse(args, 0, 0, ""); err != nil {
 		return err
@@ -28,25 +31,85 @@ func cliStats(ctx context.Context, args []string, out cliOutput) error {
 	if *hours < 1 || *hours > analytics.MaxSeriesHours {
 		return c.usagef("--hours: must be 1 to %d, got %d", analytics.MaxSeriesHours, *hours)
 	}
-	js, closeConn, err := statsConnect(c)
+	nc, _, err := c.connect()
 	if err != nil {
 		return err
 	}
-	defer closeConn()
-	kv, err := js.KeyValue(ctx, analytics.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("no analytics yet: no %s bucket (run toolgate serve with the analytics role: --roles all, or a list with analytics)", analytics.Bucket)
-	} else if err != nil {
-		return fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
-	}
-	rep, err := analytics.New(js, kv, analytics.Config{}).Report(ctx, analytics.ReportOptions{Hours: *hours})
+	defer nc.Close()
+	// The rate rules' counters come through the request API, which any
+	// credential that may read them can use, so they are shown even when
+	// the analytics cannot be; asked once: a toolgate that does not answer
+	// leaves them out.
+	cl, err := client.New(nc, client.WithUnavailableWait(0))
 	if err != nil {
 		return err
+	}
+	rates, ratesErr := cl.RateLimits(ctx)
+	rep, err := statsAnalytics(ctx, nc, *hours)
+	if err != nil {
+		if ratesErr == nil && !c.json {
+			_ = printRateLimits(out.stdout, rates.Items, time.Now())
+		}
+		return err
+	}
+	if ratesErr != nil {
+		fmt.Fprintf(out.stderr, "toolgate stats: rate limits left out: %v\n", ratesErr)
 	}
 	if c.json {
-		return cliPrintJSON(out.stdout, rep)
+		return cliPrintJSON(out.stdout, statsReport{Report: rep, RateLimits: rates.Items})
 	}
-	return printStats(out.stdout, rep)
+	if err := printStats(out.stdout, rep); err != nil {
+		return err
+	}
+	return printRateLimits(out.stdout, rates.Items, time.Now())
+}
+
+// statsAnalytics reads the analytics report from its bucket.
+func statsAnalytics(ctx context.Context, nc *nats.Conn, hours int) (*analytics.Report, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, analytics.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("no analytics yet: no %s bucket (run toolgate serve with the analytics role: --roles all, or a list with analytics)", analytics.Bucket)
+	} else if err != nil {
+		return nil, fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
+	}
+	return analytics.New(js, kv, analytics.Config{}).Report(ctx, analytics.ReportOptions{Hours: hours})
+}
+
+// statsReport is what stats --json prints: the analytics report, and the
+// rate rules with their counters.
+type statsReport struct {
+	*analytics.Report
+	RateLimits []wire.RateLimit `json:"rateLimits,omitempty"`
+}
+
+// printRateLimits writes the rate rules and the slots held in each window.
+func printRateLimits(w io.Writer, items []wire.RateLimit, now time.Time) error {
+	fmt.Fprintln(w, "\nRATE LIMITS")
+	if len(items) == 0 {
+		fmt.Fprintln(w, "(no rateLimits in the policy)")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tLIMIT\tTHEN\tCOUNTS\tHELD\tNEXT FREED IN")
+	for _, r := range items {
+		limit := fmt.Sprintf("%d per %s", r.Max, r.Per)
+		if len(r.Counters) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(r.Rule, 60), limit, r.Then, r.Scope, "-", "-")
+		}
+		for _, n := range r.Counters {
+			who := string(r.Scope) + " " + statsName(n.Value)
+			if r.Scope == "all" {
+				who = "all calls"
+			}
+			in := time.UnixMilli(n.FreesAt).Sub(now).Round(time.Second)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d of %d\t%s\n", oneLine(r.Rule, 60), limit, r.Then, who, n.Count, r.Max, max(in, 0))
+		}
+	}
+	return tw.Flush()
 }
 
 func statsConnect(c *cliCmd) (jetstream.JetStream, func(), error) {

@@ -1,0 +1,146 @@
+package bus
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// RateWindow is one rate rule's counter for one team, conversation or
+// caller (or for all its calls): the time of each slot taken in the
+// rule's window, as of its last change.
+type RateWindow struct {
+	Rule  string           `json:"rule"` // policy.RateRule.ID
+	Scope policy.RateScope `json:"scope"`
+	Value string           `json:"value,omitempty"` // the team, conversation or caller; "" for all
+	// Slots are the epoch milliseconds of the slots taken, oldest first;
+	// each is held for the rule's per. Those older than that are dropped
+	// at the next slot taken.
+	Slots []int64 `json:"slots"`
+}
+
+// Live returns the slots still held at now in a window of per, and when
+// the oldest of them is freed (the zero time when none is held).
+func (w RateWindow) Live(now time.Time, per time.Duration) (n int, freed time.Time) {
+	from := now.Add(-per).UnixMilli()
+	for _, s := range w.Slots {
+		if s <= from {
+			continue
+		}
+		n++
+		if f := time.UnixMilli(s).UTC().Add(per); freed.IsZero() || f.Before(freed) {
+			freed = f
+		}
+	}
+	return n, freed
+}
+
+// storedWindow is RateWindow as kept in KV, with a random nonce of the
+// write that stored it (see write): two takes at the same millisecond
+// store different bytes.
+type storedWindow struct {
+	RateWindow
+	Write string `json:"write,omitempty"`
+}
+
+// RateCounters keeps the rate rules' counters in KV, a sliding window
+// per key, changed only by compare-and-set: of calls racing for the last
+// slot of a window, one gets it, on whichever process evaluates them.
+type RateCounters struct {
+	kv jetstream.KeyValue
+}
+
+var _ policy.RateCounter = (*RateCounters)(nil)
+
+// NewRateCounters returns the counters over the rate limits bucket.
+func NewRateCounters(kv jetstream.KeyValue) *RateCounters { return &RateCounters{kv: kv} }
+
+// rateKey is <rule>.<token of scope:value>: the token is always base64
+// (the colon is not plain), so even the team with no name has one.
+func rateKey(k policy.RateKey) string {
+	return k.Rule + "." + machine.KeyToken(string(k.Scope)+":"+k.Value)
+}
+
+// Take implements policy.RateCounter: a sliding window of per before
+// now, exact to the millisecond (and to the clocks of the processes
+// that take slots).
+func (c *RateCounters) Take(ctx context.Context, key policy.RateKey, max int, per time.Duration, now time.Time) (bool, int, error) {
+	k := rateKey(key)
+	for {
+		w, rev, err := c.get(ctx, k)
+		if err != nil {
+			return false, 0, err
+		}
+		from := now.Add(-per).UnixMilli()
+		live := slices.DeleteFunc(w.Slots, func(s int64) bool { return s <= from })
+		if len(live) >= max {
+			return false, len(live), nil
+		}
+		w = RateWindow{Rule: key.Rule, Scope: key.Scope, Value: key.Value, Slots: append(live, now.UnixMilli())}
+		data, _ := json.Marshal(storedWindow{w, rand.Text()})
+		_, err = write(ctx, c.kv, k, data, rev)
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // another slot was taken meanwhile: count again
+		}
+		if err != nil {
+			return false, 0, err
+		}
+		return true, len(w.Slots), nil
+	}
+}
+
+func (c *RateCounters) get(ctx context.Context, key string) (RateWindow, uint64, error) {
+	kve, err := get(ctx, c.kv, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return RateWindow{}, 0, nil
+	} else if err != nil {
+		return RateWindow{}, 0, err
+	}
+	var w storedWindow
+	if err := json.Unmarshal(kve.Value(), &w); err != nil {
+		return RateWindow{}, 0, fmt.Errorf("rate limits: key %s: %w", key, err)
+	}
+	return w.RateWindow, kve.Revision(), nil
+}
+
+// Windows returns the counters of a rate rule (its policy.RateRule.ID),
+// sorted by scope value. A window may hold slots no longer live: see
+// RateWindow.Live.
+func (c *RateCounters) Windows(ctx context.Context, rule string) ([]RateWindow, error) {
+	w, err := c.kv.WatchFiltered(ctx, []string{rule + ".*"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	out := []RateWindow{}
+	for {
+		var kve jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case kve = <-w.Updates():
+		}
+		if kve == nil { // the initial values are all in
+			break
+		}
+		var sw storedWindow
+		if err := json.Unmarshal(kve.Value(), &sw); err != nil {
+			return nil, fmt.Errorf("rate limits: key %s: %w", kve.Key(), err)
+		}
+		out = append(out, sw.RateWindow)
+	}
+	slices.SortFunc(out, func(a, b RateWindow) int {
+		return cmp.Or(strings.Compare(string(a.Scope), string(b.Scope)), strings.Compare(a.Value, b.Value))
+	})
+	return out, nil
+}
