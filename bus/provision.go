@@ -39,6 +39,8 @@ type Buckets struct {
 	Identities jetstream.KeyValue
 	// DecisionTokens holds the one-time decision tokens (DecisionTokenStore).
 	DecisionTokens jetstream.KeyValue
+	// ReceiptKeys holds the public receipt keys (ReceiptKeyStore).
+	ReceiptKeys jetstream.KeyValue
 }
 
 // Provision creates or updates the buckets and streams toolgate needs. It
@@ -59,6 +61,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		// A token lives at most MaxDecisionTokenLife; a day more keeps a
 		// used one long enough to say it was used, not that it is unknown.
 		{&b.DecisionTokens, jetstream.KeyValueConfig{Bucket: wire.DecisionTokensBucket, Description: "toolgate one-time decision tokens, by SHA-256", TTL: MaxDecisionTokenLife + 24*time.Hour}},
+		{&b.ReceiptKeys, jetstream.KeyValueConfig{Bucket: wire.ReceiptKeysBucket, Description: "toolgate public receipt keys, one per process that signs receipts"}},
 	} {
 		kv.cfg.Storage = jetstream.FileStorage
 		kv.cfg.Replicas = t.Replicas

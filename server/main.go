@@ -390,7 +390,14 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		}
 	}
 	mx.BoundLabels(engine) // tool and team labels: only names the policy has
-	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Clock: m.Clock, Log: m.Log})
+	signer, err := receiptSigner(m.Config.Data)
+	if err != nil {
+		return nil, err
+	}
+	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Clock: m.Clock, Log: m.Log})
+	if err := m.gate.RegisterReceiptKey(ctx); err != nil {
+		return nil, err
+	}
 	version := m.Version
 	if version == "" {
 		version = "dev"
