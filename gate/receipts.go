@@ -96,7 +96,19 @@ func (s *Service) Receipts(ctx context.Context, a Actor, r wire.GetRequest) (*wi
 	if receipts == nil {
 		receipts = []machine.Receipt{}
 	}
-	return &wire.ReceiptChain{PendingID: e.PendingID, Receipts: receipts, Entry: &shown, ArgumentsMasked: !a.seesSecrets(e)}, nil
+	return &wire.ReceiptChain{PendingID: e.PendingID, Receipts: receipts, Entry: &shown, ArgumentsMasked: masked(a, e)}, nil
+}
+
+// masked reports whether the arguments of e, as a is shown them, had
+// secrets masked: they no longer match the digests recorded of them.
+func masked(a Actor, e *machine.Entry) bool {
+	if a.seesSecrets(e) {
+		return false
+	}
+	if machine.ArgumentsDigest(e.ToolArguments) != e.ArgumentsDigest {
+		return true
+	}
+	return len(e.OriginalArguments) > 0 && len(e.Receipts) > 0 && machine.ArgumentsDigest(e.OriginalArguments) != e.Receipts[0].ArgumentsDigest
 }
 
 // ReceiptKeys returns this process's receipt key and every one
