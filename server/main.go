@@ -390,9 +390,13 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		}
 	}
 	mx.BoundLabels(engine) // tool and team labels: only names the policy has
-	signer, err := receiptSigner(m.Config.Data)
+	kp, err := receiptKey(m.Config.Data)
 	if err != nil {
 		return nil, err
+	}
+	signer, err := gate.ReceiptSigner(kp)
+	if err != nil {
+		return nil, fmt.Errorf("receipt key %s: %w", ReceiptKeyPath(m.Config.Data), err)
 	}
 	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Clock: m.Clock, Log: m.Log})
 	if err := m.gate.RegisterReceiptKey(ctx); err != nil {

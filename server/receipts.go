@@ -9,9 +9,6 @@ import (
 	"strings"
 
 	"github.com/nats-io/nkeys"
-
-	"github.com/toolgate/toolgate/gate"
-	"github.com/toolgate/toolgate/machine"
 )
 
 // ReceiptKeyPath is where a toolgate process keeps, under its data
@@ -19,10 +16,10 @@ import (
 // start, readable by its owner only.
 func ReceiptKeyPath(data string) string { return filepath.Join(authDir(data), "receipts.nk") }
 
-// receiptSigner loads the data directory's receipt key, creating it on
+// receiptKey loads the data directory's receipt key, creating it on
 // first start. Every process that writes entries signs with the key of
 // its own data directory; each receipt names the key that signed it.
-func receiptSigner(data string) (machine.Signer, error) {
+func receiptKey(data string) (nkeys.KeyPair, error) {
 	path := ReceiptKeyPath(data)
 	seed, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -40,7 +37,7 @@ func receiptSigner(data string) (machine.Signer, error) {
 		// the second reads the first's.
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, fs.ErrExist) {
-			return receiptSigner(data)
+			return receiptKey(data)
 		} else if err != nil {
 			return nil, fmt.Errorf("--data %s: receipt key: %w", data, err)
 		}
@@ -55,5 +52,5 @@ func receiptSigner(data string) (machine.Signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("receipt key %s: %w", path, err)
 	}
-	return gate.ReceiptSigner(kp)
+	return kp, nil
 }
