@@ -92,7 +92,7 @@ var repeatable = map[string]bool{
 	wire.EndpointSubmit: true, wire.EndpointGet: true, wire.EndpointList: true,
 	wire.EndpointBudgets: true, wire.EndpointRateLimits: true, wire.EndpointPolicyGet: true, wire.EndpointDeniedTools: true,
 	wire.EndpointGrantsPreview: true, wire.EndpointReceipts: true, wire.EndpointReceiptsKey: true,
-	wire.EndpointPolicyDryRun:  true,
+	wire.EndpointPolicyDryRun: true,
 }
 
 // requestMsg is request, also returning the reply, for its headers. A
