@@ -406,6 +406,16 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID, token: specViewer}, nil))
 
+	// Its receipts, verified with the published keys (open to anyone).
+	var chain wire.ReceiptChain
+	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID + "/receipts", token: specViewer}, &chain))
+	var keys wire.ReceiptKeys
+	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/receipts/key"}, &keys))
+	_, err = gate.VerifyReceiptChain(&chain, keys.Keys)
+	require.NoError(t, err)
+	assert.Len(t, chain.Receipts, 4, "ask, approve (edited), start, fail")
+	assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "GET", path: "/v1/tool-calls/spec.nope/receipts", token: specViewer}, nil))
+
 	// Deciding by pattern.
 	for _, id := range []string{"b1", "b2"} {
 		c := webSearch(id, "batch "+id)

@@ -74,6 +74,8 @@ var routes = []route{
 	{"GET", "/v1/tool-calls", readers, (*Server).list},
 	{"GET", "/v1/tool-calls/{pendingId}", readers, (*Server).get},
 	{"GET", "/v1/tool-calls/{pendingId}/history", readers, (*Server).history},
+	{"GET", "/v1/tool-calls/{pendingId}/receipts", readers, (*Server).receipts},
+	{"GET", "/v1/receipts/key", nil, (*Server).receiptKeys},
 	{"POST", "/v1/tool-calls/{pendingId}/decision", []Role{RoleApprover}, (*Server).decision},
 	{"POST", "/v1/decisions", []Role{RoleApprover}, (*Server).decideMatching},
 	{"GET", "/v1/grants", []Role{RoleViewer, RoleApprover}, (*Server).grants},

@@ -17,20 +17,21 @@ var Endpoints = map[wire.Role][]string{
 	wire.RoleAgent: {
 		wire.EndpointSubmit, wire.EndpointGet, wire.EndpointList, wire.EndpointCancel, wire.EndpointCancelConversation,
 		wire.EndpointStarted, wire.EndpointHeartbeat, wire.EndpointRetry, wire.EndpointSucceeded, wire.EndpointFailed,
-		wire.EndpointDeniedTools,
+		wire.EndpointDeniedTools, wire.EndpointReceipts, wire.EndpointReceiptsKey,
 	},
 	wire.RoleExecutor: {
 		wire.EndpointGet, wire.EndpointList, wire.EndpointWorkConsumer,
 		wire.EndpointStarted, wire.EndpointHeartbeat, wire.EndpointRetry, wire.EndpointSucceeded, wire.EndpointFailed,
+		wire.EndpointReceipts, wire.EndpointReceiptsKey,
 	},
 	wire.RoleApprover: {
 		wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointDecideMatching, wire.EndpointCancel, wire.EndpointCancelConversation,
 		wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
 		wire.EndpointGrantsList, wire.EndpointGrantsRevoke, wire.EndpointGrantsPreview,
-		wire.EndpointPolicyDryRun,
+		wire.EndpointPolicyDryRun, wire.EndpointReceipts, wire.EndpointReceiptsKey,
 	},
 	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList,
-		wire.EndpointGrantsPreview, wire.EndpointPolicyDryRun},
+		wire.EndpointGrantsPreview, wire.EndpointPolicyDryRun, wire.EndpointReceipts, wire.EndpointReceiptsKey},
 }
 
 // The work queue's JetStream API an executor uses to look up the

@@ -47,6 +47,8 @@ type Buckets struct {
 	RateLimits jetstream.KeyValue
 	// Archive is TOOL_ARCHIVE, the finished calls that left Calls.
 	Archive jetstream.Stream
+	// ReceiptKeys holds the public receipt keys (ReceiptKeyStore).
+	ReceiptKeys jetstream.KeyValue
 }
 
 // Provision creates or updates the buckets and streams toolgate needs. It
@@ -70,6 +72,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		// A window is at most policy.MaxRatePer long: a counter untouched
 		// for longer counts nothing, and goes.
 		{&b.RateLimits, jetstream.KeyValueConfig{Bucket: wire.RateLimitsBucket, Description: "toolgate rate rules' counters: the slots taken in each window", TTL: policy.MaxRatePer + time.Hour}},
+		{&b.ReceiptKeys, jetstream.KeyValueConfig{Bucket: wire.ReceiptKeysBucket, Description: "toolgate public receipt keys, one per process that signs receipts"}},
 	} {
 		kv.cfg.Storage = jetstream.FileStorage
 		kv.cfg.Replicas = t.Replicas

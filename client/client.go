@@ -91,8 +91,8 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 var repeatable = map[string]bool{
 	wire.EndpointSubmit: true, wire.EndpointGet: true, wire.EndpointList: true,
 	wire.EndpointBudgets: true, wire.EndpointRateLimits: true, wire.EndpointPolicyGet: true, wire.EndpointDeniedTools: true,
-	wire.EndpointGrantsPreview: true,
-	wire.EndpointPolicyDryRun:  true,
+	wire.EndpointGrantsPreview: true, wire.EndpointReceipts: true, wire.EndpointReceiptsKey: true,
+	wire.EndpointPolicyDryRun: true,
 }
 
 // requestMsg is request, also returning the reply, for its headers. A

@@ -40,6 +40,9 @@ type Config struct {
 	// Issue, when set, signs new NATS credentials: only a toolgate that
 	// holds the trust chain's keys can.
 	Issue Issuer
+	// Signer, when set, signs the receipt every transition appends
+	// (receipts.go); without one, entries get none.
+	Signer machine.Signer
 	// Clock replaces time.Now, for tests.
 	Clock func() time.Time
 	Log   *slog.Logger
@@ -65,6 +68,9 @@ type Service struct {
 	masker     masker
 	mx         *metrics.Metrics
 	log        *slog.Logger
+	// signer signs receipts; receiptKeys publishes the keys.
+	signer      machine.Signer
+	receiptKeys *bus.ReceiptKeyStore
 }
 
 // limits is what of the policy Budgets shows and DeniedTools asks:
@@ -83,6 +89,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.Clock != nil {
 		opts = append(opts, machine.WithClock(cfg.Clock))
+	}
+	if cfg.Signer != nil {
+		opts = append(opts, machine.WithSigner(cfg.Signer))
 	}
 	log := cfg.Log
 	if log == nil {
@@ -110,6 +119,9 @@ func New(cfg Config) *Service {
 		nc:         cfg.NC,
 		mx:         cfg.Metrics,
 		log:        log,
+
+		signer:      cfg.Signer,
+		receiptKeys: newReceiptKeyStore(cfg.Buckets),
 	}
 }
 

@@ -85,6 +85,9 @@ type Entry struct {
 	CostDay      string  `json:"costDay,omitempty"`
 	// Lease is held by the executor running the call (EXECUTING only).
 	Lease *Lease `json:"lease,omitempty"`
+	// Receipts are the signed records of the entry's transitions, oldest
+	// first (receipt.go).
+	Receipts []Receipt `json:"receipts,omitempty"`
 	// LastTransition is the transition that wrote this revision of the
 	// entry. The relay publishes it as an event.
 	LastTransition *Transition `json:"lastTransition,omitempty"`

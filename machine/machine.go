@@ -23,6 +23,7 @@ type Machine struct {
 	eval     Evaluator
 	now      func() time.Time
 	observer func(ctx context.Context, e *Entry)
+	signer   Signer // receipts (receipt.go); nil: none
 }
 
 // Option configures a Machine.
@@ -125,6 +126,9 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 	}
 	e.Status, _ = ev.Target()
 	e.LastTransition = &Transition{Event: ev, To: e.Status, Actor: "policy", Reason: v.Reason, At: now.UnixMilli(), Write: writeID()}
+	if err := m.seal(e); err != nil {
+		return nil, fmt.Errorf("submit %s: %w", id, err)
+	}
 	if _, err := m.store.Create(ctx, e); errors.Is(err, ErrExists) {
 		// A retry of the same call raced us to it: theirs stands.
 		existing, _, err := m.store.Get(ctx, id)
@@ -604,6 +608,9 @@ func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose fun
 		}
 		next.Status = to
 		next.StatusReason = next.LastTransition.Reason
+		if err := m.seal(&next); err != nil {
+			return nil, err
+		}
 		if _, err := m.store.Update(ctx, &next, rev); errors.Is(err, ErrConflict) {
 			continue
 		} else if err != nil {

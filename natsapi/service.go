@@ -206,6 +206,8 @@ func (s *Service) endpoints() map[string]endpoint {
 		wire.EndpointCredsAdd:     answer(g.IssueCredential),
 		wire.EndpointCredsList:    answer(g.Credentials),
 		wire.EndpointCredsRevoke:  answer(g.RevokeCredential),
+		wire.EndpointReceipts:     answer(g.Receipts),
+		wire.EndpointReceiptsKey:  answer(g.ReceiptKeys),
 		wire.EndpointSucceeded:    answer(finish(g.Complete)),
 		wire.EndpointFailed:       answer(finish(g.Fail)),
 		wire.EndpointPolicyDryRun: answer(g.PolicyDryRun),

@@ -390,7 +390,18 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		}
 	}
 	mx.BoundLabels(engine) // tool and team labels: only names the policy has
-	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Clock: m.Clock, Log: m.Log})
+	kp, err := receiptKey(m.Config.Data)
+	if err != nil {
+		return nil, err
+	}
+	signer, err := gate.ReceiptSigner(kp)
+	if err != nil {
+		return nil, fmt.Errorf("receipt key %s: %w", ReceiptKeyPath(m.Config.Data), err)
+	}
+	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Clock: m.Clock, Log: m.Log})
+	if err := m.gate.RegisterReceiptKey(ctx); err != nil {
+		return nil, err
+	}
 	version := m.Version
 	if version == "" {
 		version = "dev"

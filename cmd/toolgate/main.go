@@ -50,6 +50,10 @@ Usage:
                            the grants approvals recorded; end one
   toolgate cancel ID | --conversation C
                            cancel a call, or a conversation's calls
+  toolgate receipt ID [--json]
+                           a call's signed receipts, one per transition (--json: the chain)
+  toolgate verify FILE|ID [--key PUB]
+                           verify a receipt chain: offline from a file, or a call's from toolgate
 
   toolgate hook claude-code   a Claude Code hook (PreToolUse, PermissionRequest, PostToolUse)
   toolgate mcp                an MCP server on stdio: --permission-prompt-tool mcp__toolgate__approve
