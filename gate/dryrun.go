@@ -79,14 +79,24 @@ func (s *Service) PolicyDryRun(ctx context.Context, a Actor, r wire.PolicyDryRun
 }
 
 // recordedCalls returns the calls recorded with requestedAt from since to
-// until (epoch ms), in no order: the entries of tool_calls. Calls kept
-// elsewhere (an archive) are to be read here too.
+// until (epoch ms), in no order: the entries of tool_calls and the calls
+// retired from it to the archive.
 func (s *Service) recordedCalls(ctx context.Context, since, until int64) ([]*machine.Entry, error) {
 	all, err := s.calls.ListAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("recorded calls: %w", err)
 	}
-	return slices.DeleteFunc(all, func(e *machine.Entry) bool { return e.RequestedAt < since || e.RequestedAt > until }), nil
+	inWindow := func(e *machine.Entry) bool { return e.RequestedAt >= since && e.RequestedAt <= until }
+	if s.archive != nil {
+		// A call is archived after it was requested: those archived
+		// since the window began hold every retired call of the window.
+		archived, err := s.archive.Since(ctx, time.UnixMilli(since))
+		if err != nil {
+			return nil, fmt.Errorf("recorded calls: %w", err)
+		}
+		all = mergeArchived(all, archived, inWindow)
+	}
+	return slices.DeleteFunc(all, func(e *machine.Entry) bool { return !inWindow(e) }), nil
 }
 
 // maxExampleDescription bounds an example's description, in runes, so

@@ -61,6 +61,7 @@ type Service struct {
 	rates      *bus.RateCounters
 	identities *bus.IdentityStore
 	tokens     *bus.DecisionTokenStore
+	archive    *bus.Archive // nil: finished calls are never retired
 	issue      Issuer
 	clock      func() time.Time
 	nc         *nats.Conn
@@ -114,6 +115,7 @@ func New(cfg Config) *Service {
 		rates:      bus.NewRateCounters(cfg.Buckets.RateLimits),
 		identities: bus.NewIdentityStore(cfg.Buckets.Identities),
 		tokens:     bus.NewDecisionTokenStore(cfg.Buckets.DecisionTokens),
+		archive:    newArchive(cfg),
 		issue:      cfg.Issue,
 		clock:      cfg.Clock,
 		nc:         cfg.NC,
@@ -164,6 +166,14 @@ func (s *Service) Read(ctx context.Context, a Actor, pendingID string) (*machine
 		return nil, 0, err
 	}
 	e, rev, err := s.calls.Get(ctx, pendingID)
+	if isNotFound(err) {
+		// Finished and retired: the archive has it.
+		if c, aerr := s.archived(ctx, pendingID); aerr == nil {
+			e, rev, err = c.Entry, c.Revision, nil
+		} else if !isNotFound(aerr) {
+			err = aerr
+		}
+	}
 	if err == nil && !a.SeesAll() && !a.owns(e) {
 		err = machine.ErrNotFound
 	}
@@ -186,7 +196,14 @@ func (s *Service) History(ctx context.Context, a Actor, pendingID string) ([]wir
 	if _, _, err := s.Read(ctx, a, pendingID); err != nil {
 		return nil, err
 	}
-	return s.calls.History(ctx, pendingID)
+	items, err := s.calls.History(ctx, pendingID)
+	if len(items) == 0 && (err == nil || isNotFound(err)) {
+		// Read found it, so it was retired: the archive has its history.
+		if c, aerr := s.archived(ctx, pendingID); aerr == nil {
+			return c.History, nil
+		}
+	}
+	return items, err
 }
 
 // List returns one page of the entries r asks for. With a conversation,
@@ -207,7 +224,11 @@ func (s *Service) List(ctx context.Context, a Actor, r wire.ListRequest) (wire.L
 	var all []*machine.Entry
 	var err error
 	if r.ConversationID != "" {
+		// A conversation's calls, finished or not, retired or not.
 		all, err = s.calls.ListConversation(ctx, r.ConversationID)
+		if err == nil {
+			all, err = s.withArchived(ctx, r.ConversationID, all)
+		}
 	} else {
 		all, err = s.calls.ListAll(ctx)
 	}

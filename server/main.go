@@ -62,6 +62,12 @@ type Config struct {
 	// RequeueUnclaimed is how long a runnable call may wait for an
 	// executor before the timer role queues it again (0: never).
 	RequeueUnclaimed time.Duration
+	// Retention is how long a finished call stays in tool_calls before
+	// the timer role moves it to the archive (0: it stays).
+	Retention time.Duration
+	// ArchiveMaxAge is how long the archive keeps a retired call (0: for
+	// ever).
+	ArchiveMaxAge time.Duration
 }
 
 // DefaultConfig is `toolgate serve` without flags: an embedded server on
@@ -80,8 +86,13 @@ func DefaultConfig() Config {
 		Lease:        30 * time.Second,
 
 		RequeueUnclaimed: worker.DefaultUnclaimedRequeue,
+		Retention:        DefaultRetention,
 	}
 }
+
+// DefaultRetention is how long a finished call stays in tool_calls by
+// default: a day, then it is read from the archive.
+const DefaultRetention = 24 * time.Hour
 
 // Validate names the flag of the first bad setting in c.
 func (c Config) Validate() error {
@@ -123,6 +134,12 @@ func (c Config) Validate() error {
 	}
 	if c.RequeueUnclaimed < 0 {
 		return fmt.Errorf("--requeue-unclaimed: must be >= 0, got %s", c.RequeueUnclaimed)
+	}
+	if c.Retention < 0 {
+		return fmt.Errorf("--retention: must be >= 0 (0: finished calls stay), got %s", c.Retention)
+	}
+	if c.ArchiveMaxAge < 0 {
+		return fmt.Errorf("--archive-max-age: must be >= 0 (0: for ever), got %s", c.ArchiveMaxAge)
 	}
 	for name, d := range map[string]time.Duration{"--relay-ack-wait": c.RelayAckWait, "--executor-lease": c.Lease} {
 		if d <= 0 {
@@ -461,7 +478,7 @@ func (m *Main) connect() (*nats.Conn, error) {
 // provision creates the buckets and streams, retrying while a cluster is
 // still electing its JetStream leader.
 func (m *Main) provision(ctx context.Context, js jetstream.JetStream) (*bus.Buckets, error) {
-	topo := bus.Topology{Replicas: m.Config.Replicas, EventsMaxAge: m.Config.EventsMaxAge}
+	topo := bus.Topology{Replicas: m.Config.Replicas, EventsMaxAge: m.Config.EventsMaxAge, ArchiveMaxAge: m.Config.ArchiveMaxAge}
 	var b *bus.Buckets
 	err := consumer.Retry(ctx, m.Log, "provisioning", func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -9,7 +9,8 @@ import (
 )
 
 // runTimer acts on every deadline of the bucket: approval timeouts,
-// scheduled starts, executor leases and runnable calls nobody claims. Any number of processes may run
+// scheduled starts, executor leases, runnable calls nobody claims and the
+// end of a finished call's retention. Any number of processes may run
 // it; each acts on every deadline, and compare-and-set and de-duplication
 // make the second firing harmless.
 func runTimer(ctx context.Context, d *deps, log *slog.Logger) error {
@@ -18,5 +19,5 @@ func runTimer(ctx context.Context, d *deps, log *slog.Logger) error {
 		return err
 	}
 	return worker.NewTimer(d.js, d.buckets.Calls, d.gate, log,
-		worker.WithUnclaimedRequeue(d.cfg.RequeueUnclaimed), worker.WithMetrics(mx)).Run(ctx)
+		worker.WithUnclaimedRequeue(d.cfg.RequeueUnclaimed), worker.WithRetention(d.cfg.Retention, d.gate), worker.WithMetrics(mx)).Run(ctx)
 }

@@ -25,6 +25,9 @@ const (
 	// kindEscalation is the next escalation tier's time of a pending call
 	// nobody decided yet: Escalate it, widening who may decide.
 	kindEscalation
+	// kindRetire is the end of a finished call's retention window: it
+	// moves from tool_calls to the archive.
+	kindRetire
 )
 
 func (k kind) String() string {
@@ -41,14 +44,25 @@ func (k kind) String() string {
 		return "reminder"
 	case kindEscalation:
 		return "escalation"
+	case kindRetire:
+		return "retention"
 	}
 	return "none"
 }
 
-// deadlineOf says what falls due next for e, and when (epoch ms), when a
-// runnable call nobody claims is queued again after unclaimed (never, when
-// it is 0).
-func deadlineOf(e *machine.Entry, unclaimed time.Duration) (kind, int64) {
+// delays are the timer's own durations a deadline derives from.
+type delays struct {
+	// unclaimed: a runnable call nobody claims is queued again after it
+	// (never, when 0).
+	unclaimed time.Duration
+	// retain: a finished call leaves tool_calls for the archive this long
+	// after it finished (never, when 0).
+	retain time.Duration
+}
+
+// deadlineOf says what falls due next for e, and when (epoch ms).
+func deadlineOf(e *machine.Entry, d delays) (kind, int64) {
+	unclaimed := d.unclaimed
 	var since int64 // when the call became runnable
 	if t := e.LastTransition; t != nil {
 		since = t.At
@@ -90,6 +104,10 @@ func deadlineOf(e *machine.Entry, unclaimed time.Duration) (kind, int64) {
 	case machine.StateExecuting:
 		if e.Lease != nil {
 			return kindLease, e.Lease.ExpiresAt
+		}
+	default:
+		if d.retain > 0 && e.Status.Terminal() {
+			return kindRetire, since + d.retain.Milliseconds()
 		}
 	}
 	return kindNone, 0
@@ -139,13 +157,13 @@ type outcome struct {
 // deadlines is the timer's schedule: a min-heap on the deadline, and an
 // index by pendingId. Only the scheduler goroutine touches it.
 type deadlines struct {
-	byID      map[string]*deadline
-	heap      deadlineHeap
-	unclaimed time.Duration // see deadlineOf
+	byID   map[string]*deadline
+	heap   deadlineHeap
+	delays delays // see deadlineOf
 }
 
-func newDeadlines(unclaimed time.Duration) *deadlines {
-	return &deadlines{byID: map[string]*deadline{}, unclaimed: unclaimed}
+func newDeadlines(d delays) *deadlines {
+	return &deadlines{byID: map[string]*deadline{}, delays: d}
 }
 
 // observe records what revision rev of entry e is due for. A revision no
@@ -153,7 +171,7 @@ func newDeadlines(unclaimed time.Duration) *deadlines {
 // the start-up read has seen later revisions, and a relay replaying after a
 // crash can repeat them.
 func (s *deadlines) observe(e *machine.Entry, rev uint64) {
-	k, at := deadlineOf(e, s.unclaimed)
+	k, at := deadlineOf(e, s.delays)
 	d := s.byID[e.PendingID]
 	if d == nil {
 		if k == kindNone {

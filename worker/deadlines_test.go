@@ -47,10 +47,16 @@ func TestDeadlineOf(t *testing.T) {
 		{"rejected by timeout", &machine.Entry{Status: machine.StateRejectedByTimeout, ApprovalTimeoutAt: 100}, kindNone, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k, at := deadlineOf(tc.entry, 0)
+			k, at := deadlineOf(tc.entry, delays{})
 			assert.Equal(t, tc.kind, k)
 			assert.Equal(t, tc.at, at)
 		})
+	}
+	// With a retention window, a finished call's deadline is its end.
+	for _, s := range []machine.State{machine.StateRejectedByPolicy, machine.StateCompletedSuccess, machine.StateCancelled} {
+		k, at := deadlineOf(written(&machine.Entry{Status: s}, 100), delays{retain: time.Second})
+		assert.Equal(t, kindRetire, k, s)
+		assert.EqualValues(t, 1100, at, s)
 	}
 	// With a requeue delay, a runnable call nobody claimed has a deadline
 	// too: approved, or scheduled and due, from when it became runnable.
@@ -68,7 +74,7 @@ func TestDeadlineOf(t *testing.T) {
 		{"pending: its approval", pending("a.b", 100), kindApproval, 100},
 	} {
 		t.Run("unclaimed "+tc.name, func(t *testing.T) {
-			k, at := deadlineOf(tc.entry, wait)
+			k, at := deadlineOf(tc.entry, delays{unclaimed: wait})
 			assert.Equal(t, tc.kind, k)
 			assert.Equal(t, tc.at, at)
 		})
@@ -76,7 +82,7 @@ func TestDeadlineOf(t *testing.T) {
 }
 
 func TestDeadlines_EarliestFirst(t *testing.T) {
-	s := newDeadlines(0)
+	s := newDeadlines(delays{})
 	for i, at := range []int64{50, 10, 40, 30, 20} {
 		s.observe(pending(string(rune('a'+i))+".x", at), 1)
 	}
@@ -97,7 +103,7 @@ func TestDeadlines_EarliestFirst(t *testing.T) {
 }
 
 func TestDeadlines_StaleRevisionChangesNothing(t *testing.T) {
-	s := newDeadlines(0)
+	s := newDeadlines(delays{})
 	s.observe(executing("a.b", 500), 7) // from the bucket
 	s.observe(executing("a.b", 100), 5) // an older event, arriving late
 	j, ok := s.popDue(1000)
@@ -107,7 +113,7 @@ func TestDeadlines_StaleRevisionChangesNothing(t *testing.T) {
 }
 
 func TestDeadlines_FinishedEntryIsForgotten(t *testing.T) {
-	s := newDeadlines(0)
+	s := newDeadlines(delays{})
 	s.observe(pending("a.b", 100), 1)
 	s.observe(&machine.Entry{PendingID: "a.b", Status: machine.StateApproved}, 2)
 	assert.Zero(t, s.len())
@@ -117,7 +123,7 @@ func TestDeadlines_FinishedEntryIsForgotten(t *testing.T) {
 
 func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 	t.Run("what the action read stands", func(t *testing.T) {
-		s := newDeadlines(0)
+		s := newDeadlines(delays{})
 		s.observe(executing("a.b", 100), 3)
 		j, _ := s.popDue(100)
 		// A heartbeat renewed the lease: revision 4, due at 400.
@@ -127,7 +133,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, int64(400), next)
 	})
 	t.Run("an event newer than the read wins", func(t *testing.T) {
-		s := newDeadlines(0)
+		s := newDeadlines(delays{})
 		s.observe(executing("a.b", 100), 3)
 		j, _ := s.popDue(100)
 		s.observe(executing("a.b", 900), 6) // reclaimed while the action ran
@@ -139,7 +145,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, int64(900), next)
 	})
 	t.Run("an action that read nothing stands unless an event came", func(t *testing.T) {
-		s := newDeadlines(0)
+		s := newDeadlines(delays{})
 		s.observe(pending("a.b", 100), 1)
 		j, _ := s.popDue(100)
 		s.done(outcome{id: j.id}) // expired
@@ -154,7 +160,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, int64(700), next)
 	})
 	t.Run("a failed action is retried", func(t *testing.T) {
-		s := newDeadlines(0)
+		s := newDeadlines(delays{})
 		s.observe(pending("a.b", 100), 1)
 		j, _ := s.popDue(100)
 		s.done(outcome{id: j.id, rev: j.rev, kind: j.kind, at: 1100})
@@ -163,7 +169,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, kindApproval, j.kind)
 	})
 	t.Run("a gone entry is forgotten", func(t *testing.T) {
-		s := newDeadlines(0)
+		s := newDeadlines(delays{})
 		s.observe(pending("a.b", 100), 1)
 		j, _ := s.popDue(100)
 		s.done(outcome{id: j.id, gone: true})

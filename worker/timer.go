@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -21,7 +20,8 @@ import (
 )
 
 // Timer owns every deadline of the tool_calls bucket: approval timeouts,
-// reminders and escalations, scheduled starts and executor leases. It keeps them in a heap in memory,
+// reminders and escalations, scheduled starts, executor leases and the
+// end of a finished call's retention. It keeps them in a heap in memory,
 // learns them from the events the relay publishes and, at start, from one
 // read of the bucket; when one falls due it reads the entry again and acts
 // on what the entry is now, never on the event that announced it.
@@ -38,6 +38,8 @@ type Timer struct {
 	concurrency int
 	retry       time.Duration
 	unclaimed   time.Duration
+	retain      time.Duration
+	retirer     Retirer
 	mx          *metrics.Metrics
 }
 
@@ -74,6 +76,25 @@ func WithUnclaimedRequeue(d time.Duration) TimerOption {
 func WithMetrics(mx *metrics.Metrics) TimerOption {
 	return func(t *Timer) { t.mx = mx }
 }
+
+// Retirer moves a call finished more than after ago from tool_calls to
+// the archive: *gate.Service has it. It refuses, with a conflict, a call
+// not finished that long.
+type Retirer interface {
+	Retire(ctx context.Context, pendingID string, after time.Duration) error
+}
+
+// WithRetention has the timer retire each finished call after it, through
+// r (default: never; a finished call stays in tool_calls).
+func WithRetention(after time.Duration, r Retirer) TimerOption {
+	return func(t *Timer) {
+		if after > 0 && r != nil {
+			t.retain, t.retirer = after, r
+		}
+	}
+}
+
+func (t *Timer) delays() delays { return delays{unclaimed: t.unclaimed, retain: t.retain} }
 
 // requeued counts a call queued again, for reason.
 func (t *Timer) requeued(reason string) {
@@ -119,8 +140,9 @@ func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *s
 }
 
 // timerSubjects are the events that can set or clear a deadline: every
-// kind but a policy denial, which creates an entry with none.
-var timerSubjects = slices.DeleteFunc(wire.EventSubjects(), func(s string) bool { return s == wire.SubjectPolicyDenied })
+// kind (a policy denial creates an entry whose only deadline is the end of
+// its retention).
+var timerSubjects = wire.EventSubjects()
 
 // observation is one revision of an entry, from the bucket or an event.
 type observation struct {
@@ -193,7 +215,7 @@ func (t *Timer) open(ctx context.Context) (jetstream.MessagesContext, *deadlines
 	if err != nil {
 		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", wire.EventsStream, err)
 	}
-	dl := newDeadlines(t.unclaimed)
+	dl := newDeadlines(t.delays())
 	n, err := t.load(ctx, dl)
 	if err != nil {
 		iter.Stop()
@@ -315,7 +337,7 @@ func (t *Timer) act(ctx context.Context, j job) outcome {
 	} else if err != nil {
 		return t.retryLater(ctx, log, j, err)
 	}
-	k, at := deadlineOf(e, t.unclaimed)
+	k, at := deadlineOf(e, t.delays())
 	now := time.Now().UnixMilli()
 	switch {
 	case k == kindNone:
@@ -330,6 +352,8 @@ func (t *Timer) act(ctx context.Context, j job) outcome {
 		return t.remind(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
 	case k == kindEscalation:
 		return t.escalate(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
+	case k == kindRetire:
+		return t.retire(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
 	case k == kindStart:
 		return t.start(ctx, log, e, rev)
 	case k == kindUnclaimed:
@@ -389,6 +413,26 @@ func (t *Timer) escalate(ctx context.Context, log *slog.Logger, j job) outcome {
 		return outcome{id: j.id, gone: true}
 	case errors.Is(err, machine.ErrConflict):
 		log.Debug("timer: nothing to escalate", "err", err)
+		return outcome{id: j.id}
+	default:
+		return t.retryLater(ctx, log, j, err)
+	}
+}
+
+// retire moves a call finished a retention window ago to the archive.
+// Retire reads the entry again and archives it before it leaves, so two
+// timers archive it once (a second archiving is a duplicate the archive
+// drops) and one that dies between the two leaves it to the next.
+func (t *Timer) retire(ctx context.Context, log *slog.Logger, j job) outcome {
+	err := t.retirer.Retire(ctx, j.id, t.retain)
+	switch {
+	case err == nil:
+		log.Debug("timer: retired to the archive")
+		return outcome{id: j.id, gone: true}
+	case errors.Is(err, machine.ErrNotFound):
+		return outcome{id: j.id, gone: true}
+	case errors.Is(err, machine.ErrConflict):
+		log.Debug("timer: nothing to retire", "err", err)
 		return outcome{id: j.id}
 	default:
 		return t.retryLater(ctx, log, j, err)
@@ -472,7 +516,7 @@ func (t *Timer) leaseExpired(ctx context.Context, log *slog.Logger, j job, e *ma
 	case errors.As(err, &terr):
 		// It finished, or a heartbeat renewed the lease just now: the
 		// entry as it is now says which, and a renewal has no event.
-		k, at := deadlineOf(terr.Entry, t.unclaimed)
+		k, at := deadlineOf(terr.Entry, t.delays())
 		return outcome{id: j.id, rev: rev, kind: k, at: at}
 	case errors.Is(err, machine.ErrNotFound):
 		return outcome{id: j.id, gone: true}

@@ -77,6 +77,8 @@ func TestServe_BadConfigurationIsNamed(t *testing.T) {
 		{args: []string{"extra"}, want: `unexpected argument "extra"`},
 		{args: []string{"--executor-lease", "0s"}, want: "--executor-lease: must be > 0"},
 		{args: []string{"--requeue-unclaimed", "-1s"}, want: "--requeue-unclaimed: must be >= 0"},
+		{args: []string{"--retention", "-1h"}, want: "--retention: must be >= 0"},
+		{env: map[string]string{"TOOLGATE_ARCHIVE_MAX_AGE": "-1h"}, want: "--archive-max-age: must be >= 0"},
 		{args: []string{"--tools", "exec,ftp"}, want: `unknown tool "ftp"`},
 		{args: []string{"--roles", "relay,janitor"}, want: `unknown role "janitor"`},
 		{args: []string{"--http", "localhost"}, want: `--http "localhost"`},
