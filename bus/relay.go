@@ -204,6 +204,10 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 		V: wire.EventVersion, ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
 		Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: item.revision, Entry: &e,
 	}
+	if n := len(e.Receipts); n > 0 && e.Receipts[n-1].Event == t.Event {
+		event.Receipt = &e.Receipts[n-1]
+	}
+	e.Receipts = nil
 	ev, _ := json.Marshal(event)
 	published := ev
 	if r.cfg.Mask != nil {

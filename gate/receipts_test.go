@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -65,6 +67,29 @@ func TestReceipts_ChainVerifiesAndFailsWhereTheKVWasChanged(t *testing.T) {
 	signers, err := gate.VerifyReceiptChain(chain, keys.Keys)
 	require.NoError(t, err)
 	assert.Equal(t, []string{keys.Key}, signers)
+	// The events of the call carry its chain, a receipt each, and leave
+	// the entry's receipts out.
+	var fromEvents []machine.Receipt
+	require.Eventually(t, func() bool {
+		fromEvents = nil
+		st, err := g.JS.Stream(ctx, wire.EventsStream)
+		require.NoError(t, err)
+		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		require.NoError(t, err)
+		batch, err := cons.FetchNoWait(1000)
+		require.NoError(t, err)
+		for msg := range batch.Messages() {
+			var ev wire.Event
+			require.NoError(t, json.Unmarshal(msg.Data(), &ev))
+			if ev.Entry.PendingID == e.PendingID {
+				assert.Empty(t, ev.Entry.Receipts, "an event's entry leaves its receipts out")
+				require.NotNil(t, ev.Receipt, ev.ID)
+				fromEvents = append(fromEvents, *ev.Receipt)
+			}
+		}
+		return len(fromEvents) == len(chain.Receipts)
+	}, 10*time.Second, 20*time.Millisecond, "the events carry %d receipts, want %d", len(fromEvents), len(chain.Receipts))
+	assert.Equal(t, chain.Receipts, fromEvents, "the events rebuild the chain")
 	own, err := bot.Receipts(ctx, e.PendingID)
 	require.NoError(t, err)
 	assert.False(t, own.ArgumentsMasked, "the agent sees its own arguments")

@@ -22,17 +22,23 @@ var EventSchema []byte
 // which entry, from which state, by whom and why, with the entry as it was
 // written.
 type Event struct {
-	V        int            `json:"v"`  // EventVersion
-	ID       string         `json:"id"` // <pendingId>:<revision>, also the Nats-Msg-Id
-	Type     string         `json:"type"`
-	Event    machine.Event  `json:"event"`
-	From     machine.State  `json:"from,omitempty"`
-	To       machine.State  `json:"to"`
-	Actor    string         `json:"actor,omitempty"`
-	Reason   string         `json:"reason,omitempty"`
-	At       int64          `json:"at"`
-	Revision uint64         `json:"revision"`
-	Entry    *machine.Entry `json:"entry"`
+	V        int           `json:"v"`  // EventVersion
+	ID       string        `json:"id"` // <pendingId>:<revision>, also the Nats-Msg-Id
+	Type     string        `json:"type"`
+	Event    machine.Event `json:"event"`
+	From     machine.State `json:"from,omitempty"`
+	To       machine.State `json:"to"`
+	Actor    string        `json:"actor,omitempty"`
+	Reason   string        `json:"reason,omitempty"`
+	At       int64         `json:"at"`
+	Revision uint64        `json:"revision"`
+	// Receipt is the signed receipt this transition appended to the
+	// entry's chain. The entry of an event leaves its receipts out (the
+	// chain grows with every transition, and every subscriber would
+	// decode it all again): the events of a call carry its chain one
+	// receipt each.
+	Receipt *machine.Receipt `json:"receipt,omitempty"`
+	Entry   *machine.Entry   `json:"entry"`
 }
 
 // WorkItem is queued on toolgate.work.<tool> when a call may run. The executor

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,7 +78,7 @@ type pcts struct {
 }
 
 func cliBench(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("bench", "bench [--embedded] [--agents N] [--calls N] [--path approval|auto|both] [--json]",
+	c := newCLICmd("bench", "bench [--embedded] [--agents N] [--calls N] [--path approval|auto|both] [--cpuprofile FILE] [--json]",
 		"Measure toolgate: lifecycles per second and their latencies, against the raw KV\n"+
 			"compare-and-set rate of the same server measured in the same run (the ratio is the\n"+
 			"figure comparable across machines). An approval lifecycle is an agent submitting a\n"+
@@ -95,8 +96,20 @@ func cliBench(ctx context.Context, args []string, out cliOutput) error {
 	path := c.fs.String("path", "both", "approval, auto or both")
 	servePID := c.fs.Int("serve-pid", 0, "process ID of a toolgate serve on this machine, whose CPU time to report per lifecycle")
 	asJSON := c.fs.Bool("json", false, "print the report as JSON")
+	cpuProfile := c.fs.String("cpuprofile", "", "write a CPU profile of the bench's process (with --embedded, toolgate's too) to this file, for go tool pprof")
 	if _, err := c.parse(args, 0, 0, ""); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var paths []string
 	switch *path {
