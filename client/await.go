@@ -69,6 +69,9 @@ type awaitConfig struct {
 	// it did not lately): until a little after, a read that does not
 	// find it is a read from behind the write, not an answer.
 	submitted time.Time
+	// start, when set, is the entry the submit answered with: Await
+	// starts from it rather than from a read (it reads once subscribed).
+	start *machine.Entry
 }
 
 // UntilFinished makes Await wait past the approval until the call has run
@@ -108,7 +111,8 @@ func UntilFinished() AwaitOption { return func(c *awaitConfig) { c.untilFinished
 // behind the write), and ErrUnavailable when toolgate does not serve its
 // request API at all.
 func (c *Client) Await(ctx context.Context, pendingID string, opts ...AwaitOption) (Outcome, error) {
-	cfg := awaitConfig{submitted: c.submitted.when(pendingID)}
+	var cfg awaitConfig
+	cfg.submitted, cfg.start = c.submitted.when(pendingID)
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -158,7 +162,13 @@ func await(ctx context.Context, nc *nats.Conn, read ReadFunc, pendingID string, 
 			_ = sub.Unsubscribe()
 		}
 	}()
-	cur, rev, err := firstRead(ctx, read, pendingID, cfg.submitted)
+	// Starting from the submit's answer saves a read: the one made once
+	// subscribed finds whatever happened since. (Revision 0: any
+	// announcement is at least as new.)
+	var err error
+	if cur = cfg.start; cur == nil {
+		cur, rev, err = firstRead(ctx, read, pendingID, cfg.submitted)
+	}
 	var apiErr *wire.APIError
 	switch {
 	case err == nil:
@@ -293,40 +303,47 @@ const (
 // call is taken for a read from behind the write.
 const readYourWrites = 5 * time.Second
 
-// recentSubmits remembers when a client submitted its calls, for
-// readYourWrites: a few seconds' worth, pruned each time it has doubled.
+// recentSubmits remembers when a client submitted its calls, and what
+// the submit answered, for readYourWrites and for Await to start from: a
+// few seconds' worth, pruned each time it has doubled.
 type recentSubmits struct {
 	mu    sync.Mutex
-	at    map[string]time.Time
+	at    map[string]recentSubmit
 	prune int // the size at which to prune next
 }
 
-func (r *recentSubmits) add(pendingID string) {
+type recentSubmit struct {
+	at    time.Time
+	entry *machine.Entry
+}
+
+func (r *recentSubmits) add(e *machine.Entry) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.at == nil {
-		r.at = map[string]time.Time{}
+		r.at = map[string]recentSubmit{}
 	}
 	if len(r.at) >= max(r.prune, 1024) {
-		for id, t := range r.at {
-			if now.Sub(t) > readYourWrites {
+		for id, s := range r.at {
+			if now.Sub(s.at) > readYourWrites {
 				delete(r.at, id)
 			}
 		}
 		r.prune = 2 * len(r.at)
 	}
-	r.at[pendingID] = now
+	r.at[e.PendingID] = recentSubmit{at: now, entry: e}
 }
 
-// when returns when pendingID was submitted lately, or the zero time.
-func (r *recentSubmits) when(pendingID string) time.Time {
+// when returns when pendingID was submitted lately and what the submit
+// answered, or the zero time and nil.
+func (r *recentSubmits) when(pendingID string) (time.Time, *machine.Entry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if t, ok := r.at[pendingID]; ok && time.Since(t) <= readYourWrites {
-		return t
+	if s, ok := r.at[pendingID]; ok && time.Since(s.at) <= readYourWrites {
+		return s.at, s.entry
 	}
-	return time.Time{}
+	return time.Time{}, nil
 }
 
 // Request submits call and awaits its answer: Submit, then Await.

@@ -196,7 +196,7 @@ func (c *Client) Submit(ctx context.Context, call machine.Call) (*machine.Entry,
 	if err := c.request(ctx, wire.EndpointSubmit, call, &e); err != nil {
 		return nil, err
 	}
-	c.submitted.add(e.PendingID)
+	c.submitted.add(&e)
 	return &e, nil
 }
 

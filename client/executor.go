@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,10 +71,15 @@ type ExecutorOptions struct {
 	// Backoff is the wait before each retry; the last repeats (default
 	// 1s, 2s, 4s).
 	Backoff []time.Duration
-	// Concurrency is how many calls of one tool run at once (default 4).
+	// Concurrency is how many calls of one tool run at once (default
+	// DefaultConcurrency: four per CPU, handlers mostly waiting on I/O).
 	Concurrency int
 	Log         *slog.Logger
 }
+
+// DefaultConcurrency is how many calls of one tool an Executor runs at
+// once when not told: four per CPU this process may use, and at least 8.
+func DefaultConcurrency() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
 
 // Executor hosts tool handlers: it consumes the toolgate.work.<tool> queues of
 // the tools it has, claims each call by compare-and-set before running it,
@@ -113,7 +119,7 @@ func (c *Client) NewExecutor(opts ExecutorOptions) (*Executor, error) {
 		opts.Backoff = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
 	}
 	if opts.Concurrency <= 0 {
-		opts.Concurrency = 4
+		opts.Concurrency = DefaultConcurrency()
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
