@@ -48,12 +48,30 @@ func (s *Service) maskerFor(team, conversationID string) policy.Masker {
 	return s.masker.Masker(team, conversationID)
 }
 
-// shown is e as a may see it.
+// shown is e as a may see it: its secrets masked unless a may see them,
+// and without its receipts, which the receipts use case answers
+// (Receipts): a chain grows with every transition, and nobody who reads
+// a call to act on it needs it.
 func (s *Service) shown(a Actor, e *machine.Entry) *machine.Entry {
-	if e == nil || a.seesSecrets(e) {
-		return e
+	switch {
+	case e == nil:
+		return nil
+	case !a.seesSecrets(e):
+		e = s.Mask(e)
+	case len(e.Receipts) > 0:
+		c := *e
+		e = &c
 	}
-	return s.Mask(e)
+	e.Receipts = nil
+	return e
+}
+
+// answer is the reply of a command of a's: the entry it wrote, as a may
+// see it.
+func (s *Service) answer(a Actor) func(*machine.Entry, error) (*machine.Entry, error) {
+	return func(e *machine.Entry, err error) (*machine.Entry, error) {
+		return s.shown(a, e), err
+	}
 }
 
 // shownErr is err with the entry a refusal carries (a TransitionError's)

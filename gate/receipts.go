@@ -97,17 +97,19 @@ func (s *Service) Receipts(ctx context.Context, a Actor, r wire.GetRequest) (*wi
 	if r.PendingID == "" {
 		return nil, fmt.Errorf("%w: pendingId: required", machine.ErrInvalid)
 	}
-	e, _, err := s.Read(ctx, a, r.PendingID)
+	e, _, err := s.read(ctx, a, r.PendingID)
 	if err != nil {
 		return nil, err
 	}
-	shown := *e
-	shown.Receipts = nil
 	receipts := e.Receipts
 	if receipts == nil {
 		receipts = []machine.Receipt{}
 	}
-	return &wire.ReceiptChain{PendingID: e.PendingID, Receipts: receipts, Entry: &shown, ArgumentsMasked: masked(a, e)}, nil
+	view := e // as a sees it, receipts and all
+	if !a.seesSecrets(e) {
+		view = s.Mask(e)
+	}
+	return &wire.ReceiptChain{PendingID: e.PendingID, Receipts: receipts, Entry: s.shown(a, e), ArgumentsMasked: masked(a, view)}, nil
 }
 
 // masked reports whether the arguments of e, as a is shown them, had

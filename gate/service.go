@@ -148,7 +148,7 @@ func (s *Service) Submit(ctx context.Context, a Actor, c machine.Call) (*machine
 		return nil, fmt.Errorf("%w: callerBotId %q: %s submits as itself", machine.ErrForbidden, c.CallerBotID, a.Name)
 	}
 	c.CallerBotID = cmp.Or(c.CallerBotID, a.Name)
-	return s.m.Submit(ctx, c)
+	return s.answer(a)(s.m.Submit(ctx, c))
 }
 
 // Get returns one entry.
@@ -162,6 +162,15 @@ func (s *Service) Get(ctx context.Context, a Actor, pendingID string) (*machine.
 // reads only its own calls; another's is not found, as if it were not
 // there.
 func (s *Service) Read(ctx context.Context, a Actor, pendingID string) (*machine.Entry, uint64, error) {
+	e, rev, err := s.read(ctx, a, pendingID)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.shown(a, e), rev, nil
+}
+
+// read is Read, but the entry as it is stored.
+func (s *Service) read(ctx context.Context, a Actor, pendingID string) (*machine.Entry, uint64, error) {
 	if err := a.require("read calls", readers...); err != nil {
 		return nil, 0, err
 	}
@@ -180,7 +189,7 @@ func (s *Service) Read(ctx context.Context, a Actor, pendingID string) (*machine
 	if err != nil {
 		return nil, 0, fmt.Errorf("get %s: %w", pendingID, err)
 	}
-	return s.shown(a, e), rev, nil
+	return e, rev, nil
 }
 
 // ReadReader is Read as one actor does it, in the shape client.AwaitWith
@@ -516,7 +525,7 @@ func (s *Service) Claim(ctx context.Context, a Actor, pendingID, holder string, 
 	if err := s.runs(ctx, a, pendingID); err != nil {
 		return nil, err
 	}
-	return s.observe(s.m.Claim(ctx, pendingID, a.holder(holder), lease))
+	return s.answer(a)(s.observe(s.m.Claim(ctx, pendingID, a.holder(holder), lease)))
 }
 
 // Retry starts another attempt of a call whose attempt failed, for the
@@ -525,7 +534,7 @@ func (s *Service) Retry(ctx context.Context, a Actor, pendingID, holder string, 
 	if err := s.runs(ctx, a, pendingID); err != nil {
 		return nil, err
 	}
-	return s.observe(s.m.Retry(ctx, pendingID, a.holder(holder), failed, lease))
+	return s.answer(a)(s.observe(s.m.Retry(ctx, pendingID, a.holder(holder), failed, lease)))
 }
 
 // Heartbeat renews the lease of the executor running a call.
@@ -533,7 +542,7 @@ func (s *Service) Heartbeat(ctx context.Context, a Actor, pendingID, holder stri
 	if err := s.runs(ctx, a, pendingID); err != nil {
 		return nil, err
 	}
-	return s.observe(s.m.Heartbeat(ctx, pendingID, a.holder(holder), lease))
+	return s.answer(a)(s.observe(s.m.Heartbeat(ctx, pendingID, a.holder(holder), lease)))
 }
 
 // Complete records a successful run.
@@ -542,7 +551,7 @@ func (s *Service) Complete(ctx context.Context, a Actor, pendingID string, o mac
 		return nil, err
 	}
 	o.Holder = a.holder(o.Holder)
-	return s.observe(s.m.Complete(ctx, pendingID, o))
+	return s.answer(a)(s.observe(s.m.Complete(ctx, pendingID, o)))
 }
 
 // Fail records a failed run.
@@ -551,7 +560,7 @@ func (s *Service) Fail(ctx context.Context, a Actor, pendingID string, o machine
 		return nil, err
 	}
 	o.Holder = a.holder(o.Holder)
-	return s.observe(s.m.Fail(ctx, pendingID, o))
+	return s.answer(a)(s.observe(s.m.Fail(ctx, pendingID, o)))
 }
 
 // Expire handles a pending call whose approval deadline has passed.
