@@ -20,7 +20,7 @@ import (
 
 // followed starts s's index of the calls for the test's length and waits
 // until it has read the bucket.
-func followed(t *testing.T, s *Service) {
+func followed(t testing.TB, s *Service) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
