@@ -2,12 +2,18 @@ package gate
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -65,4 +71,83 @@ func listPage(entries []*machine.Entry, r wire.ListRequest) (wire.ListReply, err
 		}
 	}
 	return wire.ListReply{Items: items}, nil
+}
+
+// listIndexed is the page r asks for (across conversations) read from
+// the index of tool_calls, and false when the index cannot answer (it is
+// not following the bucket, or not caught up with it): then the bucket is
+// read. The page is what listPage cuts from the whole bucket: the index
+// selects the first limit+1 calls past the cursor that the filters take,
+// in list order, and listPage cuts those as it would cut all of them.
+// An open call's entry is the index's; a finished one's, read from the
+// bucket (at most a page of them).
+func (s *Service) listIndexed(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListReply, bool, error) {
+	if s.index == nil || !s.index.Synced() {
+		return wire.ListReply{}, false, nil
+	}
+	if ok, err := s.index.Current(ctx); !ok || err != nil {
+		return wire.ListReply{}, false, err
+	}
+	f := bus.CallFilter{Status: r.Status, ToolName: r.ToolName, CallerBotID: r.CallerBotID}
+	if r.Cursor != "" {
+		at, id, _ := strings.Cut(r.Cursor, "~")
+		f.After, f.AfterID = true, id
+		f.AfterAt, _ = strconv.ParseInt(at, 10, 64) // listPage has checked it
+	}
+	calls, ok := s.index.Page(f, cmp.Or(r.Limit, defaultPageEntries)+1)
+	if !ok {
+		return wire.ListReply{}, false, nil
+	}
+	entries := make([]*machine.Entry, len(calls))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(pageReads)
+	for i, c := range calls {
+		if entries[i] = c.Entry; c.Entry != nil {
+			continue
+		}
+		g.Go(func() error {
+			e, _, err := s.calls.Get(gctx, c.PendingID)
+			if isNotFound(err) {
+				// Retired since the index was read: the archive has it.
+				var ac *wire.ArchivedCall
+				if ac, err = s.archived(gctx, c.PendingID); err == nil {
+					e = ac.Entry
+				}
+			}
+			entries[i] = e
+			return err
+		})
+	}
+	if err := g.Wait(); isNotFound(err) {
+		return wire.ListReply{}, false, nil // gone altogether meanwhile: read the bucket
+	} else if err != nil {
+		return wire.ListReply{}, true, err
+	}
+	s.shownAll(a, entries)
+	page, err := listPage(entries, r)
+	return page, true, err
+}
+
+// pageReads is how many finished entries of a page are read at once.
+const pageReads = 16
+
+// FollowCalls keeps the Service's index of tool_calls current until ctx
+// ends, so that lists across conversations read memory and at most a
+// page of entries; meanwhile, and without it, they read the whole
+// bucket. Processes that serve lists (intake, http) run it.
+func (s *Service) FollowCalls(ctx context.Context, log *slog.Logger) error {
+	if s.index == nil {
+		<-ctx.Done()
+		return nil
+	}
+	return s.index.Follow(ctx, log)
+}
+
+// newCallIndex is the index of cfg's tool_calls.
+func newCallIndex(cfg Config) *bus.CallIndex {
+	var js jetstream.JetStream
+	if cfg.NC != nil {
+		js, _ = jetstream.New(cfg.NC)
+	}
+	return bus.NewCallIndex(js, cfg.Buckets.Calls)
 }

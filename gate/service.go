@@ -55,6 +55,7 @@ type Config struct {
 type Service struct {
 	m          *machine.Machine
 	calls      *bus.KVStore
+	index      *bus.CallIndex // lists read it while it follows the bucket (FollowCalls)
 	policies   *bus.PolicyStore
 	grants     *bus.GrantStore
 	budgets    *bus.BudgetLedger
@@ -109,6 +110,7 @@ func New(cfg Config) *Service {
 		masker:     mk,
 		m:          machine.New(calls, opts...),
 		calls:      calls,
+		index:      newCallIndex(cfg),
 		policies:   bus.NewPolicyStore(cfg.Buckets.Policies),
 		grants:     grants,
 		budgets:    bus.NewBudgetLedger(cfg.Buckets.Budgets),
@@ -216,7 +218,9 @@ func (s *Service) History(ctx context.Context, a Actor, pendingID string) ([]wir
 }
 
 // List returns one page of the entries r asks for. With a conversation,
-// only its keys are read. An agent lists only its own calls.
+// only its keys are read; without, the index of the bucket (FollowCalls)
+// while it follows it, else the whole bucket. An agent lists only its own
+// calls.
 func (s *Service) List(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListReply, error) {
 	if err := a.require("list calls", readers...); err != nil {
 		return wire.ListReply{}, err
@@ -230,6 +234,17 @@ func (s *Service) List(ctx context.Context, a Actor, r wire.ListRequest) (wire.L
 	if _, err := listPage(nil, r); err != nil {
 		return wire.ListReply{}, err // a bad filter, before anything is read
 	}
+	if r.ConversationID == "" {
+		if page, ok, err := s.listIndexed(ctx, a, r); ok || err != nil {
+			return page, err
+		}
+	}
+	return s.listRead(ctx, a, r)
+}
+
+// listRead is List as it reads the bucket: a conversation's keys (and
+// its archived calls), or, while the index cannot answer, all of it.
+func (s *Service) listRead(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListReply, error) {
 	var all []*machine.Entry
 	var err error
 	if r.ConversationID != "" {

@@ -290,6 +290,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if slices.Contains(names, "intake") || slices.Contains(names, "http") {
 		// These submit calls: match them against grants in memory.
 		g.Go(func() error { return d.grants.Follow(ctx, m.Log) })
+		// And serve lists: page through an index of the calls in memory.
+		g.Go(func() error { return d.gate.FollowCalls(ctx, m.Log) })
 	}
 	for _, r := range roles {
 		if !slices.Contains(names, r.name) {

@@ -1,0 +1,427 @@
+package bus
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/consumer"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// CallIndex is a process's view of the tool_calls bucket, kept by one
+// watch of it (Follow), so that listing calls across conversations reads
+// memory rather than every entry in the bucket. It holds a small summary
+// of every call (what lists filter and sort on) and the whole entry only
+// of open calls; a finished call's entry is read from the bucket when a
+// page shows it. It only reads: gate is the bucket's one writer.
+//
+// Its answers are as fresh as the caller's own writes: Current waits
+// until the index has applied everything the bucket's stream held when
+// it was asked. While it does not follow the bucket (starting, or
+// watching again after a failure), it says so, and callers read the
+// bucket as they did without it.
+type CallIndex struct {
+	kv jetstream.KeyValue
+	js jetstream.JetStream // nil: no gap checks (see Current)
+
+	mu sync.RWMutex
+	// st is the bucket as of st.applied while synced (Follow has read the
+	// bucket and is watching it), nil otherwise.
+	st *indexState
+	// wake, when not nil, is closed at the next change of st: the waiters
+	// of Current wait on it.
+	wake chan struct{}
+
+	streamMu sync.Mutex
+	stream   jetstream.Stream // looked up at the first gap check
+}
+
+// indexState is the index's copy of the bucket.
+type indexState struct {
+	// applied is the stream sequence of the last message applied.
+	applied uint64
+	byID    map[string]*callSummary
+	// order holds the summaries by requestedAt, then pendingId: those of
+	// keys gone too (removed), until there are enough to compact.
+	order   []*callSummary
+	removed int
+	// strs interns the tool names, callers and states summaries hold, so
+	// that 100k summaries of a few tools hold a few strings.
+	strs map[string]string
+	// loading: the bucket is being read; order is sorted once it is.
+	loading bool
+}
+
+// callSummary is what the index keeps of a call: all a list filters and
+// sorts on, and the entry while the call is open.
+type callSummary struct {
+	id          string
+	requestedAt int64
+	status      machine.State
+	toolName    string
+	callerBotID string
+	open        *machine.Entry // nil once finished
+	removed     bool
+}
+
+// NewCallIndex returns an index of the calls in kv, empty and not synced
+// until Follow reads the bucket. js finds the bucket's stream (see
+// Current); it may be nil.
+func NewCallIndex(js jetstream.JetStream, kv jetstream.KeyValue) *CallIndex {
+	return &CallIndex{js: js, kv: kv}
+}
+
+// Follow keeps the index current until ctx ends, watching the bucket
+// again after a failure; meanwhile the index is not synced.
+func (x *CallIndex) Follow(ctx context.Context, log *slog.Logger) error {
+	defer x.unsync()
+	return consumer.RunRestarting(ctx, log, "call index", func(ctx context.Context) error {
+		defer x.unsync()
+		w, err := x.kv.WatchAll(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = w.Stop() }()
+		// Built aside while the bucket is read, swapped in when it is.
+		loading := &indexState{byID: map[string]*callSummary{}, strs: map[string]string{}, loading: true}
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case kve, ok := <-w.Updates():
+				if !ok {
+					return errors.New("call index: watch ended")
+				}
+				switch {
+				case kve == nil: // the bucket as it was: read
+					loading.loaded()
+					x.mu.Lock()
+					x.st = loading
+					x.wakeLocked()
+					x.mu.Unlock()
+					loading = nil
+				case loading != nil:
+					loading.apply(kve, log)
+				default:
+					x.mu.Lock()
+					x.st.apply(kve, log)
+					x.wakeLocked()
+					x.mu.Unlock()
+				}
+			}
+		}
+	})
+}
+
+func (x *CallIndex) unsync() {
+	x.mu.Lock()
+	x.st = nil
+	x.wakeLocked()
+	x.mu.Unlock()
+}
+
+// wakeLocked wakes the waiters of Current. x.mu is held.
+func (x *CallIndex) wakeLocked() {
+	if x.wake != nil {
+		close(x.wake)
+		x.wake = nil
+	}
+}
+
+// Synced reports whether the index follows the bucket.
+func (x *CallIndex) Synced() bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.st != nil
+}
+
+// apply records one message of the bucket's stream.
+func (st *indexState) apply(kve jetstream.KeyValueEntry, log *slog.Logger) {
+	st.applied = max(st.applied, kve.Revision())
+	key := kve.Key()
+	old := st.byID[key]
+	if kve.Operation() != jetstream.KeyValuePut {
+		// Deleted or purged (a retired call): gone from lists.
+		if old != nil {
+			st.remove(old)
+		}
+		return
+	}
+	var head struct {
+		RequestedAt int64         `json:"requestedAt"`
+		Status      machine.State `json:"status"`
+		ToolName    string        `json:"toolName"`
+		CallerBotID string        `json:"callerBotId"`
+	}
+	if err := json.Unmarshal(kve.Value(), &head); err != nil {
+		log.Warn("call index: unreadable entry, left out", "key", key, "revision", kve.Revision(), "err", err)
+		if old != nil {
+			st.remove(old)
+		}
+		return
+	}
+	var open *machine.Entry
+	if !head.Status.Terminal() {
+		e, err := decodeEntry(kve.Value())
+		if err != nil {
+			log.Warn("call index: unreadable entry, left out", "key", key, "revision", kve.Revision(), "err", err)
+			if old != nil {
+				st.remove(old)
+			}
+			return
+		}
+		open = e
+	}
+	if old != nil && old.requestedAt != head.RequestedAt {
+		st.remove(old) // its place in the order moved (never, as entries are written)
+		old = nil
+	}
+	if old == nil {
+		// The key is the pendingId (KVStore writes an entry under it).
+		old = &callSummary{id: key, requestedAt: head.RequestedAt}
+		st.byID[key] = old
+		st.insert(old)
+	}
+	old.status = machine.State(st.intern(string(head.Status)))
+	old.toolName = st.intern(head.ToolName)
+	old.callerBotID = st.intern(head.CallerBotID)
+	old.open = open
+}
+
+func (st *indexState) intern(s string) string {
+	if v, ok := st.strs[s]; ok {
+		return v
+	}
+	st.strs[s] = s
+	return s
+}
+
+// before orders summaries as lists do: oldest first, then by id.
+func before(at int64, id string, c *callSummary) int {
+	return cmp.Or(cmp.Compare(at, c.requestedAt), strings.Compare(id, c.id))
+}
+
+func (st *indexState) insert(c *callSummary) {
+	if st.loading {
+		st.order = append(st.order, c) // sorted once loaded
+		return
+	}
+	// Mostly at the end: calls are submitted in time order.
+	i := len(st.order)
+	if i > 0 && before(c.requestedAt, c.id, st.order[i-1]) < 0 {
+		i, _ = slices.BinarySearchFunc(st.order, c, func(o, c *callSummary) int { return -before(c.requestedAt, c.id, o) })
+	}
+	st.order = slices.Insert(st.order, i, c)
+}
+
+// remove drops c: from byID at once, from order at the next compaction.
+func (st *indexState) remove(c *callSummary) {
+	delete(st.byID, c.id)
+	c.removed, c.open = true, nil
+	st.removed++
+	if st.removed > 1024 && st.removed > len(st.order)/4 {
+		st.compact()
+	}
+}
+
+func (st *indexState) compact() {
+	st.order = slices.DeleteFunc(st.order, func(c *callSummary) bool { return c.removed })
+	st.removed = 0
+}
+
+// loaded sorts what the bucket held.
+func (st *indexState) loaded() {
+	st.loading = false
+	st.compact()
+	slices.SortFunc(st.order, func(a, b *callSummary) int { return before(a.requestedAt, a.id, b) })
+}
+
+// CallFilter says which calls a page holds: those after the cursor
+// (requestedAt, then pendingId, as lists order them) with the status,
+// tool and caller given ("" matches any).
+type CallFilter struct {
+	Status      machine.State
+	ToolName    string
+	CallerBotID string
+	// After, when set, is the cursor: the page starts past
+	// (AfterAt, AfterID).
+	After   bool
+	AfterAt int64
+	AfterID string
+}
+
+// IndexedCall is one call of a page: its id, and its entry while it is
+// open (a copy of the index's). A finished call's entry is the bucket's.
+type IndexedCall struct {
+	PendingID string
+	Entry     *machine.Entry
+}
+
+// Page returns the first n calls f selects, in list order, and false
+// when the index is not synced.
+func (x *CallIndex) Page(f CallFilter, n int) ([]IndexedCall, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	st := x.st
+	if st == nil {
+		return nil, false
+	}
+	i := 0
+	if f.After {
+		i, _ = slices.BinarySearchFunc(st.order, f, func(c *callSummary, f CallFilter) int {
+			if before(f.AfterAt, f.AfterID, c) >= 0 {
+				return -1 // at or before the cursor
+			}
+			return 1
+		})
+	}
+	page := []IndexedCall{}
+	for _, c := range st.order[i:] {
+		if len(page) == n {
+			break
+		}
+		if c.removed || f.Status != "" && c.status != f.Status || f.ToolName != "" && c.toolName != f.ToolName ||
+			f.CallerBotID != "" && c.callerBotID != f.CallerBotID {
+			continue
+		}
+		ic := IndexedCall{PendingID: c.id}
+		if c.open != nil {
+			e := *c.open
+			ic.Entry = &e
+		}
+		page = append(page, ic)
+	}
+	return page, true
+}
+
+// Len returns how many calls the index holds, and false when it is not
+// synced.
+func (x *CallIndex) Len() (int, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if x.st == nil {
+		return 0, false
+	}
+	return len(x.st.byID), true
+}
+
+// Current waits until the index holds every write the bucket held when
+// it was called (a caller that has just submitted or decided, then
+// lists, sees its own write), and reports whether it does: false when
+// the index is not synced, or did not catch up within catchUp, or the
+// bucket's state could not be read; the caller then reads the bucket.
+// It returns ctx's error when ctx ends first.
+//
+// The bucket's last stream sequence is read with one request. A message
+// the watch will never deliver (a retired call's purge marker that
+// expired, the stream's last) would have the index wait for nothing:
+// when a short wait does not see the index reach the sequence, it asks
+// the stream whether any message is left between the two.
+func (x *CallIndex) Current(ctx context.Context) (bool, error) {
+	if !x.Synced() {
+		return false, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, catchUp)
+	status, err := attempts(sctx, storeAttempt, func(ctx context.Context) (jetstream.KeyValueStatus, error) { return x.kv.Status(ctx) })
+	cancel()
+	if err != nil {
+		return false, ctx.Err() // the bucket, out of reach: the caller's read says how
+	}
+	bs, ok := status.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo() == nil {
+		return false, nil
+	}
+	target := bs.StreamInfo().State.LastSeq
+	deadline := time.Now().Add(catchUp)
+	for {
+		x.mu.Lock()
+		if x.st == nil {
+			x.mu.Unlock()
+			return false, nil
+		}
+		applied := x.st.applied
+		if applied >= target {
+			x.mu.Unlock()
+			return true, nil
+		}
+		if x.wake == nil {
+			x.wake = make(chan struct{})
+		}
+		wake := x.wake
+		x.mu.Unlock()
+
+		step := time.NewTimer(min(gapCheck, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			step.Stop()
+			return false, ctx.Err()
+		case <-wake:
+			step.Stop()
+			continue
+		case <-step.C:
+		}
+		if !time.Now().Before(deadline) {
+			return false, nil
+		}
+		// Is anything left to deliver up to target?
+		next, err := x.nextSeq(ctx, applied+1)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			return false, nil
+		}
+		if next == 0 || next > target {
+			return true, nil // nothing: target was a message since removed
+		}
+	}
+}
+
+// catchUp bounds how long Current waits for the watch to deliver what
+// the bucket holds (milliseconds, normally); gapCheck is how long it
+// waits before asking the stream whether anything is left to deliver.
+const (
+	catchUp  = 2 * time.Second
+	gapCheck = 100 * time.Millisecond
+)
+
+// nextSeq is the sequence of the first message of the bucket at or after
+// seq, 0 when there is none.
+func (x *CallIndex) nextSeq(ctx context.Context, seq uint64) (uint64, error) {
+	if x.js == nil {
+		return 0, errors.New("call index: no stream to ask")
+	}
+	x.streamMu.Lock()
+	stream := x.stream
+	x.streamMu.Unlock()
+	if stream == nil {
+		s, err := attempts(ctx, storeAttempt, func(ctx context.Context) (jetstream.Stream, error) {
+			return x.js.Stream(ctx, "KV_"+x.kv.Bucket())
+		})
+		if err != nil {
+			return 0, err
+		}
+		x.streamMu.Lock()
+		x.stream, stream = s, s
+		x.streamMu.Unlock()
+	}
+	subject := fmt.Sprintf("$KV.%s.>", x.kv.Bucket())
+	msg, err := attempts(ctx, storeAttempt, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+		return stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	return msg.Sequence, nil
+}
