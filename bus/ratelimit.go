@@ -117,27 +117,16 @@ func (c *RateCounters) get(ctx context.Context, key string) (RateWindow, uint64,
 // sorted by scope value. A window may hold slots no longer live: see
 // RateWindow.Live.
 func (c *RateCounters) Windows(ctx context.Context, rule string) ([]RateWindow, error) {
-	w, err := c.kv.WatchFiltered(ctx, []string{rule + ".*"}, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = w.Stop() }()
-	out := []RateWindow{}
-	for {
-		var kve jetstream.KeyValueEntry
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case kve = <-w.Updates():
-		}
-		if kve == nil { // the initial values are all in
-			break
-		}
+	out, err := watchValues(ctx, c.kv, rule+".*", func(data []byte) (RateWindow, error) {
 		var sw storedWindow
-		if err := json.Unmarshal(kve.Value(), &sw); err != nil {
-			return nil, fmt.Errorf("rate limits: key %s: %w", kve.Key(), err)
-		}
-		out = append(out, sw.RateWindow)
+		err := json.Unmarshal(data, &sw)
+		return sw.RateWindow, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rate limits: %w", err)
+	}
+	if out == nil {
+		out = []RateWindow{}
 	}
 	slices.SortFunc(out, func(a, b RateWindow) int {
 		return cmp.Or(strings.Compare(string(a.Scope), string(b.Scope)), strings.Compare(a.Value, b.Value))
