@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,10 +17,62 @@ import (
 // KVStore keeps entries in the tool_calls JetStream KV bucket, one key per
 // pendingId, and maps JetStream's errors to the domain's.
 type KVStore struct {
-	kv jetstream.KeyValue
+	kv     jetstream.KeyValue
+	recent recentEntries
 }
 
-var _ machine.Store = (*KVStore)(nil)
+var _ machine.RecentStore = (*KVStore)(nil)
+
+// recentEntries are the entries a KVStore wrote or read lately, each at
+// its revision: the value a key holds at a revision never changes, so a
+// remembered one is true of that revision for ever, and whether it is
+// still the latest is for a compare-and-set on it to tell.
+type recentEntries struct {
+	mu sync.Mutex
+	m  map[string]recentEntry
+}
+
+type recentEntry struct {
+	rev uint64
+	e   machine.Entry
+}
+
+// maxRecentEntries bounds what a KVStore remembers: the calls of the
+// last moments, the ones a work item names.
+const maxRecentEntries = 4096
+
+func (r *recentEntries) put(e *machine.Entry, rev uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]recentEntry{}
+	}
+	if cur, ok := r.m[e.PendingID]; ok && cur.rev >= rev {
+		return
+	}
+	if len(r.m) >= maxRecentEntries {
+		for k := range r.m { // one out, whichever
+			delete(r.m, k)
+			break
+		}
+	}
+	r.m[e.PendingID] = recentEntry{rev: rev, e: *e}
+}
+
+// Recent implements machine.RecentStore.
+func (s *KVStore) Recent(pendingID string, revision uint64) (*machine.Entry, bool) {
+	s.recent.mu.Lock()
+	defer s.recent.mu.Unlock()
+	r, ok := s.recent.m[pendingID]
+	if !ok || r.rev != revision {
+		return nil, false
+	}
+	e := r.e
+	// Clipped, so that an append to the copy never writes into what
+	// another copy of the same entry holds.
+	e.Receipts, e.Votes, e.Approvers, e.Escalations = slices.Clip(e.Receipts), slices.Clip(e.Votes), slices.Clip(e.Approvers), slices.Clip(e.Escalations)
+	return &e, true
+}
 
 // NewKVStore returns a Store over kv.
 func NewKVStore(kv jetstream.KeyValue) *KVStore { return &KVStore{kv: kv} }
@@ -32,6 +86,9 @@ func (s *KVStore) Create(ctx context.Context, e *machine.Entry) (uint64, error) 
 	rev, err := write(ctx, s.kv, e.PendingID, data, 0)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, fmt.Errorf("%s: %w", e.PendingID, machine.ErrExists)
+	}
+	if err == nil {
+		s.recent.put(e, rev)
 	}
 	return rev, err
 }
@@ -51,6 +108,7 @@ func (s *KVStore) Get(ctx context.Context, pendingID string) (*machine.Entry, ui
 	if err != nil {
 		return nil, 0, fmt.Errorf("pendingId %s revision %d: %w", pendingID, kve.Revision(), err)
 	}
+	s.recent.put(e, kve.Revision())
 	return e, kve.Revision(), nil
 }
 
@@ -63,6 +121,9 @@ func (s *KVStore) Update(ctx context.Context, e *machine.Entry, revision uint64)
 	rev, err := write(ctx, s.kv, e.PendingID, data, revision)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, fmt.Errorf("%s at revision %d: %w", e.PendingID, revision, machine.ErrConflict)
+	}
+	if err == nil {
+		s.recent.put(e, rev)
 	}
 	return rev, err
 }

@@ -226,7 +226,7 @@ func (x *Executor) work(ctx context.Context, msg jetstream.Msg, h Handler) error
 	// have been granted: asked again, it is refused, since a live lease is
 	// never claimed twice. The refusal's entry then shows this executor
 	// holding the lease, and the call is ours to run.
-	e, claimed, err := x.ask(ctx, wire.EndpointStarted, wire.ReportRequest{PendingID: item.PendingID, By: x.opts.ID, LeaseMs: x.opts.Lease.Milliseconds()},
+	e, claimed, err := x.ask(ctx, wire.EndpointStarted, wire.ReportRequest{PendingID: item.PendingID, By: x.opts.ID, LeaseMs: x.opts.Lease.Milliseconds(), Revision: item.Revision},
 		nil, func(e *machine.Entry) bool { return e.Status == machine.StateExecuting && x.holds(e) })
 	if errors.Is(err, machine.ErrConflict) || errors.Is(err, machine.ErrNotFound) {
 		// Not runnable (refused, cancelled, done, not due) or held by a

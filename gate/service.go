@@ -537,10 +537,17 @@ func (s *Service) runs(ctx context.Context, a Actor, pendingID string) error {
 
 // Claim hands a runnable call to holder (under a's name) for lease.
 func (s *Service) Claim(ctx context.Context, a Actor, pendingID, holder string, lease time.Duration) (*machine.Entry, error) {
+	return s.ClaimAt(ctx, a, pendingID, 0, holder, lease)
+}
+
+// ClaimAt is Claim for a work item of revision (0: unknown): where this
+// process wrote or read the entry at that revision, it claims it with
+// one compare-and-set and no read (machine.ClaimAt).
+func (s *Service) ClaimAt(ctx context.Context, a Actor, pendingID string, revision uint64, holder string, lease time.Duration) (*machine.Entry, error) {
 	if err := s.runs(ctx, a, pendingID); err != nil {
 		return nil, err
 	}
-	return s.answer(a)(s.observe(s.m.Claim(ctx, pendingID, a.holder(holder), lease)))
+	return s.answer(a)(s.observe(s.m.ClaimAt(ctx, pendingID, revision, a.holder(holder), lease)))
 }
 
 // Retry starts another attempt of a call whose attempt failed, for the

@@ -348,6 +348,12 @@ func (m *Machine) checkEdit(ctx context.Context, e *Entry, d Decision) (Risk, er
 // twice must not start a second run. Each claim is an attempt, and none is
 // granted past the call's MaxExecutionAttempts.
 func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease time.Duration) (*Entry, error) {
+	return m.ClaimAt(ctx, pendingID, 0, holder, lease)
+}
+
+// ClaimAt is Claim for a work item of revision: the entry as the store
+// remembers it at that revision, if it does, spares a read.
+func (m *Machine) ClaimAt(ctx context.Context, pendingID string, revision uint64, holder string, lease time.Duration) (*Entry, error) {
 	if holder == "" || lease <= 0 {
 		return nil, fmt.Errorf("claim %s: %w", pendingID, invalidf("holder and a positive lease are required"))
 	}
@@ -359,7 +365,7 @@ func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease tim
 		}
 		return EventStart, ""
 	}
-	e, err := m.transitionBy(ctx, pendingID, claimEvent, holder, func(e *Entry, now time.Time) error {
+	e, err := m.transitionFrom(ctx, pendingID, revision, claimEvent, holder, func(e *Entry, now time.Time) error {
 		reclaimable := e.Lease != nil && now.UnixMilli() >= e.Lease.ExpiresAt && e.AttemptsLeft() > 0
 		if !e.Runnable(now) && !reclaimable {
 			ev, _ := claimEvent(e)
@@ -581,14 +587,39 @@ func (m *Machine) transition(ctx context.Context, pendingID string, ev Event, ac
 // transitionBy is transition for a command whose event (and the reason it
 // records) depends on the entry as it is read: each attempt chooses again.
 func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error) (*Entry, error) {
+	return m.transitionFrom(ctx, pendingID, 0, choose, actor, apply)
+}
+
+// transitionFrom is transitionBy for a command that names the revision
+// it expects the entry at (a work item's): when the store remembers the
+// entry at that revision (a RecentStore), the first attempt starts from
+// it rather than from a read. Compare-and-set on that revision makes it
+// safe: the write lands only if the entry is still what was remembered,
+// and anything the remembered entry refuses is asked again of a fresh
+// read, since a refusal takes no write to check it.
+func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uint64, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error) (*Entry, error) {
+	recent, _ := m.store.(RecentStore)
 	for {
-		cur, rev, err := m.store.Get(ctx, pendingID)
-		if err != nil {
-			return nil, err
+		var (
+			cur    *Entry
+			rev    uint64
+			cached bool
+			err    error
+		)
+		if hint > 0 && recent != nil {
+			cur, cached = recent.Recent(pendingID, hint)
+			rev, hint = hint, 0
+		}
+		if !cached {
+			if cur, rev, err = m.store.Get(ctx, pendingID); err != nil {
+				return nil, err
+			}
 		}
 		ev, reason := choose(cur)
 		to, err := validate(ctx, cur.Status, ev)
-		if err != nil {
+		if err != nil && cached {
+			continue
+		} else if err != nil {
 			if errors.Is(err, ErrInvalidTransition) {
 				return nil, &TransitionError{Event: ev, Entry: cur}
 			}
@@ -602,7 +633,9 @@ func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose fun
 		// with the transition being made as its LastTransition (whose
 		// reason it may add to).
 		if apply != nil {
-			if err := apply(&next, now); err != nil {
+			if err := apply(&next, now); err != nil && cached {
+				continue
+			} else if err != nil {
 				return nil, err
 			}
 		}

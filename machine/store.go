@@ -16,3 +16,13 @@ type Store interface {
 	// any other conversation's.
 	ListConversation(ctx context.Context, conversationID string) ([]*Entry, error)
 }
+
+// RecentStore is a Store that remembers the entries it wrote or read
+// lately, each at its revision: a command that names the revision it
+// expects an entry at (ClaimAt) starts from the remembered one.
+type RecentStore interface {
+	Store
+	// Recent returns the entry at revision if it is remembered, a copy
+	// the caller may change.
+	Recent(pendingID string, revision uint64) (*Entry, bool)
+}

@@ -179,7 +179,7 @@ func (s *Service) endpoints() map[string]endpoint {
 			if err != nil {
 				return nil, err
 			}
-			return g.Claim(ctx, a, r.PendingID, r.By, lease)
+			return g.ClaimAt(ctx, a, r.PendingID, r.Revision, r.By, lease)
 		}),
 		// heartbeat renews the lease of whoever runs a call, for tools that
 		// run longer than their claim gave them.

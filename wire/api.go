@@ -186,13 +186,18 @@ type CancelConversationReply struct {
 // started (claims it), heartbeat, retry (after a failed attempt),
 // succeeded or failed.
 type ReportRequest struct {
-	PendingID string          `json:"pendingId"`
-	By        string          `json:"by"`
-	LeaseMs   int64           `json:"leaseMs,omitempty"` // started, heartbeat, retry: default 1 hour
-	Attempt   int             `json:"attempt,omitempty"` // retry: the attempt that failed
-	Result    json.RawMessage `json:"result,omitempty"`
-	Error     string          `json:"error,omitempty"`
-	Cost      float64         `json:"cost,omitempty"`
+	PendingID string `json:"pendingId"`
+	By        string `json:"by"`
+	LeaseMs   int64  `json:"leaseMs,omitempty"` // started, heartbeat, retry: default 1 hour
+	Attempt   int    `json:"attempt,omitempty"` // retry: the attempt that failed
+	// Revision (started) is the revision of the entry the work item
+	// named: a hint that spares toolgate a read when it still holds the
+	// entry at that revision; the claim is checked against the entry as
+	// it is, whatever the hint.
+	Revision uint64          `json:"revision,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	Cost     float64         `json:"cost,omitempty"`
 }
 
 // ErrorBody is the body of a refusal.

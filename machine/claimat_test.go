@@ -1,0 +1,76 @@
+package machine_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// countingStore counts the reads of a store that remembers entries.
+type countingStore struct {
+	*bus.KVStore
+	gets atomic.Int64
+}
+
+func (s *countingStore) Get(ctx context.Context, id string) (*machine.Entry, uint64, error) {
+	s.gets.Add(1)
+	return s.KVStore.Get(ctx, id)
+}
+
+// ClaimAt a work item's revision claims with no read when the store
+// remembers the entry at it, and is right when what it remembers is no
+// longer the entry: a stale approval is not claimed (the entry was
+// cancelled since), and a stale pending entry does not refuse a claim the
+// entry as it is now allows.
+func TestClaimAt_StartsFromTheRememberedRevisionAndIsRightWhenItIsStale(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	store := &countingStore{KVStore: bus.NewKVStore(env.KV)}
+	m := machine.New(store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}))
+	other := machine.New(bus.NewKVStore(env.KV)) // another process: remembers nothing of m's
+	rev := func(id string) uint64 {
+		_, r, err := env.Store.Get(ctx, id)
+		require.NoError(t, err)
+		return r
+	}
+
+	e, err := m.Submit(ctx, call("claimat", "fresh"))
+	require.NoError(t, err)
+	_, err = m.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	before := store.gets.Load()
+	got, err := m.ClaimAt(ctx, e.PendingID, rev(e.PendingID), "exec-1", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateExecuting, got.Status)
+	assert.Equal(t, before, store.gets.Load(), "claimed with one compare-and-set, no read")
+
+	stale, err := m.Submit(ctx, call("claimat", "cancelled"))
+	require.NoError(t, err)
+	_, err = m.Decide(ctx, stale.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	approvedAt := rev(stale.PendingID)
+	_, err = other.Cancel(ctx, stale.PendingID, "system", "stopped")
+	require.NoError(t, err)
+	_, err = m.ClaimAt(ctx, stale.PendingID, approvedAt, "exec-1", time.Minute)
+	var te *machine.TransitionError
+	require.ErrorAs(t, err, &te, "the entry as it is now refuses")
+	assert.Equal(t, machine.StateCancelled, te.Entry.Status)
+
+	late, err := m.Submit(ctx, call("claimat", "approved-elsewhere"))
+	require.NoError(t, err)
+	pendingAt := rev(late.PendingID)
+	_, err = other.Decide(ctx, late.PendingID, machine.Decision{Approve: true, By: "bob"})
+	require.NoError(t, err)
+	got, err = m.ClaimAt(ctx, late.PendingID, pendingAt, "exec-1", time.Minute)
+	require.NoError(t, err, "what m remembers (pending) does not refuse what the entry now allows")
+	assert.Equal(t, machine.StateExecuting, got.Status)
+}
