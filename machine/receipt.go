@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -148,73 +147,53 @@ func ReceiptHash(r Receipt) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
+// canonicalReceipt writes r in RFC 8785's form directly, its members in
+// the order of their names (a test holds it to a general canonicalizer).
+// Seq and At are integers well within ±2^53.
 func canonicalReceipt(r Receipt) ([]byte, error) {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil {
-		return nil, err
+	if r.At > 1<<53 || r.At < -(1<<53) {
+		return nil, fmt.Errorf("at %d: receipts hold only integers within ±2^53", r.At)
 	}
 	var b bytes.Buffer
-	if err := canonicalJSON(&b, obj); err != nil {
-		return nil, err
+	b.Grow(512)
+	first := true
+	field := func(name string) {
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		b.WriteByte('"')
+		b.WriteString(name)
+		b.WriteString(`":`)
 	}
+	str := func(name, v string, omitEmpty bool) {
+		if v == "" && omitEmpty {
+			return
+		}
+		field(name)
+		canonicalString(&b, v)
+	}
+	b.WriteByte('{')
+	str("actor", r.Actor, false)
+	str("argumentsDigest", r.ArgumentsDigest, false)
+	field("at")
+	b.WriteString(strconv.FormatInt(r.At, 10))
+	str("caller", r.Caller, false)
+	str("event", string(r.Event), false)
+	str("from", string(r.From), true)
+	str("key", r.Key, false)
+	str("pendingId", r.PendingID, false)
+	str("prev", r.Prev, true)
+	str("reason", r.Reason, true)
+	str("resultDigest", r.ResultDigest, true)
+	str("scope", string(r.Scope), true)
+	field("seq")
+	b.WriteString(strconv.Itoa(r.Seq))
+	str("sig", r.Sig, true)
+	str("to", string(r.To), false)
+	str("toolName", r.ToolName, false)
+	b.WriteByte('}')
 	return b.Bytes(), nil
-}
-
-// canonicalJSON writes v (as json decodes into any, with UseNumber) in
-// RFC 8785's form, for the values receipts hold: integers, not floats.
-func canonicalJSON(b *bytes.Buffer, v any) error {
-	switch v := v.(type) {
-	case nil:
-		b.WriteString("null")
-	case bool:
-		b.WriteString(strconv.FormatBool(v))
-	case string:
-		canonicalString(b, v)
-	case json.Number:
-		n, err := strconv.ParseInt(string(v), 10, 64)
-		if err != nil || n > 1<<53 || n < -(1<<53) {
-			return fmt.Errorf("number %s: receipts hold only integers within ±2^53", v)
-		}
-		b.WriteString(strconv.FormatInt(n, 10))
-	case []any:
-		b.WriteByte('[')
-		for i, x := range v {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if err := canonicalJSON(b, x); err != nil {
-				return err
-			}
-		}
-		b.WriteByte(']')
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys) // names are ASCII: byte order is UTF-16 order
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			canonicalString(b, k)
-			b.WriteByte(':')
-			if err := canonicalJSON(b, v[k]); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
-	default:
-		return fmt.Errorf("unexpected %T", v)
-	}
-	return nil
 }
 
 func canonicalString(b *bytes.Buffer, s string) {
