@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func pending(id string, timeoutAt int64) *machine.Entry {
@@ -175,4 +177,39 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		s.done(outcome{id: j.id, gone: true})
 		assert.Zero(t, s.len())
 	})
+}
+
+// The timer decodes only the fields of an event's entry that deadlineOf
+// reads: for every kind of entry, the deadline from those is the one
+// from the whole entry.
+func TestTimerEvent_HoldsWhatDeadlineOfReads(t *testing.T) {
+	at := func(e *machine.Entry, ms int64) *machine.Entry {
+		e.LastTransition = &machine.Transition{Event: machine.EventSchedule, To: e.Status, At: ms, Actor: "x", Reason: "y"}
+		e.ToolArguments, e.Description, e.Result = json.RawMessage(`{"a":1}`), "d", json.RawMessage(`{"r":2}`)
+		return e
+	}
+	entries := []*machine.Entry{
+		at(pending("a.b", 100), 10),
+		at(&machine.Entry{PendingID: "a.c", Status: machine.StatePendingApproval, ApprovalTimeoutAt: 100, ReminderAt: 80, Reminded: true}, 10),
+		at(&machine.Entry{PendingID: "a.d", Status: machine.StatePendingApproval, ApprovalTimeoutAt: 100, Overdue: true,
+			Escalations: []machine.Escalation{{At: 50, To: []string{"x"}}, {At: 150, To: []string{"y"}}}, Escalated: 1}, 10),
+		at(&machine.Entry{PendingID: "a.e", Status: machine.StateScheduled, ScheduledExecutionTime: 200}, 100),
+		at(&machine.Entry{PendingID: "a.f", Status: machine.StateScheduled, ScheduledExecutionTime: 100}, 100),
+		at(&machine.Entry{PendingID: "a.g", Status: machine.StateApproved}, 100),
+		at(executing("a.h", 300), 100),
+		at(&machine.Entry{PendingID: "a.i", Status: machine.StateCompletedSuccess}, 100),
+	}
+	for _, d := range []delays{{}, {unclaimed: time.Second, retain: time.Hour}} {
+		for _, e := range entries {
+			data, err := json.Marshal(wire.Event{Revision: 7, Entry: e})
+			require.NoError(t, err)
+			var ev timerEvent
+			require.NoError(t, json.Unmarshal(data, &ev))
+			assert.EqualValues(t, 7, ev.Revision)
+			wantK, wantAt := deadlineOf(e, d)
+			gotK, gotAt := deadlineOf(ev.Entry.entry(), d)
+			assert.Equal(t, wantK, gotK, "%s %+v", e.PendingID, d)
+			assert.Equal(t, wantAt, gotAt, "%s %+v", e.PendingID, d)
+		}
+	}
 }

@@ -268,7 +268,7 @@ func (t *Timer) follow(ctx context.Context, iter jetstream.MessagesContext, upda
 			}
 			return fmt.Errorf("timer: events from %s: %w", wire.EventsStream, err)
 		}
-		var ev wire.Event
+		var ev timerEvent
 		if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
 			// Nothing later can make it readable; the entry's next
 			// event, or the next start, tells the timer what is due.
@@ -276,11 +276,49 @@ func (t *Timer) follow(ctx context.Context, iter jetstream.MessagesContext, upda
 			continue
 		}
 		select {
-		case updates <- observation{entry: ev.Entry, rev: ev.Revision}:
+		case updates <- observation{entry: ev.Entry.entry(), rev: ev.Revision}:
 		case <-ctx.Done():
 			return nil
 		}
 	}
+}
+
+// timerEvent is what the timer reads of an event: its revision and the
+// fields of its entry that deadlineOf looks at. Every event of every call
+// passes through the timer; decoding the rest (arguments, result,
+// description) was most of its cost.
+type timerEvent struct {
+	Revision uint64         `json:"revision"`
+	Entry    *deadlineEntry `json:"entry"`
+}
+
+type deadlineEntry struct {
+	PendingID              string               `json:"pendingId"`
+	Status                 machine.State        `json:"status"`
+	ScheduledExecutionTime int64                `json:"scheduledExecutionTime"`
+	ApprovalTimeoutAt      int64                `json:"approvalTimeoutAt"`
+	ReminderAt             int64                `json:"reminderAt"`
+	Reminded               bool                 `json:"reminded"`
+	Overdue                bool                 `json:"overdue"`
+	Escalations            []machine.Escalation `json:"escalations"`
+	Escalated              int                  `json:"escalated"`
+	Lease                  *machine.Lease       `json:"lease"`
+	LastTransition         *struct {
+		At int64 `json:"at"`
+	} `json:"lastTransition"`
+}
+
+// entry is d as a machine.Entry holding only those fields.
+func (d *deadlineEntry) entry() *machine.Entry {
+	e := &machine.Entry{
+		PendingID: d.PendingID, Status: d.Status, ScheduledExecutionTime: d.ScheduledExecutionTime,
+		ApprovalTimeoutAt: d.ApprovalTimeoutAt, ReminderAt: d.ReminderAt, Reminded: d.Reminded, Overdue: d.Overdue,
+		Escalations: d.Escalations, Escalated: d.Escalated, Lease: d.Lease,
+	}
+	if d.LastTransition != nil {
+		e.LastTransition = &machine.Transition{At: d.LastTransition.At}
+	}
+	return e
 }
 
 // schedule is the one goroutine that owns the deadlines: it takes in what
