@@ -244,13 +244,13 @@ func (t *Timer) load(ctx context.Context, dl *deadlines) (int, error) {
 			if kve == nil { // every entry is in
 				return n, nil
 			}
-			var e machine.Entry
+			var e deadlineEntry
 			if err := json.Unmarshal(kve.Value(), &e); err != nil {
 				t.log.Error("timer: undecodable entry", "key", kve.Key(), "revision", kve.Revision(), "err", err)
 				continue
 			}
 			n++
-			dl.observe(&e, kve.Revision())
+			dl.observe(e.entry(), kve.Revision())
 		}
 	}
 }
@@ -284,9 +284,10 @@ func (t *Timer) follow(ctx context.Context, iter jetstream.MessagesContext, upda
 }
 
 // timerEvent is what the timer reads of an event: its revision and the
-// fields of its entry that deadlineOf looks at. Every event of every call
+// fields of its entry that deadlineOf looks at (deadlineEntry, which is
+// also what it reads of each entry at start). Every event of every call
 // passes through the timer; decoding the rest (arguments, result,
-// description) was most of its cost.
+// description, receipts) was most of its cost.
 type timerEvent struct {
 	Revision uint64         `json:"revision"`
 	Entry    *deadlineEntry `json:"entry"`
