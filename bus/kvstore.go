@@ -23,7 +23,7 @@ type KVStore struct {
 
 var _ machine.RecentStore = (*KVStore)(nil)
 
-// recentEntries are the entries a KVStore wrote or read lately, each at
+// recentEntries are the runnable entries a KVStore wrote lately, each at
 // its revision: the value a key holds at a revision never changes, so a
 // remembered one is true of that revision for ever, and whether it is
 // still the latest is for a compare-and-set on it to tell.
@@ -37,11 +37,18 @@ type recentEntry struct {
 	e   machine.Entry
 }
 
-// maxRecentEntries bounds what a KVStore remembers: the calls of the
-// last moments, the ones a work item names.
-const maxRecentEntries = 4096
+// What a KVStore remembers: the runnable calls it wrote last (those a
+// work item names, which a claim starts from), each of at most
+// maxRecentSize bytes of JSON, at most maxRecentEntries of them.
+const (
+	maxRecentEntries = 4096
+	maxRecentSize    = 16 << 10
+)
 
-func (r *recentEntries) put(e *machine.Entry, rev uint64) {
+func (r *recentEntries) put(e *machine.Entry, rev uint64, size int) {
+	if (e.Status != machine.StateApproved && e.Status != machine.StateScheduled) || size > maxRecentSize {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
@@ -88,7 +95,7 @@ func (s *KVStore) Create(ctx context.Context, e *machine.Entry) (uint64, error) 
 		return 0, fmt.Errorf("%s: %w", e.PendingID, machine.ErrExists)
 	}
 	if err == nil {
-		s.recent.put(e, rev)
+		s.recent.put(e, rev, len(data))
 	}
 	return rev, err
 }
@@ -108,7 +115,6 @@ func (s *KVStore) Get(ctx context.Context, pendingID string) (*machine.Entry, ui
 	if err != nil {
 		return nil, 0, fmt.Errorf("pendingId %s revision %d: %w", pendingID, kve.Revision(), err)
 	}
-	s.recent.put(e, kve.Revision())
 	return e, kve.Revision(), nil
 }
 
@@ -123,7 +129,7 @@ func (s *KVStore) Update(ctx context.Context, e *machine.Entry, revision uint64)
 		return 0, fmt.Errorf("%s at revision %d: %w", e.PendingID, revision, machine.ErrConflict)
 	}
 	if err == nil {
-		s.recent.put(e, rev)
+		s.recent.put(e, rev, len(data))
 	}
 	return rev, err
 }

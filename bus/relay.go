@@ -204,7 +204,7 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 		V: wire.EventVersion, ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
 		Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: item.revision, Entry: &e,
 	}
-	if n := len(e.Receipts); n > 0 && e.Receipts[n-1].Event == t.Event {
+	if n := len(e.Receipts); n > 0 && e.Receipts[n-1].Event == t.Event && e.Receipts[n-1].At == t.At && e.Receipts[n-1].Actor == t.Actor {
 		event.Receipt = &e.Receipts[n-1]
 	}
 	e.Receipts = nil

@@ -196,7 +196,8 @@ func (c *Client) Submit(ctx context.Context, call machine.Call) (*machine.Entry,
 	if err := c.request(ctx, wire.EndpointSubmit, call, &e); err != nil {
 		return nil, err
 	}
-	c.submitted.add(&e)
+	start := e // Await's, apart from the caller's
+	c.submitted.add(&start)
 	return &e, nil
 }
 

@@ -68,9 +68,12 @@ func (s *Service) PolicyDryRun(ctx context.Context, a Actor, r wire.PolicyDryRun
 		if r.Team != nil && e.Team != *r.Team {
 			continue
 		}
-		// The call as it is, not as a is shown it: a rule may match what
-		// a's view masks. The reply quotes only its description, which
-		// was masked when it was recorded.
+		// The call as a is shown it: replayed as it is, a candidate's
+		// rules could probe a secret a's view masks, a character at a
+		// time, by which calls change verdict.
+		if !a.seesSecrets(e) {
+			e = s.Mask(e)
+		}
 		if err := d.replay(ctx, e, current, candidate); err != nil {
 			return nil, err
 		}

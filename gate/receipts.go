@@ -105,23 +105,20 @@ func (s *Service) Receipts(ctx context.Context, a Actor, r wire.GetRequest) (*wi
 	if receipts == nil {
 		receipts = []machine.Receipt{}
 	}
-	view := e // as a sees it, receipts and all
-	if !a.seesSecrets(e) {
-		view = s.Mask(e)
-	}
-	return &wire.ReceiptChain{PendingID: e.PendingID, Receipts: receipts, Entry: s.shown(a, e), ArgumentsMasked: masked(a, view)}, nil
+	shown := s.shown(a, e)
+	return &wire.ReceiptChain{PendingID: e.PendingID, Receipts: receipts, Entry: shown, ArgumentsMasked: masked(a, shown, receipts)}, nil
 }
 
 // masked reports whether the arguments of e, as a is shown them, had
 // secrets masked: they no longer match the digests recorded of them.
-func masked(a Actor, e *machine.Entry) bool {
+func masked(a Actor, e *machine.Entry, receipts []machine.Receipt) bool {
 	if a.seesSecrets(e) {
 		return false
 	}
 	if machine.ArgumentsDigest(e.ToolArguments) != e.ArgumentsDigest {
 		return true
 	}
-	return len(e.OriginalArguments) > 0 && len(e.Receipts) > 0 && machine.ArgumentsDigest(e.OriginalArguments) != e.Receipts[0].ArgumentsDigest
+	return len(e.OriginalArguments) > 0 && len(receipts) > 0 && machine.ArgumentsDigest(e.OriginalArguments) != receipts[0].ArgumentsDigest
 }
 
 // ReceiptKeys returns this process's receipt key and every one

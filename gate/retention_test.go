@@ -96,6 +96,13 @@ func TestRetention_FinishedCallsLeaveTheBucketAndAreStillRead(t *testing.T) {
 	mine, err := bot.Get(ctx, rejected.PendingID)
 	require.NoError(t, err, "the agent reads its own archived call")
 	assert.Equal(t, machine.StateRejectedByUser, mine.Status)
+	again, err := bot.Submit(ctx, machine.Call{ToolCallID: "ran", ToolName: "deploy", Arguments: json.RawMessage(`{"n":1}`), ConversationID: "retained"})
+	require.NoError(t, err, "a retry of a retired call")
+	assert.Equal(t, machine.StateCompletedSuccess, again.Status, "is that call, not one to run again")
+	_, err = kv.Get(ctx, ran.PendingID)
+	assert.ErrorIs(t, err, jetstream.ErrKeyNotFound, "nothing is written for it")
+	_, err = bot.Submit(ctx, machine.Call{ToolCallID: "ran", ToolName: "deploy", Arguments: json.RawMessage(`{"n":2}`), ConversationID: "retained"})
+	assert.ErrorIs(t, err, machine.ErrIdempotencyConflict, "its id reused for another call is refused, as before")
 
 	entries, err := viewer.List(ctx, wire.ListRequest{ConversationID: "retained"})
 	require.NoError(t, err)

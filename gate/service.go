@@ -150,6 +150,20 @@ func (s *Service) Submit(ctx context.Context, a Actor, c machine.Call) (*machine
 		return nil, fmt.Errorf("%w: callerBotId %q: %s submits as itself", machine.ErrForbidden, c.CallerBotID, a.Name)
 	}
 	c.CallerBotID = cmp.Or(c.CallerBotID, a.Name)
+	if c.ToolCallID != "" && c.ConversationID != "" {
+		// A retry of a call retired to the archive is that call, not a
+		// new one to run again (one read of the archive per submit that
+		// names its toolCallId: a generated one is new).
+		if prev, err := s.archived(ctx, machine.PendingID(c.ConversationID, c.ToolCallID)); err == nil {
+			e, err := machine.SameCall(prev.Entry, c)
+			if err != nil {
+				return nil, fmt.Errorf("submit %s: %w", prev.Entry.PendingID, err)
+			}
+			return s.shown(a, e), nil
+		} else if !isNotFound(err) {
+			return nil, fmt.Errorf("submit: %w", err)
+		}
+	}
 	return s.answer(a)(s.m.Submit(ctx, c))
 }
 
@@ -541,8 +555,9 @@ func (s *Service) Claim(ctx context.Context, a Actor, pendingID, holder string, 
 }
 
 // ClaimAt is Claim for a work item of revision (0: unknown): where this
-// process wrote or read the entry at that revision, it claims it with
-// one compare-and-set and no read (machine.ClaimAt).
+// process wrote the entry at that revision, the claim reads no entry
+// (machine.ClaimAt; an agent's claim still reads the call, to check it
+// is its own).
 func (s *Service) ClaimAt(ctx context.Context, a Actor, pendingID string, revision uint64, holder string, lease time.Duration) (*machine.Entry, error) {
 	if err := s.runs(ctx, a, pendingID); err != nil {
 		return nil, err

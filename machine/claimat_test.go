@@ -26,10 +26,9 @@ func (s *countingStore) Get(ctx context.Context, id string) (*machine.Entry, uin
 }
 
 // ClaimAt a work item's revision claims with no read when the store
-// remembers the entry at it, and is right when what it remembers is no
-// longer the entry: a stale approval is not claimed (the entry was
-// cancelled since), and a stale pending entry does not refuse a claim the
-// entry as it is now allows.
+// remembers the entry at it (it wrote it), is right when what it
+// remembers is no longer the entry (a stale approval is not claimed: the
+// entry was cancelled since), and reads a revision it did not write.
 func TestClaimAt_StartsFromTheRememberedRevisionAndIsRightWhenItIsStale(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
@@ -67,10 +66,11 @@ func TestClaimAt_StartsFromTheRememberedRevisionAndIsRightWhenItIsStale(t *testi
 
 	late, err := m.Submit(ctx, call("claimat", "approved-elsewhere"))
 	require.NoError(t, err)
-	pendingAt := rev(late.PendingID)
 	_, err = other.Decide(ctx, late.PendingID, machine.Decision{Approve: true, By: "bob"})
 	require.NoError(t, err)
-	got, err = m.ClaimAt(ctx, late.PendingID, pendingAt, "exec-1", time.Minute)
-	require.NoError(t, err, "what m remembers (pending) does not refuse what the entry now allows")
+	before = store.gets.Load()
+	got, err = m.ClaimAt(ctx, late.PendingID, rev(late.PendingID), "exec-1", time.Minute)
+	require.NoError(t, err, "a revision m did not write is read")
 	assert.Equal(t, machine.StateExecuting, got.Status)
+	assert.Equal(t, before+1, store.gets.Load())
 }

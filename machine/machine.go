@@ -65,7 +65,7 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 	}
 	id := PendingID(c.ConversationID, c.ToolCallID)
 	if e, _, err := m.store.Get(ctx, id); err == nil {
-		return sameCall(id, e, c)
+		return SameCall(e, c)
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("submit %s: %w", id, err)
 	}
@@ -135,7 +135,7 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("submit %s: %w", id, err)
 		}
-		return sameCall(id, existing, c)
+		return SameCall(existing, c)
 	} else if err != nil {
 		return nil, fmt.Errorf("submit %s: %w", id, err)
 	}
@@ -143,10 +143,11 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 	return e, nil
 }
 
-// sameCall returns e, the entry already under a submitted call's id, if it
-// is that call: same caller, tool and arguments (as first submitted, before
-// any approver's edit).
-func sameCall(id string, e *Entry, c Call) (*Entry, error) {
+// SameCall returns e, the entry already under a submitted call's id, if
+// it is that call: same caller, tool and arguments (as first submitted,
+// before any approver's edit); else ErrIdempotencyConflict.
+func SameCall(e *Entry, c Call) (*Entry, error) {
+	id := e.PendingID
 	args := e.ToolArguments
 	if e.OriginalArguments != nil {
 		args = e.OriginalArguments
@@ -617,9 +618,10 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 		}
 		ev, reason := choose(cur)
 		to, err := validate(ctx, cur.Status, ev)
-		if err != nil && cached {
-			continue
-		} else if err != nil {
+		if err != nil {
+			if cached {
+				continue
+			}
 			if errors.Is(err, ErrInvalidTransition) {
 				return nil, &TransitionError{Event: ev, Entry: cur}
 			}
@@ -633,9 +635,10 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 		// with the transition being made as its LastTransition (whose
 		// reason it may add to).
 		if apply != nil {
-			if err := apply(&next, now); err != nil && cached {
-				continue
-			} else if err != nil {
+			if err := apply(&next, now); err != nil {
+				if cached {
+					continue
+				}
 				return nil, err
 			}
 		}

@@ -56,6 +56,9 @@ type Receipt struct {
 	// Sig is the Ed25519 signature of ReceiptCanonical, in unpadded
 	// base64url.
 	Sig string `json:"sig,omitempty"`
+	// Vote is a vote's say (event vote, under a quorum): "approve" or
+	// "reject".
+	Vote string `json:"vote,omitempty"`
 }
 
 // Signer signs receipts: toolgate's receipt key.
@@ -85,6 +88,9 @@ func (m *Machine) seal(e *Entry) error {
 	}
 	if t.Event == EventApprove {
 		r.Scope = e.DecisionScope
+	}
+	if n := len(e.Votes); t.Event == EventVote && n > 0 {
+		r.Vote = voteWord(e.Votes[n-1].Approve)
 	}
 	if t.Event == EventSucceed || t.Event == EventFail {
 		r.ResultDigest = OutcomeDigest(e.Result, e.Error, e.Cost)
@@ -192,6 +198,7 @@ func canonicalReceipt(r Receipt) ([]byte, error) {
 	str("sig", r.Sig, true)
 	str("to", string(r.To), false)
 	str("toolName", r.ToolName, false)
+	str("vote", r.Vote, true)
 	b.WriteByte('}')
 	return b.Bytes(), nil
 }
@@ -268,7 +275,7 @@ func (r *Receipt) String() string {
 //
 // A chain cut short after a receipt verifies as the shorter history, with
 // the entry made to match it: compare its length or last hash with a copy
-// kept elsewhere (the events carry the entry, receipts and all).
+// kept elsewhere (each event carries the receipt of its transition).
 func VerifyReceipts(e *Entry, c ReceiptCheck) ([]string, error) {
 	if c.Verify == nil || len(c.Trusted) == 0 {
 		return nil, errors.New("verify receipts: no trusted key")
@@ -382,12 +389,19 @@ func entryMatchesReceipts(e *Entry, c ReceiptCheck) error {
 	case decided != nil && e.DecisionTime != decided.At:
 		return fail(decided, "decisionTime is %d, but %s records %d", e.DecisionTime, decided, decided.At)
 	}
-	// A quorum's votes: each one a receipt records.
+	// A quorum's votes: each one a receipt records, saying the same.
 	for _, v := range e.Votes {
-		if !slices.ContainsFunc(rs, func(r Receipt) bool {
-			return (r.Event == EventVote || r.Event == EventApprove || r.Event == EventReject) && r.Actor == v.By && r.At == v.At
-		}) {
-			return fail(nil, "records a vote by %s at %d that no receipt records", v.By, v.At)
+		said := func(r Receipt) bool {
+			switch r.Event {
+			case EventVote:
+				return r.Vote == voteWord(v.Approve)
+			case EventApprove, EventReject:
+				return (r.Event == EventApprove) == v.Approve
+			}
+			return false
+		}
+		if !slices.ContainsFunc(rs, func(r Receipt) bool { return r.Actor == v.By && r.At == v.At && said(r) }) {
+			return fail(nil, "records that %s %s at %d, which no receipt records", v.By, map[bool]string{true: "approved", false: "rejected"}[v.Approve], v.At)
 		}
 	}
 	// The outcome.
@@ -399,4 +413,12 @@ func entryMatchesReceipts(e *Entry, c ReceiptCheck) error {
 		return fail(last, "has a result, error or cost, but the last receipt, %s, records no outcome", last)
 	}
 	return nil
+}
+
+// voteWord is a vote's say as a receipt records it.
+func voteWord(approve bool) string {
+	if approve {
+		return "approve"
+	}
+	return "reject"
 }

@@ -252,9 +252,15 @@ func TestReceipts_QuorumVotes(t *testing.T) {
 	_, err = machine.VerifyReceipts(got, check)
 	require.NoError(t, err)
 
+	assert.Equal(t, "approve", got.Receipts[1].Vote)
 	forged := clone(t, got)
 	forged.Votes = append(forged.Votes, machine.Vote{By: "mallory", Approve: true, At: got.DecisionTime})
 	_, err = machine.VerifyReceipts(forged, check)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "a vote by mallory")
+	assert.Contains(t, err.Error(), "mallory approved at")
+	flipped := clone(t, got)
+	flipped.Votes[0].Approve = false
+	_, err = machine.VerifyReceipts(flipped, check)
+	require.Error(t, err, "a vote turned around")
+	assert.Contains(t, err.Error(), "alice rejected at")
 }

@@ -17,9 +17,10 @@ type Store interface {
 	ListConversation(ctx context.Context, conversationID string) ([]*Entry, error)
 }
 
-// RecentStore is a Store that remembers the entries it wrote or read
-// lately, each at its revision: a command that names the revision it
-// expects an entry at (ClaimAt) starts from the remembered one.
+// RecentStore is a Store that remembers some of the entries it wrote
+// lately (bus.KVStore: the runnable ones), each at its revision: a
+// command that names the revision it expects an entry at (ClaimAt)
+// starts from the remembered one.
 type RecentStore interface {
 	Store
 	// Recent returns the entry at revision if it is remembered, a copy

@@ -87,8 +87,12 @@ func compileQuorum(errs *errorList, scope string, p *Policy) map[string]compiled
 			errs.add(f+".required", "%d approvals, but the scope has only %d approvers", q.Required, len(p.Approvers))
 			ok = false
 		}
-		if !q.RejectWhen.Valid() {
+		switch {
+		case !q.RejectWhen.Valid():
 			errs.add(f+".rejectWhen", "must be any or majority, got %q", string(q.RejectWhen))
+			ok = false
+		case q.RejectWhen == machine.RejectMajority && len(q.Of) == 0 && len(p.Approvers) == 0:
+			errs.add(f+".rejectWhen", "majority of whom: give of, or the scope's approvers")
 			ok = false
 		}
 		seen := map[string]bool{}

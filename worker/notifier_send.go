@@ -277,7 +277,11 @@ func newSummary(ev *wire.Event, inbox string) summary {
 	case machine.EventReject:
 		s.headline = s.tool + " rejected by " + by
 	case machine.EventEscalate:
-		s.headline = "Escalated: " + s.tool + " still needs a decision (" + strings.Join(e.Deciders(), ", ") + " may decide)"
+		who := "any approver"
+		if d := e.Deciders(); d != nil {
+			who = strings.Join(d, ", ")
+		}
+		s.headline = "Escalated: " + s.tool + " still needs a decision (" + who + " may decide)"
 	case machine.EventTimeout:
 		s.headline = s.tool + " rejected: nobody decided in time"
 	case machine.EventOverdue:

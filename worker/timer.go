@@ -139,11 +139,6 @@ func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *s
 	return t
 }
 
-// timerSubjects are the events that can set or clear a deadline: every
-// kind (a policy denial creates an entry whose only deadline is the end of
-// its retention).
-var timerSubjects = wire.EventSubjects()
-
 // observation is one revision of an entry, from the bucket or an event.
 type observation struct {
 	entry *machine.Entry
@@ -202,7 +197,9 @@ func (t *Timer) open(ctx context.Context) (jetstream.MessagesContext, *deadlines
 		return nil, nil, fmt.Errorf("timer: stream %s: %w", wire.EventsStream, err)
 	}
 	cons, err := events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: timerSubjects,
+		// Every event can set or clear a deadline (a policy denial
+		// creates an entry whose only deadline is its retention's end).
+		FilterSubjects: wire.EventSubjects(),
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    info.State.LastSeq + 1,
 	})

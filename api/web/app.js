@@ -160,7 +160,7 @@
     const who = deciders(e);
     if (who && !who.includes(me)) return `Only ${joinNames(who)} can decide this call.`;
     const mine = (e.votes || []).find((v) => v.by === me);
-    if (mine && mine.approve) return 'You approved this call; it waits for the others its quorum needs (a rejection from you would still end it).';
+    if (mine && mine.approve) return 'You approved this call; it waits for the others its quorum needs.';
     if (mine) return 'You rejected this call; it waits for the others to decide.';
     return '';
   }

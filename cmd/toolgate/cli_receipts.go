@@ -184,7 +184,8 @@ func readChain(path string) (*wire.ReceiptChain, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	ch := &wire.ReceiptChain{PendingID: e.PendingID, Receipts: e.Receipts, Entry: &e}
-	// An entry as an event carries it has its secrets masked.
+	// An entry as an approver or viewer was shown it has its secrets
+	// masked: its arguments are checked by their digest.
 	ch.ArgumentsMasked = bytes.Contains(e.ToolArguments, []byte(policy.RedactedValue)) || bytes.Contains(e.OriginalArguments, []byte(policy.RedactedValue))
 	e.Receipts = nil
 	return ch, nil
