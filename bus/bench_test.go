@@ -277,3 +277,57 @@ func BenchmarkTransitionsVsCAS(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClaimVsCAS measures, in one run on the same server, the raw CAS
+// baseline and the claims of approved calls two ways: Claim (a read, then
+// the CAS) and ClaimAt with the revision the approval wrote, which the
+// store that wrote it remembers (the CAS alone). "ratio-claim" and
+// "ratio-claimat" are each over cas/s; the second is the executor's path
+// when the process that recorded the approval serves its claim.
+func BenchmarkClaimVsCAS(b *testing.B) {
+	b.StopTimer()
+	e := startBenchEnv(b, bustest.Topologies[0])
+	c := newCASBench(b, e)
+	approved := func(round int) ([]string, []uint64) {
+		ids, _ := e.submit(b, round)
+		revs := make([]uint64, len(ids))
+		for i, id := range ids {
+			ent, err := e.m.Decide(context.Background(), id, benchDecision)
+			require.NoError(b, err)
+			_, revs[i], err = e.env.Store.Get(context.Background(), ent.PendingID)
+			require.NoError(b, err)
+		}
+		return ids, revs
+	}
+	ids1, _ := approved(1)
+	ids2, revs2 := approved(2)
+	claim := func(ids []string, revs []uint64) time.Duration {
+		b.SetParallelism(benchParallelism)
+		var next atomic.Int64
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				i := next.Add(1) - 1
+				var rev uint64
+				if revs != nil {
+					rev = revs[i]
+				}
+				if _, err := e.m.ClaimAt(context.Background(), ids[i], rev, "exec-1", time.Minute); err != nil {
+					b.Errorf("claim: %v", err)
+					return
+				}
+			}
+		})
+		return time.Since(start)
+	}
+	b.StartTimer()
+	cd1 := c.run(b)
+	plain := claim(ids1, nil)
+	at := claim(ids2, revs2)
+	cd2 := c.run(b)
+	b.StopTimer()
+	cas := benchRate(2*b.N, cd1+cd2)
+	b.ReportMetric(cas, "cas/s")
+	b.ReportMetric(benchRate(b.N, plain)/cas, "ratio-claim")
+	b.ReportMetric(benchRate(b.N, at)/cas, "ratio-claimat")
+}
