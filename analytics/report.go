@@ -108,7 +108,7 @@ const (
 // Windows a report's series may span.
 const (
 	DefaultSeriesHours   = 24
-	MaxSeriesHours       = 31 * 24
+	MaxSeriesHours       = wire.MaxAnalyticsHours
 	MaxMinuteSeriesHours = 24
 )
 

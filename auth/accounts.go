@@ -26,11 +26,11 @@ var Endpoints = map[wire.Role][]string{
 	},
 	wire.RoleApprover: {
 		wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointDecideMatching, wire.EndpointCancel, wire.EndpointCancelConversation,
-		wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
+		wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointAnalytics, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
 		wire.EndpointGrantsList, wire.EndpointGrantsRevoke, wire.EndpointGrantsPreview,
 		wire.EndpointPolicyDryRun, wire.EndpointReceipts, wire.EndpointReceiptsKey,
 	},
-	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList,
+	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointAnalytics, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList,
 		wire.EndpointGrantsPreview, wire.EndpointPolicyDryRun, wire.EndpointReceipts, wire.EndpointReceiptsKey},
 }
 

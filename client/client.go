@@ -90,7 +90,7 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 // answer did not come: asking twice does what asking once does.
 var repeatable = map[string]bool{
 	wire.EndpointSubmit: true, wire.EndpointGet: true, wire.EndpointList: true,
-	wire.EndpointBudgets: true, wire.EndpointRateLimits: true, wire.EndpointPolicyGet: true, wire.EndpointDeniedTools: true,
+	wire.EndpointBudgets: true, wire.EndpointRateLimits: true, wire.EndpointAnalytics: true, wire.EndpointPolicyGet: true, wire.EndpointDeniedTools: true,
 	wire.EndpointGrantsPreview: true, wire.EndpointReceipts: true, wire.EndpointReceiptsKey: true,
 	wire.EndpointPolicyDryRun: true,
 }

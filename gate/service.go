@@ -40,6 +40,9 @@ type Config struct {
 	// Issue, when set, signs new NATS credentials: only a toolgate that
 	// holds the trust chain's keys can.
 	Issue Issuer
+	// Analytics, when set, reports the analytics (package analytics'
+	// Report as JSON, over the hours ending now): the Analytics use case.
+	Analytics func(ctx context.Context, hours int) (json.RawMessage, error)
 	// Signer, when set, signs the receipt every transition appends
 	// (receipts.go); without one, entries get none.
 	Signer machine.Signer
@@ -63,6 +66,7 @@ type Service struct {
 	identities *bus.IdentityStore
 	tokens     *bus.DecisionTokenStore
 	archive    *bus.Archive // nil: finished calls are never retired
+	analytics  func(ctx context.Context, hours int) (json.RawMessage, error)
 	issue      Issuer
 	clock      func() time.Time
 	nc         *nats.Conn
@@ -118,6 +122,7 @@ func New(cfg Config) *Service {
 		identities: bus.NewIdentityStore(cfg.Buckets.Identities),
 		tokens:     bus.NewDecisionTokenStore(cfg.Buckets.DecisionTokens),
 		archive:    newArchive(cfg),
+		analytics:  cfg.Analytics,
 		issue:      cfg.Issue,
 		clock:      cfg.Clock,
 		nc:         cfg.NC,

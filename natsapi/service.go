@@ -199,6 +199,7 @@ func (s *Service) endpoints() map[string]endpoint {
 		}),
 		wire.EndpointBudgets:      answer(g.Budgets),
 		wire.EndpointRateLimits:   answer(g.RateLimits),
+		wire.EndpointAnalytics:    answer(g.Analytics),
 		wire.EndpointPolicyGet:    answer(g.Policy),
 		wire.EndpointPolicySet:    answer(g.SetPolicy),
 		wire.EndpointDeniedTools:  answer(g.DeniedTools),

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -28,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/embedded"
@@ -357,6 +359,9 @@ type deps struct {
 	engine   *policy.Engine
 	policies *bus.PolicyStore
 	grants   *bus.GrantStore // followed by processes that evaluate the policy
+	// analytics reads the analytics bucket (reports; the analytics role
+	// keeps it).
+	analytics *analytics.Analytics
 	// registry holds every Prometheus collector this process exports.
 	registry *prometheus.Registry
 	// The http role's, built before the roles start.
@@ -417,7 +422,20 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if err != nil {
 		return nil, fmt.Errorf("receipt key %s: %w", ReceiptKeyPath(m.Config.Data), err)
 	}
-	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Clock: m.Clock, Log: m.Log})
+	// The analytics report, for the request API's analytics use case (the
+	// http role serves the same at /v1/analytics).
+	an, err := analytics.Open(ctx, js, analytics.Config{Replicas: m.Config.Replicas, Log: m.Log})
+	if err != nil {
+		return nil, err
+	}
+	report := func(ctx context.Context, hours int) (json.RawMessage, error) {
+		r, err := an.Report(ctx, analytics.ReportOptions{Hours: hours})
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(r)
+	}
+	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Clock: m.Clock, Log: m.Log})
 	if err := m.gate.RegisterReceiptKey(ctx); err != nil {
 		return nil, err
 	}
@@ -425,7 +443,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
+	return &deps{analytics: an, cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
 }
 
 // connect starts the embedded server, or dials the configured ones.

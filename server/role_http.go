@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
 )
 
@@ -69,10 +68,7 @@ func (m *Main) prepareHTTP(ctx context.Context, d *deps) error {
 		m.Log.Warn("HTTP API is open: no tokens configured, every caller on this machine is an admin", "http", m.Config.HTTP)
 	}
 	log := m.Log.With("role", "http")
-	an, err := analytics.Open(ctx, d.js, analytics.Config{Replicas: m.Config.Replicas, Log: log})
-	if err != nil {
-		return err
-	}
+	an := d.analytics
 	hosts := []string(m.Config.AllowedHosts)
 	if len(hosts) == 0 {
 		hosts = api.DefaultAllowedHosts(m.Config.HTTP)

@@ -34,6 +34,7 @@ const (
 	EndpointRetry              = "retry"
 	EndpointBudgets            = "budgets"
 	EndpointRateLimits         = "rate_limits"
+	EndpointAnalytics          = "analytics"
 	EndpointPolicyGet          = "policy_get"
 	EndpointPolicySet          = "policy_set"
 	EndpointDeniedTools        = "denied_tools"
@@ -504,3 +505,12 @@ type ArchivedCall struct {
 	History    []HistoryItem  `json:"history"`
 	ArchivedAt int64          `json:"archivedAt"`
 }
+
+// AnalyticsRequest asks for the analytics report (GET /v1/analytics's)
+// over the Hours ending now (0: the default, a day).
+type AnalyticsRequest struct {
+	Hours int `json:"hours,omitempty"`
+}
+
+// MaxAnalyticsHours bounds an analytics report's window: 31 days.
+const MaxAnalyticsHours = 31 * 24

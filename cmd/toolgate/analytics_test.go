@@ -204,7 +204,7 @@ func TestAnalytics_CommandLines(t *testing.T) {
 		{[]string{"stats", "--hours", "0"}, 2, "--hours: must be 1 to"},
 		{[]string{"stats", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"analytics", "rebuild", "--timeout", "0s"}, 2, "--timeout: must be positive"},
-		{[]string{"stats"}, 1, "no analytics yet"},
+		{[]string{"stats"}, 1, "nothing answers toolgate.analytics"},
 		{[]string{"analytics", "rebuild"}, 1, "no TOOL_EVENTS stream"},
 	} {
 		code, _, stderr := analyticsCLI(t, url, tc.args...)

@@ -37,10 +37,8 @@ default:
 	assert.Equal(t, machine.StatePendingApproval, last.Status)
 	assert.Equal(t, `rateLimits[0] "Bash(rm *)" (default): 2 of 2 in the last 10m for team ops`, last.StatusReason)
 
-	// stats reads the analytics' bucket, which takes toolgate's own
-	// credential; the rate limits come through the request API, and show
-	// with an approver's or viewer's too (the admin's here), even though
-	// the analytics cannot be read with it.
+	// stats asks the request API for the analytics and the rate limits:
+	// toolgate's own credential and the admin's (the CLI's default) alike.
 	table := `RATE LIMITS\nRULE\s+LIMIT\s+THEN\s+COUNTS\s+HELD\s+NEXT FREED IN\n` +
 		`rateLimits\[0\] "Bash\(rm \*\)" \(default\)\s+2 per 10m\s+ask\s+team ops\s+2 of 2\s+\d+m\d+s\n`
 	r := cli(t, url, "stats", "--nats-creds", g.Creds())
@@ -48,6 +46,8 @@ default:
 	assert.Contains(t, r.stdout, "TOOL ", "the analytics")
 	assert.Regexp(t, table, r.stdout)
 	r = cli(t, url, "stats")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "TOOL ", "the analytics, with the admin's credential")
 	assert.Regexp(t, table, r.stdout)
 
 	r = cli(t, url, "stats", "--json", "--nats-creds", g.Creds())

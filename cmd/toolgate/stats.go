@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/analytics"
@@ -45,7 +45,7 @@ func cliStats(ctx context.Context, args []string, out cliOutput) error {
 		return err
 	}
 	rates, ratesErr := cl.RateLimits(ctx)
-	rep, err := statsAnalytics(ctx, nc, *hours)
+	rep, err := statsAnalytics(ctx, cl, *hours)
 	if err != nil {
 		if ratesErr == nil && !c.json {
 			_ = printRateLimits(out.stdout, rates.Items, time.Now())
@@ -64,19 +64,19 @@ func cliStats(ctx context.Context, args []string, out cliOutput) error {
 	return printRateLimits(out.stdout, rates.Items, time.Now())
 }
 
-// statsAnalytics reads the analytics report from its bucket.
-func statsAnalytics(ctx context.Context, nc *nats.Conn, hours int) (*analytics.Report, error) {
-	js, err := jetstream.New(nc)
+// statsAnalytics asks toolgate for the analytics report, through the
+// request API: a credential may read it without reading toolgate's
+// buckets.
+func statsAnalytics(ctx context.Context, cl *client.Client, hours int) (*analytics.Report, error) {
+	data, err := cl.Analytics(ctx, hours)
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, analytics.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("no analytics yet: no %s bucket (run toolgate serve with the analytics role: --roles all, or a list with analytics)", analytics.Bucket)
-	} else if err != nil {
-		return nil, fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
+	var rep analytics.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return nil, fmt.Errorf("analytics report: %w", err)
 	}
-	return analytics.New(js, kv, analytics.Config{}).Report(ctx, analytics.ReportOptions{Hours: hours})
+	return &rep, nil
 }
 
 // statsReport is what stats --json prints: the analytics report, and the
