@@ -76,7 +76,7 @@ func (e *Entry) Deciders() []string {
 		return nil // anyone: an escalation only tells more people
 	}
 	out := slices.Clone(base)
-	for _, t := range e.Escalations[:e.Escalated] {
+	for _, t := range e.Escalations[:min(max(e.Escalated, 0), len(e.Escalations))] {
 		for _, u := range t.To {
 			if !slices.Contains(out, u) {
 				out = append(out, u)

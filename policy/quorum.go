@@ -83,6 +83,9 @@ func compileQuorum(errs *errorList, scope string, p *Policy) map[string]compiled
 		case len(q.Of) > 0 && len(q.Of) < q.Required:
 			errs.add(f+".of", "lists %d users, fewer than the %d approvals required", len(q.Of), q.Required)
 			ok = false
+		case len(q.Of) == 0 && p.UserIDToApprove != nil:
+			errs.add(f+".of", "required: the scope's userIdToApprove is one approver, and %d must approve", q.Required)
+			ok = false
 		case len(q.Of) == 0 && len(p.Approvers) > 0 && len(p.Approvers) < q.Required:
 			errs.add(f+".required", "%d approvals, but the scope has only %d approvers", q.Required, len(p.Approvers))
 			ok = false

@@ -22,6 +22,7 @@ func TestParse_QuorumAndEscalateErrorsNameTheField(t *testing.T) {
 		{"default:\n  quorum: {deploy: {required: 2, rejectWhen: all}}", `default.quorum["deploy"].rejectWhen: must be any or majority, got "all"`},
 		{"default:\n  quorum: {'Bash(rm': {required: 2}}", `default.quorum["Bash(rm"]: "Bash(rm": must end with ")"`},
 		{"default:\n  quorum: {deploy: {required: 2, quorum: 3}}", `default.quorum["deploy"].quorum: unknown field`},
+		{"default:\n  userIdToApprove: alice\n  quorum: {deploy: {required: 2}}", `default.quorum["deploy"].of: required: the scope's userIdToApprove is one approver, and 2 must approve`},
 		{"default:\n  quorum: {deploy: {required: 2, rejectWhen: majority}}", `default.quorum["deploy"].rejectWhen: majority of whom: give of, or the scope's approvers`},
 		{"default:\n  escalate: [{afterMs: 0, to: [a]}]", `default.escalate[0].afterMs: must be >= 1, got 0`},
 		{"default:\n  escalate: [{afterMs: 2000, to: [a]}, {afterMs: 1000, to: [b]}]", `default.escalate[1].afterMs: must be later than the tier before (2000), got 1000`},
