@@ -230,7 +230,7 @@ func (s *Service) History(ctx context.Context, a Actor, pendingID string) ([]wir
 	if len(items) == 0 && (err == nil || isNotFound(err)) {
 		// Read found it, so it was retired: the archive has its history.
 		if c, aerr := s.archived(ctx, pendingID); aerr == nil {
-			return c.History, nil
+			return archivedHistory(c), nil
 		}
 	}
 	return items, err

@@ -498,11 +498,13 @@ const WorkAPIPrefix = "toolgate.js.API"
 
 // ArchivedCall is a finished call as the archive keeps it once it left
 // tool_calls (the retention window after it finished): the entry as it
-// was last written, that revision, and every transition it went through.
+// was last written, with its receipts (the signed record of every
+// transition), and that revision. History holds the transitions of a
+// call without receipts, read from the bucket's revisions.
 type ArchivedCall struct {
 	Entry      *machine.Entry `json:"entry"`
 	Revision   uint64         `json:"revision"`
-	History    []HistoryItem  `json:"history"`
+	History    []HistoryItem  `json:"history,omitempty"`
 	ArchivedAt int64          `json:"archivedAt"`
 }
 
