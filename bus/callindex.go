@@ -179,6 +179,7 @@ func (st *indexState) apply(kve jetstream.KeyValueEntry, log *slog.Logger) {
 			}
 			return
 		}
+		e.Receipts = nil // lists answer without them (gate.Service.shown)
 		open = e
 	}
 	if old != nil && old.requestedAt != head.RequestedAt {
