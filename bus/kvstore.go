@@ -23,8 +23,8 @@ type KVStore struct {
 
 var _ machine.RecentStore = (*KVStore)(nil)
 
-// recentEntries are the runnable entries a KVStore wrote lately, each at
-// its revision: the value a key holds at a revision never changes, so a
+// recentEntries are the runnable and running entries a KVStore wrote
+// lately, each at its revision: the value a key holds at a revision never changes, so a
 // remembered one is true of that revision for ever, and whether it is
 // still the latest is for a compare-and-set on it to tell.
 type recentEntries struct {
@@ -37,8 +37,9 @@ type recentEntry struct {
 	e   machine.Entry
 }
 
-// What a KVStore remembers: the runnable calls it wrote last (those a
-// work item names, which a claim starts from), each of at most
+// What a KVStore remembers: the runnable and running calls it wrote last
+// (those a work item names, which a claim starts from, and those an
+// executor reports on), each of at most
 // maxRecentSize bytes of JSON, at most maxRecentEntries of them.
 const (
 	maxRecentEntries = 4096
@@ -46,7 +47,15 @@ const (
 )
 
 func (r *recentEntries) put(e *machine.Entry, rev uint64, size int) {
-	if (e.Status != machine.StateApproved && e.Status != machine.StateScheduled) || size > maxRecentSize {
+	switch {
+	case size > maxRecentSize:
+		return
+	case e.Status != machine.StateApproved && e.Status != machine.StateScheduled && e.Status != machine.StateExecuting:
+		// Finished, or pending a human: nothing claims or reports on
+		// it. (A finished one leaves what it held.)
+		r.mu.Lock()
+		delete(r.m, e.PendingID)
+		r.mu.Unlock()
 		return
 	}
 	r.mu.Lock()
@@ -68,17 +77,23 @@ func (r *recentEntries) put(e *machine.Entry, rev uint64, size int) {
 
 // Recent implements machine.RecentStore.
 func (s *KVStore) Recent(pendingID string, revision uint64) (*machine.Entry, bool) {
+	e, rev, ok := s.Latest(pendingID)
+	return e, ok && rev == revision
+}
+
+// Latest implements machine.RecentStore.
+func (s *KVStore) Latest(pendingID string) (*machine.Entry, uint64, bool) {
 	s.recent.mu.Lock()
 	defer s.recent.mu.Unlock()
 	r, ok := s.recent.m[pendingID]
-	if !ok || r.rev != revision {
-		return nil, false
+	if !ok {
+		return nil, 0, false
 	}
 	e := r.e
 	// Clipped, so that an append to the copy never writes into what
 	// another copy of the same entry holds.
 	e.Receipts, e.Votes, e.Approvers, e.Escalations = slices.Clip(e.Receipts), slices.Clip(e.Votes), slices.Clip(e.Approvers), slices.Clip(e.Escalations)
-	return &e, true
+	return &e, r.rev, true
 }
 
 // NewKVStore returns a Store over kv.

@@ -2,6 +2,7 @@ package machine_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,6 +52,25 @@ func TestClaimAt_StartsFromTheRememberedRevisionAndIsRightWhenItIsStale(t *testi
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateExecuting, got.Status)
 	assert.Equal(t, before, store.gets.Load(), "claimed with one compare-and-set, no read")
+	_, err = m.Heartbeat(ctx, e.PendingID, "exec-1", time.Minute)
+	require.NoError(t, err)
+	got, err = m.Complete(ctx, e.PendingID, machine.Outcome{Holder: "exec-1", Result: json.RawMessage(`{"ok":true}`)})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateCompletedSuccess, got.Status)
+	assert.Equal(t, before, store.gets.Load(), "its heartbeat and outcome start from the claim this store wrote")
+
+	renewed, err := m.Submit(ctx, call("claimat", "renewed-elsewhere"))
+	require.NoError(t, err)
+	_, err = m.Decide(ctx, renewed.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	_, err = m.ClaimAt(ctx, renewed.PendingID, rev(renewed.PendingID), "exec-1", time.Minute)
+	require.NoError(t, err)
+	_, err = other.Heartbeat(ctx, renewed.PendingID, "exec-1", time.Minute) // through another process
+	require.NoError(t, err)
+	got, err = m.Complete(ctx, renewed.PendingID, machine.Outcome{Holder: "exec-1"})
+	require.NoError(t, err, "what this store remembers is a revision behind: read again")
+	assert.Equal(t, machine.StateCompletedSuccess, got.Status)
+	require.NotNil(t, got.LastTransition)
 
 	stale, err := m.Submit(ctx, call("claimat", "cancelled"))
 	require.NoError(t, err)

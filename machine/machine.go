@@ -428,7 +428,9 @@ func (m *Machine) finish(ctx context.Context, pendingID string, ev Event, o Outc
 	if len(o.Result) > 0 && !json.Valid(o.Result) {
 		return nil, fmt.Errorf("%s %s: %w", ev, pendingID, invalidf("result: not valid JSON"))
 	}
-	e, err := m.transition(ctx, pendingID, ev, o.Holder, o.Error, func(e *Entry, now time.Time) error {
+	// The executor's claim (or its last heartbeat) was most likely
+	// written here: start from it.
+	e, err := m.transitionFrom(ctx, pendingID, latestRemembered, func(*Entry) (Event, string) { return ev, o.Error }, o.Holder, func(e *Entry, now time.Time) error {
 		// An executor whose lease ran out and was reclaimed must not
 		// overwrite the run that replaced it.
 		if e.Lease != nil && e.Lease.Holder != o.Holder {
@@ -531,7 +533,7 @@ func (m *Machine) Remind(ctx context.Context, pendingID string) (*Entry, error) 
 // has run out is not renewed: the timer may have queued the call for
 // another executor already, and the holder must stop.
 func (m *Machine) Heartbeat(ctx context.Context, pendingID, holder string, lease time.Duration) (*Entry, error) {
-	e, err := m.transition(ctx, pendingID, EventHeartbeat, holder, "", func(e *Entry, now time.Time) error {
+	e, err := m.transitionFrom(ctx, pendingID, latestRemembered, func(*Entry) (Event, string) { return EventHeartbeat, "" }, holder, func(e *Entry, now time.Time) error {
 		if e.Lease == nil || e.Lease.Holder != holder || now.UnixMilli() >= e.Lease.ExpiresAt {
 			return &TransitionError{Event: EventHeartbeat, Entry: e}
 		}
@@ -591,10 +593,16 @@ func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose fun
 	return m.transitionFrom(ctx, pendingID, 0, choose, actor, apply)
 }
 
+// latestRemembered, as transitionFrom's hint, starts from the latest
+// revision the store remembers, whatever it is: for a command most likely
+// made where the entry was last written (an executor's report after its
+// claim).
+const latestRemembered = ^uint64(0)
+
 // transitionFrom is transitionBy for a command that names the revision
-// it expects the entry at (a work item's): when the store remembers the
-// entry at that revision (a RecentStore), the first attempt starts from
-// it rather than from a read. Compare-and-set on that revision makes it
+// it expects the entry at (a work item's), or latestRemembered: when the
+// store remembers the entry at that revision (a RecentStore), the first
+// attempt starts from it rather than from a read. Compare-and-set on that revision makes it
 // safe: the write lands only if the entry is still what was remembered,
 // and anything the remembered entry refuses is asked again of a fresh
 // read, since a refusal takes no write to check it.
@@ -607,10 +615,15 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 			cached bool
 			err    error
 		)
-		if hint > 0 && recent != nil {
+		switch {
+		case recent == nil || hint == 0:
+		case hint == latestRemembered:
+			cur, rev, cached = recent.Latest(pendingID)
+		default:
 			cur, cached = recent.Recent(pendingID, hint)
-			rev, hint = hint, 0
+			rev = hint
 		}
+		hint = 0
 		if !cached {
 			if cur, rev, err = m.store.Get(ctx, pendingID); err != nil {
 				return nil, err

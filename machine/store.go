@@ -26,4 +26,7 @@ type RecentStore interface {
 	// Recent returns the entry at revision if it is remembered, a copy
 	// the caller may change.
 	Recent(pendingID string, revision uint64) (*Entry, bool)
+	// Latest returns the latest revision of the entry remembered, if
+	// any: a copy, and its revision.
+	Latest(pendingID string) (*Entry, uint64, bool)
 }
