@@ -388,7 +388,7 @@ func (m *Machine) ClaimAt(ctx context.Context, pendingID string, revision uint64
 // attempt that failed; a retry for any other is refused, so that only the
 // run that failed can follow itself.
 func (m *Machine) Retry(ctx context.Context, pendingID, holder string, failed int, lease time.Duration) (*Entry, error) {
-	e, err := m.transition(ctx, pendingID, EventReclaim, holder, "retry", func(e *Entry, now time.Time) error {
+	e, err := m.transitionFrom(ctx, pendingID, latestRemembered, func(*Entry) (Event, string) { return EventReclaim, "retry" }, holder, func(e *Entry, now time.Time) error {
 		if e.Lease == nil || e.Lease.Holder != holder || e.ExecutionAttempts != failed || e.AttemptsLeft() == 0 {
 			return &TransitionError{Event: EventReclaim, Entry: e}
 		}
