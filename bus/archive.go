@@ -36,8 +36,10 @@ func (a *Archive) Put(ctx context.Context, c wire.ArchivedCall) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.js.PublishMsg(ctx, &nats.Msg{Subject: wire.ArchiveSubject(c.Entry.PendingID), Data: data},
-		jetstream.WithMsgID(fmt.Sprintf("%s:archive", wire.MsgID(c.Entry.PendingID, c.Revision))), jetstream.WithExpectStream(wire.ArchiveStream))
+	_, err = attempts(ctx, storeAttempt, func(ctx context.Context) (*jetstream.PubAck, error) {
+		return a.js.PublishMsg(ctx, &nats.Msg{Subject: wire.ArchiveSubject(c.Entry.PendingID), Data: data},
+			jetstream.WithMsgID(fmt.Sprintf("%s:archive", wire.MsgID(c.Entry.PendingID, c.Revision))), jetstream.WithExpectStream(wire.ArchiveStream))
+	})
 	return err
 }
 
@@ -46,7 +48,12 @@ func (a *Archive) Get(ctx context.Context, pendingID string) (*wire.ArchivedCall
 	if !machine.ValidPendingID(pendingID) {
 		return nil, fmt.Errorf("%w: pendingId %q is not a toolgate id", machine.ErrNotFound, pendingID)
 	}
-	msg, err := a.stream.GetLastMsgForSubject(ctx, wire.ArchiveSubject(pendingID))
+	// In attempts, as the store's reads: a request to a leader that just
+	// died is never answered, and every submit that names its toolCallId
+	// asks the archive first.
+	msg, err := attempts(ctx, storeAttempt, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+		return a.stream.GetLastMsgForSubject(ctx, wire.ArchiveSubject(pendingID))
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, fmt.Errorf("pendingId %s: %w", pendingID, machine.ErrNotFound)
 	} else if err != nil {
@@ -75,7 +82,7 @@ func (a *Archive) read(ctx context.Context, cfg jetstream.ConsumerConfig) ([]*wi
 	cfg.AckPolicy = jetstream.AckNonePolicy
 	cfg.MemoryStorage = true
 	cfg.InactiveThreshold = time.Minute // gone even if this process dies first
-	cons, err := a.stream.CreateConsumer(ctx, cfg)
+	cons, err := attempts(ctx, storeAttempt, func(ctx context.Context) (jetstream.Consumer, error) { return a.stream.CreateConsumer(ctx, cfg) })
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", wire.ArchiveStream, err)
 	}
