@@ -65,6 +65,11 @@ func archivedHistory(c *wire.ArchivedCall) []wire.HistoryItem {
 	return items
 }
 
+// archiveCheckWait bounds a submit's look into the archive: an archive
+// with a leader answers in milliseconds; one electing a leader holds a
+// submit up no longer than this.
+const archiveCheckWait = 500 * time.Millisecond
+
 // retiredMarkerTTL is how long the marker of a call purged from
 // tool_calls stays there.
 const retiredMarkerTTL = time.Hour

@@ -158,15 +158,26 @@ func (s *Service) Submit(ctx context.Context, a Actor, c machine.Call) (*machine
 	if c.ToolCallID != "" && c.ConversationID != "" {
 		// A retry of a call retired to the archive is that call, not a
 		// new one to run again (one read of the archive per submit that
-		// names its toolCallId: a generated one is new).
-		if prev, err := s.archived(ctx, machine.PendingID(c.ConversationID, c.ToolCallID)); err == nil {
+		// names its toolCallId: a generated one is new). The archive is
+		// a stream of its own, with a leader of its own: while it elects
+		// one, submits go on after a short wait rather than stall, since
+		// only a retry of a call finished --retention ago could be
+		// mistaken for a new one then.
+		actx, cancel := context.WithTimeout(ctx, archiveCheckWait)
+		prev, err := s.archived(actx, machine.PendingID(c.ConversationID, c.ToolCallID))
+		cancel()
+		switch {
+		case err == nil:
 			e, err := machine.SameCall(prev.Entry, c)
 			if err != nil {
 				return nil, fmt.Errorf("submit %s: %w", prev.Entry.PendingID, err)
 			}
 			return s.shown(a, e), nil
-		} else if !isNotFound(err) {
-			return nil, fmt.Errorf("submit: %w", err)
+		case isNotFound(err):
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("submit: %w", ctx.Err())
+		default:
+			s.log.Warn("submit: the archive did not answer whether the call was retired; taking it as new", "toolCallId", c.ToolCallID, "err", err)
 		}
 	}
 	return s.answer(a)(s.m.Submit(ctx, c))
