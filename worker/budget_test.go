@@ -51,6 +51,10 @@ const settleWait = 30 * time.Second
 type settler struct {
 	*worker.BudgetSettler
 	stop func() error
+	// ended waits for Run to return by itself (a failure point stops it),
+	// without ending its context: stopping it then could win the race
+	// and make Run return nil.
+	ended func() error
 }
 
 func startSettler(t *testing.T, env *budgetEnv, setup func(*worker.BudgetSettler)) *settler {
@@ -64,19 +68,23 @@ func startSettler(t *testing.T, env *budgetEnv, setup func(*worker.BudgetSettler
 	go func() { done <- s.Run(ctx) }()
 	var once sync.Once
 	var err error
-	stop := func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err = <-done:
-			case <-time.After(waitFor):
-				err = errors.New("settler did not stop within 10s of its context ending")
-			}
-		})
-		return err
+	wait := func(end bool) func() error {
+		return func() error {
+			once.Do(func() {
+				if end {
+					cancel()
+				}
+				select {
+				case err = <-done:
+				case <-time.After(waitFor):
+					err = errors.New("settler did not stop within 10s")
+				}
+			})
+			return err
+		}
 	}
-	t.Cleanup(func() { _ = stop() })
-	return &settler{s, stop}
+	t.Cleanup(func() { cancel(); _ = wait(true)() })
+	return &settler{BudgetSettler: s, stop: wait(true), ended: wait(false)}
 }
 
 // waitSettled waits until the relay has published every revision and the
@@ -305,7 +313,7 @@ func TestBudgetSettler_CrashAfterTheWriteBeforeTheAck(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, 2.0, env.spending(t, "research", e.CostDay).Spent, "spent")
 	}, settleWait, 10*time.Millisecond)
-	require.ErrorIs(t, crashing.stop(), errCrash, "Run stops at the failure point")
+	require.ErrorIs(t, crashing.ended(), errCrash, "Run stops at the failure point")
 	require.NotZero(t, crashedAt)
 
 	seen := &seqRecorder{}
@@ -339,7 +347,7 @@ func TestBudgetSettler_CrashBeforeTheWrite(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the settler never reached the event")
 	}
-	require.ErrorIs(t, crashing.stop(), errCrash)
+	require.ErrorIs(t, crashing.ended(), errCrash)
 	s := env.spending(t, "research", e.CostDay)
 	assert.Equal(t, bus.Spending{Reserved: 3}, s, "nothing written yet")
 
