@@ -422,18 +422,21 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if err != nil {
 		return nil, fmt.Errorf("receipt key %s: %w", ReceiptKeyPath(m.Config.Data), err)
 	}
-	// The analytics report, for the request API's analytics use case (the
-	// http role serves the same at /v1/analytics).
-	an, err := analytics.Open(ctx, js, analytics.Config{Replicas: m.Config.Replicas, Log: m.Log})
-	if err != nil {
-		return nil, err
-	}
-	report := func(ctx context.Context, hours int) (json.RawMessage, error) {
-		r, err := an.Report(ctx, analytics.ReportOptions{Hours: hours})
-		if err != nil {
+	// The analytics report, for the processes that serve it: the request
+	// API's analytics use case (intake) and /v1/analytics (http).
+	var an *analytics.Analytics
+	var report func(ctx context.Context, hours int) (json.RawMessage, error)
+	if roles := m.Config.Roles.Resolve(); slices.Contains(roles, "intake") || slices.Contains(roles, "http") {
+		if an, err = analytics.Open(ctx, js, analytics.Config{Replicas: m.Config.Replicas, Log: m.Log}); err != nil {
 			return nil, err
 		}
-		return json.Marshal(r)
+		report = func(ctx context.Context, hours int) (json.RawMessage, error) {
+			r, err := an.Report(ctx, analytics.ReportOptions{Hours: hours})
+			if err != nil {
+				return nil, err
+			}
+			return json.Marshal(r)
+		}
 	}
 	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Clock: m.Clock, Log: m.Log})
 	if err := m.gate.RegisterReceiptKey(ctx); err != nil {
