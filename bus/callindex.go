@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -83,42 +82,28 @@ func NewCallIndex(js jetstream.JetStream, kv jetstream.KeyValue) *CallIndex {
 // Follow keeps the index current until ctx ends, watching the bucket
 // again after a failure; meanwhile the index is not synced.
 func (x *CallIndex) Follow(ctx context.Context, log *slog.Logger) error {
-	defer x.unsync()
-	return consumer.RunRestarting(ctx, log, "call index", func(ctx context.Context) error {
-		defer x.unsync()
-		w, err := x.kv.WatchAll(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = w.Stop() }()
+	return followBucket(ctx, log, "call index", x.kv, x.unsync, func() (func(jetstream.KeyValueEntry), func()) {
 		// Built aside while the bucket is read, swapped in when it is.
 		loading := &indexState{byID: map[string]*callSummary{}, strs: map[string]string{}, loading: true}
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case kve, ok := <-w.Updates():
-				if !ok {
-					return errors.New("call index: watch ended")
-				}
-				switch {
-				case kve == nil: // the bucket as it was: read
-					loading.loaded()
-					x.mu.Lock()
-					x.st = loading
-					x.wakeLocked()
-					x.mu.Unlock()
-					loading = nil
-				case loading != nil:
-					loading.apply(kve, log)
-				default:
-					x.mu.Lock()
-					x.st.apply(kve, log)
-					x.wakeLocked()
-					x.mu.Unlock()
-				}
+		apply := func(kve jetstream.KeyValueEntry) {
+			if loading != nil {
+				loading.apply(kve, log)
+				return
 			}
+			x.mu.Lock()
+			x.st.apply(kve, log)
+			x.wakeLocked()
+			x.mu.Unlock()
 		}
+		loaded := func() {
+			loading.loaded()
+			x.mu.Lock()
+			x.st = loading
+			x.wakeLocked()
+			x.mu.Unlock()
+			loading = nil
+		}
+		return apply, loaded
 	})
 }
 

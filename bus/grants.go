@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -46,41 +45,26 @@ func NewGrantStore(kv jetstream.KeyValue) *GrantStore { return &GrantStore{kv: k
 // Follow keeps the store's copy of the bucket current until ctx ends,
 // watching it again after a failure; meanwhile Match reads the bucket.
 func (s *GrantStore) Follow(ctx context.Context, log *slog.Logger) error {
-	defer s.unsync()
-	return consumer.RunRestarting(ctx, log, "grants", func(ctx context.Context) error {
-		defer s.unsync()
-		w, err := s.kv.WatchAll(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = w.Stop() }()
+	return followBucket(ctx, log, "grants", s.kv, s.unsync, func() (func(jetstream.KeyValueEntry), func()) {
 		byKey := map[string][]policy.Grant{}
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case kve, ok := <-w.Updates():
-				if !ok {
-					return errors.New("grants: watch ended")
+		apply := func(kve jetstream.KeyValueEntry) {
+			var grants []policy.Grant
+			if kve.Operation() == jetstream.KeyValuePut {
+				if err := json.Unmarshal(kve.Value(), &grants); err != nil {
+					log.Warn("grants: unreadable value, ignored", "key", kve.Key(), "revision", kve.Revision(), "err", err)
+					return
 				}
-				if kve == nil { // the bucket as it was: read
-					s.mu.Lock()
-					s.byKey, s.synced = byKey, true
-					s.mu.Unlock()
-					continue
-				}
-				var grants []policy.Grant
-				if kve.Operation() == jetstream.KeyValuePut {
-					if err := json.Unmarshal(kve.Value(), &grants); err != nil {
-						log.Warn("grants: unreadable value, ignored", "key", kve.Key(), "revision", kve.Revision(), "err", err)
-						continue
-					}
-				}
-				s.mu.Lock()
-				byKey[kve.Key()] = grants
-				s.mu.Unlock()
 			}
+			s.mu.Lock()
+			byKey[kve.Key()] = grants
+			s.mu.Unlock()
 		}
+		loaded := func() {
+			s.mu.Lock()
+			s.byKey, s.synced = byKey, true
+			s.mu.Unlock()
+		}
+		return apply, loaded
 	})
 }
 
