@@ -93,7 +93,7 @@ type slackPayload struct {
 func (s *Service) SlackInteraction(ctx context.Context, r SlackRequest) (SlackOutcome, error) {
 	sec, err := strconv.ParseInt(r.Timestamp, 10, 64)
 	if err != nil {
-		return SlackOutcome{}, fmt.Errorf("%w: X-Slack-Request-Timestamp: want Unix seconds, got %q", machine.ErrForbidden, clipped(r.Timestamp))
+		return SlackOutcome{}, fmt.Errorf("%w: X-Slack-Request-Timestamp: want Unix seconds, got %q", machine.ErrForbidden, clip(r.Timestamp, 41))
 	}
 	if d := s.now().Sub(time.Unix(sec, 0)); d > SlackTolerance || d < -SlackTolerance {
 		return SlackOutcome{}, fmt.Errorf("%w: X-Slack-Request-Timestamp: %s off now, more than %s: a replay, or a clock astray", machine.ErrForbidden, d.Round(time.Second), SlackTolerance)
@@ -217,11 +217,4 @@ func stateWords(st machine.State) string {
 		return "cancelled"
 	}
 	return strings.ToLower(strings.ReplaceAll(string(st), "_", " "))
-}
-
-func clipped(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
 }
