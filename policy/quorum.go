@@ -98,18 +98,8 @@ func compileQuorum(errs *errorList, scope string, p *Policy) map[string]compiled
 			errs.add(f+".rejectWhen", "majority of whom: give of, or the scope's approvers")
 			ok = false
 		}
-		seen := map[string]bool{}
-		for i, u := range q.Of {
-			at := fmt.Sprintf("%s.of[%d]", f, i)
-			switch {
-			case u == "" || len(u) > 256:
-				errs.add(at, "user id must be 1 to 256 bytes, got %q", u)
-				ok = false
-			case seen[u]:
-				errs.add(at, "%q is listed twice: an approver counts once", u)
-				ok = false
-			}
-			seen[u] = true
+		if !checkUsers(errs, f+".of", q.Of) {
+			ok = false
 		}
 		if ok {
 			out[key] = compiledQuorum{Pattern: pat, Rule: q, Scope: scope}

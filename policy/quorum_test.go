@@ -18,7 +18,7 @@ func TestParse_QuorumAndEscalateErrorsNameTheField(t *testing.T) {
 		{"default:\n  quorum: {deploy: {required: 1}}", `default.quorum["deploy"].required: must be 2 to 16 (one approval is no quorum), got 1`},
 		{"default:\n  quorum: {deploy: {required: 3, of: [a, b]}}", `default.quorum["deploy"].of: lists 2 users, fewer than the 3 approvals required`},
 		{"teams:\n  ops:\n    approvers: [a, b]\n    quorum: {deploy: {required: 3}}", `teams.ops.quorum["deploy"].required: 3 approvals, but the scope has only 2 approvers`},
-		{"default:\n  quorum: {deploy: {required: 2, of: [a, a]}}", `default.quorum["deploy"].of[1]: "a" is listed twice: an approver counts once`},
+		{"default:\n  quorum: {deploy: {required: 2, of: [a, a]}}", `default.quorum["deploy"].of[1]: "a" is listed twice`},
 		{"default:\n  quorum: {deploy: {required: 2, rejectWhen: all}}", `default.quorum["deploy"].rejectWhen: must be any or majority, got "all"`},
 		{"default:\n  quorum: {'Bash(rm': {required: 2}}", `default.quorum["Bash(rm"]: "Bash(rm": must end with ")"`},
 		{"default:\n  quorum: {deploy: {required: 2, quorum: 3}}", `default.quorum["deploy"].quorum: unknown field`},

@@ -245,22 +245,12 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 	l.rates = compileRateLimits(errs, scope, p.RateLimits)
 	checkCost(errs, at("requireApprovalAboveCost"), p.RequireApprovalAboveCost)
 	checkCost(errs, at("dailyCostLimit"), p.DailyCostLimit)
-	seen := map[string]bool{}
-	for i, u := range p.Approvers {
-		f := fmt.Sprintf("%s[%d]", at("approvers"), i)
-		switch {
-		case u == "" || len(u) > 256:
-			errs.add(f, "user id must be 1 to 256 bytes, got %q", u)
-		case seen[u]:
-			errs.add(f, "%q is listed twice", u)
-		}
-		seen[u] = true
-	}
+	checkUsers(errs, at("approvers"), p.Approvers)
 	if u := p.UserIDToApprove; u != nil {
 		switch {
 		case *u == "" || len(*u) > 256:
 			errs.add(at("userIdToApprove"), "user id must be 1 to 256 bytes, got %q", *u)
-		case len(p.Approvers) > 0 && !seen[*u]:
+		case len(p.Approvers) > 0 && !slices.Contains(p.Approvers, *u):
 			// machine.Decide wants both, so nobody could decide.
 			errs.add(at("userIdToApprove"), "%q is not among this scope's approvers %q", *u, []string(p.Approvers))
 		}
@@ -572,3 +562,23 @@ func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 
 // formatNumber prints a cost as the document would: 100, 0.5.
 func formatNumber(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// checkUsers checks a list of toolgate user ids at path: each 1 to 256
+// bytes, none twice. It reports whether all are.
+func checkUsers(errs *errorList, path string, users []string) bool {
+	ok := true
+	seen := map[string]bool{}
+	for i, u := range users {
+		f := fmt.Sprintf("%s[%d]", path, i)
+		switch {
+		case u == "" || len(u) > 256:
+			errs.add(f, "user id must be 1 to 256 bytes, got %q", u)
+			ok = false
+		case seen[u]:
+			errs.add(f, "%q is listed twice", u)
+			ok = false
+		}
+		seen[u] = true
+	}
+	return ok
+}
