@@ -224,6 +224,21 @@ func (m *Main) HTTPHandler() http.Handler { return m.handler }
 // toolgate itself would. Valid once Ready is closed.
 func (m *Main) Gate() *gate.Service { return m.gate }
 
+// ServerMessages is how many messages the embedded NATS server has taken
+// in and sent out so far, over every connection, and false when Main
+// connects to a server it does not run. The bench counts a lifecycle's
+// messages with it. Valid once Ready is closed.
+func (m *Main) ServerMessages() (in, out int64, ok bool) {
+	if m.server == nil {
+		return 0, 0, false
+	}
+	v, err := m.server.Varz(nil)
+	if err != nil {
+		return 0, 0, false
+	}
+	return v.InMsgs, v.OutMsgs, true
+}
+
 // Run starts everything and blocks until ctx ends, then stops cleanly:
 // roles first, then the connection (drained), then the embedded server.
 func (m *Main) Run(ctx context.Context) error {

@@ -69,6 +69,10 @@ type benchPath struct {
 	// one with --embedded (toolgate and the bench's clients), serve's
 	// with --serve-pid; 0 when neither.
 	CPUMs float64 `json:"cpuMsPerLifecycle,omitempty"`
+	// Messages is how many messages the NATS server took in and sent
+	// out per lifecycle, over every connection (toolgate's, the
+	// bench's); 0 unless --embedded.
+	Messages float64 `json:"messagesPerLifecycle,omitempty"`
 }
 
 type pcts struct {
@@ -126,6 +130,7 @@ func cliBench(ctx context.Context, args []string, out cliOutput) error {
 
 	cfg, data := c.conn, c.data
 	cpu := func() time.Duration { return 0 }
+	msgs := func() int64 { return 0 }
 	target := cfg.URLs
 	if *embedded {
 		m, stop, err := startBenchToolgate(ctx)
@@ -136,6 +141,10 @@ func cliBench(ctx context.Context, args []string, out cliOutput) error {
 		cfg = bus.ConnConfig{URLs: m.NATSURL()}
 		data, target = m.Config.Data, "embedded"
 		cpu = selfCPU
+		msgs = func() int64 {
+			in, out, _ := m.ServerMessages()
+			return in + out
+		}
 	} else if *servePID > 0 {
 		cpu = func() time.Duration { return processCPU(*servePID) }
 	}
@@ -144,7 +153,7 @@ func cliBench(ctx context.Context, args []string, out cliOutput) error {
 		return err
 	}
 	defer b.close()
-	report, err := b.run(ctx, *agents, *calls, paths, cpu)
+	report, err := b.run(ctx, *agents, *calls, paths, cpu, msgs)
 	if err != nil {
 		return err
 	}
@@ -250,7 +259,7 @@ func (b *bench) close() {
 
 // run measures CAS, then each path, then CAS again, so that a server
 // speeding up or slowing down weighs on both sides alike.
-func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu func() time.Duration) (*benchReport, error) {
+func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu func() time.Duration, msgs func() int64) (*benchReport, error) {
 	r := &benchReport{Agents: agents, Calls: calls, Host: benchHost()}
 	bucket := "bench_cas_" + randomHex(4)
 	kv, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.FileStorage})
@@ -281,13 +290,16 @@ func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu 
 	}
 	run := "b" + randomHex(4)
 	for _, p := range paths {
-		before := cpu()
+		before, beforeMsgs := cpu(), msgs()
 		res, err := b.lifecycles(ctx, run+"-"+p, p, agents, calls, &started)
 		if err != nil {
 			return nil, err
 		}
 		if spent := cpu() - before; spent > 0 {
 			res.CPUMs = float64(spent.Microseconds()) / 1000 / float64(calls)
+		}
+		if sent := msgs() - beforeMsgs; sent > 0 {
+			res.Messages = float64(sent) / float64(calls)
 		}
 		r.Paths = append(r.Paths, res)
 	}
@@ -405,17 +417,20 @@ func percentiles(ds []time.Duration) pcts {
 func (r *benchReport) print(w io.Writer) {
 	fmt.Fprintf(w, "toolgate bench: %s, %d agents, %d lifecycles a path, %d CPUs, load %s\n\n", r.Target, r.Agents, r.Calls, r.Host.CPUs, r.Host.Load)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEASURE\tPER SEC\tRATIO TO CAS\tSUBMIT→RESULT p50/p99\tDECISION→HANDLER p50/p99\tCPU/LIFECYCLE")
-	fmt.Fprintf(tw, "raw KV compare-and-set\t%.0f\t1\t\t\t\n", r.CASPerSec)
+	fmt.Fprintln(tw, "MEASURE\tPER SEC\tRATIO TO CAS\tSUBMIT→RESULT p50/p99\tDECISION→HANDLER p50/p99\tCPU/LIFECYCLE\tMESSAGES/LIFECYCLE")
+	fmt.Fprintf(tw, "raw KV compare-and-set\t%.0f\t1\t\t\t\t\n", r.CASPerSec)
 	for _, p := range r.Paths {
-		dh, cpu := "", ""
+		dh, cpu, msgs := "", "", ""
 		if p.DecideHandler != nil {
 			dh = fmt.Sprintf("%.1f / %.1f ms", p.DecideHandler.P50, p.DecideHandler.P99)
 		}
 		if p.CPUMs > 0 {
 			cpu = fmt.Sprintf("%.2f ms", p.CPUMs)
 		}
-		fmt.Fprintf(tw, "%s lifecycles\t%.0f\t1/%.0f\t%.1f / %.1f ms\t%s\t%s\n", p.Name, p.PerSec, 1/p.Ratio, p.SubmitResult.P50, p.SubmitResult.P99, dh, cpu)
+		if p.Messages > 0 {
+			msgs = fmt.Sprintf("%.0f", p.Messages)
+		}
+		fmt.Fprintf(tw, "%s lifecycles\t%.0f\t1/%.0f\t%.1f / %.1f ms\t%s\t%s\t%s\n", p.Name, p.PerSec, 1/p.Ratio, p.SubmitResult.P50, p.SubmitResult.P99, dh, cpu, msgs)
 	}
 	tw.Flush()
 }

@@ -26,6 +26,9 @@ func TestBench_EmbeddedReportsBothPathsAgainstCAS(t *testing.T) {
 		assert.Greater(t, p.SubmitResult.P50, 0.0, p.Name)
 		assert.GreaterOrEqual(t, p.SubmitResult.Max, p.SubmitResult.P99, p.Name)
 		assert.Greater(t, p.CPUMs, 0.0, "%s: the process's CPU per lifecycle", p.Name)
+		// At least a submit, a claim and a report, each a request in and
+		// an answer out, and the KV writes they make.
+		assert.Greater(t, p.Messages, 8.0, "%s: the server's messages per lifecycle", p.Name)
 	}
 	assert.Equal(t, "approval", report.Paths[0].Name)
 	require.NotNil(t, report.Paths[0].DecideHandler, "the approval path times decision to handler")
