@@ -19,9 +19,14 @@ import (
 // CallIndex is a process's view of the tool_calls bucket, kept by one
 // watch of it (Follow), so that listing calls across conversations reads
 // memory rather than every entry in the bucket. It holds a small summary
-// of every call (what lists filter and sort on) and the whole entry only
-// of open calls; a finished call's entry is read from the bucket when a
-// page shows it. It only reads: gate is the bucket's one writer.
+// of every call (what lists filter and sort on) and the stored JSON only
+// of open calls, decoded when a page or a command asks for it; a finished
+// call's entry is read from the bucket when a page shows it. It only
+// reads: gate is the bucket's one writer.
+//
+// A KVStore given the index (WithIndex) starts commands on open calls
+// from the index's latest revision (Latest) and knows, without a read,
+// that a pendingId holds no entry yet (Absent).
 //
 // Its answers are as fresh as the caller's own writes: Current waits
 // until the index has applied everything the bucket's stream held when
@@ -61,14 +66,15 @@ type indexState struct {
 }
 
 // callSummary is what the index keeps of a call: all a list filters and
-// sorts on, and the entry while the call is open.
+// sorts on, and the entry's JSON at rev while the call is open.
 type callSummary struct {
 	id          string
 	requestedAt int64
 	status      machine.State
 	toolName    string
 	callerBotID string
-	open        *machine.Entry // nil once finished
+	rev         uint64
+	open        []byte // nil once finished
 	removed     bool
 }
 
@@ -154,18 +160,12 @@ func (st *indexState) apply(kve jetstream.KeyValueEntry, log *slog.Logger) {
 		}
 		return
 	}
-	var open *machine.Entry
+	var open []byte
 	if !head.Status.Terminal() {
-		e, err := decodeEntry(kve.Value())
-		if err != nil {
-			log.Warn("call index: unreadable entry, left out", "key", key, "revision", kve.Revision(), "err", err)
-			if old != nil {
-				st.remove(old)
-			}
-			return
-		}
-		e.Receipts = nil // lists answer without them (gate.Service.shown)
-		open = e
+		// Kept as stored, decoded when asked for: most revisions of an
+		// open call are followed by the next before anyone lists or
+		// decides it, and the JSON is a third of the decoded entry's size.
+		open = kve.Value()
 	}
 	if old != nil && old.requestedAt != head.RequestedAt {
 		st.remove(old) // its place in the order moved (never, as entries are written)
@@ -180,7 +180,7 @@ func (st *indexState) apply(kve jetstream.KeyValueEntry, log *slog.Logger) {
 	old.status = machine.State(st.intern(string(head.Status)))
 	old.toolName = st.intern(head.ToolName)
 	old.callerBotID = st.intern(head.CallerBotID)
-	old.open = open
+	old.rev, old.open = kve.Revision(), open
 }
 
 func (st *indexState) intern(s string) string {
@@ -246,7 +246,9 @@ type CallFilter struct {
 }
 
 // IndexedCall is one call of a page: its id, and its entry while it is
-// open (a copy of the index's). A finished call's entry is the bucket's.
+// open (the index's, without its receipts, which lists leave out). A
+// finished call's entry, or one the index could not decode, is the
+// bucket's.
 type IndexedCall struct {
 	PendingID string
 	Entry     *machine.Entry
@@ -255,11 +257,27 @@ type IndexedCall struct {
 // Page returns the first n calls f selects, in list order, and false
 // when the index is not synced.
 func (x *CallIndex) Page(f CallFilter, n int) ([]IndexedCall, bool) {
+	page, open, ok := x.page(f, n)
+	for i, data := range open {
+		if data == nil {
+			continue
+		}
+		if e, err := decodeEntry(data); err == nil {
+			e.Receipts = nil // lists answer without them (gate.Service.shown)
+			page[i].Entry = e
+		}
+	}
+	return page, ok
+}
+
+// page cuts a page under the lock, with the JSON of each open call on it,
+// for Page to decode without the lock.
+func (x *CallIndex) page(f CallFilter, n int) (page []IndexedCall, open [][]byte, ok bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	st := x.st
 	if st == nil {
-		return nil, false
+		return nil, nil, false
 	}
 	i := 0
 	if f.After {
@@ -270,7 +288,7 @@ func (x *CallIndex) Page(f CallFilter, n int) ([]IndexedCall, bool) {
 			return 1
 		})
 	}
-	page := []IndexedCall{}
+	page = []IndexedCall{}
 	for _, c := range st.order[i:] {
 		if len(page) == n {
 			break
@@ -279,14 +297,45 @@ func (x *CallIndex) Page(f CallFilter, n int) ([]IndexedCall, bool) {
 			f.CallerBotID != "" && c.callerBotID != f.CallerBotID {
 			continue
 		}
-		ic := IndexedCall{PendingID: c.id}
-		if c.open != nil {
-			e := *c.open
-			ic.Entry = &e
-		}
-		page = append(page, ic)
+		page = append(page, IndexedCall{PendingID: c.id})
+		open = append(open, c.open)
 	}
-	return page, true
+	return page, open, true
+}
+
+// Latest returns the latest revision of an open call the index holds, as
+// stored (receipts and all), and false when it holds none: the call is
+// finished, unknown, or the index is not synced. It may be behind the
+// bucket; a compare-and-set on the revision tells.
+func (x *CallIndex) Latest(pendingID string) (*machine.Entry, uint64, bool) {
+	x.mu.RLock()
+	var (
+		data []byte
+		rev  uint64
+	)
+	if x.st != nil {
+		if c := x.st.byID[pendingID]; c != nil {
+			data, rev = c.open, c.rev
+		}
+	}
+	x.mu.RUnlock()
+	if data == nil {
+		return nil, 0, false
+	}
+	e, err := decodeEntry(data)
+	if err != nil {
+		return nil, 0, false
+	}
+	return e, rev, true
+}
+
+// Absent reports whether the index, synced, holds no call under
+// pendingId: none was written up to what the index has applied, or it
+// was retired. A call written a moment ago may not be in it yet.
+func (x *CallIndex) Absent(pendingID string) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.st != nil && x.st.byID[pendingID] == nil
 }
 
 // Len returns how many calls the index holds, and false when it is not

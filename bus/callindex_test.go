@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -142,4 +143,47 @@ func TestCallIndex_NotSyncedSaysSo(t *testing.T) {
 	ok, err := x.Current(t.Context())
 	require.NoError(t, err)
 	assert.False(t, ok)
+}
+
+// TestKVStore_WithIndexStartsFromTheIndex: a store given the index knows
+// a pendingId it never wrote is free once the index is synced, and hands
+// a command the open entry the index holds at its revision (as stored,
+// receipts and all), and nothing of a finished one.
+func TestKVStore_WithIndexStartsFromTheIndex(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	x := bus.NewCallIndex(env.JS, env.KV)
+	store := bus.NewKVStore(env.KV).WithIndex(x)
+	open := indexEntry("open", 1, machine.StatePendingApproval)
+	open.ToolArguments = json.RawMessage(`{"to":"prod"}`)
+	open.Receipts = []machine.Receipt{{Seq: 1, Event: machine.EventAsk}}
+	assert.False(t, store.Absent(open.PendingID), "not synced: it cannot tell")
+
+	rev, err := env.Store.Create(ctx, open) // written by another process
+	require.NoError(t, err)
+	_, err = env.Store.Create(ctx, indexEntry("done", 2, machine.StateCompletedSuccess))
+	require.NoError(t, err)
+	follow(t, x)
+	current(t, x)
+
+	assert.True(t, store.Absent(machine.PendingID("idx", "new")))
+	assert.False(t, store.Absent(open.PendingID))
+	assert.False(t, store.Absent(machine.PendingID("idx", "done")))
+	got, gotRev, ok := store.Latest(open.PendingID)
+	require.True(t, ok)
+	assert.Equal(t, rev, gotRev)
+	assert.Equal(t, open, got)
+	_, _, ok = store.Latest(machine.PendingID("idx", "done"))
+	assert.False(t, ok, "a finished call is read from the bucket")
+
+	// A later revision, once the index has it, is the one handed out.
+	open.Status = machine.StateApproved
+	rev, err = env.Store.Update(ctx, open, rev)
+	require.NoError(t, err)
+	current(t, x)
+	got, gotRev, ok = store.Latest(open.PendingID)
+	require.True(t, ok)
+	assert.Equal(t, rev, gotRev)
+	assert.Equal(t, machine.StateApproved, got.Status)
 }

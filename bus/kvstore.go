@@ -19,6 +19,7 @@ import (
 type KVStore struct {
 	kv     jetstream.KeyValue
 	recent recentEntries
+	index  *CallIndex // nil: none (WithIndex)
 }
 
 var _ machine.RecentStore = (*KVStore)(nil)
@@ -81,8 +82,27 @@ func (s *KVStore) Recent(pendingID string, revision uint64) (*machine.Entry, boo
 	return e, ok && rev == revision
 }
 
-// Latest implements machine.RecentStore.
+// Latest implements machine.RecentStore: the later of the entry this
+// store wrote last and the open one its index holds.
 func (s *KVStore) Latest(pendingID string) (*machine.Entry, uint64, bool) {
+	e, rev, ok := s.written(pendingID)
+	if s.index != nil {
+		if ie, irev, iok := s.index.Latest(pendingID); iok && irev > rev {
+			return ie, irev, true
+		}
+	}
+	return e, rev, ok
+}
+
+// Absent implements machine.AbsenceStore: the index, synced, holds no
+// call under pendingId.
+func (s *KVStore) Absent(pendingID string) bool {
+	return s.index != nil && s.index.Absent(pendingID)
+}
+
+// written is the entry this store wrote last under pendingId, if it
+// remembers it.
+func (s *KVStore) written(pendingID string) (*machine.Entry, uint64, bool) {
 	s.recent.mu.Lock()
 	defer s.recent.mu.Unlock()
 	r, ok := s.recent.m[pendingID]
@@ -98,6 +118,14 @@ func (s *KVStore) Latest(pendingID string) (*machine.Entry, uint64, bool) {
 
 // NewKVStore returns a Store over kv.
 func NewKVStore(kv jetstream.KeyValue) *KVStore { return &KVStore{kv: kv} }
+
+// WithIndex has s start commands on open calls from x's latest revision
+// of them, and skip the read of a submit whose pendingId x does not hold,
+// while x follows kv (CallIndex.Follow). It returns s.
+func (s *KVStore) WithIndex(x *CallIndex) *KVStore {
+	s.index = x
+	return s
+}
 
 // Create implements machine.Store.
 func (s *KVStore) Create(ctx context.Context, e *machine.Entry) (uint64, error) {

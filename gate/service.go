@@ -88,7 +88,8 @@ type limits interface {
 
 // New returns the Service over cfg's buckets.
 func New(cfg Config) *Service {
-	calls := bus.NewKVStore(cfg.Buckets.Calls)
+	index := newCallIndex(cfg)
+	calls := bus.NewKVStore(cfg.Buckets.Calls).WithIndex(index)
 	opts := []machine.Option{}
 	if cfg.Policy != nil {
 		opts = append(opts, machine.WithEvaluator(cfg.Policy))
@@ -114,7 +115,7 @@ func New(cfg Config) *Service {
 		masker:     mk,
 		m:          machine.New(calls, opts...),
 		calls:      calls,
-		index:      newCallIndex(cfg),
+		index:      index,
 		policies:   bus.NewPolicyStore(cfg.Buckets.Policies),
 		grants:     grants,
 		budgets:    bus.NewBudgetLedger(cfg.Buckets.Budgets),

@@ -94,3 +94,99 @@ func TestClaimAt_StartsFromTheRememberedRevisionAndIsRightWhenItIsStale(t *testi
 	assert.Equal(t, machine.StateExecuting, got.Status)
 	assert.Equal(t, before+1, store.gets.Load())
 }
+
+// TestIndexedStore_SubmitAndDecideWithoutReads: with the index of the
+// bucket, a new call is written with no read before, and a decision
+// starts from the index's revision: one compare-and-set. What the index
+// holds may be behind; a decision then acts on the entry as it is (a
+// call cancelled elsewhere is not approved), and a retry of a call the
+// index does not hold yet is still that call.
+func TestIndexedStore_SubmitAndDecideWithoutReads(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	x := bus.NewCallIndex(env.JS, env.KV)
+	follow(t, x)
+	store := &countingStore{KVStore: bus.NewKVStore(env.KV).WithIndex(x)}
+	m := machine.New(store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}))
+	other := machine.New(bus.NewKVStore(env.KV))
+	current := func() {
+		ok, err := x.Current(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+
+	e, err := m.Submit(ctx, call("indexed", "new"))
+	require.NoError(t, err)
+	assert.Zero(t, store.gets.Load(), "a pendingId the index does not hold is written at once")
+	current()
+	again, err := m.Submit(ctx, call("indexed", "new"))
+	require.NoError(t, err)
+	assert.Equal(t, e.RequestedAt, again.RequestedAt, "a retry is the call")
+	assert.Equal(t, int64(1), store.gets.Load(), "the index holds it: read, not evaluated again")
+
+	before := store.gets.Load()
+	got, err := m.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateApproved, got.Status)
+	assert.Equal(t, before, store.gets.Load(), "decided from the index's revision, no read")
+
+	// The index a revision behind: the decision is asked of the entry
+	// as it is now.
+	stale, err := m.Submit(ctx, call("indexed", "cancelled"))
+	require.NoError(t, err)
+	current()
+	frozen := &frozenIndex{countingStore: store}
+	frozen.e, frozen.rev, _ = store.Latest(stale.PendingID)
+	require.NotNil(t, frozen.e)
+	_, err = other.Cancel(ctx, stale.PendingID, "system", "stopped")
+	require.NoError(t, err)
+	_, err = machine.New(frozen).Decide(ctx, stale.PendingID, machine.Decision{Approve: true, By: "alice"})
+	var te *machine.TransitionError
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, machine.StateCancelled, te.Entry.Status)
+
+	// A retry the index does not hold yet: the create is refused and the
+	// call read.
+	lagging := machine.New(neverHeldOf{store}, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}))
+	racing, err := other.Submit(ctx, call("indexed", "raced"))
+	require.NoError(t, err)
+	got, err = lagging.Submit(ctx, call("indexed", "raced"))
+	require.NoError(t, err)
+	assert.Equal(t, racing.RequestedAt, got.RequestedAt)
+}
+
+// frozenIndex hands out one remembered revision of an entry, whatever
+// the bucket holds since.
+type frozenIndex struct {
+	*countingStore
+	e   *machine.Entry
+	rev uint64
+}
+
+func (f *frozenIndex) Latest(id string) (*machine.Entry, uint64, bool) {
+	if f.e == nil || f.e.PendingID != id {
+		return nil, 0, false
+	}
+	e := *f.e
+	return &e, f.rev, true
+}
+
+// neverHeldOf is a store whose index is behind every write.
+type neverHeldOf struct{ *countingStore }
+
+func (neverHeldOf) Absent(string) bool { return true }
+
+// follow runs x.Follow until the test ends and waits until it has read
+// the bucket.
+func follow(t *testing.T, x *bus.CallIndex) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Follow(ctx, bustest.Logger()) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	require.Eventually(t, x.Synced, 10*time.Second, 5*time.Millisecond)
+}

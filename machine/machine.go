@@ -64,10 +64,14 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 		return nil, fmt.Errorf("submit: %w", err)
 	}
 	id := PendingID(c.ConversationID, c.ToolCallID)
-	if e, _, err := m.store.Get(ctx, id); err == nil {
-		return SameCall(e, c)
-	} else if !errors.Is(err, ErrNotFound) {
-		return nil, fmt.Errorf("submit %s: %w", id, err)
+	// A retry of a call is answered with the call, before the policy
+	// takes a budget's or a rate limit's share for it again.
+	if abs, ok := m.store.(AbsenceStore); !ok || !abs.Absent(id) {
+		if e, _, err := m.store.Get(ctx, id); err == nil {
+			return SameCall(e, c)
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("submit %s: %w", id, err)
+		}
 	}
 	v, err := m.eval.Evaluate(ctx, c)
 	if err != nil {
@@ -589,8 +593,10 @@ func (m *Machine) transition(ctx context.Context, pendingID string, ev Event, ac
 
 // transitionBy is transition for a command whose event (and the reason it
 // records) depends on the entry as it is read: each attempt chooses again.
+// It starts from the latest revision the store remembers, if any (a
+// RecentStore: the entry it wrote last, or its index's).
 func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error) (*Entry, error) {
-	return m.transitionFrom(ctx, pendingID, 0, choose, actor, apply)
+	return m.transitionFrom(ctx, pendingID, latestRemembered, choose, actor, apply)
 }
 
 // latestRemembered, as transitionFrom's hint, starts from the latest

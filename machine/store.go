@@ -17,10 +17,12 @@ type Store interface {
 	ListConversation(ctx context.Context, conversationID string) ([]*Entry, error)
 }
 
-// RecentStore is a Store that remembers some of the entries it wrote
-// lately (bus.KVStore: the runnable ones), each at its revision: a
-// command that names the revision it expects an entry at (ClaimAt)
-// starts from the remembered one.
+// RecentStore is a Store that remembers some entries, each at its
+// revision (bus.KVStore: the runnable ones it wrote lately, and with the
+// index of the bucket every open one): a command that names the revision
+// it expects an entry at (ClaimAt) starts from the remembered one, and
+// the others from the latest remembered. A compare-and-set on that
+// revision tells whether it is still the entry.
 type RecentStore interface {
 	Store
 	// Recent returns the entry at revision if it is remembered, a copy
@@ -29,4 +31,13 @@ type RecentStore interface {
 	// Latest returns the latest revision of the entry remembered, if
 	// any: a copy, and its revision.
 	Latest(pendingID string) (*Entry, uint64, bool)
+}
+
+// An AbsenceStore knows, of some pendingIds, without a read, that no
+// entry holds them (bus.KVStore with the index of the bucket): a submit
+// of a new call then writes it without reading first. It may not know
+// of an entry written a moment ago; a submit of that call finds it when
+// its create is refused.
+type AbsenceStore interface {
+	Absent(pendingID string) bool
 }
