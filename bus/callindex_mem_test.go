@@ -67,11 +67,15 @@ func BenchmarkCallIndexMemory(b *testing.B) {
 				b.StopTimer()
 				runtime.GC()
 				runtime.ReadMemStats(&after)
-				// The keys are the messages' strings, which the watch
-				// allocates per message and the index keeps: count them.
+				// The keys are the messages' strings, and an open call's
+				// value its JSON, which the watch allocates per message
+				// and the index keeps: count them.
 				keys := 0
 				for _, m := range msgs {
 					keys += len(m.key)
+					if !status.Terminal() {
+						keys += len(m.value)
+					}
 				}
 				perEntry = (float64(after.HeapAlloc) - float64(before.HeapAlloc) + float64(keys)) / n
 				runtime.KeepAlive(st)
