@@ -70,8 +70,10 @@ type awaitConfig struct {
 	// find it is a read from behind the write, not an answer.
 	submitted time.Time
 	// start, when set, is the entry the submit answered with: Await
-	// starts from it rather than from a read (it reads once subscribed).
+	// starts from it rather than from a read (it reads once subscribed,
+	// unless watch was subscribed before the submit).
 	start *machine.Entry
+	watch *entryWatch
 }
 
 // UntilFinished makes Await wait past the approval until the call has run
@@ -112,7 +114,7 @@ func UntilFinished() AwaitOption { return func(c *awaitConfig) { c.untilFinished
 // request API at all.
 func (c *Client) Await(ctx context.Context, pendingID string, opts ...AwaitOption) (Outcome, error) {
 	var cfg awaitConfig
-	cfg.submitted, cfg.start = c.submitted.when(pendingID)
+	cfg.submitted, cfg.start, cfg.watch = c.submitted.take(pendingID)
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -162,6 +164,15 @@ func await(ctx context.Context, nc *nats.Conn, read ReadFunc, pendingID string, 
 			_ = sub.Unsubscribe()
 		}
 	}()
+	if w := cfg.watch; w != nil {
+		if cfg.start != nil && nc.Stats().Reconnects == w.reconnects {
+			// Subscribed before the submit and connected since: every
+			// revision after the submit's answer is announced to it.
+			sub, updates = w.sub, w.updates
+		} else {
+			_ = w.sub.Unsubscribe()
+		}
+	}
 	// Starting from the submit's answer saves a read: the one made once
 	// subscribed finds whatever happened since. (Revision 0: any
 	// announcement is at least as new.)
@@ -315,9 +326,10 @@ type recentSubmits struct {
 type recentSubmit struct {
 	at    time.Time
 	entry *machine.Entry
+	watch *entryWatch // nil: none, or taken
 }
 
-func (r *recentSubmits) add(e *machine.Entry) {
+func (r *recentSubmits) add(e *machine.Entry, w *entryWatch) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -332,18 +344,61 @@ func (r *recentSubmits) add(e *machine.Entry) {
 		}
 		r.prune = 2 * len(r.at)
 	}
-	r.at[e.PendingID] = recentSubmit{at: now, entry: e}
+	r.at[e.PendingID] = recentSubmit{at: now, entry: e, watch: w}
 }
 
-// when returns when pendingID was submitted lately and what the submit
-// answered, or the zero time and nil.
-func (r *recentSubmits) when(pendingID string) (time.Time, *machine.Entry) {
+// take returns when pendingID was submitted lately, what the submit
+// answered and the watch made before it, if still there (the first
+// Await takes it), or the zero time and nils.
+func (r *recentSubmits) take(pendingID string) (time.Time, *machine.Entry, *entryWatch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s, ok := r.at[pendingID]; ok && time.Since(s.at) <= readYourWrites {
-		return s.at, s.entry
+	s, ok := r.at[pendingID]
+	if !ok || time.Since(s.at) > readYourWrites {
+		return time.Time{}, nil, nil
 	}
-	return time.Time{}, nil
+	w := s.watch
+	s.watch = nil
+	r.at[pendingID] = s
+	if !w.take() {
+		w = nil
+	}
+	return s.at, s.entry, w
+}
+
+// entryWatch is a subscription to one call's revisions made before its
+// submit was sent (Client.watchBefore). Await takes it; one nobody takes
+// within readYourWrites is let go.
+type entryWatch struct {
+	sub        *nats.Subscription
+	updates    chan *nats.Msg
+	reconnects uint64 // the connection's when it subscribed
+	expiry     *time.Timer
+}
+
+// newEntryWatch subscribes to subject, or returns nil if it cannot.
+func newEntryWatch(nc *nats.Conn, subject string) *entryWatch {
+	w := &entryWatch{updates: make(chan *nats.Msg, 64), reconnects: nc.Stats().Reconnects}
+	sub, err := nc.ChanSubscribe(subject, w.updates)
+	if err != nil {
+		return nil
+	}
+	w.sub = sub
+	w.expiry = time.AfterFunc(readYourWrites, func() { _ = sub.Unsubscribe() })
+	return w
+}
+
+// take makes the watch the caller's to unsubscribe, and reports false if
+// it was let go already. A nil watch is never taken.
+func (w *entryWatch) take() bool {
+	return w != nil && w.expiry.Stop()
+}
+
+// release lets go of a watch nobody will take.
+func (w *entryWatch) release() {
+	if w.take() {
+		_ = w.sub.Unsubscribe()
+	}
 }
 
 // Request submits call and awaits its answer: Submit, then Await.
@@ -359,6 +414,10 @@ func (c *Client) Request(ctx context.Context, call machine.Call, opts ...AwaitOp
 	// A denial (or a retried submit of a finished call) is answered by
 	// the entry Submit returned; no need to watch.
 	if a := answer(e, cfg, time.Now()); a.done {
+		_, _, w := c.submitted.take(e.PendingID)
+		if w != nil {
+			_ = w.sub.Unsubscribe()
+		}
 		return a.out, a.err
 	}
 	return c.Await(ctx, e.PendingID, opts...)

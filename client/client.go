@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,6 +35,10 @@ type Client struct {
 	// submitted are the calls submitted lately, for Await's
 	// read-your-writes.
 	submitted recentSubmits
+	// caller is the name toolgate knows this client's credential by,
+	// learned from the first submit it answered: the subject of its
+	// calls' revisions (wire.EntrySubject).
+	caller atomic.Pointer[string]
 }
 
 // Option configures a Client.
@@ -192,13 +197,45 @@ func (c *Client) attempt(ctx context.Context, endpoint string, data []byte, out 
 // *RejectedError). Submitting the same ToolCallID in the same conversation
 // again returns the entry already there: retrying is safe.
 func (c *Client) Submit(ctx context.Context, call machine.Call) (*machine.Entry, error) {
+	w := c.watchBefore(call)
 	var e machine.Entry
 	if err := c.request(ctx, wire.EndpointSubmit, call, &e); err != nil {
+		w.release()
 		return nil, err
 	}
+	if call.CallerBotID == "" && c.caller.Load() == nil {
+		name := e.CallerBotID
+		c.caller.Store(&name)
+	}
 	start := e // Await's, apart from the caller's
-	c.submitted.add(&start)
+	c.submitted.add(&start, w)
 	return &e, nil
+}
+
+// watchBefore subscribes to the revisions of the call about to be
+// submitted, when its pendingId and caller are known before it is (a
+// ToolCallID given, and this client's name learned): NATS keeps a
+// connection's order, so the subscription is in place before the submit
+// is handled, and Await, starting from the submit's answer, hears every
+// later revision without reading the entry again. Nil otherwise; Await
+// then subscribes and reads.
+func (c *Client) watchBefore(call machine.Call) *entryWatch {
+	if call.ToolCallID == "" || call.ConversationID == "" {
+		return nil
+	}
+	caller := call.CallerBotID
+	if caller == "" {
+		name := c.caller.Load()
+		if name == nil {
+			return nil
+		}
+		caller = *name
+	}
+	id := machine.PendingID(call.ConversationID, call.ToolCallID)
+	if !machine.ValidPendingID(id) {
+		return nil
+	}
+	return newEntryWatch(c.nc, wire.EntrySubject(caller, id))
 }
 
 // Get returns one entry.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -400,4 +401,69 @@ func TestAwait_ManyAgentsOneDecisionEach(t *testing.T) {
 		}
 	}
 	assert.EqualValues(t, n/2, approved.Load())
+}
+
+// TestAwait_AfterItsSubmitReadsNothing: once a client knows its name (its
+// first submit's answer), it subscribes to a call's revisions before
+// submitting it, so Await, after the submit, hears what happened since
+// without reading the entry: here a decision made before Await began.
+// A call it did not submit is read, as before.
+func TestAwait_AfterItsSubmitReadsNothing(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "")
+	ctx := t.Context()
+	_, agent := g.ConnectAs(t, "agent")
+	spy, _ := g.ConnectAs(t, g.Creds())
+	gets, err := spy.SubscribeSync(wire.APISubject(wire.EndpointGet))
+	require.NoError(t, err)
+	require.NoError(t, spy.Flush())
+	readsOf := func(id string) int {
+		require.NoError(t, spy.Flush())
+		n := 0
+		for {
+			msg, err := gets.NextMsg(100 * time.Millisecond)
+			if err != nil {
+				return n
+			}
+			if strings.Contains(string(msg.Data), id) {
+				n++
+			}
+		}
+	}
+	call := func(id string) machine.Call {
+		return machine.Call{ToolCallID: id, ToolName: "Bash", Arguments: json.RawMessage(`{"command":"rm -r build"}`), ConversationID: "watched"}
+	}
+
+	first, err := agent.Submit(ctx, call("first"))
+	require.NoError(t, err)
+	second, err := agent.Submit(ctx, call("second"))
+	require.NoError(t, err)
+	require.Equal(t, machine.StatePendingApproval, second.Status)
+	_, err = g.c.Decide(ctx, second.PendingID, client.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	out, err := agent.Await(ctx, second.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, client.Approved, out.Kind)
+	assert.Equal(t, "alice", out.By)
+	assert.Zero(t, readsOf(second.PendingID), "subscribed before its submit: nothing to read")
+
+	// The first submit taught the client its name only in its answer:
+	// Await subscribes then, and reads.
+	_, err = g.c.Decide(ctx, first.PendingID, client.Decision{Approve: true, By: "bob"})
+	require.NoError(t, err)
+	out, err = agent.Await(ctx, first.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, "bob", out.By)
+	assert.Equal(t, 1, readsOf(first.PendingID))
+
+	// A call nobody awaits: its subscription goes a few seconds after.
+	nc, lone := g.ConnectAs(t, "agent")
+	_, err = lone.Submit(ctx, call("taught"))
+	require.NoError(t, err)
+	before := nc.NumSubscriptions()
+	_, err = lone.Submit(ctx, call("unawaited"))
+	require.NoError(t, err)
+	assert.Equal(t, before+1, nc.NumSubscriptions())
+	require.Eventually(t, func() bool { return nc.NumSubscriptions() == before }, 15*time.Second, 50*time.Millisecond,
+		"the subscription made for Await is let go")
 }
