@@ -304,10 +304,11 @@ func (x *CallIndex) page(f CallFilter, n int) (page []IndexedCall, open [][]byte
 }
 
 // Latest returns the latest revision of an open call the index holds, as
-// stored (receipts and all), and false when it holds none: the call is
-// finished, unknown, or the index is not synced. It may be behind the
-// bucket; a compare-and-set on the revision tells.
-func (x *CallIndex) Latest(pendingID string) (*machine.Entry, uint64, bool) {
+// stored (receipts and all), if it is after the revision given, and false
+// when it holds none: the call is finished, unknown, or the index is not
+// synced. It may be behind the bucket; a compare-and-set on the revision
+// tells.
+func (x *CallIndex) Latest(pendingID string, after uint64) (*machine.Entry, uint64, bool) {
 	x.mu.RLock()
 	var (
 		data []byte
@@ -319,7 +320,7 @@ func (x *CallIndex) Latest(pendingID string) (*machine.Entry, uint64, bool) {
 		}
 	}
 	x.mu.RUnlock()
-	if data == nil {
+	if data == nil || rev <= after {
 		return nil, 0, false
 	}
 	e, err := decodeEntry(data)

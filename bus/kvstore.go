@@ -87,7 +87,7 @@ func (s *KVStore) Recent(pendingID string, revision uint64) (*machine.Entry, boo
 func (s *KVStore) Latest(pendingID string) (*machine.Entry, uint64, bool) {
 	e, rev, ok := s.written(pendingID)
 	if s.index != nil {
-		if ie, irev, iok := s.index.Latest(pendingID); iok && irev > rev {
+		if ie, irev, iok := s.index.Latest(pendingID, rev); iok {
 			return ie, irev, true
 		}
 	}
