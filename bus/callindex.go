@@ -3,7 +3,6 @@ package bus
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,19 +84,28 @@ func NewCallIndex(js jetstream.JetStream, kv jetstream.KeyValue) *CallIndex {
 	return &CallIndex{js: js, kv: kv}
 }
 
-// Follow keeps the index current until ctx ends, watching the bucket
-// again after a failure; meanwhile the index is not synced.
+// Follow keeps the index current until ctx ends, from a watch of its
+// own (a process with other views of the bucket shares one: View),
+// watching the bucket again after a failure; meanwhile the index is not
+// synced.
 func (x *CallIndex) Follow(ctx context.Context, log *slog.Logger) error {
-	return followBucket(ctx, log, "call index", x.kv, x.unsync, func() (func(jetstream.KeyValueEntry), func()) {
+	f := NewCallsFeed(x.kv)
+	f.Add(x.View(log))
+	return f.Run(ctx, log)
+}
+
+// View is the index as a view of a CallsFeed.
+func (x *CallIndex) View(log *slog.Logger) CallsView {
+	return CallsView{Name: "call index", Unsync: x.unsync, Start: func() (func(CallRevision), func()) {
 		// Built aside while the bucket is read, swapped in when it is.
 		loading := &indexState{byID: map[string]*callSummary{}, strs: map[string]string{}, loading: true}
-		apply := func(kve jetstream.KeyValueEntry) {
+		apply := func(r CallRevision) {
 			if loading != nil {
-				loading.apply(kve, log)
+				loading.apply(r, log)
 				return
 			}
 			x.mu.Lock()
-			x.st.apply(kve, log)
+			x.st.apply(r, log)
 			x.wakeLocked()
 			x.mu.Unlock()
 		}
@@ -110,7 +118,7 @@ func (x *CallIndex) Follow(ctx context.Context, log *slog.Logger) error {
 			loading = nil
 		}
 		return apply, loaded
-	})
+	}}
 }
 
 func (x *CallIndex) unsync() {
@@ -136,25 +144,20 @@ func (x *CallIndex) Synced() bool {
 }
 
 // apply records one message of the bucket's stream.
-func (st *indexState) apply(kve jetstream.KeyValueEntry, log *slog.Logger) {
-	st.applied = max(st.applied, kve.Revision())
-	key := kve.Key()
+func (st *indexState) apply(r CallRevision, log *slog.Logger) {
+	st.applied = max(st.applied, r.Revision)
+	key := r.Key
 	old := st.byID[key]
-	if kve.Operation() != jetstream.KeyValuePut {
+	if r.Op != jetstream.KeyValuePut {
 		// Deleted or purged (a retired call): gone from lists.
 		if old != nil {
 			st.remove(old)
 		}
 		return
 	}
-	var head struct {
-		RequestedAt int64         `json:"requestedAt"`
-		Status      machine.State `json:"status"`
-		ToolName    string        `json:"toolName"`
-		CallerBotID string        `json:"callerBotId"`
-	}
-	if err := json.Unmarshal(kve.Value(), &head); err != nil {
-		log.Warn("call index: unreadable entry, left out", "key", key, "revision", kve.Revision(), "err", err)
+	head := r.Head
+	if head == nil {
+		log.Warn("call index: unreadable entry, left out", "key", key, "revision", r.Revision, "err", r.Err)
 		if old != nil {
 			st.remove(old)
 		}
@@ -165,7 +168,7 @@ func (st *indexState) apply(kve jetstream.KeyValueEntry, log *slog.Logger) {
 		// Kept as stored, decoded when asked for: most revisions of an
 		// open call are followed by the next before anyone lists or
 		// decides it, and the JSON is a third of the decoded entry's size.
-		open = kve.Value()
+		open = r.Value
 	}
 	if old != nil && old.requestedAt != head.RequestedAt {
 		st.remove(old) // its place in the order moved (never, as entries are written)
@@ -180,7 +183,7 @@ func (st *indexState) apply(kve jetstream.KeyValueEntry, log *slog.Logger) {
 	old.status = machine.State(st.intern(string(head.Status)))
 	old.toolName = st.intern(head.ToolName)
 	old.callerBotID = st.intern(head.CallerBotID)
-	old.rev, old.open = kve.Revision(), open
+	old.rev, old.open = r.Revision, open
 }
 
 func (st *indexState) intern(s string) string {

@@ -61,7 +61,7 @@ func BenchmarkCallIndexMemory(b *testing.B) {
 				b.StartTimer()
 				st := &indexState{byID: map[string]*callSummary{}, strs: map[string]string{}, loading: true}
 				for _, m := range msgs {
-					st.apply(m, log)
+					st.apply(callRevision(m), log)
 				}
 				st.loaded()
 				b.StopTimer()

@@ -43,7 +43,7 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 	m.Notification("c", "r")
 	m.TransitionConflict("e")
 	m.Requeues.WithLabelValues("r").Inc()
-	pending := NewPendingApprovals(nil)
+	pending := NewPendingApprovals()
 	pending.counts["team"] = 1
 	reg.MustRegister(pending)
 	lag := NewConsumerLag(nil, slog.New(slog.DiscardHandler))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/wire"
 	"golang.org/x/sync/errgroup"
@@ -22,6 +23,10 @@ type ExporterConfig struct {
 	// with rate(), for which starting from zero is right; replaying the
 	// stream is for tests and one-off inspection.
 	FromStart bool
+	// Feed, when set, is the process's shared watch of the tool_calls
+	// bucket, which the pending-approvals gauge then follows (the process
+	// runs it); otherwise the exporter watches the bucket itself.
+	Feed *bus.CallsFeed
 }
 
 // Exporter keeps a process's toolgate_* metrics up to date: an ordered
@@ -34,6 +39,7 @@ type Exporter struct {
 	log     *slog.Logger
 	metrics *Metrics
 	pending *PendingApprovals
+	feed    *bus.CallsFeed // the exporter's own, when it runs one
 
 	seq   atomic.Uint64 // stream sequence of the last event counted
 	ready chan struct{}
@@ -48,14 +54,21 @@ func NewExporter(js jetstream.JetStream, calls jetstream.KeyValue, reg prometheu
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	pending := NewPendingApprovals(calls)
+	pending := NewPendingApprovals()
 	pending.labels = &m.labels
+	var own *bus.CallsFeed
+	feed := cfg.Feed
+	if feed == nil {
+		own = bus.NewCallsFeed(calls)
+		feed = own
+	}
+	feed.Add(pending.View())
 	for _, c := range []prometheus.Collector{pending, NewConsumerLag(js, log)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
-	return &Exporter{js: js, cfg: cfg, log: log, metrics: m, pending: pending, ready: make(chan struct{})}, nil
+	return &Exporter{js: js, cfg: cfg, log: log, metrics: m, pending: pending, feed: own, ready: make(chan struct{})}, nil
 }
 
 // Metrics returns the counters the exporter feeds.
@@ -80,7 +93,9 @@ func (x *Exporter) Run(ctx context.Context) error {
 			return x.countEvents(ctx, func() { once.Do(func() { close(consuming) }) })
 		})
 	})
-	g.Go(func() error { return consumer.RunRestarting(gctx, x.log, "metrics: pending approvals", x.pending.Run) })
+	if x.feed != nil {
+		g.Go(func() error { return x.feed.Run(gctx, x.log) })
+	}
 	g.Go(func() error {
 		for _, c := range []<-chan struct{}{consuming, x.pending.Synced()} {
 			select {

@@ -1,14 +1,12 @@
 package metrics
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -16,39 +14,35 @@ import (
 // waiting for a human, per team, across every replica. It is computed from
 // the tool_calls bucket, not from one process's counters, so that every
 // replica reports the same number and a restart loses nothing. A KV watch
-// of every key keeps it up to date as entries are written; a scrape only
-// reads what the watch has gathered.
+// of every key keeps it up to date as entries are written (the process's
+// CallsFeed: View); a scrape only reads what the watch has gathered.
 //
 // Its team label is, like the counters', a team the policy names or
 // OtherLabel, chosen when scraped: a policy change regroups the teams at
 // the next scrape.
 type PendingApprovals struct {
-	kv     jetstream.KeyValue
 	desc   *prometheus.Desc
 	labels *labels // the Metrics' (NewExporter); nil: every team is other
 
-	mu     sync.Mutex
-	byKey  map[string]string // pendingId → team, for entries pending approval
-	counts map[string]int    // team → pending, for teams with any
-	shown  map[string]bool   // labels once reported, which stay, at 0
-	synced chan struct{}     // closed once the watch has read every key
-	once   sync.Once         // Run may start again after a failure
+	mu sync.Mutex
+	pendingCounts
+	shown  map[string]bool // labels once reported, which stay, at 0
+	synced chan struct{}   // closed once the watch has read every key
+	once   sync.Once
 }
 
 var _ prometheus.Collector = (*PendingApprovals)(nil)
 
-// NewPendingApprovals returns the gauge over the tool_calls bucket; Run
-// feeds it.
-func NewPendingApprovals(calls jetstream.KeyValue) *PendingApprovals {
+// NewPendingApprovals returns the gauge; a CallsFeed of the tool_calls
+// bucket feeds it (View).
+func NewPendingApprovals() *PendingApprovals {
 	return &PendingApprovals{
-		kv: calls,
 		desc: prometheus.NewDesc(NamePendingApprovals,
 			"Calls waiting for a human's decision (PENDING_APPROVAL), by team, read from the store: every replica reports the fleet's number.",
 			[]string{"team"}, nil),
-		byKey:  map[string]string{},
-		counts: map[string]int{},
-		shown:  map[string]bool{},
-		synced: make(chan struct{}),
+		pendingCounts: *newPendingCounts(),
+		shown:         map[string]bool{},
+		synced:        make(chan struct{}),
 	}
 }
 
@@ -56,57 +50,55 @@ func NewPendingApprovals(calls jetstream.KeyValue) *PendingApprovals {
 // started.
 func (p *PendingApprovals) Synced() <-chan struct{} { return p.synced }
 
-// pendingFields is all the gauge reads of an entry.
-type pendingFields struct {
-	Status machine.State `json:"status"`
-	Team   string        `json:"team"`
-}
-
-// Run watches the bucket until ctx ends, or until the watch fails. Run
-// again, it reads every key again, which corrects what it missed.
-func (p *PendingApprovals) Run(ctx context.Context) error {
-	w, err := p.kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("pending approvals: watch %s: %w", p.kv.Bucket(), err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case kve, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("pending approvals: watch of %s stopped", p.kv.Bucket())
+// View is the gauge as a view of a CallsFeed: each life of the feed
+// counts the bucket afresh, aside, and the count replaces the gauge's
+// once the bucket is read, correcting whatever the last life missed.
+func (p *PendingApprovals) View() bus.CallsView {
+	return bus.CallsView{Name: "pending approvals", Unsync: func() {}, Start: func() (func(bus.CallRevision), func()) {
+		loading := newPendingCounts()
+		apply := func(r bus.CallRevision) {
+			if loading != nil {
+				loading.update(r)
+				return
 			}
-			if kve == nil {
-				p.once.Do(func() { close(p.synced) })
-				continue
-			}
-			p.update(kve)
+			p.mu.Lock()
+			p.pendingCounts.update(r)
+			p.mu.Unlock()
 		}
-	}
+		loaded := func() {
+			p.mu.Lock()
+			p.pendingCounts = *loading
+			p.mu.Unlock()
+			loading = nil
+			p.once.Do(func() { close(p.synced) })
+		}
+		return apply, loaded
+	}}
 }
 
-func (p *PendingApprovals) update(kve jetstream.KeyValueEntry) {
-	var f pendingFields
-	pending := kve.Operation() == jetstream.KeyValuePut &&
-		json.Unmarshal(kve.Value(), &f) == nil && f.Status == machine.StatePendingApproval
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if team, ok := p.byKey[kve.Key()]; ok {
-		delete(p.byKey, kve.Key())
+// pendingCounts are the calls pending approval, by key and by team.
+type pendingCounts struct {
+	byKey  map[string]string // pendingId → team, for entries pending approval
+	counts map[string]int    // team → pending, for teams with any
+}
+
+func newPendingCounts() *pendingCounts {
+	return &pendingCounts{byKey: map[string]string{}, counts: map[string]int{}}
+}
+
+func (c *pendingCounts) update(r bus.CallRevision) {
+	pending := r.Op == jetstream.KeyValuePut && r.Head != nil && r.Head.Status == machine.StatePendingApproval
+	if team, ok := c.byKey[r.Key]; ok {
+		delete(c.byKey, r.Key)
 		// A team with none pending is forgotten: teams are the agents'
 		// to name, and would otherwise pile up here.
-		if p.counts[team]--; p.counts[team] <= 0 {
-			delete(p.counts, team)
+		if c.counts[team]--; c.counts[team] <= 0 {
+			delete(c.counts, team)
 		}
 	}
 	if pending {
-		p.byKey[kve.Key()] = f.Team
-		p.counts[f.Team]++
+		c.byKey[r.Key] = r.Head.Team
+		c.counts[r.Head.Team]++
 	}
 }
 

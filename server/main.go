@@ -308,8 +308,19 @@ func (m *Main) Run(ctx context.Context) error {
 		// These submit calls: match them against grants in memory.
 		g.Go(func() error { return d.grants.Follow(ctx, m.Log) })
 		// And serve lists: page through an index of the calls in memory.
-		g.Go(func() error { return d.gate.FollowCalls(ctx, m.Log) })
+		d.feed.Add(d.gate.CallsView(m.Log))
 	}
+	for _, r := range roles {
+		if r.prepare == nil || !slices.Contains(names, r.name) {
+			continue
+		}
+		if err := r.prepare(d, m.Log.With("role", r.name)); err != nil {
+			return fmt.Errorf("role %s: %w", r.name, err)
+		}
+	}
+	// The views of tool_calls the roles keep in memory are all in: one
+	// watch of the bucket feeds them.
+	g.Go(func() error { return d.feed.Run(ctx, m.Log) })
 	for _, r := range roles {
 		if !slices.Contains(names, r.name) {
 			continue
@@ -374,6 +385,13 @@ type deps struct {
 	engine   *policy.Engine
 	policies *bus.PolicyStore
 	grants   *bus.GrantStore // followed by processes that evaluate the policy
+	// feed is the process's one watch of tool_calls, for the views of it
+	// the roles keep (the call index, the timer's deadlines, the pending
+	// gauge); the roles' prepare add them.
+	feed *bus.CallsFeed
+	// Built by the roles' prepare, before the feed starts.
+	timer    *worker.Timer
+	exporter *metrics.Exporter
 	// analytics reads the analytics bucket (reports; the analytics role
 	// keeps it).
 	analytics *analytics.Analytics
@@ -461,7 +479,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{analytics: an, cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
+	return &deps{feed: bus.NewCallsFeed(b.Calls), analytics: an, cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
 }
 
 // connect starts the embedded server, or dials the configured ones.

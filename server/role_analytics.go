@@ -10,25 +10,29 @@ import (
 	"github.com/toolgate/toolgate/metrics"
 )
 
+// prepareAnalytics builds the exporter behind the toolgate_* Prometheus
+// metrics, registered in the process's registry, whose pending-approvals
+// gauge follows the process's feed of tool_calls.
+func prepareAnalytics(d *deps, log *slog.Logger) error {
+	x, err := metrics.NewExporter(d.js, d.buckets.Calls, d.registry, metrics.ExporterConfig{Feed: d.feed}, log)
+	d.exporter = x
+	return err
+}
+
 // runAnalytics runs the analytics subscriber, which keeps the aggregates
 // behind GET /v1/analytics and `toolgate stats` in the tool_analytics
-// bucket, and the exporter behind the toolgate_* Prometheus metrics, which
-// it registers in the process's registry.
+// bucket, and the exporter.
 //
 // Any number of processes may run the role: they share the subscriber's
 // durable consumer, and each exports the metrics whole (see package
 // metrics on aggregating them across replicas).
 func runAnalytics(ctx context.Context, d *deps, log *slog.Logger) error {
-	exporter, err := metrics.NewExporter(d.js, d.buckets.Calls, d.registry, metrics.ExporterConfig{}, log)
-	if err != nil {
-		return err
-	}
 	an, err := analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Log: log})
 	if err != nil {
 		return err
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return exporter.Run(ctx) })
+	g.Go(func() error { return d.exporter.Run(ctx) })
 	g.Go(func() error { return an.Run(ctx) })
 	return g.Wait()
 }

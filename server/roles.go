@@ -17,19 +17,22 @@ import (
 type role struct {
 	name string
 	run  func(ctx context.Context, d *deps, log *slog.Logger) error
+	// prepare, when set, runs before any role runs: it builds what the
+	// role keeps a view of tool_calls with, on d.feed.
+	prepare func(d *deps, log *slog.Logger) error
 }
 
 // roles are every role, in the order a process starts them. One explicit
 // table, so that what a build can run is read in one place rather than
 // gathered from init functions.
 var roles = []role{
-	{"relay", runRelay},
-	{"intake", runIntake},
-	{"timer", runTimer},
-	{"executor", runExecutor},
-	{"notifier", runNotifier},
-	{"analytics", runAnalytics},
-	{"http", runHTTP},
+	{"relay", runRelay, nil},
+	{"intake", runIntake, nil},
+	{"timer", runTimer, prepareTimer},
+	{"executor", runExecutor, nil},
+	{"notifier", runNotifier, nil},
+	{"analytics", runAnalytics, prepareAnalytics},
+	{"http", runHTTP, nil},
 }
 
 // RoleNames are the roles a toolgate process can run, each on its own or

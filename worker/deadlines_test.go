@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/wire"
 )
 
 func pending(id string, timeoutAt int64) *machine.Entry {
@@ -179,10 +179,10 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 	})
 }
 
-// The timer decodes only the fields of an event's entry that deadlineOf
-// reads: for every kind of entry, the deadline from those is the one
-// from the whole entry.
-func TestTimerEvent_HoldsWhatDeadlineOfReads(t *testing.T) {
+// The timer reads of an entry only its head (bus.CallHead, what the
+// process's feed decodes): for every kind of entry, the deadline from
+// the head is the one from the whole entry.
+func TestCallHead_HoldsWhatDeadlineOfReads(t *testing.T) {
 	at := func(e *machine.Entry, ms int64) *machine.Entry {
 		e.LastTransition = &machine.Transition{Event: machine.EventSchedule, To: e.Status, At: ms, Actor: "x", Reason: "y"}
 		e.ToolArguments, e.Description, e.Result = json.RawMessage(`{"a":1}`), "d", json.RawMessage(`{"r":2}`)
@@ -201,13 +201,12 @@ func TestTimerEvent_HoldsWhatDeadlineOfReads(t *testing.T) {
 	}
 	for _, d := range []delays{{}, {unclaimed: time.Second, retain: time.Hour}} {
 		for _, e := range entries {
-			data, err := json.Marshal(wire.Event{Revision: 7, Entry: e})
+			data, err := json.Marshal(e)
 			require.NoError(t, err)
-			var ev timerEvent
-			require.NoError(t, json.Unmarshal(data, &ev))
-			assert.EqualValues(t, 7, ev.Revision)
+			head, err := bus.DecodeCallHead(data)
+			require.NoError(t, err)
 			wantK, wantAt := deadlineOf(e, d)
-			gotK, gotAt := deadlineOf(ev.Entry.entry(), d)
+			gotK, gotAt := deadlineOf(head.Entry(), d)
 			assert.Equal(t, wantK, gotK, "%s %+v", e.PendingID, d)
 			assert.Equal(t, wantAt, gotAt, "%s %+v", e.PendingID, d)
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/bus"
-	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/wire"
@@ -22,9 +21,10 @@ import (
 // Timer owns every deadline of the tool_calls bucket: approval timeouts,
 // reminders and escalations, scheduled starts, executor leases and the
 // end of a finished call's retention. It keeps them in a heap in memory,
-// learns them from the events the relay publishes and, at start, from one
-// read of the bucket; when one falls due it reads the entry again and acts
-// on what the entry is now, never on the event that announced it.
+// learns them from a watch of the bucket (every entry at start, then
+// every revision, heartbeats' included); when one falls due it reads the
+// entry again and acts on what the entry is now, never on the revision
+// that announced it.
 //
 // Any number of Timers may run against one bucket. Each acts on every
 // deadline; compare-and-set makes a second firing a refused transition,
@@ -41,6 +41,9 @@ type Timer struct {
 	retain      time.Duration
 	retirer     Retirer
 	mx          *metrics.Metrics
+	feed        *bus.CallsFeed // the process's, run by it; nil: the timer's own
+	updates     chan observation
+	stopped     chan struct{} // closed when Run ends
 }
 
 // TimerOption configures a Timer.
@@ -70,6 +73,14 @@ func WithUnclaimedRequeue(d time.Duration) TimerOption {
 			t.unclaimed = d
 		}
 	}
+}
+
+// WithFeed has the timer learn its deadlines from f, the process's one
+// watch of the bucket, which the process runs, rather than from a watch
+// of its own. The timer joins f when it is built, and must then Run:
+// until it does, f waits for it.
+func WithFeed(f *bus.CallsFeed) TimerOption {
+	return func(t *Timer) { t.feed = f }
 }
 
 // WithMetrics counts the calls the timer queues again.
@@ -132,191 +143,73 @@ type Deadlines interface {
 // NewTimer returns a Timer over kv, the tool_calls bucket, moving entries
 // through m. Run starts it.
 func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *slog.Logger, opts ...TimerOption) *Timer {
-	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 64, retry: time.Second, unclaimed: DefaultUnclaimedRequeue}
+	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 64, retry: time.Second, unclaimed: DefaultUnclaimedRequeue,
+		updates: make(chan observation, 256), stopped: make(chan struct{})}
 	for _, o := range opts {
 		o(t)
+	}
+	if t.feed != nil {
+		t.feed.Add(t.view())
 	}
 	return t
 }
 
-// observation is one revision of an entry, from the bucket or an event.
+// observation is one revision of an entry.
 type observation struct {
 	entry *machine.Entry
 	rev   uint64
 }
 
 // Run acts on deadlines until ctx ends, then waits for the actions in
-// flight and returns nil. If it cannot start, or the events it learns
-// deadlines from stop before ctx ends (a timer that hears of no new
-// deadline must not go on), it starts again after a backoff
-// (consumer.RunRestarting), from a fresh read of the bucket.
+// flight and returns nil. It learns them from a watch of the bucket:
+// every entry as it is, then every revision written (the process's
+// shared one, WithFeed, or one of its own), which is read again from the
+// start after a failure. A Timer runs once.
 func (t *Timer) Run(ctx context.Context) error {
-	return consumer.RunRestarting(ctx, t.log, "timer", t.run)
-}
-
-// run is one life of the timer: one read of the bucket, then the events.
-func (t *Timer) run(ctx context.Context) error {
-	iter, dl, err := t.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer iter.Stop()
-
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		<-ctx.Done()
-		iter.Stop()
-	})
-	updates := make(chan observation, 256)
-	var followErr error
-	wg.Go(func() {
-		followErr = t.follow(ctx, iter, updates)
-		cancel()
-	})
-	t.schedule(ctx, dl, updates)
+	if t.feed == nil {
+		own := bus.NewCallsFeed(t.kv)
+		own.Add(t.view())
+		wg.Go(func() { _ = own.Run(ctx, t.log) })
+	}
+	t.schedule(ctx, newDeadlines(t.delays()), t.updates)
+	close(t.stopped)
 	cancel()
 	wg.Wait()
-	return followErr
+	return nil
 }
 
-// open subscribes to the events and reads the bucket.
-func (t *Timer) open(ctx context.Context) (jetstream.MessagesContext, *deadlines, error) {
-	// Subscribe first and read the bucket second: an entry written after
-	// the read began has its event after the subscription's start, and
-	// one written before is in the read. The start is a stream sequence,
-	// not "new messages", so that the ordered consumer, recreated after a
-	// disconnect, resumes there even if it had delivered nothing yet.
-	events, err := t.js.Stream(ctx, wire.EventsStream)
-	if err != nil {
-		return nil, nil, fmt.Errorf("timer: stream %s: %w", wire.EventsStream, err)
-	}
-	info, err := events.Info(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("timer: stream %s: %w", wire.EventsStream, err)
-	}
-	cons, err := events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		// Every event can set or clear a deadline (a policy denial
-		// creates an entry whose only deadline is its retention's end).
-		FilterSubjects: wire.EventSubjects(),
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    info.State.LastSeq + 1,
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", wire.EventsStream, err)
-	}
-	// Pulls expire after 5s, as the relay's: one held by a server that
-	// died is given up on within seconds.
-	iter, err := cons.Messages(jetstream.PullExpiry(5 * time.Second))
-	if err != nil {
-		return nil, nil, fmt.Errorf("timer: subscribe to %s: %w", wire.EventsStream, err)
-	}
-	dl := newDeadlines(t.delays())
-	n, err := t.load(ctx, dl)
-	if err != nil {
-		iter.Stop()
-		return nil, nil, err
-	}
-	t.log.Info("timer started", "entries", n, "deadlines", dl.len())
-	return iter, dl, nil
-}
-
-// load reads every entry in the bucket once, at its latest revision.
-func (t *Timer) load(ctx context.Context, dl *deadlines) (int, error) {
-	w, err := t.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return 0, fmt.Errorf("timer: read %s: %w", wire.CallsBucket, err)
-	}
-	defer w.Stop()
-	n := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return n, ctx.Err()
-		case kve, ok := <-w.Updates():
-			if !ok {
-				return n, fmt.Errorf("timer: read %s: watcher stopped", wire.CallsBucket)
+// view hands the scheduler every revision the feed reads, until Run
+// ends. A revision no newer than the one it knows changes nothing (a
+// feed reading the bucket again after a failure repeats what it knows);
+// a key deleted meanwhile leaves a deadline that, due, finds no entry.
+func (t *Timer) view() bus.CallsView {
+	return bus.CallsView{Name: "timer", Unsync: func() {}, Start: func() (func(bus.CallRevision), func()) {
+		n := 0
+		apply := func(r bus.CallRevision) {
+			var e *machine.Entry
+			switch {
+			case r.Op != jetstream.KeyValuePut:
+				e = &machine.Entry{PendingID: r.Key} // retired: nothing is due
+			case r.Head == nil:
+				// Nothing later can make it readable; the entry's next
+				// revision tells the timer what is due.
+				t.log.Error("timer: undecodable entry", "key", r.Key, "revision", r.Revision, "err", r.Err)
+				return
+			default:
+				e = r.Head.Entry()
+				n++
 			}
-			if kve == nil { // every entry is in
-				return n, nil
+			select {
+			case t.updates <- observation{entry: e, rev: r.Revision}:
+			case <-t.stopped:
 			}
-			var e deadlineEntry
-			if err := json.Unmarshal(kve.Value(), &e); err != nil {
-				t.log.Error("timer: undecodable entry", "key", kve.Key(), "revision", kve.Revision(), "err", err)
-				continue
-			}
-			n++
-			dl.observe(e.entry(), kve.Revision())
 		}
-	}
-}
-
-// follow hands every event's entry to the scheduler until ctx ends. It
-// returns an error only if the events stopped before that: the ordered
-// consumer recreates itself after a disconnect, so that is a failure the
-// process must not go on with, a timer that hears of no new deadline.
-func (t *Timer) follow(ctx context.Context, iter jetstream.MessagesContext, updates chan<- observation) error {
-	for {
-		msg, err := iter.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("timer: events from %s: %w", wire.EventsStream, err)
-		}
-		var ev timerEvent
-		if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
-			// Nothing later can make it readable; the entry's next
-			// event, or the next start, tells the timer what is due.
-			t.log.Error("timer: undecodable event", "subject", msg.Subject(), "err", err)
-			continue
-		}
-		select {
-		case updates <- observation{entry: ev.Entry.entry(), rev: ev.Revision}:
-		case <-ctx.Done():
-			return nil
-		}
-	}
-}
-
-// timerEvent is what the timer reads of an event: its revision and the
-// fields of its entry that deadlineOf looks at (deadlineEntry, which is
-// also what it reads of each entry at start). Every event of every call
-// passes through the timer; decoding the rest (arguments, result,
-// description, receipts) was most of its cost.
-type timerEvent struct {
-	Revision uint64         `json:"revision"`
-	Entry    *deadlineEntry `json:"entry"`
-}
-
-type deadlineEntry struct {
-	PendingID              string               `json:"pendingId"`
-	Status                 machine.State        `json:"status"`
-	ScheduledExecutionTime int64                `json:"scheduledExecutionTime"`
-	ApprovalTimeoutAt      int64                `json:"approvalTimeoutAt"`
-	ReminderAt             int64                `json:"reminderAt"`
-	Reminded               bool                 `json:"reminded"`
-	Overdue                bool                 `json:"overdue"`
-	Escalations            []machine.Escalation `json:"escalations"`
-	Escalated              int                  `json:"escalated"`
-	Lease                  *machine.Lease       `json:"lease"`
-	LastTransition         *struct {
-		At int64 `json:"at"`
-	} `json:"lastTransition"`
-}
-
-// entry is d as a machine.Entry holding only those fields.
-func (d *deadlineEntry) entry() *machine.Entry {
-	e := &machine.Entry{
-		PendingID: d.PendingID, Status: d.Status, ScheduledExecutionTime: d.ScheduledExecutionTime,
-		ApprovalTimeoutAt: d.ApprovalTimeoutAt, ReminderAt: d.ReminderAt, Reminded: d.Reminded, Overdue: d.Overdue,
-		Escalations: d.Escalations, Escalated: d.Escalated, Lease: d.Lease,
-	}
-	if d.LastTransition != nil {
-		e.LastTransition = &machine.Transition{At: d.LastTransition.At}
-	}
-	return e
+		loaded := func() { t.log.Info("timer started", "entries", n) }
+		return apply, loaded
+	}}
 }
 
 // schedule is the one goroutine that owns the deadlines: it takes in what

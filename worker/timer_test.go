@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -523,28 +525,48 @@ func TestTimer_DecisionsRaceTheDeadline(t *testing.T) {
 }
 
 // TestTimer_StartsAgainWhenItCannotStart: a timer that cannot read the
-// events (the stream is missing) waits and tries again, and works once it
+// bucket (its stream is missing) waits and tries again, and works once it
 // can, rather than ending its process.
 func TestTimer_StartsAgainWhenItCannotStart(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	require.NoError(t, env.JS.DeleteStream(t.Context(), wire.EventsStream))
-	startTimer(t, env)
-	time.Sleep(300 * time.Millisecond) // a failed start or two
+	require.NoError(t, env.JS.DeleteStream(t.Context(), "KV_"+wire.CallsBucket))
+	logged := make(logSignal, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- worker.NewTimer(env.JS, env.KV, machine.New(env.Store), slog.New(logged)).Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	var seen []string
+	for failed := false; !failed; {
+		select {
+		case msg := <-logged:
+			seen, failed = append(seen, msg), strings.Contains(msg, "starting again")
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the timer never failed to start and tried again; it logged %q", seen)
+		}
+	}
 	_, err := bus.Provision(t.Context(), env.JS, bus.Topology{Replicas: 1})
 	require.NoError(t, err)
-	// The timer subscribes before it reads the bucket: once its consumer
-	// is there, a call's deadline cannot be missed.
-	require.Eventually(t, func() bool {
-		s, err := env.JS.Stream(t.Context(), wire.EventsStream)
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(t.Context())
-		return err == nil && info.State.Consumers > 0
-	}, 10*time.Second, 10*time.Millisecond, "the timer never subscribed")
 	e := submit(t, policy(env, ask(300*time.Millisecond, true)), "late-start")
 	waitEntry(t, env, e.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected by timeout")
+}
+
+// logSignal is a slog.Handler that sends each record's message, when
+// there is room, to whoever waits for it.
+type logSignal chan string
+
+func (l logSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (l logSignal) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l logSignal) WithGroup(string) slog.Handler            { return l }
+func (l logSignal) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case l <- r.Message:
+	default:
+	}
+	return nil
 }
 
 // TestTimer_LostWorkItemIsQueuedAgain: an approved call whose work item is

@@ -1,0 +1,159 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/machine"
+)
+
+// CallsFeed is a process's one watch of the tool_calls bucket, shared by
+// the views of it the process keeps in memory (the call index, the
+// pending-approvals gauge, the timer's deadlines): each revision reaches
+// the process once and is decoded once, into a CallHead, for all of them.
+// Views are added before Run.
+type CallsFeed struct {
+	kv jetstream.KeyValue
+
+	mu    sync.Mutex
+	views []CallsView
+}
+
+// CallsView is one view the feed keeps current. Its functions are called
+// from the feed's one goroutine, in the bucket's order.
+type CallsView struct {
+	// Name names the view in logs.
+	Name string
+	// Start begins a fresh view, at each life of the watch: apply takes
+	// every key as the bucket holds it, then loaded is called, then
+	// apply takes every change.
+	Start func() (apply func(CallRevision), loaded func())
+	// Unsync ends a life: the view is stale until the next loaded.
+	Unsync func()
+}
+
+// CallRevision is one message of the bucket's stream: a put of an entry,
+// or the delete or purge of its key (a retired call).
+type CallRevision struct {
+	Key      string
+	Revision uint64
+	Op       jetstream.KeyValueOp
+	// Value is the entry as stored, on a put.
+	Value []byte
+	// Head is what the views read of a put's entry; nil when it does not
+	// decode (Err says why) or on a delete or purge.
+	Head *CallHead
+	Err  error
+}
+
+// CallHead is what the feed's views read of an entry: every field they
+// filter, count or schedule on, not its arguments, result, description
+// or receipts, which are most of its size.
+type CallHead struct {
+	PendingID              string               `json:"pendingId"`
+	Status                 machine.State        `json:"status"`
+	ToolName               string               `json:"toolName"`
+	CallerBotID            string               `json:"callerBotId"`
+	Team                   string               `json:"team"`
+	RequestedAt            int64                `json:"requestedAt"`
+	ScheduledExecutionTime int64                `json:"scheduledExecutionTime"`
+	ApprovalTimeoutAt      int64                `json:"approvalTimeoutAt"`
+	ReminderAt             int64                `json:"reminderAt"`
+	Reminded               bool                 `json:"reminded"`
+	Overdue                bool                 `json:"overdue"`
+	Escalations            []machine.Escalation `json:"escalations"`
+	Escalated              int                  `json:"escalated"`
+	Lease                  *machine.Lease       `json:"lease"`
+	LastTransition         *struct {
+		At int64 `json:"at"`
+	} `json:"lastTransition"`
+}
+
+// DecodeCallHead decodes what a CallHead holds of an entry's JSON.
+func DecodeCallHead(data []byte) (*CallHead, error) {
+	var h CallHead
+	if err := json.Unmarshal(data, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// Entry is h as a machine.Entry holding only its fields (and of its last
+// transition, only when).
+func (h *CallHead) Entry() *machine.Entry {
+	e := &machine.Entry{
+		PendingID: h.PendingID, Status: h.Status, ToolName: h.ToolName, CallerBotID: h.CallerBotID, Team: h.Team,
+		RequestedAt: h.RequestedAt, ScheduledExecutionTime: h.ScheduledExecutionTime, ApprovalTimeoutAt: h.ApprovalTimeoutAt,
+		ReminderAt: h.ReminderAt, Reminded: h.Reminded, Overdue: h.Overdue, Escalations: h.Escalations, Escalated: h.Escalated,
+		Lease: h.Lease,
+	}
+	if h.LastTransition != nil {
+		e.LastTransition = &machine.Transition{At: h.LastTransition.At}
+	}
+	return e
+}
+
+// NewCallsFeed returns a feed of kv, the tool_calls bucket, with no view
+// yet.
+func NewCallsFeed(kv jetstream.KeyValue) *CallsFeed { return &CallsFeed{kv: kv} }
+
+// Add has the feed keep v current from the next life of its watch.
+func (f *CallsFeed) Add(v CallsView) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.views = append(f.views, v)
+}
+
+// Run watches the bucket until ctx ends, again after a failure (each view
+// starting afresh), and returns nil then. A feed with no view reads
+// nothing.
+func (f *CallsFeed) Run(ctx context.Context, log *slog.Logger) error {
+	if len(f.current()) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	unsync := func() {
+		for _, v := range f.current() {
+			v.Unsync()
+		}
+	}
+	return followBucket(ctx, log, "calls feed", f.kv, unsync, func() (func(jetstream.KeyValueEntry), func()) {
+		views := f.current()
+		applies, loadeds := make([]func(CallRevision), len(views)), make([]func(), len(views))
+		for i, v := range views {
+			applies[i], loadeds[i] = v.Start()
+		}
+		apply := func(kve jetstream.KeyValueEntry) {
+			r := callRevision(kve)
+			for _, a := range applies {
+				a(r)
+			}
+		}
+		loaded := func() {
+			for _, l := range loadeds {
+				l()
+			}
+		}
+		return apply, loaded
+	})
+}
+
+// callRevision is kve, its entry's head decoded.
+func callRevision(kve jetstream.KeyValueEntry) CallRevision {
+	r := CallRevision{Key: kve.Key(), Revision: kve.Revision(), Op: kve.Operation()}
+	if r.Op == jetstream.KeyValuePut {
+		r.Value = kve.Value()
+		r.Head, r.Err = DecodeCallHead(r.Value)
+	}
+	return r
+}
+
+func (f *CallsFeed) current() []CallsView {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.views
+}
