@@ -26,8 +26,9 @@ type RelayConfig struct {
 	// unclaimed before another relay gets it.
 	AckWait time.Duration
 	// Mask, when set, returns what subscribers of TOOL_EVENTS may see of
-	// an entry: its secrets masked (see policy.Masker). The agent that
-	// asked hears of its call on its own subject as it is.
+	// an entry: its secrets masked (see policy.Masker), or nil when it
+	// has none. The agent that asked hears of its call on its own subject
+	// as it is.
 	Mask func(*machine.Entry) *machine.Entry
 }
 
@@ -211,8 +212,10 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	ev, _ := json.Marshal(event)
 	published := ev
 	if r.cfg.Mask != nil {
-		event.Entry = r.cfg.Mask(&e)
-		published, _ = json.Marshal(event)
+		if masked := r.cfg.Mask(&e); masked != nil {
+			event.Entry = masked
+			published, _ = json.Marshal(event)
+		}
 	}
 	fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: published}, jetstream.WithMsgID(id))
 	if err != nil {

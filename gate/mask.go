@@ -18,13 +18,28 @@ type masker interface {
 // viewers and event subscribers see them: the built-in secret names and
 // shapes, and the redact patterns of the call's policy.
 func (s *Service) Mask(e *machine.Entry) *machine.Entry {
+	c, _ := s.mask(e)
+	return c
+}
+
+// MaskedOrNil is Mask, or nil when e has no secret to mask: the relay
+// then publishes the event it encoded for the caller to subscribers too.
+func (s *Service) MaskedOrNil(e *machine.Entry) *machine.Entry {
+	if c, masked := s.mask(e); masked {
+		return c
+	}
+	return nil
+}
+
+func (s *Service) mask(e *machine.Entry) (*machine.Entry, bool) {
 	m := s.maskerFor(e.Team, e.ConversationID)
 	c := *e
-	c.ToolArguments, _ = m.Mask(e.ToolArguments)
+	var args, original bool
+	c.ToolArguments, args = m.Mask(e.ToolArguments)
 	if len(e.OriginalArguments) > 0 {
-		c.OriginalArguments, _ = m.Mask(e.OriginalArguments)
+		c.OriginalArguments, original = m.Mask(e.OriginalArguments)
 	}
-	return &c
+	return &c, args || original
 }
 
 // maskText is text with the secrets a call of team and conversationID

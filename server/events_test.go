@@ -86,3 +86,33 @@ func pending(sub *nats.Subscription) int {
 	n, _, _ := sub.Pending()
 	return n
 }
+
+// TestEvents_SubscribersSeeSecretsMasked: an event on TOOL_EVENTS carries
+// the call's arguments with their secrets masked, as approvers and
+// viewers read them; the caller, on its own subject, hears its call as
+// it submitted it; a call with no secret is published as it is.
+func TestEvents_SubscribersSeeSecretsMasked(t *testing.T) {
+	t.Parallel()
+	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}, Policy: "default:\n  requiresApprovalTools: [connect]\n"})
+	ctx := t.Context()
+	events, err := g.NC.SubscribeSync(wire.SubjectApprovalRequired)
+	require.NoError(t, err)
+	own, err := g.NC.SubscribeSync(wire.EntrySubject("bot", ">"))
+	require.NoError(t, err)
+	require.NoError(t, g.NC.Flush())
+
+	for _, c := range []struct{ id, args, event string }{
+		{"secret", `{"password":"hunter2","host":"db"}`, `{"password":"[redacted]","host":"db"}`},
+		{"plain", `{"host":"db"}`, `{"host":"db"}`},
+	} {
+		_, err := g.Client.Submit(ctx, machine.Call{ToolCallID: c.id, ToolName: "connect", Arguments: json.RawMessage(c.args), CallerBotID: "bot", ConversationID: "masked"})
+		require.NoError(t, err)
+		for sub, want := range map[*nats.Subscription]string{events: c.event, own: c.args} {
+			m, err := sub.NextMsg(30 * time.Second)
+			require.NoError(t, err, "%s on %s", c.id, sub.Subject)
+			var ev wire.Event
+			require.NoError(t, json.Unmarshal(m.Data, &ev))
+			assert.JSONEq(t, want, string(ev.Entry.ToolArguments), "%s on %s", c.id, m.Subject)
+		}
+	}
+}

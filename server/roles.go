@@ -98,7 +98,7 @@ func (r Roles) Resolve() []string {
 // current; in a process without intake the relay follows the stored
 // policy itself).
 func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
-	relay := bus.NewRelay(d.js, bus.RelayConfig{AckWait: d.cfg.RelayAckWait, Mask: d.gate.Mask}, log)
+	relay := bus.NewRelay(d.js, bus.RelayConfig{AckWait: d.cfg.RelayAckWait, Mask: d.gate.MaskedOrNil}, log)
 	if slices.Contains(d.roles, "intake") {
 		return relay.Run(ctx)
 	}
