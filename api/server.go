@@ -316,17 +316,16 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, u User) error {
-	start := time.Now().UnixMilli()
 	var c machine.Call
 	if err := readJSON(w, r, &c); err != nil {
 		return err
 	}
-	e, err := s.cfg.Gate.Submit(r.Context(), u, c)
+	e, created, err := s.cfg.Gate.SubmitOnce(r.Context(), u, c)
 	if err != nil {
 		return err
 	}
 	status := http.StatusCreated
-	if e.RequestedAt < start {
+	if !created {
 		status = http.StatusOK // a retry: the entry an earlier submit made
 	}
 	w.Header().Set("Location", "/v1/tool-calls/"+e.PendingID)

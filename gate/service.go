@@ -149,11 +149,18 @@ func (s *Service) observe(e *machine.Entry, err error) (*machine.Entry, error) {
 // itself: it cannot ask on another's behalf, nor so make itself the
 // approver of its own call.
 func (s *Service) Submit(ctx context.Context, a Actor, c machine.Call) (*machine.Entry, error) {
+	e, _, err := s.SubmitOnce(ctx, a, c)
+	return e, err
+}
+
+// SubmitOnce is Submit, and reports whether this submit created the
+// entry (false: it answers with the entry an earlier one created).
+func (s *Service) SubmitOnce(ctx context.Context, a Actor, c machine.Call) (*machine.Entry, bool, error) {
 	if err := a.require("submit calls", wire.RoleAgent); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if c.CallerBotID != "" && c.CallerBotID != a.Name && !a.Can(wire.RoleAdmin) {
-		return nil, fmt.Errorf("%w: callerBotId %q: %s submits as itself", machine.ErrForbidden, c.CallerBotID, a.Name)
+		return nil, false, fmt.Errorf("%w: callerBotId %q: %s submits as itself", machine.ErrForbidden, c.CallerBotID, a.Name)
 	}
 	c.CallerBotID = cmp.Or(c.CallerBotID, a.Name)
 	if c.ToolCallID != "" && c.ConversationID != "" {
@@ -171,17 +178,18 @@ func (s *Service) Submit(ctx context.Context, a Actor, c machine.Call) (*machine
 		case err == nil:
 			e, err := machine.SameCall(prev.Entry, c)
 			if err != nil {
-				return nil, fmt.Errorf("submit %s: %w", prev.Entry.PendingID, err)
+				return nil, false, fmt.Errorf("submit %s: %w", prev.Entry.PendingID, err)
 			}
-			return s.shown(a, e), nil
+			return s.shown(a, e), false, nil
 		case isNotFound(err):
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("submit: %w", ctx.Err())
+			return nil, false, fmt.Errorf("submit: %w", ctx.Err())
 		default:
 			s.log.Warn("submit: the archive did not answer whether the call was retired; taking it as new", "toolCallId", c.ToolCallID, "err", err)
 		}
 	}
-	return s.answer(a)(s.m.Submit(ctx, c))
+	e, created, err := s.m.SubmitOnce(ctx, c)
+	return s.shown(a, e), created, err
 }
 
 // Get returns one entry.

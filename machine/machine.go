@@ -60,22 +60,29 @@ func New(store Store, opts ...Option) *Machine {
 // there, unchanged: agents retry. Reusing the conversation and toolCallId
 // for another call is refused with ErrIdempotencyConflict.
 func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
+	e, _, err := m.SubmitOnce(ctx, c)
+	return e, err
+}
+
+// SubmitOnce is Submit, and reports whether this submit created the
+// entry (false: it answers with the entry an earlier one created).
+func (m *Machine) SubmitOnce(ctx context.Context, c Call) (*Entry, bool, error) {
 	if err := c.validate(); err != nil {
-		return nil, fmt.Errorf("submit: %w", err)
+		return nil, false, fmt.Errorf("submit: %w", err)
 	}
 	id := PendingID(c.ConversationID, c.ToolCallID)
 	// A retry of a call is answered with the call, before the policy
 	// takes a budget's or a rate limit's share for it again.
 	if abs, ok := m.store.(AbsenceStore); !ok || !abs.Absent(id) {
 		if e, _, err := m.store.Get(ctx, id); err == nil {
-			return SameCall(e, c)
+			return sameCall(e, c)
 		} else if !errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("submit %s: %w", id, err)
+			return nil, false, fmt.Errorf("submit %s: %w", id, err)
 		}
 	}
 	v, err := m.eval.Evaluate(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("submit %s: policy: %w", id, err)
+		return nil, false, fmt.Errorf("submit %s: policy: %w", id, err)
 	}
 	now := m.now()
 	e := &Entry{
@@ -126,25 +133,31 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 		ev = EventDeny
 		e.DecisionTime = now.UnixMilli()
 	default:
-		return nil, fmt.Errorf("submit %s: policy gave unknown action %q", id, v.Action)
+		return nil, false, fmt.Errorf("submit %s: policy gave unknown action %q", id, v.Action)
 	}
 	e.Status, _ = ev.Target()
 	e.LastTransition = &Transition{Event: ev, To: e.Status, Actor: "policy", Reason: v.Reason, At: now.UnixMilli(), Write: writeID()}
 	if err := m.seal(e); err != nil {
-		return nil, fmt.Errorf("submit %s: %w", id, err)
+		return nil, false, fmt.Errorf("submit %s: %w", id, err)
 	}
 	if _, err := m.store.Create(ctx, e); errors.Is(err, ErrExists) {
 		// A retry of the same call raced us to it: theirs stands.
 		existing, _, err := m.store.Get(ctx, id)
 		if err != nil {
-			return nil, fmt.Errorf("submit %s: %w", id, err)
+			return nil, false, fmt.Errorf("submit %s: %w", id, err)
 		}
-		return SameCall(existing, c)
+		return sameCall(existing, c)
 	} else if err != nil {
-		return nil, fmt.Errorf("submit %s: %w", id, err)
+		return nil, false, fmt.Errorf("submit %s: %w", id, err)
 	}
 	m.observe(ctx, e)
-	return e, nil
+	return e, true, nil
+}
+
+// sameCall is SameCall for SubmitOnce: an answer that created nothing.
+func sameCall(e *Entry, c Call) (*Entry, bool, error) {
+	e, err := SameCall(e, c)
+	return e, false, err
 }
 
 // SameCall returns e, the entry already under a submitted call's id, if
