@@ -1,0 +1,63 @@
+package metrics
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// The exporter decodes of an event only what Observe reads
+// (countedEvent): every kind of event, observed from that, counts what
+// the whole event counts.
+func TestCountedEvent_HoldsWhatObserveReads(t *testing.T) {
+	entry := func(to machine.State) *machine.Entry {
+		return &machine.Entry{PendingID: "c.1", ToolName: "deploy", Team: "ops", Status: to, RequestedAt: 1_000, DecisionTime: 4_500,
+			LastAttemptTime: 6_000, Cost: 0.25, ToolArguments: json.RawMessage(`{"to":"prod"}`), Result: json.RawMessage(`"ok"`),
+			Receipts: []machine.Receipt{{Seq: 1}}}
+	}
+	var events []*wire.Event
+	for _, tr := range []struct {
+		ev       machine.Event
+		from, to machine.State
+	}{
+		{machine.EventAsk, "", machine.StatePendingApproval},
+		{machine.EventApprove, machine.StatePendingApproval, machine.StateApproved},
+		{machine.EventReject, machine.StatePendingApproval, machine.StateRejectedByUser},
+		{machine.EventTimeout, machine.StatePendingApproval, machine.StateRejectedByTimeout},
+		{machine.EventOverdue, machine.StatePendingApproval, machine.StatePendingApproval},
+		{machine.EventStart, machine.StateApproved, machine.StateExecuting},
+		{machine.EventSucceed, machine.StateExecuting, machine.StateCompletedSuccess},
+		{machine.EventFail, machine.StateExecuting, machine.StateCompletedFailure},
+		{machine.EventDeny, "", machine.StateRejectedByPolicy},
+	} {
+		events = append(events, &wire.Event{V: wire.EventVersion, Event: tr.ev, From: tr.from, To: tr.to, At: 7_000, Actor: "x", Entry: entry(tr.to)})
+	}
+	whole, slim := prometheus.NewRegistry(), prometheus.NewRegistry()
+	mWhole, err := For(whole)
+	require.NoError(t, err)
+	mSlim, err := For(slim)
+	require.NoError(t, err)
+	for _, ev := range events {
+		mWhole.Observe(ev)
+		data, err := json.Marshal(ev)
+		require.NoError(t, err)
+		var c countedEvent
+		require.NoError(t, json.Unmarshal(data, &c))
+		mSlim.Observe(c.event())
+	}
+	for _, name := range []string{NameTransitions, NameToolCalls, NameApprovalResponse, NameApprovalTimeouts, NameExecution, NameExecutionAttempts, NameCost} {
+		want, err := testutil.CollectAndFormat(whole, expfmt.TypeTextPlain, name)
+		require.NoError(t, err)
+		got, err := testutil.CollectAndFormat(slim, expfmt.TypeTextPlain, name)
+		require.NoError(t, err)
+		require.NotEmpty(t, want, name)
+		require.Equal(t, string(want), string(got), name)
+	}
+}
