@@ -82,14 +82,17 @@ type pcts struct {
 }
 
 func cliBench(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("bench", "bench [--embedded] [--agents N] [--calls N] [--path approval|auto|both] [--cpuprofile FILE] [--json]",
+	c := newCLICmd("bench", "bench [--embedded [--roles ROLES]] [--agents N] [--calls N] [--path approval|auto|both] [--cpuprofile FILE] [--json]",
 		"Measure toolgate: lifecycles per second and their latencies, against the raw KV\n"+
 			"compare-and-set rate of the same server measured in the same run (the ratio is the\n"+
 			"figure comparable across machines). An approval lifecycle is an agent submitting a\n"+
 			"call of "+benchApprovalTool+", an approver approving it, an executor running a handler that\n"+
 			"does nothing and the agent getting the result; an auto-run one is the same for\n"+
 			benchAutoTool+", which the policy runs without asking. Each party holds its role's credential.\n\n"+
-			"With --embedded, a toolgate of its own in a temporary directory. Otherwise the\n"+
+			"With --embedded, a toolgate of its own in a temporary directory, running the roles\n"+
+			"--roles names (by default relay,intake,timer: what a lifecycle needs, the bench\n"+
+			"hosting the executor; --roles all measures a whole serve, its http role on a free\n"+
+			"port, its notifier, analytics and executor beside). Otherwise the\n"+
 			"toolgate at --nats, whose --data holds the role credentials (run it where serve\n"+
 			"runs), and whose policy must ask about "+benchApprovalTool+" and run "+benchAutoTool+":\n\n"+
 			"  "+strings.ReplaceAll(benchPolicy, "\n", "\n  "), out)
@@ -98,6 +101,8 @@ func cliBench(ctx context.Context, args []string, out cliOutput) error {
 	agents := c.fs.Int("agents", 32, "agents submitting at once (and CAS writers)")
 	calls := c.fs.Int("calls", 2000, "lifecycles a path")
 	path := c.fs.String("path", "both", "approval, auto or both")
+	roles := server.Roles{"relay", "intake", "timer"}
+	c.fs.Var(&roles, "roles", "with --embedded, the roles its toolgate runs: all, or a comma-separated list of "+strings.Join(server.RoleNames(), ","))
 	servePID := c.fs.Int("serve-pid", 0, "process ID of a toolgate serve on this machine, whose CPU time to report per lifecycle")
 	asJSON := c.fs.Bool("json", false, "print the report as JSON")
 	cpuProfile := c.fs.String("cpuprofile", "", "write a CPU profile of the bench's process (with --embedded, toolgate's too) to this file, for go tool pprof")
@@ -127,13 +132,18 @@ func cliBench(ctx context.Context, args []string, out cliOutput) error {
 	if *agents < 1 || *calls < 1 {
 		return c.usagef("--agents and --calls: at least 1")
 	}
+	// A running toolgate runs the roles it was started with: --roles is
+	// for --embedded only (and TOOLGATE_ROLES, serve's, may be set).
+	if need := []string{"relay", "intake", "timer"}; *embedded && slices.ContainsFunc(need, func(r string) bool { return !slices.Contains(roles.Resolve(), r) }) {
+		return c.usagef("--roles: a lifecycle needs %s, got %s", strings.Join(need, ","), roles.String())
+	}
 
 	cfg, data := c.conn, c.data
 	cpu := func() time.Duration { return 0 }
 	msgs := func() int64 { return 0 }
 	target := cfg.URLs
 	if *embedded {
-		m, stop, err := startBenchToolgate(ctx)
+		m, stop, err := startBenchToolgate(ctx, roles)
 		if err != nil {
 			return err
 		}
@@ -168,16 +178,20 @@ func cliBench(ctx context.Context, args []string, out cliOutput) error {
 }
 
 // startBenchToolgate runs a toolgate of the bench's own: an embedded
-// server in a temporary directory, the bench's policy, the roles a
-// lifecycle needs (the bench hosts the executor).
-func startBenchToolgate(ctx context.Context) (*server.Main, func(), error) {
+// server in a temporary directory, the bench's policy, the roles given
+// (by default those a lifecycle needs: the bench hosts the executor). An
+// http role serves on a free port.
+func startBenchToolgate(ctx context.Context, roles server.Roles) (*server.Main, func(), error) {
 	dir, err := os.MkdirTemp("", "toolgate-bench-")
 	if err != nil {
 		return nil, nil, err
 	}
 	cfg := server.DefaultConfig()
 	cfg.Data, cfg.Listen, cfg.HTTP = filepath.Join(dir, "data"), "127.0.0.1:-1", ""
-	cfg.Roles = server.Roles{"relay", "intake", "timer"}
+	cfg.Roles = roles
+	if slices.Contains(roles.Resolve(), "http") {
+		cfg.HTTP = "127.0.0.1:0"
+	}
 	cfg.PolicyFile = filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(cfg.PolicyFile, []byte(benchPolicy), 0o600); err != nil {
 		return nil, nil, err

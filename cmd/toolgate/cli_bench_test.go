@@ -50,3 +50,26 @@ func TestBench_AToolgateWhosePolicyDoesNotAskSaysSo(t *testing.T) {
 	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, `--path: approval, auto or both, got "sideways"`)
 }
+
+// TestBench_EmbeddedWithEveryRole: --roles all measures a whole serve (its
+// notifier, analytics, executor and http role beside the lifecycle's
+// roles), and a set of roles a lifecycle cannot run on is refused.
+func TestBench_EmbeddedWithEveryRole(t *testing.T) {
+	t.Parallel()
+	r := cliEnv(t, nil, "bench", "--embedded", "--roles", "all", "--agents", "2", "--calls", "5", "--path", "approval", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var report benchReport
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report), r.stdout)
+	require.Len(t, report.Paths, 1)
+	assert.Equal(t, "approval", report.Paths[0].Name)
+	assert.Greater(t, report.Paths[0].PerSec, 0.0)
+	assert.Greater(t, report.Paths[0].Messages, 8.0)
+
+	r = cliEnv(t, nil, "bench", "--embedded", "--roles", "relay,timer", "--calls", "1")
+	assert.Equal(t, exitUsage, r.code, r.stdout)
+	assert.Contains(t, r.stderr, "--roles: a lifecycle needs relay,intake,timer, got relay,timer")
+
+	r = cliEnv(t, nil, "bench", "--embedded", "--roles", "sideways")
+	assert.Equal(t, exitUsage, r.code, r.stdout)
+	assert.Contains(t, r.stderr, `unknown role "sideways"`)
+}
