@@ -8,7 +8,6 @@ import (
 
 	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/wire"
 )
 
 // Bounds on the maps kept in an aggregate, so that a value stays small
@@ -25,7 +24,40 @@ const (
 // event is one TOOL_EVENTS message as an aggregate sees it.
 type event struct {
 	seq uint64
-	*wire.Event
+	*eventFields
+}
+
+// eventFields are what the aggregates read of a wire.Event, and all the
+// subscriber decodes of one: the rest of the entry (its arguments, result,
+// description, receipt) was most of its cost, and no aggregate reads it.
+// Each field has the name and JSON key of wire.Event's or
+// machine.Entry's, so that it decodes the same value
+// (TestEventFields_DecodeAsTheWireEvent).
+type eventFields struct {
+	Event  machine.Event `json:"event"`
+	Actor  string        `json:"actor"`
+	Reason string        `json:"reason"`
+	At     int64         `json:"at"`
+	Entry  *entryFields  `json:"entry"`
+}
+
+// entryFields are what the aggregates read of an event's entry.
+type entryFields struct {
+	ToolName                   string  `json:"toolName"`
+	Team                       string  `json:"team"`
+	RequestedAt                int64   `json:"requestedAt"`
+	ApprovalTimeoutAt          int64   `json:"approvalTimeoutAt"`
+	ApprovedOrRejectedByUserID string  `json:"approvedOrRejectedByUserId"`
+	DecisionTime               int64   `json:"decisionTime"`
+	Cost                       float64 `json:"cost"`
+	EstimatedCost              float64 `json:"estimatedCost"`
+	Votes                      []vote  `json:"votes"`
+}
+
+// vote is what the aggregates read of a machine.Vote.
+type vote struct {
+	Approve bool  `json:"approve"`
+	At      int64 `json:"at"`
 }
 
 // aggregate is a value kept under one key of the analytics bucket.
@@ -73,11 +105,11 @@ func (s *Stats) applied() *consumer.Applied { return &s.Applied }
 
 func (s *Stats) add(ev event) {
 	e := ev.Entry
-	switch ev.Event.Event {
+	switch ev.Event {
 	case machine.EventAsk, machine.EventSchedule, machine.EventDeny:
 		s.Calls++
 		s.EstimatedCost += e.EstimatedCost
-		switch ev.Event.Event {
+		switch ev.Event {
 		case machine.EventAsk:
 			s.Asked++
 			s.LastAskedAt = max(s.LastAskedAt, ev.At)
@@ -118,7 +150,7 @@ type toolStats struct{ Stats }
 
 func (s *toolStats) add(ev event) {
 	s.Stats.add(ev)
-	switch ev.Event.Event {
+	switch ev.Event {
 	case machine.EventAsk, machine.EventSchedule, machine.EventDeny:
 		s.Teams = countBounded(s.Teams, ev.Entry.Team, maxTeamsKept)
 	}
@@ -167,7 +199,7 @@ func (a *ApproverStats) applied() *consumer.Applied { return &a.Applied }
 
 func (a *ApproverStats) add(ev event) {
 	e := ev.Entry
-	switch ev.Event.Event {
+	switch ev.Event {
 	case machine.EventApprove:
 		a.Approved++
 	case machine.EventReject:
@@ -216,7 +248,7 @@ type Point struct {
 
 func (p *Point) add(ev event) {
 	e := ev.Entry
-	switch ev.Event.Event {
+	switch ev.Event {
 	case machine.EventAsk:
 		p.Calls++
 		p.Asked++
@@ -245,7 +277,7 @@ func (h *HourStats) add(ev event) {
 		h.Minutes[minute] = &Point{}
 	}
 	h.Minutes[minute].add(ev)
-	switch ev.Event.Event {
+	switch ev.Event {
 	case machine.EventApprove, machine.EventReject:
 		h.Response.Add(ev.Entry.DecisionTime - ev.Entry.RequestedAt)
 	}

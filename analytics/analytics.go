@@ -385,7 +385,7 @@ func (a *Analytics) apply(ctx context.Context, cons jetstream.Consumer, gen uint
 		}
 		seen[seq] = true
 		seqs = append(seqs, seq)
-		var ev wire.Event
+		var ev eventFields
 		if err := json.Unmarshal(m.Data(), &ev); err != nil || ev.Entry == nil {
 			// Nothing can make it readable later: it counts as applied.
 			a.log.Error("analytics: undecodable event", "seq", seq, "subject", m.Subject(), "err", err)
@@ -397,7 +397,7 @@ func (a *Analytics) apply(ctx context.Context, cons jetstream.Consumer, gen uint
 				t = &touch{fresh: fresh}
 				touches[key] = t
 			}
-			t.evs = append(t.evs, event{seq: seq, Event: &ev})
+			t.evs = append(t.evs, event{seq: seq, eventFields: &ev})
 		}
 	}
 	ranges := consumer.SeqRanges(seqs)
@@ -411,7 +411,7 @@ func (a *Analytics) apply(ctx context.Context, cons jetstream.Consumer, gen uint
 
 // keysFor names the aggregates an event changes, each with a constructor
 // of its empty value.
-func keysFor(gen uint64, ev *wire.Event) map[string]func() aggregate {
+func keysFor(gen uint64, ev *eventFields) map[string]func() aggregate {
 	e := ev.Entry
 	p := genPrefix(gen)
 	keys := map[string]func() aggregate{
