@@ -47,7 +47,13 @@ type Config struct {
 	// BatchSize is how many events are folded into one round of KV writes
 	// (default 256).
 	BatchSize int
-	Log       *slog.Logger
+	// FillWait is how long a batch that is not full waits for more events
+	// after its first before it is folded (default 50ms; negative: not at
+	// all). Under a steady trickle of events, each round of KV writes then
+	// takes in what arrived meanwhile, not one or two events; the
+	// aggregates lag by as much.
+	FillWait time.Duration
+	Log      *slog.Logger
 }
 
 // Analytics keeps approval statistics in the tool_analytics bucket and
@@ -55,10 +61,14 @@ type Config struct {
 //
 // Run is a durable consumer of TOOL_EVENTS, one consumer shared by every
 // process running it: they split the events between them, and a restarted
-// process goes on where the consumer stopped. Each batch of events is
+// process goes on where the consumer stopped. Each batch of events (what
+// arrived within Config.FillWait of its first, up to Config.BatchSize) is
 // folded into the aggregates it touches (per tool, per team, per approver,
 // per hour), one compare-and-set per aggregate, and acknowledged after
-// every aggregate is written.
+// every aggregate is written. A process keeps the aggregates it last wrote,
+// with their revisions: the next batch writes them at that revision with
+// no read before, and reads only when another process wrote them
+// meanwhile (the compare-and-set fails) or it does not hold them.
 //
 // An aggregate must take each event in exactly once although a batch may
 // be redelivered (its process died after writing some aggregates and
@@ -77,6 +87,12 @@ type Analytics struct {
 	cfg Config
 	log *slog.Logger
 	now func() time.Time
+
+	// cache holds the aggregates this process last read or wrote, each
+	// with its revision, so that the next batch writes them by
+	// compare-and-set without reading them first (see update).
+	mu    sync.Mutex
+	cache map[string]cachedAggregate
 
 	// afterApply, when set, is a failure point for tests: an error stops
 	// Run after a batch is written and before it is acknowledged, as a
@@ -117,11 +133,14 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) *Analytics {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 256
 	}
+	if cfg.FillWait == 0 {
+		cfg.FillWait = 50 * time.Millisecond
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Analytics{js: js, kv: kv, cfg: cfg, log: log, now: time.Now}
+	return &Analytics{js: js, kv: kv, cfg: cfg, log: log, now: time.Now, cache: map[string]cachedAggregate{}}
 }
 
 // generation returns the generation in force and the meta key's revision,
@@ -276,6 +295,7 @@ func (a *Analytics) consume(ctx context.Context, gen uint64, caughtUp func()) er
 	}
 	msgs := make(chan jetstream.Msg, a.cfg.BatchSize)
 	gone := make(chan error, 1)
+	floor := &ackFloor{every: floorEvery}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		select {
 		case msgs <- m:
@@ -319,16 +339,8 @@ func (a *Analytics) consume(ctx context.Context, gen uint64, caughtUp func()) er
 		case m := <-msgs:
 			batch = append(batch, m)
 		}
-	more:
-		for len(batch) < a.cfg.BatchSize {
-			select {
-			case m := <-msgs:
-				batch = append(batch, m)
-			default:
-				break more
-			}
-		}
-		seqs, last, err := a.apply(ctx, cons, gen, batch)
+		batch = a.fill(ctx, msgs, batch)
+		seqs, last, err := a.apply(ctx, floor.get(ctx, cons), gen, batch)
 		if err != nil {
 			for _, m := range batch {
 				_ = m.NakWithDelay(time.Second)
@@ -353,25 +365,97 @@ func (a *Analytics) consume(ctx context.Context, gen uint64, caughtUp func()) er
 	}
 }
 
+// fill adds to batch what arrives on msgs within FillWait of now, until
+// it holds BatchSize events.
+func (a *Analytics) fill(ctx context.Context, msgs <-chan jetstream.Msg, batch []jetstream.Msg) []jetstream.Msg {
+more:
+	for len(batch) < a.cfg.BatchSize {
+		select {
+		case m := <-msgs:
+			batch = append(batch, m)
+		default:
+			break more
+		}
+	}
+	if len(batch) >= a.cfg.BatchSize || a.cfg.FillWait <= 0 {
+		return batch
+	}
+	t := time.NewTimer(a.cfg.FillWait)
+	defer t.Stop()
+	for len(batch) < a.cfg.BatchSize {
+		select {
+		case m := <-msgs:
+			batch = append(batch, m)
+		case <-t.C:
+			return batch
+		case <-ctx.Done():
+			return batch
+		}
+	}
+	return batch
+}
+
+// floorEvery is how often the consumer's ack floor is read again.
+const floorEvery = 5 * time.Second
+
+// ackFloor is a consumer's ack floor as last read: every event at or
+// below it has been applied to every aggregate it belongs in, so an
+// aggregate's Applied may fold it into one number. Read now and then,
+// not for every batch: one lower than the server's is only less compact.
+type ackFloor struct {
+	every  time.Duration
+	floor  uint64
+	readAt time.Time
+}
+
+func (f *ackFloor) get(ctx context.Context, cons jetstream.Consumer) uint64 {
+	if time.Since(f.readAt) < f.every {
+		return f.floor
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return f.floor // tried again with the next batch
+	}
+	f.floor, f.readAt = max(f.floor, info.AckFloor.Stream), time.Now()
+	return f.floor
+}
+
 // touch is one aggregate a batch changes, and the events that change it.
 type touch struct {
-	fresh func() aggregate
-	evs   []event
+	id  aggregateID
+	evs []event
+}
+
+// aggregateID says which aggregate a key holds, enough to make its empty
+// value.
+type aggregateID struct {
+	kind byte // 't'ool, t'e'am, 'h'our, 'a'pprover
+	name string
+	hour int64 // epoch milliseconds, of an hour's
+}
+
+func (id aggregateID) fresh() aggregate {
+	switch id.kind {
+	case 't':
+		return &toolStats{Stats{Name: id.name}}
+	case 'e':
+		return &Stats{Name: id.name}
+	case 'h':
+		return &HourStats{Hour: id.hour}
+	default:
+		return &ApproverStats{Name: id.name}
+	}
 }
 
 // apply folds a batch into the aggregates of gen. It returns the batch's
 // sequences and the metadata of its last message.
-func (a *Analytics) apply(ctx context.Context, cons jetstream.Consumer, gen uint64, batch []jetstream.Msg) ([]uint64, *jetstream.MsgMetadata, error) {
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("consumer info: %w", err)
-	}
-	floor := info.AckFloor.Stream
+func (a *Analytics) apply(ctx context.Context, floor uint64, gen uint64, batch []jetstream.Msg) ([]uint64, *jetstream.MsgMetadata, error) {
 	var (
 		seqs    []uint64
 		last    *jetstream.MsgMetadata
-		seen    = map[uint64]bool{}
+		seen    = make(map[uint64]bool, len(batch))
 		touches = map[string]*touch{}
+		prefix  = genPrefix(gen)
 	)
 	for _, m := range batch {
 		meta, err := m.Metadata()
@@ -385,20 +469,20 @@ func (a *Analytics) apply(ctx context.Context, cons jetstream.Consumer, gen uint
 		}
 		seen[seq] = true
 		seqs = append(seqs, seq)
-		var ev eventFields
-		if err := json.Unmarshal(m.Data(), &ev); err != nil || ev.Entry == nil {
+		ev := new(eventFields)
+		if err := json.Unmarshal(m.Data(), ev); err != nil || ev.Entry == nil {
 			// Nothing can make it readable later: it counts as applied.
 			a.log.Error("analytics: undecodable event", "seq", seq, "subject", m.Subject(), "err", err)
 			continue
 		}
-		for key, fresh := range keysFor(gen, &ev) {
+		forKeys(prefix, ev, func(key string, id aggregateID) {
 			t := touches[key]
 			if t == nil {
-				t = &touch{fresh: fresh}
+				t = &touch{id: id}
 				touches[key] = t
 			}
-			t.evs = append(t.evs, event{seq: seq, eventFields: &ev})
-		}
+			t.evs = append(t.evs, event{seq: seq, eventFields: ev})
+		})
 	}
 	ranges := consumer.SeqRanges(seqs)
 	g, gctx := errgroup.WithContext(ctx)
@@ -409,76 +493,115 @@ func (a *Analytics) apply(ctx context.Context, cons jetstream.Consumer, gen uint
 	return seqs, last, g.Wait()
 }
 
-// keysFor names the aggregates an event changes, each with a constructor
-// of its empty value.
-func keysFor(gen uint64, ev *eventFields) map[string]func() aggregate {
+// forKeys calls f with each aggregate an event changes: its key (under
+// prefix, its generation's) and what it holds.
+func forKeys(prefix string, ev *eventFields, f func(key string, id aggregateID)) {
 	e := ev.Entry
-	p := genPrefix(gen)
-	keys := map[string]func() aggregate{
-		p + "tool." + machine.KeyToken(e.ToolName): func() aggregate { return &toolStats{Stats{Name: e.ToolName}} },
-		p + "team." + machine.KeyToken(e.Team):     func() aggregate { return &Stats{Name: e.Team} },
-	}
+	f(prefix+"tool."+machine.KeyToken(e.ToolName), aggregateID{kind: 't', name: e.ToolName})
+	f(prefix+"team."+machine.KeyToken(e.Team), aggregateID{kind: 'e', name: e.Team})
 	hour := time.UnixMilli(ev.At).UTC().Truncate(time.Hour)
-	keys[hourKey(gen, hour)] = func() aggregate { return &HourStats{Hour: hour.UnixMilli()} }
+	f(prefix+"hour."+hour.Format("2006010215"), aggregateID{kind: 'h', hour: hour.UnixMilli()})
 	if ev.Event == machine.EventApprove || ev.Event == machine.EventReject || ev.Event == machine.EventVote {
 		by := e.ApprovedOrRejectedByUserID
 		if by == "" || ev.Event == machine.EventVote {
 			by = ev.Actor
 		}
-		keys[p+"approver."+machine.KeyToken(by)] = func() aggregate { return &ApproverStats{Name: by} }
+		f(prefix+"approver."+machine.KeyToken(by), aggregateID{kind: 'a', name: by})
 	}
-	return keys
 }
 
 func hourKey(gen uint64, hour time.Time) string {
 	return genPrefix(gen) + "hour." + hour.UTC().Format("2006010215")
 }
 
+// cachedAggregate is an aggregate as this process last read or wrote it,
+// at revision rev of its key.
+type cachedAggregate struct {
+	v   aggregate
+	rev uint64
+}
+
+// maxCached bounds the aggregates a process keeps: past it, the cache
+// starts again empty (an hour's key is not written again after its hour,
+// so they would pile up).
+const maxCached = 1024
+
+// takeCached removes key's aggregate from the cache and returns it: the
+// caller changes it, and puts it back only once it is written.
+func (a *Analytics) takeCached(key string) (cachedAggregate, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, ok := a.cache[key]
+	delete(a.cache, key)
+	return c, ok
+}
+
+func (a *Analytics) putCached(key string, c cachedAggregate) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.cache) >= maxCached {
+		clear(a.cache)
+	}
+	a.cache[key] = c
+}
+
 // update applies the events of t not yet in the aggregate at key, by
-// compare-and-set, and records the batch's sequences in it.
+// compare-and-set, and records the batch's sequences in it. It starts
+// from the aggregate as this process last wrote or read it, if it holds
+// it, with no read: a compare-and-set at that revision fails if anyone
+// wrote the key since, and then it reads the key and checks again. So
+// what it adds to is always the value at the revision it writes over.
 func (a *Analytics) update(ctx context.Context, key string, t *touch, ranges [][2]uint64, floor uint64) error {
 	for {
-		v := t.fresh()
-		var rev uint64
-		kve, err := a.kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return fmt.Errorf("get %s: %w", key, err)
-		default:
-			if err := json.Unmarshal(kve.Value(), v); err != nil {
-				return fmt.Errorf("aggregate %s is not readable: %w", key, err)
+		c, ok := a.takeCached(key)
+		if !ok {
+			c = cachedAggregate{v: t.id.fresh()}
+			kve, err := a.kv.Get(ctx, key)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case err != nil:
+				return fmt.Errorf("get %s: %w", key, err)
+			default:
+				if err := json.Unmarshal(kve.Value(), c.v); err != nil {
+					return fmt.Errorf("aggregate %s is not readable: %w", key, err)
+				}
+				c.rev = kve.Revision()
 			}
-			rev = kve.Revision()
 		}
-		applied := v.applied()
+		applied := c.v.applied()
 		applied.Raise(floor)
 		changed := false
 		for _, ev := range t.evs {
 			if !applied.Has(ev.seq) {
-				v.add(ev)
+				c.v.add(ev)
 				changed = true
 			}
 		}
 		if !changed {
+			// What it holds is what the key holds (all below the floor is
+			// in every aggregate it belongs in).
+			a.putCached(key, c)
 			return nil
 		}
 		applied.Add(ranges)
-		data, err := json.Marshal(v)
+		data, err := json.Marshal(c.v)
 		if err != nil {
 			return err
 		}
-		if rev == 0 {
-			_, err = a.kv.Create(ctx, key, data)
+		var rev uint64
+		if c.rev == 0 {
+			rev, err = a.kv.Create(ctx, key, data)
 		} else {
-			_, err = a.kv.Update(ctx, key, data, rev)
+			rev, err = a.kv.Update(ctx, key, data, c.rev)
 		}
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue // another process wrote it: re-read, and re-check what it took in
 		}
 		if err != nil {
+			// Perhaps written, perhaps not: the next batch reads it.
 			return fmt.Errorf("write %s: %w", key, err)
 		}
+		a.putCached(key, cachedAggregate{v: c.v, rev: rev})
 		return nil
 	}
 }

@@ -778,3 +778,44 @@ func TestAnalytics_EveryQuorumApproverIsCounted(t *testing.T) {
 	require.Len(t, r.Tools, 1)
 	assert.EqualValues(t, 1, r.Tools[0].Approved, "the call is approved once")
 }
+
+// TestAnalytics_AProcessWhoseAggregatesAnotherWroteSinceReadsThemAgain:
+// a process writes the aggregates it last wrote at the revision it wrote
+// them, with no read; when another process has written them since, the
+// compare-and-set fails and it reads them again. So three runs in turn,
+// the first process's again after the second's, count every call once.
+func TestAnalytics_AProcessWhoseAggregatesAnotherWroteSinceReadsThemAgain(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	bustest.RunRelay(t, env.JS)
+	open := func() *analytics.Analytics {
+		_, js := bustest.Connect(t, env.URLs)
+		a, err := analytics.Open(t.Context(), js, analytics.Config{Log: bustest.Logger()})
+		require.NoError(t, err)
+		return a
+	}
+	// runUntilCaughtUp runs a until it has taken in every event so far.
+	runUntilCaughtUp := func(a *analytics.Analytics) {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		waitCaughtUp(t, env, a)
+		cancel()
+		require.NoError(t, <-done)
+	}
+	first, second := open(), open()
+	t0 := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	var calls []plannedCall
+	for i, a := range []*analytics.Analytics{first, second, first} {
+		more := planCalls(30, t0.Add(time.Duration(i)*10*time.Minute), uint64(10+i))
+		for j := range more {
+			more[j].id = fmt.Sprintf("run%d-%d", i, j)
+		}
+		runCalls(t, env.Store, more)
+		calls = append(calls, more...)
+		runUntilCaughtUp(a)
+	}
+	r, err := first.Report(t.Context(), analytics.ReportOptions{Hours: 3, Until: t0.Add(2 * time.Hour)})
+	require.NoError(t, err)
+	checkReport(t, expect(calls), r)
+}
