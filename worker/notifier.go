@@ -291,17 +291,36 @@ func (n *Notifier) run(ctx context.Context) error {
 // notifies reports whether ev is one a human is told of: its kind is, and
 // the call was waiting for a decision or starts to. A cancel of a call
 // nobody was asked about is not news to anyone.
-func notifies(ev *wire.Event) bool {
-	return ev.Event.Notifies() && (ev.From == machine.StatePendingApproval || ev.To == machine.StatePendingApproval)
+func notifies(ev *wire.Event) bool { return notifiesOf(ev.Event, ev.From, ev.To) }
+
+func notifiesOf(ev machine.Event, from, to machine.State) bool {
+	return ev.Notifies() && (from == machine.StatePendingApproval || to == machine.StatePendingApproval)
+}
+
+// fanOutEvent is what the fan-out reads of an event: whether it notifies,
+// and whose policy names the channels. A delivery carries the event's
+// bytes as published, so the fan-out decodes nothing else of it (its
+// entry, receipt, arguments); each channel's delivery decodes it whole.
+// Each field has the name and JSON key of wire.Event's or
+// machine.Entry's (TestFanOutEvent_DecodesAsTheWireEvent).
+type fanOutEvent struct {
+	ID    string        `json:"id"`
+	Event machine.Event `json:"event"`
+	From  machine.State `json:"from"`
+	To    machine.State `json:"to"`
+	Entry *struct {
+		Team           string `json:"team"`
+		ConversationID string `json:"conversationId"`
+	} `json:"entry"`
 }
 
 // fanOut queues one event's deliveries, one per channel.
 func (n *Notifier) fanOut(ctx context.Context, msg jetstream.Msg) error {
-	var ev wire.Event
+	var ev fanOutEvent
 	if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil || ev.ID == "" {
 		return consumer.Permanent(fmt.Errorf("notifier: undecodable event (err %v)", err))
 	}
-	if !notifies(&ev) {
+	if !notifiesOf(ev.Event, ev.From, ev.To) {
 		return nil
 	}
 	r := n.engine.Resolve(ev.Entry.Team, ev.Entry.ConversationID)
