@@ -4,6 +4,7 @@ package bustest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -152,16 +153,32 @@ func RunRelay(t testing.TB, js jetstream.JetStream) {
 }
 
 // Relayed reports whether the relay has published an event for every
-// revision written so far: its consumer has nothing pending or unacked.
-// Counting events after that, rather than as soon as enough are in, is what
-// lets a test see a duplicate.
+// revision written so far: its consumer has acknowledged every message
+// of the bucket's stream up to the last one written before the call (its
+// "nothing pending" alone was seen to lag the stream by a dozen
+// revisions). Counting events after that, rather than as soon as enough
+// are in, is what lets a test see a duplicate.
 func Relayed(ctx context.Context, js jetstream.JetStream) bool {
-	c, err := js.Consumer(ctx, "KV_"+wire.CallsBucket, bus.RelayDurable)
+	s, err := js.Stream(ctx, "KV_"+wire.CallsBucket)
 	if err != nil {
 		return false
 	}
-	info, err := c.Info(ctx)
-	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	last := s.CachedInfo().State.LastSeq
+	c, err := s.Consumer(ctx, bus.RelayDurable)
+	if err != nil {
+		return false
+	}
+	info := c.CachedInfo()
+	if info.NumAckPending > 0 {
+		return false
+	}
+	if info.AckFloor.Stream >= last {
+		return true
+	}
+	// The last message may be gone (a purge marker that expired): then
+	// nothing is left to relay once nothing is pending.
+	_, err = s.GetMsg(ctx, last)
+	return info.NumPending == 0 && errors.Is(err, jetstream.ErrMsgNotFound)
 }
 
 // WaitRelayed waits until Relayed, and returns the events stream's last
