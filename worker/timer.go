@@ -187,7 +187,7 @@ func (t *Timer) Run(ctx context.Context) error {
 // a key deleted meanwhile leaves a deadline that, due, finds no entry.
 func (t *Timer) view() bus.CallsView {
 	return bus.CallsView{Name: "timer", Unsync: func() {}, Start: func() (func(bus.CallRevision), func()) {
-		n := 0
+		n, start := 0, time.Now()
 		apply := func(r bus.CallRevision) {
 			var e *machine.Entry
 			switch {
@@ -207,7 +207,7 @@ func (t *Timer) view() bus.CallsView {
 			case <-t.stopped:
 			}
 		}
-		loaded := func() { t.log.Info("timer started", "entries", n) }
+		loaded := func() { t.log.Info("timer started", "entries", n, "load", time.Since(start).Round(time.Millisecond)) }
 		return apply, loaded
 	}}
 }

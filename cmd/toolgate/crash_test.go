@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 
 // toolgateBinary builds cmd/toolgate once per test run, for tests that
 // need a real process to kill.
-func toolgateBinary(t *testing.T) string {
+func toolgateBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "toolgate-bin-")

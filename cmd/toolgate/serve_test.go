@@ -118,7 +118,7 @@ func TestVersion(t *testing.T) {
 	assert.Equal(t, 2, run(t.Context(), []string{"frobnicate"}, &out, &out))
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()
