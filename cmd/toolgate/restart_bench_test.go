@@ -51,12 +51,16 @@ import (
 //     the same server once serve has settled, decoding nothing; load-x is
 //     timer-ms over it;
 //   - rss-loaded-MiB: VmRSS once the timer has loaded, the submit was
-//     accepted and every watch of the bucket (the timer's, the call
-//     index's, the relay's) has caught up; rss-MiB: VmRSS once it is
+//     accepted and the other readers of the bucket, which start after
+//     the timer (the call index, the pending-approvals gauge), have
+//     caught up; rss-MiB: VmRSS once it is
 //     steady (five readings 200ms apart within 1 MiB); hwm-MiB: VmHWM,
 //     the peak; heap-MiB: the Go heap in use then (its /metrics).
 //
 // ns/op is a restart's whole iteration and means little; use -benchtime 1x.
+// TOOLGATE_BENCH_SERVE=PATH restarts that toolgate binary instead of one
+// built from this tree (the fixture too), to compare two builds on one
+// machine in one sitting.
 // 10k and 100k run by default (100k not with -short); 1M only with
 // TOOLGATE_BENCH_1M=1, and it writes its fixture for minutes:
 //
@@ -222,7 +226,11 @@ func restartOnce(b *testing.B, a serveArgs, n int) restartFigures {
 	require.NotZero(b, f.submit, "submit accepted")
 
 	// Every watch of the bucket has caught up: the process has read all
-	// it reads at start.
+	// it reads at start. The call index and the pending gauge start
+	// reading after the timer: once the gauge counts every call, both
+	// watches exist.
+	require.Eventually(b, func() bool { return pendingGauge(b, a.metrics) >= float64(n) }, 30*time.Minute, 100*time.Millisecond,
+		"the pending gauge counts every call")
 	nc, err := nats.Connect(url, nats.UserCredentials(server.CredsPath(data, "toolgate")))
 	require.NoError(b, err)
 	defer nc.Close()
@@ -392,26 +400,46 @@ func procStatusMiB(b *testing.B, pid int, field string) float64 {
 
 // heapInUseMiB is go_memstats_heap_inuse_bytes from the /metrics at addr.
 func heapInUseMiB(b *testing.B, addr string) float64 {
+	v, ok := metricSum(b, addr, "go_memstats_heap_inuse_bytes ")
+	require.True(b, ok, "no go_memstats_heap_inuse_bytes in /metrics")
+	return v / (1 << 20)
+}
+
+// pendingGauge is toolgate_pending_approvals, every team's, from the
+// /metrics at addr.
+func pendingGauge(b *testing.B, addr string) float64 {
+	v, _ := metricSum(b, addr, "toolgate_pending_approvals{")
+	return v
+}
+
+// metricSum sums the values of the lines of the /metrics at addr that
+// start with prefix.
+func metricSum(b *testing.B, addr, prefix string) (float64, bool) {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	require.NoError(b, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(b, err)
+	sum, found := 0.0, false
 	for line := range bytes.SplitSeq(body, []byte("\n")) {
-		if rest, ok := bytes.CutPrefix(line, []byte("go_memstats_heap_inuse_bytes ")); ok {
-			v, err := strconv.ParseFloat(string(rest), 64)
+		if bytes.HasPrefix(line, []byte(prefix)) {
+			fields := bytes.Fields(line)
+			v, err := strconv.ParseFloat(string(fields[len(fields)-1]), 64)
 			require.NoError(b, err)
-			return v / (1 << 20)
+			sum, found = sum+v, true
 		}
 	}
-	b.Fatal("no go_memstats_heap_inuse_bytes in /metrics")
-	return 0
+	return sum, found
 }
 
 // startProcess starts `toolgate serve` with args, handing each line it
 // logs to onLine (on one goroutine, in order).
 func startProcess(b *testing.B, args []string, onLine func(string)) *process {
-	cmd := exec.Command(toolgateBinary(b), append([]string{"serve"}, args...)...)
+	bin := os.Getenv("TOOLGATE_BENCH_SERVE")
+	if bin == "" {
+		bin = toolgateBinary(b)
+	}
+	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	require.NoError(b, err)
