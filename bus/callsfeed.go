@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/machine"
@@ -73,9 +74,20 @@ type CallHead struct {
 	} `json:"lastTransition"`
 }
 
-// DecodeCallHead decodes what a CallHead holds of an entry's JSON.
+// DecodeCallHead decodes what a CallHead holds of an entry's JSON, with
+// json/v2 (go-json-experiment/json, what encoding/json/v2 is to be):
+// three times faster than encoding/json on an entry with a receipt (2.9
+// against 8.8 µs), as it skips the fields it does not keep without
+// decoding them, and every revision of every call passes through here.
+// Names match regardless of case, as encoding/json's do; what json/v2
+// refuses (invalid UTF-8, a name twice) is decoded by encoding/json, as
+// every other reader of the entry would.
 func DecodeCallHead(data []byte) (*CallHead, error) {
 	var h CallHead
+	if jsonv2.Unmarshal(data, &h, jsonv2.MatchCaseInsensitiveNames(true)) == nil {
+		return &h, nil
+	}
+	h = CallHead{}
 	if err := json.Unmarshal(data, &h); err != nil {
 		return nil, err
 	}

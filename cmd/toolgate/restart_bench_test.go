@@ -51,9 +51,9 @@ import (
 //     the same server once serve has settled, decoding nothing; load-x is
 //     timer-ms over it;
 //   - rss-loaded-MiB: VmRSS once the timer has loaded, the submit was
-//     accepted and the other readers of the bucket, which start after
-//     the timer (the call index, the pending-approvals gauge), have
-//     caught up; rss-MiB: VmRSS once it is
+//     accepted and the pending-approvals gauge counts every call (the
+//     process's one watch of the bucket feeds the timer, the call index
+//     and the gauge alike); rss-MiB: VmRSS once it is
 //     steady (five readings 200ms apart within 1 MiB); hwm-MiB: VmHWM,
 //     the peak; heap-MiB: the Go heap in use then (its /metrics).
 //
