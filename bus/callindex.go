@@ -18,10 +18,11 @@ import (
 // CallIndex is a process's view of the tool_calls bucket, kept by one
 // watch of it (Follow), so that listing calls across conversations reads
 // memory rather than every entry in the bucket. It holds a small summary
-// of every call (what lists filter and sort on) and the stored JSON only
-// of open calls, decoded when a page or a command asks for it; a finished
-// call's entry is read from the bucket when a page shows it. It only
-// reads: gate is the bucket's one writer.
+// of every call (what lists filter and sort on) and the stored JSON of
+// the open calls written last (maxOpenJSON bytes of them), decoded when a
+// page or a command asks for it; any other call's entry is read from the
+// bucket when a page shows it. So its memory is a summary a call, however
+// many calls are open. It only reads: gate is the bucket's one writer.
 //
 // A KVStore given the index (WithIndex) starts commands on open calls
 // from the index's latest revision (Latest) and knows, without a read,
@@ -62,10 +63,28 @@ type indexState struct {
 	strs map[string]string
 	// loading: the bucket is being read; order is sorted once it is.
 	loading bool
+	// The summaries holding an open call's JSON, oldest first, each at
+	// the revision it took it at (a later revision leaves a stale
+	// reference behind), their bytes and how many hold any.
+	openQueue []openRef
+	openBytes int
+	openCount int
 }
 
+// openRef is a summary that took an open call's JSON at rev.
+type openRef struct {
+	c   *callSummary
+	rev uint64
+}
+
+// maxOpenJSON bounds the bytes of open calls' JSON the index holds:
+// about 14,000 entries of 1.2 KB, those written last, which decisions
+// and lists of recent calls start from.
+const maxOpenJSON = 16 << 20
+
 // callSummary is what the index keeps of a call: all a list filters and
-// sorts on, and the entry's JSON at rev while the call is open.
+// sorts on, and the entry's JSON at rev while the call is open and among
+// those written last.
 type callSummary struct {
 	id          string
 	requestedAt int64
@@ -183,7 +202,38 @@ func (st *indexState) apply(r CallRevision, log *slog.Logger) {
 	old.status = machine.State(st.intern(string(head.Status)))
 	old.toolName = st.intern(head.ToolName)
 	old.callerBotID = st.intern(head.CallerBotID)
-	old.rev, old.open = r.Revision, open
+	st.setOpen(old, r.Revision, open)
+}
+
+// setOpen records c's latest revision and the open call's JSON at it
+// (nil: finished), and lets go of the oldest JSON beyond maxOpenJSON.
+func (st *indexState) setOpen(c *callSummary, rev uint64, open []byte) {
+	if c.open != nil {
+		st.openBytes -= len(c.open)
+		st.openCount--
+	}
+	c.rev, c.open = rev, open
+	if open == nil {
+		return
+	}
+	st.openBytes += len(open)
+	st.openCount++
+	st.openQueue = append(st.openQueue, openRef{c: c, rev: rev})
+	for st.openBytes > maxOpenJSON && len(st.openQueue) > 0 {
+		ref := st.openQueue[0]
+		st.openQueue = st.openQueue[1:]
+		if ref.c.open != nil && ref.c.rev == ref.rev {
+			st.openBytes -= len(ref.c.open)
+			st.openCount--
+			ref.c.open = nil
+		}
+	}
+	if len(st.openQueue) > 1024 && len(st.openQueue) > 2*st.openCount {
+		// Mostly stale references: keep the live ones.
+		st.openQueue = slices.DeleteFunc(slices.Clone(st.openQueue), func(ref openRef) bool {
+			return ref.c.open == nil || ref.c.rev != ref.rev
+		})
+	}
 }
 
 func (st *indexState) intern(s string) string {
@@ -215,7 +265,8 @@ func (st *indexState) insert(c *callSummary) {
 // remove drops c: from byID at once, from order at the next compaction.
 func (st *indexState) remove(c *callSummary) {
 	delete(st.byID, c.id)
-	c.removed, c.open = true, nil
+	st.setOpen(c, c.rev, nil)
+	c.removed = true
 	st.removed++
 	if st.removed > 1024 && st.removed > len(st.order)/4 {
 		st.compact()
@@ -248,10 +299,9 @@ type CallFilter struct {
 	AfterID string
 }
 
-// IndexedCall is one call of a page: its id, and its entry while it is
-// open (the index's, without its receipts, which lists leave out). A
-// finished call's entry, or one the index could not decode, is the
-// bucket's.
+// IndexedCall is one call of a page: its id, and its entry when the
+// index holds it (an open call written lately; without its receipts,
+// which lists leave out). Any other call's entry is the bucket's.
 type IndexedCall struct {
 	PendingID string
 	Entry     *machine.Entry
@@ -308,9 +358,9 @@ func (x *CallIndex) page(f CallFilter, n int) (page []IndexedCall, open [][]byte
 
 // Latest returns the latest revision of an open call the index holds, as
 // stored (receipts and all), if it is after the revision given, and false
-// when it holds none: the call is finished, unknown, or the index is not
-// synced. It may be behind the bucket; a compare-and-set on the revision
-// tells.
+// when it holds none: the call is finished, not written lately, unknown,
+// or the index is not synced. It may be behind the bucket; a
+// compare-and-set on the revision tells.
 func (x *CallIndex) Latest(pendingID string, after uint64) (*machine.Entry, uint64, bool) {
 	x.mu.RLock()
 	var (

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +85,49 @@ func BenchmarkCallIndexMemory(b *testing.B) {
 			b.ReportMetric(perEntry, "B/entry")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/apply")
 		})
+	}
+}
+
+// The index holds the JSON of the open calls written last, at most
+// maxOpenJSON bytes of it however many calls are open, and no more
+// references to it than twice the calls that hold some, however often
+// they are written.
+func TestCallIndex_HoldsTheJSONOfTheOpenCallsWrittenLast(t *testing.T) {
+	st := &indexState{byID: map[string]*callSummary{}, strs: map[string]string{}}
+	log := slog.New(slog.DiscardHandler)
+	pad := strings.Repeat("x", 60<<10)
+	put := func(rev uint64, id string, status machine.State) {
+		data, err := json.Marshal(machine.Entry{PendingID: id, Status: status, RequestedAt: int64(rev), Description: pad})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.apply(callRevision(fakeKVE{key: id, value: data, rev: rev, op: jetstream.KeyValuePut}), log)
+	}
+	const n = 1000 // 60 MiB of open calls' JSON
+	for i := range n {
+		put(uint64(i+1), fmt.Sprintf("c.%04d", i), machine.StatePendingApproval)
+	}
+	if st.openBytes > maxOpenJSON || st.openBytes < maxOpenJSON-(64<<10) {
+		t.Fatalf("holds %d bytes of JSON, want at most and about %d", st.openBytes, maxOpenJSON)
+	}
+	if st.byID["c.0000"].open != nil || st.byID[fmt.Sprintf("c.%04d", n-1)].open == nil {
+		t.Fatal("the JSON held is not that of the calls written last")
+	}
+	if len(st.byID) != n {
+		t.Fatalf("summaries: %d, want %d", len(st.byID), n)
+	}
+
+	// One call written again and again, then finished: the references
+	// stay few, and its JSON goes.
+	for rev := uint64(n + 1); rev < n+20_000; rev++ {
+		put(rev, "c.0999", machine.StateExecuting)
+	}
+	if len(st.openQueue) > max(1024, 2*st.openCount)+1 {
+		t.Fatalf("%d references for %d calls holding JSON", len(st.openQueue), st.openCount)
+	}
+	before := st.openBytes
+	put(n+20_000, "c.0999", machine.StateCompletedSuccess)
+	if st.byID["c.0999"].open != nil || st.openBytes >= before {
+		t.Fatalf("a finished call's JSON is kept (%d bytes held, %d before)", st.openBytes, before)
 	}
 }
