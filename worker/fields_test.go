@@ -2,13 +2,12 @@ package worker
 
 import (
 	"encoding/json"
-	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -40,36 +39,12 @@ func TestSlimEvents_DecodeAsTheWireEvent(t *testing.T) {
 	t.Run("fanOutEvent", func(t *testing.T) {
 		var slim fanOutEvent
 		require.NoError(t, json.Unmarshal(data, &slim))
-		requireSameFields(t, "event", reflect.ValueOf(slim), reflect.ValueOf(full))
+		bustest.SameFields(t, slim, full)
 		assert.Equal(t, notifies(&full), notifiesOf(slim.Event, slim.From, slim.To))
 	})
 	t.Run("settleEvent", func(t *testing.T) {
 		var slim settleEvent
 		require.NoError(t, json.Unmarshal(data, &slim))
-		requireSameFields(t, "event", reflect.ValueOf(slim), reflect.ValueOf(full))
+		bustest.SameFields(t, slim, full)
 	})
-}
-
-// requireSameFields checks that every field of slim, at any depth, is
-// set (the fixture covers it) and equals the field of the same name in
-// full, and that both have the same JSON key.
-func requireSameFields(t *testing.T, path string, slim, full reflect.Value) {
-	t.Helper()
-	for slim.Kind() == reflect.Pointer {
-		require.False(t, slim.IsNil(), "%s: decoded as nil", path)
-		require.False(t, full.IsNil(), "%s: nil in the wire's", path)
-		slim, full = slim.Elem(), full.Elem()
-	}
-	if slim.Kind() != reflect.Struct {
-		assert.False(t, slim.IsZero(), "%s: the fixture sets it", path)
-		assert.Equal(t, full.Interface(), slim.Interface(), path)
-		return
-	}
-	for i := range slim.NumField() {
-		f := slim.Type().Field(i)
-		ff, ok := full.Type().FieldByName(f.Name)
-		require.True(t, ok, "%s.%s: no such field in %s", path, f.Name, full.Type())
-		assert.Equal(t, strings.TrimSuffix(ff.Tag.Get("json"), ",omitempty"), f.Tag.Get("json"), "%s.%s: JSON key", path, f.Name)
-		requireSameFields(t, path+"."+f.Name, slim.Field(i), full.FieldByIndex(ff.Index))
-	}
 }
