@@ -133,14 +133,7 @@ func writeListFixture(b *testing.B, js jetstream.JetStream, pending, finished in
 	ctx := context.Background()
 	now := time.Now().UnixMilli()
 	var ids []string
-	flush := func() {
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-time.After(time.Minute):
-			b.Fatal("fixture not written")
-		}
-	}
-	for i := range pending + finished {
+	bustest.PutRaw(b, js, pending+finished, func(i int) (string, []byte) {
 		open := i%((pending+finished)/pending) == 0 && len(ids) < pending
 		at := now - int64(pending+finished-i)*10
 		e := machine.Entry{
@@ -169,14 +162,8 @@ func writeListFixture(b *testing.B, js jetstream.JetStream, pending, finished in
 		}
 		data, err := json.Marshal(e)
 		require.NoError(b, err)
-		if _, err := js.PublishAsync("$KV."+wire.CallsBucket+"."+e.PendingID, data); err != nil {
-			b.Fatal(err)
-		}
-		if i%2000 == 1999 {
-			flush()
-		}
-	}
-	flush()
+		return e.PendingID, data
+	})
 	require.Len(b, ids, pending)
 	stream, err := js.Stream(ctx, "KV_"+wire.CallsBucket)
 	require.NoError(b, err)

@@ -28,8 +28,11 @@ import (
 //
 // BenchmarkTimer is the Timer as it runs: relay and timer up, the calls
 // submitted through the machine (the timer learns their deadlines from
-// the relay's events), and the action is the Expire transition, a
+// its watch of the bucket), and the action is the Expire transition, a
 // compare-and-set on the entry; lateness ends when that write has won.
+// It runs with no other call pending, and with 100k pending calls whose
+// deadlines are a day away (written into the bucket before the timer
+// starts, so that it holds them all).
 //
 // BenchmarkMsgSchedules is the alternative the Timer did not take:
 // JetStream message schedules (nats-server 2.12+), one "@at" schedule per
@@ -86,10 +89,31 @@ func deadlineTimes(first time.Time) []time.Time {
 }
 
 func BenchmarkTimer(b *testing.B) {
+	for _, pending := range []int{0, 100_000} {
+		b.Run(fmt.Sprintf("pending=%dk", pending/1000), func(b *testing.B) {
+			if pending > 0 && testing.Short() {
+				b.Skip("writes 100k entries")
+			}
+			benchTimer(b, pending)
+		})
+	}
+}
+
+func benchTimer(b *testing.B, pending int) {
 	var late lateness
 	var casPerSec float64
 	for range b.N {
 		env := bustest.Start(b, bustest.Topology{Name: "single", Replicas: 1})
+		aDayAway := time.Now().Add(24 * time.Hour).UnixMilli()
+		bustest.PutRaw(b, env.JS, pending, func(i int) (string, []byte) {
+			e := machine.Entry{PendingID: machine.PendingID(fmt.Sprintf("bg-%03d", i%1000), fmt.Sprintf("call-%06d", i)),
+				ToolName: "send_email", ToolArguments: json.RawMessage(`{"to":"ops@example.com","subject":"Nightly export failed"}`),
+				CallerBotID: "agent", Status: machine.StatePendingApproval, ApprovalTimeoutAt: aDayAway, AutoRejectOnTimeout: true,
+				LastTransition: &machine.Transition{Event: machine.EventAsk, To: machine.StatePendingApproval, Actor: "policy", At: time.Now().UnixMilli()}}
+			data, err := json.Marshal(e)
+			require.NoError(b, err)
+			return e.PendingID, data
+		})
 		ctx, stop := context.WithCancel(context.Background())
 		var running sync.WaitGroup
 		running.Go(func() {

@@ -1,0 +1,35 @@
+package bustest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/wire"
+)
+
+// PutRaw writes n values straight into the tool_calls bucket's stream,
+// value(i) under its key, asynchronously a few thousand at a time: a
+// fixture of 100k entries in seconds, which writes through the machine
+// would take minutes to make.
+func PutRaw(t testing.TB, js jetstream.JetStream, n int, value func(i int) (key string, data []byte)) {
+	t.Helper()
+	flush := func() {
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+			t.Fatal("the fixture was not written within a minute")
+		}
+	}
+	for i := range n {
+		key, data := value(i)
+		_, err := js.PublishAsync("$KV."+wire.CallsBucket+"."+key, data)
+		require.NoError(t, err)
+		if i%2000 == 1999 {
+			flush()
+		}
+	}
+	flush()
+}
