@@ -304,12 +304,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.Config.Metrics != "" {
 		g.Go(func() error { return serveMetrics(ctx, m.Config.Metrics, d.registry, m.Log) })
 	}
-	if slices.Contains(names, "intake") || slices.Contains(names, "http") {
-		// These submit calls: match them against grants in memory.
-		g.Go(func() error { return d.grants.Follow(ctx, m.Log) })
-		// And serve lists: page through an index of the calls in memory.
-		d.feed.Add(d.gate.CallsView(m.Log))
-	}
+	// The roles' views of tool_calls first: the timer's, whose deadlines
+	// are the first thing a restart must know, is told first that the
+	// bucket is read.
 	for _, r := range roles {
 		if r.prepare == nil || !slices.Contains(names, r.name) {
 			continue
@@ -317,6 +314,12 @@ func (m *Main) Run(ctx context.Context) error {
 		if err := r.prepare(d, m.Log.With("role", r.name)); err != nil {
 			return fmt.Errorf("role %s: %w", r.name, err)
 		}
+	}
+	if slices.Contains(names, "intake") || slices.Contains(names, "http") {
+		// These submit calls: match them against grants in memory.
+		g.Go(func() error { return d.grants.Follow(ctx, m.Log) })
+		// And serve lists: page through an index of the calls in memory.
+		d.feed.Add(d.gate.CallsView(m.Log))
 	}
 	// The views of tool_calls the roles keep in memory are all in: one
 	// watch of the bucket feeds them.
