@@ -115,7 +115,7 @@ func (x *CallIndex) Follow(ctx context.Context, log *slog.Logger) error {
 
 // View is the index as a view of a CallsFeed.
 func (x *CallIndex) View(log *slog.Logger) CallsView {
-	return CallsView{Name: "call index", Unsync: x.unsync, Start: func() (func(CallRevision), func()) {
+	return CallsView{Unsync: x.unsync, Start: func() (func(CallRevision), func()) {
 		// Built aside while the bucket is read, swapped in when it is.
 		loading := &indexState{byID: map[string]*callSummary{}, strs: map[string]string{}, loading: true}
 		apply := func(r CallRevision) {

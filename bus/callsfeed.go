@@ -27,13 +27,12 @@ type CallsFeed struct {
 // CallsView is one view the feed keeps current. Its functions are called
 // from the feed's one goroutine, in the bucket's order.
 type CallsView struct {
-	// Name names the view in logs.
-	Name string
 	// Start begins a fresh view, at each life of the watch: apply takes
 	// every key as the bucket holds it, then loaded is called, then
 	// apply takes every change.
 	Start func() (apply func(CallRevision), loaded func())
-	// Unsync ends a life: the view is stale until the next loaded.
+	// Unsync, when set, ends a life: the view is stale until the next
+	// loaded.
 	Unsync func()
 }
 
@@ -130,7 +129,9 @@ func (f *CallsFeed) Run(ctx context.Context, log *slog.Logger) error {
 	}
 	unsync := func() {
 		for _, v := range f.current() {
-			v.Unsync()
+			if v.Unsync != nil {
+				v.Unsync()
+			}
 		}
 	}
 	return followBucket(ctx, log, "calls feed", f.kv, unsync, func() (func(jetstream.KeyValueEntry), func()) {

@@ -54,7 +54,7 @@ func (p *PendingApprovals) Synced() <-chan struct{} { return p.synced }
 // counts the bucket afresh, aside, and the count replaces the gauge's
 // once the bucket is read, correcting whatever the last life missed.
 func (p *PendingApprovals) View() bus.CallsView {
-	return bus.CallsView{Name: "pending approvals", Unsync: func() {}, Start: func() (func(bus.CallRevision), func()) {
+	return bus.CallsView{Start: func() (func(bus.CallRevision), func()) {
 		loading := newPendingCounts()
 		apply := func(r bus.CallRevision) {
 			if loading != nil {

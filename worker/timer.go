@@ -186,7 +186,7 @@ func (t *Timer) Run(ctx context.Context) error {
 // feed reading the bucket again after a failure repeats what it knows);
 // a key deleted meanwhile leaves a deadline that, due, finds no entry.
 func (t *Timer) view() bus.CallsView {
-	return bus.CallsView{Name: "timer", Unsync: func() {}, Start: func() (func(bus.CallRevision), func()) {
+	return bus.CallsView{Start: func() (func(bus.CallRevision), func()) {
 		n, start := 0, time.Now()
 		apply := func(r bus.CallRevision) {
 			var e *machine.Entry
