@@ -94,28 +94,12 @@ func startServe(t *testing.T, args ...string) *process {
 	if url := flags["--nats"]; url != "" && flags["--nats-creds"] == "" {
 		args = append(args, "--nats-creds", server.CredsPath(dataDir(t, url), "toolgate"))
 	}
-	cmd := exec.Command(toolgateBinary(t), append([]string{"serve"}, args...)...)
-	// Its own process group, so that kill takes the tools it runs with it,
-	// as a crashed host would.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	p := &process{cmd: cmd, done: make(chan struct{})}
 	serving := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.logMu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.logMu.Unlock()
-			if strings.Contains(sc.Text(), "toolgate serving") {
-				close(serving)
-			}
+	p := runServe(t, toolgateBinary(t), args, func(line string) {
+		if strings.Contains(line, "toolgate serving") {
+			close(serving)
 		}
-		_ = cmd.Wait()
-		close(p.done)
-	}()
+	})
 	t.Cleanup(func() { p.kill() })
 	select {
 	case <-serving:
@@ -124,6 +108,32 @@ func startServe(t *testing.T, args ...string) *process {
 	case <-time.After(60 * time.Second):
 		t.Fatal("toolgate serve not serving after 60s")
 	}
+	return p
+}
+
+// runServe starts bin's `toolgate serve` with args in a process group of
+// its own (so that kill takes the tools it runs with it, as a crashed
+// host would), handing each line it logs to onLine, on one goroutine, in
+// order.
+func runServe(t testing.TB, bin string, args []string, onLine func(string)) *process {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.logMu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.logMu.Unlock()
+			onLine(sc.Text())
+		}
+		_ = cmd.Wait()
+		close(p.done)
+	}()
 	return p
 }
 

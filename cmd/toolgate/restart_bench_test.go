@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -439,24 +437,7 @@ func startProcess(b *testing.B, args []string, onLine func(string)) *process {
 	if bin == "" {
 		bin = toolgateBinary(b)
 	}
-	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr, err := cmd.StderrPipe()
-	require.NoError(b, err)
-	require.NoError(b, cmd.Start())
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.logMu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.logMu.Unlock()
-			onLine(sc.Text())
-		}
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	return p
+	return runServe(b, bin, args, onLine)
 }
 
 // stop stops the process as a service manager would (SIGTERM), and kills
