@@ -44,6 +44,8 @@ type Timer struct {
 	feed        *bus.CallsFeed // the process's, run by it; nil: the timer's own
 	updates     chan observation
 	stopped     chan struct{} // closed when Run ends
+	loaded      chan struct{} // closed once the bucket is first read
+	loadedOnce  sync.Once
 }
 
 // TimerOption configures a Timer.
@@ -144,7 +146,7 @@ type Deadlines interface {
 // through m. Run starts it.
 func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *slog.Logger, opts ...TimerOption) *Timer {
 	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 64, retry: time.Second, unclaimed: DefaultUnclaimedRequeue,
-		updates: make(chan observation, 256), stopped: make(chan struct{})}
+		updates: make(chan observation, 256), stopped: make(chan struct{}), loaded: make(chan struct{})}
 	for _, o := range opts {
 		o(t)
 	}
@@ -181,6 +183,11 @@ func (t *Timer) Run(ctx context.Context) error {
 	return nil
 }
 
+// Loaded is closed once the timer has read the bucket a first time: from
+// then on it knows every deadline (those it has been handed, at least:
+// the scheduler takes them in as it can).
+func (t *Timer) Loaded() <-chan struct{} { return t.loaded }
+
 // view hands the scheduler every revision the feed reads, until Run
 // ends. A revision no newer than the one it knows changes nothing (a
 // feed reading the bucket again after a failure repeats what it knows);
@@ -207,7 +214,10 @@ func (t *Timer) view() bus.CallsView {
 			case <-t.stopped:
 			}
 		}
-		loaded := func() { t.log.Info("timer started", "entries", n, "load", time.Since(start).Round(time.Millisecond)) }
+		loaded := func() {
+			t.log.Info("timer started", "entries", n, "load", time.Since(start).Round(time.Millisecond))
+			t.loadedOnce.Do(func() { close(t.loaded) })
+		}
 		return apply, loaded
 	}}
 }

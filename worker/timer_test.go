@@ -534,7 +534,8 @@ func TestTimer_StartsAgainWhenItCannotStart(t *testing.T) {
 	logged := make(logSignal, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- worker.NewTimer(env.JS, env.KV, machine.New(env.Store), slog.New(logged)).Run(ctx) }()
+	timer := worker.NewTimer(env.JS, env.KV, machine.New(env.Store), slog.New(logged))
+	go func() { done <- timer.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
@@ -548,8 +549,18 @@ func TestTimer_StartsAgainWhenItCannotStart(t *testing.T) {
 			t.Fatalf("the timer never failed to start and tried again; it logged %q", seen)
 		}
 	}
+	select {
+	case <-timer.Loaded():
+		t.Fatal("loaded a bucket that is not there")
+	default:
+	}
 	_, err := bus.Provision(t.Context(), env.JS, bus.Topology{Replicas: 1})
 	require.NoError(t, err)
+	select {
+	case <-timer.Loaded():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the timer did not read the bucket once it was there")
+	}
 	e := submit(t, policy(env, ask(300*time.Millisecond, true)), "late-start")
 	waitEntry(t, env, e.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected by timeout")
 }
