@@ -114,10 +114,12 @@ func startServe(t *testing.T, args ...string) *process {
 // runServe starts bin's `toolgate serve` with args in a process group of
 // its own (so that kill takes the tools it runs with it, as a crashed
 // host would), handing each line it logs to onLine, on one goroutine, in
-// order.
+// order. It runs in a directory of its own: one given no --data keeps its
+// receipt key in ./toolgate-data, which must not land in the source tree.
 func runServe(t testing.TB, bin string, args []string, onLine func(string)) *process {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	cmd.Dir = t.TempDir()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
