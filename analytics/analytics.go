@@ -500,7 +500,7 @@ func forKeys(prefix string, ev *eventFields, f func(key string, id aggregateID))
 	f(prefix+"tool."+machine.KeyToken(e.ToolName), aggregateID{kind: 't', name: e.ToolName})
 	f(prefix+"team."+machine.KeyToken(e.Team), aggregateID{kind: 'e', name: e.Team})
 	hour := time.UnixMilli(ev.At).UTC().Truncate(time.Hour)
-	f(prefix+"hour."+hour.Format("2006010215"), aggregateID{kind: 'h', hour: hour.UnixMilli()})
+	f(hourKey(prefix, hour), aggregateID{kind: 'h', hour: hour.UnixMilli()})
 	if ev.Event == machine.EventApprove || ev.Event == machine.EventReject || ev.Event == machine.EventVote {
 		by := e.ApprovedOrRejectedByUserID
 		if by == "" || ev.Event == machine.EventVote {
@@ -510,8 +510,9 @@ func forKeys(prefix string, ev *eventFields, f func(key string, id aggregateID))
 	}
 }
 
-func hourKey(gen uint64, hour time.Time) string {
-	return genPrefix(gen) + "hour." + hour.UTC().Format("2006010215")
+// hourKey is the key of hour's aggregate under prefix, its generation's.
+func hourKey(prefix string, hour time.Time) string {
+	return prefix + "hour." + hour.UTC().Format("2006010215")
 }
 
 // cachedAggregate is an aggregate as this process last read or wrote it,

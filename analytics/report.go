@@ -246,7 +246,7 @@ func (a *Analytics) series(ctx context.Context, gen uint64, opts ReportOptions) 
 	for i := range hours {
 		h := start.Add(time.Duration(i) * time.Hour)
 		g.Go(func() error {
-			kve, err := a.kv.Get(gctx, hourKey(gen, h))
+			kve, err := a.kv.Get(gctx, hourKey(genPrefix(gen), h))
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				hours[i] = &HourStats{Hour: h.UnixMilli()}
 				return nil

@@ -15,8 +15,8 @@ import (
 	"github.com/toolgate/toolgate/machine"
 )
 
-// CallIndex is a process's view of the tool_calls bucket, kept by one
-// watch of it (Follow), so that listing calls across conversations reads
+// CallIndex is a process's view of the tool_calls bucket, kept by a
+// watch of it (Follow, or the process's CallsFeed: View), so that listing calls across conversations reads
 // memory rather than every entry in the bucket. It holds a small summary
 // of every call (what lists filter and sort on) and the stored JSON of
 // the open calls written last (maxOpenJSON bytes of them), decoded when a
@@ -92,7 +92,7 @@ type callSummary struct {
 	toolName    string
 	callerBotID string
 	rev         uint64
-	open        []byte // nil once finished
+	open        []byte // nil once finished, or let go (maxOpenJSON)
 	removed     bool
 }
 

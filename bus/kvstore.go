@@ -121,7 +121,8 @@ func NewKVStore(kv jetstream.KeyValue) *KVStore { return &KVStore{kv: kv} }
 
 // WithIndex has s start commands on open calls from x's latest revision
 // of them, and skip the read of a submit whose pendingId x does not hold,
-// while x follows kv (CallIndex.Follow). It returns s.
+// while x follows kv (CallIndex.Follow, or its View on a CallsFeed). It
+// returns s.
 func (s *KVStore) WithIndex(x *CallIndex) *KVStore {
 	s.index = x
 	return s

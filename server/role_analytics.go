@@ -27,9 +27,12 @@ func prepareAnalytics(d *deps, log *slog.Logger) error {
 // durable consumer, and each exports the metrics whole (see package
 // metrics on aggregating them across replicas).
 func runAnalytics(ctx context.Context, d *deps, log *slog.Logger) error {
-	an, err := analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Log: log})
-	if err != nil {
-		return err
+	an := d.analytics // a process that serves the report has it open already
+	if an == nil {
+		var err error
+		if an, err = analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Log: log}); err != nil {
+			return err
+		}
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.exporter.Run(ctx) })
