@@ -1,7 +1,6 @@
 package bus_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -16,21 +15,6 @@ import (
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
-
-// follow runs x.Follow until the test ends and waits until it has read
-// the bucket.
-func follow(t *testing.T, x *bus.CallIndex) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- x.Follow(ctx, bustest.Logger()) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-		assert.False(t, x.Synced(), "stopped: no longer answering")
-	})
-	require.Eventually(t, x.Synced, 10*time.Second, 5*time.Millisecond)
-}
 
 // current waits until x holds what the bucket holds.
 func current(t *testing.T, x *bus.CallIndex) {
@@ -70,7 +54,7 @@ func TestCallIndex_FollowsPutsDeletesAndPurges(t *testing.T) {
 		require.NoError(t, err)
 	}
 	x := bus.NewCallIndex(env.JS, env.KV)
-	follow(t, x)
+	bustest.FollowCalls(t, x)
 	a, b, c := machine.PendingID("idx", "a"), machine.PendingID("idx", "b"), machine.PendingID("idx", "c")
 	assert.Equal(t, []string{a, b, c}, ids(t, x, bus.CallFilter{}), "oldest first, then by id")
 	assert.Equal(t, []string{c}, ids(t, x, bus.CallFilter{After: true, AfterAt: 10, AfterID: b}))
@@ -125,7 +109,7 @@ func TestCallIndex_CurrentPastAMessageGone(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "the purge marker expires")
 
 	x := bus.NewCallIndex(env.JS, env.KV)
-	follow(t, x)
+	bustest.FollowCalls(t, x)
 	ok, err := x.Current(ctx)
 	require.NoError(t, err)
 	assert.True(t, ok, "nothing is left to deliver")
@@ -164,7 +148,7 @@ func TestKVStore_WithIndexStartsFromTheIndex(t *testing.T) {
 	require.NoError(t, err)
 	_, err = env.Store.Create(ctx, indexEntry("done", 2, machine.StateCompletedSuccess))
 	require.NoError(t, err)
-	follow(t, x)
+	bustest.FollowCalls(t, x)
 	current(t, x)
 
 	assert.True(t, store.Absent(machine.PendingID("idx", "new")))

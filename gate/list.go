@@ -131,15 +131,6 @@ func (s *Service) listIndexed(ctx context.Context, a Actor, r wire.ListRequest) 
 // pageReads is how many finished entries of a page are read at once.
 const pageReads = 16
 
-// FollowCalls keeps the Service's index of tool_calls current until ctx
-// ends, from a watch of its own, so that lists across conversations read
-// memory and at most a page of entries; meanwhile, and without it, they
-// read the whole bucket. A process with other views of the bucket shares
-// one watch instead: CallsView.
-func (s *Service) FollowCalls(ctx context.Context, log *slog.Logger) error {
-	return s.index.Follow(ctx, log)
-}
-
 // CallsView is the Service's index of tool_calls as a view of the
 // process's bus.CallsFeed. Processes that serve lists (intake, http) keep
 // it.

@@ -55,7 +55,7 @@ func benchList(b *testing.B, pending, finished int) {
 	indexed := New(Config{NC: env.NC, Buckets: env.Buckets})
 	scanned := New(Config{NC: env.NC, Buckets: env.Buckets}) // never follows: the scan
 	start := time.Now()
-	followed(b, indexed)
+	bustest.FollowCalls(b, indexed.index)
 	b.Logf("%d entries: index synced in %v", pending+finished, time.Since(start))
 
 	ctx := context.Background()

@@ -18,20 +18,6 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// followed starts s's index of the calls for the test's length and waits
-// until it has read the bucket.
-func followed(t testing.TB, s *Service) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.FollowCalls(ctx, bustest.Logger()) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	require.Eventually(t, s.index.Synced, 10*time.Second, 5*time.Millisecond, "the index reads the bucket")
-}
-
 var askAll = machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 	return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, Reason: "ask"}, nil
 })
@@ -126,7 +112,7 @@ func TestListIndexed_AgreesWithTheScan(t *testing.T) {
 	}
 
 	write(150)
-	followed(t, s)
+	bustest.FollowCalls(t, s.index)
 	for round := range 4 {
 		write(40)
 		change(40)
@@ -159,7 +145,7 @@ func TestList_ReadsItsOwnWrites(t *testing.T) {
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
 	s := New(Config{NC: env.NC, Buckets: env.Buckets, Policy: askAll})
-	followed(t, s)
+	bustest.FollowCalls(t, s.index)
 	listed := func(a Actor, r wire.ListRequest, id string) bool {
 		t.Helper()
 		page, ok, err := s.listIndexed(ctx, a, r)
@@ -232,7 +218,7 @@ func TestList_FallsBackToTheScanUntilTheIndexIsSynced(t *testing.T) {
 		require.ErrorIs(t, err, machine.ErrForbidden)
 	}
 	check()
-	followed(t, s)
+	bustest.FollowCalls(t, s.index)
 	_, ok, err = s.listIndexed(ctx, mine, wire.ListRequest{})
 	require.NoError(t, err)
 	require.True(t, ok)

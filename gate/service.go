@@ -58,7 +58,7 @@ type Config struct {
 type Service struct {
 	m          *machine.Machine
 	calls      *bus.KVStore
-	index      *bus.CallIndex // lists read it while it follows the bucket (FollowCalls)
+	index      *bus.CallIndex // lists read it while it follows the bucket (CallsView)
 	policies   *bus.PolicyStore
 	grants     *bus.GrantStore
 	budgets    *bus.BudgetLedger
@@ -257,7 +257,7 @@ func (s *Service) History(ctx context.Context, a Actor, pendingID string) ([]wir
 }
 
 // List returns one page of the entries r asks for. With a conversation,
-// only its keys are read; without, the index of the bucket (FollowCalls)
+// only its keys are read; without, the index of the bucket (CallsView)
 // while it follows it, else the whole bucket. An agent lists only its own
 // calls.
 func (s *Service) List(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListReply, error) {

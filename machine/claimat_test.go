@@ -106,7 +106,7 @@ func TestIndexedStore_SubmitAndDecideWithoutReads(t *testing.T) {
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
 	x := bus.NewCallIndex(env.JS, env.KV)
-	follow(t, x)
+	bustest.FollowCalls(t, x)
 	store := &countingStore{KVStore: bus.NewKVStore(env.KV).WithIndex(x)}
 	m := machine.New(store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}))
 	other := machine.New(bus.NewKVStore(env.KV))
@@ -176,17 +176,3 @@ func (f *frozenIndex) Latest(id string) (*machine.Entry, uint64, bool) {
 type neverHeldOf struct{ *countingStore }
 
 func (neverHeldOf) Absent(string) bool { return true }
-
-// follow runs x.Follow until the test ends and waits until it has read
-// the bucket.
-func follow(t *testing.T, x *bus.CallIndex) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- x.Follow(ctx, bustest.Logger()) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	require.Eventually(t, x.Synced, 10*time.Second, 5*time.Millisecond)
-}

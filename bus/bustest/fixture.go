@@ -1,12 +1,14 @@
 package bustest
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -32,4 +34,19 @@ func PutRaw(t testing.TB, js jetstream.JetStream, n int, value func(i int) (key 
 		}
 	}
 	flush()
+}
+
+// FollowCalls runs x.Follow until the test ends, and waits until it has
+// read the bucket; once stopped, x is no longer synced.
+func FollowCalls(t testing.TB, x *bus.CallIndex) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Follow(ctx, Logger()) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		require.False(t, x.Synced(), "stopped: no longer answering")
+	})
+	require.Eventually(t, x.Synced, 10*time.Second, 5*time.Millisecond, "the index reads the bucket")
 }
