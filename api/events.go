@@ -2,16 +2,14 @@ package api
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/wire"
 )
 
 // keepAlive is how often an idle event stream sends a comment, so proxies
@@ -34,7 +32,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 	if !u.SeesAll() {
 		caller = u.Name
 	}
-	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy}
+	var from uint64 // 0: the events to come
 	if since := cmp.Or(r.Header.Get("Last-Event-ID"), q.Get("since")); since != "" {
 		seq, err := strconv.ParseUint(since, 10, 64)
 		if err != nil {
@@ -47,24 +45,30 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 		if seq > last {
 			return fmt.Errorf("%w: Last-Event-ID/since: %d is past the last event, %d", machine.ErrInvalid, seq, last)
 		}
-		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq + 1}
+		from = seq + 1
 	}
-	ctx := r.Context()
-	cons, err := s.cfg.JS.OrderedConsumer(ctx, wire.EventsStream, cfg)
-	if err != nil {
-		return err
+	ctx, cancel := context.WithCancel(r.Context())
+	msgs := make(chan event, 256)
+	started, done := make(chan struct{}), make(chan struct{})
+	var followErr error
+	go func() {
+		defer close(done)
+		followErr = s.cfg.Events.Follow(ctx, from, func() { close(started) }, func(seq uint64, subject string, data []byte) {
+			select {
+			case msgs <- event{seq, subject, data}:
+			case <-ctx.Done():
+			}
+		})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	select {
+	case <-started:
+	case <-done:
+		return followErr
 	}
-	msgs := make(chan jetstream.Msg, 256)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case msgs <- m:
-		case <-ctx.Done():
-		}
-	})
-	if err != nil {
-		return err
-	}
-	defer cc.Stop()
 
 	// A stream lasts as long as its client listens: no server deadline.
 	rc := http.NewResponseController(w)
@@ -84,14 +88,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-done:
+			// Ended with the client still there: it reconnects with
+			// Last-Event-ID and misses nothing.
+			s.cfg.Log.Warn("event stream ended", "err", followErr)
+			return nil
 		case <-tick.C:
 			fmt.Fprint(w, ": keep-alive\n\n")
 			flusher.Flush()
 		case m := <-msgs:
-			meta, err := m.Metadata()
-			if err != nil {
-				continue
-			}
 			if conv != "" || tool != "" || caller != "" {
 				var ev struct {
 					Entry struct {
@@ -100,13 +105,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 						CallerBotID    string `json:"callerBotId"`
 					} `json:"entry"`
 				}
-				if json.Unmarshal(m.Data(), &ev) != nil ||
+				if json.Unmarshal(m.data, &ev) != nil ||
 					(conv != "" && ev.Entry.ConversationID != conv) || (tool != "" && ev.Entry.ToolName != tool) ||
 					(caller != "" && ev.Entry.CallerBotID != caller) {
 					continue
 				}
 			}
-			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", meta.Sequence.Stream, m.Subject(), m.Data())
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", m.seq, m.subject, m.data)
 			// Flush only when nothing else is waiting: a burst goes out
 			// in one write.
 			if len(msgs) == 0 {
@@ -114,4 +119,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 			}
 		}
 	}
+}
+
+// event is one event of TOOL_EVENTS on its way to a client.
+type event struct {
+	seq     uint64
+	subject string
+	data    []byte
 }

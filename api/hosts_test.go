@@ -73,7 +73,7 @@ func TestAPI_AllowedHosts(t *testing.T) {
 	toks, err := api.ParseTokens([]byte(tokens))
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.New(api.Config{
-		Gate: g.Service, JS: g.JS, Tokens: toks, Log: bustest.Logger(),
+		Gate: g.Service, JS: g.JS, Events: bustest.RunEventsFeed(t, g.JS), Tokens: toks, Log: bustest.Logger(),
 		AllowedHosts: []string{"toolgate.example.com", "*.internal.example", "10.0.0.7"},
 	}))
 	t.Cleanup(srv.Close)

@@ -102,7 +102,7 @@ func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions
 	if opts.noAnalytics {
 		toks, err := api.ParseTokens([]byte(tokenData))
 		require.NoError(t, err)
-		handler = api.New(api.Config{Gate: g.Service, JS: g.JS, Tokens: toks, Log: bustest.Logger()})
+		handler = api.New(api.Config{Gate: g.Service, JS: g.JS, Events: bustest.RunEventsFeed(t, g.JS), Tokens: toks, Log: bustest.Logger()})
 	}
 	in := &inboxServer{gate: g.Service}
 	in.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -28,9 +28,12 @@ import (
 
 // Config is what the HTTP API serves from.
 type Config struct {
-	Gate   *gate.Service
-	JS     jetstream.JetStream // events: the SSE stream and a list's position in it
-	Tokens *Tokens             // nil or empty: open (loopback only)
+	Gate *gate.Service
+	JS   jetstream.JetStream // a list's position in TOOL_EVENTS
+	// Events is the process's feed of TOOL_EVENTS, which event streams
+	// (GET /v1/events) follow: *bus.EventsFeed.
+	Events EventFollower
+	Tokens *Tokens // nil or empty: open (loopback only)
 	// Gatherer serves /metrics.
 	Gatherer prometheus.Gatherer
 	// Ready reports whether the process can serve (NATS connected,
@@ -49,6 +52,13 @@ type Config struct {
 	// HTTPClient sends those answers (nil: a client of its own).
 	HTTPClient *http.Client
 	Log        *slog.Logger
+}
+
+// EventFollower hands fn every event of TOOL_EVENTS from sequence from on
+// (0: those to come), in order and once each, until ctx ends, having
+// called started once every event to come will reach fn.
+type EventFollower interface {
+	Follow(ctx context.Context, from uint64, started func(), fn func(seq uint64, subject string, data []byte)) error
 }
 
 // Server is the HTTP API.

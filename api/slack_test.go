@@ -72,7 +72,7 @@ func TestSlack_SignedClickDecidesOnceAndReplacesTheCard(t *testing.T) {
 	})
 	toks, err := api.ParseTokens([]byte("alice-token-000000001 alice approver\n"))
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.New(api.Config{Gate: g.Service, JS: g.JS, Tokens: toks, Log: bustest.Logger(),
+	srv := httptest.NewServer(api.New(api.Config{Gate: g.Service, JS: g.JS, Events: bustest.RunEventsFeed(t, g.JS), Tokens: toks, Log: bustest.Logger(),
 		SlackResponseURL: func(u *url.URL) bool { return u.Host == strings.TrimPrefix(responses.URL, "http://") }}))
 	t.Cleanup(srv.Close)
 	waitNotifier(t, g)

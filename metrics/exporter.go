@@ -28,10 +28,15 @@ type ExporterConfig struct {
 	// bucket, which the pending-approvals gauge then follows (the process
 	// runs it); otherwise the exporter watches the bucket itself.
 	Feed *bus.CallsFeed
+	// Events, when set, is the process's feed of TOOL_EVENTS, which the
+	// event counter then follows (the process runs it); otherwise the
+	// exporter has an ordered consumer of its own.
+	Events *bus.EventsFeed
 }
 
-// Exporter keeps a process's toolgate_* metrics up to date: an ordered
-// consumer of its own counts every event of TOOL_EVENTS once, a KV watch
+// Exporter keeps a process's toolgate_* metrics up to date: it counts
+// every event of TOOL_EVENTS once (from the process's feed of them, or an
+// ordered consumer of its own), a KV watch
 // keeps the pending-approvals gauge, and consumer lag is read at scrape
 // time. See the package comment for how to aggregate them across replicas.
 type Exporter struct {
@@ -111,50 +116,38 @@ func (x *Exporter) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// countEvents counts events until ctx ends; started is called once the
-// consumer exists.
+// countEvents counts events until ctx ends; started is called once every
+// event to come will be counted.
 func (x *Exporter) countEvents(ctx context.Context, started func()) error {
-	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy}
+	var from uint64 // 0: those published from now on
 	if x.cfg.FromStart {
-		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		from = 1
 	}
 	if seq := x.seq.Load(); seq > 0 {
 		// Started again: on from the last event counted, neither again nor
 		// skipping what came meanwhile.
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+		from = seq + 1
 	}
-	// An ordered consumer is ephemeral, unacknowledged and strictly in
-	// order; the client recreates it after a gap (a reconnect, a lost
-	// heartbeat) from the last sequence it delivered, so no event is
-	// counted twice or skipped.
-	cons, err := x.js.OrderedConsumer(ctx, wire.EventsStream, cfg)
+	var err error
+	if x.cfg.Events != nil {
+		err = x.cfg.Events.Follow(ctx, from, started, x.count)
+	} else {
+		err = bus.FollowEvents(ctx, x.js, from, started, x.count)
+	}
 	if err != nil {
-		return fmt.Errorf("metrics: consumer on %s: %w", wire.EventsStream, err)
+		return fmt.Errorf("metrics: %w", err)
 	}
-	cc, err := cons.Consume(x.count)
-	if err != nil {
-		return fmt.Errorf("metrics: consume %s: %w", wire.EventsStream, err)
-	}
-	started()
-	<-ctx.Done()
-	cc.Stop()
-	// No count may run after Run returns: wait for the one in flight.
-	<-cc.Closed()
 	return nil
 }
 
-func (x *Exporter) count(msg jetstream.Msg) {
-	meta, err := msg.Metadata()
-	if err != nil {
-		return
-	}
+func (x *Exporter) count(seq uint64, subject string, data []byte) {
 	var ev countedEvent
-	if err := json.Unmarshal(msg.Data(), &ev); err != nil {
-		x.log.Error("metrics: undecodable event", "subject", msg.Subject(), "seq", meta.Sequence.Stream, "err", err)
+	if err := json.Unmarshal(data, &ev); err != nil {
+		x.log.Error("metrics: undecodable event", "subject", subject, "seq", seq, "err", err)
 	} else {
 		x.metrics.Observe(ev.event())
 	}
-	x.seq.Store(meta.Sequence.Stream)
+	x.seq.Store(seq)
 }
 
 // countedEvent is what Observe reads of an event: decoding the rest of

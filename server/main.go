@@ -324,6 +324,11 @@ func (m *Main) Run(ctx context.Context) error {
 	// The views of tool_calls the roles keep in memory are all in: one
 	// watch of the bucket feeds them.
 	g.Go(func() error { return d.feed.Run(ctx, m.Log) })
+	if slices.Contains(names, "http") || slices.Contains(names, "analytics") {
+		// Event streams and the metrics exporter: one reader of
+		// TOOL_EVENTS for them all.
+		g.Go(func() error { return d.events.Run(ctx, m.Log) })
+	}
 	for _, r := range roles {
 		if !slices.Contains(names, r.name) {
 			continue
@@ -392,6 +397,9 @@ type deps struct {
 	// the roles keep (the call index, the timer's deadlines, the pending
 	// gauge); the roles' prepare add them.
 	feed *bus.CallsFeed
+	// events is the process's one reader of TOOL_EVENTS for the event
+	// streams (http) and the metrics exporter (analytics).
+	events *bus.EventsFeed
 	// Built by the roles' prepare, before the feed starts.
 	timer    *worker.Timer
 	exporter *metrics.Exporter
@@ -482,7 +490,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{feed: bus.NewCallsFeed(b.Calls), analytics: an, cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
+	return &deps{feed: bus.NewCallsFeed(b.Calls), events: bus.NewEventsFeed(js), analytics: an, cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
 }
 
 // connect starts the embedded server, or dials the configured ones.

@@ -79,6 +79,7 @@ func (m *Main) prepareHTTP(ctx context.Context, d *deps) error {
 	d.httpHandler = api.New(api.Config{
 		Gate:     d.gate,
 		JS:       d.js,
+		Events:   d.events,
 		Tokens:   tokens,
 		Gatherer: d.registry,
 		Ready: func(ctx context.Context) error {

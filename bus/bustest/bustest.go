@@ -152,6 +152,23 @@ func RunRelay(t testing.TB, js jetstream.JetStream) {
 	})
 }
 
+// RunEventsFeed runs a feed of TOOL_EVENTS, as a process with the http
+// role does, until the test ends.
+func RunEventsFeed(t testing.TB, js jetstream.JetStream) *bus.EventsFeed {
+	t.Helper()
+	f := bus.NewEventsFeed(js)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx, Logger()) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("events feed: %v", err)
+		}
+	})
+	return f
+}
+
 // Relayed reports whether the relay has published an event for every
 // revision written so far: its consumer has acknowledged every message
 // of the bucket's stream up to the last one written before the call (its
