@@ -95,8 +95,15 @@ type ConsumerConfig struct {
 	AckWait time.Duration
 	// Concurrency is how many messages are handled at once (default 1).
 	Concurrency int
+	// Prefetch is how many messages a pull asks for (default
+	// Concurrency): more only for a handler quick enough that a message
+	// waiting behind the others in hand is handled well within AckWait.
+	// A pull brings at most this many, and each round trip to ask for
+	// more is one the handlers may wait on.
+	Prefetch int
 	// MaxAckPending bounds the messages delivered and not yet acked,
-	// retries waiting out their delay included (default 4 × Concurrency).
+	// retries waiting out their delay included (default 4 × Concurrency,
+	// and at least Prefetch).
 	MaxAckPending int
 	// DeadLetter says where and how a message given up on is kept.
 	DeadLetter DeadLetterConfig
@@ -144,8 +151,11 @@ func NewRunner(js jetstream.JetStream, cfg ConsumerConfig, log *slog.Logger, han
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 1
 	}
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = cfg.Concurrency
+	}
 	if cfg.MaxAckPending <= 0 {
-		cfg.MaxAckPending = cfg.Concurrency * 4
+		cfg.MaxAckPending = max(cfg.Concurrency*4, cfg.Prefetch)
 	}
 	if cfg.DeadLetter.Subject == "" {
 		cfg.DeadLetter.Subject = wire.DeadLetterSubject(cfg.Durable)
@@ -223,7 +233,7 @@ func (r *Runner) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.PullExpiry(pullExpiry))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Prefetch), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", r.cfg.Durable, err)
 	}

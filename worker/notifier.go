@@ -282,8 +282,10 @@ func (n *Notifier) run(ctx context.Context) error {
 		MaxDeliver: n.attempts,
 		Backoff:    n.backoff,
 		// One event at a time, so that each channel's deliveries are
-		// queued in the order of the events.
+		// queued in the order of the events; a fan-out takes a publish
+		// a channel, so a pull brings many.
 		Concurrency: 1,
+		Prefetch:    64,
 	}, n.log, n.fanOut)
 	return fanOut.Run(ctx)
 }
