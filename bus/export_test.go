@@ -14,3 +14,6 @@ func (s *GrantStore) Synced() bool {
 	defer s.mu.RUnlock()
 	return s.synced
 }
+
+// DecodeEntry is decodeEntry.
+var DecodeEntry = decodeEntry

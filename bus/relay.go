@@ -179,8 +179,8 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	if op := msg.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 		return item, nil
 	}
-	var e machine.Entry
-	if err := json.Unmarshal(msg.Data(), &e); err != nil {
+	e, err := decodeEntry(msg.Data())
+	if err != nil {
 		// Nothing later can make this revision readable: say so and move on.
 		r.log.Error("relay: undecodable revision", "subject", msg.Subject(), "revision", item.revision, "err", err)
 		return item, nil
@@ -203,7 +203,7 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	id := wire.MsgID(e.PendingID, item.revision)
 	event := wire.Event{
 		V: wire.EventVersion, ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
-		Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: item.revision, Entry: &e,
+		Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: item.revision, Entry: e,
 	}
 	if n := len(e.Receipts); n > 0 && e.Receipts[n-1].Event == t.Event && e.Receipts[n-1].At == t.At && e.Receipts[n-1].Actor == t.Actor {
 		event.Receipt = &e.Receipts[n-1]
@@ -212,7 +212,7 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	ev, _ := json.Marshal(event)
 	published := ev
 	if r.cfg.Mask != nil {
-		if masked := r.cfg.Mask(&e); masked != nil {
+		if masked := r.cfg.Mask(e); masked != nil {
 			event.Entry = masked
 			published, _ = json.Marshal(event)
 		}
