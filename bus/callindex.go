@@ -101,6 +101,7 @@ type callSummary struct {
 	requestedAt             int64
 	rev                     uint64
 	status, tool, callerBot uint32
+	hasOpen                 bool // its JSON at rev is in indexState.open
 	removed                 bool
 }
 
@@ -265,12 +266,13 @@ func (st *indexState) add(c callSummary) uint32 {
 // call's JSON at it (nil: finished), and lets go of the oldest JSON
 // beyond maxOpenJSON.
 func (st *indexState) setOpen(slot uint32, rev uint64, open []byte) {
-	st.openBytes -= len(st.open[slot])
-	delete(st.open, slot)
-	st.calls[slot].rev = rev
+	st.letGo(slot)
+	c := &st.calls[slot]
+	c.rev = rev
 	if open == nil {
 		return
 	}
+	c.hasOpen = true
 	st.open[slot] = open
 	st.openBytes += len(open)
 	st.openQueue = append(st.openQueue, openRef{slot: slot, rev: rev})
@@ -278,8 +280,7 @@ func (st *indexState) setOpen(slot uint32, rev uint64, open []byte) {
 		ref := st.openQueue[0]
 		st.openQueue = st.openQueue[1:]
 		if st.holds(ref) {
-			st.openBytes -= len(st.open[ref.slot])
-			delete(st.open, ref.slot)
+			st.letGo(ref.slot)
 		}
 	}
 	if len(st.openQueue) > 1024 && len(st.openQueue) > 2*len(st.open) {
@@ -292,8 +293,17 @@ func (st *indexState) setOpen(slot uint32, rev uint64, open []byte) {
 // slot's revisions only grow, and a slot taken by another call has a
 // revision of its own).
 func (st *indexState) holds(ref openRef) bool {
-	_, ok := st.open[ref.slot]
-	return ok && st.calls[ref.slot].rev == ref.rev
+	c := &st.calls[ref.slot]
+	return c.hasOpen && c.rev == ref.rev
+}
+
+// letGo drops the JSON the call at slot holds, if any.
+func (st *indexState) letGo(slot uint32) {
+	if c := &st.calls[slot]; c.hasOpen {
+		st.openBytes -= len(st.open[slot])
+		delete(st.open, slot)
+		c.hasOpen = false
+	}
 }
 
 // before orders summaries as lists do: oldest first, then by id.
@@ -414,7 +424,11 @@ func (x *CallIndex) page(f CallFilter, n int) (page []IndexedCall, open [][]byte
 			continue
 		}
 		page = append(page, IndexedCall{PendingID: c.id})
-		open = append(open, st.open[slot])
+		var data []byte
+		if c.hasOpen {
+			data = st.open[slot]
+		}
+		open = append(open, data)
 	}
 	return page, open, true
 }
