@@ -59,7 +59,7 @@ type indexState struct {
 	// to compact; then their slots are free for new calls.
 	calls   []callSummary
 	free    []uint32
-	byID    map[string]uint32
+	byID    idTable
 	order   []uint32
 	removed int
 	// names interns the states, tool names and callers summaries hold,
@@ -77,7 +77,7 @@ type indexState struct {
 }
 
 func newIndexState(loading bool) *indexState {
-	return &indexState{byID: map[string]uint32{}, open: map[uint32][]byte{}, names: names{ix: map[string]uint32{}}, loading: loading}
+	return &indexState{byID: newIDTable(), open: map[uint32][]byte{}, names: names{ix: map[string]uint32{}}, loading: loading}
 }
 
 // openRef is a slot that took an open call's JSON at rev.
@@ -208,7 +208,7 @@ func (x *CallIndex) Synced() bool {
 func (st *indexState) apply(r CallRevision, log *slog.Logger) {
 	st.applied = max(st.applied, r.Revision)
 	key := r.Key
-	slot, known := st.byID[key]
+	slot, known := st.byID.find(st.calls, key)
 	if r.Op != jetstream.KeyValuePut {
 		// Deleted or purged (a retired call): gone from lists.
 		if known {
@@ -257,7 +257,7 @@ func (st *indexState) add(c callSummary) uint32 {
 		slot = uint32(len(st.calls))
 		st.calls = append(st.calls, c)
 	}
-	st.byID[c.id] = slot
+	st.byID.add(st.calls, slot)
 	st.insert(slot)
 	return slot
 }
@@ -329,7 +329,7 @@ func (st *indexState) insert(slot uint32) {
 // freed) at the next compaction.
 func (st *indexState) remove(slot uint32) {
 	c := &st.calls[slot]
-	delete(st.byID, c.id)
+	st.byID.remove(st.calls, c.id)
 	st.setOpen(slot, c.rev, nil)
 	c.removed = true
 	st.removed++
@@ -445,7 +445,7 @@ func (x *CallIndex) Latest(pendingID string, after uint64) (*machine.Entry, uint
 		rev  uint64
 	)
 	if x.st != nil {
-		if slot, ok := x.st.byID[pendingID]; ok {
+		if slot, ok := x.st.byID.find(x.st.calls, pendingID); ok {
 			data, rev = x.st.open[slot], x.st.calls[slot].rev
 		}
 	}
@@ -469,7 +469,7 @@ func (x *CallIndex) Absent(pendingID string) bool {
 	if x.st == nil {
 		return false
 	}
-	_, ok := x.st.byID[pendingID]
+	_, ok := x.st.byID.find(x.st.calls, pendingID)
 	return !ok
 }
 
@@ -481,7 +481,7 @@ func (x *CallIndex) Len() (int, bool) {
 	if x.st == nil {
 		return 0, false
 	}
-	return len(x.st.byID), true
+	return x.st.byID.Len(), true
 }
 
 // Current waits until the index holds every write the bucket held when

@@ -109,12 +109,12 @@ func TestCallIndex_HoldsTheJSONOfTheOpenCallsWrittenLast(t *testing.T) {
 	if st.openBytes > maxOpenJSON || st.openBytes < maxOpenJSON-(64<<10) {
 		t.Fatalf("holds %d bytes of JSON, want at most and about %d", st.openBytes, maxOpenJSON)
 	}
-	holds := func(id string) bool { _, ok := st.open[st.byID[id]]; return ok }
+	holds := func(id string) bool { slot, ok := st.byID.find(st.calls, id); return ok && st.calls[slot].hasOpen }
 	if holds("c.0000") || !holds(fmt.Sprintf("c.%04d", n-1)) {
 		t.Fatal("the JSON held is not that of the calls written last")
 	}
-	if len(st.byID) != n {
-		t.Fatalf("summaries: %d, want %d", len(st.byID), n)
+	if st.byID.Len() != n {
+		t.Fatalf("summaries: %d, want %d", st.byID.Len(), n)
 	}
 
 	// One call written again and again, then finished: the references
