@@ -53,28 +53,37 @@ type CallIndex struct {
 type indexState struct {
 	// applied is the stream sequence of the last message applied.
 	applied uint64
-	byID    map[string]*callSummary
-	// order holds the summaries by requestedAt, then pendingId: those of
-	// keys gone too (removed), until there are enough to compact.
-	order   []*callSummary
+	// calls holds the summaries, each call at a slot of its own: byID
+	// finds a call's slot, order holds the slots by requestedAt, then
+	// pendingId, those of keys gone too (removed), until there are enough
+	// to compact; then their slots are free for new calls.
+	calls   []callSummary
+	free    []uint32
+	byID    idTable
+	order   []uint32
 	removed int
-	// strs interns the tool names, callers and states summaries hold, so
-	// that 100k summaries of a few tools hold a few strings.
-	strs map[string]string
+	// names interns the states, tool names and callers summaries hold,
+	// so that 100k summaries of a few tools hold a few strings.
+	names names
 	// loading: the bucket is being read; order is sorted once it is.
 	loading bool
-	// The summaries holding an open call's JSON, oldest first, each at
-	// the revision it took it at (a later revision leaves a stale
-	// reference behind), their bytes and how many hold any.
+	// open holds the JSON of the open calls written last, by slot, at
+	// most maxOpenJSON bytes of it (openBytes); openQueue the slots that
+	// took some, oldest first, each at the revision it took it at (a
+	// later revision leaves a stale reference behind).
+	open      map[uint32][]byte
 	openQueue []openRef
 	openBytes int
-	openCount int
 }
 
-// openRef is a summary that took an open call's JSON at rev.
+func newIndexState(loading bool) *indexState {
+	return &indexState{byID: newIDTable(), open: map[uint32][]byte{}, names: names{ix: map[string]uint32{}}, loading: loading}
+}
+
+// openRef is a slot that took an open call's JSON at rev.
 type openRef struct {
-	c   *callSummary
-	rev uint64
+	slot uint32
+	rev  uint64
 }
 
 // maxOpenJSON bounds the bytes of open calls' JSON the index holds:
@@ -82,19 +91,52 @@ type openRef struct {
 // and lists of recent calls start from.
 const maxOpenJSON = 16 << 20
 
-// callSummary is what the index keeps of a call: all a list filters and
-// sorts on, and the entry's JSON at rev while the call is open and among
-// those written last.
+// callSummary is what the index keeps of a call, all a list filters and
+// sorts on, in 48 bytes: its id (the key, whose string the index shares
+// with the message it came in), when it was requested, its latest
+// revision, and its state, tool and caller as indexes of the interned
+// names.
 type callSummary struct {
-	id          string
-	requestedAt int64
-	status      machine.State
-	toolName    string
-	callerBotID string
-	rev         uint64
-	open        []byte // nil once finished, or let go (maxOpenJSON)
-	removed     bool
+	id                      string
+	requestedAt             int64
+	rev                     uint64
+	status, tool, callerBot uint32
+	hasOpen                 bool // its JSON at rev is in indexState.open
+	removed                 bool
 }
+
+// names interns strings, each given an index for ever.
+type names struct {
+	list []string
+	ix   map[string]uint32
+}
+
+func (n *names) intern(s string) uint32 {
+	if i, ok := n.ix[s]; ok {
+		return i
+	}
+	i := uint32(len(n.list))
+	n.list = append(n.list, s)
+	n.ix[s] = i
+	return i
+}
+
+// matcher is a filter's value as an index of names: any matches every
+// call, and a string never interned matches none.
+type matcher struct {
+	any, none bool
+	i         uint32
+}
+
+func (n *names) matcher(s string) matcher {
+	if s == "" {
+		return matcher{any: true}
+	}
+	i, ok := n.ix[s]
+	return matcher{none: !ok, i: i}
+}
+
+func (m matcher) match(i uint32) bool { return m.any || !m.none && m.i == i }
 
 // NewCallIndex returns an index of the calls in kv, empty and not synced
 // until Follow reads the bucket. js finds the bucket's stream (see
@@ -117,7 +159,7 @@ func (x *CallIndex) Follow(ctx context.Context, log *slog.Logger) error {
 func (x *CallIndex) View(log *slog.Logger) CallsView {
 	return CallsView{Unsync: x.unsync, Start: func() (func(CallRevision), func()) {
 		// Built aside while the bucket is read, swapped in when it is.
-		loading := &indexState{byID: map[string]*callSummary{}, strs: map[string]string{}, loading: true}
+		loading := newIndexState(true)
 		apply := func(r CallRevision) {
 			if loading != nil {
 				loading.apply(r, log)
@@ -166,19 +208,19 @@ func (x *CallIndex) Synced() bool {
 func (st *indexState) apply(r CallRevision, log *slog.Logger) {
 	st.applied = max(st.applied, r.Revision)
 	key := r.Key
-	old := st.byID[key]
+	slot, known := st.byID.find(st.calls, key)
 	if r.Op != jetstream.KeyValuePut {
 		// Deleted or purged (a retired call): gone from lists.
-		if old != nil {
-			st.remove(old)
+		if known {
+			st.remove(slot)
 		}
 		return
 	}
 	head := r.Head
 	if head == nil {
 		log.Warn("call index: unreadable entry, left out", "key", key, "revision", r.Revision, "err", r.Err)
-		if old != nil {
-			st.remove(old)
+		if known {
+			st.remove(slot)
 		}
 		return
 	}
@@ -189,59 +231,79 @@ func (st *indexState) apply(r CallRevision, log *slog.Logger) {
 		// decides it, and the JSON is a third of the decoded entry's size.
 		open = r.Value
 	}
-	if old != nil && old.requestedAt != head.RequestedAt {
-		st.remove(old) // its place in the order moved (never, as entries are written)
-		old = nil
+	if known && st.calls[slot].requestedAt != head.RequestedAt {
+		st.remove(slot) // its place in the order moved (never, as entries are written)
+		known = false
 	}
-	if old == nil {
+	if !known {
 		// The key is the pendingId (KVStore writes an entry under it).
-		old = &callSummary{id: key, requestedAt: head.RequestedAt}
-		st.byID[key] = old
-		st.insert(old)
+		slot = st.add(callSummary{id: key, requestedAt: head.RequestedAt})
 	}
-	old.status = machine.State(st.intern(string(head.Status)))
-	old.toolName = st.intern(head.ToolName)
-	old.callerBotID = st.intern(head.CallerBotID)
-	st.setOpen(old, r.Revision, open)
+	c := &st.calls[slot]
+	c.status = st.names.intern(string(head.Status))
+	c.tool = st.names.intern(head.ToolName)
+	c.callerBot = st.names.intern(head.CallerBotID)
+	st.setOpen(slot, r.Revision, open)
 }
 
-// setOpen records c's latest revision and the open call's JSON at it
-// (nil: finished), and lets go of the oldest JSON beyond maxOpenJSON.
-func (st *indexState) setOpen(c *callSummary, rev uint64, open []byte) {
-	if c.open != nil {
-		st.openBytes -= len(c.open)
-		st.openCount--
+// add puts c in a free slot, or a new one, and in the order.
+func (st *indexState) add(c callSummary) uint32 {
+	var slot uint32
+	if n := len(st.free); n > 0 {
+		slot = st.free[n-1]
+		st.free = st.free[:n-1]
+		st.calls[slot] = c
+	} else {
+		slot = uint32(len(st.calls))
+		st.calls = append(st.calls, c)
 	}
-	c.rev, c.open = rev, open
+	st.byID.add(st.calls, slot)
+	st.insert(slot)
+	return slot
+}
+
+// setOpen records the latest revision of the call at slot and the open
+// call's JSON at it (nil: finished), and lets go of the oldest JSON
+// beyond maxOpenJSON.
+func (st *indexState) setOpen(slot uint32, rev uint64, open []byte) {
+	st.letGo(slot)
+	c := &st.calls[slot]
+	c.rev = rev
 	if open == nil {
 		return
 	}
+	c.hasOpen = true
+	st.open[slot] = open
 	st.openBytes += len(open)
-	st.openCount++
-	st.openQueue = append(st.openQueue, openRef{c: c, rev: rev})
+	st.openQueue = append(st.openQueue, openRef{slot: slot, rev: rev})
 	for st.openBytes > maxOpenJSON && len(st.openQueue) > 0 {
 		ref := st.openQueue[0]
 		st.openQueue = st.openQueue[1:]
-		if ref.c.open != nil && ref.c.rev == ref.rev {
-			st.openBytes -= len(ref.c.open)
-			st.openCount--
-			ref.c.open = nil
+		if st.holds(ref) {
+			st.letGo(ref.slot)
 		}
 	}
-	if len(st.openQueue) > 1024 && len(st.openQueue) > 2*st.openCount {
+	if len(st.openQueue) > 1024 && len(st.openQueue) > 2*len(st.open) {
 		// Mostly stale references: keep the live ones.
-		st.openQueue = slices.DeleteFunc(slices.Clone(st.openQueue), func(ref openRef) bool {
-			return ref.c.open == nil || ref.c.rev != ref.rev
-		})
+		st.openQueue = slices.DeleteFunc(slices.Clone(st.openQueue), func(ref openRef) bool { return !st.holds(ref) })
 	}
 }
 
-func (st *indexState) intern(s string) string {
-	if v, ok := st.strs[s]; ok {
-		return v
+// holds reports whether ref's slot holds JSON taken at ref's revision (a
+// slot's revisions only grow, and a slot taken by another call has a
+// revision of its own).
+func (st *indexState) holds(ref openRef) bool {
+	c := &st.calls[ref.slot]
+	return c.hasOpen && c.rev == ref.rev
+}
+
+// letGo drops the JSON the call at slot holds, if any.
+func (st *indexState) letGo(slot uint32) {
+	if c := &st.calls[slot]; c.hasOpen {
+		st.openBytes -= len(st.open[slot])
+		delete(st.open, slot)
+		c.hasOpen = false
 	}
-	st.strs[s] = s
-	return s
 }
 
 // before orders summaries as lists do: oldest first, then by id.
@@ -249,23 +311,26 @@ func before(at int64, id string, c *callSummary) int {
 	return cmp.Or(cmp.Compare(at, c.requestedAt), strings.Compare(id, c.id))
 }
 
-func (st *indexState) insert(c *callSummary) {
+func (st *indexState) insert(slot uint32) {
 	if st.loading {
-		st.order = append(st.order, c) // sorted once loaded
+		st.order = append(st.order, slot) // sorted once loaded
 		return
 	}
 	// Mostly at the end: calls are submitted in time order.
+	c := &st.calls[slot]
 	i := len(st.order)
-	if i > 0 && before(c.requestedAt, c.id, st.order[i-1]) < 0 {
-		i, _ = slices.BinarySearchFunc(st.order, c, func(o, c *callSummary) int { return -before(c.requestedAt, c.id, o) })
+	if i > 0 && before(c.requestedAt, c.id, &st.calls[st.order[i-1]]) < 0 {
+		i, _ = slices.BinarySearchFunc(st.order, c, func(o uint32, c *callSummary) int { return -before(c.requestedAt, c.id, &st.calls[o]) })
 	}
-	st.order = slices.Insert(st.order, i, c)
+	st.order = slices.Insert(st.order, i, slot)
 }
 
-// remove drops c: from byID at once, from order at the next compaction.
-func (st *indexState) remove(c *callSummary) {
-	delete(st.byID, c.id)
-	st.setOpen(c, c.rev, nil)
+// remove drops the call at slot: from byID at once, from order (its slot
+// freed) at the next compaction.
+func (st *indexState) remove(slot uint32) {
+	c := &st.calls[slot]
+	st.byID.remove(st.calls, c.id)
+	st.setOpen(slot, c.rev, nil)
 	c.removed = true
 	st.removed++
 	if st.removed > 1024 && st.removed > len(st.order)/4 {
@@ -274,7 +339,14 @@ func (st *indexState) remove(c *callSummary) {
 }
 
 func (st *indexState) compact() {
-	st.order = slices.DeleteFunc(st.order, func(c *callSummary) bool { return c.removed })
+	st.order = slices.DeleteFunc(st.order, func(slot uint32) bool {
+		if !st.calls[slot].removed {
+			return false
+		}
+		st.calls[slot] = callSummary{}
+		st.free = append(st.free, slot)
+		return true
+	})
 	st.removed = 0
 }
 
@@ -282,7 +354,7 @@ func (st *indexState) compact() {
 func (st *indexState) loaded() {
 	st.loading = false
 	st.compact()
-	slices.SortFunc(st.order, func(a, b *callSummary) int { return before(a.requestedAt, a.id, b) })
+	slices.SortFunc(st.order, func(a, b uint32) int { return before(st.calls[a].requestedAt, st.calls[a].id, &st.calls[b]) })
 }
 
 // CallFilter says which calls a page holds: those after the cursor
@@ -334,24 +406,29 @@ func (x *CallIndex) page(f CallFilter, n int) (page []IndexedCall, open [][]byte
 	}
 	i := 0
 	if f.After {
-		i, _ = slices.BinarySearchFunc(st.order, f, func(c *callSummary, f CallFilter) int {
-			if before(f.AfterAt, f.AfterID, c) >= 0 {
+		i, _ = slices.BinarySearchFunc(st.order, f, func(slot uint32, f CallFilter) int {
+			if before(f.AfterAt, f.AfterID, &st.calls[slot]) >= 0 {
 				return -1 // at or before the cursor
 			}
 			return 1
 		})
 	}
+	status, tool, caller := st.names.matcher(string(f.Status)), st.names.matcher(f.ToolName), st.names.matcher(f.CallerBotID)
 	page = []IndexedCall{}
-	for _, c := range st.order[i:] {
+	for _, slot := range st.order[i:] {
 		if len(page) == n {
 			break
 		}
-		if c.removed || f.Status != "" && c.status != f.Status || f.ToolName != "" && c.toolName != f.ToolName ||
-			f.CallerBotID != "" && c.callerBotID != f.CallerBotID {
+		c := &st.calls[slot]
+		if c.removed || !status.match(c.status) || !tool.match(c.tool) || !caller.match(c.callerBot) {
 			continue
 		}
 		page = append(page, IndexedCall{PendingID: c.id})
-		open = append(open, c.open)
+		var data []byte
+		if c.hasOpen {
+			data = st.open[slot]
+		}
+		open = append(open, data)
 	}
 	return page, open, true
 }
@@ -368,8 +445,8 @@ func (x *CallIndex) Latest(pendingID string, after uint64) (*machine.Entry, uint
 		rev  uint64
 	)
 	if x.st != nil {
-		if c := x.st.byID[pendingID]; c != nil {
-			data, rev = c.open, c.rev
+		if slot, ok := x.st.byID.find(x.st.calls, pendingID); ok {
+			data, rev = x.st.open[slot], x.st.calls[slot].rev
 		}
 	}
 	x.mu.RUnlock()
@@ -389,7 +466,11 @@ func (x *CallIndex) Latest(pendingID string, after uint64) (*machine.Entry, uint
 func (x *CallIndex) Absent(pendingID string) bool {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return x.st != nil && x.st.byID[pendingID] == nil
+	if x.st == nil {
+		return false
+	}
+	_, ok := x.st.byID.find(x.st.calls, pendingID)
+	return !ok
 }
 
 // Len returns how many calls the index holds, and false when it is not
@@ -400,7 +481,7 @@ func (x *CallIndex) Len() (int, bool) {
 	if x.st == nil {
 		return 0, false
 	}
-	return len(x.st.byID), true
+	return x.st.byID.Len(), true
 }
 
 // Current waits until the index holds every write the bucket held when

@@ -60,7 +60,7 @@ func BenchmarkCallIndexMemory(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&before)
 				b.StartTimer()
-				st := &indexState{byID: map[string]*callSummary{}, strs: map[string]string{}, loading: true}
+				st := newIndexState(true)
 				for _, m := range msgs {
 					st.apply(callRevision(m), log)
 				}
@@ -68,17 +68,16 @@ func BenchmarkCallIndexMemory(b *testing.B) {
 				b.StopTimer()
 				runtime.GC()
 				runtime.ReadMemStats(&after)
-				// The keys are the messages' strings, and an open call's
-				// value its JSON, which the watch allocates per message
-				// and the index keeps: count them.
-				keys := 0
+				// An open call's value is its JSON, which the watch
+				// allocates per message and the index keeps: count it.
+				// (The keys are counted: the feed copies them.)
+				kept := 0
 				for _, m := range msgs {
-					keys += len(m.key)
 					if !status.Terminal() {
-						keys += len(m.value)
+						kept += len(m.value)
 					}
 				}
-				perEntry = (float64(after.HeapAlloc) - float64(before.HeapAlloc) + float64(keys)) / n
+				perEntry = (float64(after.HeapAlloc) - float64(before.HeapAlloc) + float64(kept)) / n
 				runtime.KeepAlive(st)
 				b.StartTimer()
 			}
@@ -93,7 +92,7 @@ func BenchmarkCallIndexMemory(b *testing.B) {
 // references to it than twice the calls that hold some, however often
 // they are written.
 func TestCallIndex_HoldsTheJSONOfTheOpenCallsWrittenLast(t *testing.T) {
-	st := &indexState{byID: map[string]*callSummary{}, strs: map[string]string{}}
+	st := newIndexState(false)
 	log := slog.New(slog.DiscardHandler)
 	pad := strings.Repeat("x", 60<<10)
 	put := func(rev uint64, id string, status machine.State) {
@@ -110,11 +109,12 @@ func TestCallIndex_HoldsTheJSONOfTheOpenCallsWrittenLast(t *testing.T) {
 	if st.openBytes > maxOpenJSON || st.openBytes < maxOpenJSON-(64<<10) {
 		t.Fatalf("holds %d bytes of JSON, want at most and about %d", st.openBytes, maxOpenJSON)
 	}
-	if st.byID["c.0000"].open != nil || st.byID[fmt.Sprintf("c.%04d", n-1)].open == nil {
+	holds := func(id string) bool { slot, ok := st.byID.find(st.calls, id); return ok && st.calls[slot].hasOpen }
+	if holds("c.0000") || !holds(fmt.Sprintf("c.%04d", n-1)) {
 		t.Fatal("the JSON held is not that of the calls written last")
 	}
-	if len(st.byID) != n {
-		t.Fatalf("summaries: %d, want %d", len(st.byID), n)
+	if st.byID.Len() != n {
+		t.Fatalf("summaries: %d, want %d", st.byID.Len(), n)
 	}
 
 	// One call written again and again, then finished: the references
@@ -122,12 +122,12 @@ func TestCallIndex_HoldsTheJSONOfTheOpenCallsWrittenLast(t *testing.T) {
 	for rev := uint64(n + 1); rev < n+20_000; rev++ {
 		put(rev, "c.0999", machine.StateExecuting)
 	}
-	if len(st.openQueue) > max(1024, 2*st.openCount)+1 {
-		t.Fatalf("%d references for %d calls holding JSON", len(st.openQueue), st.openCount)
+	if len(st.openQueue) > max(1024, 2*len(st.open))+1 {
+		t.Fatalf("%d references for %d calls holding JSON", len(st.openQueue), len(st.open))
 	}
 	before := st.openBytes
 	put(n+20_000, "c.0999", machine.StateCompletedSuccess)
-	if st.byID["c.0999"].open != nil || st.openBytes >= before {
+	if holds("c.0999") || st.openBytes >= before {
 		t.Fatalf("a finished call's JSON is kept (%d bytes held, %d before)", st.openBytes, before)
 	}
 }

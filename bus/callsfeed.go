@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -156,11 +157,19 @@ func (f *CallsFeed) Run(ctx context.Context, log *slog.Logger) error {
 }
 
 // callRevision is kve, its entry's head decoded.
+//
+// The views keep the key of every call, some as the head's pendingId:
+// both are one string, the key copied out of the message's subject (which
+// the watch's key is a part of, 15 bytes of "$KV.tool_calls." more), so
+// that a call's id costs the views one string of its own length.
 func callRevision(kve jetstream.KeyValueEntry) CallRevision {
-	r := CallRevision{Key: kve.Key(), Revision: kve.Revision(), Op: kve.Operation()}
+	r := CallRevision{Key: strings.Clone(kve.Key()), Revision: kve.Revision(), Op: kve.Operation()}
 	if r.Op == jetstream.KeyValuePut {
 		r.Value = kve.Value()
 		r.Head, r.Err = DecodeCallHead(r.Value)
+		if r.Head != nil && r.Head.PendingID == r.Key {
+			r.Head.PendingID = r.Key
+		}
 	}
 	return r
 }

@@ -44,7 +44,7 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 	m.TransitionConflict("e")
 	m.Requeues.WithLabelValues("r").Inc()
 	pending := NewPendingApprovals()
-	pending.counts["team"] = 1
+	pending.counts["team"] = &teamPending{team: "team", n: 1}
 	reg.MustRegister(pending)
 	lag := NewConsumerLag(nil, slog.New(slog.DiscardHandler))
 	reg.MustRegister(collectorFunc{describe: lag.Describe, collect: func(ch chan<- prometheus.Metric) {

@@ -76,29 +76,42 @@ func (p *PendingApprovals) View() bus.CallsView {
 	}}
 }
 
-// pendingCounts are the calls pending approval, by key and by team.
+// pendingCounts are the calls pending approval, by key and by team: a
+// key holds its team's count, which holds the team's name, so that a
+// million calls pending for a few teams hold a few names.
 type pendingCounts struct {
-	byKey  map[string]string // pendingId → team, for entries pending approval
-	counts map[string]int    // team → pending, for teams with any
+	byKey  map[string]*teamPending // pendingId → its team's, for entries pending approval
+	counts map[string]*teamPending // team → its, for teams with any
+}
+
+// teamPending is how many calls of a team are pending.
+type teamPending struct {
+	team string
+	n    int
 }
 
 func newPendingCounts() *pendingCounts {
-	return &pendingCounts{byKey: map[string]string{}, counts: map[string]int{}}
+	return &pendingCounts{byKey: map[string]*teamPending{}, counts: map[string]*teamPending{}}
 }
 
 func (c *pendingCounts) update(r bus.CallRevision) {
 	pending := r.Op == jetstream.KeyValuePut && r.Head != nil && r.Head.Status == machine.StatePendingApproval
-	if team, ok := c.byKey[r.Key]; ok {
+	if tp, ok := c.byKey[r.Key]; ok {
 		delete(c.byKey, r.Key)
 		// A team with none pending is forgotten: teams are the agents'
 		// to name, and would otherwise pile up here.
-		if c.counts[team]--; c.counts[team] <= 0 {
-			delete(c.counts, team)
+		if tp.n--; tp.n <= 0 {
+			delete(c.counts, tp.team)
 		}
 	}
 	if pending {
-		c.byKey[r.Key] = r.Head.Team
-		c.counts[r.Head.Team]++
+		tp := c.counts[r.Head.Team]
+		if tp == nil {
+			tp = &teamPending{team: r.Head.Team}
+			c.counts[tp.team] = tp
+		}
+		tp.n++
+		c.byKey[r.Key] = tp
 	}
 }
 
@@ -106,7 +119,10 @@ func (c *pendingCounts) update(r bus.CallRevision) {
 func (p *PendingApprovals) Pending(team string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.counts[team]
+	if tp := p.counts[team]; tp != nil {
+		return tp.n
+	}
+	return 0
 }
 
 // Describe implements prometheus.Collector.
@@ -121,8 +137,8 @@ func (p *PendingApprovals) Collect(ch chan<- prometheus.Metric) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	byLabel := map[string]int{}
-	for team, n := range p.counts {
-		byLabel[l.team(team)] += n
+	for team, tp := range p.counts {
+		byLabel[l.team(team)] += tp.n
 	}
 	for label := range byLabel {
 		p.shown[label] = true

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -58,7 +59,8 @@ import (
 // ns/op is a restart's whole iteration and means little; use -benchtime 1x.
 // TOOLGATE_BENCH_SERVE=PATH restarts that toolgate binary instead of one
 // built from this tree (the fixture too), to compare two builds on one
-// machine in one sitting.
+// machine in one sitting; TOOLGATE_BENCH_DATA=DIR keeps the fixtures
+// there for the next run (see restartFixture).
 // 10k and 100k run by default (100k not with -short); 1M only with
 // TOOLGATE_BENCH_1M=1, and it writes its fixture for minutes:
 //
@@ -80,10 +82,7 @@ func BenchmarkServeRestart(b *testing.B) {
 }
 
 func benchServeRestart(b *testing.B, n int) {
-	data := b.TempDir()
-	start := time.Now()
-	writeRestartFixture(b, newServeArgs(b, data), n)
-	b.Logf("%d open calls written and relayed in %v", n, time.Since(start).Round(time.Millisecond))
+	data := restartFixture(b, n)
 
 	var sum restartFigures
 	iterations := 0
@@ -258,6 +257,36 @@ func restartOnce(b *testing.B, a serveArgs, n int) restartFigures {
 	require.NoError(b, w.Stop())
 	require.GreaterOrEqual(b, read, n)
 	return f
+}
+
+// restartFixture returns a data directory holding n open calls: a
+// temporary one, written now, or with TOOLGATE_BENCH_DATA=DIR, DIR/open=Nk,
+// written by the first run and kept for the next (a restart adds only the
+// one call it submits), so that two builds restart on the same fixture
+// and 1M's is written once.
+func restartFixture(b *testing.B, n int) string {
+	dir := os.Getenv("TOOLGATE_BENCH_DATA")
+	if dir == "" {
+		dir = b.TempDir()
+	} else {
+		dir = filepath.Join(dir, fmt.Sprintf("open=%dk", n/1000))
+		marker := filepath.Join(dir, "fixture-written")
+		if _, err := os.Stat(marker); err == nil {
+			b.Logf("%d open calls in %s, written before", n, dir)
+			return dir
+		}
+		require.NoError(b, os.RemoveAll(dir)) // a fixture not finished
+		require.NoError(b, os.MkdirAll(dir, 0o700))
+		defer func() {
+			if !b.Failed() {
+				require.NoError(b, os.WriteFile(marker, nil, 0o600))
+			}
+		}()
+	}
+	start := time.Now()
+	writeRestartFixture(b, newServeArgs(b, dir), n)
+	b.Logf("%d open calls written and relayed in %v", n, time.Since(start).Round(time.Millisecond))
+	return dir
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

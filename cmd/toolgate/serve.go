@@ -10,10 +10,17 @@ import (
 	"github.com/toolgate/toolgate/server"
 )
 
+// serveConfig is what serve's flags fill: the server's Config, and what
+// is the process's (its memory limit).
+type serveConfig struct {
+	server.Config
+	memoryLimit memoryLimit
+}
+
 // newServeFlags returns serve's flags, whose defaults are
-// server.DefaultConfig's, and the Config they fill.
-func newServeFlags(stderr io.Writer) (*flag.FlagSet, *server.Config) {
-	cfg := server.DefaultConfig()
+// server.DefaultConfig's, and the config they fill.
+func newServeFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
+	cfg := serveConfig{Config: server.DefaultConfig(), memoryLimit: defaultMemoryLimit}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Data, "data", cfg.Data, "directory the embedded NATS server stores JetStream data in")
@@ -48,6 +55,7 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *server.Config) {
 		}
 		return nil
 	})
+	fs.Var(&cfg.memoryLimit, "memory-limit", "soft limit on the Go runtime's memory when GOMEMLIMIT is unset: a percentage of the container's (the cgroup's) memory limit, applied only where there is one, a size (900MiB, 2GiB), or off")
 	return fs, &cfg
 }
 
@@ -60,5 +68,6 @@ func serve(ctx context.Context, args []string, globals []globalFlag, env lookupE
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	return (&server.Main{Config: *cfg, Log: log, Version: version}).Run(ctx)
+	cfg.memoryLimit.apply(log)
+	return (&server.Main{Config: cfg.Config, Log: log, Version: version}).Run(ctx)
 }
