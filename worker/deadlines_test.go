@@ -2,6 +2,8 @@ package worker
 
 import (
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -211,4 +213,46 @@ func TestCallHead_HoldsWhatDeadlineOfReads(t *testing.T) {
 			assert.Equal(t, wantAt, gotAt, "%s %+v", e.PendingID, d)
 		}
 	}
+}
+
+// BenchmarkDeadlines_Memory is what the timer's schedule holds per call:
+// 1M pending calls observed, then the heap measured after a collection
+// ("B/deadline"), and how long a full collection takes with the schedule
+// alive ("gc-ms": the collector's marking, which runs beside the timer and
+// everything else in the process).
+func BenchmarkDeadlines_Memory(b *testing.B) {
+	const n = 1_000_000
+	entries := make([]machine.Entry, 0, 1000)
+	for i := range 1000 {
+		entries = append(entries, *pending("", 0))
+		entries[i].PendingID = "x" // replaced below
+	}
+	var bytesPer, gcMs float64
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := newDeadlines(delays{})
+		aDayAway := time.Now().Add(24 * time.Hour).UnixMilli()
+		for i := range n {
+			e := &entries[i%len(entries)]
+			// An id of its own, as the feed decodes it: the schedule
+			// holds on to it or copies it.
+			e.PendingID = machine.PendingID(fmt.Sprintf("conv-%06d", i/8), fmt.Sprintf("toolu_%012d", i))
+			e.ApprovalTimeoutAt = aDayAway + int64(i%86_400_000)
+			s.observe(e, uint64(i+1))
+		}
+		for i := range entries {
+			entries[i].PendingID = ""
+		}
+		start := time.Now()
+		runtime.GC()
+		gcMs += float64(time.Since(start)) / float64(time.Millisecond)
+		runtime.ReadMemStats(&after)
+		require.Equal(b, n, s.len())
+		bytesPer += float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(s)
+	}
+	b.ReportMetric(bytesPer/float64(b.N), "B/deadline")
+	b.ReportMetric(gcMs/float64(b.N), "gc-ms")
 }
