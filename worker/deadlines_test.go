@@ -3,6 +3,7 @@ package worker
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -179,6 +180,74 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		s.done(outcome{id: j.id, gone: true})
 		assert.Zero(t, s.len())
 	})
+}
+
+// The schedule against a plain map of what is due, through many
+// observations, firings and forgettings: with ids whose hashes collide
+// (three hashes for them all) and with the real hash, and with enough
+// ids forgotten that the arena is compacted many times.
+func TestDeadlines_AsAMap(t *testing.T) {
+	for _, collide := range []bool{true, false} {
+		t.Run(fmt.Sprintf("collide=%v", collide), func(t *testing.T) {
+			s := newDeadlines(delays{})
+			if collide {
+				s.hash = func(id string) uint64 { return uint64(len(id) % 3) }
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			due := map[string]int64{}
+			rev := uint64(0)
+			for range 50_000 {
+				id := fmt.Sprintf("conv-%d.call-%d", rng.IntN(50), rng.IntN(1<<rng.IntN(12)))
+				rev++
+				switch r := rng.IntN(10); {
+				case r < 6:
+					at := 1 + rng.Int64N(1000)
+					s.observe(pending(id, at), rev)
+					due[id] = at
+				case r < 8:
+					s.observe(&machine.Entry{PendingID: id, Status: machine.StateApproved}, rev)
+					delete(due, id)
+				default: // the earliest fires: expired, or retried later
+					j, ok := s.popDue(1000)
+					if ok != (len(due) > 0) {
+						t.Fatalf("popDue: %v with %d due", ok, len(due))
+					}
+					if !ok {
+						continue
+					}
+					earliest := j.at
+					for _, at := range due {
+						earliest = min(earliest, at)
+					}
+					if j.at != due[j.id] || j.at != earliest {
+						t.Fatalf("fired %s at %d: it is due at %d, the earliest at %d", j.id, j.at, due[j.id], earliest)
+					}
+					if r == 8 {
+						s.done(outcome{id: j.id})
+						delete(due, j.id)
+					} else {
+						due[j.id] = j.at + 1 + rng.Int64N(100)
+						s.done(outcome{id: j.id, rev: j.rev, kind: j.kind, at: due[j.id]})
+					}
+				}
+				if s.len() != len(due) {
+					t.Fatalf("%d deadlines, %d due", s.len(), len(due))
+				}
+			}
+			got := map[string]int64{}
+			last := int64(-1)
+			for {
+				j, ok := s.popDue(1 << 40)
+				if !ok {
+					break
+				}
+				require.GreaterOrEqual(t, j.at, last)
+				last = j.at
+				got[j.id] = j.at
+			}
+			assert.Equal(t, due, got)
+		})
+	}
 }
 
 // The timer reads of an entry only its head (bus.CallHead, what the
