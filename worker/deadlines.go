@@ -2,6 +2,8 @@ package worker
 
 import (
 	"container/heap"
+	"encoding/binary"
+	"hash/maphash"
 	"time"
 
 	"github.com/toolgate/toolgate/machine"
@@ -115,22 +117,18 @@ func deadlineOf(e *machine.Entry, d delays) (kind, int64) {
 
 // deadline is the next thing due for one entry. The timer keeps at most one
 // per entry: an entry is in one state at a time, and each state has at most
-// one deadline.
+// one deadline. It holds no pointer: its pendingId is in the schedule's
+// byte arena.
 type deadline struct {
-	id   string
-	kind kind
-	at   int64  // epoch ms
-	rev  uint64 // the revision kind and at were read from
+	at  int64  // epoch ms
+	rev uint64 // the revision kind and at were read from
 	// requeued is the revision whose expired lease the timer queued again;
 	// firing again finds the entry still there only if nothing renewed or
 	// reclaimed it since, and then has nothing more to do.
 	requeued uint64
-
-	index int // in the heap; -1 when not queued
-	busy  bool
-	// busyRev is rev when the action started: a different rev when it
-	// ends means an event brought newer news meanwhile.
-	busyRev uint64
+	id       int   // where its pendingId starts in the arena; -1 when the slot is free
+	index    int32 // in the heap; -1 when not queued
+	kind     kind
 }
 
 // job is what an action needs of a deadline, copied out of the heap so the
@@ -156,14 +154,41 @@ type outcome struct {
 
 // deadlines is the timer's schedule: a min-heap on the deadline, and an
 // index by pendingId. Only the scheduler goroutine touches it.
+//
+// It holds nothing the garbage collector has to look into, however many
+// calls are open: the deadlines are a slice of structs without pointers,
+// found by a hash of their pendingId (checked against the id itself, kept
+// in one byte arena), and the heap is one of int32 indexes into that
+// slice. The collector marks the few slices and the map whole; as a map of
+// strings to pointers, a heap of pointers and a string a call, the
+// schedule had it follow four pointers a call, on every cycle, beside
+// everything else the process does (the tail of the timer's lateness at
+// load: docs/performance.md).
 type deadlines struct {
-	byID   map[string]*deadline
-	heap   deadlineHeap
+	slots []deadline
+	free  []int32 // slots no entry holds
+	// byHash finds an entry's slot by the hash of its pendingId; the rare
+	// id whose hash another id's slot holds already is in clash.
+	byHash map[uint64]int32
+	clash  map[string]int32
+	hash   func(string) uint64
+	// ids holds each slot's pendingId, its length first (a uvarint);
+	// dead counts the bytes of those no slot holds any more, which a
+	// compaction gives back once they are the greater part.
+	ids  []byte
+	dead int
+	heap []int32 // slots queued, by time: a min-heap (container/heap's, as byTime)
+	// busy are the slots whose action is running, and rev when it
+	// started: a different rev when it ends means an event brought newer
+	// news meanwhile.
+	busy   map[int32]uint64
 	delays delays // see deadlineOf
 }
 
 func newDeadlines(d delays) *deadlines {
-	return &deadlines{byID: map[string]*deadline{}, delays: d}
+	seed := maphash.MakeSeed()
+	return &deadlines{byHash: map[uint64]int32{}, busy: map[int32]uint64{}, delays: d,
+		hash: func(id string) uint64 { return maphash.String(seed, id) }}
 }
 
 // observe records what revision rev of entry e is due for. A revision no
@@ -172,34 +197,37 @@ func newDeadlines(d delays) *deadlines {
 // crash can repeat them.
 func (s *deadlines) observe(e *machine.Entry, rev uint64) {
 	k, at := deadlineOf(e, s.delays)
-	d := s.byID[e.PendingID]
-	if d == nil {
+	i, ok := s.find(e.PendingID)
+	if !ok {
 		if k == kindNone {
 			return
 		}
-		d = &deadline{id: e.PendingID, index: -1}
-		s.byID[d.id] = d
-	} else if rev <= d.rev {
+		i = s.add(e.PendingID)
+	} else if rev <= s.slots[i].rev {
 		return
 	}
+	d := &s.slots[i]
 	d.rev, d.kind, d.at, d.requeued = rev, k, at, 0
-	s.requeue(d)
+	s.requeue(i, e.PendingID)
 }
 
-// requeue puts d in the heap at d.at, or forgets it when nothing is due;
-// a deadline whose action is running waits for its outcome.
-func (s *deadlines) requeue(d *deadline) {
+// requeue puts slot i, pendingId id's, in the heap at its time, or forgets
+// it when nothing is due; a deadline whose action is running waits for its
+// outcome.
+func (s *deadlines) requeue(i int32, id string) {
+	d := &s.slots[i]
+	_, busy := s.busy[i]
 	switch {
-	case d.busy:
+	case busy:
 	case d.kind == kindNone:
 		if d.index >= 0 {
-			heap.Remove(&s.heap, d.index)
+			heap.Remove(s.byTime(), int(d.index))
 		}
-		delete(s.byID, d.id)
+		s.release(i, id)
 	case d.index >= 0:
-		heap.Fix(&s.heap, d.index)
+		heap.Fix(s.byTime(), int(d.index))
 	default:
-		heap.Push(&s.heap, d)
+		heap.Push(s.byTime(), i)
 	}
 }
 
@@ -208,62 +236,147 @@ func (s *deadlines) next() (int64, bool) {
 	if len(s.heap) == 0 {
 		return 0, false
 	}
-	return s.heap[0].at, true
+	return s.slots[s.heap[0]].at, true
 }
 
 // popDue takes the earliest deadline if it is due at now (epoch ms) and
 // marks it busy until done is called with its outcome.
 func (s *deadlines) popDue(now int64) (job, bool) {
-	if len(s.heap) == 0 || s.heap[0].at > now {
+	if len(s.heap) == 0 || s.slots[s.heap[0]].at > now {
 		return job{}, false
 	}
-	d := heap.Pop(&s.heap).(*deadline)
-	d.busy, d.busyRev = true, d.rev
-	return job{id: d.id, kind: d.kind, at: d.at, rev: d.rev, requeued: d.requeued}, true
+	i := heap.Pop(s.byTime()).(int32)
+	d := &s.slots[i]
+	s.busy[i] = d.rev
+	return job{id: string(s.idAt(d.id)), kind: d.kind, at: d.at, rev: d.rev, requeued: d.requeued}, true
 }
 
 // done records an action's outcome. What the action read stands unless an
 // event newer than it came in while it ran.
 func (s *deadlines) done(o outcome) {
-	d := s.byID[o.id]
-	if d == nil {
+	i, ok := s.find(o.id)
+	if !ok {
 		return
 	}
-	d.busy = false
+	busyRev := s.busy[i]
+	delete(s.busy, i)
+	d := &s.slots[i]
 	switch {
 	case o.gone:
 		d.kind = kindNone
-	case o.rev > 0 && o.rev >= d.rev, o.rev == 0 && d.rev == d.busyRev:
+	case o.rev > 0 && o.rev >= d.rev, o.rev == 0 && d.rev == busyRev:
 		d.rev = max(d.rev, o.rev)
 		d.kind, d.at, d.requeued = o.kind, o.at, o.requeued
 	}
-	s.requeue(d)
+	s.requeue(i, o.id)
 }
 
 // len is the number of entries with something due.
-func (s *deadlines) len() int { return len(s.byID) }
+func (s *deadlines) len() int { return len(s.slots) - len(s.free) }
 
-// deadlineHeap orders deadlines by time; container/heap does the rest.
-type deadlineHeap []*deadline
-
-func (h deadlineHeap) Len() int           { return len(h) }
-func (h deadlineHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h deadlineHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
+// find returns the slot of pendingId id.
+func (s *deadlines) find(id string) (int32, bool) {
+	if i, ok := s.byHash[s.hash(id)]; ok && string(s.idAt(s.slots[i].id)) == id {
+		return i, true
+	}
+	i, ok := s.clash[id]
+	return i, ok
 }
 
-func (h *deadlineHeap) Push(x any) {
-	d := x.(*deadline)
-	d.index = len(*h)
-	*h = append(*h, d)
+// add gives pendingId id, which no slot holds, a slot: not queued,
+// nothing due yet.
+func (s *deadlines) add(id string) int32 {
+	var i int32
+	if n := len(s.free); n > 0 {
+		i, s.free = s.free[n-1], s.free[:n-1]
+	} else {
+		i = int32(len(s.slots))
+		s.slots = append(s.slots, deadline{})
+	}
+	s.slots[i] = deadline{id: len(s.ids), index: -1}
+	s.ids = binary.AppendUvarint(s.ids, uint64(len(id)))
+	s.ids = append(s.ids, id...)
+	h := s.hash(id)
+	if _, taken := s.byHash[h]; taken {
+		if s.clash == nil {
+			s.clash = map[string]int32{}
+		}
+		s.clash[id] = i
+	} else {
+		s.byHash[h] = i
+	}
+	return i
 }
 
-func (h *deadlineHeap) Pop() any {
-	old := *h
-	d := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	d.index = -1
-	return d
+// release frees slot i, pendingId id's, neither queued nor busy.
+func (s *deadlines) release(i int32, id string) {
+	d := &s.slots[i]
+	h := s.hash(id)
+	if j, ok := s.byHash[h]; ok && j == i {
+		delete(s.byHash, h)
+	} else {
+		delete(s.clash, id)
+	}
+	s.dead += d.idEnd(s.ids) - d.id
+	*d = deadline{id: -1, index: -1}
+	s.free = append(s.free, i)
+	if s.dead > 64<<10 && s.dead > len(s.ids)/2 {
+		s.compact()
+	}
+}
+
+// compact copies the ids slots hold to an arena of their own size,
+// leaving those of the entries forgotten: once for as many bytes
+// forgotten as held, so a copy of each byte at most once, amortised.
+func (s *deadlines) compact() {
+	ids := make([]byte, 0, len(s.ids)-s.dead)
+	for i := range s.slots {
+		d := &s.slots[i]
+		if d.id < 0 {
+			continue
+		}
+		at := len(ids)
+		ids = append(ids, s.ids[d.id:d.idEnd(s.ids)]...)
+		d.id = at
+	}
+	s.ids, s.dead = ids, 0
+}
+
+// idAt is the pendingId that starts at off in the arena.
+func (s *deadlines) idAt(off int) []byte {
+	n, w := binary.Uvarint(s.ids[off:])
+	return s.ids[off+w : off+w+int(n)]
+}
+
+// idEnd is where d's pendingId ends in the arena ids.
+func (d *deadline) idEnd(ids []byte) int {
+	n, w := binary.Uvarint(ids[d.id:])
+	return d.id + w + int(n)
+}
+
+// byTime is the schedule as container/heap sees it: its heap of slots,
+// ordered by their time, each slot knowing its place.
+type byTime deadlines
+
+func (s *deadlines) byTime() *byTime { return (*byTime)(s) }
+
+func (h *byTime) Len() int           { return len(h.heap) }
+func (h *byTime) Less(i, j int) bool { return h.slots[h.heap[i]].at < h.slots[h.heap[j]].at }
+func (h *byTime) Swap(i, j int) {
+	q := h.heap
+	q[i], q[j] = q[j], q[i]
+	h.slots[q[i]].index, h.slots[q[j]].index = int32(i), int32(j)
+}
+
+func (h *byTime) Push(x any) {
+	i := x.(int32)
+	h.slots[i].index = int32(len(h.heap))
+	h.heap = append(h.heap, i)
+}
+
+func (h *byTime) Pop() any {
+	i := h.heap[len(h.heap)-1]
+	h.heap = h.heap[:len(h.heap)-1]
+	h.slots[i].index = -1
+	return i
 }

@@ -2,6 +2,9 @@ package worker
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -179,6 +182,74 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 	})
 }
 
+// The schedule against a plain map of what is due, through many
+// observations, firings and forgettings: with ids whose hashes collide
+// (three hashes for them all) and with the real hash, and with enough
+// ids forgotten that the arena is compacted many times.
+func TestDeadlines_AsAMap(t *testing.T) {
+	for _, collide := range []bool{true, false} {
+		t.Run(fmt.Sprintf("collide=%v", collide), func(t *testing.T) {
+			s := newDeadlines(delays{})
+			if collide {
+				s.hash = func(id string) uint64 { return uint64(len(id) % 3) }
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			due := map[string]int64{}
+			rev := uint64(0)
+			for range 50_000 {
+				id := fmt.Sprintf("conv-%d.call-%d", rng.IntN(50), rng.IntN(1<<rng.IntN(12)))
+				rev++
+				switch r := rng.IntN(10); {
+				case r < 6:
+					at := 1 + rng.Int64N(1000)
+					s.observe(pending(id, at), rev)
+					due[id] = at
+				case r < 8:
+					s.observe(&machine.Entry{PendingID: id, Status: machine.StateApproved}, rev)
+					delete(due, id)
+				default: // the earliest fires: expired, or retried later
+					j, ok := s.popDue(1000)
+					if ok != (len(due) > 0) {
+						t.Fatalf("popDue: %v with %d due", ok, len(due))
+					}
+					if !ok {
+						continue
+					}
+					earliest := j.at
+					for _, at := range due {
+						earliest = min(earliest, at)
+					}
+					if j.at != due[j.id] || j.at != earliest {
+						t.Fatalf("fired %s at %d: it is due at %d, the earliest at %d", j.id, j.at, due[j.id], earliest)
+					}
+					if r == 8 {
+						s.done(outcome{id: j.id})
+						delete(due, j.id)
+					} else {
+						due[j.id] = j.at + 1 + rng.Int64N(100)
+						s.done(outcome{id: j.id, rev: j.rev, kind: j.kind, at: due[j.id]})
+					}
+				}
+				if s.len() != len(due) {
+					t.Fatalf("%d deadlines, %d due", s.len(), len(due))
+				}
+			}
+			got := map[string]int64{}
+			last := int64(-1)
+			for {
+				j, ok := s.popDue(1 << 40)
+				if !ok {
+					break
+				}
+				require.GreaterOrEqual(t, j.at, last)
+				last = j.at
+				got[j.id] = j.at
+			}
+			assert.Equal(t, due, got)
+		})
+	}
+}
+
 // The timer reads of an entry only its head (bus.CallHead, what the
 // process's feed decodes): for every kind of entry, the deadline from
 // the head is the one from the whole entry.
@@ -211,4 +282,46 @@ func TestCallHead_HoldsWhatDeadlineOfReads(t *testing.T) {
 			assert.Equal(t, wantAt, gotAt, "%s %+v", e.PendingID, d)
 		}
 	}
+}
+
+// BenchmarkDeadlines_Memory is what the timer's schedule holds per call:
+// 1M pending calls observed, then the heap measured after a collection
+// ("B/deadline"), and how long a full collection takes with the schedule
+// alive ("gc-ms": the collector's marking, which runs beside the timer and
+// everything else in the process).
+func BenchmarkDeadlines_Memory(b *testing.B) {
+	const n = 1_000_000
+	entries := make([]machine.Entry, 0, 1000)
+	for i := range 1000 {
+		entries = append(entries, *pending("", 0))
+		entries[i].PendingID = "x" // replaced below
+	}
+	var bytesPer, gcMs float64
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := newDeadlines(delays{})
+		aDayAway := time.Now().Add(24 * time.Hour).UnixMilli()
+		for i := range n {
+			e := &entries[i%len(entries)]
+			// An id of its own, as the feed decodes it: the schedule
+			// holds on to it or copies it.
+			e.PendingID = machine.PendingID(fmt.Sprintf("conv-%06d", i/8), fmt.Sprintf("toolu_%012d", i))
+			e.ApprovalTimeoutAt = aDayAway + int64(i%86_400_000)
+			s.observe(e, uint64(i+1))
+		}
+		for i := range entries {
+			entries[i].PendingID = ""
+		}
+		start := time.Now()
+		runtime.GC()
+		gcMs += float64(time.Since(start)) / float64(time.Millisecond)
+		runtime.ReadMemStats(&after)
+		require.Equal(b, n, s.len())
+		bytesPer += float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(s)
+	}
+	b.ReportMetric(bytesPer/float64(b.N), "B/deadline")
+	b.ReportMetric(gcMs/float64(b.N), "gc-ms")
 }
