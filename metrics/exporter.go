@@ -36,9 +36,9 @@ type ExporterConfig struct {
 
 // Exporter keeps a process's toolgate_* metrics up to date: it counts
 // every event of TOOL_EVENTS once (from the process's feed of them, or an
-// ordered consumer of its own), a KV watch
-// keeps the pending-approvals gauge, and consumer lag is read at scrape
-// time. See the package comment for how to aggregate them across replicas.
+// ordered consumer of its own), a KV watch keeps the pending-approvals
+// gauge, and consumer lag is read at scrape time. See the package comment
+// for how to aggregate them across replicas.
 type Exporter struct {
 	js      jetstream.JetStream
 	cfg     ExporterConfig
