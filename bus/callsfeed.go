@@ -20,6 +20,9 @@ import (
 // Views are added before Run.
 type CallsFeed struct {
 	kv jetstream.KeyValue
+	// loaded is closed once the views have first read the bucket.
+	loaded     chan struct{}
+	loadedOnce sync.Once
 
 	mu    sync.Mutex
 	views []CallsView
@@ -111,7 +114,12 @@ func (h *CallHead) Entry() *machine.Entry {
 
 // NewCallsFeed returns a feed of kv, the tool_calls bucket, with no view
 // yet.
-func NewCallsFeed(kv jetstream.KeyValue) *CallsFeed { return &CallsFeed{kv: kv} }
+func NewCallsFeed(kv jetstream.KeyValue) *CallsFeed {
+	return &CallsFeed{kv: kv, loaded: make(chan struct{})}
+}
+
+// Loaded is closed once every view has read the bucket a first time.
+func (f *CallsFeed) Loaded() <-chan struct{} { return f.loaded }
 
 // Add has the feed keep v current from the next life of its watch.
 func (f *CallsFeed) Add(v CallsView) {
@@ -151,6 +159,7 @@ func (f *CallsFeed) Run(ctx context.Context, log *slog.Logger) error {
 			for _, l := range loadeds {
 				l()
 			}
+			f.loadedOnce.Do(func() { close(f.loaded) })
 		}
 		return apply, loaded
 	})

@@ -1,13 +1,18 @@
 package bus_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -104,4 +109,45 @@ func TestDecodeEntry_AsEncodingJSON(t *testing.T) {
 	}
 	_, err = bus.DecodeEntry([]byte(`{"pendingId":`))
 	assert.Error(t, err)
+}
+
+// Loaded is closed once every view has read what the bucket held, and
+// not before.
+func TestCallsFeed_LoadedOnceTheViewsHaveReadTheBucket(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	bustest.PutRaw(t, env.JS, 50, func(i int) (string, []byte) {
+		id := machine.PendingID("conv", fmt.Sprintf("call-%02d", i))
+		return id, fmt.Appendf(nil, `{"pendingId":%q,"status":"PENDING_APPROVAL"}`, id)
+	})
+	f := bus.NewCallsFeed(env.KV)
+	var read atomic.Int64
+	seen := make(chan int64, 1)
+	f.Add(bus.CallsView{Start: func() (func(bus.CallRevision), func()) {
+		loaded := func() {
+			select {
+			case seen <- read.Load():
+			default: // a second life's
+			}
+		}
+		return func(bus.CallRevision) { read.Add(1) }, loaded
+	}})
+	select {
+	case <-f.Loaded():
+		t.Fatal("loaded before running")
+	default:
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx, bustest.Logger()) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	select {
+	case <-f.Loaded():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("not loaded within 30s; the view read %d", read.Load())
+	}
+	assert.EqualValues(t, 50, <-seen, "revisions the view had read when told the bucket was read")
 }
