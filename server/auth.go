@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go/jetstream"
@@ -97,14 +98,22 @@ func (m *Main) enforceRevocations(ctx context.Context, keys *auth.Keys, kv jetst
 			return err
 		}
 		defer func() { _ = w.Stop() }()
-		for {
-			// Apply what is there now, then again after each change.
+		var applied []string
+		for first := true; ; first = false {
+			// Apply what is there now, then again after each change that
+			// changes the revoked keys: updating the account's claims
+			// re-registers its imports, and a request sent meanwhile finds
+			// no responder, so an identity issued must not cause one.
 			revoked, err := ids.RevokedKeys(ctx)
 			if err != nil {
 				return err
 			}
-			if err := keys.Revoke(m.server, revoked); err != nil {
-				return err
+			slices.Sort(revoked)
+			if first || !slices.Equal(revoked, applied) {
+				if err := keys.Revoke(m.server, revoked); err != nil {
+					return err
+				}
+				applied = revoked
 			}
 			select {
 			case <-ctx.Done():

@@ -182,3 +182,41 @@ func streamLastSeq(t *testing.T, js jetstream.JetStream, name string) uint64 {
 	require.NoError(t, err)
 	return info.State.LastSeq
 }
+
+// Issuing credentials leaves the request API answering every client: the
+// revocations are applied to the running server only when the revoked
+// keys change (applying them re-registers the clients' account's imports,
+// and a request sent meanwhile found no responder).
+func TestAuth_IssuingCredentialsLeavesRequestsAnswered(t *testing.T) {
+	t.Parallel()
+	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}})
+	ctx := t.Context()
+	_, admin := g.ConnectAs(t, "admin")
+	agentNC, _ := g.ConnectAs(t, "agent")
+
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	var sent int
+	go func() {
+		req := []byte(`{"pendingId":"conv.none"}`)
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			sent++
+			if _, err := agentNC.Request(wire.APISubject(wire.EndpointGet), req, 10*time.Second); err != nil {
+				done <- fmt.Errorf("request %d: %w", sent, err)
+				return
+			}
+		}
+	}()
+	for i := range 20 {
+		_, err := admin.IssueCredential(ctx, fmt.Sprintf("user-%02d", i), wire.RoleViewer)
+		require.NoError(t, err)
+	}
+	close(stop)
+	require.NoError(t, <-done, "a request while credentials were issued")
+}
