@@ -72,45 +72,6 @@ func BenchmarkDecodeEntry(b *testing.B) {
 	})
 }
 
-// An entry decodes as encoding/json decodes it, every field set or
-// absent, null where it may be, names in another case, and what json/v2
-// refuses (invalid UTF-8, a name twice).
-func TestDecodeEntry_AsEncodingJSON(t *testing.T) {
-	full := machine.Entry{
-		PendingID: "conv-1.call-1", ToolCallID: "call-1", ToolName: "send_email",
-		ToolArguments: json.RawMessage(`{ "to" : "ops@example.com", "n": [1, 2.5e3, null] }`), OriginalArguments: json.RawMessage(`{"to":"x"}`),
-		ArgumentsDigest: "sha256:ab", PolicyRevision: 7, Risk: machine.RiskHigh, CallerBotID: "agent", ConversationID: "conv-1", RequestedAt: 1,
-		Status: machine.StateExecuting, StatusReason: "why", ExecutionAttempts: 2, LastAttemptTime: 3, ScheduledExecutionTime: 4,
-		ApprovalTimeoutAt: 5, ReminderAt: 6, Reminded: true, Overdue: true, AutoRejectOnTimeout: true, UserIDToApprove: "ann",
-		Approvers: []string{"ann", "bob"}, Quorum: &machine.Quorum{Required: 2, Of: []string{"ann", "bob"}},
-		Votes: []machine.Vote{{By: "ann", Approve: true, At: 8, Reason: "ok"}}, Escalations: []machine.Escalation{{At: 9, To: []string{"cto"}}},
-		Escalated: 1, ApprovedOrRejectedByUserID: "ann", DecisionTime: 10, DecisionScope: machine.ScopeTask,
-		Result: json.RawMessage(`{"sent":true}`), Error: "boom", Cost: 0.25, Team: "support", TaskID: "t", EstimatedCost: 0.5,
-		PermissionMode: "default", Description: "mail \u00e9\u2028<&>", MaxExecutionAttempts: 3, CostReserved: 0.5, CostDay: "2026-11-24",
-		Lease:          &machine.Lease{Holder: "x", ExpiresAt: 11},
-		Receipts:       []machine.Receipt{{Seq: 1, PendingID: "conv-1.call-1", Event: machine.EventAsk, To: machine.StatePendingApproval, Actor: "policy", At: 1, Key: "U", Sig: "s"}},
-		LastTransition: &machine.Transition{Event: machine.EventStart, From: machine.StateApproved, To: machine.StateExecuting, Actor: "x", At: 12},
-	}
-	data, err := json.Marshal(full)
-	require.NoError(t, err)
-	for _, data := range []string{
-		string(data),
-		`{"pendingId":"a.b","status":"PENDING_APPROVAL","toolArguments":null,"result":null,"lease":null,"receipts":null,"approvers":null}`,
-		`{"PENDINGID":"a.b","Status":"PENDING_APPROVAL","toolarguments":{"x":1},"LastTransition":{"Event":"ask","AT":3}}`,
-		"{\"pendingId\":\"a.b\",\"status\":\"PENDING_APPROVAL\",\"description\":\"\xff\"}",
-		`{"pendingId":"a.b","status":"PENDING_APPROVAL","approvalTimeoutAt":50,"approvalTimeoutAt":100}`,
-		`{"pendingId":"a.b","unknown":{"deep":[1,{"x":null}]},"cost":1e-3}`,
-	} {
-		var want machine.Entry
-		require.NoError(t, json.Unmarshal([]byte(data), &want))
-		got, err := bus.DecodeEntry([]byte(data))
-		require.NoError(t, err, data)
-		assert.Equal(t, &want, got, data)
-	}
-	_, err = bus.DecodeEntry([]byte(`{"pendingId":`))
-	assert.Error(t, err)
-}
-
 // Loaded is closed once every view has read what the bucket held, and
 // not before.
 func TestCallsFeed_LoadedOnceTheViewsHaveReadTheBucket(t *testing.T) {

@@ -256,7 +256,7 @@ func await(ctx context.Context, nc *nats.Conn, read ReadFunc, pendingID string, 
 			var ev wire.Event
 			// Announcements of one entry may arrive out of order (two
 			// relays), and after the read they precede: keep the newest.
-			if json.Unmarshal(msg.Data, &ev) == nil && ev.Entry != nil && ev.Revision > rev {
+			if wire.Unmarshal(msg.Data, &ev) == nil && ev.Entry != nil && ev.Revision > rev {
 				cur, rev = ev.Entry, ev.Revision
 			}
 		case s := <-status:
