@@ -1,0 +1,235 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// BenchmarkAtomicTransition weighs, on one server in one run, two ways of
+// committing a decision together with what it publishes (its event, its
+// work item, the announcement to the awaiting agent):
+//
+//   - relay: today's path. The compare-and-set on tool_calls is the
+//     commit; the relay (a durable consumer of the bucket's stream)
+//     decodes the revision and publishes the event to TOOL_EVENTS and the
+//     work item to TOOL_WORK, waits for both acks and acks the revision.
+//   - atomic: one atomic batch (NATS 2.12's atomic publish) into a stream
+//     holding the entries, the events and the work items alike: the
+//     entry's put, on the key's last revision, and the two messages, all
+//     stored or none, one ack; the writer announces the call itself.
+//
+// Both run b.N decisions from 16 goroutines, the relay's until it has
+// relayed them all. "cas/s" is the raw compare-and-set, the baseline;
+// "ratio-relay" and "ratio-atomic" the two paths' rates over it;
+// "cpu-µs-cas", "cpu-µs-relay" and "cpu-µs-atomic" the process's CPU (the
+// benchmark, its clients and the embedded server) per write.
+func BenchmarkAtomicTransition(b *testing.B) {
+	for _, topo := range bustest.Topologies {
+		b.Run(topo.Name, func(b *testing.B) { benchAtomicTransition(b, topo) })
+	}
+}
+
+func benchAtomicTransition(b *testing.B, topo bustest.Topology) {
+	b.StopTimer()
+	e := startBenchEnv(b, topo)
+	c := newCASBench(b, e)
+	ctx := context.Background()
+	value := c.value
+	var entry machine.Entry
+	require.NoError(b, json.Unmarshal(value, &entry))
+
+	// relay: keys of their own in tool_calls, the relay running.
+	relayKeys := newKeys(b, e.env.KV, "relay", value)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = bus.NewRelay(e.env.JS, bus.RelayConfig{}, bustest.Logger()).Run(runCtx) }()
+	// relayCaughtUp waits until the relay (its consumer created by Run,
+	// soon after the start) has relayed every revision.
+	relayCaughtUp := func() {
+		var seen string
+		require.Eventually(b, func() bool {
+			cons, err := e.env.JS.Consumer(ctx, "KV_"+wire.CallsBucket, bus.RelayDurable)
+			if err != nil {
+				seen = err.Error()
+				return false
+			}
+			info, err := cons.Info(ctx)
+			if err != nil {
+				seen = err.Error()
+				return false
+			}
+			seen = fmt.Sprintf("%d pending, %d unacknowledged", info.NumPending, info.NumAckPending)
+			return info.NumPending == 0 && info.NumAckPending == 0
+		}, time.Minute, time.Millisecond, "the relay caught up: %s", &seen)
+	}
+	relayCaughtUp()
+
+	// atomic: a stream like the bucket's, with the events' and the work
+	// items' subjects too.
+	info, err := e.env.KV.(interface {
+		Status(context.Context) (jetstream.KeyValueStatus, error)
+	}).Status(ctx)
+	require.NoError(b, err)
+	cfg := info.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
+	cfg.Name, cfg.Subjects = "ATOMIC", []string{"$KV.atomic.>", "atomic.ev.>", "atomic.work.>"}
+	cfg.AllowAtomicPublish = true
+	_, err = e.env.JS.CreateStream(ctx, cfg)
+	require.NoError(b, err)
+	atomicKeys := make([]string, len(c.keys))
+	atomicRevs := make([]uint64, len(c.keys))
+	for i := range atomicKeys {
+		atomicKeys[i] = fmt.Sprintf("atomic-%05d", i)
+		ack, err := e.env.JS.Publish(ctx, "$KV.atomic."+atomicKeys[i], value)
+		require.NoError(b, err)
+		atomicRevs[i] = ack.Sequence
+	}
+
+	workers := benchParallelism * runtime.GOMAXPROCS(0)
+	parallel := func(f func(i int) error) {
+		b.SetParallelism(benchParallelism)
+		var nextWorker atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			for i := int(nextWorker.Add(1) - 1); pb.Next(); i = (i + workers) % len(c.keys) {
+				if err := f(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	measure := func(f func()) (time.Duration, time.Duration) {
+		cpu0, t0 := cpuTime(), time.Now()
+		f()
+		return time.Since(t0), cpuTime() - cpu0
+	}
+
+	relayRun := func() {
+		parallel(func(i int) error {
+			rev, err := e.env.KV.Update(ctx, relayKeys.keys[i], value, relayKeys.revs[i])
+			relayKeys.revs[i] = rev
+			return err
+		})
+		relayCaughtUp()
+	}
+	nc := e.env.NC
+	atomicRun := func() {
+		parallel(func(i int) error {
+			rev, err := atomicDecision(nc, atomicKeys[i], atomicRevs[i], value, &entry)
+			atomicRevs[i] = rev
+			return err
+		})
+	}
+
+	b.StartTimer()
+	cd1, cc1 := measure(func() { c.run(b) })
+	rd1, rc1 := measure(relayRun)
+	ad1, ac1 := measure(atomicRun)
+	ad2, ac2 := measure(atomicRun)
+	rd2, rc2 := measure(relayRun)
+	cd2, cc2 := measure(func() { c.run(b) })
+	b.StopTimer()
+	events, err := e.env.JS.Stream(ctx, wire.EventsStream)
+	require.NoError(b, err)
+	require.GreaterOrEqual(b, events.CachedInfo().State.Msgs, uint64(2*b.N), "the relay published an event a decision")
+
+	n := float64(2 * b.N)
+	cas := benchRate(2*b.N, cd1+cd2)
+	b.ReportMetric(cas, "cas/s")
+	b.ReportMetric(benchRate(2*b.N, rd1+rd2)/cas, "ratio-relay")
+	b.ReportMetric(benchRate(2*b.N, ad1+ad2)/cas, "ratio-atomic")
+	us := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
+	b.ReportMetric(us(cc1+cc2), "cpu-µs-cas")
+	b.ReportMetric(us(rc1+rc2), "cpu-µs-relay")
+	b.ReportMetric(us(ac1+ac2), "cpu-µs-atomic")
+}
+
+// atomicDecision writes value to key at rev with its event and work item,
+// in one atomic batch, announces it, and returns the entry's new revision.
+func atomicDecision(nc *nats.Conn, key string, rev uint64, value []byte, e *machine.Entry) (uint64, error) {
+	id := nuid.Next()
+	t := e.LastTransition
+	event, _ := json.Marshal(wire.Event{
+		V: wire.EventVersion, ID: key, Type: "tool.approval_granted", Event: t.Event, From: t.From, To: t.To,
+		Actor: t.Actor, Reason: t.Reason, At: t.At, Entry: e,
+	})
+	work, _ := json.Marshal(wire.WorkItem{PendingID: key, ToolName: e.ToolName})
+	msg := func(subject string, seq int, data []byte) *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Data = data
+		m.Header.Set("Nats-Batch-Id", id)
+		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(seq))
+		return m
+	}
+	put := msg("$KV.atomic."+key, 1, value)
+	put.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	if err := nc.PublishMsg(put); err != nil {
+		return 0, err
+	}
+	if err := nc.PublishMsg(msg("atomic.ev.approval_granted."+key, 2, event)); err != nil {
+		return 0, err
+	}
+	commit := msg("atomic.work.send_email", 3, work)
+	commit.Header.Set("Nats-Batch-Commit", "1")
+	resp, err := nc.RequestMsg(commit, 10*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	var ack struct {
+		Seq   uint64 `json:"seq"`
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		return 0, err
+	}
+	if ack.Error != nil {
+		return 0, fmt.Errorf("batch on %s at %d: %s", key, rev, ack.Error.Description)
+	}
+	if err := nc.Publish("atomic.announce."+key, event); err != nil {
+		return 0, err
+	}
+	return ack.Seq - 2, nil
+}
+
+// benchKeys are keys created with one value, each at its last revision.
+type benchKeys struct {
+	keys []string
+	revs []uint64
+}
+
+func newKeys(b *testing.B, kv jetstream.KeyValue, prefix string, value []byte) *benchKeys {
+	n := (benchCASKeys + benchParallelism*runtime.GOMAXPROCS(0) - 1) / (benchParallelism * runtime.GOMAXPROCS(0)) * (benchParallelism * runtime.GOMAXPROCS(0))
+	k := &benchKeys{keys: make([]string, n), revs: make([]uint64, n)}
+	for i := range k.keys {
+		k.keys[i] = fmt.Sprintf("%s-%05d", prefix, i)
+		rev, err := kv.Create(context.Background(), k.keys[i], value)
+		require.NoError(b, err)
+		k.revs[i] = rev
+	}
+	return k
+}
+
+// cpuTime is the CPU the process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
