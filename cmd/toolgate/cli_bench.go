@@ -73,6 +73,10 @@ type benchPath struct {
 	// out per lifecycle, over every connection (toolgate's, the
 	// bench's); 0 unless --embedded.
 	Messages float64 `json:"messagesPerLifecycle,omitempty"`
+	// Consumers is how many JetStream consumers were created or deleted
+	// per lifecycle (JetStream's advisories in toolgate's account): 0
+	// when no call costs one, as none should.
+	Consumers float64 `json:"consumersPerLifecycle"`
 }
 
 type pcts struct {
@@ -302,9 +306,22 @@ func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu 
 	if err != nil {
 		return nil, err
 	}
+	// Every consumer created or deleted in toolgate's account, by anyone.
+	var consumers atomic.Int64
+	nc := b.js.Conn()
+	for _, op := range []string{"CREATED", "DELETED"} {
+		sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER."+op+".>", func(*nats.Msg) { consumers.Add(1) })
+		if err != nil {
+			return nil, fmt.Errorf("bench: consumer advisories: %w", err)
+		}
+		defer sub.Unsubscribe() //nolint:errcheck // the connection closes after
+	}
+	if err := nc.FlushTimeout(10 * time.Second); err != nil {
+		return nil, fmt.Errorf("bench: consumer advisories: %w", err)
+	}
 	run := "b" + randomHex(4)
 	for _, p := range paths {
-		before, beforeMsgs := cpu(), msgs()
+		before, beforeMsgs, beforeConsumers := cpu(), msgs(), consumers.Load()
 		res, err := b.lifecycles(ctx, run+"-"+p, p, agents, calls, &started)
 		if err != nil {
 			return nil, err
@@ -315,6 +332,12 @@ func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu 
 		if sent := msgs() - beforeMsgs; sent > 0 {
 			res.Messages = float64(sent) / float64(calls)
 		}
+		// An advisory is sent as its consumer is created, before the
+		// answer: a round trip after the last lifecycle has them all.
+		if err := nc.FlushTimeout(10 * time.Second); err != nil {
+			return nil, fmt.Errorf("bench: consumer advisories: %w", err)
+		}
+		res.Consumers = float64(consumers.Load()-beforeConsumers) / float64(calls)
 		r.Paths = append(r.Paths, res)
 	}
 	cas2, err := runBenchCAS(ctx, kv, agents, calls)
@@ -431,8 +454,8 @@ func percentiles(ds []time.Duration) pcts {
 func (r *benchReport) print(w io.Writer) {
 	fmt.Fprintf(w, "toolgate bench: %s, %d agents, %d lifecycles a path, %d CPUs, load %s\n\n", r.Target, r.Agents, r.Calls, r.Host.CPUs, r.Host.Load)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEASURE\tPER SEC\tRATIO TO CAS\tSUBMIT→RESULT p50/p99\tDECISION→HANDLER p50/p99\tCPU/LIFECYCLE\tMESSAGES/LIFECYCLE")
-	fmt.Fprintf(tw, "raw KV compare-and-set\t%.0f\t1\t\t\t\t\n", r.CASPerSec)
+	fmt.Fprintln(tw, "MEASURE\tPER SEC\tRATIO TO CAS\tSUBMIT→RESULT p50/p99\tDECISION→HANDLER p50/p99\tCPU/LIFECYCLE\tMESSAGES/LIFECYCLE\tCONSUMERS/LIFECYCLE")
+	fmt.Fprintf(tw, "raw KV compare-and-set\t%.0f\t1\t\t\t\t\t\n", r.CASPerSec)
 	for _, p := range r.Paths {
 		dh, cpu, msgs := "", "", ""
 		if p.DecideHandler != nil {
@@ -444,7 +467,7 @@ func (r *benchReport) print(w io.Writer) {
 		if p.Messages > 0 {
 			msgs = fmt.Sprintf("%.0f", p.Messages)
 		}
-		fmt.Fprintf(tw, "%s lifecycles\t%.0f\t1/%.0f\t%.1f / %.1f ms\t%s\t%s\t%s\n", p.Name, p.PerSec, 1/p.Ratio, p.SubmitResult.P50, p.SubmitResult.P99, dh, cpu, msgs)
+		fmt.Fprintf(tw, "%s lifecycles\t%.0f\t1/%.0f\t%.1f / %.1f ms\t%s\t%s\t%s\t%.2f\n", p.Name, p.PerSec, 1/p.Ratio, p.SubmitResult.P50, p.SubmitResult.P99, dh, cpu, msgs, p.Consumers)
 	}
 	tw.Flush()
 }

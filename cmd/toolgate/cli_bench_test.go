@@ -29,6 +29,9 @@ func TestBench_EmbeddedReportsBothPathsAgainstCAS(t *testing.T) {
 		// At least a submit, a claim and a report, each a request in and
 		// an answer out, and the KV writes they make.
 		assert.Greater(t, p.Messages, 8.0, "%s: the server's messages per lifecycle", p.Name)
+		// No call costs a JetStream consumer (a watch of its own, say):
+		// one created at most in the run, by a process starting.
+		assert.Less(t, p.Consumers, 0.5, "%s: JetStream consumers created or deleted per lifecycle", p.Name)
 	}
 	assert.Equal(t, "approval", report.Paths[0].Name)
 	require.NotNil(t, report.Paths[0].DecideHandler, "the approval path times decision to handler")
