@@ -325,3 +325,45 @@ func BenchmarkDeadlines_Memory(b *testing.B) {
 	b.ReportMetric(bytesPer/float64(b.N), "B/deadline")
 	b.ReportMetric(gcMs/float64(b.N), "gc-ms")
 }
+
+// BenchmarkTimer_FinishedMemory is what the timer holds per finished call
+// inside its retention window: 10k and 100k COMPLETED_SUCCESS calls
+// observed, then the heap measured after a collection ("B/finished"),
+// how many of them the schedule of deadlines holds ("scheduled"), and
+// how long a full collection takes ("gc-ms"). The calls' ids are made
+// before the first measure and kept alive after the second, as in serve,
+// where the call index holds each key's string (the feed's, one a call):
+// B/finished is what the timer adds to it.
+func BenchmarkTimer_FinishedMemory(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("finished=%dk", n/1000), func(b *testing.B) {
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = machine.PendingID(fmt.Sprintf("conv-%06d", i/8), fmt.Sprintf("toolu_%012d", i))
+			}
+			var bytesPer, gcMs, scheduled float64
+			for range b.N {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				s := newDeadlines(delays{retain: 24 * time.Hour})
+				finishedAt := time.Now().Add(-time.Hour).UnixMilli()
+				for i, id := range ids {
+					s.observe(&machine.Entry{PendingID: id, Status: machine.StateCompletedSuccess,
+						LastTransition: &machine.Transition{At: finishedAt + int64(i)}}, uint64(i+1))
+				}
+				start := time.Now()
+				runtime.GC()
+				gcMs += float64(time.Since(start)) / float64(time.Millisecond)
+				runtime.ReadMemStats(&after)
+				bytesPer += float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+				scheduled += float64(s.len())
+				runtime.KeepAlive(s)
+			}
+			runtime.KeepAlive(ids)
+			b.ReportMetric(bytesPer/float64(b.N), "B/finished")
+			b.ReportMetric(scheduled/float64(b.N), "scheduled")
+			b.ReportMetric(gcMs/float64(b.N), "gc-ms")
+		})
+	}
+}
