@@ -27,10 +27,10 @@ const (
 	// kindEscalation is the next escalation tier's time of a pending call
 	// nobody decided yet: Escalate it, widening who may decide.
 	kindEscalation
-	// kindRetire is the end of a finished call's retention window: it
-	// moves from tool_calls to the archive.
-	kindRetire
 )
+
+// A finished call has no deadline: the end of its retention window is
+// in the timer's retirements (retirements.go), not in its schedule.
 
 func (k kind) String() string {
 	switch k {
@@ -46,8 +46,6 @@ func (k kind) String() string {
 		return "reminder"
 	case kindEscalation:
 		return "escalation"
-	case kindRetire:
-		return "retention"
 	}
 	return "none"
 }
@@ -57,9 +55,6 @@ type delays struct {
 	// unclaimed: a runnable call nobody claims is queued again after it
 	// (never, when 0).
 	unclaimed time.Duration
-	// retain: a finished call leaves tool_calls for the archive this long
-	// after it finished (never, when 0).
-	retain time.Duration
 }
 
 // deadlineOf says what falls due next for e, and when (epoch ms).
@@ -107,10 +102,6 @@ func deadlineOf(e *machine.Entry, d delays) (kind, int64) {
 		if e.Lease != nil {
 			return kindLease, e.Lease.ExpiresAt
 		}
-	default:
-		if d.retain > 0 && e.Status.Terminal() {
-			return kindRetire, since + d.retain.Milliseconds()
-		}
 	}
 	return kindNone, 0
 }
@@ -150,6 +141,10 @@ type outcome struct {
 	at       int64
 	requeued uint64
 	gone     bool // the entry no longer exists
+	// retirement: the outcome of a finished call's retirement, started
+	// in the feed's life life; at, when not 0, is when to try it again.
+	retirement bool
+	life       uint64
 }
 
 // deadlines is the timer's schedule: a min-heap on the deadline, and an

@@ -57,11 +57,11 @@ func TestDeadlineOf(t *testing.T) {
 			assert.Equal(t, tc.at, at)
 		})
 	}
-	// With a retention window, a finished call's deadline is its end.
+	// A finished call has no deadline: the end of its retention window
+	// is a retirement (TestRetirements_*).
 	for _, s := range []machine.State{machine.StateRejectedByPolicy, machine.StateCompletedSuccess, machine.StateCancelled} {
-		k, at := deadlineOf(written(&machine.Entry{Status: s}, 100), delays{retain: time.Second})
-		assert.Equal(t, kindRetire, k, s)
-		assert.EqualValues(t, 1100, at, s)
+		k, _ := deadlineOf(written(&machine.Entry{Status: s}, 100), delays{unclaimed: time.Second})
+		assert.Equal(t, kindNone, k, s)
 	}
 	// With a requeue delay, a runnable call nobody claimed has a deadline
 	// too: approved, or scheduled and due, from when it became runnable.
@@ -270,7 +270,7 @@ func TestCallHead_HoldsWhatDeadlineOfReads(t *testing.T) {
 		at(executing("a.h", 300), 100),
 		at(&machine.Entry{PendingID: "a.i", Status: machine.StateCompletedSuccess}, 100),
 	}
-	for _, d := range []delays{{}, {unclaimed: time.Second, retain: time.Hour}} {
+	for _, d := range []delays{{}, {unclaimed: time.Second}} {
 		for _, e := range entries {
 			data, err := json.Marshal(e)
 			require.NoError(t, err)
@@ -282,6 +282,22 @@ func TestCallHead_HoldsWhatDeadlineOfReads(t *testing.T) {
 			assert.Equal(t, wantAt, gotAt, "%s %+v", e.PendingID, d)
 		}
 	}
+	// And its retirement, when it finished.
+	want, got := newRetirements(time.Hour), newRetirements(time.Hour)
+	for _, e := range entries {
+		data, err := json.Marshal(e)
+		require.NoError(t, err)
+		head, err := bus.DecodeCallHead(data)
+		require.NoError(t, err)
+		want.observe(e)
+		got.observe(head.Entry())
+	}
+	require.Equal(t, 1, want.len(), "the one finished call")
+	require.Equal(t, want.len(), got.len())
+	w, _ := want.popDue(1 << 62)
+	g, _ := got.popDue(1 << 62)
+	assert.Equal(t, w, g)
+	assert.Equal(t, retirement{id: "a.i", at: 100 + time.Hour.Milliseconds()}, g)
 }
 
 // BenchmarkDeadlines_Memory is what the timer's schedule holds per call:
@@ -324,4 +340,51 @@ func BenchmarkDeadlines_Memory(b *testing.B) {
 	}
 	b.ReportMetric(bytesPer/float64(b.N), "B/deadline")
 	b.ReportMetric(gcMs/float64(b.N), "gc-ms")
+}
+
+// BenchmarkTimer_FinishedMemory is what the timer holds per finished call
+// inside its retention window: 10k and 100k COMPLETED_SUCCESS calls
+// observed, then the heap measured after a collection ("B/finished"),
+// how many of them the schedule of deadlines holds ("scheduled", 0) and
+// the retirements ("queued"), and how long a full collection takes
+// ("gc-ms"). (Before the retirements, each was a deadline in the
+// schedule: 115 and 109 B/finished, all scheduled.) The calls' ids are made
+// before the first measure and kept alive after the second, as in serve,
+// where the call index holds each key's string (the feed's, one a call):
+// B/finished is what the timer adds to it.
+func BenchmarkTimer_FinishedMemory(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("finished=%dk", n/1000), func(b *testing.B) {
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = machine.PendingID(fmt.Sprintf("conv-%06d", i/8), fmt.Sprintf("toolu_%012d", i))
+			}
+			var bytesPer, gcMs, scheduled, queued float64
+			for range b.N {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				dl, rt := newDeadlines(delays{}), newRetirements(24*time.Hour)
+				finishedAt := time.Now().Add(-time.Hour).UnixMilli()
+				for i, id := range ids {
+					observe(dl, rt, observation{entry: &machine.Entry{PendingID: id, Status: machine.StateCompletedSuccess,
+						LastTransition: &machine.Transition{At: finishedAt + int64(i)}}, rev: uint64(i + 1)})
+				}
+				start := time.Now()
+				runtime.GC()
+				gcMs += float64(time.Since(start)) / float64(time.Millisecond)
+				runtime.ReadMemStats(&after)
+				bytesPer += float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+				scheduled += float64(dl.len())
+				queued += float64(rt.len())
+				runtime.KeepAlive(dl)
+				runtime.KeepAlive(rt)
+			}
+			runtime.KeepAlive(ids)
+			b.ReportMetric(bytesPer/float64(b.N), "B/finished")
+			b.ReportMetric(scheduled/float64(b.N), "scheduled")
+			b.ReportMetric(queued/float64(b.N), "queued")
+			b.ReportMetric(gcMs/float64(b.N), "gc-ms")
+		})
+	}
 }

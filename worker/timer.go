@@ -20,11 +20,14 @@ import (
 
 // Timer owns every deadline of the tool_calls bucket: approval timeouts,
 // reminders and escalations, scheduled starts, executor leases and the
-// end of a finished call's retention. It keeps them in a heap in memory,
-// learns them from a watch of the bucket (every entry at start, then
-// every revision, heartbeats' included); when one falls due it reads the
-// entry again and acts on what the entry is now, never on the revision
-// that announced it.
+// end of a finished call's retention. It learns them from a watch of the
+// bucket (every entry at start, then every revision, heartbeats'
+// included). It keeps the open calls' deadlines in a heap in memory; when
+// one falls due it reads the entry again and acts on what the entry is
+// now, never on the revision that announced it. It keeps the finished
+// calls apart, in a queue in the order they finished (retirements), each
+// retired (WithRetention) once its window has passed: so a finished call
+// costs it 24 bytes and no place in the heap.
 //
 // Any number of Timers may run against one bucket. Each acts on every
 // deadline; compare-and-set makes a second firing a refused transition,
@@ -51,10 +54,11 @@ type Timer struct {
 // TimerOption configures a Timer.
 type TimerOption func(*Timer)
 
-// WithConcurrency bounds how many deadlines are acted on at once (default
-// 64). Each action is a few round trips to JetStream, so a burst of
-// deadlines (a restart after an outage) drains at about this many times
-// the round-trip rate.
+// WithConcurrency bounds how many deadlines are acted on, and finished
+// calls retired, at once (default 64; the open calls' deadlines go
+// first). Each action is a few round trips to JetStream, so a burst of
+// deadlines or retirements (a restart after an outage) drains at about
+// this many times the round-trip rate.
 func WithConcurrency(n int) TimerOption {
 	return func(t *Timer) {
 		if n > 0 {
@@ -107,7 +111,7 @@ func WithRetention(after time.Duration, r Retirer) TimerOption {
 	}
 }
 
-func (t *Timer) delays() delays { return delays{unclaimed: t.unclaimed, retain: t.retain} }
+func (t *Timer) delays() delays { return delays{unclaimed: t.unclaimed} }
 
 // requeued counts a call queued again, for reason.
 func (t *Timer) requeued(reason string) {
@@ -156,10 +160,12 @@ func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *s
 	return t
 }
 
-// observation is one revision of an entry.
+// observation is one revision of an entry, or, restart, the start of a
+// new life of the feed: the bucket is read again from the start.
 type observation struct {
-	entry *machine.Entry
-	rev   uint64
+	entry   *machine.Entry
+	rev     uint64
+	restart bool
 }
 
 // Run acts on deadlines until ctx ends, then waits for the actions in
@@ -176,7 +182,7 @@ func (t *Timer) Run(ctx context.Context) error {
 		own.Add(t.view())
 		wg.Go(func() { _ = own.Run(ctx, t.log) })
 	}
-	t.schedule(ctx, newDeadlines(t.delays()), t.updates)
+	t.schedule(ctx, newDeadlines(t.delays()), newRetirements(t.retain), t.updates)
 	close(t.stopped)
 	cancel()
 	wg.Wait()
@@ -189,12 +195,18 @@ func (t *Timer) Run(ctx context.Context) error {
 func (t *Timer) Loaded() <-chan struct{} { return t.loaded }
 
 // view hands the scheduler every revision the feed reads, until Run
-// ends. A revision no newer than the one it knows changes nothing (a
-// feed reading the bucket again after a failure repeats what it knows);
-// a key deleted meanwhile leaves a deadline that, due, finds no entry.
+// ends. A revision no newer than the one it knows changes nothing to the
+// deadlines (a feed reading the bucket again after a failure repeats
+// what it knows); a key deleted meanwhile leaves a deadline that, due,
+// finds no entry. The retirements start afresh at each life of the
+// feed, which queues again those of the finished calls it reads.
 func (t *Timer) view() bus.CallsView {
 	return bus.CallsView{Start: func() (func(bus.CallRevision), func()) {
 		n, start := 0, time.Now()
+		select {
+		case t.updates <- observation{restart: true}:
+		case <-t.stopped:
+		}
 		apply := func(r bus.CallRevision) {
 			var e *machine.Entry
 			switch {
@@ -222,10 +234,11 @@ func (t *Timer) view() bus.CallsView {
 	}}
 }
 
-// schedule is the one goroutine that owns the deadlines: it takes in what
-// the events say, starts the actions that are due, at most concurrency at
-// once, and takes in what they found.
-func (t *Timer) schedule(ctx context.Context, dl *deadlines, updates <-chan observation) {
+// schedule is the one goroutine that owns the deadlines and the
+// retirements: it takes in what the events say, starts the actions that
+// are due, at most concurrency at once (the open calls' deadlines
+// first, then retirements), and takes in what they found.
+func (t *Timer) schedule(ctx context.Context, dl *deadlines, rt *retirements, updates <-chan observation) {
 	// Room for every action in flight, so none blocks on its way out
 	// after the loop has stopped listening.
 	outcomes := make(chan outcome, t.concurrency)
@@ -236,15 +249,24 @@ func (t *Timer) schedule(ctx context.Context, dl *deadlines, updates <-chan obse
 	busy := 0
 	for {
 		for busy < t.concurrency {
-			j, ok := dl.popDue(time.Now().UnixMilli())
-			if !ok {
+			now := time.Now().UnixMilli()
+			if j, ok := dl.popDue(now); ok {
+				busy++
+				wg.Go(func() { outcomes <- t.act(ctx, j) })
+			} else if r, ok := rt.popDue(now); ok {
+				busy++
+				life := rt.life
+				wg.Go(func() { outcomes <- t.retire(ctx, r, life) })
+			} else {
 				break
 			}
-			busy++
-			wg.Go(func() { outcomes <- t.act(ctx, j) })
 		}
 		var wakeC <-chan time.Time
-		if at, ok := dl.next(); ok && busy < t.concurrency {
+		at, ok := dl.next()
+		if rat, rok := rt.next(); rok && (!ok || rat < at) {
+			at, ok = rat, true
+		}
+		if ok && busy < t.concurrency {
 			wake.Reset(time.Until(time.UnixMilli(at)))
 			wakeC = wake.C
 		}
@@ -252,13 +274,28 @@ func (t *Timer) schedule(ctx context.Context, dl *deadlines, updates <-chan obse
 		case <-ctx.Done():
 			return
 		case o := <-updates:
-			dl.observe(o.entry, o.rev)
+			observe(dl, rt, o)
 		case o := <-outcomes:
 			busy--
-			dl.done(o)
+			if o.retirement {
+				rt.done(o)
+			} else {
+				dl.done(o)
+			}
 		case <-wakeC:
 		}
 	}
+}
+
+// observe takes in o: what falls due for an open call, the retirement of
+// a finished one.
+func observe(dl *deadlines, rt *retirements, o observation) {
+	if o.restart {
+		rt.restart()
+		return
+	}
+	dl.observe(o.entry, o.rev)
+	rt.observe(o.entry)
 }
 
 // act handles one deadline that fell due.
@@ -291,8 +328,6 @@ func (t *Timer) act(ctx context.Context, j job) outcome {
 		return t.remind(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
 	case k == kindEscalation:
 		return t.escalate(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
-	case k == kindRetire:
-		return t.retire(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
 	case k == kindStart:
 		return t.start(ctx, log, e, rev)
 	case k == kindUnclaimed:
@@ -358,24 +393,30 @@ func (t *Timer) escalate(ctx context.Context, log *slog.Logger, j job) outcome {
 	}
 }
 
-// retire moves a call finished a retention window ago to the archive.
-// Retire reads the entry again and archives it before it leaves, so two
-// timers archive it once (a second archiving is a duplicate the archive
-// drops) and one that dies between the two leaves it to the next.
-func (t *Timer) retire(ctx context.Context, log *slog.Logger, j job) outcome {
-	err := t.retirer.Retire(ctx, j.id, t.retain)
+// retire moves a call finished a retention window ago to the archive,
+// r being its retirement, queued in the feed's life. Retire reads the
+// entry again and archives it before it leaves, so two timers archive it
+// once (a second archiving is a duplicate the archive drops) and one that
+// dies between the two leaves it to the next. A call retired already
+// (by another timer), or whose key was deleted, is not found; one that
+// has moved on since (a new call at its key) is a conflict: both are
+// done with. Any other failure is tried again after the retry delay.
+func (t *Timer) retire(ctx context.Context, r retirement, life uint64) outcome {
+	o := outcome{id: r.id, retirement: true, life: life}
+	err := t.retirer.Retire(ctx, r.id, t.retain)
 	switch {
 	case err == nil:
-		log.Debug("timer: retired to the archive")
-		return outcome{id: j.id, gone: true}
+		t.log.Debug("timer: retired to the archive", "pendingId", r.id)
 	case errors.Is(err, machine.ErrNotFound):
-		return outcome{id: j.id, gone: true}
 	case errors.Is(err, machine.ErrConflict):
-		log.Debug("timer: nothing to retire", "err", err)
-		return outcome{id: j.id}
+		t.log.Debug("timer: nothing to retire", "pendingId", r.id, "err", err)
 	default:
-		return t.retryLater(ctx, log, j, err)
+		if ctx.Err() == nil {
+			t.log.Warn("timer: retirement failed, will retry", "pendingId", r.id, "deadline", "retention", "in", t.retry, "err", err)
+		}
+		o.at = time.Now().Add(t.retry).UnixMilli()
 	}
+	return o
 }
 
 // start queues a scheduled call that has become due, with the de-dup id

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -699,4 +700,97 @@ func TestTimer_EscalatesEachTierOnceThenTimesOut(t *testing.T) {
 	}
 	assert.Contains(t, tiers[1].Reason, "to cto")
 	assert.Equal(t, 1, count(events[answered.PendingID], machine.EventEscalate), "a call decided escalates no further")
+}
+
+// flakyRetirer retires as bucketRetirer does, records every call to
+// Retire in order, and fails the first one for the id fail as an archive
+// out of reach would.
+type flakyRetirer struct {
+	bucketRetirer
+	fail string
+
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *flakyRetirer) Retire(ctx context.Context, id string, after time.Duration) error {
+	r.mu.Lock()
+	r.calls = append(r.calls, id)
+	fail := id == r.fail && r.count(id) == 1
+	r.mu.Unlock()
+	if fail {
+		return fmt.Errorf("retire %s: archive: nats: timeout", id)
+	}
+	return r.bucketRetirer.Retire(ctx, id, after)
+}
+
+// count is how many times id was retired; r.mu held.
+func (r *flakyRetirer) count(id string) int {
+	n := 0
+	for _, c := range r.calls {
+		if c == id {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *flakyRetirer) seen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// TestTimer_RetiresFinishedCallsInOrder: the timer retires each finished
+// call once its window has passed, one at a time in the order they
+// finished (WithConcurrency(1)); one whose retirement fails is retried
+// after the retry delay; one whose key is gone when its window ends
+// (another timer retired it) is tried once and dropped, and one gone
+// before the timer read the bucket is not tried. An open call stays.
+func TestTimer_RetiresFinishedCallsInOrder(t *testing.T) {
+	env := startEnv(t)
+	const retain = time.Second
+	r := &flakyRetirer{bucketRetirer: bucketRetirer{store: env.Store}, fail: machine.PendingID("timer", "denied-05")}
+	deny := policy(env, machine.Verdict{Action: machine.ActionDeny, Reason: "test denies"})
+	open := submit(t, policy(env, ask(time.Hour, true)), "open")
+	goneBefore := submit(t, deny, "gone-before").PendingID
+	require.NoError(t, env.KV.Purge(t.Context(), goneBefore), "retired by another timer")
+
+	timer := worker.NewTimer(env.JS, env.KV, machine.New(env.Store), bustest.Logger(),
+		worker.WithRetention(retain, r), worker.WithConcurrency(1), worker.WithRetryDelay(50*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- timer.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	select {
+	case <-timer.Loaded():
+	case <-time.After(waitFor):
+		t.Fatal("the timer did not read the bucket")
+	}
+
+	var ids []string
+	gone := machine.PendingID("timer", "denied-12")
+	for i := range 20 {
+		ids = append(ids, submit(t, deny, fmt.Sprintf("denied-%02d", i)).PendingID)
+		if ids[i] == gone {
+			require.NoError(t, env.KV.Purge(t.Context(), gone), "retired by another timer")
+		}
+	}
+
+	// Every call retired but the one gone, which was tried.
+	require.Eventually(t, func() bool { return r.retired.Load() == int64(len(ids)-1) && slices.Contains(r.seen(), gone) }, waitFor, 5*time.Millisecond,
+		"retired %d of %d; Retire called for %v", r.retired.Load(), len(ids)-1, r.seen())
+	calls := r.seen()
+	assert.ElementsMatch(t, append(slices.Clone(ids), r.fail), calls, "each once, the failed one twice, %s not at all", goneBefore)
+	retry := slices.Index(calls[slices.Index(calls, r.fail)+1:], r.fail) + slices.Index(calls, r.fail) + 1
+	assert.Equal(t, ids, slices.Delete(slices.Clone(calls), retry, retry+1), "in the order they finished")
+	for _, id := range ids {
+		_, err := env.KV.Get(t.Context(), id)
+		assert.ErrorIs(t, err, jetstream.ErrKeyNotFound, id)
+	}
+	_, err := env.KV.Get(t.Context(), open.PendingID)
+	assert.NoError(t, err, "an open call stays")
 }

@@ -61,19 +61,34 @@ import (
 // built from this tree (the fixture too), to compare two builds on one
 // machine in one sitting; TOOLGATE_BENCH_DATA=DIR keeps the fixtures
 // there for the next run (see restartFixture).
-// 10k and 100k run by default (100k not with -short); 1M only with
+//
+// The open=1k/finished=N sub-benchmarks hold 1k such open calls and N
+// finished ones besides, written before them: COMPLETED_SUCCESS entries
+// of about 3.2 KB (a result, four receipts), finished twenty minutes
+// before the fixture was written, so inside the retention window: every
+// serve of the benchmark runs with --retention 720h, so that a fixture
+// kept (TOOLGATE_BENCH_DATA) stays inside it for a month. They show what
+// a restart costs a finished call: nothing is due for them, but the
+// process reads them all.
+//
+// open=10k, open=100k and open=1k/finished=0, 10k and 100k run by
+// default (those of 100k not with -short); open=1M only with
 // TOOLGATE_BENCH_1M=1, and it writes its fixture for minutes:
 //
 //	go test -run '^$' -bench ServeRestart -benchtime 1x ./cmd/toolgate
+//	go test -run '^$' -bench 'ServeRestart/open=1k/' -benchtime 1x ./cmd/toolgate
 //	TOOLGATE_BENCH_1M=1 go test -run '^$' -bench 'ServeRestart/open=1000k' -benchtime 1x -timeout 2h ./cmd/toolgate
 func BenchmarkServeRestart(b *testing.B) {
-	sizes := []int{10_000, 100_000}
+	sizes := []restartSize{{open: 10_000}, {open: 100_000}}
 	if os.Getenv("TOOLGATE_BENCH_1M") != "" {
-		sizes = append(sizes, 1_000_000)
+		sizes = append(sizes, restartSize{open: 1_000_000})
+	}
+	for _, finished := range []int{0, 10_000, 100_000} {
+		sizes = append(sizes, restartSize{open: 1_000, finished: finished, named: true})
 	}
 	for _, n := range sizes {
-		b.Run(fmt.Sprintf("open=%dk", n/1000), func(b *testing.B) {
-			if n > 10_000 && testing.Short() {
+		b.Run(n.String(), func(b *testing.B) {
+			if n.open+n.finished > 20_000 && testing.Short() {
 				b.Skip("-short")
 			}
 			benchServeRestart(b, n)
@@ -81,7 +96,33 @@ func BenchmarkServeRestart(b *testing.B) {
 	}
 }
 
-func benchServeRestart(b *testing.B, n int) {
+// restartSize is a restart fixture's: how many open calls, how many
+// finished ones.
+type restartSize struct {
+	open, finished int
+	// named: the finished count is in the name even when 0.
+	named bool
+}
+
+// String names the sub-benchmark: open=10k, open=1k/finished=10k.
+func (n restartSize) String() string {
+	k := func(v int) string {
+		if v == 0 {
+			return "0"
+		}
+		return fmt.Sprintf("%dk", v/1000)
+	}
+	if n.finished == 0 && !n.named {
+		return "open=" + k(n.open)
+	}
+	return "open=" + k(n.open) + "/finished=" + k(n.finished)
+}
+
+// dir names the fixture's directory: open=10k as it always has,
+// open=1k-finished=10k.
+func (n restartSize) dir() string { return strings.ReplaceAll(n.String(), "/", "-") }
+
+func benchServeRestart(b *testing.B, n restartSize) {
 	data := restartFixture(b, n)
 
 	var sum restartFigures
@@ -132,13 +173,17 @@ func newServeArgs(b *testing.B, data string) serveArgs {
 	return serveArgs{data: data, listen: fmt.Sprintf("127.0.0.1:%d", freePort(b)), metrics: fmt.Sprintf("127.0.0.1:%d", freePort(b))}
 }
 
+// benchRetention is the benchmark's --retention: the finished calls of
+// a fixture kept for the next run stay inside it.
+const benchRetention = "720h"
+
 func (a serveArgs) list() []string {
-	return []string{"--data", a.data, "--listen", a.listen, "--http", "127.0.0.1:0", "--metrics", a.metrics}
+	return []string{"--data", a.data, "--listen", a.listen, "--http", "127.0.0.1:0", "--metrics", a.metrics, "--retention", benchRetention}
 }
 
-// restartOnce starts serve on a's data, holding n open calls, measures
-// it and stops it.
-func restartOnce(b *testing.B, a serveArgs, n int) restartFigures {
+// restartOnce starts serve on a's data, holding n's calls, measures it
+// and stops it.
+func restartOnce(b *testing.B, a serveArgs, n restartSize) restartFigures {
 	data := a.data
 	var f restartFigures
 	timerLine := regexp.MustCompile(`timer started.* entries=(\d+) .*load=(\S+)`)
@@ -218,7 +263,7 @@ func restartOnce(b *testing.B, a serveArgs, n int) restartFigures {
 	f.serving = ms(wait(serving, "serving"))
 	f.load = ms(wait(loaded, "timer started"))
 	f.timer = ms(timerLoad)
-	require.GreaterOrEqual(b, entries, n, "the timer read every open call")
+	require.GreaterOrEqual(b, entries, n.open+n.finished, "the timer read every call")
 	f.submit = ms(wait(submitted, "submit"))
 	require.NotZero(b, f.submit, "submit accepted")
 
@@ -226,8 +271,8 @@ func restartOnce(b *testing.B, a serveArgs, n int) restartFigures {
 	// it reads at start. The call index and the pending gauge start
 	// reading after the timer: once the gauge counts every call, both
 	// watches exist.
-	require.Eventually(b, func() bool { return pendingGauge(b, a.metrics) >= float64(n) }, 30*time.Minute, 100*time.Millisecond,
-		"the pending gauge counts every call")
+	require.Eventually(b, func() bool { return pendingGauge(b, a.metrics) >= float64(n.open) }, 30*time.Minute, 100*time.Millisecond,
+		"the pending gauge counts every open call")
 	nc, err := nats.Connect(url, nats.UserCredentials(server.CredsPath(data, "toolgate")))
 	require.NoError(b, err)
 	defer nc.Close()
@@ -255,24 +300,24 @@ func restartOnce(b *testing.B, a serveArgs, n int) restartFigures {
 	}
 	f.raw = ms(time.Since(rawStart))
 	require.NoError(b, w.Stop())
-	require.GreaterOrEqual(b, read, n)
+	require.GreaterOrEqual(b, read, n.open+n.finished)
 	return f
 }
 
-// restartFixture returns a data directory holding n open calls: a
-// temporary one, written now, or with TOOLGATE_BENCH_DATA=DIR, DIR/open=Nk,
-// written by the first run and kept for the next (a restart adds only the
-// one call it submits), so that two builds restart on the same fixture
-// and 1M's is written once.
-func restartFixture(b *testing.B, n int) string {
+// restartFixture returns a data directory holding n's calls: a
+// temporary one, written now, or with TOOLGATE_BENCH_DATA=DIR,
+// DIR/open=Nk (DIR/open=Nk-finished=Mk), written by the first run and
+// kept for the next (a restart adds only the one call it submits), so
+// that two builds restart on the same fixture and 1M's is written once.
+func restartFixture(b *testing.B, n restartSize) string {
 	dir := os.Getenv("TOOLGATE_BENCH_DATA")
 	if dir == "" {
 		dir = b.TempDir()
 	} else {
-		dir = filepath.Join(dir, fmt.Sprintf("open=%dk", n/1000))
+		dir = filepath.Join(dir, n.dir())
 		marker := filepath.Join(dir, "fixture-written")
 		if _, err := os.Stat(marker); err == nil {
-			b.Logf("%d open calls in %s, written before", n, dir)
+			b.Logf("%d open and %d finished calls in %s, written before", n.open, n.finished, dir)
 			return dir
 		}
 		require.NoError(b, os.RemoveAll(dir)) // a fixture not finished
@@ -285,16 +330,16 @@ func restartFixture(b *testing.B, n int) string {
 	}
 	start := time.Now()
 	writeRestartFixture(b, newServeArgs(b, dir), n)
-	b.Logf("%d open calls written and relayed in %v", n, time.Since(start).Round(time.Millisecond))
+	b.Logf("%d open and %d finished calls written and relayed in %v", n.open, n.finished, time.Since(start).Round(time.Millisecond))
 	return dir
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// writeRestartFixture provisions data with a first serve, writes n open
-// calls into its bucket, waits until serve's consumers have caught up
-// with them and stops it.
-func writeRestartFixture(b *testing.B, a serveArgs, n int) {
+// writeRestartFixture provisions data with a first serve, writes n's
+// finished calls and then its open ones into its bucket, waits until
+// serve's consumers have caught up with them and stops it.
+func writeRestartFixture(b *testing.B, a serveArgs, n restartSize) {
 	ready := make(chan struct{})
 	p := startProcess(b, a.list(), func(line string) {
 		if strings.Contains(line, "toolgate serving") {
@@ -322,8 +367,10 @@ func writeRestartFixture(b *testing.B, a serveArgs, n int) {
 	}
 	now := time.Now().UnixMilli()
 	tools := []string{"send_email", "deploy", "Bash"}
-	for i := range n {
-		at := now - int64(n-i)
+	const sig = "kq0CqZb2rJm0y1bHjV4Xb7l4Y5m0b1aWb4d6m9Qv8yq3pQ6xN2u7aF0cD8eJ1hK4lM5nO6pR7sT8uV9wX0yZ1A"
+	const signer = "NBSB2QLMOBKIMKEWMOMFX2ZFB7MVGGQMVNY6XIXOAZ2NAP6MS3OWVHLW"
+	// call is the i-th call of the fixture, requested at.
+	call := func(i int, at int64) machine.Entry {
 		e := machine.Entry{
 			ToolCallID:        fmt.Sprintf("toolu_%012d", i),
 			ConversationID:    fmt.Sprintf("conv-%05d", i%5000),
@@ -342,14 +389,36 @@ func writeRestartFixture(b *testing.B, a serveArgs, n int) {
 		e.LastTransition = &machine.Transition{Event: machine.EventAsk, To: e.Status, Actor: "policy", Reason: "email leaves the company", At: at, Write: "0123456789abcdef"}
 		e.Receipts = []machine.Receipt{{
 			Seq: 1, PendingID: e.PendingID, ToolName: e.ToolName, Caller: e.CallerBotID, Event: machine.EventAsk, To: e.Status,
-			Actor: "policy", At: at, Reason: "email leaves the company", ArgumentsDigest: e.ArgumentsDigest,
-			Key: "NBSB2QLMOBKIMKEWMOMFX2ZFB7MVGGQMVNY6XIXOAZ2NAP6MS3OWVHLW",
-			Sig: "kq0CqZb2rJm0y1bHjV4Xb7l4Y5m0b1aWb4d6m9Qv8yq3pQ6xN2u7aF0cD8eJ1hK4lM5nO6pR7sT8uV9wX0yZ1A",
+			Actor: "policy", At: at, Reason: "email leaves the company", ArgumentsDigest: e.ArgumentsDigest, Key: signer, Sig: sig,
 		}}
+		return e
+	}
+	// finish moves e on to COMPLETED_SUCCESS, approved, run and finished
+	// at, with a receipt for each step.
+	finish := func(e *machine.Entry, at int64) {
+		step := func(ev machine.Event, from, to machine.State, actor string, t int64) {
+			e.Receipts = append(e.Receipts, machine.Receipt{
+				Seq: len(e.Receipts) + 1, PendingID: e.PendingID, ToolName: e.ToolName, Caller: e.CallerBotID, Event: ev, From: from, To: to,
+				Actor: actor, At: t, ArgumentsDigest: e.ArgumentsDigest, Prev: "sha256:6b86b273ff34fce19d6b804eff5a3f5747ada4eaa22f1d49c01e52ddb7875b4b",
+				Key: signer, Sig: sig,
+			})
+		}
+		step(machine.EventApprove, machine.StatePendingApproval, machine.StateApproved, "alice@example.com", at-3000)
+		step(machine.EventStart, machine.StateApproved, machine.StateExecuting, "executor-1", at-2000)
+		step(machine.EventSucceed, machine.StateExecuting, machine.StateCompletedSuccess, "executor-1", at)
+		e.Receipts[len(e.Receipts)-1].ResultDigest = "sha256:d4735e3a265e16eee03f59718b9b5d03019c07d8b6c51f90da3a666eec13ab35"
+		e.Status, e.ApprovalTimeoutAt = machine.StateCompletedSuccess, 0
+		e.ApprovedOrRejectedByUserID, e.DecisionTime, e.DecisionScope = "alice@example.com", at-3000, machine.ScopeOnce
+		e.ExecutionAttempts, e.LastAttemptTime = 1, at-2000
+		e.Result = json.RawMessage(`{"messageId":"<20261124.0001@example.com>","accepted":["ops@example.com"],"status":"sent"}`)
+		e.Cost = 0.002
+		e.LastTransition = &machine.Transition{Event: machine.EventSucceed, From: machine.StateExecuting, To: e.Status, Actor: "executor-1", At: at, Write: "fedcba9876543210"}
+	}
+	put := func(i int, e machine.Entry) {
 		value, err := json.Marshal(e)
 		require.NoError(b, err)
-		if i == 0 {
-			b.Logf("an entry is %d bytes", len(value))
+		if i == 0 || i == n.finished {
+			b.Logf("a %s entry is %d bytes", e.Status, len(value))
 		}
 		if _, err := js.PublishAsync("$KV."+wire.CallsBucket+"."+e.PendingID, value); err != nil {
 			b.Fatal(err)
@@ -357,6 +426,17 @@ func writeRestartFixture(b *testing.B, a serveArgs, n int) {
 		if i%2000 == 1999 {
 			flush()
 		}
+	}
+	// The finished calls finished twenty minutes ago, a few ms apart, in
+	// the order they are written, as the bucket would hold them.
+	for i := range n.finished {
+		finishedAt := now - 20*60_000 - int64(n.finished-i)
+		e := call(i, finishedAt-60_000)
+		finish(&e, finishedAt)
+		put(i, e)
+	}
+	for i := n.finished; i < n.finished+n.open; i++ {
+		put(i, call(i, now-int64(n.finished+n.open-i)))
 	}
 	flush()
 	waitCaughtUp(b, js, "KV_"+wire.CallsBucket, wire.EventsStream)
