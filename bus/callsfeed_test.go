@@ -70,6 +70,15 @@ func BenchmarkDecodeEntry(b *testing.B) {
 			}
 		}
 	})
+	// What the calls feed reads of every revision, at start of every key.
+	b.Run("callHead", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := bus.DecodeCallHead(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // Loaded is closed once every view has read what the bucket held, and
