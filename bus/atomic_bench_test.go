@@ -83,11 +83,9 @@ func benchAtomicTransition(b *testing.B, topo bustest.Topology) {
 
 	// atomic: a stream like the bucket's, with the events' and the work
 	// items' subjects too.
-	info, err := e.env.KV.(interface {
-		Status(context.Context) (jetstream.KeyValueStatus, error)
-	}).Status(ctx)
+	status, err := e.env.KV.Status(ctx)
 	require.NoError(b, err)
-	cfg := info.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
+	cfg := status.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
 	cfg.Name, cfg.Subjects = "ATOMIC", []string{"$KV.atomic.>", "atomic.ev.>", "atomic.work.>"}
 	cfg.AllowAtomicPublish = true
 	_, err = e.env.JS.CreateStream(ctx, cfg)
