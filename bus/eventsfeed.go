@@ -99,28 +99,17 @@ func (f *EventsFeed) run(ctx context.Context) error {
 		// A first life, or the stream is not the one read before.
 		start, f.recent = end, nil
 	}
-	f.mu.Unlock()
-	cons, err := f.js.OrderedConsumer(ctx, wire.EventsStream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
-	})
-	if err != nil {
-		return fmt.Errorf("events feed: %w", err)
-	}
-	f.mu.Lock()
+	// Followers attach from now on: the consumer below delivers from
+	// start, or fails, and stop drops them.
 	f.running, f.next = true, start
 	f.mu.Unlock()
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if meta, err := m.Metadata(); err == nil {
-			f.deliver(streamEvent{Seq: meta.Sequence.Stream, Subject: m.Subject(), Data: m.Data()})
-		}
-	})
-	if err != nil {
+	up := func() { f.upOnce.Do(func() { close(f.up) }) }
+	deliver := func(seq uint64, subject string, data []byte) {
+		f.deliver(streamEvent{Seq: seq, Subject: subject, Data: data})
+	}
+	if err := FollowEvents(ctx, f.js, start, up, deliver); err != nil {
 		return fmt.Errorf("events feed: %w", err)
 	}
-	f.upOnce.Do(func() { close(f.up) })
-	<-ctx.Done()
-	cc.Stop()
-	<-cc.Closed()
 	return nil
 }
 
