@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/bus/bustest"
 )
 
 // startNATS starts a server for each configuration, as a cluster on
@@ -37,7 +38,7 @@ func startNATS(t *testing.T, confs []*server.Options, scheme, host string) []str
 	t.Helper()
 	routePorts := make([]int, len(confs))
 	for i := range confs {
-		routePorts[i] = closedPort(t)
+		routePorts[i] = bustest.FreePort(t)
 	}
 	var routes []*url.URL
 	for _, p := range routePorts {
@@ -320,7 +321,7 @@ func checkIssue(t *testing.T, urls, data string, env map[string]string) {
 
 // httpAddr is a free loopback address for an --http flag.
 func httpAddr(t *testing.T) string {
-	return "127.0.0.1:" + strconv.Itoa(closedPort(t))
+	return "127.0.0.1:" + strconv.Itoa(bustest.FreePort(t))
 }
 
 func TestComposeEndToEnd(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +28,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/bus/bustest"
 )
 
 // ---------------------------------------------------------------------------
@@ -230,7 +230,7 @@ func checkServe(t *testing.T, where string, args []string, env map[string]string
 	run := withFlags(args, func(name, value string) string {
 		switch {
 		case name == "nats":
-			return "nats://127.0.0.1:" + strconv.Itoa(closedPort(t))
+			return "nats://127.0.0.1:" + strconv.Itoa(bustest.FreePort(t))
 		case paths != nil && strings.HasPrefix(value, "/"):
 			return paths(value)
 		}
@@ -260,17 +260,6 @@ func checkServe(t *testing.T, where string, args []string, env map[string]string
 		t.Errorf("%s: toolgate %s -h: %v:\n%s", where, strings.Join(args, " "), err, stderr.String())
 	}
 	return s
-}
-
-// closedPort returns a local port nothing listens on.
-func closedPort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	return port
 }
 
 // checkRolesCovered checks that the commands, together, run every role.

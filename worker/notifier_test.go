@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -268,10 +267,7 @@ func TestNotifier_DeadWebhookIsDeadLetteredAndDoesNotHoldUpSlack(t *testing.T) {
 		return http.StatusInternalServerError
 	})
 	// A closed port: connection refused on every attempt.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	closedURL := "http://" + l.Addr().String() + "/hook/secret-path"
-	require.NoError(t, l.Close())
+	closedURL := fmt.Sprintf("http://127.0.0.1:%d/hook/secret-path", bustest.FreePort(t))
 
 	deadURL := dead.URL + "/hook/secret-path"
 	env, engine, m := ntEnv(t, fmt.Sprintf(`default:

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,7 +83,7 @@ func Cluster(t testing.TB, n int) []*server.Server {
 	routePorts := make([]int, n)
 	routes := make([]string, n)
 	for i := range routePorts {
-		routePorts[i] = freePort(t)
+		routePorts[i] = FreePort(t)
 		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", routePorts[i])
 	}
 	name := fmt.Sprintf("tg-%s", strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()))
@@ -220,12 +223,57 @@ func Logger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-func freePort(t testing.TB) int {
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on, for a
+// server a test starts (and may restart) on a port it must name first. It
+// is drawn at random from below the kernel's ephemeral range: a port from
+// that range (what listening on port 0 hands out) may be taken, before the
+// server binds it, by the local end of any connection on the machine, and
+// with a suite's packages running side by side one was ("bind: address
+// already in use"). No port is returned twice in one test binary.
+func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	lo := ephemeralLow()
+	ports.Lock()
+	defer ports.Unlock()
+	for range 1000 {
+		p := minPort + rand.IntN(lo-minPort)
+		if ports.given[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		ports.given[p] = true
+		return p
+	}
+	t.Fatalf("no free port in [%d, %d)", minPort, lo)
+	return 0
+}
+
+// minPort is the lowest port FreePort hands out: below it are the ports
+// of well-known services.
+const minPort = 10000
+
+var ports = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux:
+// /proc/sys/net/ipv4/ip_local_port_range), 32768 where it cannot be read
+// or leaves too little below it.
+func ephemeralLow() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(data)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil && lo > minPort+1000 {
+				return lo
+			}
+		}
+	}
+	return 32768
 }
 
 // StreamLeader returns the index in servers of the one leading stream (in

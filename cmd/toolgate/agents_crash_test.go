@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 )
@@ -30,7 +31,7 @@ func TestServe_SIGKILLedTwiceEveryAgentIsAnswered(t *testing.T) {
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.yaml")
 	require.NoError(t, os.WriteFile(policy, []byte("default: {requiresApprovalTools: [deploy]}\n"), 0o600))
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(t))
 	args := []string{"--data", filepath.Join(dir, "data"), "--listen", listen, "--roles", "relay,intake,timer",
 		"--relay-ack-wait", "1s", "--policy", policy}
 	proc := startServe(t, args...)

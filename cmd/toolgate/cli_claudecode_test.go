@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/server"
@@ -61,7 +62,7 @@ func TestHookCommand_AnswersFromToolgate(t *testing.T) {
 }
 
 func TestHookCommand_UnreachableFollowsOnError(t *testing.T) {
-	closed := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	closed := fmt.Sprintf("nats://127.0.0.1:%d", bustest.FreePort(t))
 	input := fmt.Sprintf(preToolUse, "ls", "u1")
 
 	code, out, stderr := runHook(t, input, "--nats", closed)

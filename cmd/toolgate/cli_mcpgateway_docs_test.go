@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/mcpgateway"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -130,7 +131,7 @@ func TestMCPGateway_DocsEverySnippetWorks(t *testing.T) {
 				case "mcp-gateway":
 					i := slices.Index(args, "--http")
 					require.Positive(t, i, "%s: a gateway the page starts by hand serves HTTP", where)
-					addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+					addr := fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(t))
 					httpAddrs[args[i+1]] = addr
 					args[i+1] = addr
 					startHTTPGateway(t, where, flags(args[1:]), addr)

@@ -573,7 +573,7 @@ func TestCLI_BadCommandLinesNameTheFlag(t *testing.T) {
 
 func TestCLI_ToolgateNotReachable(t *testing.T) {
 	t.Parallel()
-	r := cli(t, fmt.Sprintf("nats://127.0.0.1:%d", freePort(t)), "pending")
+	r := cli(t, fmt.Sprintf("nats://127.0.0.1:%d", bustest.FreePort(t)), "pending")
 	assert.Equal(t, exitRefused, r.code)
 	assert.Contains(t, r.stderr, "is toolgate serving there?")
 

@@ -153,7 +153,7 @@ func (p *process) kill() {
 func TestServe_SIGKILLMidLoadLosesNothing(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(t))
 	args := []string{"--data", data, "--listen", listen, "--relay-ack-wait", "1s", "--http", "127.0.0.1:0"}
 	proc := startServe(t, args...)
 

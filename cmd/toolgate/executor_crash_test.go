@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 )
@@ -29,7 +30,7 @@ func TestExecutor_SIGKILLInsideAHandlerRunsAgainElsewhere(t *testing.T) {
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.yaml")
 	require.NoError(t, os.WriteFile(policy, []byte("default: {requiresApprovalTools: none, maxExecutionAttempts: 3}\n"), 0o600))
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(t))
 	startServe(t, "--data", filepath.Join(dir, "data"), "--listen", listen, "--http", "127.0.0.1:0",
 		"--roles", "relay,intake,timer", "--policy", policy)
 	executor := []string{"--nats", "nats://" + listen, "--roles", "executor", "--tools", "exec", "--executor-lease", "2s"}

@@ -105,15 +105,15 @@ func startNATSCluster(t *testing.T, n int) *natsCluster {
 	routes := make([]string, n)
 	routePorts := make([]int, n)
 	for i := range n {
-		routePorts[i] = freePort(t)
+		routePorts[i] = bustest.FreePort(t)
 		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", routePorts[i])
 	}
 	var urls []string
 	for i := range n {
 		s := &natsServer{
 			Name:    fmt.Sprintf("n%d", i),
-			URL:     fmt.Sprintf("nats://127.0.0.1:%d", freePort(t)),
-			monitor: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			URL:     fmt.Sprintf("nats://127.0.0.1:%d", bustest.FreePort(t)),
+			monitor: fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(t)),
 			conf:    filepath.Join(dir, fmt.Sprintf("n%d.conf", i)),
 			log:     &lockedLog{},
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/server"
@@ -170,7 +171,7 @@ type serveArgs struct {
 }
 
 func newServeArgs(b *testing.B, data string) serveArgs {
-	return serveArgs{data: data, listen: fmt.Sprintf("127.0.0.1:%d", freePort(b)), metrics: fmt.Sprintf("127.0.0.1:%d", freePort(b))}
+	return serveArgs{data: data, listen: fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(b)), metrics: fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(b))}
 }
 
 // benchRetention is the benchmark's --retention: the finished calls of

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -118,13 +118,6 @@ func TestVersion(t *testing.T) {
 	assert.Equal(t, 2, run(t.Context(), []string{"frobnicate"}, &out, &out))
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func decode[T any](t *testing.T, data []byte) T {
 	var v T
 	require.NoError(t, json.Unmarshal(data, &v))
@@ -133,7 +126,7 @@ func decode[T any](t *testing.T, data []byte) T {
 
 func TestServe_MetricsListenerWithoutTheHTTPRole(t *testing.T) {
 	t.Parallel()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(t))
 	toolgatetest.Start(t, toolgatetest.Options{
 		Roles:     []string{"relay", "intake", "analytics"},
 		Configure: func(c *server.Config) { c.Metrics = addr },

@@ -26,7 +26,7 @@ import (
 // work item per scheduled start and per requeue).
 func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 	t.Parallel()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(t))
 	startServe(t, "--roles", "relay,intake", "--data", t.TempDir(), "--listen", listen, "--relay-ack-wait", "1s")
 	timerArgs := []string{"--roles", "timer", "--nats", "nats://" + listen}
 	timer := startServe(t, timerArgs...)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/toolgate/toolgate/bus/bustest"
 )
 
 // TestSwarm_EveryCallEndsTerminal runs the example as the README's tour
@@ -24,10 +24,7 @@ func TestSwarm_EveryCallEndsTerminal(t *testing.T) {
 	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/toolgate").CombinedOutput()
 	require.NoError(t, err, string(out))
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	listen := l.Addr().String()
-	l.Close()
+	listen := fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(t))
 	data := t.TempDir()
 	serve := exec.Command(bin, "serve", "--data", data, "--listen", listen, "--http", "127.0.0.1:0", "--policy", "policy.yaml")
 	stderr, err := serve.StderrPipe()
