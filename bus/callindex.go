@@ -162,6 +162,9 @@ func (x *CallIndex) View(log *slog.Logger) CallsView {
 		loading := newIndexState(true)
 		apply := func(r CallRevision) {
 			if loading != nil {
+				if loading.applied == 0 {
+					loading.reserve(int(r.Remaining) + 1)
+				}
 				loading.apply(r, log)
 				return
 			}
@@ -244,6 +247,13 @@ func (st *indexState) apply(r CallRevision, log *slog.Logger) {
 	c.tool = st.names.intern(head.ToolName)
 	c.callerBot = st.names.intern(head.CallerBotID)
 	st.setOpen(slot, r.Revision, open)
+}
+
+// reserve makes room for n calls more.
+func (st *indexState) reserve(n int) {
+	st.calls = slices.Grow(st.calls, n)
+	st.order = slices.Grow(st.order, n)
+	st.byID.reserve(st.calls, st.byID.n+n)
 }
 
 // add puts c in a free slot, or a new one, and in the order.

@@ -28,7 +28,7 @@ type CallsFeed struct {
 }
 
 // CallsView is one view the feed keeps current. Its functions are called
-// from the feed's one goroutine, in the bucket's order.
+// one at a time, in the bucket's order.
 type CallsView struct {
 	// Start begins a fresh view, at each life of the watch: apply takes
 	// every key as the bucket holds it, then loaded is called, then
@@ -51,6 +51,10 @@ type CallRevision struct {
 	// decode (Err says why) or on a delete or purge.
 	Head *CallHead
 	Err  error
+	// Remaining is, while the bucket as it was is read (before loaded),
+	// how many of its keys come after this one: at the first, a view
+	// can make room for them all.
+	Remaining uint64
 }
 
 // CallHead is what the feed's views read of an entry: every field they
@@ -92,16 +96,29 @@ func DecodeCallHead(data []byte) (*CallHead, error) {
 // Entry is h as a machine.Entry holding only its fields (and of its last
 // transition, only when).
 func (h *CallHead) Entry() *machine.Entry {
-	e := &machine.Entry{
+	e := new(machine.Entry)
+	h.Fill(e)
+	return e
+}
+
+// Fill makes *e h as an entry, as Entry, reusing e's last transition if it
+// has one: a view that reads each revision's head once, and keeps none of
+// it, fills one entry again and again.
+func (h *CallHead) Fill(e *machine.Entry) {
+	last := e.LastTransition
+	*e = machine.Entry{
 		PendingID: h.PendingID, Status: h.Status, ToolName: h.ToolName, CallerBotID: h.CallerBotID, Team: h.Team,
 		RequestedAt: h.RequestedAt, ScheduledExecutionTime: h.ScheduledExecutionTime, ApprovalTimeoutAt: h.ApprovalTimeoutAt,
 		ReminderAt: h.ReminderAt, Reminded: h.Reminded, Overdue: h.Overdue, Escalations: h.Escalations, Escalated: h.Escalated,
 		Lease: h.Lease,
 	}
 	if h.LastTransition != nil {
-		e.LastTransition = &machine.Transition{At: h.LastTransition.At}
+		if last == nil {
+			last = new(machine.Transition)
+		}
+		*last = machine.Transition{At: h.LastTransition.At}
+		e.LastTransition = last
 	}
-	return e
 }
 
 // NewCallsFeed returns a feed of kv, the tool_calls bucket, with no view
@@ -123,12 +140,23 @@ func (f *CallsFeed) Add(v CallsView) {
 // Run watches the bucket until ctx ends, again after a failure (each view
 // starting afresh), and returns nil then. A feed with no view reads
 // nothing.
+//
+// Each life decodes on the watch's goroutine and applies on one of its
+// own, so that at a restart the views take in one revision while the
+// next is decoded; the applier drains before the life ends (Unsync) and
+// before the next starts, so the views still see one life at a time, in
+// the bucket's order.
 func (f *CallsFeed) Run(ctx context.Context, log *slog.Logger) error {
 	if len(f.current()) == 0 {
 		<-ctx.Done()
 		return nil
 	}
+	var life *applier // the life's, between start and unsync
 	unsync := func() {
+		if life != nil {
+			life.drain()
+			life = nil
+		}
 		for _, v := range f.current() {
 			if v.Unsync != nil {
 				v.Unsync()
@@ -136,25 +164,57 @@ func (f *CallsFeed) Run(ctx context.Context, log *slog.Logger) error {
 		}
 	}
 	return followBucket(ctx, log, "calls feed", f.kv, unsync, func() (func(jetstream.KeyValueEntry), func()) {
-		views := f.current()
-		applies, loadeds := make([]func(CallRevision), len(views)), make([]func(), len(views))
-		for i, v := range views {
-			applies[i], loadeds[i] = v.Start()
-		}
-		apply := func(kve jetstream.KeyValueEntry) {
-			r := callRevision(kve)
-			for _, a := range applies {
-				a(r)
-			}
-		}
-		loaded := func() {
-			for _, l := range loadeds {
-				l()
-			}
-			f.loadedOnce.Do(func() { close(f.loaded) })
-		}
-		return apply, loaded
+		life = f.startApplier()
+		return life.apply, life.loaded
 	})
+}
+
+// applier applies the revisions of one life of the feed's watch to its
+// views, on a goroutine of its own.
+type applier struct {
+	revs chan feedItem
+	done chan struct{}
+}
+
+// feedItem is a revision to apply, or the end of the bucket's first read.
+type feedItem struct {
+	rev    CallRevision
+	loaded bool
+}
+
+func (f *CallsFeed) startApplier() *applier {
+	views := f.current()
+	applies, loadeds := make([]func(CallRevision), len(views)), make([]func(), len(views))
+	for i, v := range views {
+		applies[i], loadeds[i] = v.Start()
+	}
+	a := &applier{revs: make(chan feedItem, 256), done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		for it := range a.revs {
+			if it.loaded {
+				for _, l := range loadeds {
+					l()
+				}
+				f.loadedOnce.Do(func() { close(f.loaded) })
+				continue
+			}
+			for _, apply := range applies {
+				apply(it.rev)
+			}
+		}
+	}()
+	return a
+}
+
+func (a *applier) apply(kve jetstream.KeyValueEntry) { a.revs <- feedItem{rev: callRevision(kve)} }
+
+func (a *applier) loaded() { a.revs <- feedItem{loaded: true} }
+
+// drain returns once every revision handed to a is applied.
+func (a *applier) drain() {
+	close(a.revs)
+	<-a.done
 }
 
 // callRevision is kve, its entry's head decoded.
@@ -164,7 +224,7 @@ func (f *CallsFeed) Run(ctx context.Context, log *slog.Logger) error {
 // the watch's key is a part of, 15 bytes of "$KV.tool_calls." more), so
 // that a call's id costs the views one string of its own length.
 func callRevision(kve jetstream.KeyValueEntry) CallRevision {
-	r := CallRevision{Key: strings.Clone(kve.Key()), Revision: kve.Revision(), Op: kve.Operation()}
+	r := CallRevision{Key: strings.Clone(kve.Key()), Revision: kve.Revision(), Op: kve.Operation(), Remaining: kve.Delta()}
 	if r.Op == jetstream.KeyValuePut {
 		r.Value = kve.Value()
 		r.Head, r.Err = DecodeCallHead(r.Value)

@@ -51,7 +51,7 @@ func (t *idTable) cell(calls []callSummary, id string) (int, bool) {
 // add records slot under its call's id, which the table does not hold.
 func (t *idTable) add(calls []callSummary, slot uint32) {
 	if (t.n+1)*4 > len(t.cells)*3 {
-		t.grow(calls)
+		t.resize(calls, max(64, 2*len(t.cells)))
 	}
 	t.put(calls[slot].id, slot)
 	t.n++
@@ -66,9 +66,21 @@ func (t *idTable) put(id string, slot uint32) {
 	t.cells[i] = slot + 1
 }
 
-func (t *idTable) grow(calls []callSummary) {
+// reserve makes room for n ids in all, so that adding them moves none.
+func (t *idTable) reserve(calls []callSummary, n int) {
+	size := max(64, len(t.cells))
+	for n*4 > size*3 {
+		size *= 2
+	}
+	if size > len(t.cells) {
+		t.resize(calls, size)
+	}
+}
+
+// resize moves the ids to a table of size cells, a power of two.
+func (t *idTable) resize(calls []callSummary, size int) {
 	old := t.cells
-	t.cells = make([]uint32, max(64, 2*len(old)))
+	t.cells = make([]uint32, size)
 	for _, c := range old {
 		if c != 0 {
 			t.put(calls[c-1].id, c-1)

@@ -45,3 +45,33 @@ func TestIDTable_AsAMap(t *testing.T) {
 		t.Fatalf("%d cells for at most 5000 ids", len(tab.cells))
 	}
 }
+
+// A table that reserved room for n ids takes them without growing, and
+// reserving again keeps what it holds.
+func TestIDTable_Reserve(t *testing.T) {
+	tab := newIDTable()
+	var calls []callSummary
+	add := func(n int) {
+		for range n {
+			slot := uint32(len(calls))
+			calls = append(calls, callSummary{id: fmt.Sprintf("c.%d", slot)})
+			tab.add(calls, slot)
+		}
+	}
+	add(10)
+	tab.reserve(calls, 10+1000)
+	size := len(tab.cells)
+	add(1000)
+	if len(tab.cells) != size {
+		t.Fatalf("grew from %d to %d cells adding the ids it had room for", size, len(tab.cells))
+	}
+	tab.reserve(calls, 10) // fewer than it holds: nothing moves
+	if len(tab.cells) != size {
+		t.Fatalf("%d cells after reserving less, had %d", len(tab.cells), size)
+	}
+	for i := range calls {
+		if got, ok := tab.find(calls, calls[i].id); !ok || got != uint32(i) {
+			t.Fatalf("%s at %d, %v; want %d", calls[i].id, got, ok, i)
+		}
+	}
+}

@@ -186,24 +186,23 @@ func newDeadlines(d delays) *deadlines {
 		hash: func(id string) uint64 { return maphash.String(seed, id) }}
 }
 
-// observe records what revision rev of entry e is due for. A revision no
-// newer than the one already known changes nothing: events can arrive after
-// the start-up read has seen later revisions, and a relay replaying after a
-// crash can repeat them.
-func (s *deadlines) observe(e *machine.Entry, rev uint64) {
-	k, at := deadlineOf(e, s.delays)
-	i, ok := s.find(e.PendingID)
+// set records that revision rev of pendingId id's entry has k due at at
+// (kindNone: nothing). A revision no newer than the one already known
+// changes nothing: the feed reading the bucket again after a failure
+// repeats what the timer knows.
+func (s *deadlines) set(id string, rev uint64, k kind, at int64) {
+	i, ok := s.find(id)
 	if !ok {
 		if k == kindNone {
 			return
 		}
-		i = s.add(e.PendingID)
+		i = s.add(id)
 	} else if rev <= s.slots[i].rev {
 		return
 	}
 	d := &s.slots[i]
 	d.rev, d.kind, d.at, d.requeued = rev, k, at, 0
-	s.requeue(i, e.PendingID)
+	s.requeue(i, id)
 }
 
 // requeue puts slot i, pendingId id's, in the heap at its time, or forgets

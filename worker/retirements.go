@@ -2,8 +2,6 @@ package worker
 
 import (
 	"time"
-
-	"github.com/toolgate/toolgate/machine"
 )
 
 // retirements are the finished calls waiting out their retention window,
@@ -53,16 +51,12 @@ func newRetirements(retain time.Duration) *retirements {
 	return &retirements{retain: retain.Milliseconds()}
 }
 
-// observe queues e's retirement, if it is finished.
-func (r *retirements) observe(e *machine.Entry) {
-	if r.retain <= 0 || !e.Status.Terminal() {
-		return
+// queueAt queues the retirement of pendingId id, a call that finished at
+// since (epoch ms).
+func (r *retirements) queueAt(id string, since int64) {
+	if r.retain > 0 {
+		r.queue.push(retirement{id: id, at: since + r.retain})
 	}
-	var since int64
-	if t := e.LastTransition; t != nil {
-		since = t.At
-	}
-	r.queue.push(retirement{id: e.PendingID, at: since + r.retain})
 }
 
 // restart forgets every retirement queued: the feed reads the bucket

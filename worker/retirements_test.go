@@ -116,12 +116,27 @@ func TestSchedule_HoldsNoFinishedCall(t *testing.T) {
 	dl, rt := newDeadlines(delays{unclaimed: time.Second}), newRetirements(time.Hour)
 	for i := range 100 {
 		id := fmt.Sprintf("a.%d", i)
-		observe(dl, rt, observation{entry: pending(id, 1000), rev: uint64(2 * i)})
-		observe(dl, rt, observation{entry: finished(id, 500), rev: uint64(2*i + 1)})
+		observe(dl, rt, observationOf(pending(id, 1000), uint64(2*i), delays{}))
+		observe(dl, rt, observationOf(finished(id, 500), uint64(2*i+1), delays{}))
 	}
-	observe(dl, rt, observation{entry: pending("b.1", 1000), rev: 1000})
+	observe(dl, rt, observationOf(pending("b.1", 1000), 1000, delays{}))
 	assert.Equal(t, 1, dl.len(), "the one open call")
 	assert.Equal(t, 100, rt.len())
 	observe(dl, rt, observation{restart: true})
 	assert.Zero(t, rt.len())
+}
+
+// observe records what revision rev of e makes due, as the timer's
+// schedule does.
+func (s *deadlines) observe(e *machine.Entry, rev uint64) {
+	o := observationOf(e, rev, s.delays)
+	s.set(o.id, o.rev, o.kind, o.at)
+}
+
+// observe queues e's retirement, if it is finished, as the timer's
+// schedule does.
+func (r *retirements) observe(e *machine.Entry) {
+	if o := observationOf(e, 0, delays{}); o.finished {
+		r.queueAt(o.id, o.since)
+	}
 }

@@ -160,12 +160,29 @@ func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *s
 	return t
 }
 
-// observation is one revision of an entry, or, restart, the start of a
-// new life of the feed: the bucket is read again from the start.
+// observation is what one revision of an entry makes due, or, restart,
+// the start of a new life of the feed: the bucket is read again from the
+// start. It holds no entry: the feed's view computes it as it reads.
 type observation struct {
-	entry   *machine.Entry
-	rev     uint64
-	restart bool
+	id  string
+	rev uint64
+	// kind and at: what falls due next for an open call (deadlineOf).
+	kind kind
+	at   int64
+	// finished: the call has finished, at since (its retention's start).
+	finished bool
+	since    int64
+	restart  bool
+}
+
+// observationOf is what revision rev of e makes due.
+func observationOf(e *machine.Entry, rev uint64, d delays) observation {
+	o := observation{id: e.PendingID, rev: rev, finished: e.Status.Terminal()}
+	o.kind, o.at = deadlineOf(e, d)
+	if t := e.LastTransition; t != nil {
+		o.since = t.At
+	}
+	return o
 }
 
 // Run acts on deadlines until ctx ends, then waits for the actions in
@@ -202,27 +219,29 @@ func (t *Timer) Loaded() <-chan struct{} { return t.loaded }
 // feed, which queues again those of the finished calls it reads.
 func (t *Timer) view() bus.CallsView {
 	return bus.CallsView{Start: func() (func(bus.CallRevision), func()) {
-		n, start := 0, time.Now()
+		n, start, d := 0, time.Now(), t.delays()
 		select {
 		case t.updates <- observation{restart: true}:
 		case <-t.stopped:
 		}
+		var scratch machine.Entry // what the revision read holds: observationOf keeps none of it
 		apply := func(r bus.CallRevision) {
-			var e *machine.Entry
+			var o observation
 			switch {
 			case r.Op != jetstream.KeyValuePut:
-				e = &machine.Entry{PendingID: r.Key} // retired: nothing is due
+				o = observation{id: r.Key, rev: r.Revision} // retired: nothing is due
 			case r.Head == nil:
 				// Nothing later can make it readable; the entry's next
 				// revision tells the timer what is due.
 				t.log.Error("timer: undecodable entry", "key", r.Key, "revision", r.Revision, "err", r.Err)
 				return
 			default:
-				e = r.Head.Entry()
+				r.Head.Fill(&scratch)
+				o = observationOf(&scratch, r.Revision, d)
 				n++
 			}
 			select {
-			case t.updates <- observation{entry: e, rev: r.Revision}:
+			case t.updates <- o:
 			case <-t.stopped:
 			}
 		}
@@ -294,8 +313,10 @@ func observe(dl *deadlines, rt *retirements, o observation) {
 		rt.restart()
 		return
 	}
-	dl.observe(o.entry, o.rev)
-	rt.observe(o.entry)
+	dl.set(o.id, o.rev, o.kind, o.at)
+	if o.finished {
+		rt.queueAt(o.id, o.since)
+	}
 }
 
 // act handles one deadline that fell due.
