@@ -104,9 +104,11 @@ func TestEventsFeed_FollowersShareOneConsumer(t *testing.T) {
 	require.Equal(t, 2, eventsConsumers(t, env), "the feed's and the one following from before it")
 	publishEvents(t, env, 10) // 11-20
 
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, func() bool {
 		return len(fromNow.copy()) == 17 && len(fromKept.copy()) == 15 && len(fromBefore.copy()) == 19
-	}, 30*time.Second, 10*time.Millisecond, "handed %v, %v and %v", fromNow.copy(), fromKept.copy(), fromBefore.copy())
+	}, 30*time.Second, 10*time.Millisecond, func() string {
+		return fmt.Sprintf("handed %v, %v and %v", fromNow.copy(), fromKept.copy(), fromBefore.copy())
+	})
 	require.Equal(t, seqRange(4, 20), fromNow.copy())
 	require.Equal(t, seqRange(6, 20), fromKept.copy())
 	require.Equal(t, seqRange(2, 20), fromBefore.copy())
@@ -132,9 +134,13 @@ func TestEventsFeed_SlowFollowerGoesOnAlone(t *testing.T) {
 	publishEvents(t, env, n)
 	// The feed hands each event to every follower before the next: the
 	// fast one has them all, so the slow one's buffer overflowed.
-	require.Eventually(t, func() bool { return len(fast.copy()) == n }, 30*time.Second, 10*time.Millisecond, "fast follower: %d", len(fast.copy()))
+	bustest.Eventually(t, func() bool { return len(fast.copy()) == n }, 30*time.Second, 10*time.Millisecond, func() string {
+		return fmt.Sprintf("fast follower: %d", len(fast.copy()))
+	})
 	close(release)
-	require.Eventually(t, func() bool { return len(slow.copy()) == n }, 30*time.Second, 10*time.Millisecond, "slow follower: %d", len(slow.copy()))
+	bustest.Eventually(t, func() bool { return len(slow.copy()) == n }, 30*time.Second, 10*time.Millisecond, func() string {
+		return fmt.Sprintf("slow follower: %d", len(slow.copy()))
+	})
 	require.Equal(t, seqRange(1, n), slow.copy())
 	require.Equal(t, seqRange(1, n), fast.copy())
 	require.Equal(t, 2, eventsConsumers(t, env), "the feed's and the slow follower's own")

@@ -226,10 +226,11 @@ func TestExporter_ScriptedRun(t *testing.T) {
 		`toolgate_pending_approvals{team="ops"} 1`,
 		`toolgate_pending_approvals{team="research"} 1`,
 	}
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, func() bool {
 		return fmt.Sprint(samples(t, reg, metrics.NamePendingApprovals)) == fmt.Sprint(wantPending)
-	},
-		10*time.Second, 10*time.Millisecond, "pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	}, 10*time.Second, 10*time.Millisecond, func() string {
+		return fmt.Sprintf("pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	})
 	// A replica started now reports the same, though it saw none of the
 	// events: the gauge is the fleet's, not one process's counters.
 	x2, reg2 := startExporter(t, env, engineFor(t, scriptPolicy))
@@ -343,9 +344,11 @@ func TestExporter_LabelsAreOnlyThePolicysNames(t *testing.T) {
 		`toolgate_pending_approvals{team=""} 1`,
 	}
 	slices.Sort(wantPending)
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, func() bool {
 		return fmt.Sprint(samples(t, reg, metrics.NamePendingApprovals)) == fmt.Sprint(wantPending)
-	}, 30*time.Second, 10*time.Millisecond, "pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	}, 30*time.Second, 10*time.Millisecond, func() string {
+		return fmt.Sprintf("pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	})
 
 	for _, id := range ids {
 		_, err := m.Cancel(ctx, id, "system", "done")
@@ -358,13 +361,15 @@ func TestExporter_LabelsAreOnlyThePolicysNames(t *testing.T) {
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="other"} 100`,
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="web_search"} 1`,
 	}, counted(t, reg, metrics.NameToolCalls))
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, func() bool {
 		return fmt.Sprint(samples(t, reg, metrics.NamePendingApprovals)) == fmt.Sprint([]string{
 			`toolgate_pending_approvals{team=""} 0`,
 			`toolgate_pending_approvals{team="other"} 0`,
 			`toolgate_pending_approvals{team="research"} 0`,
 		})
-	}, 30*time.Second, 10*time.Millisecond, "the teams seen stay, at 0; pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	}, 30*time.Second, 10*time.Millisecond, func() string {
+		return fmt.Sprintf("the teams seen stay, at 0; pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	})
 
 	// The policy takes up a tool and a team: their calls are theirs from
 	// then on.
@@ -374,9 +379,11 @@ func TestExporter_LabelsAreOnlyThePolicysNames(t *testing.T) {
 	ids = nil
 	submit("late", "late_tool", "late_team", 0)
 	submit("late2", "tool_not_named", "late_team", 0)
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, func() bool {
 		return slices.Contains(samples(t, reg, metrics.NamePendingApprovals), `toolgate_pending_approvals{team="late_team"} 2`)
-	}, 30*time.Second, 10*time.Millisecond, "pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	}, 30*time.Second, 10*time.Millisecond, func() string {
+		return fmt.Sprintf("pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	})
 	for _, id := range ids {
 		_, err := m.Cancel(ctx, id, "system", "done")
 		require.NoError(t, err)

@@ -164,8 +164,9 @@ func TestAuth_IssuedCredentialsAndRevocation(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, revoked, 1)
 	assert.Equal(t, issued.Identity.Key, revoked[0].Key)
-	require.Eventually(t, func() bool { return aliceNC.IsClosed() || !aliceNC.IsConnected() }, 30*time.Second, 10*time.Millisecond,
-		"the embedded server disconnects a revoked credential (status %v)", aliceNC.Status())
+	bustest.Eventually(t, func() bool { return aliceNC.IsClosed() || !aliceNC.IsConnected() }, 30*time.Second, 10*time.Millisecond, func() string {
+		return fmt.Sprintf("the embedded server disconnects a revoked credential (status %v)", aliceNC.Status())
+	})
 	opts, err := client.Credentials(path)
 	require.NoError(t, err)
 	_, err = nats.Connect(g.NATSURL, opts...)

@@ -189,8 +189,9 @@ func benchTimer(b *testing.B, pending int) {
 		require.NoError(b, g.Wait())
 		require.Zero(b, tooLate.Load(), "calls written after their deadline: raise benchLead")
 
-		require.Eventually(b, func() bool { return fired.Load() >= benchDeadlines }, benchLead+benchSpread+time.Minute, 10*time.Millisecond,
-			"fired %d of %d", fired.Load(), benchDeadlines)
+		bustest.Eventually(b, func() bool { return fired.Load() >= benchDeadlines }, benchLead+benchSpread+time.Minute, 10*time.Millisecond, func() string {
+			return fmt.Sprintf("fired %d of %d", fired.Load(), benchDeadlines)
+		})
 		// Room for a second firing, which must not come.
 		time.Sleep(500 * time.Millisecond)
 		stop()
@@ -315,8 +316,9 @@ func BenchmarkMsgSchedules(b *testing.B) {
 		}
 		wait()
 		require.True(b, time.Now().Before(due[0]), "schedules written after the first deadline: raise benchLead")
-		require.Eventually(b, func() bool { return received.Load() >= benchDeadlines }, benchLead+benchSpread+time.Minute, 10*time.Millisecond,
-			"received %d of %d", received.Load(), benchDeadlines)
+		bustest.Eventually(b, func() bool { return received.Load() >= benchDeadlines }, benchLead+benchSpread+time.Minute, 10*time.Millisecond, func() string {
+			return fmt.Sprintf("received %d of %d", received.Load(), benchDeadlines)
+		})
 		time.Sleep(500 * time.Millisecond)
 		cc.Stop()
 		require.Equal(b, int64(benchDeadlines), received.Load(), "each schedule fires once")
@@ -401,7 +403,9 @@ func BenchmarkTimer_RetireBacklog(b *testing.B) {
 				b.Errorf("timer: %v", err)
 			}
 		})
-		require.Eventually(b, func() bool { return r.retired.Load() >= n }, 5*time.Minute, time.Millisecond, "retired %d of %d", r.retired.Load(), n)
+		bustest.Eventually(b, func() bool { return r.retired.Load() >= n }, 5*time.Minute, time.Millisecond, func() string {
+			return fmt.Sprintf("retired %d of %d", r.retired.Load(), n)
+		})
 		drain += time.Since(start)
 		b.StopTimer()
 		stop()

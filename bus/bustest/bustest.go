@@ -214,6 +214,21 @@ func WaitRelayed(t testing.TB, js jetstream.JetStream) uint64 {
 	return info.State.LastSeq
 }
 
+// Eventually checks cond every tick until it holds, for at most wait,
+// and then fails t with what describe says at that moment. (testify's
+// Eventually formats its message before it waits, so a failed wait would
+// print what it saw at the start.)
+func Eventually(t testing.TB, cond func() bool, wait, tick time.Duration, describe func() string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not so after %s: %s", wait, describe())
+		}
+		time.Sleep(tick)
+	}
+}
+
 // Logger discards logs, or writes them to stderr with -v. (Not t.Log: the
 // goroutines a test starts may still log after it has ended.)
 func Logger() *slog.Logger {
