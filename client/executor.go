@@ -37,6 +37,10 @@ type Call struct {
 	CallerBotID    string
 	Attempt        int // 1 for the first run
 	Entry          *machine.Entry
+	// Queued is when toolgate queued the work item this run came from:
+	// its stream's timestamp, by the NATS server's clock (zero if the
+	// server gave none).
+	Queued time.Time
 }
 
 // Result is what a Handler returns: Output must be JSON.
@@ -236,7 +240,11 @@ func (x *Executor) work(ctx context.Context, msg jetstream.Msg, h Handler) error
 	} else if err != nil {
 		return err // the bus: try the item again
 	}
-	x.run(ctx, e, claimed, h)
+	var queued time.Time
+	if md, err := msg.Metadata(); err == nil {
+		queued = md.Timestamp
+	}
+	x.run(ctx, e, claimed, queued, h)
 	return nil
 }
 
@@ -254,14 +262,14 @@ func (x *Executor) is(name string) bool {
 // run runs a claimed call until it succeeds, fails for good, or this
 // executor stops or loses the lease. The lease is renewed from the claim
 // (made at claimed) until the outcome is recorded, retries and their
-// backoff included.
-func (x *Executor) run(ctx context.Context, e *machine.Entry, claimed time.Time, h Handler) {
+// backoff included. queued is when its work item was.
+func (x *Executor) run(ctx context.Context, e *machine.Entry, claimed, queued time.Time, h Handler) {
 	id := e.PendingID
 	log := x.opts.Log.With("pendingId", id, "tool", e.ToolName)
 	lease := x.keepLease(context.WithoutCancel(ctx), id, claimed)
 	defer lease.stop()
 	for {
-		res, err, cause := x.attempt(ctx, e, h, lease)
+		res, err, cause := x.attempt(ctx, e, queued, h, lease)
 		rec := wire.EndpointFailed
 		outcome := wire.ReportRequest{PendingID: id, By: x.opts.ID, Result: res.Output, Cost: res.Cost}
 		switch {
@@ -516,7 +524,7 @@ func later(a, b time.Time) time.Time {
 
 // attempt runs the handler once under a context that ends when the
 // executor stops, the conversation is cancelled or the lease is lost.
-func (x *Executor) attempt(ctx context.Context, e *machine.Entry, h Handler, lease *leaseKeeper) (Result, error, error) {
+func (x *Executor) attempt(ctx context.Context, e *machine.Entry, queued time.Time, h Handler, lease *leaseKeeper) (Result, error, error) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	x.mu.Lock()
@@ -531,7 +539,7 @@ func (x *Executor) attempt(ctx context.Context, e *machine.Entry, h Handler, lea
 	defer stop()
 	res, err := h(hctx, Call{
 		PendingID: e.PendingID, ToolCallID: e.ToolCallID, ToolName: e.ToolName, Arguments: e.ToolArguments,
-		ConversationID: e.ConversationID, CallerBotID: e.CallerBotID, Attempt: e.ExecutionAttempts, Entry: e,
+		ConversationID: e.ConversationID, CallerBotID: e.CallerBotID, Attempt: e.ExecutionAttempts, Entry: e, Queued: queued,
 	})
 	return res, err, context.Cause(hctx)
 }

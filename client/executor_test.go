@@ -67,9 +67,11 @@ func finished(t *testing.T, c *client.Client, id string) *machine.Entry {
 func TestExecutor_RunsOnceRetriesAndRecords(t *testing.T) {
 	t.Parallel()
 	var flakyRuns, okRuns atomic.Int32
+	var queued atomic.Pointer[time.Time]
 	g := startExecutor(t, map[string]client.Handler{
 		"report": func(_ context.Context, c client.Call) (client.Result, error) {
 			okRuns.Add(1)
+			queued.Store(&c.Queued)
 			return client.Result{Output: json.RawMessage(`{"rows":3,"key":"` + c.ToolCallID + `"}`), Cost: 1.5}, nil
 		},
 		"flaky": func(context.Context, client.Call) (client.Result, error) {
@@ -83,6 +85,7 @@ func TestExecutor_RunsOnceRetriesAndRecords(t *testing.T) {
 		},
 	})
 	ctx := t.Context()
+	start := time.Now()
 	for _, tc := range []struct {
 		tool     string
 		state    machine.State
@@ -105,6 +108,10 @@ func TestExecutor_RunsOnceRetriesAndRecords(t *testing.T) {
 	assert.Equal(t, int32(1), okRuns.Load(), "run once")
 	e, _ := g.c.Get(ctx, machine.PendingID("exec", "c-report"))
 	assert.InDelta(t, 1.5, e.Cost, 1e-9)
+	// The handler knows when its work item was queued (the server's
+	// clock, this machine's here): after the submit, before now.
+	require.NotNil(t, queued.Load())
+	assert.WithinRange(t, *queued.Load(), start, time.Now())
 }
 
 // TestExecutor_NeverRunsARefusedCall counts handler invocations by

@@ -29,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func init() { cliVerbs["bench"] = cliBench }
@@ -65,6 +66,9 @@ type benchPath struct {
 	Ratio         float64 `json:"ratioToCAS"` // PerSec / CASPerSec
 	SubmitResult  pcts    `json:"submitToResultMs"`
 	DecideHandler *pcts   `json:"decisionToHandlerMs,omitempty"`
+	// Hops splits decision→handler at the timestamps the NATS server gave
+	// what each step stored (the approval path only).
+	Hops []benchHop `json:"decisionToHandlerHops,omitempty"`
 	// CPUMs is the CPU time per lifecycle of the process measured: this
 	// one with --embedded (toolgate and the bench's clients), serve's
 	// with --serve-pid; 0 when neither.
@@ -77,6 +81,15 @@ type benchPath struct {
 	// per lifecycle (JetStream's advisories in toolgate's account): 0
 	// when no call costs one, as none should.
 	Consumers float64 `json:"consumersPerLifecycle"`
+}
+
+// benchHop is one step of decision→handler, from what one stored to what
+// the next did: the decision committed (the approval's revision in
+// tool_calls), the relay's work item queued, the call claimed (its
+// EXECUTING revision), the handler started.
+type benchHop struct {
+	Name string `json:"name"`
+	pcts
 }
 
 type pcts struct {
@@ -290,9 +303,9 @@ func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu 
 	if err != nil {
 		return nil, err
 	}
-	var started sync.Map // pending ID: time the handler started
+	var started sync.Map // pending ID: benchDecision, with the handler's start and the work item's time
 	handler := func(_ context.Context, call client.Call) (client.Result, error) {
-		started.Store(call.PendingID, time.Now())
+		started.Store(call.PendingID, benchDecision{handler: time.Now(), queued: call.Queued})
 		return client.Result{Output: json.RawMessage(`true`)}, nil
 	}
 	x.Handle(benchApprovalTool, handler)
@@ -322,7 +335,7 @@ func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu 
 	run := "b" + randomHex(4)
 	for _, p := range paths {
 		before, beforeMsgs, beforeConsumers := cpu(), msgs(), consumers.Load()
-		res, err := b.lifecycles(ctx, run+"-"+p, p, agents, calls, &started)
+		res, decisions, err := b.lifecycles(ctx, run+"-"+p, p, agents, calls, &started)
 		if err != nil {
 			return nil, err
 		}
@@ -338,6 +351,11 @@ func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu 
 			return nil, fmt.Errorf("bench: consumer advisories: %w", err)
 		}
 		res.Consumers = float64(consumers.Load()-beforeConsumers) / float64(calls)
+		if len(decisions) > 0 {
+			if res.Hops, err = b.hops(ctx, decisions); err != nil {
+				return nil, err
+			}
+		}
 		r.Paths = append(r.Paths, res)
 	}
 	cas2, err := runBenchCAS(ctx, kv, agents, calls)
@@ -380,8 +398,10 @@ func runBenchCAS(ctx context.Context, kv jetstream.KeyValue, writers, n int) (ti
 	return took, nil
 }
 
-// lifecycles runs calls lifecycles of one path, agents at a time.
-func (b *bench) lifecycles(ctx context.Context, conversation, path string, agents, calls int, started *sync.Map) (benchPath, error) {
+// lifecycles runs calls lifecycles of one path, agents at a time; on the
+// approval path, it says when each call was decided and its handler
+// started.
+func (b *bench) lifecycles(ctx context.Context, conversation, path string, agents, calls int, started *sync.Map) (benchPath, map[string]benchDecision, error) {
 	tool := benchAutoTool
 	if path == "approval" {
 		tool = benchApprovalTool
@@ -389,6 +409,7 @@ func (b *bench) lifecycles(ctx context.Context, conversation, path string, agent
 	var next atomic.Int64
 	var mu sync.Mutex
 	var submitResult, decideHandler []time.Duration
+	decisions := map[string]benchDecision{}
 	errs := make(chan error, agents)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -418,7 +439,10 @@ func (b *bench) lifecycles(ctx context.Context, conversation, path string, agent
 					mu.Lock()
 					submitResult = append(submitResult, took)
 					if v, ok := started.LoadAndDelete(e.PendingID); ok && !decided.IsZero() {
-						decideHandler = append(decideHandler, v.(time.Time).Sub(decided))
+						d := v.(benchDecision)
+						d.decided = decided
+						decideHandler = append(decideHandler, d.handler.Sub(decided))
+						decisions[e.PendingID] = d
 					}
 					mu.Unlock()
 				}
@@ -431,7 +455,7 @@ func (b *bench) lifecycles(ctx context.Context, conversation, path string, agent
 	close(errs)
 	for err := range errs {
 		if err != nil {
-			return benchPath{}, err
+			return benchPath{}, nil, err
 		}
 	}
 	p := benchPath{Name: path, PerSec: float64(calls) / took.Seconds(), SubmitResult: percentiles(submitResult)}
@@ -439,7 +463,91 @@ func (b *bench) lifecycles(ctx context.Context, conversation, path string, agent
 		dh := percentiles(decideHandler)
 		p.DecideHandler = &dh
 	}
-	return p, nil
+	return p, decisions, nil
+}
+
+// benchDecision is when the bench sent a call's decision and when its
+// handler started, and when what each step between stored was stored.
+type benchDecision struct {
+	decided, handler time.Time
+	// By the NATS server's clock: the approval and the claim in
+	// tool_calls, the work item (client.Call.Queued).
+	committed, queued, claimed time.Time
+}
+
+// hops splits decision→handler at the timestamps the NATS server gave
+// what each step stored, the revisions read back from tool_calls' stream:
+// the bench runs where toolgate's server does (it needs its --data), so
+// the clocks are one machine's.
+func (b *bench) hops(ctx context.Context, ds map[string]benchDecision) ([]benchHop, error) {
+	since := time.Now()
+	for _, d := range ds {
+		if d.decided.Before(since) {
+			since = d.decided
+		}
+	}
+	prefix := "$KV." + wire.CallsBucket + "."
+	stream := "KV_" + wire.CallsBucket
+	c, err := b.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{prefix + ">"}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since})
+	if err != nil {
+		return nil, fmt.Errorf("bench: reading %s: %w", stream, err)
+	}
+	for n := -1; n != 0; {
+		batch, err := c.FetchNoWait(512)
+		if err != nil {
+			return nil, fmt.Errorf("bench: reading %s: %w", stream, err)
+		}
+		n = 0
+		for msg := range batch.Messages() {
+			n++
+			id := strings.TrimPrefix(msg.Subject(), prefix)
+			d, ok := ds[id]
+			md, err := msg.Metadata()
+			if !ok || err != nil || len(msg.Data()) == 0 {
+				continue
+			}
+			var head struct {
+				Status machine.State `json:"status"`
+			}
+			if err := wire.Unmarshal(msg.Data(), &head); err != nil {
+				return nil, fmt.Errorf("bench: %s: %w", id, err)
+			}
+			switch {
+			case head.Status == machine.StateApproved && d.committed.IsZero():
+				d.committed = md.Timestamp
+			case head.Status == machine.StateExecuting && d.claimed.IsZero():
+				d.claimed = md.Timestamp
+			}
+			ds[id] = d
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("bench: reading %s: %w", stream, err)
+		}
+	}
+	steps := []struct {
+		name     string
+		from, to func(benchDecision) time.Time
+	}{
+		{"decision→committed", func(d benchDecision) time.Time { return d.decided }, func(d benchDecision) time.Time { return d.committed }},
+		{"committed→queued", func(d benchDecision) time.Time { return d.committed }, func(d benchDecision) time.Time { return d.queued }},
+		{"queued→claimed", func(d benchDecision) time.Time { return d.queued }, func(d benchDecision) time.Time { return d.claimed }},
+		{"claimed→handler", func(d benchDecision) time.Time { return d.claimed }, func(d benchDecision) time.Time { return d.handler }},
+	}
+	var hops []benchHop
+	for _, st := range steps {
+		var ds2 []time.Duration
+		for _, d := range ds {
+			if from, to := st.from(d), st.to(d); !from.IsZero() && !to.IsZero() {
+				ds2 = append(ds2, to.Sub(from))
+			}
+		}
+		if len(ds2) < len(ds) {
+			return nil, fmt.Errorf("bench: %s: %d of %d calls' steps found in the streams", st.name, len(ds2), len(ds))
+		}
+		hops = append(hops, benchHop{Name: st.name, pcts: percentiles(ds2)})
+	}
+	return hops, nil
 }
 
 func percentiles(ds []time.Duration) pcts {
@@ -470,6 +578,17 @@ func (r *benchReport) print(w io.Writer) {
 		fmt.Fprintf(tw, "%s lifecycles\t%.0f\t1/%.0f\t%.1f / %.1f ms\t%s\t%s\t%s\t%.2f\n", p.Name, p.PerSec, 1/p.Ratio, p.SubmitResult.P50, p.SubmitResult.P99, dh, cpu, msgs, p.Consumers)
 	}
 	tw.Flush()
+	for _, p := range r.Paths {
+		if len(p.Hops) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s: decision→handler by step, p50 / p99 / max (the server's timestamps of what each stored)\n", p.Name)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, h := range p.Hops {
+			fmt.Fprintf(tw, "  %s\t%.2f / %.2f / %.1f ms\n", h.Name, h.P50, h.P99, h.Max)
+		}
+		tw.Flush()
+	}
 }
 
 func benchHost() benchHostEnv {

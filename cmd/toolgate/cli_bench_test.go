@@ -37,6 +37,22 @@ func TestBench_EmbeddedReportsBothPathsAgainstCAS(t *testing.T) {
 	require.NotNil(t, report.Paths[0].DecideHandler, "the approval path times decision to handler")
 	assert.Greater(t, report.Paths[0].DecideHandler.P50, 0.0)
 	assert.Nil(t, report.Paths[1].DecideHandler, "the auto path has no decision")
+
+	// Decision→handler by step, each from the streams' timestamps: in
+	// order, each no less than 0, and together about the whole.
+	hops := report.Paths[0].Hops
+	var names []string
+	sum := 0.0
+	for _, h := range hops {
+		names = append(names, h.Name)
+		assert.GreaterOrEqual(t, h.P50, 0.0, h.Name)
+		assert.GreaterOrEqual(t, h.Max, h.P99, h.Name)
+		assert.GreaterOrEqual(t, h.P99, h.P50, h.Name)
+		sum += h.P50
+	}
+	assert.Equal(t, []string{"decision→committed", "committed→queued", "queued→claimed", "claimed→handler"}, names)
+	assert.LessOrEqual(t, sum, report.Paths[0].DecideHandler.Max, "the steps' medians add up to no more than the slowest whole")
+	assert.Empty(t, report.Paths[1].Hops)
 }
 
 // TestBench_AToolgateWhosePolicyDoesNotAskSaysSo: against a running
