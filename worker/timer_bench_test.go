@@ -27,10 +27,11 @@ import (
 // evenly over 5 seconds (2,000 a second; see below), on one embedded server. Lateness
 // is the time from a deadline to the moment its action is done.
 //
-// BenchmarkTimer is the Timer as it runs: relay and timer up, the calls
-// submitted through the machine (the timer learns their deadlines from
-// its watch of the bucket), and the action is the Expire transition, a
-// compare-and-set on the entry; lateness ends when that write has won.
+// BenchmarkTimer is the Timer as it runs in serve: relay and timer up, the
+// calls submitted through the machine (the timer learns their deadlines
+// from the process's feed of the bucket, which keeps the call index too),
+// and the action is the Expire transition, a compare-and-set on the entry
+// from the index's revision; lateness ends when that write has won.
 // It runs with no other call pending, and with 100k pending calls whose
 // deadlines are a day away (written into the bucket before the timer
 // starts, so that it holds them all).
@@ -44,7 +45,7 @@ import (
 // Each reports p50, p99 and max lateness in ms. BenchmarkTimer also
 // reports the raw KV compare-and-set rate measured on the same server
 // right after, as bus/bench_test.go does, since one firing is an Expire
-// (two reads and one CAS) and the rate a server sustains bounds how many
+// (a CAS, after a read when the index is behind) and the rate a server sustains bounds how many
 // deadlines a second it can keep up with. ns/op means nothing here.
 //
 // TOOLGATE_BENCH_TIMER_SPREAD spreads the deadlines over another
@@ -137,7 +138,11 @@ func benchTimer(b *testing.B, pending int) {
 		firings := map[string]int{}
 		var firingsMu sync.Mutex
 		// The timer's machine reports each Expire that won, when it won.
-		timerMachine := machine.New(env.Store, machine.WithObserver(func(_ context.Context, e *machine.Entry) {
+		// As in serve, the process's one feed of tool_calls keeps the call
+		// index beside the timer's deadlines, and an Expire starts from
+		// the index's revision of the call rather than reading it first.
+		feed, index := bus.NewCallsFeed(env.KV), bus.NewCallIndex(env.JS, env.KV)
+		timerMachine := machine.New(bus.NewKVStore(env.KV).WithIndex(index), machine.WithObserver(func(_ context.Context, e *machine.Entry) {
 			if e.Status != machine.StateRejectedByTimeout {
 				return
 			}
@@ -147,12 +152,14 @@ func benchTimer(b *testing.B, pending int) {
 			firingsMu.Unlock()
 			fired.Add(1)
 		}))
-		timer := worker.NewTimer(env.JS, env.KV, timerMachine, bustest.Logger())
+		timer := worker.NewTimer(env.JS, env.KV, timerMachine, bustest.Logger(), worker.WithFeed(feed))
+		feed.Add(index.View(bustest.Logger()))
 		running.Go(func() {
 			if err := timer.Run(ctx); err != nil {
 				b.Errorf("timer: %v", err)
 			}
 		})
+		running.Go(func() { _ = feed.Run(ctx, bustest.Logger()) })
 		// Deadlines as they come, not those of a timer still reading the
 		// pending calls (BenchmarkTimerRestart measures that).
 		select {
