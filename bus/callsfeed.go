@@ -93,17 +93,10 @@ func DecodeCallHead(data []byte) (*CallHead, error) {
 	return &h, nil
 }
 
-// Entry is h as a machine.Entry holding only its fields (and of its last
-// transition, only when).
-func (h *CallHead) Entry() *machine.Entry {
-	e := new(machine.Entry)
-	h.Fill(e)
-	return e
-}
-
-// Fill makes *e h as an entry, as Entry, reusing e's last transition if it
-// has one: a view that reads each revision's head once, and keeps none of
-// it, fills one entry again and again.
+// Fill makes *e h as a machine.Entry holding only its fields (and of its
+// last transition, only when), reusing e's last transition if it has
+// one: a view that reads each revision's head once, and keeps none of it,
+// fills one entry again and again.
 func (h *CallHead) Fill(e *machine.Entry) {
 	last := e.LastTransition
 	*e = machine.Entry{
