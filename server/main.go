@@ -319,7 +319,13 @@ func (m *Main) Run(ctx context.Context) error {
 	if slices.Contains(names, "intake") || slices.Contains(names, "http") {
 		// These submit calls: match them against grants in memory.
 		g.Go(func() error { return d.grants.Follow(ctx, m.Log) })
-		// And serve lists: page through an index of the calls in memory.
+	}
+	if slices.Contains(names, "intake") || slices.Contains(names, "http") || slices.Contains(names, "timer") {
+		// They serve lists, which page through an index of the calls in
+		// memory, and write transitions, which start from its revision
+		// of the call instead of reading it first (at load, a timer
+		// reading before each Expire fired twice as late:
+		// docs/performance.md).
 		d.feed.Add(d.gate.CallsView(m.Log))
 	}
 	// The views of tool_calls the roles keep in memory are all in: one
