@@ -176,13 +176,12 @@ type deadlines struct {
 	// busy are the slots whose action is running, and rev when it
 	// started: a different rev when it ends means an event brought newer
 	// news meanwhile.
-	busy   map[int32]uint64
-	delays delays // see deadlineOf
+	busy map[int32]uint64
 }
 
-func newDeadlines(d delays) *deadlines {
+func newDeadlines() *deadlines {
 	seed := maphash.MakeSeed()
-	return &deadlines{byHash: map[uint64]int32{}, busy: map[int32]uint64{}, delays: d,
+	return &deadlines{byHash: map[uint64]int32{}, busy: map[int32]uint64{},
 		hash: func(id string) uint64 { return maphash.String(seed, id) }}
 }
 

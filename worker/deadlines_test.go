@@ -23,6 +23,13 @@ func executing(id string, expiresAt int64) *machine.Entry {
 	return &machine.Entry{PendingID: id, Status: machine.StateExecuting, Lease: &machine.Lease{Holder: "x", ExpiresAt: expiresAt}}
 }
 
+// observe records what revision rev of e makes due (with no unclaimed
+// requeue), as the timer's schedule does.
+func (s *deadlines) observe(e *machine.Entry, rev uint64) {
+	o := observationOf(e, rev, delays{})
+	s.set(o.id, o.rev, o.kind, o.at)
+}
+
 func TestDeadlineOf(t *testing.T) {
 	written := func(e *machine.Entry, at int64) *machine.Entry {
 		e.LastTransition = &machine.Transition{Event: machine.EventSchedule, To: e.Status, At: at}
@@ -87,7 +94,7 @@ func TestDeadlineOf(t *testing.T) {
 }
 
 func TestDeadlines_EarliestFirst(t *testing.T) {
-	s := newDeadlines(delays{})
+	s := newDeadlines()
 	for i, at := range []int64{50, 10, 40, 30, 20} {
 		s.observe(pending(string(rune('a'+i))+".x", at), 1)
 	}
@@ -108,7 +115,7 @@ func TestDeadlines_EarliestFirst(t *testing.T) {
 }
 
 func TestDeadlines_StaleRevisionChangesNothing(t *testing.T) {
-	s := newDeadlines(delays{})
+	s := newDeadlines()
 	s.observe(executing("a.b", 500), 7) // from the bucket
 	s.observe(executing("a.b", 100), 5) // an older event, arriving late
 	j, ok := s.popDue(1000)
@@ -118,7 +125,7 @@ func TestDeadlines_StaleRevisionChangesNothing(t *testing.T) {
 }
 
 func TestDeadlines_FinishedEntryIsForgotten(t *testing.T) {
-	s := newDeadlines(delays{})
+	s := newDeadlines()
 	s.observe(pending("a.b", 100), 1)
 	s.observe(&machine.Entry{PendingID: "a.b", Status: machine.StateApproved}, 2)
 	assert.Zero(t, s.len())
@@ -128,7 +135,7 @@ func TestDeadlines_FinishedEntryIsForgotten(t *testing.T) {
 
 func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 	t.Run("what the action read stands", func(t *testing.T) {
-		s := newDeadlines(delays{})
+		s := newDeadlines()
 		s.observe(executing("a.b", 100), 3)
 		j, _ := s.popDue(100)
 		// A heartbeat renewed the lease: revision 4, due at 400.
@@ -138,7 +145,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, int64(400), next)
 	})
 	t.Run("an event newer than the read wins", func(t *testing.T) {
-		s := newDeadlines(delays{})
+		s := newDeadlines()
 		s.observe(executing("a.b", 100), 3)
 		j, _ := s.popDue(100)
 		s.observe(executing("a.b", 900), 6) // reclaimed while the action ran
@@ -150,7 +157,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, int64(900), next)
 	})
 	t.Run("an action that read nothing stands unless an event came", func(t *testing.T) {
-		s := newDeadlines(delays{})
+		s := newDeadlines()
 		s.observe(pending("a.b", 100), 1)
 		j, _ := s.popDue(100)
 		s.done(outcome{id: j.id}) // expired
@@ -165,7 +172,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, int64(700), next)
 	})
 	t.Run("a failed action is retried", func(t *testing.T) {
-		s := newDeadlines(delays{})
+		s := newDeadlines()
 		s.observe(pending("a.b", 100), 1)
 		j, _ := s.popDue(100)
 		s.done(outcome{id: j.id, rev: j.rev, kind: j.kind, at: 1100})
@@ -174,7 +181,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 		assert.Equal(t, kindApproval, j.kind)
 	})
 	t.Run("a gone entry is forgotten", func(t *testing.T) {
-		s := newDeadlines(delays{})
+		s := newDeadlines()
 		s.observe(pending("a.b", 100), 1)
 		j, _ := s.popDue(100)
 		s.done(outcome{id: j.id, gone: true})
@@ -189,7 +196,7 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 func TestDeadlines_AsAMap(t *testing.T) {
 	for _, collide := range []bool{true, false} {
 		t.Run(fmt.Sprintf("collide=%v", collide), func(t *testing.T) {
-			s := newDeadlines(delays{})
+			s := newDeadlines()
 			if collide {
 				s.hash = func(id string) uint64 { return uint64(len(id) % 3) }
 			}
@@ -308,7 +315,7 @@ func BenchmarkDeadlines_Memory(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		s := newDeadlines(delays{})
+		s := newDeadlines()
 		aDayAway := time.Now().Add(24 * time.Hour).UnixMilli()
 		for i := range n {
 			e := &entries[i%len(entries)]
@@ -355,7 +362,7 @@ func BenchmarkTimer_FinishedMemory(b *testing.B) {
 				var before, after runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&before)
-				dl, rt := newDeadlines(delays{}), newRetirements(24*time.Hour)
+				dl, rt := newDeadlines(), newRetirements(24*time.Hour)
 				finishedAt := time.Now().Add(-time.Hour).UnixMilli()
 				for i, id := range ids {
 					observe(dl, rt, observationOf(&machine.Entry{PendingID: id, Status: machine.StateCompletedSuccess,

@@ -113,7 +113,7 @@ func TestFifo(t *testing.T) {
 // The timer's schedule holds the open calls' deadlines only: a call
 // that finishes leaves it for the retirements.
 func TestSchedule_HoldsNoFinishedCall(t *testing.T) {
-	dl, rt := newDeadlines(delays{unclaimed: time.Second}), newRetirements(time.Hour)
+	dl, rt := newDeadlines(), newRetirements(time.Hour)
 	for i := range 100 {
 		id := fmt.Sprintf("a.%d", i)
 		observe(dl, rt, observationOf(pending(id, 1000), uint64(2*i), delays{}))
@@ -124,13 +124,6 @@ func TestSchedule_HoldsNoFinishedCall(t *testing.T) {
 	assert.Equal(t, 100, rt.len())
 	observe(dl, rt, observation{restart: true})
 	assert.Zero(t, rt.len())
-}
-
-// observe records what revision rev of e makes due, as the timer's
-// schedule does.
-func (s *deadlines) observe(e *machine.Entry, rev uint64) {
-	o := observationOf(e, rev, s.delays)
-	s.set(o.id, o.rev, o.kind, o.at)
 }
 
 // observe queues e's retirement, if it is finished, as the timer's

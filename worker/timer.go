@@ -199,7 +199,7 @@ func (t *Timer) Run(ctx context.Context) error {
 		own.Add(t.view())
 		wg.Go(func() { _ = own.Run(ctx, t.log) })
 	}
-	t.schedule(ctx, newDeadlines(t.delays()), newRetirements(t.retain), t.updates)
+	t.schedule(ctx, newDeadlines(), newRetirements(t.retain), t.updates)
 	close(t.stopped)
 	cancel()
 	wg.Wait()
