@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,4 +122,80 @@ func TestCallsFeed_LoadedOnceTheViewsHaveReadTheBucket(t *testing.T) {
 		t.Fatalf("not loaded within 30s; the view read %d", read.Load())
 	}
 	assert.EqualValues(t, 50, <-seen, "revisions the view had read when told the bucket was read")
+}
+
+// A life of the feed ends only once its views have applied every
+// revision the watch handed over, however far behind they are: the feed
+// does not stop while a view is still applying, Unsync comes after the
+// life's last apply, and a view never sees two lives at once.
+func TestCallsFeed_ALifeEndsAfterItsLastApply(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	const n = 100
+	bustest.PutRaw(t, env.JS, n, func(i int) (string, []byte) {
+		id := machine.PendingID("conv", fmt.Sprintf("call-%03d", i))
+		return id, fmt.Appendf(nil, `{"pendingId":%q,"status":"PENDING_APPROVAL"}`, id)
+	})
+	// The view holds its first apply until released: the watch reads on
+	// meanwhile.
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var notes []string // what the view was told, in order
+	note := func(s string) {
+		mu.Lock()
+		notes = append(notes, s)
+		mu.Unlock()
+	}
+	holding := make(chan struct{})
+	first := true
+	f := bus.NewCallsFeed(env.KV)
+	f.Add(bus.CallsView{
+		Start: func() (func(bus.CallRevision), func()) {
+			note("start")
+			return func(bus.CallRevision) {
+				if first {
+					first = false
+					close(holding)
+					<-release
+				}
+				note("apply")
+			}, func() { note("loaded") }
+		},
+		Unsync: func() { note("unsync") },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx, bustest.Logger()) }()
+	select {
+	case <-holding:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the view was handed no revision")
+	}
+	cancel() // the life ends, its view still at its first revision
+	select {
+	case <-done:
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the feed stopped while its view was still applying: %v", notes)
+	case <-time.After(50 * time.Millisecond): // (a broken feed stops at once)
+	}
+	note("release")
+	close(release)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the feed did not stop")
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, "start", notes[0])
+	end := slices.Index(notes, "unsync")
+	require.Positive(t, end, "the life ended: %v", notes)
+	assert.NotContains(t, notes[1:end], "start")
+	assert.Less(t, slices.Index(notes, "release"), end, "Unsync while the view was held")
+	assert.NotContains(t, notes[end+1:], "apply", "an apply after the life's Unsync")
+	assert.Contains(t, notes[:end], "apply")
 }
