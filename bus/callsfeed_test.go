@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/worker"
 )
 
 // A CallHead decodes what encoding/json decodes: names in another case,
@@ -198,4 +199,77 @@ func TestCallsFeed_ALifeEndsAfterItsLastApply(t *testing.T) {
 	assert.Less(t, slices.Index(notes, "release"), end, "Unsync while the view was held")
 	assert.NotContains(t, notes[end+1:], "apply", "an apply after the life's Unsync")
 	assert.Contains(t, notes[:end], "apply")
+}
+
+// BenchmarkCallsFeedLoad is the start-up read of tool_calls by a
+// process's feed, apart from the rest of a restart (cmd/toolgate's
+// BenchmarkServeRestart restarts a whole serve): open calls of about 1 KB
+// with a receipt, read by a feed holding the call index and the timer's
+// view as serve's does, against a bare kv.WatchAll of the same bucket
+// (decoding nothing) in the same run. It reports both reads' ms and their
+// ratio, feed-x. 100k calls; 10k with -short.
+func BenchmarkCallsFeedLoad(b *testing.B) {
+	n := 100_000
+	if testing.Short() {
+		n = 10_000
+	}
+	env := bustest.Start(b, bustest.Topologies[0])
+	at := time.Now().UnixMilli()
+	bustest.PutRaw(b, env.JS, n, func(i int) (string, []byte) {
+		e := machine.Entry{
+			ToolCallID: fmt.Sprintf("toolu_%012d", i), ConversationID: fmt.Sprintf("conv-%05d", i%5000), ToolName: "send_email",
+			ToolArguments: json.RawMessage(`{"to":"ops@example.com","subject":"Nightly export failed","body":"The export failed at step 3 of 7."}`),
+			CallerBotID:   fmt.Sprintf("agent-%d", i%7), RequestedAt: at, Status: machine.StatePendingApproval,
+			ApprovalTimeoutAt: at + 30*24*3_600_000, Team: "support",
+		}
+		e.PendingID = machine.PendingID(e.ConversationID, e.ToolCallID)
+		e.LastTransition = &machine.Transition{Event: machine.EventAsk, To: e.Status, Actor: "policy", Reason: "email leaves the company", At: at}
+		e.Receipts = []machine.Receipt{{Seq: 1, PendingID: e.PendingID, ToolName: e.ToolName, Caller: e.CallerBotID, Event: machine.EventAsk,
+			To: e.Status, Actor: "policy", At: at, Key: "NBSB2QLMOBKIMKEWMOMFX2ZFB7MVGGQMVNY6XIXOAZ2NAP6MS3OWVHLW",
+			Sig: "kq0CqZb2rJm0y1bHjV4Xb7l4Y5m0b1aWb4d6m9Qv8yq3pQ6xN2u7aF0cD8eJ1hK4lM5nO6pR7sT8uV9wX0yZ1A"}}
+		data, err := json.Marshal(e)
+		require.NoError(b, err)
+		return e.PendingID, data
+	})
+	raw := func() time.Duration {
+		start := time.Now()
+		w, err := env.KV.WatchAll(b.Context())
+		require.NoError(b, err)
+		defer w.Stop() //nolint:errcheck // a read's end
+		for kve := range w.Updates() {
+			if kve == nil {
+				return time.Since(start)
+			}
+		}
+		b.Fatal("the watch ended")
+		return 0
+	}
+	feed := func() time.Duration {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		ctx, cancel := context.WithCancel(b.Context())
+		defer cancel() // before the wait
+		start := time.Now()
+		f, index := bus.NewCallsFeed(env.KV), bus.NewCallIndex(env.JS, env.KV)
+		timer := worker.NewTimer(env.JS, env.KV, machine.New(env.Store), bustest.Logger(), worker.WithFeed(f))
+		f.Add(index.View(bustest.Logger()))
+		wg.Go(func() { _ = timer.Run(ctx) })
+		wg.Go(func() { _ = f.Run(ctx, bustest.Logger()) })
+		select {
+		case <-f.Loaded():
+		case <-time.After(5 * time.Minute):
+			b.Fatal("the feed did not read the bucket within 5 minutes")
+		}
+		return time.Since(start)
+	}
+	var rawD, feedD time.Duration
+	b.ResetTimer()
+	for range b.N {
+		rawD += raw()
+		feedD += feed()
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(b.N) }
+	b.ReportMetric(ms(feedD), "feed-ms")
+	b.ReportMetric(ms(rawD), "raw-ms")
+	b.ReportMetric(float64(feedD)/float64(rawD), "feed-x")
 }
