@@ -493,18 +493,22 @@ func (b *bench) hops(ctx context.Context, ds map[string]benchDecision) ([]benchH
 	if err != nil {
 		return nil, fmt.Errorf("bench: reading %s: %w", stream, err)
 	}
-	for n := -1; n != 0; {
-		batch, err := c.FetchNoWait(512)
+	for pending := uint64(1); pending > 0; {
+		batch, err := c.Fetch(512, jetstream.FetchMaxWait(10*time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("bench: reading %s: %w", stream, err)
 		}
-		n = 0
+		n := 0
 		for msg := range batch.Messages() {
 			n++
+			md, err := msg.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("bench: reading %s: %w", stream, err)
+			}
+			pending = md.NumPending
 			id := strings.TrimPrefix(msg.Subject(), prefix)
 			d, ok := ds[id]
-			md, err := msg.Metadata()
-			if !ok || err != nil || len(msg.Data()) == 0 {
+			if !ok || len(msg.Data()) == 0 {
 				continue
 			}
 			var head struct {
@@ -523,6 +527,8 @@ func (b *bench) hops(ctx context.Context, ds map[string]benchDecision) ([]benchH
 		}
 		if err := batch.Error(); err != nil {
 			return nil, fmt.Errorf("bench: reading %s: %w", stream, err)
+		} else if n == 0 {
+			return nil, fmt.Errorf("bench: reading %s: nothing within 10s, %d messages still to read", stream, pending)
 		}
 	}
 	steps := []struct {
@@ -536,16 +542,16 @@ func (b *bench) hops(ctx context.Context, ds map[string]benchDecision) ([]benchH
 	}
 	var hops []benchHop
 	for _, st := range steps {
-		var ds2 []time.Duration
+		var took []time.Duration
 		for _, d := range ds {
 			if from, to := st.from(d), st.to(d); !from.IsZero() && !to.IsZero() {
-				ds2 = append(ds2, to.Sub(from))
+				took = append(took, to.Sub(from))
 			}
 		}
-		if len(ds2) < len(ds) {
-			return nil, fmt.Errorf("bench: %s: %d of %d calls' steps found in the streams", st.name, len(ds2), len(ds))
+		if len(took) < len(ds) {
+			return nil, fmt.Errorf("bench: %s: %d of %d calls' steps found in the streams", st.name, len(took), len(ds))
 		}
-		hops = append(hops, benchHop{Name: st.name, pcts: percentiles(ds2)})
+		hops = append(hops, benchHop{Name: st.name, pcts: percentiles(took)})
 	}
 	return hops, nil
 }
