@@ -296,11 +296,7 @@ func DecodeReply(header map[string][]string, data []byte, v any) error {
 		}
 		return &APIError{Status: status, ErrorDetail: body.Error}
 	}
-	decode := json.Unmarshal
-	if _, ok := v.(*machine.Entry); ok {
-		decode = Unmarshal // the reply of every step of a call's life: json/v2, held to encoding/json by tests
-	}
-	if err := decode(data, v); err != nil {
+	if err := json.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("decode reply: %w", err)
 	}
 	return nil
