@@ -316,11 +316,12 @@ func (m *Main) Run(ctx context.Context) error {
 			return fmt.Errorf("role %s: %w", r.name, err)
 		}
 	}
-	if slices.Contains(names, "intake") || slices.Contains(names, "http") {
+	submits := slices.Contains(names, "intake") || slices.Contains(names, "http")
+	if submits {
 		// These submit calls: match them against grants in memory.
 		g.Go(func() error { return d.grants.Follow(ctx, m.Log) })
 	}
-	if slices.Contains(names, "intake") || slices.Contains(names, "http") || slices.Contains(names, "timer") {
+	if submits || slices.Contains(names, "timer") {
 		// They serve lists, which page through an index of the calls in
 		// memory, and write transitions, which start from its revision
 		// of the call instead of reading it first (at load, a timer
