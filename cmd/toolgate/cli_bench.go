@@ -334,7 +334,7 @@ func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu 
 	}
 	run := "b" + randomHex(4)
 	for _, p := range paths {
-		before, beforeMsgs, beforeConsumers := cpu(), msgs(), consumers.Load()
+		before, beforeMsgs, beforeConsumers, began := cpu(), msgs(), consumers.Load(), time.Now()
 		res, decisions, err := b.lifecycles(ctx, run+"-"+p, p, agents, calls, &started)
 		if err != nil {
 			return nil, err
@@ -352,7 +352,7 @@ func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu 
 		}
 		res.Consumers = float64(consumers.Load()-beforeConsumers) / float64(calls)
 		if len(decisions) > 0 {
-			if res.Hops, err = b.hops(ctx, decisions); err != nil {
+			if res.Hops, err = b.hops(ctx, began, decisions); err != nil {
 				return nil, err
 			}
 		}
@@ -475,17 +475,14 @@ type benchDecision struct {
 	committed, queued, claimed time.Time
 }
 
+// benchSteps name the steps between a benchDecision's times, in order.
+var benchSteps = [...]string{"decision→committed", "committed→queued", "queued→claimed", "claimed→handler"}
+
 // hops splits decision→handler at the timestamps the NATS server gave
-// what each step stored, the revisions read back from tool_calls' stream:
-// the bench runs where toolgate's server does (it needs its --data), so
-// the clocks are one machine's.
-func (b *bench) hops(ctx context.Context, ds map[string]benchDecision) ([]benchHop, error) {
-	since := time.Now()
-	for _, d := range ds {
-		if d.decided.Before(since) {
-			since = d.decided
-		}
-	}
+// what each step stored, the revisions read back from tool_calls' stream
+// since the path began: the bench runs where toolgate's server does (it
+// needs its --data), so the clocks are one machine's.
+func (b *bench) hops(ctx context.Context, since time.Time, ds map[string]benchDecision) ([]benchHop, error) {
 	prefix := "$KV." + wire.CallsBucket + "."
 	stream := "KV_" + wire.CallsBucket
 	c, err := b.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
@@ -531,27 +528,19 @@ func (b *bench) hops(ctx context.Context, ds map[string]benchDecision) ([]benchH
 			return nil, fmt.Errorf("bench: reading %s: nothing within 10s, %d messages still to read", stream, pending)
 		}
 	}
-	steps := []struct {
-		name     string
-		from, to func(benchDecision) time.Time
-	}{
-		{"decision→committed", func(d benchDecision) time.Time { return d.decided }, func(d benchDecision) time.Time { return d.committed }},
-		{"committed→queued", func(d benchDecision) time.Time { return d.committed }, func(d benchDecision) time.Time { return d.queued }},
-		{"queued→claimed", func(d benchDecision) time.Time { return d.queued }, func(d benchDecision) time.Time { return d.claimed }},
-		{"claimed→handler", func(d benchDecision) time.Time { return d.claimed }, func(d benchDecision) time.Time { return d.handler }},
-	}
-	var hops []benchHop
-	for _, st := range steps {
-		var took []time.Duration
-		for _, d := range ds {
-			if from, to := st.from(d), st.to(d); !from.IsZero() && !to.IsZero() {
-				took = append(took, to.Sub(from))
+	took := make([][]time.Duration, len(benchSteps))
+	for id, d := range ds {
+		marks := [...]time.Time{d.decided, d.committed, d.queued, d.claimed, d.handler}
+		for i := range benchSteps {
+			if marks[i].IsZero() || marks[i+1].IsZero() {
+				return nil, fmt.Errorf("bench: %s: %s not found in the streams", id, benchSteps[i])
 			}
+			took[i] = append(took[i], marks[i+1].Sub(marks[i]))
 		}
-		if len(took) < len(ds) {
-			return nil, fmt.Errorf("bench: %s: %d of %d calls' steps found in the streams", st.name, len(took), len(ds))
-		}
-		hops = append(hops, benchHop{Name: st.name, pcts: percentiles(took)})
+	}
+	hops := make([]benchHop, len(benchSteps))
+	for i, name := range benchSteps {
+		hops[i] = benchHop{Name: name, pcts: percentiles(took[i])}
 	}
 	return hops, nil
 }
