@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
@@ -85,7 +86,7 @@ func TestClaudeCodeHTTPHook_ClientGoneWithdrawsTheCall(t *testing.T) {
 		done <- err
 	}()
 	var pending *machine.Entry
-	waitUntil(t, "the call is pending", func() (bool, any) {
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the call is pending", func() (bool, any) {
 		all := sessionCalls(t, g, "http-gone")
 		if len(all) == 1 && all[0].Status == machine.StatePendingApproval {
 			pending = all[0]
@@ -95,7 +96,7 @@ func TestClaudeCodeHTTPHook_ClientGoneWithdrawsTheCall(t *testing.T) {
 	})
 	cancel() // Claude Code gives up: its hook timeout, or the session ended
 	assert.ErrorIs(t, <-done, context.Canceled)
-	waitUntil(t, "the call is withdrawn", func() (bool, any) {
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the call is withdrawn", func() (bool, any) {
 		e, err := g.Client.Get(t.Context(), pending.PendingID)
 		return err == nil && e.Status == machine.StateCancelled, e
 	})
@@ -143,22 +144,4 @@ func TestClaudeCodeHTTPHook_PostToolUseSettlesThePermissionRequestsCall(t *testi
 	require.Len(t, all, 1)
 	assert.Equal(t, machine.StateCompletedSuccess, all[0].Status)
 	assert.JSONEq(t, `{"stdout":"ok"}`, string(all[0].Result))
-}
-
-// waitUntil polls cond until it holds, failing with what it last saw.
-func waitUntil(t *testing.T, what string, cond func() (bool, any)) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s; last saw %+v", what, saw)
-		}
-		<-tick.C
-	}
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -512,7 +513,7 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "GET", path: "/v1/rate-limits", token: specAgent}, nil))
 	assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/me", token: specAgent}, nil))
 	var report analytics.Report
-	waitUntil(t, "the analytics count every call", func() (bool, any) {
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the analytics count every call", func() (bool, any) {
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/analytics?hours=2&resolution=hour", token: specViewer}, &report))
 		return report.Lag == 0 && report.Totals.Calls >= 9 && len(report.Approvers) > 0, report.Totals
 	})

@@ -104,10 +104,9 @@ func TestEventsFeed_FollowersShareOneConsumer(t *testing.T) {
 	require.Equal(t, 2, eventsConsumers(t, env), "the feed's and the one following from before it")
 	publishEvents(t, env, 10) // 11-20
 
-	bustest.Eventually(t, func() bool {
-		return len(fromNow.copy()) == 17 && len(fromKept.copy()) == 15 && len(fromBefore.copy()) == 19
-	}, 30*time.Second, 10*time.Millisecond, func() string {
-		return fmt.Sprintf("handed %v, %v and %v", fromNow.copy(), fromKept.copy(), fromBefore.copy())
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "17, 15 and 19 events handed", func() (bool, any) {
+		now, kept, before := fromNow.copy(), fromKept.copy(), fromBefore.copy()
+		return len(now) == 17 && len(kept) == 15 && len(before) == 19, [][]uint64{now, kept, before}
 	})
 	require.Equal(t, seqRange(4, 20), fromNow.copy())
 	require.Equal(t, seqRange(6, 20), fromKept.copy())
@@ -134,12 +133,14 @@ func TestEventsFeed_SlowFollowerGoesOnAlone(t *testing.T) {
 	publishEvents(t, env, n)
 	// The feed hands each event to every follower before the next: the
 	// fast one has them all, so the slow one's buffer overflowed.
-	bustest.Eventually(t, func() bool { return len(fast.copy()) == n }, 30*time.Second, 10*time.Millisecond, func() string {
-		return fmt.Sprintf("fast follower: %d", len(fast.copy()))
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the fast follower handed every event", func() (bool, any) {
+		got := len(fast.copy())
+		return got == n, got
 	})
 	close(release)
-	bustest.Eventually(t, func() bool { return len(slow.copy()) == n }, 30*time.Second, 10*time.Millisecond, func() string {
-		return fmt.Sprintf("slow follower: %d", len(slow.copy()))
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the slow follower handed every event", func() (bool, any) {
+		got := len(slow.copy())
+		return got == n, got
 	})
 	require.Equal(t, seqRange(1, n), slow.copy())
 	require.Equal(t, seqRange(1, n), fast.copy())

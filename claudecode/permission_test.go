@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
@@ -70,24 +71,6 @@ func handleAsync(ctx context.Context, g claudecode.Gate, raw []byte, opts claude
 	return done
 }
 
-// eventually polls cond until it holds, failing with what it last saw.
-func eventually(t *testing.T, what string, cond func() (bool, any)) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s; last saw %v", what, saw)
-		}
-		<-tick.C
-	}
-}
-
 // calls lists a session's calls of tool, oldest first.
 func calls(t *testing.T, c gateClient, session, tool string) []*machine.Entry {
 	t.Helper()
@@ -109,7 +92,7 @@ func describe(entries []*machine.Entry) string {
 func newPending(t *testing.T, c gateClient, session, tool string, known ...string) *machine.Entry {
 	t.Helper()
 	var found *machine.Entry
-	eventually(t, "a new pending call in "+session, func() (bool, any) {
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "a new pending call in "+session, func() (bool, any) {
 		all := calls(t, c, session, tool)
 		for _, e := range all {
 			if e.Status == machine.StatePendingApproval && !slices.Contains(known, e.PendingID) {
@@ -192,7 +175,7 @@ func TestPostToolUse_SettlesTheOldestOpenCallOfTheSameInput(t *testing.T) {
 	first := calls(t, c, session, "Bash")[0]
 	// The second is younger by at least a millisecond, toolgate's
 	// resolution, so "oldest" is not left to a tie.
-	eventually(t, "a millisecond to pass", func() (bool, any) { return time.Now().UnixMilli() > first.RequestedAt, time.Now() })
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "a millisecond to pass", func() (bool, any) { return time.Now().UnixMilli() > first.RequestedAt, time.Now() })
 	ask(`{"command":"npm test"}`)
 	ask(`{"command":"npm test -- --watch=false"}`)
 	status := func() map[string]machine.State {

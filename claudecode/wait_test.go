@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
@@ -79,7 +80,7 @@ func TestHooks_ApprovalDeadlineWithinTheWaitDenies(t *testing.T) {
 			pending := machine.PendingID(session, id)
 			_, err := c.Decide(t.Context(), pending, client.Decision{Approve: true, By: "alice"})
 			assert.ErrorIs(t, err, machine.ErrConflict, "an approval after the deadline is refused: the deny stands")
-			eventually(t, "the timer rejects "+pending, func() (bool, any) {
+			bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the timer rejects "+pending, func() (bool, any) {
 				e, err := c.Get(t.Context(), pending)
 				return err == nil && e.Status == machine.StateRejectedByTimeout, e
 			})

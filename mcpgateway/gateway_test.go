@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/mcpgateway"
@@ -170,7 +171,7 @@ func (e *env) calls(tool string) []*machine.Entry {
 func (e *env) only(tool string, state machine.State) *machine.Entry {
 	e.t.Helper()
 	var found *machine.Entry
-	eventually(e.t, fmt.Sprintf("one call of %s, %s", tool, state), func() (bool, any) {
+	bustest.Eventually(e.t, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("one call of %s, %s", tool, state), func() (bool, any) {
 		all := e.calls(tool)
 		if len(all) == 1 && all[0].Status == state {
 			found = all[0]
@@ -179,23 +180,6 @@ func (e *env) only(tool string, state machine.State) *machine.Entry {
 		return false, describe(all)
 	})
 	return found
-}
-
-func eventually(t *testing.T, what string, cond func() (bool, any)) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s; last saw %v", what, saw)
-		}
-		<-tick.C
-	}
 }
 
 func describe(entries []*machine.Entry) string {
@@ -405,7 +389,7 @@ func TestGateway_NobodyDecides(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, res.IsError)
 		assert.Contains(t, text(t, res), "timed out")
-		eventually(t, "the timer rejects the call", func() (bool, any) {
+		bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the timer rejects the call", func() (bool, any) {
 			for _, c := range e.calls("mcp__files__write_file") {
 				if c.Team == "quick" {
 					return c.Status == machine.StateRejectedByTimeout, c.Status
@@ -440,7 +424,7 @@ func TestGateway_UpstreamCrashMidCall(t *testing.T) {
 
 	answered := callAsync(t.Context(), cs, "hang", map[string]any{})
 	var pid int
-	eventually(t, "the upstream runs the call", func() (bool, any) {
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the upstream runs the call", func() (bool, any) {
 		got := e.received()
 		if len(got) == 1 {
 			pid = got[0].PID
@@ -501,7 +485,7 @@ func TestGateway_ClientThatStopsWaitingWithdrawsItsCalls(t *testing.T) {
 func (e *env) pendingIn(client string) *machine.Entry {
 	e.t.Helper()
 	var found *machine.Entry
-	eventually(e.t, "a pending call of "+client, func() (bool, any) {
+	bustest.Eventually(e.t, 30*time.Second, 10*time.Millisecond, "a pending call of "+client, func() (bool, any) {
 		all := e.calls("mcp__files__write_file")
 		for _, c := range all {
 			if strings.HasPrefix(c.ConversationID, client+"-") && c.Status == machine.StatePendingApproval {
@@ -517,7 +501,7 @@ func (e *env) pendingIn(client string) *machine.Entry {
 // ends waits until the call pendingID is in state, for a reason saying why.
 func (e *env) ends(pendingID string, state machine.State, why string) {
 	e.t.Helper()
-	eventually(e.t, pendingID+" "+string(state), func() (bool, any) {
+	bustest.Eventually(e.t, 30*time.Second, 10*time.Millisecond, pendingID+" "+string(state), func() (bool, any) {
 		c, err := e.approver.Get(e.t.Context(), pendingID)
 		require.NoError(e.t, err)
 		return c.Status == state && strings.Contains(c.StatusReason, why), describe([]*machine.Entry{c})

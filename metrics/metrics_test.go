@@ -226,10 +226,9 @@ func TestExporter_ScriptedRun(t *testing.T) {
 		`toolgate_pending_approvals{team="ops"} 1`,
 		`toolgate_pending_approvals{team="research"} 1`,
 	}
-	bustest.Eventually(t, func() bool {
-		return fmt.Sprint(samples(t, reg, metrics.NamePendingApprovals)) == fmt.Sprint(wantPending)
-	}, 10*time.Second, 10*time.Millisecond, func() string {
-		return fmt.Sprintf("pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	bustest.Eventually(t, 10*time.Second, 10*time.Millisecond, "the pending gauge", func() (bool, any) {
+		got := samples(t, reg, metrics.NamePendingApprovals)
+		return slices.Equal(got, wantPending), got
 	})
 	// A replica started now reports the same, though it saw none of the
 	// events: the gauge is the fleet's, not one process's counters.
@@ -344,10 +343,9 @@ func TestExporter_LabelsAreOnlyThePolicysNames(t *testing.T) {
 		`toolgate_pending_approvals{team=""} 1`,
 	}
 	slices.Sort(wantPending)
-	bustest.Eventually(t, func() bool {
-		return fmt.Sprint(samples(t, reg, metrics.NamePendingApprovals)) == fmt.Sprint(wantPending)
-	}, 30*time.Second, 10*time.Millisecond, func() string {
-		return fmt.Sprintf("pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the pending gauge", func() (bool, any) {
+		got := samples(t, reg, metrics.NamePendingApprovals)
+		return slices.Equal(got, wantPending), got
 	})
 
 	for _, id := range ids {
@@ -361,14 +359,13 @@ func TestExporter_LabelsAreOnlyThePolicysNames(t *testing.T) {
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="other"} 100`,
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="web_search"} 1`,
 	}, counted(t, reg, metrics.NameToolCalls))
-	bustest.Eventually(t, func() bool {
-		return fmt.Sprint(samples(t, reg, metrics.NamePendingApprovals)) == fmt.Sprint([]string{
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the teams seen stay, at 0", func() (bool, any) {
+		got := samples(t, reg, metrics.NamePendingApprovals)
+		return slices.Equal(got, []string{
 			`toolgate_pending_approvals{team=""} 0`,
 			`toolgate_pending_approvals{team="other"} 0`,
 			`toolgate_pending_approvals{team="research"} 0`,
-		})
-	}, 30*time.Second, 10*time.Millisecond, func() string {
-		return fmt.Sprintf("the teams seen stay, at 0; pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+		}), got
 	})
 
 	// The policy takes up a tool and a team: their calls are theirs from
@@ -379,10 +376,9 @@ func TestExporter_LabelsAreOnlyThePolicysNames(t *testing.T) {
 	ids = nil
 	submit("late", "late_tool", "late_team", 0)
 	submit("late2", "tool_not_named", "late_team", 0)
-	bustest.Eventually(t, func() bool {
-		return slices.Contains(samples(t, reg, metrics.NamePendingApprovals), `toolgate_pending_approvals{team="late_team"} 2`)
-	}, 30*time.Second, 10*time.Millisecond, func() string {
-		return fmt.Sprintf("pending: %v", samples(t, reg, metrics.NamePendingApprovals))
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "late_team's two pending", func() (bool, any) {
+		got := samples(t, reg, metrics.NamePendingApprovals)
+		return slices.Contains(got, `toolgate_pending_approvals{team="late_team"} 2`), got
 	})
 	for _, id := range ids {
 		_, err := m.Cancel(ctx, id, "system", "done")

@@ -164,8 +164,8 @@ func TestAuth_IssuedCredentialsAndRevocation(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, revoked, 1)
 	assert.Equal(t, issued.Identity.Key, revoked[0].Key)
-	bustest.Eventually(t, func() bool { return aliceNC.IsClosed() || !aliceNC.IsConnected() }, 30*time.Second, 10*time.Millisecond, func() string {
-		return fmt.Sprintf("the embedded server disconnects a revoked credential (status %v)", aliceNC.Status())
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the embedded server disconnects a revoked credential", func() (bool, any) {
+		return aliceNC.IsClosed() || !aliceNC.IsConnected(), aliceNC.Status()
 	})
 	opts, err := client.Credentials(path)
 	require.NoError(t, err)

@@ -196,8 +196,9 @@ func benchTimer(b *testing.B, pending int) {
 		require.NoError(b, g.Wait())
 		require.Zero(b, tooLate.Load(), "calls written after their deadline: raise benchLead")
 
-		bustest.Eventually(b, func() bool { return fired.Load() >= benchDeadlines }, benchLead+benchSpread+time.Minute, 10*time.Millisecond, func() string {
-			return fmt.Sprintf("fired %d of %d", fired.Load(), benchDeadlines)
+		bustest.Eventually(b, benchLead+benchSpread+time.Minute, 10*time.Millisecond, "every deadline fired", func() (bool, any) {
+			n := fired.Load()
+			return n >= benchDeadlines, n
 		})
 		// Room for a second firing, which must not come.
 		time.Sleep(500 * time.Millisecond)
@@ -323,8 +324,9 @@ func BenchmarkMsgSchedules(b *testing.B) {
 		}
 		wait()
 		require.True(b, time.Now().Before(due[0]), "schedules written after the first deadline: raise benchLead")
-		bustest.Eventually(b, func() bool { return received.Load() >= benchDeadlines }, benchLead+benchSpread+time.Minute, 10*time.Millisecond, func() string {
-			return fmt.Sprintf("received %d of %d", received.Load(), benchDeadlines)
+		bustest.Eventually(b, benchLead+benchSpread+time.Minute, 10*time.Millisecond, "every schedule received", func() (bool, any) {
+			n := received.Load()
+			return n >= benchDeadlines, n
 		})
 		time.Sleep(500 * time.Millisecond)
 		cc.Stop()
@@ -410,8 +412,9 @@ func BenchmarkTimer_RetireBacklog(b *testing.B) {
 				b.Errorf("timer: %v", err)
 			}
 		})
-		bustest.Eventually(b, func() bool { return r.retired.Load() >= n }, 5*time.Minute, time.Millisecond, func() string {
-			return fmt.Sprintf("retired %d of %d", r.retired.Load(), n)
+		bustest.Eventually(b, 5*time.Minute, time.Millisecond, "every call retired", func() (bool, any) {
+			retired := r.retired.Load()
+			return retired >= n, retired
 		})
 		drain += time.Since(start)
 		b.StopTimer()

@@ -785,8 +785,9 @@ func TestTimer_RetiresFinishedCallsInOrder(t *testing.T) {
 	}
 
 	// Every call retired but the one gone, which was tried.
-	bustest.Eventually(t, func() bool { return r.retired.Load() == int64(len(ids)-1) && slices.Contains(r.seen(), gone) }, waitFor, 5*time.Millisecond, func() string {
-		return fmt.Sprintf("retired %d of %d; Retire called for %v", r.retired.Load(), len(ids)-1, r.seen())
+	bustest.Eventually(t, waitFor, 5*time.Millisecond, "every call retired but the one gone, which was tried", func() (bool, any) {
+		retired, seen := r.retired.Load(), r.seen()
+		return retired == int64(len(ids)-1) && slices.Contains(seen, gone), fmt.Sprintf("%d retired; Retire called for %v", retired, seen)
 	})
 	calls := r.seen()
 	assert.ElementsMatch(t, append(slices.Clone(ids), r.fail), calls, "each once, the failed one twice, %s not at all", goneBefore)

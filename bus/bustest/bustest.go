@@ -215,15 +215,19 @@ func WaitRelayed(t testing.TB, js jetstream.JetStream) uint64 {
 }
 
 // Eventually checks cond every tick until it holds, for at most wait,
-// and then fails t with what describe says at that moment. (testify's
-// Eventually formats its message before it waits, so a failed wait would
-// print what it saw at the start.)
-func Eventually(t testing.TB, cond func() bool, wait, tick time.Duration, describe func() string) {
+// and then fails t with what was awaited and what cond saw last.
+// (testify's Eventually formats its message before it waits, so a
+// failed wait would print what it saw at the start.)
+func Eventually(t testing.TB, wait, tick time.Duration, what string, cond func() (ok bool, saw any)) {
 	t.Helper()
 	deadline := time.Now().Add(wait)
-	for !cond() {
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not so after %s: %s", wait, describe())
+			t.Fatalf("%s: not within %s; last saw %v", what, wait, saw)
 		}
 		time.Sleep(tick)
 	}
