@@ -280,11 +280,16 @@ func (p *page) do(steps ...chromedp.Action[chromedp.Void]) {
 	require.NoError(p.t, chromedp.Do(p.ctx, steps...))
 }
 
+// text waits for the element sel names and returns its visible text
+// (innerText) in one read: a query for the node and a second call to read
+// it fail with "No node with given id found" when the page draws the
+// element again between them.
 func (p *page) text(sel string) string {
 	p.t.Helper()
-	s, err := chromedp.Run(p.ctx, chromedp.Text(chromedp.CSS(sel)))
+	js := fmt.Sprintf(`(() => { const el = document.querySelector(%s); return el ? [el.innerText] : null })()`, jsString(sel))
+	got, err := chromedp.Run(p.ctx, chromedp.Poll[[]string](js, chromedp.WithPollingTimeout(15*time.Second)))
 	require.NoError(p.t, err, "text of %s", sel)
-	return s
+	return got[0]
 }
 
 // eval runs a script in the page and decodes its result.
