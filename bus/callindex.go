@@ -374,6 +374,9 @@ type CallFilter struct {
 	Status      machine.State
 	ToolName    string
 	CallerBotID string
+	// ConversationID selects a conversation's calls: those whose
+	// pendingId starts with its key (machine.PendingID).
+	ConversationID string
 	// After, when set, is the cursor: the page starts past
 	// (AfterAt, AfterID).
 	After   bool
@@ -424,13 +427,17 @@ func (x *CallIndex) page(f CallFilter, n int) (page []IndexedCall, open [][]byte
 		})
 	}
 	status, tool, caller := st.names.matcher(string(f.Status)), st.names.matcher(f.ToolName), st.names.matcher(f.CallerBotID)
+	conversation := ""
+	if f.ConversationID != "" {
+		conversation = machine.ConversationKey(f.ConversationID) + "."
+	}
 	page = []IndexedCall{}
 	for _, slot := range st.order[i:] {
 		if len(page) == n {
 			break
 		}
 		c := &st.calls[slot]
-		if c.removed || !status.match(c.status) || !tool.match(c.tool) || !caller.match(c.callerBot) {
+		if c.removed || !status.match(c.status) || !tool.match(c.tool) || !caller.match(c.callerBot) || !strings.HasPrefix(c.id, conversation) {
 			continue
 		}
 		page = append(page, IndexedCall{PendingID: c.id})

@@ -73,14 +73,16 @@ func listPage(entries []*machine.Entry, r wire.ListRequest) (wire.ListReply, err
 	return wire.ListReply{Items: items}, nil
 }
 
-// listIndexed is the page r asks for (across conversations) read from
-// the index of tool_calls, and false when the index cannot answer (it is
-// not following the bucket, or not caught up with it): then the bucket is
-// read. The page is what listPage cuts from the whole bucket: the index
-// selects the first limit+1 calls past the cursor that the filters take,
-// in list order, and listPage cuts those as it would cut all of them.
-// An open call's entry is the index's; a finished one's, read from the
-// bucket (at most a page of them).
+// listIndexed is the page r asks for read from the index of tool_calls,
+// and false when the index cannot answer (it is not following the
+// bucket, or not caught up with it): then the bucket is read. The page is
+// what listPage cuts from the whole bucket: the index selects the first
+// limit+1 calls past the cursor that the filters take, in list order, and
+// listPage cuts those as it would cut all of them. An open call's entry
+// is the index's; a finished one's, read from the bucket (at most a page
+// of them). A conversation's page also takes its retired calls from the
+// archive, read after the index so that a call retired meanwhile is in
+// one or the other (or both: it is listed once).
 func (s *Service) listIndexed(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListReply, bool, error) {
 	if s.index == nil || !s.index.Synced() {
 		return wire.ListReply{}, false, nil
@@ -88,7 +90,7 @@ func (s *Service) listIndexed(ctx context.Context, a Actor, r wire.ListRequest) 
 	if ok, err := s.index.Current(ctx); !ok || err != nil {
 		return wire.ListReply{}, false, err
 	}
-	f := bus.CallFilter{Status: r.Status, ToolName: r.ToolName, CallerBotID: r.CallerBotID}
+	f := bus.CallFilter{Status: r.Status, ToolName: r.ToolName, CallerBotID: r.CallerBotID, ConversationID: r.ConversationID}
 	if r.Cursor != "" {
 		at, id, _ := strings.Cut(r.Cursor, "~")
 		f.After, f.AfterID = true, id
@@ -122,6 +124,12 @@ func (s *Service) listIndexed(ctx context.Context, a Actor, r wire.ListRequest) 
 		return wire.ListReply{}, false, nil // gone altogether meanwhile: read the bucket
 	} else if err != nil {
 		return wire.ListReply{}, true, err
+	}
+	if r.ConversationID != "" {
+		var err error
+		if entries, err = s.withArchived(ctx, r.ConversationID, entries); err != nil {
+			return wire.ListReply{}, true, err
+		}
 	}
 	s.shownAll(a, entries)
 	page, err := listPage(entries, r)

@@ -23,8 +23,9 @@ var askAll = machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.
 })
 
 // TestListIndexed_AgreesWithTheScan: for a random mix of entries (open
-// and finished, requestedAt shared by several, some purged, a few large),
-// filters, limits and cursors, a page from the index is the page the scan
+// and finished, requestedAt shared by several, some purged, some retired
+// into the archive, a few large), filters (a conversation's among them),
+// limits and cursors, a page from the index is the page the scan
 // of the whole bucket cuts, for every kind of reader (masked or not), and
 // so is every page of a listing followed cursor to cursor. The bucket
 // changes between rounds; the index catches up before it answers.
@@ -63,8 +64,18 @@ func TestListIndexed_AgreesWithTheScan(t *testing.T) {
 			if err != nil {
 				continue // purged
 			}
-			if rng.IntN(3) == 0 {
+			switch rng.IntN(6) {
+			case 0, 1:
 				require.NoError(t, env.KV.Purge(ctx, id))
+				continue
+			case 2:
+				// Finished long ago, and retired: its conversation's
+				// list takes it from the archive.
+				e.Status = machine.StateCompletedSuccess
+				e.LastTransition = &machine.Transition{Event: machine.EventSucceed, From: machine.StateExecuting, To: e.Status, At: 1}
+				_, err = env.Store.Update(ctx, e, rev)
+				require.NoError(t, err)
+				require.NoError(t, s.Retire(ctx, id, 0))
 				continue
 			}
 			e.Status = machine.States[rng.IntN(len(machine.States))]
@@ -83,6 +94,11 @@ func TestListIndexed_AgreesWithTheScan(t *testing.T) {
 		}
 		if rng.IntN(3) == 0 {
 			r.CallerBotID = callers[rng.IntN(len(callers))]
+		}
+		if rng.IntN(3) == 0 {
+			// conv-5 has no calls; "conv 1" is no key token (its key
+			// is its base64).
+			r.ConversationID = []string{"conv-0", "conv-1", "conv-4", "conv-5", "conv 1"}[rng.IntN(5)]
 		}
 		if rng.IntN(4) > 0 {
 			r.Limit = 1 + rng.IntN(25)

@@ -273,16 +273,14 @@ func (s *Service) List(ctx context.Context, a Actor, r wire.ListRequest) (wire.L
 	if _, err := listPage(nil, r); err != nil {
 		return wire.ListReply{}, err // a bad filter, before anything is read
 	}
-	if r.ConversationID == "" {
-		if page, ok, err := s.listIndexed(ctx, a, r); ok || err != nil {
-			return page, err
-		}
+	if page, ok, err := s.listIndexed(ctx, a, r); ok || err != nil {
+		return page, err
 	}
 	return s.listRead(ctx, a, r)
 }
 
-// listRead is List as it reads the bucket: a conversation's keys (and
-// its archived calls), or, while the index cannot answer, all of it.
+// listRead is List as it reads the bucket, while the index cannot
+// answer: a conversation's keys (and its archived calls), or all of it.
 func (s *Service) listRead(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListReply, error) {
 	var all []*machine.Entry
 	var err error
