@@ -333,12 +333,16 @@ func (m *Main) Run(ctx context.Context) error {
 	// watch of the bucket feeds them.
 	g.Go(func() error { return d.feed.Run(ctx, m.Log) })
 	g.Go(func() error {
-		// The first read of the bucket is the heap's peak (at 100k open
-		// calls, about twice what the views then keep): give what it
-		// left behind back to the system now, not over minutes.
+		// The first read of a large bucket is the heap's peak (at 100k
+		// open calls, about twice what the views then keep): give what
+		// it left behind back to the system now, not over minutes. A
+		// small one leaves little, and the collection this forces costs
+		// more than it gives back.
 		select {
 		case <-d.feed.Loaded():
-			debug.FreeOSMemory()
+			if st, err := d.buckets.Calls.Status(ctx); err == nil && st.Values() >= largeBucket {
+				debug.FreeOSMemory()
+			}
 		case <-ctx.Done():
 		}
 		return nil
@@ -511,6 +515,10 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	}
 	return &deps{feed: bus.NewCallsFeed(b.Calls), events: bus.NewEventsFeed(js), analytics: an, cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
 }
+
+// largeBucket is how many entries and revisions in tool_calls make its
+// first read worth giving memory back after.
+const largeBucket = 10_000
 
 // connect starts the embedded server, or dials the configured ones.
 //
