@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,6 +249,8 @@ func TestAPI_ListPagesHistoryAndCancel(t *testing.T) {
 type sse struct {
 	resp *http.Response
 	sc   *bufio.Scanner
+	// closed says why the test closed the stream, if it did.
+	closed atomic.Value
 }
 
 type sseEvent struct {
@@ -291,7 +294,7 @@ func (s *sse) next(t *testing.T) sseEvent {
 			require.NoError(t, json.Unmarshal([]byte(line[6:]), &ev.data))
 		}
 	}
-	t.Fatalf("event stream ended: %v", s.sc.Err())
+	t.Fatalf("event stream ended: %v %v", s.sc.Err(), s.closed.Load())
 	return ev
 }
 
@@ -311,6 +314,27 @@ func TestAPI_AnAgentHearsOfItsOwnCallsOnly(t *testing.T) {
 	assert.Equal(t, own.PendingID, mine.next(t).data.Entry.PendingID, "the other agent's call was left out")
 	status := h.do("GET", "/v1/tool-calls/"+theirs.PendingID, "agent-token-000000001", nil, nil)
 	assert.Equal(t, http.StatusNotFound, status, "nor can it read that call")
+}
+
+// TestAPI_AFilteredStreamSendsABurstAtOnce: a stream that replays a
+// burst of events ending in some its filter leaves out sends the ones it
+// shows at once, not at the next keep-alive (15 s later).
+func TestAPI_AFilteredStreamSendsABurstAtOnce(t *testing.T) {
+	t.Parallel()
+	h := start(t, tokens)
+	shown := h.submit("shown", "c1")
+	for i := range 20 {
+		h.submit("hidden", fmt.Sprint("c", i))
+	}
+	stream := h.events("?conversationId=shown&since=0", "")
+	const within = 10 * time.Second // less than the keep-alive
+	timer := time.AfterFunc(within, func() {
+		stream.closed.Store(fmt.Sprintf("(closed: no event within %s)", within))
+		stream.resp.Body.Close()
+	})
+	defer timer.Stop()
+	ev := stream.next(t)
+	assert.Equal(t, shown.PendingID, ev.data.Entry.PendingID)
 }
 
 func TestAPI_EventsResumeWithLastEventID(t *testing.T) {

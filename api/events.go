@@ -84,6 +84,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
+	unflushed := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -97,28 +98,38 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 			fmt.Fprint(w, ": keep-alive\n\n")
 			flusher.Flush()
 		case m := <-msgs:
-			if conv != "" || tool != "" || caller != "" {
-				var ev struct {
-					Entry struct {
-						ConversationID string `json:"conversationId"`
-						ToolName       string `json:"toolName"`
-						CallerBotID    string `json:"callerBotId"`
-					} `json:"entry"`
-				}
-				if json.Unmarshal(m.data, &ev) != nil ||
-					(conv != "" && ev.Entry.ConversationID != conv) || (tool != "" && ev.Entry.ToolName != tool) ||
-					(caller != "" && ev.Entry.CallerBotID != caller) {
-					continue
-				}
+			if shown(m.data, conv, tool, caller) {
+				fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", m.seq, m.subject, m.data)
+				unflushed = true
 			}
-			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", m.seq, m.subject, m.data)
 			// Flush only when nothing else is waiting: a burst goes out
-			// in one write.
-			if len(msgs) == 0 {
+			// in one write, even one whose last events this stream
+			// leaves out (they once held the rest back until the next
+			// keep-alive).
+			if unflushed && len(msgs) == 0 {
 				flusher.Flush()
+				unflushed = false
 			}
 		}
 	}
+}
+
+// shown reports whether a stream asking for conv's, tool's and caller's
+// events (each "" for any) shows the event data.
+func shown(data []byte, conv, tool, caller string) bool {
+	if conv == "" && tool == "" && caller == "" {
+		return true
+	}
+	var ev struct {
+		Entry struct {
+			ConversationID string `json:"conversationId"`
+			ToolName       string `json:"toolName"`
+			CallerBotID    string `json:"callerBotId"`
+		} `json:"entry"`
+	}
+	return json.Unmarshal(data, &ev) == nil &&
+		(conv == "" || ev.Entry.ConversationID == conv) && (tool == "" || ev.Entry.ToolName == tool) &&
+		(caller == "" || ev.Entry.CallerBotID == caller)
 }
 
 // event is one event of TOOL_EVENTS on its way to a client.
