@@ -491,7 +491,9 @@ func (b *bench) hops(ctx context.Context, since time.Time, ds map[string]benchDe
 		return nil, fmt.Errorf("bench: reading %s: %w", stream, err)
 	}
 	for pending := uint64(1); pending > 0; {
-		batch, err := c.Fetch(512, jetstream.FetchMaxWait(10*time.Second))
+		// Asked for more than the stream holds, a fetch waits out its
+		// MaxWait: ask for what is left (the first revision tells).
+		batch, err := c.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(10*time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("bench: reading %s: %w", stream, err)
 		}
