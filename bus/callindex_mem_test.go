@@ -92,6 +92,7 @@ func BenchmarkCallIndexMemory(b *testing.B) {
 // references to it than twice the calls that hold some, however often
 // they are written.
 func TestCallIndex_HoldsTheJSONOfTheOpenCallsWrittenLast(t *testing.T) {
+	t.Parallel()
 	st := newIndexState(false)
 	log := slog.New(slog.DiscardHandler)
 	pad := strings.Repeat("x", 60<<10)

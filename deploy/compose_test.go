@@ -261,6 +261,7 @@ func composeInit(t *testing.T, c *composeFile) string {
 }
 
 func TestComposeInit(t *testing.T) {
+	t.Parallel()
 	c := loadCompose(t)
 	vol := composeInit(t, c)
 

@@ -194,8 +194,10 @@ func TestDeadlines_OutcomeOfAnAction(t *testing.T) {
 // (three hashes for them all) and with the real hash, and with enough
 // ids forgotten that the arena is compacted many times.
 func TestDeadlines_AsAMap(t *testing.T) {
+	t.Parallel()
 	for _, collide := range []bool{true, false} {
 		t.Run(fmt.Sprintf("collide=%v", collide), func(t *testing.T) {
+			t.Parallel()
 			s := newDeadlines()
 			if collide {
 				s.hash = func(id string) uint64 { return uint64(len(id) % 3) }

@@ -122,6 +122,7 @@ func checkAnswer(t *testing.T, where, event string, answer []byte) {
 // hooks print, the policy parses and the permissions move over as they
 // are. Not parallel: the hook reads the process's stdin.
 func TestClaudeCodeDocs_EverySnippetWorks(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "claude-code.md"))
 	require.NoError(t, err)
 	g := toolgatetest.Start(t, toolgatetest.Options{Policy: docsPolicy, Tokens: docsToken + " docs-agent agent\n"})
