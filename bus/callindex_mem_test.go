@@ -104,7 +104,7 @@ func TestCallIndex_HoldsTheJSONOfTheOpenCallsWrittenLast(t *testing.T) {
 		st.apply(callRevision(fakeKVE{key: id, value: data, rev: rev, op: jetstream.KeyValuePut}), log)
 	}
 	put := func(rev uint64, id string, status machine.State) { write(rev, id, status, pad) }
-	const n = 1000 // 60 MiB of open calls' JSON
+	const n = 400 // 24 MiB of open calls' JSON, over maxOpenJSON
 	for i := range n {
 		put(uint64(i+1), fmt.Sprintf("c.%04d", i), machine.StatePendingApproval)
 	}
@@ -122,15 +122,16 @@ func TestCallIndex_HoldsTheJSONOfTheOpenCallsWrittenLast(t *testing.T) {
 	// One call written again and again (small, as a heartbeat is: the
 	// size is not what this counts), then finished: the references stay
 	// few, and its JSON goes.
+	last := fmt.Sprintf("c.%04d", n-1)
 	for rev := uint64(n + 1); rev < n+20_000; rev++ {
-		write(rev, "c.0999", machine.StateExecuting, "")
+		write(rev, last, machine.StateExecuting, "")
 	}
 	if len(st.openQueue) > max(1024, 2*len(st.open))+1 {
 		t.Fatalf("%d references for %d calls holding JSON", len(st.openQueue), len(st.open))
 	}
 	before := st.openBytes
-	put(n+20_000, "c.0999", machine.StateCompletedSuccess)
-	if holds("c.0999") || st.openBytes >= before {
+	put(n+20_000, last, machine.StateCompletedSuccess)
+	if holds(last) || st.openBytes >= before {
 		t.Fatalf("a finished call's JSON is kept (%d bytes held, %d before)", st.openBytes, before)
 	}
 }
