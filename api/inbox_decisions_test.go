@@ -74,7 +74,7 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 		assert.Empty(t, grants, "showing what a grant would match grants nothing")
 
 		// The grant recorded is the one shown.
-		p.do(chromedp.Click(button(push.PendingID, "session")), chromedp.WaitNotPresent(chromedp.CSS(card(push.PendingID))))
+		p.do(click(button(push.PendingID, "session")), chromedp.WaitNotPresent(chromedp.CSS(card(push.PendingID))))
 		require.Equal(t, http.StatusOK, in.do("GET", "/v1/grants", viewerToken, nil, &grants))
 		require.Len(t, grants, 1)
 		assert.Equal(t, "Bash(git push origin release/2.8)", grants[0].Pattern)
@@ -115,7 +115,7 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 		}
 
 		// Revoke: gone from the page and from toolgate.
-		p.do(chromedp.Click(chromedp.CSS(row+` button[data-action="revoke"]`)), chromedp.WaitNotPresent(chromedp.CSS(row)))
+		p.do(click(chromedp.CSS(row+` button[data-action="revoke"]`)), chromedp.WaitNotPresent(chromedp.CSS(row)))
 		require.Equal(t, http.StatusOK, in.do("GET", "/v1/grants", viewerToken, nil, &grants))
 		require.Len(t, grants, 1)
 		assert.Equal(t, "web_search", grants[0].Pattern)
@@ -123,7 +123,7 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 
 		// A viewer sees the grants, and no button to revoke them. (The
 		// tabs share the origin's storage: sign out first.)
-		p.do(chromedp.Click(chromedp.ID("sign-out")), chromedp.WaitVisible(chromedp.ID("token")))
+		p.do(click(chromedp.ID("sign-out")), chromedp.WaitVisible(chromedp.ID("token")))
 		q := openPage(t, browser, in.url+"/#grants")
 		q.signIn(viewerToken)
 		q.until(`document.querySelectorAll('#grant-rows li.grant').length === 1`)
@@ -141,7 +141,7 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 		p.signIn(aliceToken)
 		p.until(cardCount(4))
 		p.until(live)
-		tick := func(id string) { p.do(chromedp.Click(chromedp.CSS(card(id) + ` input.select`))) }
+		tick := func(id string) { p.do(click(chromedp.CSS(card(id) + ` input.select`))) }
 		assert.True(t, eval[bool](p, `document.getElementById('batch-approve').disabled`), "nothing selected yet")
 		for _, e := range []machine.Entry{s1, s2, pay} {
 			tick(e.PendingID)
@@ -153,7 +153,7 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 		p.until(`document.getElementById('conn').dataset.state === 'reconnecting'`)
 		no := false
 		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+s2.PendingID+"/decision", bobToken, api.DecisionRequest{Approved: &no, Reason: "dup"}, nil))
-		p.do(chromedp.Click(chromedp.ID("batch-approve")), chromedp.WaitVisible(chromedp.ID("batch-result")))
+		p.do(click(chromedp.ID("batch-approve")), chromedp.WaitVisible(chromedp.ID("batch-result")))
 		assert.Equal(t, "Approved 2, skipped 1", p.text("#batch-result-title"))
 		item := func(id string) string { return `#batch-items li[data-id="` + id + `"]` }
 		assert.Equal(t, "decided", eval[string](p, `document.querySelector('`+item(s1.PendingID)+`').dataset.outcome`))
@@ -174,8 +174,8 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 
 		// Reject selected, with the reason every agent is told.
 		tick(push.PendingID)
-		p.do(chromedp.Click(chromedp.ID("batch-reject")), chromedp.WaitVisible(chromedp.ID("batch-reason")))
-		p.do(chromedp.SendKeys(chromedp.ID("batch-reason"), "release freeze"), chromedp.Click(chromedp.ID("batch-confirm-reject")))
+		p.do(click(chromedp.ID("batch-reject")), chromedp.WaitVisible(chromedp.ID("batch-reason")))
+		p.do(chromedp.SendKeys(chromedp.ID("batch-reason"), "release freeze"), click(chromedp.ID("batch-confirm-reject")))
 		p.do(chromedp.WaitNotPresent(chromedp.CSS(card(push.PendingID))))
 		p.until(`document.getElementById('batch-result-title').textContent === 'Rejected 1, skipped 0'`)
 		got := in.entry(push.PendingID)
@@ -184,7 +184,7 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 
 		// A viewer has nothing to select. (The tabs share the origin's
 		// storage: sign out first.)
-		p.do(chromedp.Click(chromedp.ID("sign-out")), chromedp.WaitVisible(chromedp.ID("token")))
+		p.do(click(chromedp.ID("sign-out")), chromedp.WaitVisible(chromedp.ID("token")))
 		q := openPage(t, browser, in.url)
 		q.signIn(viewerToken)
 		q.do(chromedp.WaitVisible(chromedp.ID("viewer-notice")))

@@ -41,7 +41,7 @@ func TestInbox_Quorum(t *testing.T) {
 	assert.Equal(t, 0, eval[int](p, `document.querySelectorAll('`+card(pay.PendingID)+` button[data-action="session"], `+card(pay.PendingID)+` button[data-action="edit"]').length`),
 		"no grant and no edit for a call under a quorum")
 
-	p.do(chromedp.Click(button(pay.PendingID, "approve")))
+	p.do(click(button(pay.PendingID, "approve")))
 	p.until(`(document.querySelector('` + q + `') || {}).textContent === '1 of 2 approvals (alice) · still needed: 1 of bob, carol'`)
 	assert.Contains(t, p.text(card(pay.PendingID)+` .card-note`), "You approved this call")
 	assert.Equal(t, machine.StatePendingApproval, in.entry(pay.PendingID).Status, "one approval of two")

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -312,9 +313,24 @@ func (p *page) signIn(token string) {
 	p.do(
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), token),
-		chromedp.Click(chromedp.CSS(`#sign-in-form button[type=submit]`)),
+		click(chromedp.CSS(`#sign-in-form button[type=submit]`)),
 		chromedp.WaitVisible(chromedp.ID("app")),
 	)
+}
+
+// click is chromedp.Click, asked again when the page drew the element
+// anew between the query that found it and the click ("No node with given
+// id", "Could not find node with given id"): the click never reached the
+// page then.
+func click[S chromedp.Selectable](sel S) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		for {
+			_, err := chromedp.Click(sel)(ctx, t)
+			if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "node with given id") {
+				return chromedp.Void{}, err
+			}
+		}
+	}
 }
 
 // textOnce waits until the element sel names holds every one of wants,
@@ -386,11 +402,11 @@ func TestInbox(t *testing.T) {
 		assert.Regexp(t, `Auto-rejects in (29:[0-5]\d|30:00)`, got, "a live countdown to approvalTimeoutAt")
 		assert.Equal(t, "3", p.text("#pending-count"))
 
-		p.do(chromedp.Click(button(search.PendingID, "approve")), chromedp.WaitNotPresent(chromedp.CSS(card(search.PendingID))))
+		p.do(click(button(search.PendingID, "approve")), chromedp.WaitNotPresent(chromedp.CSS(card(search.PendingID))))
 		p.do(
-			chromedp.Click(button(pay.PendingID, "reject")),
+			click(button(pay.PendingID, "reject")),
 			chromedp.SendKeys(chromedp.CSS(card(pay.PendingID)+` input.reason`), "Invoice 1142 was paid by card last week"),
-			chromedp.Click(button(pay.PendingID, "confirm-reject")),
+			click(button(pay.PendingID, "confirm-reject")),
 			chromedp.WaitNotPresent(chromedp.CSS(card(pay.PendingID))),
 		)
 		approved, rejected := in.entry(search.PendingID), in.entry(pay.PendingID)
@@ -415,7 +431,7 @@ func TestInbox(t *testing.T) {
 
 		// Approve with edits: invalid JSON is refused on the page.
 		editor := card(push.PendingID) + ` textarea.edit-args`
-		p.do(chromedp.Click(button(push.PendingID, "edit")), chromedp.WaitVisible(chromedp.CSS(editor)))
+		p.do(click(button(push.PendingID, "edit")), chromedp.WaitVisible(chromedp.CSS(editor)))
 		p.setField(editor, `{"command": "git push origin release/2.8",`)
 		p.do(chromedp.WaitVisible(chromedp.CSS(card(push.PendingID) + ` .panel-edit .field-error`)))
 		assert.Contains(t, p.text(card(push.PendingID)+` .panel-edit .field-error`), "Not valid JSON")
@@ -427,7 +443,7 @@ func TestInbox(t *testing.T) {
 		p.setField(editor, `{"command": "git push --dry-run origin release/2.8"}`)
 		p.do(
 			chromedp.WaitNotVisible(chromedp.CSS(card(push.PendingID)+` .panel-edit .field-error`)),
-			chromedp.Click(button(push.PendingID, "confirm-edit")),
+			click(button(push.PendingID, "confirm-edit")),
 			chromedp.WaitNotPresent(chromedp.CSS(card(push.PendingID))),
 		)
 		edited := in.entry(push.PendingID)
@@ -437,14 +453,14 @@ func TestInbox(t *testing.T) {
 		assert.JSONEq(t, `{"command":"git push origin release/2.8"}`, string(edited.OriginalArguments))
 
 		// The session scope, then the empty state.
-		p.do(chromedp.Click(button(later.PendingID, "session")), chromedp.WaitNotPresent(chromedp.CSS(card(later.PendingID))))
+		p.do(click(button(later.PendingID, "session")), chromedp.WaitNotPresent(chromedp.CSS(card(later.PendingID))))
 		assert.Equal(t, machine.ScopeSession, in.entry(later.PendingID).DecisionScope)
 		p.do(chromedp.WaitVisible(chromedp.ID("empty")))
 		assert.Equal(t, "Nothing waiting for you", p.text("#empty-title"))
 
 		// History: who, why and when, filtered by tool.
 		row := func(id string) string { return `li.row[data-id="` + id + `"]` }
-		p.do(chromedp.Click(chromedp.ID("tab-history")), chromedp.WaitVisible(chromedp.CSS(row(pay.PendingID))))
+		p.do(click(chromedp.ID("tab-history")), chromedp.WaitVisible(chromedp.CSS(row(pay.PendingID))))
 		p.until(`document.querySelectorAll('li.row').length === 4`)
 		assert.Contains(t, p.text(row(pay.PendingID)), "Rejected")
 		assert.Contains(t, p.text(row(pay.PendingID)), "alice")
@@ -452,7 +468,7 @@ func TestInbox(t *testing.T) {
 		assert.Contains(t, p.text(row(push.PendingID)), "edited")
 		p.do(chromedp.SendKeys(chromedp.ID("f-tool"), "Bash"))
 		p.until(`document.querySelectorAll('li.row').length === 1`)
-		p.do(chromedp.Click(chromedp.CSS(row(push.PendingID)+` button[data-action="timeline"]`)),
+		p.do(click(chromedp.CSS(row(push.PendingID)+` button[data-action="timeline"]`)),
 			chromedp.WaitVisible(chromedp.CSS(row(push.PendingID)+` .timeline`)))
 		// The timeline loads after it opens: wait for its content, not
 		// its "Loading…".
@@ -523,7 +539,7 @@ func TestInbox(t *testing.T) {
 		assert.Equal(t, machine.StateRejectedByUser, in.entry(pay.PendingID).Status)
 
 		// The tabs still work, and leave the link behind.
-		p.do(chromedp.Click(chromedp.ID("tab-inbox")), chromedp.WaitVisible(chromedp.ID("empty")))
+		p.do(click(chromedp.ID("tab-inbox")), chromedp.WaitVisible(chromedp.ID("empty")))
 		assert.Equal(t, "#inbox", eval[string](p, `location.hash`))
 		assert.True(t, eval[bool](p, `document.getElementById('link-note').hidden`))
 	})
@@ -544,7 +560,7 @@ func TestInbox(t *testing.T) {
 
 		// The page could not hear of bob's approval; its own is refused
 		// and the card says by whom.
-		p.do(chromedp.Click(button(pay.PendingID, "approve")), chromedp.WaitVisible(chromedp.CSS(card(pay.PendingID)+` .card-error`)))
+		p.do(click(button(pay.PendingID, "approve")), chromedp.WaitVisible(chromedp.CSS(card(pay.PendingID)+` .card-error`)))
 		assert.Contains(t, p.text(card(pay.PendingID)+` .card-error`), "Already approved by bob.")
 		assert.Equal(t, "bob", in.entry(pay.PendingID).ApprovedOrRejectedByUserID)
 
@@ -552,7 +568,7 @@ func TestInbox(t *testing.T) {
 		in.outage(false)
 		p.do(chromedp.WaitVisible(chromedp.CSS(card(missed.PendingID))))
 		p.until(live)
-		p.do(chromedp.Click(button(pay.PendingID, "dismiss")), chromedp.WaitNotPresent(chromedp.CSS(card(pay.PendingID))))
+		p.do(click(button(pay.PendingID, "dismiss")), chromedp.WaitNotPresent(chromedp.CSS(card(pay.PendingID))))
 		p.until(cardCount(1))
 	})
 
@@ -579,13 +595,13 @@ func TestInbox(t *testing.T) {
 		p.do(
 			chromedp.WaitVisible(chromedp.ID("token")),
 			chromedp.SendKeys(chromedp.ID("token"), "not-a-token-at-all-0001"),
-			chromedp.Click(chromedp.CSS(`#sign-in-form button[type=submit]`)),
+			click(chromedp.CSS(`#sign-in-form button[type=submit]`)),
 			chromedp.WaitVisible(chromedp.ID("sign-in-error")),
 		)
 		assert.Equal(t, "That token was not accepted.", p.text("#sign-in-error"))
 		p.signIn(aliceToken)
 		p.do(chromedp.WaitVisible(chromedp.ID("empty")))
-		p.do(chromedp.Click(chromedp.ID("sign-out")), chromedp.WaitVisible(chromedp.ID("token")))
+		p.do(click(chromedp.ID("sign-out")), chromedp.WaitVisible(chromedp.ID("token")))
 		assert.Empty(t, eval[string](p, `localStorage.getItem('toolgate.token') || ''`))
 	})
 
@@ -596,11 +612,11 @@ func TestInbox(t *testing.T) {
 		p.do(
 			chromedp.WaitVisible(chromedp.ID("user-name")),
 			chromedp.SendKeys(chromedp.ID("user-name"), "dana"),
-			chromedp.Click(chromedp.CSS(`#name-form button[type=submit]`)),
+			click(chromedp.CSS(`#name-form button[type=submit]`)),
 			chromedp.WaitVisible(chromedp.CSS(card(search.PendingID))),
 		)
 		assert.Contains(t, p.text("#who"), "dana")
-		p.do(chromedp.Click(button(search.PendingID, "always")), chromedp.WaitNotPresent(chromedp.CSS(card(search.PendingID))))
+		p.do(click(button(search.PendingID, "always")), chromedp.WaitNotPresent(chromedp.CSS(card(search.PendingID))))
 		e := in.entry(search.PendingID)
 		assert.Equal(t, "dana", e.ApprovedOrRejectedByUserID)
 		assert.Equal(t, machine.ScopeAlways, e.DecisionScope)
@@ -818,7 +834,7 @@ func TestInbox_Analytics(t *testing.T) {
 		assert.Greater(t, count(`#chart-decisions-plot text.tick`), 6, "labelled axes")
 
 		// Per minute: the last two to three hours, a column a minute.
-		p.do(chromedp.Click(chromedp.ID("res-minute")))
+		p.do(click(chromedp.ID("res-minute")))
 		p.until(`document.getElementById('analytics').dataset.resolution === 'minute'`)
 		cols := count(`#chart-decisions-plot g.col`)
 		assert.GreaterOrEqual(t, cols, 120)
@@ -849,7 +865,7 @@ func TestInbox_Analytics(t *testing.T) {
 		}
 		_, err := chromedp.Call(p.ctx, emulation.SetFocusEmulationEnabled, emulation.SetFocusEmulationEnabledParams{Enabled: true})
 		require.NoError(t, err)
-		p.do(chromedp.Click(chromedp.CSS(allow + ` .snippet-rule button[data-action="copy"]`)))
+		p.do(click(chromedp.CSS(allow + ` .snippet-rule button[data-action="copy"]`)))
 		p.until(`document.querySelector('` + allow + ` .snippet-rule button[data-action="copy"]').textContent === 'Copied'`)
 		assert.Equal(t, "web_search", eval[string](p, `navigator.clipboard.readText()`, chromedp.EvalAwaitPromise))
 
@@ -863,14 +879,14 @@ func TestInbox_Analytics(t *testing.T) {
 		in := startInboxWith(t, inboxPolicy, tokens, inboxOptions{analytics: true})
 		p := openPage(t, browser, in.url)
 		p.signIn(aliceToken)
-		p.do(chromedp.Click(chromedp.ID("tab-analytics")), chromedp.WaitVisible(chromedp.ID("an-empty")))
+		p.do(click(chromedp.ID("tab-analytics")), chromedp.WaitVisible(chromedp.ID("an-empty")))
 		assert.Equal(t, "empty", eval[string](p, `document.getElementById('analytics').dataset.state`))
 		assert.Equal(t, "#analytics", eval[string](p, `location.hash`))
 
 		off := startInboxWith(t, inboxPolicy, tokens, inboxOptions{noAnalytics: true})
 		q := openPage(t, browser, off.url)
 		q.signIn(viewerToken)
-		q.do(chromedp.Click(chromedp.ID("tab-analytics")), chromedp.WaitVisible(chromedp.ID("an-off")))
+		q.do(click(chromedp.ID("tab-analytics")), chromedp.WaitVisible(chromedp.ID("an-off")))
 		assert.Contains(t, q.text("#an-off"), "Analytics are not served here")
 		assert.True(t, eval[bool](q, `document.getElementById('an-body').hidden`))
 	})
