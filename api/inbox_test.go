@@ -177,22 +177,47 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// startBrowser launches one headless Chromium for a test and its subtests;
-// each page opens in a tab of its own.
+// chrome is the package's one headless Chromium, started by the first
+// test that asks for it and stopped by TestMain: each page opens in a tab
+// of its own (a browser a test cost seconds of CPU to start).
+var chrome struct {
+	once sync.Once
+	ctx  context.Context
+	stop func()
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if chrome.stop != nil {
+		chrome.stop()
+	}
+	os.Exit(code)
+}
+
+// startBrowser returns the package's browser, starting it the first time.
 func startBrowser(t *testing.T) context.Context {
 	t.Helper()
-	// Not t.TempDir: Chromium's helpers may still be writing the profile
-	// when the test ends, and t.TempDir fails a test whose directory it
-	// cannot remove.
+	path := chromium(t)
+	chrome.once.Do(func() { chrome.ctx, chrome.stop, chrome.err = launchBrowser(path) })
+	require.NoError(t, chrome.err, "start chromium")
+	return chrome.ctx
+}
+
+// launchBrowser starts Chromium at path. One that fails to start on a
+// loaded machine (two suites at once start several) is started again,
+// twice at most.
+func launchBrowser(path string) (context.Context, func(), error) {
+	// Not a test's TempDir: Chromium's helpers may still be writing the
+	// profile when it stops.
 	profile, err := os.MkdirTemp("", "toolgate-inbox-chromium-")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(profile) })
-	// A browser that fails to start on a loaded machine (two suites at
-	// once start several) is started again, twice at most.
+	if err != nil {
+		return nil, nil, err
+	}
 	var errs []error
 	for range 3 {
 		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-			chromedp.ExecPath(chromium(t)),
+			chromedp.ExecPath(path),
 			chromedp.Headless,
 			chromedp.NoSandbox,
 			chromedp.DisableGPU,
@@ -208,19 +233,18 @@ func startBrowser(t *testing.T) context.Context {
 			chromedp.WSURLReadTimeout(time.Minute),
 		)
 		bctx, cancelBrowser := chromedp.NewContext(actx)
-		// The first Run starts the browser, and it lives as long as bctx:
-		// no timeout here.
+		// The first Run starts the browser, and it lives as long as
+		// bctx: no timeout here.
 		if err := chromedp.Do(bctx); err != nil {
 			cancelBrowser()
 			cancelAlloc()
 			errs = append(errs, err)
 			continue
 		}
-		t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
-		return bctx
+		return bctx, func() { cancelBrowser(); cancelAlloc(); _ = os.RemoveAll(profile) }, nil
 	}
-	require.NoError(t, errors.Join(errs...), "start chromium")
-	return nil
+	_ = os.RemoveAll(profile)
+	return nil, nil, errors.Join(errs...)
 }
 
 // page is one browser tab on the inbox.
@@ -288,7 +312,7 @@ func (p *page) do(steps ...chromedp.Action[chromedp.Void]) {
 func (p *page) text(sel string) string {
 	p.t.Helper()
 	js := fmt.Sprintf(`(() => { const el = document.querySelector(%s); return el ? [el.innerText] : null })()`, jsString(sel))
-	got, err := chromedp.Run(p.ctx, chromedp.Poll[[]string](js, chromedp.WithPollingTimeout(15*time.Second)))
+	got, err := chromedp.Run(p.ctx, chromedp.Poll[[]string](js, pollFor(15*time.Second)...))
 	require.NoError(p.t, err, "text of %s", sel)
 	return got[0]
 }
@@ -304,7 +328,7 @@ func eval[T any](p *page, script string, opts ...chromedp.EvaluateOption) T {
 // until waits for a JavaScript condition to hold.
 func (p *page) until(cond string) {
 	p.t.Helper()
-	_, err := chromedp.Run(p.ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(15*time.Second)))
+	_, err := chromedp.Run(p.ctx, chromedp.Poll[bool](cond, pollFor(15*time.Second)...))
 	require.NoError(p.t, err, "waiting for %s", cond)
 }
 
@@ -316,6 +340,13 @@ func (p *page) signIn(token string) {
 		click(chromedp.CSS(`#sign-in-form button[type=submit]`)),
 		chromedp.WaitVisible(chromedp.ID("app")),
 	)
+}
+
+// pollFor polls a page's script for up to d, every 20 ms: chromedp's
+// default runs it on every animation frame, which keeps the browser
+// drawing frames (and a core busy) for as long as a test waits.
+func pollFor(d time.Duration) []chromedp.PollOption {
+	return []chromedp.PollOption{chromedp.WithPollingTimeout(d), chromedp.WithPollingInterval(20 * time.Millisecond)}
 }
 
 // click is chromedp.Click, asked again when the page drew the element
@@ -340,7 +371,7 @@ func (p *page) textOnce(sel string, wants ...string) string {
 	p.t.Helper()
 	js := fmt.Sprintf(`(() => { const el = document.querySelector(%s); const t = el ? el.textContent : ''; return %s.every((w) => t.includes(w)) ? t : '' })()`,
 		jsString(sel), jsStrings(wants))
-	got, err := chromedp.Run(p.ctx, chromedp.Poll[string](js, chromedp.WithPollingTimeout(15*time.Second)))
+	got, err := chromedp.Run(p.ctx, chromedp.Poll[string](js, pollFor(15*time.Second)...))
 	if err != nil {
 		// p.ctx may be what ran out: look with a moment of its own.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 5*time.Second)
