@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -114,13 +115,13 @@ func TestDecisionLinks_NtfyActionDecidesOnceAsTheChannelsApprover(t *testing.T) 
 	// the one notified.
 	var e *machine.Entry
 	n := 0
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 20*time.Second, 10*time.Millisecond, "the policy set in force", func() (bool, any) {
 		n++
 		e, err = g.Service.Submit(t.Context(), gate.System, machine.Call{ToolCallID: fmt.Sprint("t", n), ToolName: "deploy",
 			CallerBotID: "bot-1", ConversationID: "c1", Arguments: json.RawMessage(`{"env":"prod"}`)})
 		require.NoError(t, err)
-		return slices.Equal(e.Approvers, []string{"alice", "bob"})
-	}, 20*time.Second, 10*time.Millisecond, "the policy set never came into force")
+		return slices.Equal(e.Approvers, []string{"alice", "bob"}), fmt.Sprintf("approvers %v", e.Approvers)
+	})
 
 	var msg struct {
 		Topic, Title, Message, Click string

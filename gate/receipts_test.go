@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -70,14 +72,20 @@ func TestReceipts_ChainVerifiesAndFailsWhereTheKVWasChanged(t *testing.T) {
 	// The events of the call carry its chain, a receipt each, and leave
 	// the entry's receipts out.
 	var fromEvents []machine.Receipt
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 10*time.Second, 20*time.Millisecond, fmt.Sprintf("the events carry the %d receipts", len(chain.Receipts)), func() (bool, any) {
 		fromEvents = nil
 		st, err := g.JS.Stream(ctx, wire.EventsStream)
-		require.NoError(t, err)
+		if err != nil {
+			return false, err
+		}
 		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-		require.NoError(t, err)
+		if err != nil {
+			return false, err
+		}
 		batch, err := cons.FetchNoWait(1000)
-		require.NoError(t, err)
+		if err != nil {
+			return false, err
+		}
 		for msg := range batch.Messages() {
 			var ev wire.Event
 			require.NoError(t, json.Unmarshal(msg.Data(), &ev))
@@ -87,8 +95,8 @@ func TestReceipts_ChainVerifiesAndFailsWhereTheKVWasChanged(t *testing.T) {
 				fromEvents = append(fromEvents, *ev.Receipt)
 			}
 		}
-		return len(fromEvents) == len(chain.Receipts)
-	}, 10*time.Second, 20*time.Millisecond, "the events carry %d receipts, want %d", len(fromEvents), len(chain.Receipts))
+		return len(fromEvents) == len(chain.Receipts), fmt.Sprintf("%d receipts", len(fromEvents))
+	})
 	assert.Equal(t, chain.Receipts, fromEvents, "the events rebuild the chain")
 	own, err := bot.Receipts(ctx, e.PendingID)
 	require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/server"
@@ -204,17 +205,19 @@ func TestMCPGateway_HandWrittenClientOverStdio(t *testing.T) {
 	pending := func(known ...string) *machine.Entry {
 		t.Helper()
 		var found *machine.Entry
-		require.Eventually(t, func() bool {
+		bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "a new pending call of mcp__files__write_file", func() (bool, any) {
 			all, err := approver.List(t.Context(), wire.ListRequest{ToolName: "mcp__files__write_file", Status: machine.StatePendingApproval})
-			require.NoError(t, err)
+			if err != nil {
+				return false, err // asked again: a list may go unanswered on a loaded machine
+			}
 			for _, e := range all {
 				if !slices.Contains(known, e.PendingID) {
 					found = e
-					return true
+					return true, nil
 				}
 			}
-			return false
-		}, 30*time.Second, 10*time.Millisecond, "no new pending call of mcp__files__write_file")
+			return false, fmt.Sprintf("%d pending, all known", len(all))
+		})
 		return found
 	}
 
