@@ -30,37 +30,12 @@ const (
 // listPage filters entries by r, sorts them oldest first (then by id) and
 // cuts the page r's cursor and limit ask for.
 func listPage(entries []*machine.Entry, r wire.ListRequest) (wire.ListReply, error) {
-	takes, err := pageFilter(r)
-	if err != nil {
-		return wire.ListReply{}, err
-	}
-	items := []*machine.Entry{}
-	for _, e := range entries {
-		if takes(e) {
-			items = append(items, e)
-		}
-	}
-	slices.SortFunc(items, func(a, b *machine.Entry) int {
-		return cmp.Or(cmp.Compare(a.RequestedAt, b.RequestedAt), strings.Compare(a.PendingID, b.PendingID))
-	})
-	var cut pageCut
-	for i, e := range items {
-		if cut.full(r, e) {
-			last := items[i-1]
-			return wire.ListReply{Items: items[:i], NextCursor: fmt.Sprintf("%d~%s", last.RequestedAt, last.PendingID)}, nil
-		}
-	}
-	return wire.ListReply{Items: items}, nil
-}
-
-// pageFilter is what r's filters and cursor take of the entries, or why
-// r is not a list request.
-func pageFilter(r wire.ListRequest) (func(*machine.Entry) bool, error) {
 	if r.Status != "" && !r.Status.Valid() {
-		return nil, fmt.Errorf("%w: status: unknown state %q", machine.ErrInvalid, r.Status)
+		return wire.ListReply{}, fmt.Errorf("%w: status: unknown state %q", machine.ErrInvalid, r.Status)
 	}
-	if limit := cmp.Or(r.Limit, defaultPageEntries); limit < 1 || limit > maxPageEntries {
-		return nil, fmt.Errorf("%w: limit: must be 1 to %d, got %d", machine.ErrInvalid, maxPageEntries, r.Limit)
+	limit := cmp.Or(r.Limit, defaultPageEntries)
+	if limit < 1 || limit > maxPageEntries {
+		return wire.ListReply{}, fmt.Errorf("%w: limit: must be 1 to %d, got %d", machine.ErrInvalid, maxPageEntries, r.Limit)
 	}
 	var after struct {
 		at int64
@@ -70,30 +45,32 @@ func pageFilter(r wire.ListRequest) (func(*machine.Entry) bool, error) {
 		at, id, ok := strings.Cut(r.Cursor, "~")
 		ms, err := strconv.ParseInt(at, 10, 64)
 		if !ok || err != nil {
-			return nil, fmt.Errorf("%w: cursor: not one a list gave", machine.ErrInvalid)
+			return wire.ListReply{}, fmt.Errorf("%w: cursor: not one a list gave", machine.ErrInvalid)
 		}
 		after.at, after.id = ms, id
 	}
-	return func(e *machine.Entry) bool {
-		return (r.ToolName == "" || e.ToolName == r.ToolName) &&
+	items := []*machine.Entry{}
+	for _, e := range entries {
+		if (r.ToolName == "" || e.ToolName == r.ToolName) &&
 			(r.CallerBotID == "" || e.CallerBotID == r.CallerBotID) &&
 			(r.ConversationID == "" || e.ConversationID == r.ConversationID) &&
 			(r.Status == "" || e.Status == r.Status) &&
-			(r.Cursor == "" || cmp.Or(cmp.Compare(e.RequestedAt, after.at), strings.Compare(e.PendingID, after.id)) > 0)
-	}, nil
-}
-
-// pageCut counts a page's entries, in list order, and their JSON.
-type pageCut struct{ n, size int }
-
-// full takes e, the next entry r's page lists, and reports whether the
-// page ends before it: it is past r's limit, or past maxPageBytes with
-// the entries before it (a page holds one entry at least).
-func (c *pageCut) full(r wire.ListRequest, e *machine.Entry) bool {
-	data, _ := json.Marshal(e)
-	c.size += len(data)
-	c.n++
-	return c.n > cmp.Or(r.Limit, defaultPageEntries) || (c.n > 1 && c.size > maxPageBytes)
+			(r.Cursor == "" || cmp.Or(cmp.Compare(e.RequestedAt, after.at), strings.Compare(e.PendingID, after.id)) > 0) {
+			items = append(items, e)
+		}
+	}
+	slices.SortFunc(items, func(a, b *machine.Entry) int {
+		return cmp.Or(cmp.Compare(a.RequestedAt, b.RequestedAt), strings.Compare(a.PendingID, b.PendingID))
+	})
+	size := 0
+	for i, e := range items {
+		data, _ := json.Marshal(e)
+		if size += len(data); i == limit || (i > 0 && size > maxPageBytes) {
+			last := items[i-1]
+			return wire.ListReply{Items: items[:i], NextCursor: fmt.Sprintf("%d~%s", last.RequestedAt, last.PendingID)}, nil
+		}
+	}
+	return wire.ListReply{Items: items}, nil
 }
 
 // listIndexed is the page r asks for read from the index of tool_calls,
@@ -123,70 +100,40 @@ func (s *Service) listIndexed(ctx context.Context, a Actor, r wire.ListRequest) 
 	if !ok {
 		return wire.ListReply{}, false, nil
 	}
-	entries, err := s.pageEntries(ctx, a, r, calls)
-	if isNotFound(err) {
+	entries := make([]*machine.Entry, len(calls))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(pageReads)
+	for i, c := range calls {
+		if entries[i] = c.Entry; c.Entry != nil {
+			continue
+		}
+		g.Go(func() error {
+			e, _, err := s.calls.Get(gctx, c.PendingID)
+			if isNotFound(err) {
+				// Retired since the index was read: the archive has it.
+				var ac *wire.ArchivedCall
+				if ac, err = s.archived(gctx, c.PendingID); err == nil {
+					e = ac.Entry
+				}
+			}
+			entries[i] = e
+			return err
+		})
+	}
+	if err := g.Wait(); isNotFound(err) {
 		return wire.ListReply{}, false, nil // gone altogether meanwhile: read the bucket
 	} else if err != nil {
 		return wire.ListReply{}, true, err
 	}
 	if r.ConversationID != "" {
-		live := len(entries)
+		var err error
 		if entries, err = s.withArchived(ctx, r.ConversationID, entries); err != nil {
 			return wire.ListReply{}, true, err
 		}
-		s.shownAll(a, entries[live:])
 	}
+	s.shownAll(a, entries)
 	page, err := listPage(entries, r)
 	return page, true, err
-}
-
-// pageEntries reads the entries of calls, in list order and pageReads at
-// a time, as a may see them, until they fill the page r asks for: a page
-// cut short by its bytes (large entries, a large limit) reads no more
-// than it lists. The calls not read come after every one read, so they
-// could not be on the page (nor could any past them, whatever a
-// conversation's archive adds). A call retired since the index was read
-// is read from the archive.
-func (s *Service) pageEntries(ctx context.Context, a Actor, r wire.ListRequest, calls []bus.IndexedCall) ([]*machine.Entry, error) {
-	takes, err := pageFilter(r)
-	if err != nil {
-		return nil, err
-	}
-	entries := make([]*machine.Entry, 0, len(calls))
-	var cut pageCut
-	for len(calls) > 0 {
-		chunk := calls[:min(pageReads, len(calls))]
-		calls = calls[len(chunk):]
-		read := make([]*machine.Entry, len(chunk))
-		g, gctx := errgroup.WithContext(ctx)
-		for i, c := range chunk {
-			if read[i] = c.Entry; c.Entry != nil {
-				continue
-			}
-			g.Go(func() error {
-				e, _, err := s.calls.Get(gctx, c.PendingID)
-				if isNotFound(err) {
-					var ac *wire.ArchivedCall
-					if ac, err = s.archived(gctx, c.PendingID); err == nil {
-						e = ac.Entry
-					}
-				}
-				read[i] = e
-				return err
-			})
-		}
-		if err := g.Wait(); err != nil {
-			return nil, err
-		}
-		s.shownAll(a, read)
-		entries = append(entries, read...)
-		for _, e := range read {
-			if takes(e) && cut.full(r, e) {
-				return entries, nil
-			}
-		}
-	}
-	return entries, nil
 }
 
 // pageReads is how many finished entries of a page are read at once.
