@@ -20,7 +20,7 @@ var Endpoints = map[wire.Role][]string{
 		wire.EndpointDeniedTools, wire.EndpointReceipts, wire.EndpointReceiptsKey,
 	},
 	wire.RoleExecutor: {
-		wire.EndpointGet, wire.EndpointList, wire.EndpointWorkConsumer,
+		wire.EndpointGet, wire.EndpointList, wire.EndpointWork,
 		wire.EndpointStarted, wire.EndpointHeartbeat, wire.EndpointRetry, wire.EndpointSucceeded, wire.EndpointFailed,
 		wire.EndpointReceipts, wire.EndpointReceiptsKey,
 	},
@@ -34,29 +34,8 @@ var Endpoints = map[wire.Role][]string{
 		wire.EndpointGrantsPreview, wire.EndpointPolicyDryRun, wire.EndpointReceipts, wire.EndpointReceiptsKey},
 }
 
-// The work queue's JetStream API an executor uses to look up the
-// consumers toolgate created, fetch work items and acknowledge them: no
-// other JetStream API is exported, so no client creates, changes or
-// deletes anything. A client account answers $JS.API itself (JetStream
-// is not enabled for it), so the lookups and fetches are imported under
-// wire.WorkAPIPrefix; acknowledgements keep their subject.
-var workAPI = []struct{ export, local string }{
-	{"$JS.API.CONSUMER.INFO." + wire.WorkStream + ".*", wire.WorkAPIPrefix + ".CONSUMER.INFO." + wire.WorkStream + ".*"},
-	{"$JS.API.CONSUMER.MSG.NEXT." + wire.WorkStream + ".*", wire.WorkAPIPrefix + ".CONSUMER.MSG.NEXT." + wire.WorkStream + ".*"},
-	{"$JS.ACK." + wire.WorkStream + ".>", "$JS.ACK." + wire.WorkStream + ".>"},
-}
-
-// workSubjects are the subjects an executor publishes to for its work.
-func workSubjects() []string {
-	var subs []string
-	for _, w := range workAPI {
-		subs = append(subs, w.local)
-	}
-	return subs
-}
-
 // events are the subjects of the events, as approvers and viewers hear
-// them (not the work and notification queues, which share the prefix).
+// them (not the notification queues, which share the prefix).
 const events = "tool.*"
 
 // Permissions is what a role's users may publish and subscribe to, as the
@@ -75,10 +54,8 @@ func Permissions(role wire.Role) jwt.Permissions {
 	case wire.RoleAgent:
 		p.Sub.Allow.Add(wire.EntrySubjectPrefix + "{{name()}}.>")
 	case wire.RoleExecutor:
-		p.Pub.Allow.Add(workSubjects()...)
 		p.Sub.Allow.Add(wire.CancelSubject)
 	case wire.RoleAdmin:
-		p.Pub.Allow.Add(workSubjects()...)
 		p.Sub.Allow.Add(wire.EntrySubjectPrefix+">", events, wire.CancelSubject)
 	default:
 		// Approvers and viewers hear of calls through the events, whose
@@ -106,22 +83,12 @@ func (k *Keys) accounts(revoked []string) (map[string]string, error) {
 		{Name: "announcements", Subject: jwt.Subject(wire.EntrySubjectPrefix + ">"), Type: jwt.Stream},
 		{Name: "control", Subject: jwt.Subject(wire.CancelSubject), Type: jwt.Stream},
 		{Name: "events", Subject: events, Type: jwt.Stream},
-		{Name: "work consumer info", Subject: jwt.Subject(workAPI[0].export), Type: jwt.Service, ResponseType: jwt.ResponseTypeSingleton},
-		{Name: "work items", Subject: jwt.Subject(workAPI[1].export), Type: jwt.Service, ResponseType: jwt.ResponseTypeStream},
-		{Name: "work acks", Subject: jwt.Subject(workAPI[2].export), Type: jwt.Service, ResponseType: jwt.ResponseTypeSingleton},
-	}
-	local := map[jwt.Subject]string{}
-	for _, w := range workAPI {
-		local[jwt.Subject(w.export)] = w.local
 	}
 
 	ca := jwt.NewAccountClaims(cl)
 	ca.Name = ClientsAccount
 	for _, e := range ta.Exports {
 		imp := &jwt.Import{Name: e.Name, Subject: e.Subject, Account: tg, Type: e.Type}
-		if l := local[e.Subject]; l != "" && l != string(e.Subject) {
-			imp.LocalSubject = jwt.RenamingSubject(l)
-		}
 		// The request API learns who asks from the server, never from the
 		// asker: the import shares the requester's identity.
 		imp.Share = e.Type == jwt.Service && e.Subject == jwt.Subject(wire.APISubject("*"))

@@ -13,7 +13,7 @@
 //   - CLIENTS, every other identity (agents, executors, approvers, viewers,
 //     admins). It has no JetStream. It imports toolgate's request API
 //     sharing the requester's identity, the announcements and events, and
-//     the executors' work queue; each role's users are signed by a scoped
+//     the control subject; each role's users are signed by a scoped
 //     signing key whose template lists what the role may publish and
 //     subscribe to.
 package auth

@@ -23,17 +23,17 @@ import (
 )
 
 // BenchmarkAtomicTransition weighs, on one server in one run, two ways of
-// committing a decision together with what it publishes (its event, its
-// work item, the announcement to the awaiting agent):
+// committing a decision together with what it publishes (its event, the
+// announcement to the awaiting agent):
 //
 //   - relay: today's path. The compare-and-set on tool_calls is the
 //     commit; the relay (a durable consumer of the bucket's stream)
-//     decodes the revision and publishes the event to TOOL_EVENTS and the
-//     work item to TOOL_WORK, waits for both acks and acks the revision.
+//     decodes the revision and publishes the event to TOOL_EVENTS, waits
+//     for its ack and acks the revision.
 //   - atomic: one atomic batch (NATS 2.12's atomic publish) into a stream
-//     holding the entries, the events and the work items alike: the
-//     entry's put, on the key's last revision, and the two messages, all
-//     stored or none, one ack; the writer announces the call itself.
+//     holding the entries and the events alike: the entry's put, on the
+//     key's last revision, and the event, both stored or neither, one
+//     ack; the writer announces the call itself.
 //
 // Both run b.N decisions from 16 goroutines, the relay's until it has
 // relayed them all. "cas/s" is the raw compare-and-set, the baseline;
@@ -81,12 +81,11 @@ func benchAtomicTransition(b *testing.B, topo bustest.Topology) {
 	}
 	relayCaughtUp()
 
-	// atomic: a stream like the bucket's, with the events' and the work
-	// items' subjects too.
+	// atomic: a stream like the bucket's, with the events' subjects too.
 	status, err := e.env.KV.Status(ctx)
 	require.NoError(b, err)
 	cfg := status.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
-	cfg.Name, cfg.Subjects = "ATOMIC", []string{"$KV.atomic.>", "atomic.ev.>", "atomic.work.>"}
+	cfg.Name, cfg.Subjects = "ATOMIC", []string{"$KV.atomic.>", "atomic.ev.>"}
 	cfg.AllowAtomicPublish = true
 	_, err = e.env.JS.CreateStream(ctx, cfg)
 	require.NoError(b, err)
@@ -158,8 +157,8 @@ func benchAtomicTransition(b *testing.B, topo bustest.Topology) {
 	b.ReportMetric(us(ac1+ac2), "cpu-µs-atomic")
 }
 
-// atomicDecision writes value to key at rev with its event and work item,
-// in one atomic batch, announces it, and returns the entry's new revision.
+// atomicDecision writes value to key at rev with its event, in one atomic
+// batch, announces it, and returns the entry's new revision.
 func atomicDecision(nc *nats.Conn, key string, rev uint64, value []byte, e *machine.Entry) (uint64, error) {
 	id := nuid.Next()
 	t := e.LastTransition
@@ -167,7 +166,6 @@ func atomicDecision(nc *nats.Conn, key string, rev uint64, value []byte, e *mach
 		V: wire.EventVersion, ID: key, Type: "tool.approval_granted", Event: t.Event, From: t.From, To: t.To,
 		Actor: t.Actor, Reason: t.Reason, At: t.At, Entry: e,
 	})
-	work, _ := json.Marshal(wire.WorkItem{PendingID: key, ToolName: e.ToolName})
 	msg := func(subject string, seq int, data []byte) *nats.Msg {
 		m := nats.NewMsg(subject)
 		m.Data = data
@@ -180,10 +178,7 @@ func atomicDecision(nc *nats.Conn, key string, rev uint64, value []byte, e *mach
 	if err := nc.PublishMsg(put); err != nil {
 		return 0, err
 	}
-	if err := nc.PublishMsg(msg("atomic.ev.approval_granted."+key, 2, event)); err != nil {
-		return 0, err
-	}
-	commit := msg("atomic.work.send_email", 3, work)
+	commit := msg("atomic.ev.approval_granted."+key, 2, event)
 	commit.Header.Set("Nats-Batch-Commit", "1")
 	resp, err := nc.RequestMsg(commit, 10*time.Second)
 	if err != nil {

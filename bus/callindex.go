@@ -150,7 +150,7 @@ func NewCallIndex(js jetstream.JetStream, kv jetstream.KeyValue) *CallIndex {
 // watching the bucket again after a failure; meanwhile the index is not
 // synced.
 func (x *CallIndex) Follow(ctx context.Context, log *slog.Logger) error {
-	f := NewCallsFeed(x.kv)
+	f := NewCallsFeed(x.js, x.kv)
 	f.Add(x.View(log))
 	return f.Run(ctx, log)
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,6 +19,7 @@ import (
 // the process once and is decoded once, into a CallHead, for all of them.
 // Views are added before Run.
 type CallsFeed struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 	// loaded is closed once the views have first read the bucket.
 	loaded     chan struct{}
@@ -44,7 +46,9 @@ type CallsView struct {
 type CallRevision struct {
 	Key      string
 	Revision uint64
-	Op       jetstream.KeyValueOp
+	// Created is when the NATS server stored the revision.
+	Created time.Time
+	Op      jetstream.KeyValueOp
 	// Value is the entry as stored, on a put.
 	Value []byte
 	// Head is what the views read of a put's entry; nil when it does not
@@ -75,6 +79,8 @@ type CallHead struct {
 	Escalations            []machine.Escalation `json:"escalations"`
 	Escalated              int                  `json:"escalated"`
 	Lease                  *machine.Lease       `json:"lease"`
+	ExecutionAttempts      int                  `json:"executionAttempts"`
+	MaxExecutionAttempts   int                  `json:"maxExecutionAttempts"`
 	LastTransition         *struct {
 		At int64 `json:"at"`
 	} `json:"lastTransition"`
@@ -103,7 +109,7 @@ func (h *CallHead) Fill(e *machine.Entry) {
 		PendingID: h.PendingID, Status: h.Status, ToolName: h.ToolName, CallerBotID: h.CallerBotID, Team: h.Team,
 		RequestedAt: h.RequestedAt, ScheduledExecutionTime: h.ScheduledExecutionTime, ApprovalTimeoutAt: h.ApprovalTimeoutAt,
 		ReminderAt: h.ReminderAt, Reminded: h.Reminded, Overdue: h.Overdue, Escalations: h.Escalations, Escalated: h.Escalated,
-		Lease: h.Lease,
+		Lease: h.Lease, ExecutionAttempts: h.ExecutionAttempts, MaxExecutionAttempts: h.MaxExecutionAttempts,
 	}
 	if h.LastTransition != nil {
 		if last == nil {
@@ -116,8 +122,8 @@ func (h *CallHead) Fill(e *machine.Entry) {
 
 // NewCallsFeed returns a feed of kv, the tool_calls bucket, with no view
 // yet.
-func NewCallsFeed(kv jetstream.KeyValue) *CallsFeed {
-	return &CallsFeed{kv: kv, loaded: make(chan struct{})}
+func NewCallsFeed(js jetstream.JetStream, kv jetstream.KeyValue) *CallsFeed {
+	return &CallsFeed{js: js, kv: kv, loaded: make(chan struct{})}
 }
 
 // Loaded is closed once every view has read the bucket a first time.
@@ -156,7 +162,7 @@ func (f *CallsFeed) Run(ctx context.Context, log *slog.Logger) error {
 			}
 		}
 	}
-	return followBucket(ctx, log, "calls feed", f.kv, unsync, func() (func(jetstream.KeyValueEntry), func()) {
+	return followBucket(ctx, log, "calls feed", f.js, f.kv, unsync, func() (func(jetstream.KeyValueEntry), func()) {
 		life = f.startApplier()
 		return life.apply, life.loaded
 	})
@@ -217,7 +223,7 @@ func (a *applier) drain() {
 // the watch's key is a part of, 15 bytes of "$KV.tool_calls." more), so
 // that a call's id costs the views one string of its own length.
 func callRevision(kve jetstream.KeyValueEntry) CallRevision {
-	r := CallRevision{Key: strings.Clone(kve.Key()), Revision: kve.Revision(), Op: kve.Operation(), Remaining: kve.Delta()}
+	r := CallRevision{Key: strings.Clone(kve.Key()), Revision: kve.Revision(), Created: kve.Created(), Op: kve.Operation(), Remaining: kve.Delta()}
 	if r.Op == jetstream.KeyValuePut {
 		r.Value = kve.Value()
 		r.Head, r.Err = DecodeCallHead(r.Value)

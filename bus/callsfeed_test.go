@@ -93,7 +93,7 @@ func TestCallsFeed_LoadedOnceTheViewsHaveReadTheBucket(t *testing.T) {
 		id := machine.PendingID("conv", fmt.Sprintf("call-%02d", i))
 		return id, fmt.Appendf(nil, `{"pendingId":%q,"status":"PENDING_APPROVAL"}`, id)
 	})
-	f := bus.NewCallsFeed(env.KV)
+	f := bus.NewCallsFeed(env.JS, env.KV)
 	var read atomic.Int64
 	seen := make(chan int64, 1)
 	f.Add(bus.CallsView{Start: func() (func(bus.CallRevision), func()) {
@@ -149,7 +149,7 @@ func TestCallsFeed_ALifeEndsAfterItsLastApply(t *testing.T) {
 	}
 	holding := make(chan struct{})
 	first := true
-	f := bus.NewCallsFeed(env.KV)
+	f := bus.NewCallsFeed(env.JS, env.KV)
 	f.Add(bus.CallsView{
 		Start: func() (func(bus.CallRevision), func()) {
 			note("start")
@@ -250,7 +250,7 @@ func BenchmarkCallsFeedLoad(b *testing.B) {
 		ctx, cancel := context.WithCancel(b.Context())
 		defer cancel() // before the wait
 		start := time.Now()
-		f, index := bus.NewCallsFeed(env.KV), bus.NewCallIndex(env.JS, env.KV)
+		f, index := bus.NewCallsFeed(env.JS, env.KV), bus.NewCallIndex(env.JS, env.KV)
 		timer := worker.NewTimer(env.JS, env.KV, machine.New(env.Store), bustest.Logger(), worker.WithFeed(f))
 		f.Add(index.View(bustest.Logger()))
 		wg.Go(func() { _ = timer.Run(ctx) })

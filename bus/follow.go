@@ -4,11 +4,22 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/consumer"
 )
+
+// followHeartbeat is how often the NATS server tells a quiet watch that
+// it is still there: after two missed, the watch starts again from the
+// last revision it had, on a new consumer. The bucket's stream changing
+// leader takes its consumers with it, and a watch that learned of it only
+// after KV's own ten seconds (WatchAll's heartbeats) left every view of
+// the bucket (the call index, the timer, the work queue, the grants) that
+// far behind.
+const followHeartbeat = time.Second
 
 // followBucket keeps a process's view of every key of kv until ctx ends.
 // Each life of it (consumer.RunRestarting: again after a failure) opens a
@@ -16,31 +27,98 @@ import (
 // those of the bucket as it was, until loaded is called once they are
 // all in, then every change. unsync ends a life: the view is not to be
 // trusted until the next one has loaded.
-func followBucket(ctx context.Context, log *slog.Logger, name string, kv jetstream.KeyValue, unsync func(),
+//
+// The watch is what KV's WatchAll is, an ordered consumer of the bucket's
+// stream from each key's last revision, with heartbeats of its own
+// (followHeartbeat); a lost consumer is recreated from where it stopped,
+// within the same life.
+func followBucket(ctx context.Context, log *slog.Logger, name string, js jetstream.JetStream, kv jetstream.KeyValue, unsync func(),
 	start func() (apply func(jetstream.KeyValueEntry), loaded func())) error {
 	defer unsync()
+	bucket := kv.Bucket()
+	prefix := "$KV." + bucket + "."
 	return consumer.RunRestarting(ctx, log, name, func(ctx context.Context) error {
 		defer unsync()
-		w, err := kv.WatchAll(ctx)
+		cons, err := js.OrderedConsumer(ctx, "KV_"+bucket, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{prefix + ">"}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		})
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", name, err)
 		}
-		defer func() { _ = w.Stop() }()
+		it, err := cons.Messages(jetstream.PullHeartbeat(followHeartbeat))
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		stop := context.AfterFunc(ctx, it.Stop)
+		defer stop()
+		defer it.Stop()
 		apply, loaded := start()
+		// The bucket as it was is the messages pending when the consumer
+		// was made, or up to one with none left after it, whichever
+		// comes first (writes go on meanwhile).
+		var initial uint64
+		if info := cons.CachedInfo(); info != nil {
+			initial = info.NumPending
+		}
+		if initial == 0 {
+			loaded()
+		}
 		for {
-			select {
-			case <-ctx.Done():
+			msg, err := it.Next()
+			switch {
+			case ctx.Err() != nil:
 				return nil
-			case kve, ok := <-w.Updates():
-				switch {
-				case !ok:
-					return fmt.Errorf("%s: watch ended", name)
-				case kve == nil: // the bucket as it was: read
+			case err != nil:
+				return fmt.Errorf("%s: watch ended: %w", name, err)
+			}
+			meta, err := msg.Metadata()
+			if err != nil || !strings.HasPrefix(msg.Subject(), prefix) {
+				continue
+			}
+			apply(&entry{bucket: bucket, key: msg.Subject()[len(prefix):], value: msg.Data(), meta: meta, op: operation(msg)})
+			if initial > 0 {
+				if initial--; initial == 0 || meta.NumPending == 0 {
+					initial = 0
 					loaded()
-				default:
-					apply(kve)
 				}
 			}
 		}
 	})
 }
+
+// operation is what a message of a bucket's stream did to its key, as KV
+// tells it.
+func operation(msg jetstream.Msg) jetstream.KeyValueOp {
+	h := msg.Headers()
+	switch {
+	case h == nil:
+	case h.Get("KV-Operation") == "DEL":
+		return jetstream.KeyValueDelete
+	case h.Get("KV-Operation") == "PURGE":
+		return jetstream.KeyValuePurge
+	case h.Get("KV-Operation") == "":
+		switch h.Get(jetstream.MarkerReasonHeader) {
+		case "MaxAge", "Purge":
+			return jetstream.KeyValuePurge
+		case "Remove":
+			return jetstream.KeyValueDelete
+		}
+	}
+	return jetstream.KeyValuePut
+}
+
+// entry is one message of a bucket's stream as a KeyValueEntry.
+type entry struct {
+	bucket, key string
+	value       []byte
+	meta        *jetstream.MsgMetadata
+	op          jetstream.KeyValueOp
+}
+
+func (e *entry) Bucket() string                  { return e.bucket }
+func (e *entry) Key() string                     { return e.key }
+func (e *entry) Value() []byte                   { return e.value }
+func (e *entry) Revision() uint64                { return e.meta.Sequence.Stream }
+func (e *entry) Created() time.Time              { return e.meta.Timestamp }
+func (e *entry) Delta() uint64                   { return e.meta.NumPending }
+func (e *entry) Operation() jetstream.KeyValueOp { return e.op }

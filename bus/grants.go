@@ -28,6 +28,7 @@ import (
 // by one watch, so that a submit reads nothing: while the bucket is slow
 // or out of reach (a leader election), submits still match their grants.
 type GrantStore struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 
 	mu sync.RWMutex
@@ -40,12 +41,14 @@ type GrantStore struct {
 var _ policy.Grants = (*GrantStore)(nil)
 
 // NewGrantStore returns the store over the grants bucket.
-func NewGrantStore(kv jetstream.KeyValue) *GrantStore { return &GrantStore{kv: kv} }
+func NewGrantStore(js jetstream.JetStream, kv jetstream.KeyValue) *GrantStore {
+	return &GrantStore{js: js, kv: kv}
+}
 
 // Follow keeps the store's copy of the bucket current until ctx ends,
 // watching it again after a failure; meanwhile Match reads the bucket.
 func (s *GrantStore) Follow(ctx context.Context, log *slog.Logger) error {
-	return followBucket(ctx, log, "grants", s.kv, s.unsync, func() (func(jetstream.KeyValueEntry), func()) {
+	return followBucket(ctx, log, "grants", s.js, s.kv, s.unsync, func() (func(jetstream.KeyValueEntry), func()) {
 		byKey := map[string][]policy.Grant{}
 		apply := func(kve jetstream.KeyValueEntry) {
 			var grants []policy.Grant

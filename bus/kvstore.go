@@ -39,8 +39,7 @@ type recentEntry struct {
 }
 
 // What a KVStore remembers: the runnable and running calls it wrote last
-// (those a work item names, which a claim starts from, and those an
-// executor reports on), each of at most
+// (those a claim starts from, and those an executor reports on), each of at most
 // maxRecentSize bytes of JSON, at most maxRecentEntries of them.
 const (
 	maxRecentEntries = 4096

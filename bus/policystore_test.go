@@ -112,7 +112,7 @@ func TestGrantStore_MatchesOnlyItsConversation(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	g := bus.NewGrantStore(env.Buckets.Grants)
+	g := bus.NewGrantStore(env.JS, env.Buckets.Grants)
 	_, err := g.Add(ctx, policy.Grant{Pattern: "Bash(git push origin main)", ConversationID: "conv-1", By: "alice"}, time.Now())
 	require.NoError(t, err)
 	_, err = g.Add(ctx, policy.Grant{Pattern: "Bash"}, time.Now())
@@ -141,7 +141,7 @@ func TestGrantStore_ConcurrentGrantsAllKept(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	g := bus.NewGrantStore(env.Buckets.Grants)
+	g := bus.NewGrantStore(env.JS, env.Buckets.Grants)
 	var eg errgroup.Group
 	for i := range 20 {
 		eg.Go(func() error {
@@ -162,7 +162,7 @@ func TestGrantStore_FollowingMatchesFromMemory(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	writer, follower := bus.NewGrantStore(env.Buckets.Grants), bus.NewGrantStore(env.Buckets.Grants)
+	writer, follower := bus.NewGrantStore(env.JS, env.Buckets.Grants), bus.NewGrantStore(env.JS, env.Buckets.Grants)
 	_, err := writer.Add(ctx, policy.Grant{Pattern: "Bash(make test)", ConversationID: "early", By: "alice"}, time.Now())
 	require.NoError(t, err)
 	followCtx, stop := context.WithCancel(ctx)
@@ -206,7 +206,7 @@ func TestGrantStore_ExpiryAlwaysAndRevocation(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	writer, follower := bus.NewGrantStore(env.Buckets.Grants), bus.NewGrantStore(env.Buckets.Grants)
+	writer, follower := bus.NewGrantStore(env.JS, env.Buckets.Grants), bus.NewGrantStore(env.JS, env.Buckets.Grants)
 	followCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- follower.Follow(followCtx, bustest.Logger()) }()
@@ -260,7 +260,7 @@ func TestGrantStore_ASingleUseGrantLetsOneOfEightRacingCallsRun(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	stores := []*bus.GrantStore{bus.NewGrantStore(env.Buckets.Grants), bus.NewGrantStore(env.Buckets.Grants)}
+	stores := []*bus.GrantStore{bus.NewGrantStore(env.JS, env.Buckets.Grants), bus.NewGrantStore(env.JS, env.Buckets.Grants)}
 	followCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- stores[1].Follow(followCtx, bustest.Logger()) }()

@@ -99,14 +99,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		Replicas:    t.Replicas,
 		Duplicates:  duplicateWindow,
 	}, {
-		Name:        wire.WorkStream,
-		Description: "toolgate: runnable tool calls, one queue per tool",
-		Subjects:    []string{wire.WorkSubject(">")},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    t.Replicas,
-		Duplicates:  duplicateWindow,
-	}, {
 		Name:        wire.NotifyStream,
 		Description: "toolgate: notifications to deliver, one subject per channel",
 		Subjects:    []string{wire.NotifySubject(">")},
@@ -145,8 +137,22 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 			b.Archive = st
 		}
 	}
+	// Executors took work from a stream of their own, TOOL_WORK, before
+	// they asked the request API for it: what an older toolgate left there
+	// nobody reads.
+	if _, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (struct{}, error) {
+		if err := js.DeleteStream(ctx, retiredWorkStream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return struct{}{}, err
+		}
+		return struct{}{}, nil
+	}); err != nil {
+		return nil, fmt.Errorf("provision: delete stream %s: %w", retiredWorkStream, err)
+	}
 	return &b, nil
 }
+
+// retiredWorkStream is the stream older toolgates queued runnable calls on.
+const retiredWorkStream = "TOOL_WORK"
 
 // provisionCalls creates the entries' bucket with its final configuration
 // and, when it exists, changes only what differs from it.

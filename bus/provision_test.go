@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -88,4 +90,28 @@ func TestProvision_ManyProcessesOnAFreshCluster(t *testing.T) {
 	for range cap(errs) {
 		require.NoError(t, <-errs)
 	}
+}
+
+// TestProvision_DeletesTheRetiredWorkStream: the stream an older toolgate
+// queued runnable calls on is gone once a toolgate that does not read it
+// starts; nothing else it finds changes.
+func TestProvision_DeletesTheRetiredWorkStream(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	_, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "TOOL_WORK", Subjects: []string{"toolgate.work.>"}, Retention: jetstream.WorkQueuePolicy})
+	require.NoError(t, err)
+	_, err = env.JS.Publish(ctx, "toolgate.work.deploy", []byte(`{}`))
+	require.NoError(t, err)
+	_, err = env.Store.Create(ctx, &machine.Entry{PendingID: "kept.c1", Status: machine.StatePendingApproval, ToolName: "deploy"})
+	require.NoError(t, err)
+
+	_, err = bus.Provision(ctx, env.JS, bus.Topology{Replicas: 1})
+	require.NoError(t, err)
+	_, err = env.JS.Stream(ctx, "TOOL_WORK")
+	assert.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+	_, _, err = env.Store.Get(ctx, "kept.c1")
+	assert.NoError(t, err, "the calls stay")
+	_, err = bus.Provision(ctx, env.JS, bus.Topology{Replicas: 1})
+	assert.NoError(t, err, "and again, with nothing to delete")
 }

@@ -34,8 +34,9 @@ type RelayConfig struct {
 
 // Relay turns every revision written to the tool_calls bucket into the event
 // of the transition it recorded, on that transition's subject in
-// TOOL_EVENTS, and queues the call on toolgate.work.<tool> when the revision
-// made it runnable.
+// TOOL_EVENTS, and announces it to the agent awaiting the call.
+// (Executors take runnable calls from toolgate's request API, which
+// follows the bucket itself: gate.Service.TakeWork.)
 //
 // The KV write is the commit point; the relay only reads what was
 // committed. It acks a revision after JetStream has stored everything
@@ -73,7 +74,7 @@ func NewRelay(js jetstream.JetStream, cfg RelayConfig, log *slog.Logger) *Relay 
 type relayed struct {
 	msg      jetstream.Msg
 	revision uint64
-	acks     []jetstream.PubAckFuture
+	ack      jetstream.PubAckFuture // its event's; nil when it has none
 }
 
 // crashed is the error of a failure point: it stops the relay, as a crash
@@ -169,7 +170,7 @@ func (r *Relay) pump(ctx context.Context, iter jetstream.MessagesContext, inflig
 	}
 }
 
-// publish sends the event (and work item) for one revision.
+// publish sends the event for one revision.
 func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -221,20 +222,12 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	if err != nil {
 		return relayed{}, fmt.Errorf("relay: publish %s: %w", id, err)
 	}
-	item.acks = append(item.acks, fut)
+	item.ack = fut
 	// Agents awaiting this call hear of it on its own subject: core NATS,
 	// nothing stored. One that misses it (not yet subscribed, reconnecting)
 	// reads the entry again, which is why losing this publish is harmless.
 	if err := r.js.Conn().Publish(wire.EntrySubject(e.CallerBotID, e.PendingID), ev); err != nil {
 		return relayed{}, fmt.Errorf("relay: announce %s: %w", id, err)
-	}
-	if e.Runnable(time.UnixMilli(t.At)) {
-		work, _ := json.Marshal(wire.WorkItem{PendingID: e.PendingID, ToolName: e.ToolName, Revision: item.revision})
-		fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: wire.WorkSubject(e.ToolName), Data: work}, jetstream.WithMsgID(id))
-		if err != nil {
-			return relayed{}, fmt.Errorf("relay: queue %s: %w", id, err)
-		}
-		item.acks = append(item.acks, fut)
 	}
 	return item, nil
 }
@@ -242,10 +235,10 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 func (r *Relay) acker(ctx context.Context, inflight <-chan relayed) error {
 	for item := range inflight {
 		stored := true
-		for _, fut := range item.acks {
+		if item.ack != nil {
 			select {
-			case <-fut.Ok():
-			case err := <-fut.Err():
+			case <-item.ack.Ok():
+			case err := <-item.ack.Err():
 				// Leave it to redelivery; the replay is de-duplicated.
 				r.log.Warn("relay: publish failed, will retry", "revision", item.revision, "err", err)
 				stored = false

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -26,7 +25,6 @@ const DefaultRequestTimeout = 35 * time.Second
 // concurrent use; it does not own the connection, which the caller closes.
 type Client struct {
 	nc      *nats.Conn
-	js      jetstream.JetStream
 	timeout time.Duration
 	// unavailable is how long a request that may be repeated is tried
 	// again while nothing answers it.
@@ -71,11 +69,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("client: nil NATS connection")
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("client: jetstream: %w", err)
-	}
-	c := &Client{nc: nc, js: js, timeout: DefaultRequestTimeout, unavailable: DefaultUnavailableWait}
+	c := &Client{nc: nc, timeout: DefaultRequestTimeout, unavailable: DefaultUnavailableWait}
 	c.denials.watch(nc)
 	for _, o := range opts {
 		o(c)
@@ -125,7 +119,7 @@ func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any)
 	defer c.nc.RemoveStatusListener(reconnects)
 	giveUp := time.Now().Add(c.unavailable)
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		msg, err, reconnected := c.attemptUntilReconnect(ctx, reconnects, endpoint, data, out)
+		msg, err, reconnected := c.attemptUntilReconnect(ctx, reconnects, attemptTimeout, endpoint, data, out)
 		if reconnected {
 			continue
 		}
@@ -145,16 +139,16 @@ func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any)
 
 var errReconnected = errors.New("reconnected")
 
-// attemptUntilReconnect is one attempt of a repeatable request, bounded by
-// attemptTimeout, and ended early (reconnected) by a reconnect.
-func (c *Client) attemptUntilReconnect(ctx context.Context, reconnects <-chan nats.Status, endpoint string, data []byte, out any) (*nats.Msg, error, bool) {
+// attemptUntilReconnect is one attempt of a request, bounded by timeout,
+// and ended early (reconnected) by a reconnect.
+func (c *Client) attemptUntilReconnect(ctx context.Context, reconnects <-chan nats.Status, timeout time.Duration, endpoint string, data []byte, out any) (*nats.Msg, error, bool) {
 	// A reconnect before this attempt is sent does not concern it.
 	for len(reconnects) > 0 {
 		<-reconnects
 	}
 	rctx, reconnected := context.WithCancelCause(ctx)
 	defer reconnected(nil)
-	actx, cancel := context.WithTimeout(rctx, attemptTimeout)
+	actx, cancel := context.WithTimeout(rctx, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() {

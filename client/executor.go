@@ -14,11 +14,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -37,9 +35,9 @@ type Call struct {
 	CallerBotID    string
 	Attempt        int // 1 for the first run
 	Entry          *machine.Entry
-	// Queued is when toolgate queued the work item this run came from:
-	// its stream's timestamp, by the NATS server's clock (zero if the
-	// server gave none).
+	// Queued is since when the call was runnable, by toolgate's clock:
+	// when it was approved (the approval's stored time, by the NATS
+	// server's clock), came due, or its last executor's lease ran out.
 	Queued time.Time
 }
 
@@ -65,7 +63,11 @@ func Permanent(err error) error { return permanentError{err} }
 // ExecutorOptions tune an Executor.
 type ExecutorOptions struct {
 	// ID names this executor as the holder of the leases it takes
-	// (default host-pid-random).
+	// (default host-pid-random). Two executors running at once must not
+	// share one: toolgate hands a call claimed under an ID, whose
+	// executor does not say it has it in hand, to an executor under that
+	// ID (a claim whose answer was lost, or the calls of an executor
+	// restarted under its ID).
 	ID string
 	// Lease is how long a claim lasts without a heartbeat (default 30s);
 	// heartbeats renew it every third of that. It is also how long (30s at
@@ -85,9 +87,9 @@ type ExecutorOptions struct {
 // once when not told: four per CPU this process may use, and at least 8.
 func DefaultConcurrency() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
 
-// Executor hosts tool handlers: it consumes the toolgate.work.<tool> queues of
-// the tools it has, claims each call by compare-and-set before running it,
-// heartbeats from the claim until the result is recorded, and records it,
+// Executor hosts tool handlers: it takes the runnable calls of the tools
+// it has from toolgate (toolgate.work), which claims each for it by
+// compare-and-set before answering it, and heartbeats from the claim until the result is recorded, and records it,
 // sending a report toolgate does not answer again for as long as the lease
 // lasts (30s at least). A call that is not approved or due, or already rejected,
 // cancelled, finished or claimed by a live executor, cannot be claimed, so
@@ -104,6 +106,37 @@ type Executor struct {
 	// busy holds the calls this executor has in hand, from its claim
 	// until their outcome is recorded or given up.
 	busy map[string]bool
+	// ran holds the last attempt of each call this executor ran lately,
+	// last pruned at ranPruned.
+	ran       map[string]ranAttempt
+	ranPruned time.Time
+}
+
+// ranAttempt is the last attempt of a call an executor ran, and when it
+// ended.
+type ranAttempt struct {
+	attempt int
+	ended   time.Time
+}
+
+// ranFor is how long an executor remembers the attempts it ran: longer
+// than a claim it had in hand is handed to it again (toolgate's view of
+// the call lagging behind the outcome it recorded).
+const ranFor = time.Minute
+
+// noteRan records that this executor ran attempt of pendingID, and
+// forgets what it ran longer than ranFor ago. x.mu is held.
+func (x *Executor) noteRan(pendingID string, attempt int) {
+	now := time.Now()
+	if now.Sub(x.ranPruned) > ranFor {
+		for id, r := range x.ran {
+			if now.Sub(r.ended) > ranFor {
+				delete(x.ran, id)
+			}
+		}
+		x.ranPruned = now
+	}
+	x.ran[pendingID] = ranAttempt{attempt: attempt, ended: now}
 }
 
 // errConversationCancelled is why a handler's context ends when its
@@ -131,17 +164,17 @@ func (c *Client) NewExecutor(opts ExecutorOptions) (*Executor, error) {
 	opts.Log = opts.Log.With("executor", opts.ID)
 	return &Executor{
 		c: c, opts: opts,
-		handlers: map[string]Handler{}, running: map[string]context.CancelCauseFunc{}, busy: map[string]bool{},
+		handlers: map[string]Handler{}, running: map[string]context.CancelCauseFunc{}, busy: map[string]bool{}, ran: map[string]ranAttempt{},
 	}, nil
 }
 
 // Handle hosts tool with h. Call it before Run.
 func (x *Executor) Handle(tool string, h Handler) { x.handlers[tool] = h }
 
-// Run consumes the hosted tools' queues until ctx ends, then waits for the
-// handlers running, and records what those that succeeded returned. A call
-// whose handler ended otherwise keeps its lease until it runs out; then the
-// timer queues it again for another executor.
+// Run takes the hosted tools' calls from toolgate until ctx ends, then
+// waits for the handlers running, and records what those that succeeded
+// returned. A call whose handler ended otherwise keeps its lease until it
+// runs out; then toolgate offers it to another executor.
 func (x *Executor) Run(ctx context.Context) error {
 	if len(x.handlers) == 0 {
 		return errors.New("executor: no tools to host")
@@ -151,40 +184,122 @@ func (x *Executor) Run(ctx context.Context) error {
 		return err
 	}
 	defer sub.Unsubscribe()
-	js := x.c.js
+	var runs sync.WaitGroup
+	defer runs.Wait()
 	g, ctx := errgroup.WithContext(ctx)
 	for tool, h := range x.handlers {
-		r := consumer.NewRunner(js, consumer.ConsumerConfig{
-			Stream:         wire.WorkStream,
-			Durable:        wire.ExecutorDurable(tool),
-			FilterSubjects: []string{wire.WorkSubject(tool)},
-			AckWait:        x.opts.Lease,
-			Concurrency:    x.opts.Concurrency,
-			Backoff:        []time.Duration{time.Second},
-			Bind:           func(ctx context.Context) (jetstream.Consumer, error) { return x.workConsumer(ctx, tool) },
-		}, x.opts.Log, func(ctx context.Context, msg jetstream.Msg) error {
-			return x.work(ctx, msg, h)
-		})
-		g.Go(func() error { return r.Run(ctx) })
+		g.Go(func() error { return x.take(ctx, tool, h, &runs) })
 	}
 	return g.Wait()
 }
 
-// workConsumer asks toolgate for the consumer of tool's queue, which
-// toolgate configures, and binds it through the JetStream API prefix
-// toolgate names: a client credential reaches only that consumer's
-// lookups, fetches and acknowledgements.
-func (x *Executor) workConsumer(ctx context.Context, tool string) (jetstream.Consumer, error) {
-	var reply wire.WorkConsumerReply
-	req := wire.WorkConsumerRequest{Tool: tool, AckWaitMs: x.opts.Lease.Milliseconds()}
-	if err := x.c.request(ctx, wire.EndpointWorkConsumer, req, &reply); err != nil {
-		return nil, err
+// takeWait is how long a request for work waits at toolgate for a call
+// when there is none; the executor then asks again.
+const takeWait = 15 * time.Second
+
+// maxTakes is how many requests for work of one tool an executor has in
+// flight at most. Each asks for the slots free when it was sent; with one
+// only, slots freed while it waits would stay idle until it is answered,
+// and under load calls would be taken a few at a time.
+const maxTakes = 4
+
+// take asks toolgate for calls of tool, as many at a time as it has
+// room for, and runs each it gets on runs, until ctx ends. It returns an
+// error only for a refusal no retry changes (a credential that may not
+// run tools).
+func (x *Executor) take(ctx context.Context, tool string, h Handler, runs *sync.WaitGroup) error {
+	free := make(chan struct{}, x.opts.Concurrency)
+	for range x.opts.Concurrency {
+		free <- struct{}{}
 	}
-	js, err := jetstream.NewWithAPIPrefix(x.c.nc, reply.APIPrefix)
+	takes := make(chan struct{}, maxTakes)
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	for {
+		select {
+		case takes <- struct{}{}:
+		case <-ctx.Done():
+			return ignoreCanceled(context.Cause(ctx))
+		}
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return ignoreCanceled(context.Cause(ctx))
+		}
+		n := 1
+		for more := true; more; {
+			select {
+			case <-free:
+				n++
+			default:
+				more = false
+			}
+		}
+		inflight.Go(func() {
+			defer func() { <-takes }()
+			sent := time.Now()
+			reply, err := x.takeWork(ctx, wire.WorkRequest{Tools: []string{tool}, Max: n, LeaseMs: x.opts.Lease.Milliseconds(), By: x.opts.ID})
+			// Calls handed again (their first answer lost) may be more
+			// than the slots asked for: they are this executor's to run.
+			for range n - len(reply.Calls) {
+				free <- struct{}{}
+			}
+			for i, c := range reply.Calls {
+				runs.Go(func() {
+					if i < n {
+						defer func() { free <- struct{}{} }()
+					}
+					x.runClaimed(ctx, c, sent, h)
+				})
+			}
+			switch {
+			case err == nil || ctx.Err() != nil:
+			case errors.Is(err, machine.ErrForbidden) || errors.Is(err, machine.ErrInvalid):
+				stop(fmt.Errorf("executor: taking work for %s: %w", tool, err))
+			default:
+				x.opts.Log.Warn("taking work failed, asking again", "tool", tool, "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		})
+	}
+}
+
+// takeWork sends one request for work, which waits at toolgate up to
+// takeWait, or a third of the lease if shorter: a claim whose answer was
+// lost is handed again in the answer to a later request (wire.WorkRequest's
+// Running), and that must come before its lease runs out. A reconnect
+// ends the wait for the answer at once, as it may have gone with the
+// server.
+func (x *Executor) takeWork(ctx context.Context, r wire.WorkRequest) (wire.WorkReply, error) {
+	wait := min(takeWait, x.opts.Lease/3)
+	r.WaitMs = wait.Milliseconds()
+	x.mu.Lock()
+	for id := range x.busy {
+		r.Running = append(r.Running, id)
+	}
+	x.mu.Unlock()
+	var reply wire.WorkReply
+	data, err := json.Marshal(r)
 	if err != nil {
-		return nil, err
+		return reply, err
 	}
-	return js.Consumer(ctx, reply.Stream, reply.Consumer)
+	reconnects := x.c.nc.StatusChanged(nats.CONNECTED)
+	defer x.c.nc.RemoveStatusListener(reconnects)
+	_, err, _ = x.c.attemptUntilReconnect(ctx, reconnects, wait+reportAttemptTimeout, wire.EndpointWork, data, &reply)
+	return reply, err
+}
+
+// ignoreCanceled is err, unless it only says that the context ended.
+func ignoreCanceled(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
 }
 
 // onCancel stops the handlers of a cancelled conversation's running calls.
@@ -202,50 +317,36 @@ func (x *Executor) onCancel(msg *nats.Msg) {
 	}
 }
 
-// work handles one work item: claim, run, record.
-func (x *Executor) work(ctx context.Context, msg jetstream.Msg, h Handler) error {
-	var item wire.WorkItem
-	if err := json.Unmarshal(msg.Data(), &item); err != nil {
-		return consumer.Permanent(fmt.Errorf("work item: %w", err))
+// runClaimed runs a call toolgate claimed for this executor in a request
+// sent at sent: its lease counts from then at the latest, or, for a call
+// handed again, from its claim.
+func (x *Executor) runClaimed(ctx context.Context, c wire.WorkClaim, sent time.Time, h Handler) {
+	e := c.Entry
+	claimed := sent
+	if c.Again {
+		claimed = time.UnixMilli(e.LastAttemptTime)
 	}
-	// A call this executor is running already is not claimed again, not
-	// even when its lease ran out under load (heartbeats that could not
-	// get through) and the timer queued it again: a second claim would
-	// run it twice. The item comes back after a lease, by when the run in
-	// hand has ended (and the item is spent) or this executor has died
-	// (and whoever gets it reclaims the call).
+	// A call this executor is running already is not run again: its
+	// lease ran out under load (heartbeats that could not get through)
+	// and toolgate offered it again, to this executor as it happened.
+	// The run in hand goes on under the lease the claim renewed.
+	// Nor is one whose attempt it ran already: a claim handed again
+	// because toolgate did not know this executor had it in hand.
 	x.mu.Lock()
-	if x.busy[item.PendingID] {
+	if x.busy[e.PendingID] || x.ran[e.PendingID].attempt >= e.ExecutionAttempts {
 		x.mu.Unlock()
-		return consumer.RetryAfter(fmt.Errorf("%s: running here already", item.PendingID), x.opts.Lease)
+		x.opts.Log.Info("claimed again while running here, or after", "pendingId", e.PendingID, "attempt", e.ExecutionAttempts)
+		return
 	}
-	x.busy[item.PendingID] = true
+	x.busy[e.PendingID] = true
 	x.mu.Unlock()
 	defer func() {
 		x.mu.Lock()
-		delete(x.busy, item.PendingID)
+		delete(x.busy, e.PendingID)
+		x.noteRan(e.PendingID, e.ExecutionAttempts)
 		x.mu.Unlock()
 	}()
-	// A claim whose answer was lost (the server it went through died) may
-	// have been granted: asked again, it is refused, since a live lease is
-	// never claimed twice. The refusal's entry then shows this executor
-	// holding the lease, and the call is ours to run.
-	e, claimed, err := x.ask(ctx, wire.EndpointStarted, wire.ReportRequest{PendingID: item.PendingID, By: x.opts.ID, LeaseMs: x.opts.Lease.Milliseconds(), Revision: item.Revision},
-		nil, func(e *machine.Entry) bool { return e.Status == machine.StateExecuting && x.holds(e) })
-	if errors.Is(err, machine.ErrConflict) || errors.Is(err, machine.ErrNotFound) {
-		// Not runnable (refused, cancelled, done, not due) or held by a
-		// live executor: not ours to run. The item is spent.
-		x.opts.Log.Debug("not claimed", "pendingId", item.PendingID, "err", err)
-		return nil
-	} else if err != nil {
-		return err // the bus: try the item again
-	}
-	var queued time.Time
-	if md, err := msg.Metadata(); err == nil {
-		queued = md.Timestamp
-	}
-	x.run(ctx, e, claimed, queued, h)
-	return nil
+	x.run(ctx, e, claimed, time.UnixMilli(c.RunnableSince), h)
 }
 
 // holds reports whether e's lease is this executor's.
@@ -262,7 +363,7 @@ func (x *Executor) is(name string) bool {
 // run runs a claimed call until it succeeds, fails for good, or this
 // executor stops or loses the lease. The lease is renewed from the claim
 // (made at claimed) until the outcome is recorded, retries and their
-// backoff included. queued is when its work item was.
+// backoff included. queued is since when the call was runnable.
 func (x *Executor) run(ctx context.Context, e *machine.Entry, claimed, queued time.Time, h Handler) {
 	id := e.PendingID
 	log := x.opts.Log.With("pendingId", id, "tool", e.ToolName)
@@ -444,8 +545,8 @@ type leaseKeeper struct {
 }
 
 // keepLease starts renewing the lease on pendingID, claimed at claimed,
-// every third of the lease until stop; after a renewal that got no
-// answer, again within a second.
+// every third of the lease (the first a third after claimed) until stop;
+// after a renewal that got no answer, again within a second.
 func (x *Executor) keepLease(ctx context.Context, pendingID string, claimed time.Time) *leaseKeeper {
 	k := &leaseKeeper{lease: x.opts.Lease, until: claimed.Add(x.opts.Lease)}
 	k.lost, k.lose = context.WithCancel(context.Background())
@@ -454,7 +555,7 @@ func (x *Executor) keepLease(ctx context.Context, pendingID string, claimed time
 	k.stop = func() { cancel(); wg.Wait(); k.lose() }
 	every := x.opts.Lease / 3
 	wg.Go(func() {
-		t := time.NewTimer(every)
+		t := time.NewTimer(max(time.Until(claimed.Add(every)), 0))
 		defer t.Stop()
 		timeout := reportAttemptTimeout
 		for {

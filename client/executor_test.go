@@ -108,10 +108,11 @@ func TestExecutor_RunsOnceRetriesAndRecords(t *testing.T) {
 	assert.Equal(t, int32(1), okRuns.Load(), "run once")
 	e, _ := g.c.Get(ctx, machine.PendingID("exec", "c-report"))
 	assert.InDelta(t, 1.5, e.Cost, 1e-9)
-	// The handler knows when its work item was queued (the server's
-	// clock, this machine's here): after the submit, before now.
+	// The handler knows since when its call was runnable (the server's
+	// clock, this machine's here, in milliseconds): after the submit,
+	// before now.
 	require.NotNil(t, queued.Load())
-	assert.WithinRange(t, *queued.Load(), start, time.Now())
+	assert.WithinRange(t, *queued.Load(), start.Truncate(time.Millisecond), time.Now())
 }
 
 // TestExecutor_NeverRunsARefusedCall counts handler invocations by
@@ -170,17 +171,6 @@ func TestExecutor_NeverRunsARefusedCall(t *testing.T) {
 		machine.StateCompletedSuccess: calls / 4, machine.StateRejectedByUser: calls / 4,
 		machine.StateRejectedByTimeout: calls / 4, machine.StateCancelled: calls / 4,
 	}
-	// Wait for the executor to drain its queue and the last run to be
-	// recorded, then read every entry once.
-	js := g.JS
-	require.Eventually(t, func() bool {
-		c, err := js.Consumer(ctx, wire.WorkStream, "executor-guarded")
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Consumer >= calls/4
-	}, 60*time.Second, 50*time.Millisecond, "the executor never drained its queue")
 	// Listing 2,000 entries takes seconds on a loaded machine: the wait
 	// is long, and says what it last saw.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

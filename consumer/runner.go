@@ -107,10 +107,6 @@ type ConsumerConfig struct {
 	MaxAckPending int
 	// DeadLetter says where and how a message given up on is kept.
 	DeadLetter DeadLetterConfig
-	// Bind, when set, returns the consumer: someone else creates and
-	// configures it (toolgate, for an executor, whose credential may
-	// not), and the runner never changes it.
-	Bind func(ctx context.Context) (jetstream.Consumer, error)
 }
 
 // DeadLetterConfig tunes the dead letters of a Runner.
@@ -176,13 +172,6 @@ func (r *Runner) Run(ctx context.Context) error {
 	return RunRestarting(ctx, r.log, "consumer", r.run)
 }
 
-func (r *Runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
-	if r.cfg.Bind != nil {
-		return r.cfg.Bind(ctx)
-	}
-	return r.CreateConsumer(ctx)
-}
-
 // CreateConsumer creates the durable consumer, or brings its configuration
 // up to date, as Run does each time it starts: for a producer that must
 // know the consumer exists before it publishes to it.
@@ -228,7 +217,7 @@ const bindTimeout = 5 * time.Second
 
 func (r *Runner) run(ctx context.Context) error {
 	bctx, cancel := context.WithTimeout(ctx, bindTimeout)
-	cons, err := r.consumer(bctx)
+	cons, err := r.CreateConsumer(bctx)
 	cancel()
 	if err != nil {
 		return err

@@ -20,7 +20,23 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// runRunner starts a runner over TOOL_WORK's toolgate.work.<tool> queue.
+// jobsStream is the tests' work queue: jobs.<tool>, one queue per tool.
+const jobsStream = "JOBS"
+
+func jobSubject(tool string) string { return "jobs." + tool }
+
+// startEnv starts a server with toolgate's streams and the tests' queue.
+func startEnv(t *testing.T) *bustest.Env {
+	t.Helper()
+	env := bustest.Start(t, bustest.Topologies[0])
+	_, err := env.JS.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: jobsStream, Subjects: []string{jobSubject(">")}, Retention: jetstream.WorkQueuePolicy,
+	})
+	require.NoError(t, err)
+	return env
+}
+
+// runRunner starts a runner over the tests' jobs.<tool> queue.
 func runRunner(t *testing.T, env *bustest.Env, tool string, h consumer.Handler, mw ...consumer.Middleware) (stop func() error) {
 	t.Helper()
 	return runRunnerWith(t, env, testConfig(tool), h, mw...)
@@ -28,9 +44,9 @@ func runRunner(t *testing.T, env *bustest.Env, tool string, h consumer.Handler, 
 
 func testConfig(tool string) consumer.ConsumerConfig {
 	return consumer.ConsumerConfig{
-		Stream:         wire.WorkStream,
+		Stream:         jobsStream,
 		Durable:        "test-" + tool,
-		FilterSubjects: []string{wire.WorkSubject(tool)},
+		FilterSubjects: []string{jobSubject(tool)},
 		MaxDeliver:     3,
 		Backoff:        []time.Duration{10 * time.Millisecond},
 		AckWait:        time.Second,
@@ -61,7 +77,7 @@ func publish(t *testing.T, env *bustest.Env, subject, data string) {
 
 func TestRunner_RetriesWithBackoffThenAcks(t *testing.T) {
 	t.Parallel()
-	env := bustest.Start(t, bustest.Topologies[0])
+	env := startEnv(t)
 	var calls atomic.Int32
 	handled := make(chan string, 1)
 	runRunner(t, env, "flaky", func(_ context.Context, msg jetstream.Msg) error {
@@ -71,7 +87,7 @@ func TestRunner_RetriesWithBackoffThenAcks(t *testing.T) {
 		handled <- string(msg.Data())
 		return nil
 	})
-	publish(t, env, wire.WorkSubject("flaky"), "job")
+	publish(t, env, jobSubject("flaky"), "job")
 	select {
 	case got := <-handled:
 		assert.Equal(t, "job", got)
@@ -79,14 +95,14 @@ func TestRunner_RetriesWithBackoffThenAcks(t *testing.T) {
 		t.Fatal("handler never succeeded")
 	}
 	// Acked: the work queue empties and no dead letter is written.
-	assertStreamMsgs(t, env, wire.WorkStream, 0)
+	assertStreamMsgs(t, env, jobsStream, 0)
 	assertStreamMsgs(t, env, wire.DeadLetterStream, 0)
 	assert.Equal(t, int32(3), calls.Load())
 }
 
 func TestRunner_DeadLettersAfterMaxDeliver(t *testing.T) {
 	t.Parallel()
-	env := bustest.Start(t, bustest.Topologies[0])
+	env := startEnv(t)
 	var dead, alive atomic.Int32
 	runRunner(t, env, "mixed", func(_ context.Context, msg jetstream.Msg) error {
 		if string(msg.Data()) == "poison" {
@@ -96,9 +112,9 @@ func TestRunner_DeadLettersAfterMaxDeliver(t *testing.T) {
 		alive.Add(1)
 		return nil
 	})
-	publish(t, env, wire.WorkSubject("mixed"), "poison")
+	publish(t, env, jobSubject("mixed"), "poison")
 	for i := range 5 {
-		publish(t, env, wire.WorkSubject("mixed"), fmt.Sprint("ok-", i))
+		publish(t, env, jobSubject("mixed"), fmt.Sprint("ok-", i))
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, uint64(1), streamCount(t, env, wire.DeadLetterStream), "dead letters")
@@ -112,20 +128,20 @@ func TestRunner_DeadLettersAfterMaxDeliver(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "poison", string(m.Data))
 	assert.Equal(t, "cannot parse poison", m.Header.Get(consumer.HeaderDeadError))
-	assert.Equal(t, wire.WorkSubject("mixed"), m.Header.Get(consumer.HeaderDeadSubject))
+	assert.Equal(t, jobSubject("mixed"), m.Header.Get(consumer.HeaderDeadSubject))
 	assert.Equal(t, "3", m.Header.Get(consumer.HeaderDeadDeliveries))
-	assertStreamMsgs(t, env, wire.WorkStream, 0)
+	assertStreamMsgs(t, env, jobsStream, 0)
 }
 
 func TestRunner_PermanentErrorDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()
-	env := bustest.Start(t, bustest.Topologies[0])
+	env := startEnv(t)
 	var calls atomic.Int32
 	runRunner(t, env, "perm", func(context.Context, jetstream.Msg) error {
 		calls.Add(1)
 		return consumer.Permanent(errors.New("bad input"))
 	})
-	publish(t, env, wire.WorkSubject("perm"), "x")
+	publish(t, env, jobSubject("perm"), "x")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, uint64(1), streamCount(t, env, wire.DeadLetterStream), "dead letters (handled %d times)", calls.Load())
 	}, 30*time.Second, 10*time.Millisecond)
@@ -134,7 +150,7 @@ func TestRunner_PermanentErrorDeadLettersAtOnce(t *testing.T) {
 
 func TestRunner_MiddlewareWrapsOutermostFirst(t *testing.T) {
 	t.Parallel()
-	env := bustest.Start(t, bustest.Topologies[0])
+	env := startEnv(t)
 	order := make(chan string, 3)
 	tag := func(name string) consumer.Middleware {
 		return func(next consumer.Handler) consumer.Handler {
@@ -145,7 +161,7 @@ func TestRunner_MiddlewareWrapsOutermostFirst(t *testing.T) {
 		}
 	}
 	runRunner(t, env, "mw", func(context.Context, jetstream.Msg) error { order <- "handler"; return nil }, tag("outer"), tag("inner"))
-	publish(t, env, wire.WorkSubject("mw"), "x")
+	publish(t, env, jobSubject("mw"), "x")
 	for _, want := range []string{"outer", "inner", "handler"} {
 		select {
 		case got := <-order:
@@ -158,7 +174,7 @@ func TestRunner_MiddlewareWrapsOutermostFirst(t *testing.T) {
 
 func TestRunner_StopWaitsForHandlerInFlight(t *testing.T) {
 	t.Parallel()
-	env := bustest.Start(t, bustest.Topologies[0])
+	env := startEnv(t)
 	started := make(chan struct{})
 	var finished atomic.Bool
 	stop := runRunner(t, env, "slow", func(ctx context.Context, _ jetstream.Msg) error {
@@ -167,7 +183,7 @@ func TestRunner_StopWaitsForHandlerInFlight(t *testing.T) {
 		finished.Store(true)
 		return nil
 	})
-	publish(t, env, wire.WorkSubject("slow"), "x")
+	publish(t, env, jobSubject("slow"), "x")
 	<-started
 	require.NoError(t, stop())
 	assert.True(t, finished.Load(), "Run returned before its handler did")
@@ -211,7 +227,7 @@ func (d *deliveries) gaps() []time.Duration {
 
 func TestRunner_RetryAfterDelaysTheRedelivery(t *testing.T) {
 	t.Parallel()
-	env := bustest.Start(t, bustest.Topologies[0])
+	env := startEnv(t)
 	var d deliveries
 	acked := make(chan struct{})
 	runRunner(t, env, "busy", func(context.Context, jetstream.Msg) error {
@@ -221,7 +237,7 @@ func TestRunner_RetryAfterDelaysTheRedelivery(t *testing.T) {
 		close(acked)
 		return nil
 	})
-	publish(t, env, wire.WorkSubject("busy"), "x")
+	publish(t, env, jobSubject("busy"), "x")
 	select {
 	case <-acked:
 	case <-time.After(10 * time.Second):
@@ -230,12 +246,12 @@ func TestRunner_RetryAfterDelaysTheRedelivery(t *testing.T) {
 	gaps := d.gaps()
 	require.Len(t, gaps, 1)
 	assert.GreaterOrEqual(t, gaps[0], 700*time.Millisecond, "the retry waited as asked, not the 10ms backoff")
-	assertStreamMsgs(t, env, wire.WorkStream, 0)
+	assertStreamMsgs(t, env, jobsStream, 0)
 }
 
 func TestRunner_RetryAfterIsCappedAndNeverShortensTheBackoff(t *testing.T) {
 	t.Parallel()
-	env := bustest.Start(t, bustest.Topologies[0])
+	env := startEnv(t)
 	cfg := testConfig("capped")
 	cfg.Backoff = []time.Duration{400 * time.Millisecond}
 	cfg.MaxRetryAfter = 50 * time.Millisecond
@@ -250,7 +266,7 @@ func TestRunner_RetryAfterIsCappedAndNeverShortensTheBackoff(t *testing.T) {
 		}
 		return nil
 	})
-	publish(t, env, wire.WorkSubject("capped"), "x")
+	publish(t, env, jobSubject("capped"), "x")
 	require.Eventually(t, func() bool { return len(d.gaps()) == 2 }, 10*time.Second, 5*time.Millisecond)
 	for i, g := range d.gaps() {
 		assert.GreaterOrEqual(t, g, 400*time.Millisecond, "retry %d", i+1)
@@ -261,7 +277,7 @@ func TestRunner_RetryAfterIsCappedAndNeverShortensTheBackoff(t *testing.T) {
 
 func TestRunner_RetryAfterCountsTowardsMaxDeliver(t *testing.T) {
 	t.Parallel()
-	env := bustest.Start(t, bustest.Topologies[0])
+	env := startEnv(t)
 	var calls atomic.Int32
 	cfg := testConfig("throttled")
 	cfg.DeadLetter = consumer.DeadLetterConfig{
@@ -274,7 +290,7 @@ func TestRunner_RetryAfterCountsTowardsMaxDeliver(t *testing.T) {
 		calls.Add(1)
 		return consumer.RetryAfter(errors.New("slow\r\ndown"), time.Millisecond)
 	})
-	publish(t, env, wire.WorkSubject("throttled"), "x")
+	publish(t, env, jobSubject("throttled"), "x")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, uint64(1), streamCount(t, env, wire.DeadLetterStream))
 	}, 30*time.Second, 10*time.Millisecond)
@@ -353,7 +369,7 @@ func TestRunRestarting(t *testing.T) {
 // Not parallel: it counts every goroutine of the package's runners, and
 // runs before the parallel tests start theirs.
 func TestRunner_RunLeavesNothingRunning(t *testing.T) {
-	env := bustest.Start(t, bustest.Topologies[0])
+	env := startEnv(t)
 	cfg := testConfig("owned")
 	cfg.Concurrency = 4
 	cfg.AckWait = 300 * time.Millisecond // the in-progress ticker ticks
@@ -365,7 +381,7 @@ func TestRunner_RunLeavesNothingRunning(t *testing.T) {
 		return errors.New("retry me")
 	})
 	for i := range 4 {
-		publish(t, env, wire.WorkSubject("owned"), fmt.Sprint(i))
+		publish(t, env, jobSubject("owned"), fmt.Sprint(i))
 	}
 	require.Eventually(t, func() bool { return started.Load() == 4 }, 10*time.Second, 5*time.Millisecond)
 	assert.NotEmpty(t, goroutinesIn("toolgate/consumer.(*Runner)"))

@@ -144,11 +144,11 @@ const pageReads = 16
 // it.
 func (s *Service) CallsView(log *slog.Logger) bus.CallsView { return s.index.View(log) }
 
-// newCallIndex is the index of cfg's tool_calls.
-func newCallIndex(cfg Config) *bus.CallIndex {
-	var js jetstream.JetStream
-	if cfg.NC != nil {
-		js, _ = jetstream.New(cfg.NC)
+// jetStream is cfg's connection's JetStream, nil without one.
+func jetStream(cfg Config) jetstream.JetStream {
+	if cfg.NC == nil {
+		return nil
 	}
-	return bus.NewCallIndex(js, cfg.Buckets.Calls)
+	js, _ := jetstream.New(cfg.NC)
+	return js
 }

@@ -59,6 +59,7 @@ type Service struct {
 	m          *machine.Machine
 	calls      *bus.KVStore
 	index      *bus.CallIndex // lists read it while it follows the bucket (CallsView)
+	work       *bus.WorkQueue // executors take work from it while it follows the bucket (WorkView)
 	policies   *bus.PolicyStore
 	grants     *bus.GrantStore
 	budgets    *bus.BudgetLedger
@@ -88,7 +89,8 @@ type limits interface {
 
 // New returns the Service over cfg's buckets.
 func New(cfg Config) *Service {
-	index := newCallIndex(cfg)
+	js := jetStream(cfg)
+	index := bus.NewCallIndex(js, cfg.Buckets.Calls)
 	calls := bus.NewKVStore(cfg.Buckets.Calls).WithIndex(index)
 	opts := []machine.Option{}
 	if cfg.Policy != nil {
@@ -108,7 +110,7 @@ func New(cfg Config) *Service {
 	mk, _ := cfg.Policy.(masker)
 	grants := cfg.Grants
 	if grants == nil {
-		grants = bus.NewGrantStore(cfg.Buckets.Grants)
+		grants = bus.NewGrantStore(js, cfg.Buckets.Grants)
 	}
 	return &Service{
 		limits:     lim,
@@ -116,6 +118,7 @@ func New(cfg Config) *Service {
 		m:          machine.New(calls, opts...),
 		calls:      calls,
 		index:      index,
+		work:       bus.NewWorkQueue(),
 		policies:   bus.NewPolicyStore(cfg.Buckets.Policies),
 		grants:     grants,
 		budgets:    bus.NewBudgetLedger(cfg.Buckets.Budgets),
@@ -577,7 +580,8 @@ func (s *Service) Claim(ctx context.Context, a Actor, pendingID, holder string, 
 	return s.ClaimAt(ctx, a, pendingID, 0, holder, lease)
 }
 
-// ClaimAt is Claim for a work item of revision (0: unknown): where this
+// ClaimAt is Claim from revision, as the claimant last saw the entry (0:
+// unknown): where this
 // process wrote the entry at that revision, the claim reads no entry
 // (machine.ClaimAt; an agent's claim still reads the call, to check it
 // is its own).

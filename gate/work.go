@@ -2,55 +2,136 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/wire"
 )
 
-// WorkConsumer creates the consumer of a tool's work queue that executors
-// share, or brings its configuration up to date, and names it. Executors
-// fetch from it and acknowledge; toolgate alone configures it.
-func (s *Service) WorkConsumer(ctx context.Context, a Actor, r wire.WorkConsumerRequest) (wire.WorkConsumerReply, error) {
-	if err := a.require("consume work queues", wire.RoleExecutor); err != nil {
-		return wire.WorkConsumerReply{}, err
+// WorkView is the queue of runnable calls TakeWork hands out, as a view of
+// the process's feed of tool_calls: a process that serves executors keeps
+// it.
+func (s *Service) WorkView() bus.CallsView { return s.work.View() }
+
+// RunnableCalls is how many calls this process's work queue holds ready
+// for an executor, not yet claimed (0 while it does not follow the
+// bucket).
+func (s *Service) RunnableCalls() int {
+	ready, _, _ := s.work.Ready()
+	return ready
+}
+
+// claimRetry is how long a call whose claim was refused, though the
+// queue had it as runnable (a lease renewed just now, toolgate's clocks a
+// little apart, the bucket ahead of the queue's view of it), waits at
+// first before it is offered again (bus.WorkQueue.Refused).
+const claimRetry = 100 * time.Millisecond
+
+// answerGrace is how long after a claim TakeWork takes its answer to
+// have reached the executor, if it ever does: a call claimed longer ago,
+// running under the executor's lease and not among those it says it has
+// in hand, is handed to it again.
+const answerGrace = 2 * time.Second
+
+// TakeWork claims runnable calls of r.Tools for an executor, the oldest
+// first: up to r.Max, waiting up to r.WaitMs for one when none is. Each
+// claim is the compare-and-set a claim through toolgate.started makes,
+// from the revision the queue holds, so a call that moved on meanwhile
+// (decided otherwise, cancelled, claimed through another process) is
+// skipped. What it answers is claimed: an answer lost on its way is
+// handed again to the same executor by a later request (r.Running), and
+// a call whose executor is gone waits out its lease and is offered again.
+func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*wire.WorkReply, error) {
+	if err := a.require("take work", wire.RoleExecutor); err != nil {
+		return nil, err
 	}
-	if !machine.ValidToolName(r.Tool) {
-		return wire.WorkConsumerReply{}, fmt.Errorf("%w: tool %q: not a tool name", machine.ErrInvalid, r.Tool)
+	if len(r.Tools) == 0 {
+		return nil, fmt.Errorf("%w: tools: required", machine.ErrInvalid)
 	}
-	ackWait := time.Duration(r.AckWaitMs) * time.Millisecond
-	if ackWait <= 0 {
-		ackWait = 30 * time.Second
+	for _, tool := range r.Tools {
+		if !machine.ValidToolName(tool) {
+			return nil, fmt.Errorf("%w: tools: %q is not a tool name", machine.ErrInvalid, tool)
+		}
 	}
-	js, err := jetstream.New(s.nc)
-	if err != nil {
-		return wire.WorkConsumerReply{}, err
+	if r.Max == 0 {
+		r.Max = 1
 	}
-	durable := wire.ExecutorDurable(r.Tool)
-	// Bounded: a JetStream API request that went to a meta leader that
-	// died is never answered, and the executor asks again.
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err = js.CreateOrUpdateConsumer(ctx, wire.WorkStream, jetstream.ConsumerConfig{
-		Durable:        durable,
-		Description:    "toolgate: executors of " + r.Tool,
-		FilterSubjects: []string{wire.WorkSubject(r.Tool)},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        ackWait,
-		// The executor's runner gives up on an item itself; the server
-		// must not drop one silently before it does.
-		MaxDeliver: -1,
-	})
-	if err != nil {
-		return wire.WorkConsumerReply{}, fmt.Errorf("consumer %s on %s: %w", durable, wire.WorkStream, err)
+	wait := time.Duration(r.WaitMs) * time.Millisecond
+	switch {
+	case r.Max < 0 || r.Max > wire.MaxWorkBatch:
+		return nil, fmt.Errorf("%w: max: %d: want 1 to %d", machine.ErrInvalid, r.Max, wire.MaxWorkBatch)
+	case wait < 0 || wait > wire.MaxWorkWait:
+		return nil, fmt.Errorf("%w: waitMs: %d: want 0 to %d", machine.ErrInvalid, r.WaitMs, wire.MaxWorkWait.Milliseconds())
+	case r.LeaseMs <= 0:
+		return nil, fmt.Errorf("%w: leaseMs: %d: a lease must be positive", machine.ErrInvalid, r.LeaseMs)
 	}
-	prefix := wire.WorkAPIPrefix
-	if a.system {
-		prefix = jetstream.DefaultAPIPrefix
+	lease := time.Duration(r.LeaseMs) * time.Millisecond
+	holder := a.holder(r.By)
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	wake := make(chan struct{}, 1)
+	defer s.work.Stop(r.Tools, wake)
+	reply := &wire.WorkReply{Calls: []wire.WorkClaim{}}
+	// Claims made for this executor whose answer it never had: handed
+	// again, before anything new.
+	for _, id := range s.work.Held(holder, r.Running, answerGrace) {
+		e, _, err := s.calls.Get(ctx, id)
+		if err == nil && e.Status == machine.StateExecuting && e.Lease != nil && e.Lease.Holder == holder && e.Lease.ExpiresAt > s.now().UnixMilli() {
+			reply.Calls = append(reply.Calls, wire.WorkClaim{Entry: s.shown(a, e), RunnableSince: e.LastAttemptTime, Again: true})
+		}
 	}
-	return wire.WorkConsumerReply{Stream: wire.WorkStream, Consumer: durable, APIPrefix: prefix}, nil
+	if len(reply.Calls) > 0 {
+		return reply, nil
+	}
+	for {
+		taken := s.work.Take(r.Tools, r.Max, wake)
+		if len(taken) == 0 {
+			select {
+			case <-wake:
+				continue
+			case <-timeout.C:
+			case <-ctx.Done():
+			}
+			return reply, nil
+		}
+		// Claimed at once, not one after another: the first would wait
+		// for the last.
+		entries, errs := make([]*machine.Entry, len(taken)), make([]error, len(taken))
+		var claims sync.WaitGroup
+		for i, c := range taken {
+			claims.Go(func() { entries[i], errs[i] = s.observe(s.m.ClaimAt(ctx, c.PendingID, c.Revision, holder, lease)) })
+		}
+		claims.Wait()
+		var failed error
+		for i, c := range taken {
+			e, err := entries[i], errs[i]
+			var te *machine.TransitionError
+			switch {
+			case err == nil:
+				if t := e.LastTransition; t != nil && t.Event == machine.EventReclaim && s.mx != nil {
+					s.mx.Requeues.WithLabelValues(metrics.RequeueLeaseExpired).Inc()
+				}
+				reply.Calls = append(reply.Calls, wire.WorkClaim{Entry: s.shown(a, e), RunnableSince: c.Since.UnixMilli()})
+			case errors.As(err, &te):
+				s.work.Refused(c, te.Entry, claimRetry)
+			case errors.Is(err, machine.ErrNotFound):
+				s.work.Refused(c, nil, claimRetry)
+			default:
+				s.work.Failed(c)
+				failed = err
+			}
+		}
+		switch {
+		case len(reply.Calls) > 0:
+			return reply, nil
+		case failed != nil:
+			return nil, failed
+		}
+		// Every one moved on: take others.
+	}
 }

@@ -224,7 +224,7 @@ type Call struct {
 var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
 // ValidToolName reports whether name may name a tool: one plain subject
-// token, since each tool has its own work queue subject.
+// token, since tools are named in subjects and metric labels.
 func ValidToolName(name string) bool { return toolNameRE.MatchString(name) }
 
 // validate checks the call and fills in what may be left out.

@@ -362,15 +362,16 @@ func (m *Machine) checkEdit(ctx context.Context, e *Entry, d Decision) (Risk, er
 
 // Claim hands a runnable call to the executor holder for lease: approved,
 // scheduled and due, or running under a lease that has run out. A live
-// lease is never claimed, not even by its holder: a work item delivered
-// twice must not start a second run. Each claim is an attempt, and none is
+// lease is never claimed, not even by its holder: a claim asked twice
+// must not start a second run. Each claim is an attempt, and none is
 // granted past the call's MaxExecutionAttempts.
 func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease time.Duration) (*Entry, error) {
 	return m.ClaimAt(ctx, pendingID, 0, holder, lease)
 }
 
-// ClaimAt is Claim for a work item of revision: the entry as the store
-// remembers it at that revision, if it does, spares a read.
+// ClaimAt is Claim from revision, as the claimant last saw the entry: the
+// entry as the store remembers it at that revision, if it does, spares a
+// read.
 func (m *Machine) ClaimAt(ctx context.Context, pendingID string, revision uint64, holder string, lease time.Duration) (*Entry, error) {
 	if holder == "" || lease <= 0 {
 		return nil, fmt.Errorf("claim %s: %w", pendingID, invalidf("holder and a positive lease are required"))
@@ -619,7 +620,7 @@ func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose fun
 const latestRemembered = ^uint64(0)
 
 // transitionFrom is transitionBy for a command that names the revision
-// it expects the entry at (a work item's), or latestRemembered: when the
+// it expects the entry at (a claim's), or latestRemembered: when the
 // store remembers the entry at that revision (a RecentStore), the first
 // attempt starts from it rather than from a read. Compare-and-set on that revision makes it
 // safe: the write lands only if the entry is still what was remembered,

@@ -17,11 +17,14 @@
 //     one loses nothing. Never sum them across instances: take
 //     max by (labels) (rate(...)), as the Grafana dashboard does.
 //   - Read from the store (toolgate_pending_approvals,
-//     toolgate_consumer_pending_messages, _ack_pending_messages): every
-//     replica reports the same fleet-wide value. Use max by (labels).
+//     toolgate_consumer_pending_messages, _ack_pending_messages, and
+//     toolgate_runnable_calls, from the processes with the intake role):
+//     every replica reports the same fleet-wide value. Use max by
+//     (labels).
 //   - Counted by the process that did the work
-//     (toolgate_notifications_total, toolgate_transition_conflicts_total):
-//     each process counts only its own. Sum them.
+//     (toolgate_notifications_total, toolgate_transition_conflicts_total,
+//     toolgate_requeues_total): each process counts only its own. Sum
+//     them.
 //
 // Why not one shared consumer, each process counting a share, so that sum
 // works? Its shares move whenever a replica restarts, a replica that dies

@@ -65,7 +65,7 @@ func NewExporter(js jetstream.JetStream, calls jetstream.KeyValue, reg prometheu
 	var own *bus.CallsFeed
 	feed := cfg.Feed
 	if feed == nil {
-		own = bus.NewCallsFeed(calls)
+		own = bus.NewCallsFeed(js, calls)
 		feed = own
 	}
 	feed.Add(pending.View())

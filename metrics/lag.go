@@ -15,8 +15,7 @@ import (
 // delivered), toolgate_consumer_ack_pending_messages (delivered, not yet
 // acknowledged) and toolgate_consumer_redelivered_messages, labelled by
 // stream and consumer. The relay's consumer reads the tool_calls bucket's
-// stream; the analytics, notifier and timer consumers read TOOL_EVENTS;
-// executors read TOOL_WORK.
+// stream; the analytics, notifier and timer consumers read TOOL_EVENTS.
 //
 // The numbers are the server's, read from consumer info at scrape time
 // (one request per stream), so every replica reports the same values.
@@ -39,7 +38,7 @@ func NewConsumerLag(js jetstream.JetStream, log *slog.Logger, extraStreams ...st
 	labels := []string{"stream", "consumer"}
 	return &ConsumerLag{
 		js:      js,
-		streams: append([]string{"KV_" + wire.CallsBucket, wire.EventsStream, wire.WorkStream}, extraStreams...),
+		streams: append([]string{"KV_" + wire.CallsBucket, wire.EventsStream}, extraStreams...),
 		timeout: 2 * time.Second,
 		log:     log,
 		pending: prometheus.NewDesc(NameConsumerPending,

@@ -25,6 +25,7 @@ const (
 	NameNotifications        = "toolgate_notifications_total"
 	NameTransitionConflicts  = "toolgate_transition_conflicts_total"
 	NameRequeues             = "toolgate_requeues_total"
+	NameRunnableCalls        = "toolgate_runnable_calls"
 	NameConsumerPending      = "toolgate_consumer_pending_messages"
 	NameConsumerAckPending   = "toolgate_consumer_ack_pending_messages"
 	NameConsumerRedeliveries = "toolgate_consumer_redelivered_messages"
@@ -44,11 +45,8 @@ const (
 	NotificationSkipped = "skipped" // nothing to send (no channel for the team, muted)
 )
 
-// The reasons Requeues counts.
-const (
-	RequeueUnclaimed    = "unclaimed"
-	RequeueLeaseExpired = "lease_expired"
-)
+// The reason Requeues counts: a call's executor stopped heartbeating.
+const RequeueLeaseExpired = "lease_expired"
 
 // DecisionApproved and DecisionRejected are the values of the decision label.
 const (
@@ -123,7 +121,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"event"}),
 		Requeues: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameRequeues,
-			Help: "Runnable calls this process's timer queued again for an executor, by reason: unclaimed (nobody claimed it in --requeue-unclaimed; its work item may have been lost) or lease_expired (its executor stopped heartbeating). Per process: sum across instances.",
+			Help: "Calls this process handed an executor again, by reason: lease_expired (the executor that ran it stopped heartbeating). Per process: sum across instances.",
 		}, []string{"reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.ToolCalls, m.Transitions, m.ApprovalResponse, m.ApprovalTimeouts,
@@ -163,9 +161,7 @@ func (m *Metrics) initialize() {
 		}
 	}
 	m.Notifications.WithLabelValues(NotificationNoChannel, NotificationSkipped)
-	for _, r := range []string{RequeueUnclaimed, RequeueLeaseExpired} {
-		m.Requeues.WithLabelValues(r)
-	}
+	m.Requeues.WithLabelValues(RequeueLeaseExpired)
 }
 
 // initializeNames starts at 0 the counters of the tools and teams given,
@@ -304,4 +300,15 @@ func (m *Metrics) ObserveError(err error) bool {
 	}
 	m.TransitionConflict(te.Event)
 	return true
+}
+
+// NewRunnableCalls returns the gauge of the calls ready for an executor
+// and not yet claimed, read from ready (the process's work queue) when
+// scraped: a number that grows means no executor takes the calls, or too
+// few.
+func NewRunnableCalls(ready func() int) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: NameRunnableCalls,
+		Help: "Calls ready for an executor and not yet claimed, as this process's work queue holds them. Every process serving the request API holds them all: take max across instances.",
+	}, func() float64 { return float64(ready()) })
 }

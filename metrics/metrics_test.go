@@ -484,7 +484,6 @@ func TestServe_SeriesStartAtZero(t *testing.T) {
 		`toolgate_notifications_total{channel="slack",result="failed"} 0`,
 		`toolgate_notifications_total{channel="none",result="skipped"} 0`,
 		`toolgate_transition_conflicts_total{event="approve"} 0`,
-		`toolgate_requeues_total{reason="unclaimed"} 0`,
 		`toolgate_requeues_total{reason="lease_expired"} 0`,
 		`toolgate_pending_approvals{team=""} 0`,
 	} {

@@ -72,6 +72,15 @@ func (s *Service) Run(ctx context.Context, nc *nats.Conn, version string) error 
 					_ = req.Error("503", "toolgate is stopping: ask again", nil)
 					return
 				}
+				if e.waits {
+					// Answered when there is something to answer, or
+					// its wait is over: not in the instance's turn.
+					go func() {
+						defer inflight.Release(1)
+						s.serve(ctx, req, e.handle)
+					}()
+					return
+				}
 				defer inflight.Release(1)
 				s.serve(ctx, req, e.handle)
 			})
@@ -120,6 +129,9 @@ type handler func(context.Context, gate.Actor, []byte) (reply, error)
 type endpoint struct {
 	handle         handler
 	request, reply string
+	// waits is set for a request that may wait (long-poll): it is
+	// answered on a goroutine of its own.
+	waits bool
 }
 
 // typeName names a request's or reply's type as the wire contract spells
@@ -141,6 +153,12 @@ func answer[T, R any](f func(context.Context, gate.Actor, T) (R, error)) endpoin
 		},
 		request: typeName[T](), reply: typeName[R](),
 	}
+}
+
+// waiting marks e as a request that may wait.
+func waiting(e endpoint) endpoint {
+	e.waits = true
+	return e
 }
 
 func (s *Service) endpoints() map[string]endpoint {
@@ -203,7 +221,7 @@ func (s *Service) endpoints() map[string]endpoint {
 		wire.EndpointPolicyGet:    answer(g.Policy),
 		wire.EndpointPolicySet:    answer(g.SetPolicy),
 		wire.EndpointDeniedTools:  answer(g.DeniedTools),
-		wire.EndpointWorkConsumer: answer(g.WorkConsumer),
+		wire.EndpointWork:         waiting(answer(g.TakeWork)),
 		wire.EndpointCredsAdd:     answer(g.IssueCredential),
 		wire.EndpointCredsList:    answer(g.Credentials),
 		wire.EndpointCredsRevoke:  answer(g.RevokeCredential),

@@ -62,9 +62,6 @@ type Config struct {
 	Tools        []string      // built-in tools the executor role hosts
 	Lease        time.Duration // the executor role's lease on a running call
 	Metrics      string        // a listener serving only /metrics, for processes without the http role
-	// RequeueUnclaimed is how long a runnable call may wait for an
-	// executor before the timer role queues it again (0: never).
-	RequeueUnclaimed time.Duration
 	// Retention is how long a finished call stays in tool_calls before
 	// the timer role moves it to the archive (0: it stays).
 	Retention time.Duration
@@ -87,9 +84,7 @@ func DefaultConfig() Config {
 		Roles:        Roles{"all"},
 		HTTP:         "127.0.0.1:8080",
 		Lease:        30 * time.Second,
-
-		RequeueUnclaimed: worker.DefaultUnclaimedRequeue,
-		Retention:        DefaultRetention,
+		Retention:    DefaultRetention,
 	}
 }
 
@@ -134,9 +129,6 @@ func (c Config) Validate() error {
 	}
 	if c.EventsMaxAge < 0 {
 		return fmt.Errorf("--events-max-age: must be >= 0, got %s", c.EventsMaxAge)
-	}
-	if c.RequeueUnclaimed < 0 {
-		return fmt.Errorf("--requeue-unclaimed: must be >= 0, got %s", c.RequeueUnclaimed)
 	}
 	if c.Retention < 0 {
 		return fmt.Errorf("--retention: must be >= 0 (0: finished calls stay), got %s", c.Retention)
@@ -264,7 +256,7 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		m.Log.Info("toolgate stopped")
 	}()
-	// An asynchronous publish (the relay's events and work items) whose
+	// An asynchronous publish (the relay's events) whose
 	// ack went down with the server that was to send it is otherwise
 	// waited for forever, and the relay, which acks revisions in order,
 	// stalls for good. Bounded, it fails, and the revision is published
@@ -328,6 +320,12 @@ func (m *Main) Run(ctx context.Context) error {
 		// reading before each Expire fired twice as late:
 		// docs/performance.md).
 		d.feed.Add(d.gate.CallsView(m.Log))
+	}
+	if slices.Contains(names, "intake") {
+		// Executors take work from the request API: the calls they may
+		// claim, kept from the bucket. After the index, so that a claim
+		// finds the entry it starts from there.
+		d.feed.Add(d.gate.WorkView())
 	}
 	// The views of tool_calls the roles keep in memory are all in: one
 	// watch of the bucket feeds them.
@@ -457,7 +455,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if err != nil {
 		return nil, err
 	}
-	grants := bus.NewGrantStore(b.Grants)
+	grants := bus.NewGrantStore(js, b.Grants)
 	ledger := bus.NewBudgetLedger(b.Budgets)
 	opts := []policy.EngineOption{policy.WithRateCounter(bus.NewRateCounters(b.RateLimits))}
 	if m.Clock != nil {
@@ -513,7 +511,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{feed: bus.NewCallsFeed(b.Calls), events: bus.NewEventsFeed(js), analytics: an, cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
+	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: bus.NewEventsFeed(js), analytics: an, cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
 }
 
 // largeBucket is how many entries and revisions in tool_calls make its

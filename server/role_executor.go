@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/natsapi"
 )
 
 // builtinTools are the tools serve can host itself (--tools).
@@ -32,6 +33,12 @@ func runExecutor(ctx context.Context, d *deps, log *slog.Logger) error {
 	}
 	for _, t := range d.cfg.Tools {
 		x.Handle(t, builtinTools[t]())
+	}
+	// Work comes from the request API: wait until it answers (this
+	// process's intake role, or another process's, starting meanwhile)
+	// rather than warn every second that it does not.
+	if err := natsapi.WaitReady(ctx, d.nc); err != nil {
+		return err
 	}
 	log.Info("hosting built-in tools", "tools", d.cfg.Tools)
 	return x.Run(ctx)

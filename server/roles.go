@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/natsapi"
 	"github.com/toolgate/toolgate/worker"
 )
@@ -27,7 +28,7 @@ type role struct {
 // gathered from init functions.
 var roles = []role{
 	{"relay", runRelay, nil},
-	{"intake", runIntake, nil},
+	{"intake", runIntake, prepareIntake},
 	{"timer", runTimer, prepareTimer},
 	{"executor", runExecutor, nil},
 	{"notifier", runNotifier, nil},
@@ -109,6 +110,12 @@ func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
 	err := relay.Run(ctx)
 	cancel()
 	return errors.Join(err, <-followed)
+}
+
+// prepareIntake exports how many calls wait for an executor in the work
+// queue the process keeps for the request API.
+func prepareIntake(d *deps, _ *slog.Logger) error {
+	return d.registry.Register(metrics.NewRunnableCalls(d.gate.RunnableCalls))
 }
 
 // runIntake serves the request API, evaluating calls against the policy

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/toolgate/toolgate/machine"
 )
@@ -38,7 +39,7 @@ const (
 	EndpointPolicyGet          = "policy_get"
 	EndpointPolicySet          = "policy_set"
 	EndpointDeniedTools        = "denied_tools"
-	EndpointWorkConsumer       = "work_consumer"
+	EndpointWork               = "work"
 	EndpointCredsAdd           = "creds_add"
 	EndpointCredsList          = "creds_list"
 	EndpointCredsRevoke        = "creds_revoke"
@@ -191,8 +192,8 @@ type ReportRequest struct {
 	By        string `json:"by"`
 	LeaseMs   int64  `json:"leaseMs,omitempty"` // started, heartbeat, retry: default 1 hour
 	Attempt   int    `json:"attempt,omitempty"` // retry: the attempt that failed
-	// Revision (started) is the revision of the entry the work item
-	// named: a hint that spares toolgate a read when it still holds the
+	// Revision (started) is the revision of the entry as the claimant
+	// last saw it: a hint that spares toolgate a read when it still holds the
 	// entry at that revision; the claim is checked against the entry as
 	// it is, whatever the hint.
 	Revision uint64          `json:"revision,omitempty"`
@@ -472,29 +473,46 @@ type IdentitiesReply struct {
 	Items []Identity `json:"items"`
 }
 
-// WorkConsumerRequest asks toolgate for the consumer of a tool's work
-// queue that executors share (ExecutorDurable), created with toolgate's
-// configuration: an executor may fetch and acknowledge work items, never
-// create or change a consumer itself.
-type WorkConsumerRequest struct {
-	Tool string `json:"tool"`
-	// AckWaitMs is how long a work item is the executor's before it is
-	// delivered again: its lease.
-	AckWaitMs int64 `json:"ackWaitMs,omitempty"`
+// WorkRequest asks toolgate for calls to run: it claims up to Max
+// runnable calls of Tools for By (under the credential's name, as every
+// claim), each with a lease of LeaseMs, and answers them; with none
+// runnable, it waits up to WaitMs for one, and answers none.
+type WorkRequest struct {
+	Tools   []string `json:"tools"`
+	Max     int      `json:"max,omitempty"`    // 1 to MaxWorkBatch; default 1
+	WaitMs  int64    `json:"waitMs,omitempty"` // 0 to MaxWorkWait; default 0, answer at once
+	LeaseMs int64    `json:"leaseMs"`
+	By      string   `json:"by,omitempty"`
+	// Running names the calls the executor has in hand (claimed for it,
+	// their outcome not yet recorded). A call running under By's lease
+	// that is not among them, for longer than an answer takes to arrive,
+	// was claimed for it in an answer that never did (the connection it
+	// was on broke): toolgate hands it again, as it is, with no wait.
+	Running []string `json:"running,omitempty"`
 }
 
-// WorkConsumerReply names the consumer to fetch from, and the prefix of
-// the JetStream API to reach it by: "$JS.API" inside toolgate's own
-// account, WorkAPIPrefix from a client's.
-type WorkConsumerReply struct {
-	Stream    string `json:"stream"`
-	Consumer  string `json:"consumer"`
-	APIPrefix string `json:"apiPrefix"`
+// The bounds of a WorkRequest.
+const (
+	MaxWorkBatch = 256
+	MaxWorkWait  = 20 * time.Second
+)
+
+// WorkReply is the calls toolgate claimed for a WorkRequest.
+type WorkReply struct {
+	Calls []WorkClaim `json:"calls"`
 }
 
-// WorkAPIPrefix is where a client account reaches the JetStream API of
-// toolgate's work queue (see package auth).
-const WorkAPIPrefix = "toolgate.js.API"
+// WorkClaim is one claimed call: the entry as the claim left it, and
+// since when it was runnable (Unix ms, toolgate's clock): when it was
+// approved, came due, or its last executor's lease ran out.
+type WorkClaim struct {
+	Entry         *machine.Entry `json:"entry"`
+	RunnableSince int64          `json:"runnableSince"`
+	// Again marks a call claimed earlier, whose first answer was lost
+	// (WorkRequest.Running): its lease counts from its claim, the
+	// entry's lastAttemptTime.
+	Again bool `json:"again,omitempty"`
+}
 
 // ArchivedCall is a finished call as the archive keeps it once it left
 // tool_calls (the retention window after it finished): the entry as it

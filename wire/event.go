@@ -41,25 +41,9 @@ type Event struct {
 	Entry   *machine.Entry   `json:"entry"`
 }
 
-// WorkItem is queued on toolgate.work.<tool> when a call may run. The executor
-// claims the entry by CAS before running anything; the item only says where
-// to look.
-type WorkItem struct {
-	PendingID string `json:"pendingId"`
-	ToolName  string `json:"toolName"`
-	Revision  uint64 `json:"revision"`
-}
-
-// MsgID is the de-duplication id (Nats-Msg-Id) of what is published for
-// one revision of an entry: the relay's event and work item, and the
-// timer's queueing of a call that became due. A replay after a crash, or a
-// second publisher, sends the same id and is dropped.
+// MsgID is the de-duplication id (Nats-Msg-Id) of the relay's event for
+// one revision of an entry. A replay after a crash, or a second relay,
+// sends the same id and is dropped.
 func MsgID(pendingID string, revision uint64) string {
 	return fmt.Sprintf("%s:%d", pendingID, revision)
-}
-
-// RequeueMsgID is the de-duplication id of a call queued again after its
-// executor's lease ran out at revision.
-func RequeueMsgID(pendingID string, revision uint64) string {
-	return MsgID(pendingID, revision) + ":requeue"
 }

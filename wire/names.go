@@ -10,7 +10,6 @@ import (
 const (
 	CallsBucket      = "tool_calls"      // KV: the entries, source of truth
 	EventsStream     = "TOOL_EVENTS"     // every transition, one subject per kind
-	WorkStream       = "TOOL_WORK"       // runnable calls, work-queue retention
 	DeadLetterStream = "TOOL_DEADLETTER" // messages a consumer gave up on
 	NotifyStream     = "TOOL_NOTIFY"     // notifications to deliver, one subject per channel
 	// ArchiveStream keeps the finished calls that left tool_calls after
@@ -91,13 +90,6 @@ func EventSubjectsOf(keep func(machine.Event) bool) []string {
 // internalPrefix is the namespace of toolgate's own queues, apart from the
 // events' tool.*: `nats sub 'tool.>'` shows exactly the events.
 const internalPrefix = "toolgate."
-
-// WorkSubject is where runnable calls of one tool are queued.
-func WorkSubject(tool string) string { return internalPrefix + "work." + tool }
-
-// ExecutorDurable is the consumer of a tool's queue that every executor
-// hosting the tool shares.
-func ExecutorDurable(tool string) string { return "executor-" + tool }
 
 // NotifySubject is where the notifications to one channel wait.
 func NotifySubject(channelKey string) string { return internalPrefix + "notify." + channelKey }

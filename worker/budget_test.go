@@ -37,7 +37,7 @@ func startBudgetEnv(t *testing.T, topo bustest.Topology, dailyCostLimit float64)
 	ledger := bus.NewBudgetLedger(env.Buckets.Budgets)
 	doc, err := tgpolicy.Parse(fmt.Appendf(nil, "default: {requiresApprovalTools: none, dailyCostLimit: %v}", dailyCostLimit))
 	require.NoError(t, err)
-	engine, err := tgpolicy.NewEngine(doc, bus.NewGrantStore(env.Buckets.Grants), ledger)
+	engine, err := tgpolicy.NewEngine(doc, bus.NewGrantStore(env.JS, env.Buckets.Grants), ledger)
 	require.NoError(t, err)
 	return &budgetEnv{Env: env, ledger: ledger, m: machine.New(env.Store, machine.WithEvaluator(engine))}
 }

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"hash/maphash"
-	"time"
 
 	"github.com/toolgate/toolgate/machine"
 )
@@ -15,12 +14,11 @@ type kind uint8
 const (
 	kindNone     kind = iota
 	kindApproval      // approvalTimeoutAt of a pending call: Expire it
-	kindStart         // scheduledExecutionTime of a scheduled call: queue it
-	kindLease         // lease.expiresAt of a running call: queue it again, or fail it
-	// kindUnclaimed is a while after a call became runnable (approved, or
-	// scheduled and due) with no executor claiming it: queue it again,
-	// since its work item may be lost (dead-lettered, its stream purged).
-	kindUnclaimed
+	// kindLease is lease.expiresAt of a call running its last attempt:
+	// fail it. (With attempts left, toolgate's request API offers it to
+	// executors again, as it offers a scheduled call once due:
+	// bus.WorkQueue.)
+	kindLease
 	// kindReminder is reminderAt of a pending call nobody decided yet:
 	// Remind its approvers, once, before its approval deadline.
 	kindReminder
@@ -36,12 +34,8 @@ func (k kind) String() string {
 	switch k {
 	case kindApproval:
 		return "approval_timeout"
-	case kindStart:
-		return "scheduled_start"
 	case kindLease:
 		return "lease_expiry"
-	case kindUnclaimed:
-		return "unclaimed"
 	case kindReminder:
 		return "reminder"
 	case kindEscalation:
@@ -50,20 +44,8 @@ func (k kind) String() string {
 	return "none"
 }
 
-// delays are the timer's own durations a deadline derives from.
-type delays struct {
-	// unclaimed: a runnable call nobody claims is queued again after it
-	// (never, when 0).
-	unclaimed time.Duration
-}
-
 // deadlineOf says what falls due next for e, and when (epoch ms).
-func deadlineOf(e *machine.Entry, d delays) (kind, int64) {
-	unclaimed := d.unclaimed
-	var since int64 // when the call became runnable
-	if t := e.LastTransition; t != nil {
-		since = t.At
-	}
+func deadlineOf(e *machine.Entry) (kind, int64) {
 	switch e.Status {
 	case machine.StatePendingApproval:
 		// The earliest of its reminder, its next escalation tier and its
@@ -85,21 +67,8 @@ func deadlineOf(e *machine.Entry, d delays) (kind, int64) {
 			earliest(kindApproval, e.ApprovalTimeoutAt)
 		}
 		return k, at
-	case machine.StateScheduled:
-		// The relay queues a call that was due when it was written (the
-		// same test it applies); only a later start is the timer's.
-		if t := e.LastTransition; t == nil || !e.Runnable(time.UnixMilli(t.At)) {
-			return kindStart, e.ScheduledExecutionTime
-		}
-		if unclaimed > 0 {
-			return kindUnclaimed, max(since, e.ScheduledExecutionTime) + unclaimed.Milliseconds()
-		}
-	case machine.StateApproved:
-		if unclaimed > 0 {
-			return kindUnclaimed, since + unclaimed.Milliseconds()
-		}
 	case machine.StateExecuting:
-		if e.Lease != nil {
+		if e.Lease != nil && e.AttemptsLeft() == 0 {
 			return kindLease, e.Lease.ExpiresAt
 		}
 	}
@@ -111,36 +80,30 @@ func deadlineOf(e *machine.Entry, d delays) (kind, int64) {
 // one deadline. It holds no pointer: its pendingId is in the schedule's
 // byte arena.
 type deadline struct {
-	at  int64  // epoch ms
-	rev uint64 // the revision kind and at were read from
-	// requeued is the revision whose expired lease the timer queued again;
-	// firing again finds the entry still there only if nothing renewed or
-	// reclaimed it since, and then has nothing more to do.
-	requeued uint64
-	id       int   // where its pendingId starts in the arena; -1 when the slot is free
-	index    int32 // in the heap; -1 when not queued
-	kind     kind
+	at    int64  // epoch ms
+	rev   uint64 // the revision kind and at were read from
+	id    int    // where its pendingId starts in the arena; -1 when the slot is free
+	index int32  // in the heap; -1 when not queued
+	kind  kind
 }
 
 // job is what an action needs of a deadline, copied out of the heap so the
 // action's goroutine shares nothing with the scheduler.
 type job struct {
-	id       string
-	kind     kind
-	at       int64
-	rev      uint64
-	requeued uint64
+	id   string
+	kind kind
+	at   int64
+	rev  uint64
 }
 
 // outcome is what an action learned: the revision it read (0 if it read
 // none) and what is due next for the entry.
 type outcome struct {
-	id       string
-	rev      uint64
-	kind     kind
-	at       int64
-	requeued uint64
-	gone     bool // the entry no longer exists
+	id   string
+	rev  uint64
+	kind kind
+	at   int64
+	gone bool // the entry no longer exists
 	// retirement: the outcome of a finished call's retirement, started
 	// in the feed's life life; at, when not 0, is when to try it again.
 	retirement bool
@@ -200,7 +163,7 @@ func (s *deadlines) set(id string, rev uint64, k kind, at int64) {
 		return
 	}
 	d := &s.slots[i]
-	d.rev, d.kind, d.at, d.requeued = rev, k, at, 0
+	d.rev, d.kind, d.at = rev, k, at
 	s.requeue(i, id)
 }
 
@@ -241,7 +204,7 @@ func (s *deadlines) popDue(now int64) (job, bool) {
 	i := heap.Pop(s.byTime()).(int32)
 	d := &s.slots[i]
 	s.busy[i] = d.rev
-	return job{id: string(s.idAt(d.id)), kind: d.kind, at: d.at, rev: d.rev, requeued: d.requeued}, true
+	return job{id: string(s.idAt(d.id)), kind: d.kind, at: d.at, rev: d.rev}, true
 }
 
 // done records an action's outcome. What the action read stands unless an
@@ -259,7 +222,7 @@ func (s *deadlines) done(o outcome) {
 		d.kind = kindNone
 	case o.rev > 0 && o.rev >= d.rev, o.rev == 0 && d.rev == busyRev:
 		d.rev = max(d.rev, o.rev)
-		d.kind, d.at, d.requeued = o.kind, o.at, o.requeued
+		d.kind, d.at = o.kind, o.at
 	}
 	s.requeue(i, o.id)
 }

@@ -19,14 +19,17 @@ func pending(id string, timeoutAt int64) *machine.Entry {
 	return &machine.Entry{PendingID: id, Status: machine.StatePendingApproval, ApprovalTimeoutAt: timeoutAt}
 }
 
+// executing is a call running its last attempt, whose lease is the
+// timer's.
 func executing(id string, expiresAt int64) *machine.Entry {
-	return &machine.Entry{PendingID: id, Status: machine.StateExecuting, Lease: &machine.Lease{Holder: "x", ExpiresAt: expiresAt}}
+	return &machine.Entry{PendingID: id, Status: machine.StateExecuting, Lease: &machine.Lease{Holder: "x", ExpiresAt: expiresAt},
+		ExecutionAttempts: machine.DefaultMaxExecutionAttempts}
 }
 
-// observe records what revision rev of e makes due (with no unclaimed
-// requeue), as the timer's schedule does.
+// observe records what revision rev of e makes due, as the timer's
+// schedule does.
 func (s *deadlines) observe(e *machine.Entry, rev uint64) {
-	o := observationOf(e, rev, delays{})
+	o := observationOf(e, rev)
 	s.set(o.id, o.rev, o.kind, o.at)
 }
 
@@ -51,15 +54,17 @@ func TestDeadlineOf(t *testing.T) {
 			Escalations: []machine.Escalation{{At: 50}}, Escalated: 1}, kindApproval, 100},
 		{"pending, overdue: tiers still reached", &machine.Entry{Status: machine.StatePendingApproval, ApprovalTimeoutAt: 100, Overdue: true,
 			Escalations: []machine.Escalation{{At: 500}}}, kindEscalation, 500},
-		{"scheduled later", written(&machine.Entry{Status: machine.StateScheduled, ScheduledExecutionTime: 200}, 100), kindStart, 200},
-		{"scheduled, due when written: the relay's", written(&machine.Entry{Status: machine.StateScheduled, ScheduledExecutionTime: 100}, 100), kindNone, 0},
-		{"executing", executing("a.b", 300), kindLease, 300},
+		// Started by whoever takes it when due, reclaimed when its lease
+		// runs out: bus.WorkQueue.
+		{"scheduled", written(&machine.Entry{Status: machine.StateScheduled, ScheduledExecutionTime: 200}, 100), kindNone, 0},
+		{"executing, attempts left", &machine.Entry{Status: machine.StateExecuting, Lease: &machine.Lease{ExpiresAt: 300}, ExecutionAttempts: 1}, kindNone, 0},
+		{"executing its last attempt", executing("a.b", 300), kindLease, 300},
 		{"executing without a lease", &machine.Entry{Status: machine.StateExecuting}, kindNone, 0},
 		{"approved", &machine.Entry{Status: machine.StateApproved}, kindNone, 0},
 		{"rejected by timeout", &machine.Entry{Status: machine.StateRejectedByTimeout, ApprovalTimeoutAt: 100}, kindNone, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k, at := deadlineOf(tc.entry, delays{})
+			k, at := deadlineOf(tc.entry)
 			assert.Equal(t, tc.kind, k)
 			assert.Equal(t, tc.at, at)
 		})
@@ -67,29 +72,8 @@ func TestDeadlineOf(t *testing.T) {
 	// A finished call has no deadline: the end of its retention window
 	// is a retirement (TestRetirements_*).
 	for _, s := range []machine.State{machine.StateRejectedByPolicy, machine.StateCompletedSuccess, machine.StateCancelled} {
-		k, _ := deadlineOf(written(&machine.Entry{Status: s}, 100), delays{unclaimed: time.Second})
+		k, _ := deadlineOf(written(&machine.Entry{Status: s}, 100))
 		assert.Equal(t, kindNone, k, s)
-	}
-	// With a requeue delay, a runnable call nobody claimed has a deadline
-	// too: approved, or scheduled and due, from when it became runnable.
-	const wait = 50 * time.Millisecond
-	for _, tc := range []struct {
-		name  string
-		entry *machine.Entry
-		kind  kind
-		at    int64
-	}{
-		{"approved", written(&machine.Entry{Status: machine.StateApproved}, 100), kindUnclaimed, 150},
-		{"scheduled, due when written", written(&machine.Entry{Status: machine.StateScheduled, ScheduledExecutionTime: 100}, 100), kindUnclaimed, 150},
-		{"scheduled later: its start first", written(&machine.Entry{Status: machine.StateScheduled, ScheduledExecutionTime: 200}, 100), kindStart, 200},
-		{"executing: its lease", executing("a.b", 300), kindLease, 300},
-		{"pending: its approval", pending("a.b", 100), kindApproval, 100},
-	} {
-		t.Run("unclaimed "+tc.name, func(t *testing.T) {
-			k, at := deadlineOf(tc.entry, delays{unclaimed: wait})
-			assert.Equal(t, tc.kind, k)
-			assert.Equal(t, tc.at, at)
-		})
 	}
 }
 
@@ -277,27 +261,26 @@ func TestCallHead_HoldsWhatDeadlineOfReads(t *testing.T) {
 		at(&machine.Entry{PendingID: "a.f", Status: machine.StateScheduled, ScheduledExecutionTime: 100}, 100),
 		at(&machine.Entry{PendingID: "a.g", Status: machine.StateApproved}, 100),
 		at(executing("a.h", 300), 100),
+		at(&machine.Entry{PendingID: "a.k", Status: machine.StateExecuting, Lease: &machine.Lease{ExpiresAt: 300}, ExecutionAttempts: 1, MaxExecutionAttempts: 1}, 100),
 		at(&machine.Entry{PendingID: "a.i", Status: machine.StateCompletedSuccess}, 100),
 		{PendingID: "a.j", Status: machine.StateScheduled, ScheduledExecutionTime: 300}, // never moved: no last transition
 	}
 	finished := 0
-	for _, d := range []delays{{}, {unclaimed: time.Second}} {
-		var scratch machine.Entry // as the timer's view: filled again for each head
-		for i, e := range entries {
-			data, err := json.Marshal(e)
-			require.NoError(t, err)
-			head, err := bus.DecodeCallHead(data)
-			require.NoError(t, err)
-			head.Fill(&scratch)
-			want := observationOf(e, uint64(i), d)
-			assert.Equal(t, want, observationOf(&scratch, uint64(i), d), "%s %+v", e.PendingID, d)
-			if want.finished {
-				finished++
-				assert.Equal(t, int64(100), want.since, "when it finished, its retention's start")
-			}
+	var scratch machine.Entry // as the timer's view: filled again for each head
+	for i, e := range entries {
+		data, err := json.Marshal(e)
+		require.NoError(t, err)
+		head, err := bus.DecodeCallHead(data)
+		require.NoError(t, err)
+		head.Fill(&scratch)
+		want := observationOf(e, uint64(i))
+		assert.Equal(t, want, observationOf(&scratch, uint64(i)), e.PendingID)
+		if want.finished {
+			finished++
+			assert.Equal(t, int64(100), want.since, "when it finished, its retention's start")
 		}
 	}
-	assert.Equal(t, 2, finished, "the one finished call, with each delay")
+	assert.Equal(t, 1, finished, "the one finished call")
 }
 
 // BenchmarkDeadlines_Memory is what the timer's schedule holds per call:
@@ -368,7 +351,7 @@ func BenchmarkTimer_FinishedMemory(b *testing.B) {
 				finishedAt := time.Now().Add(-time.Hour).UnixMilli()
 				for i, id := range ids {
 					observe(dl, rt, observationOf(&machine.Entry{PendingID: id, Status: machine.StateCompletedSuccess,
-						LastTransition: &machine.Transition{At: finishedAt + int64(i)}}, uint64(i+1), delays{}))
+						LastTransition: &machine.Transition{At: finishedAt + int64(i)}}, uint64(i+1)))
 				}
 				start := time.Now()
 				runtime.GC()

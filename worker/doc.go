@@ -1,6 +1,7 @@
 // Package worker holds the consumers toolgate runs itself rather than user
-// code: the Timer, the one owner of every deadline (approval timeouts,
-// scheduled starts, executor leases), and the Notifier, which tells humans
+// code: the Timer, the owner of the deadlines that change a call
+// (approval timeouts, reminders, escalations, the leases of last
+// attempts, retention), and the Notifier, which tells humans
 // that a call waits for them.
 //
 // # How the Timer works
@@ -17,14 +18,14 @@
 //
 // When a deadline falls due the Timer acts on the entry as it is then,
 // never on the event that announced it: Expire (which reads the entry and
-// checks the deadline inside its compare-and-set), or a read and then a
-// work item on toolgate.work.<tool> with the relay's de-dup id for that
-// revision (a scheduled start), or a requeue or AbandonLease (a lost
-// lease). Heartbeats publish no event, so a lease deadline is where the
-// Timer learns, by reading, that the lease was renewed, and moves on to
-// the new expiry. Any number of Timers may run: each acts on every
-// deadline, compare-and-set turns the second firing into a refused
-// transition and Nats-Msg-Id de-duplication drops the second publish.
+// checks the deadline inside its compare-and-set), Remind, Escalate, or a
+// read and then AbandonLease (a lease lost on the call's last attempt; a
+// scheduled start, and a lease lost with attempts left, are the request
+// API's: it offers those calls to executors, bus.WorkQueue). Heartbeats
+// publish no event, so a lease deadline is where the Timer learns, by
+// reading, that the lease was renewed, and moves on to the new expiry.
+// Any number of Timers may run: each acts on every deadline, and
+// compare-and-set turns the second firing into a refused transition.
 //
 // # Why a heap and not JetStream message schedules
 //

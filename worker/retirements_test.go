@@ -116,10 +116,10 @@ func TestSchedule_HoldsNoFinishedCall(t *testing.T) {
 	dl, rt := newDeadlines(), newRetirements(time.Hour)
 	for i := range 100 {
 		id := fmt.Sprintf("a.%d", i)
-		observe(dl, rt, observationOf(pending(id, 1000), uint64(2*i), delays{}))
-		observe(dl, rt, observationOf(finished(id, 500), uint64(2*i+1), delays{}))
+		observe(dl, rt, observationOf(pending(id, 1000), uint64(2*i)))
+		observe(dl, rt, observationOf(finished(id, 500), uint64(2*i+1)))
 	}
-	observe(dl, rt, observationOf(pending("b.1", 1000), 1000, delays{}))
+	observe(dl, rt, observationOf(pending("b.1", 1000), 1000))
 	assert.Equal(t, 1, dl.len(), "the one open call")
 	assert.Equal(t, 100, rt.len())
 	observe(dl, rt, observation{restart: true})
@@ -129,7 +129,7 @@ func TestSchedule_HoldsNoFinishedCall(t *testing.T) {
 // observe queues e's retirement, if it is finished, as the timer's
 // schedule does.
 func (r *retirements) observe(e *machine.Entry) {
-	if o := observationOf(e, 0, delays{}); o.finished {
+	if o := observationOf(e, 0); o.finished {
 		r.queueAt(o.id, o.since)
 	}
 }

@@ -2,25 +2,20 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/metrics"
-	"github.com/toolgate/toolgate/wire"
 )
 
 // Timer owns every deadline of the tool_calls bucket: approval timeouts,
-// reminders and escalations, scheduled starts, executor leases and the
-// end of a finished call's retention. It learns them from a watch of the
+// reminders and escalations, the leases of calls on their last attempt
+// and the end of a finished call's retention. It learns them from a watch of the
 // bucket (every entry at start, then every revision, heartbeats'
 // included). It keeps the open calls' deadlines in a heap in memory; when
 // one falls due it reads the entry again and acts on what the entry is
@@ -31,7 +26,6 @@ import (
 //
 // Any number of Timers may run against one bucket. Each acts on every
 // deadline; compare-and-set makes a second firing a refused transition,
-// and Nats-Msg-Id de-duplication makes a second queueing a dropped publish.
 type Timer struct {
 	js          jetstream.JetStream
 	kv          jetstream.KeyValue
@@ -40,10 +34,8 @@ type Timer struct {
 	log         *slog.Logger
 	concurrency int
 	retry       time.Duration
-	unclaimed   time.Duration
 	retain      time.Duration
 	retirer     Retirer
-	mx          *metrics.Metrics
 	feed        *bus.CallsFeed // the process's, run by it; nil: the timer's own
 	updates     chan observation
 	stopped     chan struct{} // closed when Run ends
@@ -67,31 +59,12 @@ func WithConcurrency(n int) TimerOption {
 	}
 }
 
-// WithUnclaimedRequeue sets how long a runnable call (approved, or
-// scheduled and due) may go unclaimed before the timer queues it again,
-// and again after as long each time until an executor claims it (default
-// DefaultUnclaimedRequeue; 0 never). Its work item may have been lost: a
-// consumer dead-lettered it, or its stream was purged; an executor that
-// takes a second item for a call already claimed leaves it.
-func WithUnclaimedRequeue(d time.Duration) TimerOption {
-	return func(t *Timer) {
-		if d >= 0 {
-			t.unclaimed = d
-		}
-	}
-}
-
 // WithFeed has the timer learn its deadlines from f, the process's one
 // watch of the bucket, which the process runs, rather than from a watch
 // of its own. The timer joins f when it is built, and must then Run:
 // until it does, f waits for it.
 func WithFeed(f *bus.CallsFeed) TimerOption {
 	return func(t *Timer) { t.feed = f }
-}
-
-// WithMetrics counts the calls the timer queues again.
-func WithMetrics(mx *metrics.Metrics) TimerOption {
-	return func(t *Timer) { t.mx = mx }
 }
 
 // Retirer moves a call finished more than after ago from tool_calls to
@@ -111,23 +84,9 @@ func WithRetention(after time.Duration, r Retirer) TimerOption {
 	}
 }
 
-func (t *Timer) delays() delays { return delays{unclaimed: t.unclaimed} }
-
-// requeued counts a call queued again, for reason.
-func (t *Timer) requeued(reason string) {
-	if t.mx != nil {
-		t.mx.Requeues.WithLabelValues(reason).Inc()
-	}
-}
-
-// DefaultUnclaimedRequeue is how long a runnable call waits for an
-// executor before the timer queues it again.
-const DefaultUnclaimedRequeue = 30 * time.Second
-
 // WithRetryDelay sets how long the timer waits before acting again on a
-// deadline whose action failed (JetStream unreachable, say), and before
-// looking once more at a call it queued again after its lease ran out
-// (default 1s).
+// deadline whose action failed (JetStream unreachable, say), or a
+// retirement that failed (default 1s).
 func WithRetryDelay(d time.Duration) TimerOption {
 	return func(t *Timer) {
 		if d > 0 {
@@ -149,7 +108,7 @@ type Deadlines interface {
 // NewTimer returns a Timer over kv, the tool_calls bucket, moving entries
 // through m. Run starts it.
 func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *slog.Logger, opts ...TimerOption) *Timer {
-	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 64, retry: time.Second, unclaimed: DefaultUnclaimedRequeue,
+	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 64, retry: time.Second,
 		updates: make(chan observation, 256), stopped: make(chan struct{}), loaded: make(chan struct{})}
 	for _, o := range opts {
 		o(t)
@@ -176,9 +135,9 @@ type observation struct {
 }
 
 // observationOf is what revision rev of e makes due.
-func observationOf(e *machine.Entry, rev uint64, d delays) observation {
+func observationOf(e *machine.Entry, rev uint64) observation {
 	o := observation{id: e.PendingID, rev: rev, finished: e.Status.Terminal()}
-	o.kind, o.at = deadlineOf(e, d)
+	o.kind, o.at = deadlineOf(e)
 	if t := e.LastTransition; t != nil {
 		o.since = t.At
 	}
@@ -195,7 +154,7 @@ func (t *Timer) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	if t.feed == nil {
-		own := bus.NewCallsFeed(t.kv)
+		own := bus.NewCallsFeed(t.js, t.kv)
 		own.Add(t.view())
 		wg.Go(func() { _ = own.Run(ctx, t.log) })
 	}
@@ -219,7 +178,7 @@ func (t *Timer) Loaded() <-chan struct{} { return t.loaded }
 // feed, which queues again those of the finished calls it reads.
 func (t *Timer) view() bus.CallsView {
 	return bus.CallsView{Start: func() (func(bus.CallRevision), func()) {
-		n, start, d := 0, time.Now(), t.delays()
+		n, start := 0, time.Now()
 		select {
 		case t.updates <- observation{restart: true}:
 		case <-t.stopped:
@@ -237,7 +196,7 @@ func (t *Timer) view() bus.CallsView {
 				return
 			default:
 				r.Head.Fill(&scratch)
-				o = observationOf(&scratch, r.Revision, d)
+				o = observationOf(&scratch, r.Revision)
 				n++
 			}
 			select {
@@ -334,7 +293,7 @@ func (t *Timer) act(ctx context.Context, j job) outcome {
 	} else if err != nil {
 		return t.retryLater(ctx, log, j, err)
 	}
-	k, at := deadlineOf(e, t.delays())
+	k, at := deadlineOf(e)
 	now := time.Now().UnixMilli()
 	switch {
 	case k == kindNone:
@@ -349,10 +308,6 @@ func (t *Timer) act(ctx context.Context, j job) outcome {
 		return t.remind(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
 	case k == kindEscalation:
 		return t.escalate(ctx, log, job{id: j.id, kind: k, at: at, rev: rev})
-	case k == kindStart:
-		return t.start(ctx, log, e, rev)
-	case k == kindUnclaimed:
-		return t.requeueUnclaimed(ctx, log, e, rev)
 	default:
 		return t.leaseExpired(ctx, log, j, e, rev)
 	}
@@ -440,74 +395,9 @@ func (t *Timer) retire(ctx context.Context, r retirement, life uint64) outcome {
 	return o
 }
 
-// start queues a scheduled call that has become due, with the de-dup id
-// the relay would have used for the same revision: two timers, or a timer
-// and the relay, queue it once.
-func (t *Timer) start(ctx context.Context, log *slog.Logger, e *machine.Entry, rev uint64) outcome {
-	id := wire.MsgID(e.PendingID, rev)
-	if err := t.queue(ctx, e, rev, id); err != nil {
-		return t.retryLater(ctx, log, job{id: e.PendingID, kind: kindStart, at: e.ScheduledExecutionTime, rev: rev}, err)
-	}
-	log.Debug("timer: scheduled call queued", "msgId", id)
-	return t.unclaimedAgainIn(e, rev)
-}
-
-// requeueUnclaimed queues again a runnable call nobody claimed, if an
-// executor hosts its tool: with none, the agent runs it itself (or nobody
-// does), and items would only pile up. Each time has a de-duplication id of
-// its own: the item it replaces may be gone.
-func (t *Timer) requeueUnclaimed(ctx context.Context, log *slog.Logger, e *machine.Entry, rev uint64) outcome {
-	if _, err := t.js.Consumer(ctx, wire.WorkStream, wire.ExecutorDurable(e.ToolName)); errors.Is(err, jetstream.ErrConsumerNotFound) {
-		log.Debug("timer: runnable call unclaimed, and no executor hosts its tool", "tool", e.ToolName)
-		return t.unclaimedAgainIn(e, rev)
-	} else if err != nil {
-		return t.retryLater(ctx, log, job{id: e.PendingID, kind: kindUnclaimed, at: time.Now().UnixMilli(), rev: rev}, err)
-	}
-	id := fmt.Sprintf("%s:unclaimed:%d", wire.MsgID(e.PendingID, rev), time.Now().UnixMilli())
-	if err := t.queue(ctx, e, rev, id); err != nil {
-		return t.retryLater(ctx, log, job{id: e.PendingID, kind: kindUnclaimed, at: time.Now().UnixMilli(), rev: rev}, err)
-	}
-	t.requeued(metrics.RequeueUnclaimed)
-	log.Info("timer: runnable call unclaimed, queued again", "status", e.Status, "msgId", id)
-	return t.unclaimedAgainIn(e, rev)
-}
-
-// unclaimedAgainIn is the outcome of queueing e at rev: look again later,
-// unless a claim (an event) comes first. Later is the unclaimed delay at
-// first and then as long as the call has waited so far, so a call nobody
-// takes for a day is looked at a handful of times, not thousands.
-func (t *Timer) unclaimedAgainIn(e *machine.Entry, rev uint64) outcome {
-	if t.unclaimed <= 0 {
-		return outcome{id: e.PendingID, rev: rev}
-	}
-	wait := t.unclaimed
-	if tr := e.LastTransition; tr != nil {
-		wait = max(wait, time.Since(time.UnixMilli(max(tr.At, e.ScheduledExecutionTime))))
-	}
-	return outcome{id: e.PendingID, rev: rev, kind: kindUnclaimed, at: time.Now().Add(wait).UnixMilli()}
-}
-
-// leaseExpired queues a call whose executor's lease ran out for another
-// executor to reclaim, or fails it when it has no attempt left.
+// leaseExpired fails a call whose executor's lease ran out on its last
+// attempt.
 func (t *Timer) leaseExpired(ctx context.Context, log *slog.Logger, j job, e *machine.Entry, rev uint64) outcome {
-	if rev == j.requeued {
-		// Queued again already, and nothing renewed or reclaimed it
-		// since: the queue holds it until an executor takes it.
-		return outcome{id: j.id, rev: rev}
-	}
-	if e.AttemptsLeft() > 0 {
-		id := wire.RequeueMsgID(e.PendingID, rev)
-		if err := t.queue(ctx, e, rev, id); err != nil {
-			return t.retryLater(ctx, log, job{id: j.id, kind: kindLease, at: e.Lease.ExpiresAt, rev: rev}, err)
-		}
-		t.requeued(metrics.RequeueLeaseExpired)
-		log.Debug("timer: lease expired, queued again", "holder", e.Lease.Holder, "attempts", e.ExecutionAttempts, "msgId", id)
-		// A late heartbeat may have renewed the lease between the read
-		// and the publish; it publishes no event, so look once more.
-		// The executor the item reaches then finds the call still
-		// leased and leaves it.
-		return outcome{id: j.id, rev: rev, kind: kindLease, at: time.Now().Add(t.retry).UnixMilli(), requeued: rev}
-	}
 	_, err := t.m.AbandonLease(ctx, j.id)
 	var terr *machine.TransitionError
 	switch {
@@ -517,7 +407,7 @@ func (t *Timer) leaseExpired(ctx context.Context, log *slog.Logger, j job, e *ma
 	case errors.As(err, &terr):
 		// It finished, or a heartbeat renewed the lease just now: the
 		// entry as it is now says which, and a renewal has no event.
-		k, at := deadlineOf(terr.Entry, t.delays())
+		k, at := deadlineOf(terr.Entry)
 		return outcome{id: j.id, rev: rev, kind: k, at: at}
 	case errors.Is(err, machine.ErrNotFound):
 		return outcome{id: j.id, gone: true}
@@ -526,21 +416,10 @@ func (t *Timer) leaseExpired(ctx context.Context, log *slog.Logger, j job, e *ma
 	}
 }
 
-// queue publishes a work item for e on its tool's queue.
-func (t *Timer) queue(ctx context.Context, e *machine.Entry, rev uint64, msgID string) error {
-	data, err := json.Marshal(wire.WorkItem{PendingID: e.PendingID, ToolName: e.ToolName, Revision: rev})
-	if err != nil {
-		return err
-	}
-	_, err = t.js.PublishMsg(ctx, &nats.Msg{Subject: wire.WorkSubject(e.ToolName), Data: data},
-		jetstream.WithMsgID(msgID), jetstream.WithExpectStream(wire.WorkStream))
-	return err
-}
-
 // retryLater keeps the deadline j, due again after the retry delay.
 func (t *Timer) retryLater(ctx context.Context, log *slog.Logger, j job, err error) outcome {
 	if ctx.Err() == nil {
 		log.Warn("timer: action failed, will retry", "in", t.retry, "err", err)
 	}
-	return outcome{id: j.id, rev: j.rev, kind: j.kind, at: time.Now().Add(t.retry).UnixMilli(), requeued: j.requeued}
+	return outcome{id: j.id, rev: j.rev, kind: j.kind, at: time.Now().Add(t.retry).UnixMilli()}
 }

@@ -12,15 +12,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
@@ -151,27 +148,6 @@ func count(evs []wire.Event, ev machine.Event) int {
 	return n
 }
 
-// workItem is one message queued in TOOL_WORK.
-type workItem struct {
-	wire.WorkItem
-	MsgID string
-	At    time.Time
-}
-
-// workByEntry lists what is queued in TOOL_WORK for each entry. Nothing
-// consumes the queue in these tests, so it holds everything ever queued.
-func workByEntry(t *testing.T, js jetstream.JetStream) map[string][]workItem {
-	t.Helper()
-	byID := map[string][]workItem{}
-	for _, msg := range streamMsgs(t, js, wire.WorkStream) {
-		var w workItem
-		require.NoError(t, json.Unmarshal(msg.Data, &w.WorkItem))
-		w.MsgID, w.At = msg.Header.Get(jetstream.MsgIDHeader), msg.Time
-		byID[w.PendingID] = append(byID[w.PendingID], w)
-	}
-	return byID
-}
-
 func TestTimer_TimeoutRejects(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
@@ -241,38 +217,6 @@ func TestTimer_DecisionBeforeDeadlineLeavesItAlone(t *testing.T) {
 	}
 }
 
-func TestTimer_ScheduledStartQueuedOnceWhenDue(t *testing.T) {
-	t.Parallel()
-	env := startEnv(t)
-	startTimer(t, env)
-	later := submit(t, policy(env, run(700*time.Millisecond, 0)), "later")
-	cancelled := submit(t, policy(env, run(700*time.Millisecond, 0)), "cancelled")
-	now := submit(t, policy(env, run(0, 0)), "now") // the relay's to queue
-	_, err := policy(env, run(0, 0)).Cancel(t.Context(), cancelled.PendingID, "agent", "changed its mind")
-	require.NoError(t, err)
-
-	time.Sleep(300 * time.Millisecond)
-	early := workByEntry(t, env.JS)[later.PendingID]
-	if time.Now().Before(time.UnixMilli(later.ScheduledExecutionTime)) {
-		assert.Empty(t, early, "queued before it was due")
-	}
-
-	require.Eventually(t, func() bool { return len(workByEntry(t, env.JS)[later.PendingID]) > 0 }, waitFor, 5*time.Millisecond)
-	time.Sleep(300 * time.Millisecond) // room for a second one, which must not come
-	relayDrained(t, env.JS)
-	work := workByEntry(t, env.JS)
-	if assert.Len(t, work[later.PendingID], 1) {
-		w := work[later.PendingID][0]
-		kve, err := env.KV.Get(t.Context(), later.PendingID)
-		require.NoError(t, err)
-		assert.Equal(t, fmt.Sprintf("%s:%d", later.PendingID, kve.Revision()), w.MsgID, "the relay's de-dup id for the revision")
-		assert.Equal(t, wire.WorkItem{PendingID: later.PendingID, ToolName: "deploy", Revision: kve.Revision()}, w.WorkItem)
-		assert.False(t, w.At.Before(time.UnixMilli(later.ScheduledExecutionTime)), "queued at %s, due at %s", w.At, time.UnixMilli(later.ScheduledExecutionTime))
-	}
-	assert.Len(t, work[now.PendingID], 1, "a call due when written is queued once, by the relay")
-	assert.Empty(t, work[cancelled.PendingID], "a cancelled call is not queued")
-}
-
 // claimed submits a call that runs at once and claims it for a lease,
 // as an executor would, and returns the entry as claimed.
 func claimed(t *testing.T, env *bustest.Env, id string, maxAttempts int, lease time.Duration) *machine.Entry {
@@ -282,39 +226,6 @@ func claimed(t *testing.T, env *bustest.Env, id string, maxAttempts int, lease t
 	e, err := m.Claim(t.Context(), e.PendingID, "ghost-executor", lease)
 	require.NoError(t, err)
 	return e
-}
-
-func TestTimer_LeaseExpiryRequeuesWithAttemptsLeft(t *testing.T) {
-	t.Parallel()
-	env := startEnv(t)
-	startTimer(t, env)
-	e := claimed(t, env, "requeue", 3, 300*time.Millisecond)
-	kve, err := env.KV.Get(t.Context(), e.PendingID)
-	require.NoError(t, err)
-
-	requeueID := fmt.Sprintf("%s:%d:requeue", e.PendingID, kve.Revision())
-	var requeued workItem
-	require.Eventually(t, func() bool {
-		for _, w := range workByEntry(t, env.JS)[e.PendingID] {
-			if w.MsgID == requeueID {
-				requeued = w
-				return true
-			}
-		}
-		return false
-	}, waitFor, 5*time.Millisecond, "queued again as %s", requeueID)
-	assert.False(t, requeued.At.Before(time.UnixMilli(e.Lease.ExpiresAt)), "queued again before the lease ran out")
-	assert.Equal(t, kve.Revision(), requeued.Revision)
-
-	// The next executor reclaims it, with one attempt more.
-	again, err := machine.New(env.Store).Claim(t.Context(), e.PendingID, "executor-2", time.Minute)
-	require.NoError(t, err)
-	assert.Equal(t, 2, again.ExecutionAttempts)
-	assert.Equal(t, machine.EventReclaim, again.LastTransition.Event)
-
-	time.Sleep(300 * time.Millisecond)
-	assert.Len(t, workByEntry(t, env.JS)[e.PendingID], 2, "the relay's item and one requeue")
-	assert.Zero(t, count(eventsByEntry(t, env.JS)[e.PendingID], machine.EventFail))
 }
 
 func TestTimer_LeaseExpiryOnLastAttemptFails(t *testing.T) {
@@ -330,7 +241,6 @@ func TestTimer_LeaseExpiryOnLastAttemptFails(t *testing.T) {
 	evs := eventsByEntry(t, env.JS)[e.PendingID]
 	assert.Equal(t, 1, count(evs, machine.EventFail))
 	assert.Equal(t, "timer", evs[len(evs)-1].Actor)
-	assert.Len(t, workByEntry(t, env.JS)[e.PendingID], 1, "only the relay's item: nothing queued again")
 }
 
 func TestTimer_RenewedLeaseReschedules(t *testing.T) {
@@ -338,7 +248,7 @@ func TestTimer_RenewedLeaseReschedules(t *testing.T) {
 	env := startEnv(t)
 	startTimer(t, env)
 	const lease = 2 * time.Second
-	e := claimed(t, env, "renewed", 3, lease)
+	e := claimed(t, env, "renewed", 1, lease)
 	m := machine.New(env.Store)
 
 	// Heartbeats publish no event: the timer learns of each renewal only
@@ -349,26 +259,20 @@ func TestTimer_RenewedLeaseReschedules(t *testing.T) {
 	for end := time.Now().Add(2 * lease); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		var err error
 		last, err = m.Heartbeat(t.Context(), e.PendingID, "ghost-executor", lease)
-		require.NoError(t, err)
+		require.NoError(t, err, "failed while its lease was being renewed")
 	}
-	assert.Len(t, workByEntry(t, env.JS)[e.PendingID], 1, "queued again while its lease was being renewed")
 
-	// The executor goes quiet: the renewed lease runs out and the call is
-	// queued again, not before.
-	var requeued []workItem
-	require.Eventually(t, func() bool {
-		requeued = workByEntry(t, env.JS)[e.PendingID]
-		return len(requeued) == 2
-	}, waitFor, 5*time.Millisecond)
-	assert.False(t, requeued[1].At.Before(time.UnixMilli(last.Lease.ExpiresAt)), "queued again at %s, lease ran out at %s", requeued[1].At, time.UnixMilli(last.Lease.ExpiresAt))
-	assert.Contains(t, requeued[1].MsgID, ":requeue")
+	// The executor goes quiet: the renewed lease runs out and the call,
+	// on its last attempt, fails, not before.
+	got := waitEntry(t, env, e.PendingID, hasStatus(machine.StateCompletedFailure), "failed")
+	assert.GreaterOrEqual(t, got.LastTransition.At, last.Lease.ExpiresAt, "failed before the lease ran out")
 }
 
 // deadlines is one of each kind of deadline, all due at about the same
-// time: a timeout that rejects, one that flags, a scheduled start, a lease
-// with attempts left and one without.
+// time: a timeout that rejects, one that flags, and the lease of a call
+// on its last attempt.
 type deadlines struct {
-	reject, flag, start, requeue, abandon []*machine.Entry
+	reject, flag, abandon []*machine.Entry
 }
 
 func submitDeadlines(t *testing.T, env *bustest.Env, n int, in time.Duration) *deadlines {
@@ -380,8 +284,6 @@ func submitDeadlines(t *testing.T, env *bustest.Env, n int, in time.Duration) *d
 		at := in + time.Duration(i)*in/time.Duration(max(n, 1))
 		d.reject = append(d.reject, submit(t, policy(env, ask(at, true)), fmt.Sprint("reject-", i)))
 		d.flag = append(d.flag, submit(t, policy(env, ask(at, false)), fmt.Sprint("flag-", i)))
-		d.start = append(d.start, submit(t, policy(env, run(at, 0)), fmt.Sprint("start-", i)))
-		d.requeue = append(d.requeue, claimed(t, env, fmt.Sprint("requeue-", i), 3, at))
 		d.abandon = append(d.abandon, claimed(t, env, fmt.Sprint("abandon-", i), 1, at))
 	}
 	return &d
@@ -399,28 +301,13 @@ func (d *deadlines) waitFired(t *testing.T, env *bustest.Env) {
 	for _, e := range d.abandon {
 		waitEntry(t, env, e.PendingID, hasStatus(machine.StateCompletedFailure), "failed")
 	}
-	require.Eventually(t, func() bool {
-		work := workByEntry(t, env.JS)
-		for _, e := range d.start {
-			if len(work[e.PendingID]) == 0 {
-				return false
-			}
-		}
-		for _, e := range d.requeue {
-			if len(work[e.PendingID]) < 2 {
-				return false
-			}
-		}
-		return true
-	}, waitFor, 10*time.Millisecond, "every scheduled call queued, every lost lease queued again")
 }
 
 // assertOnce checks that every deadline in d was acted on exactly once:
-// one event per timeout, one work item per start and per requeue.
+// one event per timeout and per failure.
 func (d *deadlines) assertOnce(t *testing.T, env *bustest.Env) {
 	t.Helper()
 	events := eventsByEntry(t, env.JS)
-	work := workByEntry(t, env.JS)
 	for _, e := range d.reject {
 		assert.Equal(t, 1, count(events[e.PendingID], machine.EventTimeout), "timeouts of %s", e.PendingID)
 	}
@@ -429,13 +316,6 @@ func (d *deadlines) assertOnce(t *testing.T, env *bustest.Env) {
 	}
 	for _, e := range d.abandon {
 		assert.Equal(t, 1, count(events[e.PendingID], machine.EventFail), "failures of %s", e.PendingID)
-		assert.Len(t, work[e.PendingID], 1, "work for %s: the relay's only", e.PendingID)
-	}
-	for _, e := range d.start {
-		assert.Len(t, work[e.PendingID], 1, "work for %s", e.PendingID)
-	}
-	for _, e := range d.requeue {
-		assert.Len(t, work[e.PendingID], 2, "work for %s: the relay's and one requeue", e.PendingID)
 	}
 }
 
@@ -579,46 +459,6 @@ func (l logSignal) Handle(_ context.Context, r slog.Record) error {
 	default:
 	}
 	return nil
-}
-
-// TestTimer_LostWorkItemIsQueuedAgain: an approved call whose work item is
-// lost (dead-lettered, purged) is queued again, so it still runs; nothing
-// else owned it.
-func TestTimer_LostWorkItemIsQueuedAgain(t *testing.T) {
-	t.Parallel()
-	env := startEnv(t)
-	mx, err := metrics.New(prometheus.NewRegistry())
-	require.NoError(t, err)
-	startTimer(t, env, worker.WithUnclaimedRequeue(200*time.Millisecond), worker.WithMetrics(mx))
-	m := policy(env, ask(time.Hour, true))
-	ctx := t.Context()
-	// An executor hosts the tool (and is, say, down): its queue's consumer
-	// is there.
-	_, err = env.JS.CreateOrUpdateConsumer(ctx, wire.WorkStream, jetstream.ConsumerConfig{
-		Durable: wire.ExecutorDurable("deploy"), FilterSubject: wire.WorkSubject("deploy"), AckPolicy: jetstream.AckExplicitPolicy,
-	})
-	require.NoError(t, err)
-	e, err := m.Submit(ctx, machine.Call{ToolCallID: "lost", ToolName: "deploy", CallerBotID: "bot", ConversationID: "requeue"})
-	require.NoError(t, err)
-	_, err = m.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice"})
-	require.NoError(t, err)
-
-	st, err := env.JS.Stream(ctx, wire.WorkStream)
-	require.NoError(t, err)
-	items := func() uint64 {
-		info, err := st.Info(ctx)
-		require.NoError(t, err)
-		return info.State.Msgs
-	}
-	require.Eventually(t, func() bool { return items() > 0 }, waitFor, 10*time.Millisecond, "the relay never queued the approved call")
-	require.NoError(t, st.Purge(ctx), "the work item is lost")
-	require.Eventually(t, func() bool { return items() > 0 }, waitFor, 10*time.Millisecond, "the lost call was never queued again")
-	msg, err := st.GetLastMsgForSubject(ctx, wire.WorkSubject("deploy"))
-	require.NoError(t, err)
-	var item wire.WorkItem
-	require.NoError(t, json.Unmarshal(msg.Data, &item))
-	assert.Equal(t, e.PendingID, item.PendingID)
-	assert.GreaterOrEqual(t, testutil.ToFloat64(mx.Requeues.WithLabelValues(metrics.RequeueUnclaimed)), 1.0, "the requeue is counted")
 }
 
 // TestTimer_RemindsOnceBeforeTheDeadline: with two timers running, a call

@@ -85,8 +85,9 @@ type benchPath struct {
 
 // benchHop is one step of decision→handler, from what one stored to what
 // the next did: the decision committed (the approval's revision in
-// tool_calls), the relay's work item queued, the call claimed (its
-// EXECUTING revision), the handler started.
+// tool_calls), the call claimed (its EXECUTING revision: toolgate's work
+// queue saw the approval and claimed it for the executor waiting), the
+// handler started.
 type benchHop struct {
 	Name string `json:"name"`
 	pcts
@@ -303,9 +304,9 @@ func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu 
 	if err != nil {
 		return nil, err
 	}
-	var started sync.Map // pending ID: benchDecision, with the handler's start and the work item's time
+	var started sync.Map // pending ID: benchDecision, with the handler's start
 	handler := func(_ context.Context, call client.Call) (client.Result, error) {
-		started.Store(call.PendingID, benchDecision{handler: time.Now(), queued: call.Queued})
+		started.Store(call.PendingID, benchDecision{handler: time.Now()})
 		return client.Result{Output: json.RawMessage(`true`)}, nil
 	}
 	x.Handle(benchApprovalTool, handler)
@@ -471,12 +472,12 @@ func (b *bench) lifecycles(ctx context.Context, conversation, path string, agent
 type benchDecision struct {
 	decided, handler time.Time
 	// By the NATS server's clock: the approval and the claim in
-	// tool_calls, the work item (client.Call.Queued).
-	committed, queued, claimed time.Time
+	// tool_calls.
+	committed, claimed time.Time
 }
 
 // benchSteps name the steps between a benchDecision's times, in order.
-var benchSteps = [...]string{"decision→committed", "committed→queued", "queued→claimed", "claimed→handler"}
+var benchSteps = [...]string{"decision→committed", "committed→claimed", "claimed→handler"}
 
 // hops splits decision→handler at the timestamps the NATS server gave
 // what each step stored, the revisions read back from tool_calls' stream
@@ -532,7 +533,7 @@ func (b *bench) hops(ctx context.Context, since time.Time, ds map[string]benchDe
 	}
 	took := make([][]time.Duration, len(benchSteps))
 	for id, d := range ds {
-		marks := [...]time.Time{d.decided, d.committed, d.queued, d.claimed, d.handler}
+		marks := [...]time.Time{d.decided, d.committed, d.claimed, d.handler}
 		for i := range benchSteps {
 			if marks[i].IsZero() || marks[i+1].IsZero() {
 				return nil, fmt.Errorf("bench: %s: %s not found in the streams", id, benchSteps[i])

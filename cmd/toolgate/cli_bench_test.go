@@ -50,7 +50,7 @@ func TestBench_EmbeddedReportsBothPathsAgainstCAS(t *testing.T) {
 		assert.GreaterOrEqual(t, h.P99, h.P50, h.Name)
 		sum += h.P50
 	}
-	assert.Equal(t, []string{"decision→committed", "committed→queued", "queued→claimed", "claimed→handler"}, names)
+	assert.Equal(t, []string{"decision→committed", "committed→claimed", "claimed→handler"}, names)
 	assert.LessOrEqual(t, sum, report.Paths[0].DecideHandler.Max, "the steps' medians add up to no more than the slowest whole")
 	assert.Empty(t, report.Paths[1].Hops)
 }

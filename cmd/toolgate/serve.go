@@ -42,7 +42,6 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "file of HTTP bearer tokens, one per line: TOKEN USER ROLE[,ROLE…]")
 	fs.StringVar(&cfg.TokensData, "tokens-data", "", "HTTP bearer tokens inline, entries separated by ';'")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "HOST:PORT serving only /metrics, for a process without the http role (none by default)")
-	fs.DurationVar(&cfg.RequeueUnclaimed, "requeue-unclaimed", cfg.RequeueUnclaimed, "how long an approved or due call may wait for an executor before the timer queues it again, in case its work item was lost (0: never)")
 	fs.DurationVar(&cfg.Retention, "retention", cfg.Retention, "how long a finished call stays in the tool_calls bucket before the timer moves it, with its history, to the archive (TOOL_ARCHIVE), where it is still read by id and conversation (0: it stays)")
 	fs.DurationVar(&cfg.ArchiveMaxAge, "archive-max-age", cfg.ArchiveMaxAge, "how long TOOL_ARCHIVE keeps a finished call (0: for ever)")
 	fs.DurationVar(&cfg.Lease, "executor-lease", cfg.Lease, "how long the executor role's claim on a running call lasts without a heartbeat (a dead executor's calls run again elsewhere after it)")

@@ -37,7 +37,7 @@ func TestServe_OnAClusterWithReplicas3(t *testing.T) {
 	st, err := kv.Status(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, 3, st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas)
-	for _, name := range []string{wire.EventsStream, wire.WorkStream, wire.DeadLetterStream} {
+	for _, name := range []string{wire.EventsStream, wire.DeadLetterStream} {
 		s, err := js.Stream(t.Context(), name)
 		require.NoError(t, err)
 		assert.Equal(t, 3, s.CachedInfo().Config.Replicas, name)
@@ -76,7 +76,6 @@ func TestServe_BadConfigurationIsNamed(t *testing.T) {
 		{env: map[string]string{"TOOLGATE_LOG_LEVEL": "loud"}, want: "TOOLGATE_LOG_LEVEL"},
 		{args: []string{"extra"}, want: `unexpected argument "extra"`},
 		{args: []string{"--executor-lease", "0s"}, want: "--executor-lease: must be > 0"},
-		{args: []string{"--requeue-unclaimed", "-1s"}, want: "--requeue-unclaimed: must be >= 0"},
 		{args: []string{"--retention", "-1h"}, want: "--retention: must be >= 0"},
 		{env: map[string]string{"TOOLGATE_ARCHIVE_MAX_AGE": "-1h"}, want: "--archive-max-age: must be >= 0"},
 		{args: []string{"--tools", "exec,ftp"}, want: `unknown tool "ftp"`},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -22,8 +21,8 @@ import (
 // holds the embedded server, the relay and intake. It kills the timer with
 // SIGKILL while deadlines of every kind are falling due, lets the rest pass
 // while it is down, and starts it again: every deadline is acted on after
-// it is back, and none twice (one event per timeout and per lost lease, one
-// work item per scheduled start and per requeue).
+// it is back, and none twice (one event per timeout and per lease lost on
+// a last attempt).
 func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 	t.Parallel()
 	listen := fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(t))
@@ -69,13 +68,11 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 
 	// Deadlines of every kind, falling due one after another over 1.5s.
 	const n = 8
-	var reject, flag, start, requeue, abandon []*machine.Entry
+	var reject, flag, abandon []*machine.Entry
 	for i := range n {
 		in := time.Second + time.Duration(i)*1500*time.Millisecond/n
 		reject = append(reject, submit(ask(in, true), fmt.Sprint("reject-", i)))
 		flag = append(flag, submit(ask(in, false), fmt.Sprint("flag-", i)))
-		start = append(start, submit(run(in, 0), fmt.Sprint("start-", i)))
-		requeue = append(requeue, claimed(fmt.Sprint("requeue-", i), 3, in))
 		abandon = append(abandon, claimed(fmt.Sprint("abandon-", i), 1, in))
 	}
 	last := time.UnixMilli(reject[n-1].ApprovalTimeoutAt)
@@ -112,17 +109,6 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 				return false
 			}
 		}
-		work := timerWorkItems(t, js)
-		for _, e := range start {
-			if work[e.PendingID] == 0 {
-				return false
-			}
-		}
-		for _, e := range requeue {
-			if work[e.PendingID] < 2 {
-				return false
-			}
-		}
 		return true
 	}, 30*time.Second, 10*time.Millisecond, "every passed deadline fires once the timer is back")
 	t.Logf("every passed deadline acted on %s after the restart", time.Since(restarted).Round(time.Millisecond))
@@ -130,7 +116,6 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 	// None twice: give a second firing room to land, then count.
 	time.Sleep(300 * time.Millisecond)
 	events := timerEvents(t, js)
-	work := timerWorkItems(t, js)
 	for _, e := range reject {
 		assert.Equal(t, 1, events[e.PendingID][machine.EventTimeout], "timeouts of %s", e.PendingID)
 	}
@@ -140,13 +125,6 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 	}
 	for _, e := range abandon {
 		assert.Equal(t, 1, events[e.PendingID][machine.EventFail], "failures of %s", e.PendingID)
-		assert.Equal(t, 1, work[e.PendingID], "work for %s: the relay's only", e.PendingID)
-	}
-	for _, e := range start {
-		assert.Equal(t, 1, work[e.PendingID], "work for %s", e.PendingID)
-	}
-	for _, e := range requeue {
-		assert.Equal(t, 2, work[e.PendingID], "work for %s: the relay's and one requeue", e.PendingID)
 	}
 }
 
@@ -162,19 +140,6 @@ func timerEvents(t *testing.T, js jetstream.JetStream) map[string]map[machine.Ev
 			counts[ev.Entry.PendingID] = map[machine.Event]int{}
 		}
 		counts[ev.Entry.PendingID][ev.Event]++
-	}
-	return counts
-}
-
-// timerWorkItems counts what is queued in TOOL_WORK for each entry; nothing
-// consumes the queue here, so it holds everything ever queued.
-func timerWorkItems(t *testing.T, js jetstream.JetStream) map[string]int {
-	t.Helper()
-	counts := map[string]int{}
-	for _, data := range timerStreamData(t, js, wire.WorkStream) {
-		var w wire.WorkItem
-		require.NoError(t, json.Unmarshal(data, &w))
-		counts[w.PendingID]++
 	}
 	return counts
 }
