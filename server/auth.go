@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go/jetstream"
@@ -90,31 +91,34 @@ func registerLocalCreds(ctx context.Context, data string, ids *bus.IdentityStore
 
 // enforceRevocations keeps the embedded server refusing every revoked
 // credential: at start, and whenever one is revoked, from any process.
-func (m *Main) enforceRevocations(ctx context.Context, keys *auth.Keys, kv jetstream.KeyValue) error {
+// It closes applied once the revocations there at start are in force.
+func (m *Main) enforceRevocations(ctx context.Context, keys *auth.Keys, kv jetstream.KeyValue, applied chan<- struct{}) error {
 	ids := bus.NewIdentityStore(kv)
+	var inForce []string // the server starts refusing none
+	once := sync.OnceFunc(func() { close(applied) })
 	return consumer.RunRestarting(ctx, m.Log, "revocations", func(ctx context.Context) error {
 		w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
 		if err != nil {
 			return err
 		}
 		defer func() { _ = w.Stop() }()
-		var applied []string
-		for first := true; ; first = false {
+		for {
 			// Apply what is there now, then again after each change that
-			// changes the revoked keys: updating the account's claims
-			// re-registers its imports, and a request sent meanwhile finds
-			// no responder, so an identity issued must not cause one.
+			// changes the revoked keys, and only then: updating the
+			// account's claims re-registers its imports, and a request
+			// sent meanwhile finds no responder.
 			revoked, err := ids.RevokedKeys(ctx)
 			if err != nil {
 				return err
 			}
 			slices.Sort(revoked)
-			if first || !slices.Equal(revoked, applied) {
+			if !slices.Equal(revoked, inForce) {
 				if err := keys.Revoke(m.server, revoked); err != nil {
 					return err
 				}
-				applied = revoked
+				inForce = revoked
 			}
+			once()
 			select {
 			case <-ctx.Done():
 				return nil

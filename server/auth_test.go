@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -173,6 +174,36 @@ func TestAuth_IssuedCredentialsAndRevocation(t *testing.T) {
 	require.ErrorIs(t, err, nats.ErrAuthorization, "a revoked credential is refused")
 	_, err = admin.RevokeCredential(ctx, "alice")
 	require.ErrorIs(t, err, machine.ErrNotFound, "nothing left to revoke")
+}
+
+// TestAuth_ARevokedCredentialIsRefusedFromTheStart: a toolgate started
+// again over a data directory that lists a revoked credential refuses it
+// as soon as it is ready, and its request API answers from then on
+// (applying the revocations re-registers the clients' imports: done
+// after serving began, it left a moment with no responder).
+func TestAuth_ARevokedCredentialIsRefusedFromTheStart(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	opts := toolgatetest.Options{Roles: []string{"relay", "intake"}, Configure: func(c *server.Config) { c.Data = data }}
+	path := filepath.Join(t.TempDir(), "alice.creds")
+	t.Run("first start", func(t *testing.T) {
+		g := toolgatetest.Start(t, opts)
+		_, admin := g.ConnectAs(t, "admin")
+		issued, err := admin.IssueCredential(t.Context(), "alice", wire.RoleViewer)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, []byte(issued.Creds), 0o600))
+		_, err = admin.RevokeCredential(t.Context(), "alice")
+		require.NoError(t, err)
+	}) // stops it
+
+	g := toolgatetest.Start(t, opts)
+	copts, err := client.Credentials(path)
+	require.NoError(t, err)
+	_, err = nats.Connect(g.NATSURL, copts...)
+	require.ErrorIs(t, err, nats.ErrAuthorization, "a revoked credential is refused once toolgate serves")
+	_, viewer := g.ConnectAs(t, "viewer")
+	_, err = viewer.Credentials(t.Context())
+	require.ErrorIs(t, err, machine.ErrForbidden, "the request API answers (and refuses a viewer)")
 }
 
 func streamLastSeq(t *testing.T, js jetstream.JetStream, name string) uint64 {

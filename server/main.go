@@ -292,7 +292,16 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	}
 	if m.server != nil {
-		g.Go(func() error { return m.enforceRevocations(ctx, m.keys, buckets.Identities) })
+		// Before serving: a revoked credential is refused from the
+		// start, and nobody who is told toolgate serves meets the
+		// moment the account's imports are registered again.
+		applied := make(chan struct{})
+		g.Go(func() error { return m.enforceRevocations(ctx, m.keys, buckets.Identities, applied) })
+		select {
+		case <-applied:
+		case <-ctx.Done():
+			return g.Wait()
+		}
 	}
 	if m.Config.Metrics != "" {
 		g.Go(func() error { return serveMetrics(ctx, m.Config.Metrics, d.registry, m.Log) })
