@@ -3,9 +3,12 @@ package bus
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,8 +79,9 @@ func get(ctx context.Context, kv jetstream.KeyValue, key string) (jetstream.KeyV
 // was this write, and it succeeded; the caller is never told "conflict"
 // about its own write. So data must say which write it is: no other
 // writer may store the same bytes (an entry's transition and a budget
-// value carry a random id of their write).
-func write(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, revision uint64) (uint64, error) {
+// value carry a random id of their write). js is kv's JetStream, through
+// which that is asked of the bucket's stream leader.
+func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, data []byte, revision uint64) (uint64, error) {
 	unsure := false
 	return attempts(ctx, storeAttempt, func(ctx context.Context) (uint64, error) {
 		var rev uint64
@@ -93,7 +97,7 @@ func write(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, 
 		case unanswered(err):
 			unsure = true
 		case unsure && (errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)):
-			if rev, ok, lerr := storedAt(ctx, kv, key, data, revision); lerr != nil {
+			if rev, ok, lerr := storedAt(ctx, js, kv.Bucket(), key, data, revision); lerr != nil {
 				return 0, lerr
 			} else if ok {
 				return rev, nil
@@ -103,31 +107,75 @@ func write(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, 
 	})
 }
 
-// storedAt finds the revision after the given one at which key holds
-// exactly data: the latest, most often, else one in the key's history.
-func storedAt(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, after uint64) (uint64, bool, error) {
-	latest, err := kv.Get(ctx, key)
-	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, false, err
-	}
-	if err == nil && latest.Revision() > after && bytes.Equal(latest.Value(), data) {
-		return latest.Revision(), true, nil
-	}
-	revs, err := kv.History(ctx, key)
-	// A history cut short by ctx is not the key's: it ends early, or
-	// comes back as "key not found".
-	if ctx.Err() != nil {
-		return 0, false, ctx.Err()
-	}
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, false, nil
-	} else if err != nil {
-		return 0, false, err
-	}
-	for _, kve := range revs {
-		if kve.Revision() > after && kve.Operation() == jetstream.KeyValuePut && bytes.Equal(kve.Value(), data) {
-			return kve.Revision(), true, nil
+// storedAt finds the revision after the given one at which bucket's key
+// holds exactly data. It asks the stream's leader: a replica, which
+// answers direct gets and may serve a consumer, can still lack the write
+// just after an election, and the write would be taken for another's.
+func storedAt(ctx context.Context, js jetstream.JetStream, bucket, key string, data []byte, after uint64) (uint64, bool, error) {
+	subject := "$KV." + bucket + "." + key
+	for seq := after + 1; ; {
+		msg, err := attempts(ctx, storeAttempt, func(ctx context.Context) (*storedMsg, error) {
+			return nextMsg(ctx, js, "KV_"+bucket, subject, seq)
+		})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, false, nil
+		} else if err != nil {
+			return 0, false, err
 		}
+		if bytes.Equal(msg.Data, data) {
+			return msg.Seq, true, nil
+		}
+		seq = msg.Seq + 1
 	}
-	return 0, false, nil
+}
+
+// storedMsg is a stream's message as its leader returns it.
+type storedMsg struct {
+	Seq  uint64 `json:"seq"`
+	Data []byte `json:"data"`
+}
+
+// nextMsg asks stream's leader for its first message on subject from seq
+// on (jetstream's Stream.GetMsg asks any replica of a stream that allows
+// direct gets, as the buckets do).
+func nextMsg(ctx context.Context, js jetstream.JetStream, stream, subject string, seq uint64) (*storedMsg, error) {
+	req, err := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj"`
+	}{seq, subject})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *storedMsg          `json:"message"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return nil, fmt.Errorf("%s: message get: %w", stream, err)
+	}
+	switch {
+	case r.Error != nil && r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, jetstream.ErrMsgNotFound
+	case r.Error != nil:
+		return nil, r.Error
+	case r.Message == nil:
+		return nil, fmt.Errorf("%s: message get: %w", stream, jetstream.ErrInvalidJetStreamResponse)
+	}
+	return r.Message, nil
+}
+
+// apiPrefix is the subject prefix of js's JetStream API requests.
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	return jetstream.DefaultAPIPrefix
 }

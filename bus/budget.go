@@ -48,13 +48,16 @@ type DayBudget struct {
 // compare-and-set: two calls racing for the last of a budget cannot both
 // reserve it.
 type BudgetLedger struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 }
 
 var _ policy.Budget = (*BudgetLedger)(nil)
 
-// NewBudgetLedger returns the ledger over the budgets bucket.
-func NewBudgetLedger(kv jetstream.KeyValue) *BudgetLedger { return &BudgetLedger{kv: kv} }
+// NewBudgetLedger returns the ledger over the budgets bucket, kv of js.
+func NewBudgetLedger(js jetstream.JetStream, kv jetstream.KeyValue) *BudgetLedger {
+	return &BudgetLedger{js: js, kv: kv}
+}
 
 // teamKeyPrefix is the "team:" a team's name is prefixed with before it
 // becomes a key token: it always makes the token base64, so even the team
@@ -109,7 +112,7 @@ func (l *BudgetLedger) change(ctx context.Context, team, day string, f func(*Spe
 			return false, nil
 		}
 		data, _ := json.Marshal(storedSpending{s, rand.Text()})
-		_, err = write(ctx, l.kv, budgetKey(team, day), data, rev)
+		_, err = write(ctx, l.js, l.kv, budgetKey(team, day), data, rev)
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue
 		}

@@ -15,7 +15,7 @@ func TestBudgetLedger_RaceForTheLastOfABudget(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	l := bus.NewBudgetLedger(env.Buckets.Budgets)
+	l := bus.NewBudgetLedger(env.JS, env.Buckets.Budgets)
 	ok, err := l.Reserve(ctx, "finance", "2026-11-21", 900, 1000)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -42,7 +42,7 @@ func TestBudgetLedger_SettleCountsEachSequenceOnce(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	l := bus.NewBudgetLedger(env.Buckets.Budgets)
+	l := bus.NewBudgetLedger(env.JS, env.Buckets.Budgets)
 	const day = "2026-03-14"
 	for _, amount := range []float64{3, 4, 5} {
 		ok, err := l.Reserve(ctx, "ops", day, amount, 100)
@@ -96,7 +96,7 @@ func TestBudgetLedger_ListAllTeamsOrOne(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	l := bus.NewBudgetLedger(env.Buckets.Budgets)
+	l := bus.NewBudgetLedger(env.JS, env.Buckets.Budgets)
 
 	days, err := l.List(ctx)
 	require.NoError(t, err)

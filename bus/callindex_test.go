@@ -138,7 +138,7 @@ func TestKVStore_WithIndexStartsFromTheIndex(t *testing.T) {
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
 	x := bus.NewCallIndex(env.JS, env.KV)
-	store := bus.NewKVStore(env.KV).WithIndex(x)
+	store := bus.NewKVStore(env.JS, env.KV).WithIndex(x)
 	open := indexEntry("open", 1, machine.StatePendingApproval)
 	open.ToolArguments = json.RawMessage(`{"to":"prod"}`)
 	open.Receipts = []machine.Receipt{{Seq: 1, Event: machine.EventAsk}}

@@ -167,7 +167,7 @@ func (s *GrantStore) change(ctx context.Context, key string, f func([]policy.Gra
 		if err != nil {
 			return err
 		}
-		_, err = write(ctx, s.kv, key, data, rev)
+		_, err = write(ctx, s.js, s.kv, key, data, rev)
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue // another change of the same grants came first
 		}

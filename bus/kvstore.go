@@ -17,6 +17,7 @@ import (
 // KVStore keeps entries in the tool_calls JetStream KV bucket, one key per
 // pendingId, and maps JetStream's errors to the domain's.
 type KVStore struct {
+	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	recent recentEntries
 	index  *CallIndex // nil: none (WithIndex)
@@ -115,8 +116,10 @@ func (s *KVStore) written(pendingID string) (*machine.Entry, uint64, bool) {
 	return &e, r.rev, true
 }
 
-// NewKVStore returns a Store over kv.
-func NewKVStore(kv jetstream.KeyValue) *KVStore { return &KVStore{kv: kv} }
+// NewKVStore returns a Store over kv, a bucket of js.
+func NewKVStore(js jetstream.JetStream, kv jetstream.KeyValue) *KVStore {
+	return &KVStore{js: js, kv: kv}
+}
 
 // WithIndex has s start commands on open calls from x's latest revision
 // of them, and skip the read of a submit whose pendingId x does not hold,
@@ -133,7 +136,7 @@ func (s *KVStore) Create(ctx context.Context, e *machine.Entry) (uint64, error) 
 	if err != nil {
 		return 0, err
 	}
-	rev, err := write(ctx, s.kv, e.PendingID, data, 0)
+	rev, err := write(ctx, s.js, s.kv, e.PendingID, data, 0)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, fmt.Errorf("%s: %w", e.PendingID, machine.ErrExists)
 	}
@@ -167,7 +170,7 @@ func (s *KVStore) Update(ctx context.Context, e *machine.Entry, revision uint64)
 	if err != nil {
 		return 0, err
 	}
-	rev, err := write(ctx, s.kv, e.PendingID, data, revision)
+	rev, err := write(ctx, s.js, s.kv, e.PendingID, data, revision)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, fmt.Errorf("%s at revision %d: %w", e.PendingID, revision, machine.ErrConflict)
 	}

@@ -180,7 +180,7 @@ func TestKVStore_AWriteWhoseAnswerWasLostIsNoConflictWithItself(t *testing.T) {
 	}
 
 	t.Run("create", func(t *testing.T) {
-		s := bus.NewKVStore(&lostReplies{KeyValue: env.KV, stored: true, lost: 1})
+		s := bus.NewKVStore(env.JS, &lostReplies{KeyValue: env.KV, stored: true, lost: 1})
 		e := entry("lost", "create")
 		rev, err := s.Create(ctx, e)
 		require.NoError(t, err, "its own create is no conflict")
@@ -192,7 +192,7 @@ func TestKVStore_AWriteWhoseAnswerWasLostIsNoConflictWithItself(t *testing.T) {
 		require.NoError(t, err)
 		approved := *e
 		approved.Status = machine.StateApproved
-		s := bus.NewKVStore(&lostReplies{KeyValue: env.KV, stored: true, lost: 1, before: other(&approved, machine.StateExecuting)})
+		s := bus.NewKVStore(env.JS, &lostReplies{KeyValue: env.KV, stored: true, lost: 1, before: other(&approved, machine.StateExecuting)})
 		got, err := s.Update(ctx, &approved, rev)
 		require.NoError(t, err, "its own update is no conflict")
 		revs := revisions(e.PendingID)
@@ -205,7 +205,7 @@ func TestKVStore_AWriteWhoseAnswerWasLostIsNoConflictWithItself(t *testing.T) {
 		require.NoError(t, err)
 		rejected := *e
 		rejected.Status = machine.StateRejectedByUser
-		s := bus.NewKVStore(&lostReplies{KeyValue: env.KV, lost: 1, before: other(e, machine.StateApproved)})
+		s := bus.NewKVStore(env.JS, &lostReplies{KeyValue: env.KV, lost: 1, before: other(e, machine.StateApproved)})
 		_, err = s.Update(ctx, &rejected, rev)
 		require.ErrorIs(t, err, machine.ErrConflict, "another wrote first")
 		got, _, err := env.Store.Get(ctx, e.PendingID)

@@ -42,7 +42,7 @@ func TestKVStore_WritesResumeSoonAfterTheLeaderDies(t *testing.T) {
 	_, js = bustest.Connect(t, servers[(leader+1)%3].ClientURL())
 	kv, err := js.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
-	store := bus.NewKVStore(kv)
+	store := bus.NewKVStore(js, kv)
 
 	type write struct {
 		start, end time.Time

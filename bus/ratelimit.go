@@ -57,13 +57,17 @@ type storedWindow struct {
 // per key, changed only by compare-and-set: of calls racing for the last
 // slot of a window, one gets it, on whichever process evaluates them.
 type RateCounters struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 }
 
 var _ policy.RateCounter = (*RateCounters)(nil)
 
-// NewRateCounters returns the counters over the rate limits bucket.
-func NewRateCounters(kv jetstream.KeyValue) *RateCounters { return &RateCounters{kv: kv} }
+// NewRateCounters returns the counters over the rate limits bucket, kv
+// of js.
+func NewRateCounters(js jetstream.JetStream, kv jetstream.KeyValue) *RateCounters {
+	return &RateCounters{js: js, kv: kv}
+}
 
 // rateKey is <rule>.<token of scope:value>: the token is always base64
 // (the colon is not plain), so even the team with no name has one.
@@ -88,7 +92,7 @@ func (c *RateCounters) Take(ctx context.Context, key policy.RateKey, max int, pe
 		}
 		w = RateWindow{Rule: key.Rule, Scope: key.Scope, Value: key.Value, Slots: append(live, now.UnixMilli())}
 		data, _ := json.Marshal(storedWindow{w, rand.Text()})
-		_, err = write(ctx, c.kv, k, data, rev)
+		_, err = write(ctx, c.js, c.kv, k, data, rev)
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue // another slot was taken meanwhile: count again
 		}

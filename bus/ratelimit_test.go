@@ -20,7 +20,7 @@ func TestRateCounters_RaceForTheLastSlots(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	c := bus.NewRateCounters(env.Buckets.RateLimits)
+	c := bus.NewRateCounters(env.JS, env.Buckets.RateLimits)
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	const limit, calls, agents = 3, 10, 8
 	for round := range 5 {
@@ -57,7 +57,7 @@ func TestRateCounters_WindowSlides(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	c := bus.NewRateCounters(env.Buckets.RateLimits)
+	c := bus.NewRateCounters(env.JS, env.Buckets.RateLimits)
 	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	key := policy.RateKey{Rule: "slide", Scope: policy.RateByCaller, Value: "bot-1"}
 	take := func(at time.Duration) (bool, int) {

@@ -139,7 +139,7 @@ func TestExecutor_NeverRunsARefusedCall(t *testing.T) {
 	// deadline plays it.
 	kv, err := g.JS.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
-	timer := machine.New(bus.NewKVStore(kv), machine.WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
+	timer := machine.New(bus.NewKVStore(g.JS, kv), machine.WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
 	decide := func(i int, id string) error {
 		var err error
 		switch i % 4 {

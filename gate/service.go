@@ -91,7 +91,7 @@ type limits interface {
 func New(cfg Config) *Service {
 	js := jetStream(cfg)
 	index := bus.NewCallIndex(js, cfg.Buckets.Calls)
-	calls := bus.NewKVStore(cfg.Buckets.Calls).WithIndex(index)
+	calls := bus.NewKVStore(js, cfg.Buckets.Calls).WithIndex(index)
 	opts := []machine.Option{}
 	if cfg.Policy != nil {
 		opts = append(opts, machine.WithEvaluator(cfg.Policy))
@@ -121,8 +121,8 @@ func New(cfg Config) *Service {
 		work:       bus.NewWorkQueue(),
 		policies:   bus.NewPolicyStore(cfg.Buckets.Policies),
 		grants:     grants,
-		budgets:    bus.NewBudgetLedger(cfg.Buckets.Budgets),
-		rates:      bus.NewRateCounters(cfg.Buckets.RateLimits),
+		budgets:    bus.NewBudgetLedger(js, cfg.Buckets.Budgets),
+		rates:      bus.NewRateCounters(js, cfg.Buckets.RateLimits),
 		identities: bus.NewIdentityStore(cfg.Buckets.Identities),
 		tokens:     bus.NewDecisionTokenStore(cfg.Buckets.DecisionTokens),
 		archive:    newArchive(cfg),

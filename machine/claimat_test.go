@@ -34,9 +34,9 @@ func TestClaimAt_StartsFromTheRememberedRevisionAndIsRightWhenItIsStale(t *testi
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	store := &countingStore{KVStore: bus.NewKVStore(env.KV)}
+	store := &countingStore{KVStore: bus.NewKVStore(env.JS, env.KV)}
 	m := machine.New(store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}))
-	other := machine.New(bus.NewKVStore(env.KV)) // another process: remembers nothing of m's
+	other := machine.New(bus.NewKVStore(env.JS, env.KV)) // another process: remembers nothing of m's
 	rev := func(id string) uint64 {
 		_, r, err := env.Store.Get(ctx, id)
 		require.NoError(t, err)
@@ -107,9 +107,9 @@ func TestIndexedStore_SubmitAndDecideWithoutReads(t *testing.T) {
 	ctx := t.Context()
 	x := bus.NewCallIndex(env.JS, env.KV)
 	bustest.FollowCalls(t, x)
-	store := &countingStore{KVStore: bus.NewKVStore(env.KV).WithIndex(x)}
+	store := &countingStore{KVStore: bus.NewKVStore(env.JS, env.KV).WithIndex(x)}
 	m := machine.New(store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}))
-	other := machine.New(bus.NewKVStore(env.KV))
+	other := machine.New(bus.NewKVStore(env.JS, env.KV))
 	current := func() {
 		ok, err := x.Current(ctx)
 		require.NoError(t, err)

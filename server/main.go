@@ -465,8 +465,8 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		return nil, err
 	}
 	grants := bus.NewGrantStore(js, b.Grants)
-	ledger := bus.NewBudgetLedger(b.Budgets)
-	opts := []policy.EngineOption{policy.WithRateCounter(bus.NewRateCounters(b.RateLimits))}
+	ledger := bus.NewBudgetLedger(js, b.Budgets)
+	opts := []policy.EngineOption{policy.WithRateCounter(bus.NewRateCounters(js, b.RateLimits))}
 	if m.Clock != nil {
 		opts = append(opts, policy.WithClock(m.Clock))
 	}

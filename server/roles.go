@@ -129,7 +129,7 @@ func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	go func() { errc <- d.policies.Follow(ctx, d.engine, log) }()
 	settled := make(chan error, 1)
 	go func() {
-		settled <- worker.NewBudgetSettler(d.js, bus.NewBudgetLedger(d.buckets.Budgets), log).Run(ctx)
+		settled <- worker.NewBudgetSettler(d.js, bus.NewBudgetLedger(d.js, d.buckets.Budgets), log).Run(ctx)
 	}()
 	err := svc.Run(ctx, d.nc, d.version)
 	cancel() // the service failed or stopped: stop following and settling too

@@ -108,7 +108,7 @@ type Deadlines interface {
 // NewTimer returns a Timer over kv, the tool_calls bucket, moving entries
 // through m. Run starts it.
 func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *slog.Logger, opts ...TimerOption) *Timer {
-	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(kv), m: m, log: log, concurrency: 64, retry: time.Second,
+	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(js, kv), m: m, log: log, concurrency: 64, retry: time.Second,
 		updates: make(chan observation, 256), stopped: make(chan struct{}), loaded: make(chan struct{})}
 	for _, o := range opts {
 		o(t)

@@ -142,7 +142,7 @@ func benchTimer(b *testing.B, pending int) {
 		// index beside the timer's deadlines, and an Expire starts from
 		// the index's revision of the call rather than reading it first.
 		feed, index := bus.NewCallsFeed(env.JS, env.KV), bus.NewCallIndex(env.JS, env.KV)
-		timerMachine := machine.New(bus.NewKVStore(env.KV).WithIndex(index), machine.WithObserver(func(_ context.Context, e *machine.Entry) {
+		timerMachine := machine.New(bus.NewKVStore(env.JS, env.KV).WithIndex(index), machine.WithObserver(func(_ context.Context, e *machine.Entry) {
 			if e.Status != machine.StateRejectedByTimeout {
 				return
 			}

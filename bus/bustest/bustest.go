@@ -62,7 +62,7 @@ func Start(t testing.TB, topo Topology) *Env {
 	b, err := bus.Provision(ctx, env.JS, bus.Topology{Replicas: topo.Replicas})
 	require.NoError(t, err)
 	env.Buckets, env.KV = b, b.Calls
-	env.Store = bus.NewKVStore(b.Calls)
+	env.Store = bus.NewKVStore(env.JS, b.Calls)
 	return env
 }
 

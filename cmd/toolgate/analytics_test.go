@@ -52,7 +52,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	t0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
 	clk := new(toolgatetest.Clock)
 	clk.Set(t0)
-	m := machine.New(bus.NewKVStore(calls), machine.WithClock(clk.Now), machine.WithEvaluator(machine.EvaluatorFunc(
+	m := machine.New(bus.NewKVStore(js, calls), machine.WithClock(clk.Now), machine.WithEvaluator(machine.EvaluatorFunc(
 		func(_ context.Context, c machine.Call) (machine.Verdict, error) {
 			if c.ToolName == "read_file" {
 				return machine.Verdict{Action: machine.ActionRun, Reason: "read-only"}, nil
@@ -185,7 +185,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(doc, nil, nil)
 	require.NoError(t, err)
-	e, err := machine.New(bus.NewKVStore(calls), machine.WithEvaluator(engine)).Submit(ctx,
+	e, err := machine.New(bus.NewKVStore(js, calls), machine.WithEvaluator(engine)).Submit(ctx,
 		machine.Call{ToolCallID: "after-rule", ToolName: "web_search", Team: "research", CallerBotID: "agent", ConversationID: "conv"})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateScheduled, e.Status, "the next call runs without asking: %s", e.StatusReason)

@@ -326,7 +326,7 @@ func TestCLI_RejectionTimeoutAndCancelAreErrorsNeverResults(t *testing.T) {
 	timedOut, err := bot.Submit(ctx, bashCall("conv-t", "timed-out", "make release"))
 	require.NoError(t, err)
 	got = awaitInBackground(bot, ctx, timedOut.PendingID)
-	timer := machine.New(bus.NewKVStore(kv), machine.WithClock(func() time.Time { return time.Now().Add(time.Second) }))
+	timer := machine.New(bus.NewKVStore(js, kv), machine.WithClock(func() time.Time { return time.Now().Add(time.Second) }))
 	if _, err := timer.Expire(ctx, timedOut.PendingID); err != nil {
 		require.ErrorIs(t, err, machine.ErrConflict, "only a timer role may have been first")
 	}

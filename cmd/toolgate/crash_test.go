@@ -160,7 +160,7 @@ func TestServe_SIGKILLMidLoadLosesNothing(t *testing.T) {
 	nc, js := connect(t, "nats://"+listen)
 	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)
-	m := machine.New(bus.NewKVStore(kv))
+	m := machine.New(bus.NewKVStore(js, kv))
 
 	// Each worker submits a call and decides it, over and over; acked
 	// records the last state the server acknowledged for each entry.

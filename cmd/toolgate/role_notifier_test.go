@@ -50,7 +50,7 @@ func TestServe_NotifierWithoutIntakeFollowsThePolicy(t *testing.T) {
 
 	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)
-	m := machine.New(bus.NewKVStore(kv), machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+	m := machine.New(bus.NewKVStore(js, kv), machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionAsk, Reason: "test asks"}, nil
 	})))
 	// The policy reaches the notifier by a KV watch, a moment after Set:

@@ -50,7 +50,7 @@ func assertRelays(t *testing.T, js jetstream.JetStream) jetstream.KeyValue {
 	ctx := t.Context()
 	kv, err := js.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
-	m := machine.New(bus.NewKVStore(kv))
+	m := machine.New(bus.NewKVStore(js, kv))
 	e, err := m.Submit(ctx, machine.Call{ToolName: "web_search", CallerBotID: "bot", ConversationID: "serve"})
 	require.NoError(t, err)
 	s, err := js.Stream(ctx, wire.EventsStream)

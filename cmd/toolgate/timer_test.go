@@ -33,7 +33,7 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 	_, js := connect(t, "nats://"+listen)
 	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)
-	store := bus.NewKVStore(kv)
+	store := bus.NewKVStore(js, kv)
 	verdict := func(v machine.Verdict) *machine.Machine {
 		return machine.New(store, machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 			return v, nil
