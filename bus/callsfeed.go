@@ -99,6 +99,22 @@ func DecodeCallHead(data []byte) (*CallHead, error) {
 	return &h, nil
 }
 
+// headOf is what a CallHead reads of e.
+func headOf(e *machine.Entry) *CallHead {
+	h := &CallHead{
+		PendingID: e.PendingID, Status: e.Status, ToolName: e.ToolName, CallerBotID: e.CallerBotID, Team: e.Team,
+		RequestedAt: e.RequestedAt, ScheduledExecutionTime: e.ScheduledExecutionTime, ApprovalTimeoutAt: e.ApprovalTimeoutAt,
+		ReminderAt: e.ReminderAt, Reminded: e.Reminded, Overdue: e.Overdue, Escalations: e.Escalations, Escalated: e.Escalated,
+		Lease: e.Lease, ExecutionAttempts: e.ExecutionAttempts, MaxExecutionAttempts: e.MaxExecutionAttempts,
+	}
+	if e.LastTransition != nil {
+		h.LastTransition = &struct {
+			At int64 `json:"at"`
+		}{e.LastTransition.At}
+	}
+	return h
+}
+
 // Fill makes *e h as a machine.Entry holding only its fields (and of its
 // last transition, only when), reusing e's last transition if it has
 // one: a view that reads each revision's head once, and keeps none of it,

@@ -21,6 +21,7 @@ type KVStore struct {
 	kv     jetstream.KeyValue
 	recent recentEntries
 	index  *CallIndex // nil: none (WithIndex)
+	work   *WorkQueue // nil: none (WithWorkQueue)
 }
 
 var _ machine.RecentStore = (*KVStore)(nil)
@@ -130,6 +131,23 @@ func (s *KVStore) WithIndex(x *CallIndex) *KVStore {
 	return s
 }
 
+// WithWorkQueue has s file in q each revision it writes, as soon as it
+// is written: a call approved here is offered to the executors waiting
+// on this process without waiting for the bucket's watch to bring the
+// revision back (WorkQueue.Wrote). It returns s.
+func (s *KVStore) WithWorkQueue(q *WorkQueue) *KVStore {
+	s.work = q
+	return s
+}
+
+// wrote tells what s keeps of e, written at rev as data.
+func (s *KVStore) wrote(e *machine.Entry, rev uint64, data []byte) {
+	s.recent.put(e, rev, len(data))
+	if s.work != nil {
+		s.work.Wrote(e, rev)
+	}
+}
+
 // Create implements machine.Store.
 func (s *KVStore) Create(ctx context.Context, e *machine.Entry) (uint64, error) {
 	data, err := json.Marshal(e)
@@ -141,7 +159,7 @@ func (s *KVStore) Create(ctx context.Context, e *machine.Entry) (uint64, error) 
 		return 0, fmt.Errorf("%s: %w", e.PendingID, machine.ErrExists)
 	}
 	if err == nil {
-		s.recent.put(e, rev, len(data))
+		s.wrote(e, rev, data)
 	}
 	return rev, err
 }
@@ -175,7 +193,7 @@ func (s *KVStore) Update(ctx context.Context, e *machine.Entry, revision uint64)
 		return 0, fmt.Errorf("%s at revision %d: %w", e.PendingID, revision, machine.ErrConflict)
 	}
 	if err == nil {
-		s.recent.put(e, rev, len(data))
+		s.wrote(e, rev, data)
 	}
 	return rev, err
 }

@@ -41,6 +41,11 @@ type workState struct {
 	// holders the holder of each (by pendingId).
 	held    map[string]map[string]heldCall
 	holders map[string]string
+	// upTo is the bucket's last revision the watch brought, and ahead
+	// the revisions this process wrote and filed before the watch
+	// brought them (Wrote), by pendingId.
+	upTo  uint64
+	ahead map[string]uint64
 }
 
 // heldCall is a call running under a lease: its attempt, and since when
@@ -71,7 +76,7 @@ func NewWorkQueue() *WorkQueue {
 }
 
 func newWorkState() *workState {
-	return &workState{calls: map[string]*WorkCall{}, lines: map[string]*list.List{}, held: map[string]map[string]heldCall{}, holders: map[string]string{}}
+	return &workState{calls: map[string]*WorkCall{}, lines: map[string]*list.List{}, held: map[string]map[string]heldCall{}, holders: map[string]string{}, ahead: map[string]uint64{}}
 }
 
 // View is the queue as a view of a CallsFeed.
@@ -80,12 +85,12 @@ func (q *WorkQueue) View() CallsView {
 		loading := newWorkState()
 		apply := func(r CallRevision) {
 			if loading != nil {
-				loading.apply(r, time.Now(), nil)
+				loading.watched(r, time.Now(), nil)
 				return
 			}
 			q.mu.Lock()
 			defer q.mu.Unlock()
-			q.st.apply(r, time.Now(), q.wakeLocked)
+			q.st.watched(r, time.Now(), q.wakeLocked)
 			q.scheduleLocked()
 		}
 		loaded := func() {
@@ -105,6 +110,40 @@ func (q *WorkQueue) unsync() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.st = nil
+}
+
+// watched files a revision the watch of the bucket brought, unless this
+// process filed it, or a later one of the call, already (Wrote).
+func (st *workState) watched(r CallRevision, now time.Time, woken func(tool string)) {
+	st.upTo = r.Revision
+	if ahead, ok := st.ahead[r.Key]; ok {
+		if r.Revision <= ahead {
+			if r.Revision == ahead {
+				delete(st.ahead, r.Key)
+			}
+			return
+		}
+		delete(st.ahead, r.Key)
+	}
+	st.apply(r, now, woken)
+}
+
+// Wrote files e, which this process wrote at revision rev, before the
+// watch brings it back: an approved call is offered to the executors
+// waiting here at once, rather than after the round trip through the
+// stream (and, under load, the watch's queue). Revisions of the call the
+// watch brings up to rev are then passed over. One the watch brought
+// already is not filed again: the watch brings revisions in order, so it
+// has brought those up to upTo.
+func (q *WorkQueue) Wrote(e *machine.Entry, rev uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.st == nil || rev <= q.st.upTo || rev <= q.st.ahead[e.PendingID] {
+		return
+	}
+	q.st.ahead[e.PendingID] = rev
+	q.st.apply(CallRevision{Key: e.PendingID, Revision: rev, Created: time.Now(), Op: jetstream.KeyValuePut, Head: headOf(e)}, time.Now(), q.wakeLocked)
+	q.scheduleLocked()
 }
 
 // apply files one revision of the bucket: the call's place in the queue

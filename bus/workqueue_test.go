@@ -69,3 +69,39 @@ func TestWorkQueue_ARefusedClaimIsOfferedAgain(t *testing.T) {
 	assert.Equal(t, 1, waiting, "c.2, until its lease runs out")
 	assert.Equal(t, []string{"c.2"}, q.Held("x", nil, 0), "held by its claimant")
 }
+
+// TestWorkQueue_AWriteOfItsOwnIsOfferedBeforeTheWatchBringsIt: a call
+// this process approved is offered at once; the watch bringing the same
+// revision, or an older one, later does not offer it again, and a write
+// the watch brought already is not filed twice.
+func TestWorkQueue_AWriteOfItsOwnIsOfferedBeforeTheWatchBringsIt(t *testing.T) {
+	t.Parallel()
+	q := bus.NewWorkQueue()
+	apply, loaded := q.View().Start()
+	put := func(rev uint64, h bus.CallHead) {
+		apply(bus.CallRevision{Key: h.PendingID, Revision: rev, Op: jetstream.KeyValuePut, Created: time.Now(), Head: &h})
+	}
+	tools := []string{"deploy"}
+	q.Wrote(&machine.Entry{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"}, 2)
+	assert.Empty(t, q.Take(tools, 1, nil), "not filed before the bucket is read")
+
+	put(1, bus.CallHead{PendingID: "c.1", Status: machine.StatePendingApproval, ToolName: "deploy"})
+	loaded()
+	q.Wrote(&machine.Entry{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"}, 2)
+	taken := q.Take(tools, 1, nil)
+	require.Len(t, taken, 1, "offered before the watch brings it")
+	assert.Equal(t, uint64(2), taken[0].Revision)
+
+	put(2, bus.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
+	assert.Empty(t, q.Take(tools, 1, nil), "the watch's copy of the write does not offer it again")
+	q.Wrote(&machine.Entry{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"}, 2)
+	assert.Empty(t, q.Take(tools, 1, nil), "nor does a write the watch brought already")
+
+	// Ahead by two revisions: the watch's older one is passed over.
+	q.Wrote(&machine.Entry{PendingID: "c.1", Status: machine.StateCompletedSuccess, ToolName: "deploy"}, 4)
+	put(3, bus.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
+	assert.Empty(t, q.Take(tools, 1, nil), "revision 3 is behind what was written here")
+	put(4, bus.CallHead{PendingID: "c.1", Status: machine.StateCompletedSuccess, ToolName: "deploy"})
+	put(5, bus.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
+	assert.Len(t, q.Take(tools, 1, nil), 1, "once caught up, the watch files revisions again")
+}

@@ -91,7 +91,8 @@ type limits interface {
 func New(cfg Config) *Service {
 	js := jetStream(cfg)
 	index := bus.NewCallIndex(js, cfg.Buckets.Calls)
-	calls := bus.NewKVStore(js, cfg.Buckets.Calls).WithIndex(index)
+	work := bus.NewWorkQueue()
+	calls := bus.NewKVStore(js, cfg.Buckets.Calls).WithIndex(index).WithWorkQueue(work)
 	opts := []machine.Option{}
 	if cfg.Policy != nil {
 		opts = append(opts, machine.WithEvaluator(cfg.Policy))
@@ -118,7 +119,7 @@ func New(cfg Config) *Service {
 		m:          machine.New(calls, opts...),
 		calls:      calls,
 		index:      index,
-		work:       bus.NewWorkQueue(),
+		work:       work,
 		policies:   bus.NewPolicyStore(cfg.Buckets.Policies),
 		grants:     grants,
 		budgets:    bus.NewBudgetLedger(js, cfg.Buckets.Budgets),
