@@ -56,25 +56,26 @@ type Config struct {
 // serve the same buckets; compare-and-set makes each transition happen
 // once.
 type Service struct {
-	m          *machine.Machine
-	calls      *bus.KVStore
-	index      *bus.CallIndex // lists read it while it follows the bucket (CallsView)
-	work       *bus.WorkQueue // executors take work from it while it follows the bucket (WorkView)
-	policies   *bus.PolicyStore
-	grants     *bus.GrantStore
-	budgets    *bus.BudgetLedger
-	rates      *bus.RateCounters
-	identities *bus.IdentityStore
-	tokens     *bus.DecisionTokenStore
-	archive    *bus.Archive // nil: finished calls are never retired
-	analytics  func(ctx context.Context, hours int) (json.RawMessage, error)
-	issue      Issuer
-	clock      func() time.Time
-	nc         *nats.Conn
-	limits     limits
-	masker     masker
-	mx         *metrics.Metrics
-	log        *slog.Logger
+	m           *machine.Machine
+	calls       *bus.KVStore
+	index       *bus.CallIndex // lists read it while it follows the bucket (CallsView)
+	work        *bus.WorkQueue // executors take work from it while it follows the bucket (WorkView)
+	policies    *bus.PolicyStore
+	grants      *bus.GrantStore
+	budgets     *bus.BudgetLedger
+	rates       *bus.RateCounters
+	identities  *bus.IdentityStore
+	tokens      *bus.DecisionTokenStore
+	archive     *bus.Archive     // nil: finished calls are never retired
+	archivedIDs *bus.ArchivedIDs // which calls the archive may hold, while it follows it (FollowArchive)
+	analytics   func(ctx context.Context, hours int) (json.RawMessage, error)
+	issue       Issuer
+	clock       func() time.Time
+	nc          *nats.Conn
+	limits      limits
+	masker      masker
+	mx          *metrics.Metrics
+	log         *slog.Logger
 	// signer signs receipts; receiptKeys publishes the keys.
 	signer      machine.Signer
 	receiptKeys *bus.ReceiptKeyStore
@@ -114,25 +115,26 @@ func New(cfg Config) *Service {
 		grants = bus.NewGrantStore(js, cfg.Buckets.Grants)
 	}
 	return &Service{
-		limits:     lim,
-		masker:     mk,
-		m:          machine.New(calls, opts...),
-		calls:      calls,
-		index:      index,
-		work:       work,
-		policies:   bus.NewPolicyStore(cfg.Buckets.Policies),
-		grants:     grants,
-		budgets:    bus.NewBudgetLedger(js, cfg.Buckets.Budgets),
-		rates:      bus.NewRateCounters(js, cfg.Buckets.RateLimits),
-		identities: bus.NewIdentityStore(cfg.Buckets.Identities),
-		tokens:     bus.NewDecisionTokenStore(cfg.Buckets.DecisionTokens),
-		archive:    newArchive(cfg),
-		analytics:  cfg.Analytics,
-		issue:      cfg.Issue,
-		clock:      cfg.Clock,
-		nc:         cfg.NC,
-		mx:         cfg.Metrics,
-		log:        log,
+		limits:      lim,
+		masker:      mk,
+		m:           machine.New(calls, opts...),
+		calls:       calls,
+		index:       index,
+		work:        work,
+		policies:    bus.NewPolicyStore(cfg.Buckets.Policies),
+		grants:      grants,
+		budgets:     bus.NewBudgetLedger(js, cfg.Buckets.Budgets),
+		rates:       bus.NewRateCounters(js, cfg.Buckets.RateLimits),
+		identities:  bus.NewIdentityStore(cfg.Buckets.Identities),
+		tokens:      bus.NewDecisionTokenStore(cfg.Buckets.DecisionTokens),
+		archive:     newArchive(cfg),
+		archivedIDs: bus.NewArchivedIDs(js),
+		analytics:   cfg.Analytics,
+		issue:       cfg.Issue,
+		clock:       cfg.Clock,
+		nc:          cfg.NC,
+		mx:          cfg.Metrics,
+		log:         log,
 
 		signer:      cfg.Signer,
 		receiptKeys: newReceiptKeyStore(cfg.Buckets),
@@ -170,14 +172,21 @@ func (s *Service) SubmitOnce(ctx context.Context, a Actor, c machine.Call) (*mac
 	if c.ToolCallID != "" && c.ConversationID != "" {
 		// A retry of a call retired to the archive is that call, not a
 		// new one to run again (one read of the archive per submit that
-		// names its toolCallId: a generated one is new). The archive is
-		// a stream of its own, with a leader of its own: while it elects
+		// names its toolCallId of a call the archive may hold: a
+		// generated one is new, and a process that follows the
+		// archive's ids knows most others are too). The archive is a
+		// stream of its own, with a leader of its own: while it elects
 		// one, submits go on after a short wait rather than stall, since
 		// only a retry of a call finished --retention ago could be
 		// mistaken for a new one then.
-		actx, cancel := context.WithTimeout(ctx, archiveCheckWait)
-		prev, err := s.archived(actx, machine.PendingID(c.ConversationID, c.ToolCallID))
-		cancel()
+		pendingID := machine.PendingID(c.ConversationID, c.ToolCallID)
+		err := machine.ErrNotFound
+		var prev *wire.ArchivedCall
+		if s.archivedIDs.MayHold(pendingID) {
+			actx, cancel := context.WithTimeout(ctx, archiveCheckWait)
+			prev, err = s.archived(actx, pendingID)
+			cancel()
+		}
 		switch {
 		case err == nil:
 			e, err := machine.SameCall(prev.Entry, c)

@@ -321,6 +321,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if submits {
 		// These submit calls: match them against grants in memory.
 		g.Go(func() error { return d.grants.Follow(ctx, m.Log) })
+		// And ask the archive whether a call was retired only when it
+		// may hold it: follow which calls it holds.
+		g.Go(func() error { return d.gate.FollowArchive(ctx, m.Log) })
+		d.feed.Add(d.gate.RetiredView())
 	}
 	if submits || slices.Contains(names, "timer") {
 		// They serve lists, which page through an index of the calls in

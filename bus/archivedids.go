@@ -1,0 +1,166 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/consumer"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// ArchivedIDs is what a process knows of which calls TOOL_ARCHIVE holds,
+// so that a submit asks the archive only about a call it may hold, not
+// about every new one (a lookup a submit: a tenth of the lifecycles a
+// second; docs/performance.md). It keeps a 64-bit hash of every archived
+// pendingId, read from the stream's subjects (headers only: no call is
+// sent) and followed; a hash that collides only costs a lookup.
+//
+// A call is archived, then purged from tool_calls. A process whose watch
+// of the bucket (View) shows a call purged before its follow of the
+// archive (Follow) shows it archived holds it as retired meanwhile, so a
+// retry submitted in between is looked up too.
+type ArchivedIDs struct {
+	js   jetstream.JetStream
+	seed maphash.Seed
+
+	mu sync.Mutex
+	// ids are the hashes of the archived pendingIds, nil while the
+	// follow has not read the stream to its end.
+	ids map[uint64]struct{}
+	// retired are the calls the bucket's watch showed purged that the
+	// follow has not shown archived yet, with when.
+	retired map[string]time.Time
+	pruned  time.Time // when retired last lost those held too long
+}
+
+// NewArchivedIDs returns the ids of js's archive, none known until Follow
+// has read them.
+func NewArchivedIDs(js jetstream.JetStream) *ArchivedIDs {
+	return &ArchivedIDs{js: js, seed: maphash.MakeSeed(), retired: map[string]time.Time{}}
+}
+
+// MayHold reports whether the archive may hold pendingID: false only when
+// it certainly does not.
+func (a *ArchivedIDs) MayHold(pendingID string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ids == nil {
+		return true
+	}
+	_, archived := a.ids[maphash.String(a.seed, pendingID)]
+	_, retired := a.retired[pendingID]
+	return archived || retired
+}
+
+// Follow reads the archive's ids and follows it until ctx ends, again
+// after a failure (MayHold says true meanwhile).
+func (a *ArchivedIDs) Follow(ctx context.Context, log *slog.Logger) error {
+	prefix := wire.ArchiveSubject("")
+	unsync := func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.ids = nil
+	}
+	defer unsync()
+	return consumer.RunRestarting(ctx, log, "archived ids", func(ctx context.Context) error {
+		defer unsync()
+		cons, err := a.js.OrderedConsumer(ctx, wire.ArchiveStream, jetstream.OrderedConsumerConfig{HeadersOnly: true})
+		if err != nil {
+			return fmt.Errorf("archived ids: %w", err)
+		}
+		it, err := cons.Messages(jetstream.PullHeartbeat(followHeartbeat))
+		if err != nil {
+			return fmt.Errorf("archived ids: %w", err)
+		}
+		stop := context.AfterFunc(ctx, it.Stop)
+		defer stop()
+		defer it.Stop()
+		ids := map[uint64]struct{}{}
+		loaded := func() {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.ids = ids
+			for id := range a.retired {
+				if _, ok := ids[maphash.String(a.seed, id)]; ok {
+					delete(a.retired, id)
+				}
+			}
+		}
+		var initial uint64
+		if info := cons.CachedInfo(); info != nil {
+			initial = info.NumPending
+		}
+		if initial == 0 {
+			loaded()
+		}
+		for {
+			msg, err := it.Next()
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case err != nil:
+				return fmt.Errorf("archived ids: follow ended: %w", err)
+			}
+			id, ok := strings.CutPrefix(msg.Subject(), prefix)
+			if !ok {
+				continue
+			}
+			h := maphash.String(a.seed, id)
+			if initial > 0 {
+				ids[h] = struct{}{}
+				meta, err := msg.Metadata()
+				if initial--; initial == 0 || err == nil && meta.NumPending == 0 {
+					initial = 0
+					loaded()
+				}
+				continue
+			}
+			a.mu.Lock()
+			ids[h] = struct{}{}
+			delete(a.retired, id)
+			a.mu.Unlock()
+		}
+	})
+}
+
+// retiredFor is how long a call purged from the bucket is held as retired
+// at most, should its archiving never show (a purge toolgate did not
+// make): far beyond the follow's lag.
+const retiredFor = time.Minute
+
+// View is the watch of tool_calls that tells the ids of the calls purged
+// from it (retired) before the follow shows them archived.
+func (a *ArchivedIDs) View() CallsView {
+	return CallsView{Start: func() (func(CallRevision), func()) {
+		apply := func(r CallRevision) {
+			if r.Op == jetstream.KeyValuePut {
+				return
+			}
+			now := time.Now()
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if a.ids != nil {
+				if _, ok := a.ids[maphash.String(a.seed, r.Key)]; ok {
+					return
+				}
+			}
+			if now.Sub(a.pruned) > retiredFor {
+				for id, at := range a.retired {
+					if now.Sub(at) > retiredFor {
+						delete(a.retired, id)
+					}
+				}
+				a.pruned = now
+			}
+			a.retired[r.Key] = now
+		}
+		return apply, func() {}
+	}}
+}
