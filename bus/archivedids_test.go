@@ -2,6 +2,9 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,4 +58,73 @@ func TestArchivedIDs_SaysWhichCallsTheArchiveMayHold(t *testing.T) {
 	assert.True(t, ids.MayHold("conv.retired"), "purged from the bucket, not yet seen archived")
 	apply(bus.CallRevision{Key: "conv.open", Revision: 10, Op: jetstream.KeyValuePut})
 	assert.False(t, ids.MayHold("conv.open"), "a put says nothing of the archive")
+}
+
+// BenchmarkArchivedIDsLoad: the start-up read of the ids of 100k archived
+// calls (10k with -short), each about 2 KB in the archive, against a raw
+// read of the same stream with its messages (an ordered consumer) in the
+// same run. It reports both reads' ms, their ratio (ids-x), and the heap
+// the ids keep a call (B/id).
+func BenchmarkArchivedIDsLoad(b *testing.B) {
+	n := 100_000
+	if testing.Short() {
+		n = 10_000
+	}
+	env := bustest.Start(b, bustest.Topologies[0])
+	body := []byte(`{"entry":{"status":"COMPLETED_SUCCESS","toolArguments":"` + strings.Repeat("x", 2000) + `"}}`)
+	for i := range n {
+		_, err := env.JS.PublishAsync(wire.ArchiveSubject(fmt.Sprintf("conv-%05d.toolu_%012d", i%5000, i)), body)
+		require.NoError(b, err)
+		if i%2000 == 1999 || i == n-1 {
+			<-env.JS.PublishAsyncComplete()
+		}
+	}
+	raw := func() time.Duration {
+		start := time.Now()
+		cons, err := env.JS.OrderedConsumer(b.Context(), wire.ArchiveStream, jetstream.OrderedConsumerConfig{})
+		require.NoError(b, err)
+		it, err := cons.Messages()
+		require.NoError(b, err)
+		defer it.Stop()
+		for range n {
+			_, err := it.Next()
+			require.NoError(b, err)
+		}
+		return time.Since(start)
+	}
+	var heap uint64
+	load := func() time.Duration {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		ctx, cancel := context.WithCancel(b.Context())
+		done := make(chan error, 1)
+		defer func() { cancel(); require.NoError(b, <-done) }()
+		start := time.Now()
+		ids := bus.NewArchivedIDs(env.JS)
+		go func() { done <- ids.Follow(ctx, bustest.Logger()) }()
+		for ids.MayHold("conv.none") {
+			if time.Since(start) > 5*time.Minute {
+				b.Fatal("the ids were not read within 5 minutes")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		d := time.Since(start)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap += after.HeapAlloc - min(after.HeapAlloc, before.HeapAlloc)
+		runtime.KeepAlive(ids)
+		return d
+	}
+	var rawD, idsD time.Duration
+	b.ResetTimer()
+	for range b.N {
+		rawD += raw()
+		idsD += load()
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(b.N) }
+	b.ReportMetric(ms(rawD), "raw-ms")
+	b.ReportMetric(ms(idsD), "ids-ms")
+	b.ReportMetric(float64(idsD)/float64(rawD), "ids-x")
+	b.ReportMetric(float64(heap)/float64(b.N)/float64(n), "B/id")
 }
