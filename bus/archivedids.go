@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"strings"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -68,65 +66,35 @@ func (a *ArchivedIDs) Follow(ctx context.Context, log *slog.Logger) error {
 		defer a.mu.Unlock()
 		a.ids = nil
 	}
-	defer unsync()
-	return consumer.RunRestarting(ctx, log, "archived ids", func(ctx context.Context) error {
-		defer unsync()
-		cons, err := a.js.OrderedConsumer(ctx, wire.ArchiveStream, jetstream.OrderedConsumerConfig{HeadersOnly: true})
-		if err != nil {
-			return fmt.Errorf("archived ids: %w", err)
+	cfg := jetstream.OrderedConsumerConfig{HeadersOnly: true}
+	return followStream(ctx, log, "archived ids", a.js, wire.ArchiveStream, cfg, unsync, func() (func(jetstream.Msg, *jetstream.MsgMetadata), func()) {
+		ids, synced := map[uint64]struct{}{}, false
+		apply := func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
+			id, ok := strings.CutPrefix(msg.Subject(), prefix)
+			if !ok {
+				return
+			}
+			h := maphash.String(a.seed, id)
+			if !synced {
+				ids[h] = struct{}{}
+				return
+			}
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			ids[h] = struct{}{}
+			delete(a.retired, id)
 		}
-		it, err := cons.Messages(jetstream.PullHeartbeat(followHeartbeat))
-		if err != nil {
-			return fmt.Errorf("archived ids: %w", err)
-		}
-		stop := context.AfterFunc(ctx, it.Stop)
-		defer stop()
-		defer it.Stop()
-		ids := map[uint64]struct{}{}
 		loaded := func() {
 			a.mu.Lock()
 			defer a.mu.Unlock()
-			a.ids = ids
+			a.ids, synced = ids, true
 			for id := range a.retired {
 				if _, ok := ids[maphash.String(a.seed, id)]; ok {
 					delete(a.retired, id)
 				}
 			}
 		}
-		var initial uint64
-		if info := cons.CachedInfo(); info != nil {
-			initial = info.NumPending
-		}
-		if initial == 0 {
-			loaded()
-		}
-		for {
-			msg, err := it.Next()
-			switch {
-			case ctx.Err() != nil:
-				return nil
-			case err != nil:
-				return fmt.Errorf("archived ids: follow ended: %w", err)
-			}
-			id, ok := strings.CutPrefix(msg.Subject(), prefix)
-			if !ok {
-				continue
-			}
-			h := maphash.String(a.seed, id)
-			if initial > 0 {
-				ids[h] = struct{}{}
-				meta, err := msg.Metadata()
-				if initial--; initial == 0 || err == nil && meta.NumPending == 0 {
-					initial = 0
-					loaded()
-				}
-				continue
-			}
-			a.mu.Lock()
-			ids[h] = struct{}{}
-			delete(a.retired, id)
-			a.mu.Unlock()
-		}
+		return apply, loaded
 	})
 }
 

@@ -34,14 +34,28 @@ const followHeartbeat = time.Second
 // within the same life.
 func followBucket(ctx context.Context, log *slog.Logger, name string, js jetstream.JetStream, kv jetstream.KeyValue, unsync func(),
 	start func() (apply func(jetstream.KeyValueEntry), loaded func())) error {
-	defer unsync()
 	bucket := kv.Bucket()
 	prefix := "$KV." + bucket + "."
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{prefix + ">"}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
+	return followStream(ctx, log, name, js, "KV_"+bucket, cfg, unsync, func() (func(jetstream.Msg, *jetstream.MsgMetadata), func()) {
+		apply, loaded := start()
+		return func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+			if key, ok := strings.CutPrefix(msg.Subject(), prefix); ok {
+				apply(&entry{bucket: bucket, key: key, value: msg.Data(), meta: meta, op: operation(msg)})
+			}
+		}, loaded
+	})
+}
+
+// followStream is followBucket for any stream's messages cfg selects:
+// apply takes each, first those there when a life's consumer was made,
+// then loaded is called, then apply takes those that come.
+func followStream(ctx context.Context, log *slog.Logger, name string, js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, unsync func(),
+	start func() (apply func(jetstream.Msg, *jetstream.MsgMetadata), loaded func())) error {
+	defer unsync()
 	return consumer.RunRestarting(ctx, log, name, func(ctx context.Context) error {
 		defer unsync()
-		cons, err := js.OrderedConsumer(ctx, "KV_"+bucket, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{prefix + ">"}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
-		})
+		cons, err := js.OrderedConsumer(ctx, stream, cfg)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -53,9 +67,9 @@ func followBucket(ctx context.Context, log *slog.Logger, name string, js jetstre
 		defer stop()
 		defer it.Stop()
 		apply, loaded := start()
-		// The bucket as it was is the messages pending when the consumer
-		// was made, or up to one with none left after it, whichever
-		// comes first (writes go on meanwhile).
+		// What was there is the messages pending when the consumer was
+		// made, or up to one with none left after it, whichever comes
+		// first (writes go on meanwhile).
 		var initial uint64
 		if info := cons.CachedInfo(); info != nil {
 			initial = info.NumPending
@@ -72,10 +86,10 @@ func followBucket(ctx context.Context, log *slog.Logger, name string, js jetstre
 				return fmt.Errorf("%s: watch ended: %w", name, err)
 			}
 			meta, err := msg.Metadata()
-			if err != nil || !strings.HasPrefix(msg.Subject(), prefix) {
+			if err != nil {
 				continue
 			}
-			apply(&entry{bucket: bucket, key: msg.Subject()[len(prefix):], value: msg.Data(), meta: meta, op: operation(msg)})
+			apply(msg, meta)
 			if initial > 0 {
 				if initial--; initial == 0 || meta.NumPending == 0 {
 					initial = 0
