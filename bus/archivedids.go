@@ -100,8 +100,11 @@ func (a *ArchivedIDs) Follow(ctx context.Context, log *slog.Logger) error {
 
 // retiredFor is how long a call purged from the bucket is held as retired
 // at most, should its archiving never show (a purge toolgate did not
-// make): far beyond the follow's lag.
-const retiredFor = time.Minute
+// make, or a call the archive let age out): far beyond the follow's lag,
+// which a stalled consumer ends within seconds, by nats.go remaking it
+// or by the follow failing and saying every call may be held. An hour of
+// retirements is a few thousand ids.
+const retiredFor = time.Hour
 
 // View is the watch of tool_calls that tells the ids of the calls purged
 // from it (retired) before the follow shows them archived.
