@@ -34,12 +34,19 @@ import (
 //     holding the entries and the events alike: the entry's put, on the
 //     key's last revision, and the event, both stored or neither, one
 //     ack; the writer announces the call itself.
+//   - log: the event is the entry's revision. One publish, to a stream of
+//     the calls' events, on <event>.<key>, expecting the last sequence
+//     of <*>.<key> (Nats-Expected-Last-Subject-Sequence-Subject, NATS
+//     2.11): the compare-and-set and the event in one message, one ack;
+//     the writer announces the call itself. A call is read as the last
+//     message of *.<key>.
 //
 // Both run b.N decisions from 16 goroutines, the relay's until it has
 // relayed them all. "cas/s" is the raw compare-and-set, the baseline;
-// "ratio-relay" and "ratio-atomic" the two paths' rates over it;
-// "cpu-µs-cas", "cpu-µs-relay" and "cpu-µs-atomic" the process's CPU (the
-// benchmark, its clients and the embedded server) per write.
+// "ratio-relay", "ratio-atomic" and "ratio-log" the paths' rates over it;
+// "cpu-µs-cas", "cpu-µs-relay", "cpu-µs-atomic" and "cpu-µs-log" the
+// process's CPU (the benchmark, its clients and the embedded server) per
+// write.
 func BenchmarkAtomicTransition(b *testing.B) {
 	for _, topo := range bustest.Topologies {
 		b.Run(topo.Name, func(b *testing.B) { benchAtomicTransition(b, topo) })
@@ -98,6 +105,18 @@ func benchAtomicTransition(b *testing.B, topo bustest.Topology) {
 		atomicRevs[i] = ack.Sequence
 	}
 
+	// log: a stream of events whose last on a call's subjects is its entry.
+	cfg.Name, cfg.Subjects, cfg.AllowAtomicPublish = "EVENTLOG", []string{"evlog.>"}, false
+	cfg.MaxMsgsPerSubject = 0
+	_, err = e.env.JS.CreateStream(ctx, cfg)
+	require.NoError(b, err)
+	logRevs := make([]uint64, len(c.keys))
+	for i := range logRevs {
+		ack, err := e.env.JS.Publish(ctx, "evlog.approval_required."+atomicKeys[i], value)
+		require.NoError(b, err)
+		logRevs[i] = ack.Sequence
+	}
+
 	workers := benchParallelism * runtime.GOMAXPROCS(0)
 	parallel := func(f func(i int) error) {
 		b.SetParallelism(benchParallelism)
@@ -134,10 +153,21 @@ func benchAtomicTransition(b *testing.B, topo bustest.Topology) {
 		})
 	}
 
+	js := e.env.JS
+	logRun := func() {
+		parallel(func(i int) error {
+			rev, err := logDecision(ctx, js, atomicKeys[i], logRevs[i], &entry)
+			logRevs[i] = rev
+			return err
+		})
+	}
+
 	b.StartTimer()
 	cd1, cc1 := measure(func() { c.run(b) })
 	rd1, rc1 := measure(relayRun)
 	ad1, ac1 := measure(atomicRun)
+	ld1, lc1 := measure(logRun)
+	ld2, lc2 := measure(logRun)
 	ad2, ac2 := measure(atomicRun)
 	rd2, rc2 := measure(relayRun)
 	cd2, cc2 := measure(func() { c.run(b) })
@@ -151,10 +181,31 @@ func benchAtomicTransition(b *testing.B, topo bustest.Topology) {
 	b.ReportMetric(cas, "cas/s")
 	b.ReportMetric(benchRate(2*b.N, rd1+rd2)/cas, "ratio-relay")
 	b.ReportMetric(benchRate(2*b.N, ad1+ad2)/cas, "ratio-atomic")
+	b.ReportMetric(benchRate(2*b.N, ld1+ld2)/cas, "ratio-log")
 	us := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
 	b.ReportMetric(us(cc1+cc2), "cpu-µs-cas")
 	b.ReportMetric(us(rc1+rc2), "cpu-µs-relay")
 	b.ReportMetric(us(ac1+ac2), "cpu-µs-atomic")
+	b.ReportMetric(us(lc1+lc2), "cpu-µs-log")
+}
+
+// logDecision publishes e's approval as the next message of key in the
+// event log, if key's last is still at rev, announces it, and returns its
+// sequence.
+func logDecision(ctx context.Context, js jetstream.JetStream, key string, rev uint64, e *machine.Entry) (uint64, error) {
+	t := e.LastTransition
+	event, _ := json.Marshal(wire.Event{
+		V: wire.EventVersion, ID: key, Type: "tool.approval_granted", Event: t.Event, From: t.From, To: t.To,
+		Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: rev, Entry: e,
+	})
+	ack, err := js.Publish(ctx, "evlog.approval_granted."+key, event, jetstream.WithExpectLastSequenceForSubject(rev, "evlog.*."+key))
+	if err != nil {
+		return 0, fmt.Errorf("log %s at %d: %w", key, rev, err)
+	}
+	if err := js.Conn().Publish("announce.evlog."+key, event); err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }
 
 // atomicDecision writes value to key at rev with its event, in one atomic
@@ -199,7 +250,7 @@ func atomicDecision(nc *nats.Conn, key string, rev uint64, value []byte, e *mach
 	if err := nc.Publish("atomic.announce."+key, event); err != nil {
 		return 0, err
 	}
-	return ack.Seq - 2, nil
+	return ack.Seq - 1, nil // the put, the batch's first of two: the ack names the last
 }
 
 // benchKeys are keys created with one value, each at its last revision.
