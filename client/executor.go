@@ -217,6 +217,7 @@ func (x *Executor) take(ctx context.Context, tool string, h Handler, runs *sync.
 	defer stop(nil)
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
+	defer x.withdraw(tool) // first: the requests in flight end with it
 	for {
 		select {
 		case takes <- struct{}{}:
@@ -292,6 +293,32 @@ func (x *Executor) takeWork(ctx context.Context, r wire.WorkRequest) (wire.WorkR
 	defer x.c.nc.RemoveStatusListener(reconnects)
 	_, err, _ = x.c.attemptUntilReconnect(ctx, reconnects, wait+reportAttemptTimeout, wire.EndpointWork, data, &reply)
 	return reply, err
+}
+
+// withdrawWait bounds the request that withdraws an executor's requests
+// for work when it stops.
+const withdrawWait = 2 * time.Second
+
+// withdraw ends this executor's requests for work of tool that wait at
+// toolgate: once it stops, nobody would hear their answer, and a call
+// claimed in one would wait out its lease (or, on its last attempt, fail
+// without running). A call claimed just before toolgate hears of it
+// still does.
+func (x *Executor) withdraw(tool string) {
+	ctx, cancel := context.WithTimeout(context.Background(), withdrawWait)
+	defer cancel()
+	var reply wire.WorkReply
+	r := wire.WorkRequest{Tools: []string{tool}, LeaseMs: x.opts.Lease.Milliseconds(), By: x.opts.ID, Withdraw: true}
+	err := x.c.request(ctx, wire.EndpointWork, r, &reply)
+	var apiErr *wire.APIError
+	switch {
+	case err == nil, x.c.nc.IsClosed(), errors.Is(err, machine.ErrForbidden):
+	case errors.Is(err, ErrUnavailable), errors.As(err, &apiErr) && apiErr.Status == 503:
+		// Nothing serves the request API, or what did is stopping (as
+		// serve's own intake role does beside it): no request waits.
+	default:
+		x.opts.Log.Warn("withdrawing the requests for work failed: a call claimed for this executor meanwhile waits out its lease", "tool", tool, "err", err)
+	}
 }
 
 // ignoreCanceled is err, unless it only says that the context ended.

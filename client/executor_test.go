@@ -369,3 +369,47 @@ func TestExecutor_WithACredentialKnowsItsOwnLease(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, other.Is(claimed.Lease.Holder))
 }
+
+// TestExecutor_AStoppedExecutorLeavesNewWorkToOthers: an executor that
+// stops withdraws its requests for work that wait at toolgate, so that a
+// call that becomes runnable after it stopped goes to another executor,
+// not to a claim for the stopped one that would wait out its lease.
+func TestExecutor_AStoppedExecutorLeavesNewWorkToOthers(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, executorPolicy)
+	ctx := t.Context()
+	ran := make(chan string, 4)
+	start := func(id string) (stop func()) {
+		x, err := newClient(t, g.Gate).NewExecutor(client.ExecutorOptions{ID: id, Lease: 10 * time.Minute, Log: bustest.Logger()})
+		require.NoError(t, err)
+		x.Handle("report", func(context.Context, client.Call) (client.Result, error) {
+			ran <- id
+			return client.Result{Output: json.RawMessage(`true`)}, nil
+		})
+		xctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- x.Run(xctx) }()
+		stop = sync.OnceFunc(func() { cancel(); assert.NoError(t, <-done) })
+		t.Cleanup(stop)
+		return stop
+	}
+	runs := func(id string) string {
+		t.Helper()
+		e, err := g.c.Submit(ctx, call("stopping", id, "report", `{}`))
+		require.NoError(t, err)
+		assert.Equal(t, machine.StateCompletedSuccess, finished(t, g.c, e.PendingID).Status, "%s ran", id)
+		select {
+		case by := <-ran:
+			return by
+		default:
+			t.Fatalf("%s finished unseen by any handler", id)
+			return ""
+		}
+	}
+
+	stopFirst := start("first")
+	require.Equal(t, "first", runs("before"), "the only executor runs it, and asks for more")
+	stopFirst()
+	start("second")
+	assert.Equal(t, "second", runs("after"), "the stopped executor's requests for work claimed nothing")
+}

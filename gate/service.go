@@ -60,6 +60,7 @@ type Service struct {
 	calls       *bus.KVStore
 	index       *bus.CallIndex // lists read it while it follows the bucket (CallsView)
 	work        *bus.WorkQueue // executors take work from it while it follows the bucket (WorkView)
+	takers      takers         // the requests for work that wait, which their executor may withdraw
 	policies    *bus.PolicyStore
 	grants      *bus.GrantStore
 	budgets     *bus.BudgetLedger

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,6 +59,11 @@ func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*w
 			return nil, fmt.Errorf("%w: tools: %q is not a tool name", machine.ErrInvalid, tool)
 		}
 	}
+	holder := a.holder(r.By)
+	if r.Withdraw {
+		s.takers.withdraw(holder, r.Tools)
+		return &wire.WorkReply{Calls: []wire.WorkClaim{}}, nil
+	}
 	if r.Max == 0 {
 		r.Max = 1
 	}
@@ -71,7 +77,8 @@ func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*w
 		return nil, fmt.Errorf("%w: leaseMs: %d: a lease must be positive", machine.ErrInvalid, r.LeaseMs)
 	}
 	lease := time.Duration(r.LeaseMs) * time.Millisecond
-	holder := a.holder(r.By)
+	t := s.takers.add(holder, r.Tools)
+	defer s.takers.remove(holder, t)
 	timeout := time.NewTimer(wait)
 	defer timeout.Stop()
 	wake := make(chan struct{}, 1)
@@ -95,9 +102,19 @@ func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*w
 			case <-wake:
 				continue
 			case <-timeout.C:
+			case <-t.withdrawn:
 			case <-ctx.Done():
 			}
 			return reply, nil
+		}
+		select {
+		case <-t.withdrawn:
+			// Its executor stopped: the calls are another's to claim.
+			for _, c := range taken {
+				s.work.Failed(c)
+			}
+			return reply, nil
+		default:
 		}
 		// Claimed at once, not one after another: the first would wait
 		// for the last.
@@ -133,5 +150,54 @@ func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*w
 			return nil, failed
 		}
 		// Every one moved on: take others.
+	}
+}
+
+// takers are the requests for work that wait, by holder, so that their
+// executor can end them (wire.WorkRequest.Withdraw).
+type takers struct {
+	mu sync.Mutex
+	m  map[string]map[*taker]struct{}
+}
+
+// taker is one waiting request for work: its tools, and closed when its
+// executor withdraws it.
+type taker struct {
+	tools     []string
+	withdrawn chan struct{}
+}
+
+func (ts *takers) add(holder string, tools []string) *taker {
+	t := &taker{tools: tools, withdrawn: make(chan struct{})}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.m == nil {
+		ts.m = map[string]map[*taker]struct{}{}
+	}
+	if ts.m[holder] == nil {
+		ts.m[holder] = map[*taker]struct{}{}
+	}
+	ts.m[holder][t] = struct{}{}
+	return t
+}
+
+func (ts *takers) remove(holder string, t *taker) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	delete(ts.m[holder], t)
+	if len(ts.m[holder]) == 0 {
+		delete(ts.m, holder)
+	}
+}
+
+// withdraw ends holder's requests for work of any of tools.
+func (ts *takers) withdraw(holder string, tools []string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for t := range ts.m[holder] {
+		if slices.ContainsFunc(t.tools, func(tool string) bool { return slices.Contains(tools, tool) }) {
+			close(t.withdrawn)
+			delete(ts.m[holder], t)
+		}
 	}
 }

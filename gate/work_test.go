@@ -271,3 +271,63 @@ func TestTakeWork_AClaimWhoseAnswerWasLostIsHandedAgain(t *testing.T) {
 	assert.Equal(t, lost[0].Lease.Holder, again[0].Entry.Lease.Holder)
 	assert.Equal(t, lost[0].LastAttemptTime, again[0].RunnableSince, "its lease counts from its claim")
 }
+
+// TestTakeWork_AWithdrawalEndsOnlyItsExecutorsWaits: an executor's
+// withdrawal ends its own requests that wait, with no call, and leaves
+// the calls that come after to others; another credential's withdrawal
+// under the same ID ends nothing of it.
+func TestTakeWork_AWithdrawalEndsOnlyItsExecutorsWaits(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	s := workService(t, env, machine.Verdict{Action: machine.ActionRun})
+	other := gate.Actor{Name: "other-exec", Roles: []wire.Role{wire.RoleExecutor}}
+	wait := func(a gate.Actor) <-chan *wire.WorkReply {
+		answered := make(chan *wire.WorkReply, 1)
+		go func() {
+			reply, err := s.TakeWork(t.Context(), a, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: wire.MaxWorkWait.Milliseconds(), LeaseMs: time.Minute.Milliseconds(), By: "x1"})
+			assert.NoError(t, err)
+			answered <- reply
+		}()
+		return answered
+	}
+	withdraw := func(a gate.Actor) {
+		t.Helper()
+		reply, err := s.TakeWork(t.Context(), a, wire.WorkRequest{Tools: []string{"deploy"}, LeaseMs: 1, By: "x1", Withdraw: true})
+		require.NoError(t, err)
+		assert.Empty(t, reply.Calls, "a withdrawal claims nothing")
+	}
+
+	mine := wait(executor)
+	// The other credential's withdrawals, while executor's request begins
+	// to wait and after, end nothing of it: it is still there to take the
+	// call.
+	for range 50 {
+		withdraw(other)
+	}
+	submitCall(t, s, "withdraw", "first", "deploy")
+	select {
+	case reply := <-mine:
+		require.Len(t, reply.Calls, 1, "still waiting after another's withdrawal")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never took the call")
+	}
+
+	// Its own withdrawal ends its wait at once, with nothing; the call
+	// that comes after is there for the next request.
+	mine = wait(executor)
+	var reply *wire.WorkReply
+	bustest.Eventually(t, 10*time.Second, 5*time.Millisecond, "the request withdrawn", func() (bool, any) {
+		withdraw(executor) // the request may not have begun to wait yet
+		select {
+		case reply = <-mine:
+			return true, nil
+		default:
+			return false, "still waiting"
+		}
+	})
+	assert.Empty(t, reply.Calls)
+	submitCall(t, s, "withdraw", "second", "deploy")
+	got := take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: 5000, By: "x2"})
+	require.Len(t, got, 1)
+	assert.Equal(t, "withdraw.second", got[0].PendingID)
+}

@@ -489,6 +489,11 @@ type WorkRequest struct {
 	// was claimed for it in an answer that never did (the connection it
 	// was on broke): toolgate hands it again, as it is, with no wait.
 	Running []string `json:"running,omitempty"`
+	// Withdraw, instead, ends the requests of By for work of Tools that
+	// wait at toolgate, answered with no calls, and claims nothing: an
+	// executor that stops sends it, so that no call is claimed for it
+	// meanwhile, to wait out a lease that nobody holds.
+	Withdraw bool `json:"withdraw,omitempty"`
 }
 
 // The bounds of a WorkRequest.
