@@ -2,11 +2,14 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
@@ -61,8 +64,7 @@ func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*w
 	}
 	holder := a.holder(r.By)
 	if r.Withdraw {
-		s.takers.withdraw(holder, r.Tools)
-		return &wire.WorkReply{Calls: []wire.WorkClaim{}}, nil
+		return &wire.WorkReply{Calls: []wire.WorkClaim{}}, s.withdraw(wire.Withdrawal{Holder: holder, Tools: r.Tools})
 	}
 	if r.Max == 0 {
 		r.Max = 1
@@ -151,6 +153,39 @@ func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*w
 		}
 		// Every one moved on: take others.
 	}
+}
+
+// withdraw ends w's requests for work waiting on this process, and tells
+// the others (wire.WithdrawSubject): the executor's requests went to any
+// of them.
+func (s *Service) withdraw(w wire.Withdrawal) error {
+	s.takers.withdraw(w.Holder, w.Tools)
+	if s.nc == nil {
+		return nil
+	}
+	data, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	return s.nc.Publish(wire.WithdrawSubject, data)
+}
+
+// FollowWithdrawals ends the requests for work waiting on this process
+// whose executor withdrew them through another, until ctx ends. A process
+// that serves the request API runs it.
+func (s *Service) FollowWithdrawals(ctx context.Context) error {
+	sub, err := s.nc.Subscribe(wire.WithdrawSubject, func(msg *nats.Msg) {
+		var w wire.Withdrawal
+		if json.Unmarshal(msg.Data, &w) == nil {
+			s.takers.withdraw(w.Holder, w.Tools)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("withdrawals: %w", err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe() // gone with the connection, if it closed first
+	return nil
 }
 
 // takers are the requests for work that wait, by holder, so that their

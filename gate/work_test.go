@@ -331,3 +331,38 @@ func TestTakeWork_AWithdrawalEndsOnlyItsExecutorsWaits(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, "withdraw.second", got[0].PendingID)
 }
+
+// TestTakeWork_AWithdrawalReachesEveryProcess: an executor's requests
+// wait on whichever process they reached; its withdrawal, through any
+// one, ends them on every one that hears of withdrawals.
+func TestTakeWork_AWithdrawalReachesEveryProcess(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	run := machine.Verdict{Action: machine.ActionRun}
+	one, two := workService(t, env, run), workService(t, env, run)
+	for _, s := range []*gate.Service{one, two} {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.FollowWithdrawals(ctx) }()
+		t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })
+	}
+	answered := make(chan *wire.WorkReply, 1)
+	go func() {
+		reply, err := two.TakeWork(t.Context(), executor, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: wire.MaxWorkWait.Milliseconds(), LeaseMs: time.Minute.Milliseconds(), By: "x1"})
+		assert.NoError(t, err)
+		answered <- reply
+	}()
+	var reply *wire.WorkReply
+	bustest.Eventually(t, 10*time.Second, 5*time.Millisecond, "the request on the other process withdrawn", func() (bool, any) {
+		// Through the first process; the request may not wait yet.
+		_, err := one.TakeWork(t.Context(), executor, wire.WorkRequest{Tools: []string{"deploy"}, LeaseMs: 1, By: "x1", Withdraw: true})
+		require.NoError(t, err)
+		select {
+		case reply = <-answered:
+			return true, nil
+		default:
+			return false, "still waiting"
+		}
+	})
+	assert.Empty(t, reply.Calls, "withdrawn, it claimed nothing")
+}

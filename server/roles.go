@@ -131,7 +131,11 @@ func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	go func() {
 		settled <- worker.NewBudgetSettler(d.js, bus.NewBudgetLedger(d.js, d.buckets.Budgets), log).Run(ctx)
 	}()
+	// An executor withdraws its requests for work through any process
+	// that serves them: hear of those made through the others.
+	withdrawals := make(chan error, 1)
+	go func() { withdrawals <- d.gate.FollowWithdrawals(ctx) }()
 	err := svc.Run(ctx, d.nc, d.version)
 	cancel() // the service failed or stopped: stop following and settling too
-	return errors.Join(err, <-errc, <-settled)
+	return errors.Join(err, <-errc, <-settled, <-withdrawals)
 }

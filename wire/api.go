@@ -273,6 +273,19 @@ type ListReply struct {
 // which no transition can cancel.
 const CancelSubject = "toolgate.control.cancel"
 
+// WithdrawSubject is where the process that an executor's withdrawal
+// reached tells every process serving the request API of it (core NATS,
+// a Withdrawal), so that each ends the requests of that executor waiting
+// on it. Only toolgate's own account hears it or publishes to it.
+const WithdrawSubject = "toolgate.control.withdraw"
+
+// Withdrawal is an executor's withdrawal of its requests for work: the
+// holder they claim for, and their tools.
+type Withdrawal struct {
+	Holder string   `json:"holder"`
+	Tools  []string `json:"tools"`
+}
+
 // The headers a refusal carries: those of nats.go's micro package, which
 // serves the request API.
 const (
