@@ -213,6 +213,26 @@ func (k *Keys) ServerCreds() (Credential, error) {
 	return credential(ServerUser, wire.RoleAdmin, pub, token, user)
 }
 
+// SystemCreds is a credential in the NATS system account, for reading
+// the servers' statistics ($SYS.REQ.SERVER.PING.VARZ), as toolgate bench
+// does against a toolgate serving elsewhere on the machine.
+func (k *Keys) SystemCreds() ([]byte, error) {
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, err
+	}
+	pub, _ := user.PublicKey()
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = "toolgate-system"
+	uc.Expires = time.Now().Add(24 * time.Hour).Unix()
+	token, err := uc.Encode(pair(k.System))
+	if err != nil {
+		return nil, err
+	}
+	seed, _ := user.Seed()
+	return jwt.FormatUserConfig(token, seed)
+}
+
 func credential(name string, role wire.Role, pub, token string, user nkeys.KeyPair) (Credential, error) {
 	seed, _ := user.Seed()
 	creds, err := jwt.FormatUserConfig(token, seed)

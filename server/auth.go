@@ -138,6 +138,16 @@ func InitTrust(data string) error {
 	return err
 }
 
+// SystemCreds is a credential of the NATS system account signed with
+// data's keys: it reads the servers' statistics.
+func SystemCreds(data string) ([]byte, error) {
+	keys, err := auth.Load(authDir(data))
+	if err != nil {
+		return nil, fmt.Errorf("--data %s: %w", data, err)
+	}
+	return keys.SystemCreds()
+}
+
 // NATSConfig is the configuration that makes nats-servers trust data's
 // credentials and refuse the revoked keys (see auth.Keys.NATSConfig).
 func NATSConfig(data string, revoked []string) (string, error) {

@@ -22,8 +22,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
@@ -173,8 +175,16 @@ func cliBench(ctx context.Context, args []string, out cliOutput) error {
 			in, out, _ := m.ServerMessages()
 			return in + out
 		}
-	} else if *servePID > 0 {
-		cpu = func() time.Duration { return processCPU(*servePID) }
+	} else {
+		if *servePID > 0 {
+			cpu = func() time.Duration { return processCPU(*servePID) }
+		}
+		// The servers' own count, read with a system credential made from
+		// --data's keys, where there are keys to make one.
+		if count, closeCount, err := serverMessages(cfg, data); err == nil {
+			defer closeCount()
+			msgs = count
+		}
 	}
 	b, err := newBench(cfg, data)
 	if err != nil {
@@ -633,4 +643,63 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// serverMessages returns a counter of the messages the NATS servers of
+// cfg took in and sent, all of them together ($SYS.REQ.SERVER.PING.VARZ),
+// asked with a system account credential made from data's keys.
+func serverMessages(cfg bus.ConnConfig, data string) (count func() int64, closeCount func(), err error) {
+	creds, err := server.SystemCreds(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	token, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return nil, nil, err
+	}
+	kp, err := nkeys.ParseDecoratedNKey(creds)
+	if err != nil {
+		return nil, nil, err
+	}
+	seed, _ := kp.Seed()
+	cc := bus.ConnConfig{URLs: cfg.URLs, TLSCA: cfg.TLSCA, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, Name: "toolgate bench: server statistics"}
+	nc, err := bus.Connect(cc, nats.UserJWTAndSeed(token, string(seed)))
+	if err != nil {
+		return nil, nil, err
+	}
+	count = func() int64 {
+		replies := make(chan *nats.Msg, 16)
+		inbox := nats.NewInbox()
+		sub, err := nc.ChanSubscribe(inbox, replies)
+		if err != nil {
+			return 0
+		}
+		defer sub.Unsubscribe() //nolint:errcheck // a read's end
+		if nc.PublishRequest("$SYS.REQ.SERVER.PING.VARZ", inbox, nil) != nil {
+			return 0
+		}
+		// Every server answers: the first within a second, the others
+		// soon after it.
+		var total int64
+		wait := time.NewTimer(time.Second)
+		defer wait.Stop()
+		for {
+			select {
+			case m := <-replies:
+				var r struct {
+					Data struct {
+						InMsgs  int64 `json:"in_msgs"`
+						OutMsgs int64 `json:"out_msgs"`
+					} `json:"data"`
+				}
+				if json.Unmarshal(m.Data, &r) == nil {
+					total += r.Data.InMsgs + r.Data.OutMsgs
+				}
+				wait.Reset(100 * time.Millisecond)
+			case <-wait.C:
+				return total
+			}
+		}
+	}
+	return count, nc.Close, nil
 }

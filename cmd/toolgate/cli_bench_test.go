@@ -92,3 +92,18 @@ func TestBench_EmbeddedWithEveryRole(t *testing.T) {
 	assert.Equal(t, exitUsage, r.code, r.stdout)
 	assert.Contains(t, r.stderr, `unknown role "sideways"`)
 }
+
+// TestBench_ARunningToolgatesServerMessagesAreCounted: against a toolgate
+// serving elsewhere, the bench reads its servers' statistics with a
+// system credential made from --data's keys, and reports the messages a
+// lifecycle costs them.
+func TestBench_ARunningToolgatesServerMessagesAreCounted(t *testing.T) {
+	t.Parallel()
+	url := startToolgate(t, "default:\n  requiresApprovalTools: [bench_approval]\n  approvalTimeoutMs: 600000\n")
+	r := cli(t, url, "bench", "--agents", "2", "--calls", "5", "--path", "approval", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var report benchReport
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report), r.stdout)
+	require.Len(t, report.Paths, 1)
+	assert.Greater(t, report.Paths[0].Messages, 8.0, "the servers' messages per lifecycle")
+}
