@@ -12,6 +12,17 @@ import (
 	"github.com/toolgate/toolgate/machine"
 )
 
+// watchedQueue is a work queue as a view of a feed: put files a
+// revision the watch brought, loaded says the bucket is read.
+func watchedQueue() (q *bus.WorkQueue, put func(rev uint64, h bus.CallHead), loaded func()) {
+	q = bus.NewWorkQueue()
+	apply, loaded := q.View().Start()
+	put = func(rev uint64, h bus.CallHead) {
+		apply(bus.CallRevision{Key: h.PendingID, Revision: rev, Op: jetstream.KeyValuePut, Created: time.Now(), Head: &h})
+	}
+	return q, put, loaded
+}
+
 // TestWorkQueue_ARefusedClaimIsOfferedAgain: a claim refused on an entry
 // that disagrees with the queue (read from a leader just elected, say)
 // leaves the call in the queue, offered again a moment later, until a
@@ -19,11 +30,7 @@ import (
 // it back until it runs out.
 func TestWorkQueue_ARefusedClaimIsOfferedAgain(t *testing.T) {
 	t.Parallel()
-	q := bus.NewWorkQueue()
-	apply, loaded := q.View().Start()
-	put := func(rev uint64, h bus.CallHead) {
-		apply(bus.CallRevision{Key: h.PendingID, Revision: rev, Op: jetstream.KeyValuePut, Created: time.Now(), Head: &h})
-	}
+	q, put, loaded := watchedQueue()
 	put(1, bus.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
 	put(2, bus.CallHead{PendingID: "c.2", Status: machine.StateApproved, ToolName: "deploy"})
 	loaded()
@@ -76,11 +83,7 @@ func TestWorkQueue_ARefusedClaimIsOfferedAgain(t *testing.T) {
 // the watch brought already is not filed twice.
 func TestWorkQueue_AWriteOfItsOwnIsOfferedBeforeTheWatchBringsIt(t *testing.T) {
 	t.Parallel()
-	q := bus.NewWorkQueue()
-	apply, loaded := q.View().Start()
-	put := func(rev uint64, h bus.CallHead) {
-		apply(bus.CallRevision{Key: h.PendingID, Revision: rev, Op: jetstream.KeyValuePut, Created: time.Now(), Head: &h})
-	}
+	q, put, loaded := watchedQueue()
 	tools := []string{"deploy"}
 	q.Wrote(&machine.Entry{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"}, 2)
 	assert.Empty(t, q.Take(tools, 1, nil), "not filed before the bucket is read")
