@@ -16,9 +16,11 @@ import (
 // ArchivedIDs is what a process knows of which calls TOOL_ARCHIVE holds,
 // so that a submit asks the archive only about a call it may hold, not
 // about every new one (a lookup a submit: a tenth of the lifecycles a
-// second; docs/performance.md). It keeps a 64-bit hash of every archived
-// pendingId, read from the stream's subjects (headers only: no call is
-// sent) and followed; a hash that collides only costs a lookup.
+// second; docs/performance.md). It keeps every archived pendingId in a
+// Bloom filter of a fixed 4 MiB (archivedBloom), read from the stream's
+// subjects (headers only: no call is sent) and followed, so its memory
+// does not grow with the archive; an id it wrongly may hold only costs
+// a lookup.
 //
 // A call is archived, then purged from tool_calls. A process whose watch
 // of the bucket (View) shows a call purged before its follow of the
@@ -29,9 +31,9 @@ type ArchivedIDs struct {
 	seed maphash.Seed
 
 	mu sync.Mutex
-	// ids are the hashes of the archived pendingIds, nil while the
-	// follow has not read the stream to its end.
-	ids map[uint64]struct{}
+	// ids holds the archived pendingIds, nil while the follow has not
+	// read the stream to its end.
+	ids archivedBloom
 	// retired are the calls the bucket's watch showed purged that the
 	// follow has not shown archived yet, with when.
 	retired map[string]time.Time
@@ -52,9 +54,8 @@ func (a *ArchivedIDs) MayHold(pendingID string) bool {
 	if a.ids == nil {
 		return true
 	}
-	_, archived := a.ids[maphash.String(a.seed, pendingID)]
 	_, retired := a.retired[pendingID]
-	return archived || retired
+	return retired || a.ids.has(maphash.String(a.seed, pendingID))
 }
 
 // Follow reads the archive's ids and follows it until ctx ends, again
@@ -68,7 +69,7 @@ func (a *ArchivedIDs) Follow(ctx context.Context, log *slog.Logger) error {
 	}
 	cfg := jetstream.OrderedConsumerConfig{HeadersOnly: true}
 	return followStream(ctx, log, "archived ids", a.js, wire.ArchiveStream, cfg, unsync, func() (func(jetstream.Msg, *jetstream.MsgMetadata), func()) {
-		ids, synced := map[uint64]struct{}{}, false
+		ids, synced := newArchivedBloom(), false
 		apply := func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
 			id, ok := strings.CutPrefix(msg.Subject(), prefix)
 			if !ok {
@@ -76,12 +77,12 @@ func (a *ArchivedIDs) Follow(ctx context.Context, log *slog.Logger) error {
 			}
 			h := maphash.String(a.seed, id)
 			if !synced {
-				ids[h] = struct{}{}
+				ids.add(h)
 				return
 			}
 			a.mu.Lock()
 			defer a.mu.Unlock()
-			ids[h] = struct{}{}
+			ids.add(h)
 			delete(a.retired, id)
 		}
 		loaded := func() {
@@ -89,7 +90,7 @@ func (a *ArchivedIDs) Follow(ctx context.Context, log *slog.Logger) error {
 			defer a.mu.Unlock()
 			a.ids, synced = ids, true
 			for id := range a.retired {
-				if _, ok := ids[maphash.String(a.seed, id)]; ok {
+				if ids.has(maphash.String(a.seed, id)) {
 					delete(a.retired, id)
 				}
 			}
@@ -117,10 +118,8 @@ func (a *ArchivedIDs) View() CallsView {
 			now := time.Now()
 			a.mu.Lock()
 			defer a.mu.Unlock()
-			if a.ids != nil {
-				if _, ok := a.ids[maphash.String(a.seed, r.Key)]; ok {
-					return
-				}
+			if a.ids != nil && a.ids.has(maphash.String(a.seed, r.Key)) {
+				return
 			}
 			if now.Sub(a.pruned) > retiredFor {
 				for id, at := range a.retired {
@@ -134,4 +133,39 @@ func (a *ArchivedIDs) View() CallsView {
 		}
 		return apply, func() {}
 	}}
+}
+
+// archivedBloom is a Bloom filter of archivedBloomBits bits, each id set
+// in archivedBloomHashes of them (double hashing of its 64-bit hash): it
+// may wrongly hold an id about 1 time in 6,000 with a million ids in it,
+// 1 in 4 with ten million, whatever its memory.
+type archivedBloom []uint64
+
+const (
+	archivedBloomBits   = 1 << 25 // 4 MiB
+	archivedBloomHashes = 4
+)
+
+func newArchivedBloom() archivedBloom { return make(archivedBloom, archivedBloomBits/64) }
+
+func (b archivedBloom) add(h uint64) {
+	for i := range uint64(archivedBloomHashes) {
+		bit := bloomBit(h, i)
+		b[bit/64] |= 1 << (bit % 64)
+	}
+}
+
+func (b archivedBloom) has(h uint64) bool {
+	for i := range uint64(archivedBloomHashes) {
+		if bit := bloomBit(h, i); b[bit/64]&(1<<(bit%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// bloomBit is h's i-th bit: (h1 + i·h2) mod the filter's size, h1 and h2
+// the halves of h.
+func bloomBit(h, i uint64) uint64 {
+	return ((h & 0xffffffff) + i*(h>>32)) % archivedBloomBits
 }
