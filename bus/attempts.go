@@ -54,6 +54,7 @@ func attempts[T any](ctx context.Context, per time.Duration, f func(context.Cont
 func unanswered(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, errWriteInFlight) ||
 		errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) ||
@@ -111,15 +112,24 @@ func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k
 // holds exactly data. It asks the stream's leader: a replica, which
 // answers direct gets and may serve a consumer, can still lack the write
 // just after an election, and the write would be taken for another's.
+//
+// The leader refuses a compare-and-set on a key while an earlier one on
+// it is still being replicated, before either is stored: with nothing
+// stored after the given revision, the refusal was of that kind, most
+// likely the earlier attempt of this very write, and storedAt says
+// errWriteInFlight, which asks again.
 func storedAt(ctx context.Context, js jetstream.JetStream, bucket, key string, data []byte, after uint64) (uint64, bool, error) {
 	subject := "$KV." + bucket + "." + key
 	for seq := after + 1; ; {
 		msg, err := attempts(ctx, storeAttempt, func(ctx context.Context) (*storedMsg, error) {
 			return nextMsg(ctx, js, "KV_"+bucket, subject, seq)
 		})
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return 0, false, nil
-		} else if err != nil {
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound) && seq == after+1:
+			return 0, false, errWriteInFlight
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return 0, false, nil // another's write came first
+		case err != nil:
 			return 0, false, err
 		}
 		if bytes.Equal(msg.Data, data) {
@@ -128,6 +138,11 @@ func storedAt(ctx context.Context, js jetstream.JetStream, bucket, key string, d
 		seq = msg.Seq + 1
 	}
 }
+
+// errWriteInFlight says that a compare-and-set was refused while nothing
+// is stored after the revision it expected: one on the same key was still
+// being replicated. Asked again, it finds that one stored, or gone.
+var errWriteInFlight = errors.New("refused while an earlier write of the key was in flight")
 
 // storedMsg is a stream's message as its leader returns it.
 type storedMsg struct {

@@ -213,3 +213,55 @@ func TestKVStore_AWriteWhoseAnswerWasLostIsNoConflictWithItself(t *testing.T) {
 		assert.Equal(t, machine.StateApproved, got.Status)
 	})
 }
+
+// inFlight is the entries' bucket with a write whose answer is lost
+// while it is still being replicated: its writer hears only that its
+// deadline passed and asks again; the stream leader refuses that as a
+// mismatch, though nothing is stored after the revision it expected yet
+// (it refuses a compare-and-set on a key while another is in flight on
+// it); the first is stored before the writer asks a third time.
+type inFlight struct {
+	jetstream.KeyValue
+	asked int
+	first func() error // stores the first attempt
+}
+
+func (kv *inFlight) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	kv.asked++
+	switch kv.asked {
+	case 1:
+		ctx := context.WithoutCancel(ctx) // the attempt's own ends with it
+		kv.first = func() error { _, err := kv.KeyValue.Update(ctx, key, value, rev); return err }
+		return 0, context.DeadlineExceeded
+	case 2:
+		return 0, jetstream.ErrKeyRevisionMismatch
+	case 3:
+		if err := kv.first(); err != nil {
+			return 0, err
+		}
+	}
+	return kv.KeyValue.Update(ctx, key, value, rev)
+}
+
+// TestKVStore_AWriteAskedAgainWhileItsFirstIsInFlightIsNoConflict: a
+// write refused while its first attempt is still in flight, with nothing
+// stored after the revision it expected, is asked again, and its writer
+// is told of its success once the first is stored, not of a conflict.
+func TestKVStore_AWriteAskedAgainWhileItsFirstIsInFlightIsNoConflict(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	e := entry("inflight", "1")
+	rev, err := env.Store.Create(ctx, e)
+	require.NoError(t, err)
+	approved := *e
+	approved.Status = machine.StateApproved
+	kv := &inFlight{KeyValue: env.KV}
+	got, err := bus.NewKVStore(env.JS, kv).Update(ctx, &approved, rev)
+	require.NoError(t, err, "its own update in flight is no conflict")
+	assert.Equal(t, 3, kv.asked, "asked again after the refusal")
+	stored, storedRev, err := env.Store.Get(ctx, e.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateApproved, stored.Status)
+	assert.Equal(t, storedRev, got, "the revision it was stored at")
+}
