@@ -59,11 +59,31 @@ func Start(t testing.TB, topo Topology) *Env {
 	env.NC, env.JS = Connect(t, env.URLs)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := bus.Provision(ctx, env.JS, bus.Topology{Replicas: topo.Replicas})
+	b, err := provision(ctx, env.JS, topo.Replicas)
 	require.NoError(t, err)
 	env.Buckets, env.KV = b, b.Calls
 	env.Store = bus.NewKVStore(env.JS, b.Calls)
 	return env
+}
+
+// provision is bus.Provision, again while a cluster's meta leader does not
+// see every server it just saw (a leader elected anew after
+// WaitMetaLeader, or one whose view of a peer lapsed): JetStream then
+// refuses to place a replicated stream, with "no suitable peers for
+// placement", until it hears from them again.
+func provision(ctx context.Context, js jetstream.JetStream, replicas int) (*bus.Buckets, error) {
+	for {
+		b, err := bus.Provision(ctx, js, bus.Topology{Replicas: replicas})
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.ErrorCode(10005) {
+			return b, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Server starts one JetStream server on a free port.
