@@ -723,7 +723,9 @@ func (a *Analytics) purgeGenerations(ctx context.Context, doomed func(uint64) bo
 }
 
 // Lag is how many events the analytics of the generation in force have yet
-// to take in: not yet delivered, or delivered and not acknowledged.
+// to take in: not yet delivered, or delivered and not acknowledged (those
+// past its consumer's ack floor). 0 means every event published before
+// the call is in the aggregates.
 func (a *Analytics) Lag(ctx context.Context) (uint64, error) {
 	gen, _, err := a.generation(ctx)
 	if err != nil {
@@ -752,5 +754,22 @@ func (a *Analytics) lag(ctx context.Context, gen uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return info.NumPending + uint64(info.NumAckPending), nil
+	lag := info.NumPending + uint64(info.NumAckPending)
+	// The server counts a consumer's pending messages a moment after it
+	// stores them (on a goroutine of the stream's): just after an event
+	// is published, NumPending may not have it yet. Every event past the
+	// ack floor is still to be applied, as the consumer takes them all.
+	s, err := a.js.Stream(ctx, wire.EventsStream)
+	if err != nil {
+		return 0, err
+	}
+	st := s.CachedInfo().State
+	floor := info.AckFloor.Stream
+	if st.FirstSeq > 0 {
+		floor = max(floor, st.FirstSeq-1) // the stream let the rest go
+	}
+	if st.LastSeq > floor {
+		lag = max(lag, st.LastSeq-floor)
+	}
+	return lag, nil
 }
