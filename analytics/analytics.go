@@ -735,35 +735,25 @@ func (a *Analytics) Lag(ctx context.Context) (uint64, error) {
 }
 
 func (a *Analytics) lag(ctx context.Context, gen uint64) (uint64, error) {
-	c, err := a.js.Consumer(ctx, wire.EventsStream, durableName(gen))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		// Nobody has consumed yet: everything is to come.
-		s, err := a.js.Stream(ctx, wire.EventsStream)
-		if err != nil {
-			return 0, err
-		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			return 0, err
-		}
-		return info.State.Msgs, nil
-	} else if err != nil {
-		return 0, err
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	lag := info.NumPending + uint64(info.NumAckPending)
-	// The server counts a consumer's pending messages a moment after it
-	// stores them (on a goroutine of the stream's): just after an event
-	// is published, NumPending may not have it yet. Every event past the
-	// ack floor is still to be applied, as the consumer takes them all.
+	// The stream first: every event published before the call is at or
+	// below its last sequence.
 	s, err := a.js.Stream(ctx, wire.EventsStream)
 	if err != nil {
 		return 0, err
 	}
 	st := s.CachedInfo().State
+	c, err := a.js.Consumer(ctx, wire.EventsStream, durableName(gen))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return st.Msgs, nil // nobody has consumed yet: everything is to come
+	} else if err != nil {
+		return 0, err
+	}
+	info := c.CachedInfo()
+	lag := info.NumPending + uint64(info.NumAckPending)
+	// The server counts a consumer's pending messages a moment after it
+	// stores them (on a goroutine of the stream's): just after an event
+	// is published, NumPending may not have it yet. Every event past the
+	// ack floor is still to be applied, as the consumer takes them all.
 	floor := info.AckFloor.Stream
 	if st.FirstSeq > 0 {
 		floor = max(floor, st.FirstSeq-1) // the stream let the rest go
