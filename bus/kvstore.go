@@ -238,13 +238,14 @@ func (s *KVStore) History(ctx context.Context, pendingID string) ([]wire.History
 	items := []wire.HistoryItem{}
 	for _, kve := range revs {
 		var e machine.Entry
-		if kve.Operation() != jetstream.KeyValuePut || json.Unmarshal(kve.Value(), &e) != nil || e.LastTransition == nil {
+		if kve.Operation() != jetstream.KeyValuePut || json.Unmarshal(kve.Value(), &e) != nil {
 			continue
 		}
-		if e.LastTransition.Event.Silent() {
-			continue
+		for _, t := range e.Transitions() {
+			if !t.Event.Silent() {
+				items = append(items, wire.HistoryItem{Transition: *t, Revision: kve.Revision()})
+			}
 		}
-		items = append(items, wire.HistoryItem{Transition: *e.LastTransition, Revision: kve.Revision()})
 	}
 	return items, nil
 }

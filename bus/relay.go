@@ -74,7 +74,18 @@ func NewRelay(js jetstream.JetStream, cfg RelayConfig, log *slog.Logger) *Relay 
 type relayed struct {
 	msg      jetstream.Msg
 	revision uint64
-	ack      jetstream.PubAckFuture // its event's; nil when it has none
+	acks     []jetstream.PubAckFuture // its events'; none when it has none
+}
+
+// receiptOf returns the receipt of the transition ev at at by actor, one
+// of the last two of receipts, or nil.
+func receiptOf(receipts []machine.Receipt, ev machine.Event, at int64, actor string) *machine.Receipt {
+	for i := len(receipts) - 1; i >= 0 && i >= len(receipts)-2; i-- {
+		if r := &receipts[i]; r.Event == ev && r.At == at && r.Actor == actor {
+			return r
+		}
+	}
+	return nil
 }
 
 // crashed is the error of a failure point: it stops the relay, as a crash
@@ -170,7 +181,8 @@ func (r *Relay) pump(ctx context.Context, iter jetstream.MessagesContext, inflig
 	}
 }
 
-// publish sends the event for one revision.
+// publish sends the events of one revision: one, or two when one write
+// made two transitions (machine.Entry.PriorTransition).
 func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -186,48 +198,40 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 		r.log.Error("relay: undecodable revision", "subject", msg.Subject(), "revision", item.revision, "err", err)
 		return item, nil
 	}
-	t := e.LastTransition
-	if t == nil {
-		return item, nil
-	}
-	subject, ok := wire.EventSubject(t.Event)
-	if !ok {
-		// A silent event (a renewed lease) changes nothing a subscriber
-		// acts on; the bucket's revision is record enough.
-		return item, nil
-	}
-	if r.beforePublish != nil {
-		if err := r.beforePublish(item.revision); err != nil {
-			return relayed{}, crashed{err}
-		}
-	}
-	id := wire.MsgID(e.PendingID, item.revision)
-	event := wire.Event{
-		V: wire.EventVersion, ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
-		Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: item.revision, Entry: e,
-	}
-	if n := len(e.Receipts); n > 0 && e.Receipts[n-1].Event == t.Event && e.Receipts[n-1].At == t.At && e.Receipts[n-1].Actor == t.Actor {
-		event.Receipt = &e.Receipts[n-1]
-	}
+	receipts := e.Receipts
 	e.Receipts = nil
-	ev, _ := json.Marshal(event)
-	published := ev
+	var masked *machine.Entry
 	if r.cfg.Mask != nil {
-		if masked := r.cfg.Mask(e); masked != nil {
+		masked = r.cfg.Mask(e)
+	}
+	var ev []byte // the last event, as the agent hears it
+	for _, event := range wire.EventsOf(e, item.revision) {
+		if r.beforePublish != nil {
+			if err := r.beforePublish(item.revision); err != nil {
+				return relayed{}, crashed{err}
+			}
+		}
+		event.Receipt = receiptOf(receipts, event.Event, event.At, event.Actor)
+		ev, _ = json.Marshal(event)
+		published := ev
+		if masked != nil {
 			event.Entry = masked
 			published, _ = json.Marshal(event)
 		}
+		fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: event.Type, Data: published}, jetstream.WithMsgID(event.ID))
+		if err != nil {
+			return relayed{}, fmt.Errorf("relay: publish %s: %w", event.ID, err)
+		}
+		item.acks = append(item.acks, fut)
 	}
-	fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: published}, jetstream.WithMsgID(id))
-	if err != nil {
-		return relayed{}, fmt.Errorf("relay: publish %s: %w", id, err)
+	if ev == nil {
+		return item, nil
 	}
-	item.ack = fut
 	// Agents awaiting this call hear of it on its own subject: core NATS,
 	// nothing stored. One that misses it (not yet subscribed, reconnecting)
 	// reads the entry again, which is why losing this publish is harmless.
 	if err := r.js.Conn().Publish(wire.EntrySubject(e.CallerBotID, e.PendingID), ev); err != nil {
-		return relayed{}, fmt.Errorf("relay: announce %s: %w", id, err)
+		return relayed{}, fmt.Errorf("relay: announce %s: %w", e.PendingID, err)
 	}
 	return item, nil
 }
@@ -235,10 +239,10 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 func (r *Relay) acker(ctx context.Context, inflight <-chan relayed) error {
 	for item := range inflight {
 		stored := true
-		if item.ack != nil {
+		for _, ack := range item.acks {
 			select {
-			case <-item.ack.Ok():
-			case err := <-item.ack.Err():
+			case <-ack.Ok():
+			case err := <-ack.Err():
 				// Leave it to redelivery; the replay is de-duplicated.
 				r.log.Warn("relay: publish failed, will retry", "revision", item.revision, "err", err)
 				stored = false

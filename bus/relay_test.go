@@ -3,13 +3,17 @@ package bus_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/assert"
@@ -309,3 +313,62 @@ func TestRelay_EventsMatchTheirSchema(t *testing.T) {
 	}
 	assert.Contains(t, string(msgs[len(msgs)-1].Data), `"v":1`)
 }
+
+// TestRelay_OneWriteOfTwoTransitionsPublishesBoth: an approval whose
+// write also claimed the call is two events, in the order made, each
+// with its own ID and receipt; the agent hears of the revision once.
+func TestRelay_OneWriteOfTwoTransitionsPublishesBoth(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	startRelay(t, env.JS, nil)
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	asker := machine.New(env.Store, machine.WithSigner(relaySigner{key}), machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Minute}, nil
+	})))
+	e := submit(t, asker, "relay-two", "c1")
+	sub, err := env.NC.SubscribeSync(wire.EntrySubject(e.CallerBotID, e.PendingID))
+	require.NoError(t, err)
+	require.NoError(t, env.NC.Flush())
+	got, err := asker.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice", Claim: func(*machine.Entry) (string, time.Duration, bool) {
+		return "exec-1", time.Minute, true
+	}})
+	require.NoError(t, err)
+	require.Equal(t, machine.StateExecuting, got.Status)
+
+	msgs := streamMsgs(t, env.JS, wire.EventsStream, 3)
+	assert.Equal(t, []string{wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectExecutionStarted},
+		[]string{msgs[0].Subject, msgs[1].Subject, msgs[2].Subject})
+	granted, started := decodeEvent(t, msgs[1].Data), decodeEvent(t, msgs[2].Data)
+	assert.Equal(t, granted.Revision, started.Revision)
+	assert.Equal(t, fmt.Sprintf("%s:%d.approve", e.PendingID, granted.Revision), granted.ID)
+	assert.Equal(t, fmt.Sprintf("%s:%d", e.PendingID, started.Revision), started.ID)
+	assert.Equal(t, granted.ID, msgs[1].Header.Get(jetstream.MsgIDHeader))
+	assert.Equal(t, "alice", granted.Actor)
+	assert.Equal(t, machine.StateApproved, granted.To)
+	assert.Equal(t, "exec-1", started.Actor)
+	assert.Equal(t, machine.StateExecuting, started.To)
+	require.NotNil(t, granted.Receipt)
+	require.NotNil(t, started.Receipt)
+	assert.Equal(t, got.Receipts[1], *granted.Receipt)
+	assert.Equal(t, got.Receipts[2], *started.Receipt)
+
+	// The agent hears of the revision once, as its last event (and may
+	// hear of the submit's before, subscribed while it was relayed).
+	var heard []string
+	for !slices.Contains(heard, started.ID) {
+		msg, err := sub.NextMsg(5 * time.Second)
+		require.NoError(t, err, "announcements heard: %v", heard)
+		heard = append(heard, decodeEvent(t, msg.Data).ID)
+	}
+	_, err = sub.NextMsg(100 * time.Millisecond)
+	assert.ErrorIs(t, err, nats.ErrTimeout, "announced after %v", heard)
+	assert.NotContains(t, heard, granted.ID)
+}
+
+type relaySigner struct{ key ed25519.PrivateKey }
+
+func (s relaySigner) PublicKey() string { return "ed25519:test" }
+
+func (s relaySigner) Sign(msg []byte) ([]byte, error) { return ed25519.Sign(s.key, msg), nil }

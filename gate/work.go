@@ -79,8 +79,41 @@ func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*w
 		return nil, fmt.Errorf("%w: leaseMs: %d: a lease must be positive", machine.ErrInvalid, r.LeaseMs)
 	}
 	lease := time.Duration(r.LeaseMs) * time.Millisecond
-	t := s.takers.add(holder, r.Tools)
-	defer s.takers.remove(holder, t)
+	t := s.takers.add(holder, r.Tools, lease)
+	reply, err := s.takeWork(ctx, a, r, t, wait)
+	// A call a decision claimed for this request, in the write that
+	// approved it, is answered with the rest: handed already, or to come
+	// with that write when one is being made.
+	var e *machine.Entry
+	if s.takers.leave(t) {
+		select {
+		case e = <-t.handed:
+		case <-ctx.Done():
+		}
+	} else {
+		select {
+		case e = <-t.handed:
+		default:
+		}
+	}
+	if e != nil {
+		if err != nil {
+			reply, err = &wire.WorkReply{}, nil
+		}
+		reply.Calls = append(reply.Calls, s.handedClaim(a, e))
+	}
+	return reply, err
+}
+
+// handedClaim is what an executor is answered of e, claimed for it by a
+// decision.
+func (s *Service) handedClaim(a Actor, e *machine.Entry) wire.WorkClaim {
+	return wire.WorkClaim{Entry: s.shown(a, e), RunnableSince: e.DecisionTime}
+}
+
+// takeWork is TakeWork for the waiting request t.
+func (s *Service) takeWork(ctx context.Context, a Actor, r wire.WorkRequest, t *taker, wait time.Duration) (*wire.WorkReply, error) {
+	holder, lease := t.holder, t.lease
 	timeout := time.NewTimer(wait)
 	defer timeout.Stop()
 	wake := make(chan struct{}, 1)
@@ -100,9 +133,13 @@ func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*w
 	for {
 		taken := s.work.Take(r.Tools, r.Max, wake)
 		if len(taken) == 0 {
+			s.takers.wait(t, true)
 			select {
 			case <-wake:
+				s.takers.wait(t, false)
 				continue
+			case e := <-t.handed:
+				reply.Calls = append(reply.Calls, s.handedClaim(a, e))
 			case <-timeout.C:
 			case <-t.withdrawn:
 			case <-ctx.Done():
@@ -198,12 +235,22 @@ type takers struct {
 // taker is one waiting request for work: its tools, and closed when its
 // executor withdraws it.
 type taker struct {
+	holder    string
 	tools     []string
+	lease     time.Duration
 	withdrawn chan struct{}
+	// handed brings the call a decision claimed for this request in the
+	// write that approved it (takers.reserve, takers.handOver), or nil
+	// when the decision claimed none and the request is answering.
+	handed chan *machine.Entry
+	// Under takers.mu: waiting while it waits with nothing taken;
+	// reserved while a decision claims a call for it; done once it
+	// answers or has been handed a call, when no decision may take it.
+	waiting, reserved, done bool
 }
 
-func (ts *takers) add(holder string, tools []string) *taker {
-	t := &taker{tools: tools, withdrawn: make(chan struct{})}
+func (ts *takers) add(holder string, tools []string, lease time.Duration) *taker {
+	t := &taker{holder: holder, tools: tools, lease: lease, withdrawn: make(chan struct{}), handed: make(chan *machine.Entry, 1)}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.m == nil {
@@ -216,12 +263,54 @@ func (ts *takers) add(holder string, tools []string) *taker {
 	return t
 }
 
-func (ts *takers) remove(holder string, t *taker) {
+// leave ends t: no decision takes it afterwards. It says whether one is
+// claiming a call for it now: t.handed then brings that decision's
+// answer.
+func (ts *takers) leave(t *taker) (reserved bool) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	delete(ts.m[holder], t)
-	if len(ts.m[holder]) == 0 {
-		delete(ts.m, holder)
+	delete(ts.m[t.holder], t)
+	if len(ts.m[t.holder]) == 0 {
+		delete(ts.m, t.holder)
+	}
+	t.done = true
+	return t.reserved
+}
+
+// wait marks whether t waits with nothing taken: only then may a decision
+// take it.
+func (ts *takers) wait(t *taker, waiting bool) {
+	ts.mu.Lock()
+	t.waiting = waiting
+	ts.mu.Unlock()
+}
+
+// reserve takes a request that waits for work of tool, for a decision to
+// claim the call it approves for: nil when none waits. The decision ends
+// the reservation with handOver.
+func (ts *takers) reserve(tool string) *taker {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, byHolder := range ts.m {
+		for t := range byHolder {
+			if t.waiting && !t.reserved && !t.done && slices.Contains(t.tools, tool) {
+				t.reserved = true
+				return t
+			}
+		}
+	}
+	return nil
+}
+
+// handOver ends t's reservation: e is the call claimed for it, or nil
+// when the decision claimed none (t waits on, unless it is answering).
+func (ts *takers) handOver(t *taker, e *machine.Entry) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t.reserved = false
+	if e != nil || t.done {
+		t.done = true
+		t.handed <- e // the only send: done keeps t from another reservation
 	}
 }
 

@@ -3,6 +3,7 @@ package gate_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -365,4 +366,89 @@ func TestTakeWork_AWithdrawalReachesEveryProcess(t *testing.T) {
 		}
 	})
 	assert.Empty(t, reply.Calls, "withdrawn, it claimed nothing")
+}
+
+// TestTakeWork_AnApprovalClaimsForTheExecutorThatWaits: the approval of
+// a call an executor waits for claims it for that executor in the same
+// write, and answers the executor with it; no other executor is offered
+// it.
+func TestTakeWork_AnApprovalClaimsForTheExecutorThatWaits(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	s := workService(t, env, machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour})
+	e := submitCall(t, s, "merged", "c1", "deploy")
+	done := make(chan []*machine.Entry, 1)
+	go func() {
+		done <- take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: wire.MaxWorkWait.Milliseconds(), By: "w-1"})
+	}()
+	// Wait until the request waits: a decision reserves it, and hands it back.
+	require.Eventually(t, func() bool {
+		_, handOver, ok := gate.ReserveTaker(s, "deploy")
+		if ok {
+			handOver(nil)
+		}
+		return ok
+	}, 10*time.Second, time.Millisecond, "the request for work never waited")
+
+	decided, err := s.Decide(t.Context(), gate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateExecuting, decided.Status, "claimed in the approval's write")
+	require.NotNil(t, decided.PriorTransition)
+	assert.Equal(t, machine.EventApprove, decided.PriorTransition.Event)
+	calls := <-done
+	require.Len(t, calls, 1)
+	assert.Equal(t, e.PendingID, calls[0].PendingID)
+	assert.Equal(t, machine.StateExecuting, calls[0].Status)
+	assert.Equal(t, decided.Lease, calls[0].Lease)
+	assert.Equal(t, "exec/w-1", calls[0].Lease.Holder)
+	assert.Empty(t, take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, By: "w-2"}), "offered to another executor")
+}
+
+// TestTakeWork_ACallHandedAsTheRequestAnswersIsInTheAnswer: a request
+// that a decision reserved answers with the call the decision claimed
+// for it, whether the claim comes as it answers (woken by a call of the
+// queue, and claiming it), or after.
+func TestTakeWork_ACallHandedAsTheRequestAnswersIsInTheAnswer(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	s := workService(t, env, machine.Verdict{Action: machine.ActionRun})
+	for _, handedFirst := range []bool{true, false} {
+		t.Run(fmt.Sprint("handed first ", handedFirst), func(t *testing.T) {
+			done := make(chan []*machine.Entry, 1)
+			go func() {
+				done <- take(t, s, wire.WorkRequest{Tools: []string{"build"}, Max: 2, WaitMs: wire.MaxWorkWait.Milliseconds(), By: "w-1"})
+			}()
+			var handOver func(*machine.Entry)
+			require.Eventually(t, func() bool {
+				var ok bool
+				_, handOver, ok = gate.ReserveTaker(s, "build")
+				return ok
+			}, 10*time.Second, time.Millisecond, "the request for work never waited")
+			// A runnable call wakes the request, which claims it and
+			// answers, while it is reserved.
+			queued := submitCall(t, s, "handed", fmt.Sprint("queued-", handedFirst), "build")
+			handed := &machine.Entry{PendingID: "handed." + fmt.Sprint(handedFirst), Status: machine.StateExecuting}
+			if handedFirst {
+				handOver(handed)
+			}
+			var calls []*machine.Entry
+			select {
+			case calls = <-done:
+				require.True(t, handedFirst, "answered while a decision was claiming a call for it")
+			case <-time.After(100 * time.Millisecond):
+				require.False(t, handedFirst, "no answer 100ms after the claim")
+				handOver(handed)
+				calls = <-done
+			}
+			var ids []string
+			for _, c := range calls {
+				ids = append(ids, c.PendingID)
+			}
+			assert.Contains(t, ids, handed.PendingID, "the call claimed for the request")
+			if !slices.Contains(ids, queued.PendingID) {
+				// Handed while it still waited: the queued call is another's.
+				assert.Len(t, take(t, s, wire.WorkRequest{Tools: []string{"build"}, By: "w-2"}), 1)
+			}
+		})
+	}
 }

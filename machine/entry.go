@@ -91,6 +91,24 @@ type Entry struct {
 	// LastTransition is the transition that wrote this revision of the
 	// entry. The relay publishes it as an event.
 	LastTransition *Transition `json:"lastTransition,omitempty"`
+	// PriorTransition is the transition this revision made before
+	// LastTransition, when one write made two: an approval and the claim
+	// of the executor that was waiting for the call (Decision.Claim). The
+	// relay publishes it first.
+	PriorTransition *Transition `json:"priorTransition,omitempty"`
+}
+
+// Transitions returns the transitions that wrote this revision, in the
+// order they were made: none, LastTransition, or PriorTransition and then
+// LastTransition.
+func (e *Entry) Transitions() []*Transition {
+	switch {
+	case e.LastTransition == nil:
+		return nil
+	case e.PriorTransition == nil:
+		return []*Transition{e.LastTransition}
+	}
+	return []*Transition{e.PriorTransition, e.LastTransition}
 }
 
 // Transition records one move of an entry: the event, where it came from,

@@ -240,6 +240,12 @@ type Decision struct {
 	// SingleUse makes the grant a session or always approval records
 	// good for one call.
 	SingleUse bool
+	// Claim, when set, is asked, once an approval has made the call
+	// runnable, whom to claim it for in the same write (as Claim would,
+	// from APPROVED to EXECUTING): an executor waiting for the tool, so
+	// that the call starts with no second write between. ok false, or a
+	// call not runnable at once, leaves it approved.
+	Claim func(e *Entry) (holder string, lease time.Duration, ok bool)
 }
 
 // Decide approves or rejects a pending call. Only the call's named approver,
@@ -284,7 +290,20 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		}
 		return EventVote, d.Reason
 	}
-	e, err := m.transitionBy(ctx, pendingID, choose, d.By, func(e *Entry, now time.Time) error {
+	var then func(e *Entry) *step
+	if d.Claim != nil {
+		then = func(e *Entry) *step {
+			if e.Status != StateApproved {
+				return nil
+			}
+			holder, lease, ok := d.Claim(e)
+			if !ok || holder == "" || lease <= 0 {
+				return nil
+			}
+			return &step{ev: EventStart, actor: holder, apply: claim(holder, lease, func(*Entry) (Event, string) { return EventStart, "" })}
+		}
+	}
+	e, err := m.transitionFrom(ctx, pendingID, latestRemembered, choose, d.By, func(e *Entry, now time.Time) error {
 		if err := e.mayDecide(d.By); err != nil {
 			return err
 		}
@@ -325,7 +344,7 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 			e.LastTransition.Edit = e.Edited()
 		}
 		return nil
-	})
+	}, then)
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", pendingID, err)
 	}
@@ -384,7 +403,17 @@ func (m *Machine) ClaimAt(ctx context.Context, pendingID string, revision uint64
 		}
 		return EventStart, ""
 	}
-	e, err := m.transitionFrom(ctx, pendingID, revision, claimEvent, holder, func(e *Entry, now time.Time) error {
+	e, err := m.transitionFrom(ctx, pendingID, revision, claimEvent, holder, claim(holder, lease, claimEvent), nil)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
+// claim is a claim's check and change of the entry, for holder's lease:
+// one more attempt, of a call that is runnable or whose lease ran out.
+func claim(holder string, lease time.Duration, claimEvent func(*Entry) (Event, string)) func(e *Entry, now time.Time) error {
+	return func(e *Entry, now time.Time) error {
 		reclaimable := e.Lease != nil && now.UnixMilli() >= e.Lease.ExpiresAt && e.AttemptsLeft() > 0
 		if !e.Runnable(now) && !reclaimable {
 			ev, _ := claimEvent(e)
@@ -394,11 +423,7 @@ func (m *Machine) ClaimAt(ctx context.Context, pendingID string, revision uint64
 		e.LastAttemptTime = now.UnixMilli()
 		e.Lease = &Lease{Holder: holder, ExpiresAt: now.Add(lease).UnixMilli()}
 		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", pendingID, err)
 	}
-	return e, nil
 }
 
 // Retry starts another attempt of a call whose attempt failed, for the
@@ -414,7 +439,7 @@ func (m *Machine) Retry(ctx context.Context, pendingID, holder string, failed in
 		e.LastAttemptTime = now.UnixMilli()
 		e.Lease = &Lease{Holder: holder, ExpiresAt: now.Add(lease).UnixMilli()}
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("retry %s: %w", pendingID, err)
 	}
@@ -459,7 +484,7 @@ func (m *Machine) finish(ctx context.Context, pendingID string, ev Event, o Outc
 		e.Error = o.Error
 		e.Cost = o.Cost
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", ev, pendingID, err)
 	}
@@ -557,7 +582,7 @@ func (m *Machine) Heartbeat(ctx context.Context, pendingID, holder string, lease
 		}
 		e.Lease = &Lease{Holder: holder, ExpiresAt: now.Add(lease).UnixMilli()}
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %s: %w", pendingID, err)
 	}
@@ -610,7 +635,14 @@ func (m *Machine) transition(ctx context.Context, pendingID string, ev Event, ac
 // It starts from the latest revision the store remembers, if any (a
 // RecentStore: the entry it wrote last, or its index's).
 func (m *Machine) transitionBy(ctx context.Context, pendingID string, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error) (*Entry, error) {
-	return m.transitionFrom(ctx, pendingID, latestRemembered, choose, actor, apply)
+	return m.transitionFrom(ctx, pendingID, latestRemembered, choose, actor, apply, nil)
+}
+
+// step is a transition that follows another in the same write.
+type step struct {
+	ev    Event
+	actor string
+	apply func(e *Entry, now time.Time) error
 }
 
 // latestRemembered, as transitionFrom's hint, starts from the latest
@@ -626,7 +658,11 @@ const latestRemembered = ^uint64(0)
 // safe: the write lands only if the entry is still what was remembered,
 // and anything the remembered entry refuses is asked again of a fresh
 // read, since a refusal takes no write to check it.
-func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uint64, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error) (*Entry, error) {
+//
+// then, when set, may name a step to make after the transition, in the
+// same write, from the state it led to: a step that state or its apply
+// refuses is left out, and the transition written alone.
+func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uint64, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error, then func(e *Entry) *step) (*Entry, error) {
 	recent, _ := m.store.(RecentStore)
 	for {
 		var (
@@ -662,6 +698,7 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 		}
 		now := m.now()
 		next := *cur
+		next.PriorTransition = nil
 		next.LastTransition = &Transition{Event: ev, From: cur.Status, To: to, Actor: actor, Reason: reason, At: now.UnixMilli(), Write: writeID()}
 		// apply sees the entry still in its current state, to check what
 		// the event alone cannot (a lease, a deadline, who may decide),
@@ -680,6 +717,13 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 		if err := m.seal(&next); err != nil {
 			return nil, err
 		}
+		if then != nil {
+			if st := then(&next); st != nil {
+				if err := m.follow(&next, now, st); err != nil {
+					return nil, err
+				}
+			}
+		}
 		if _, err := m.store.Update(ctx, &next, rev); errors.Is(err, ErrConflict) {
 			continue
 		} else if err != nil {
@@ -688,6 +732,30 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 		m.observe(ctx, &next)
 		return &next, nil
 	}
+}
+
+// follow makes st on e, after the transition e records, in the same
+// write: LastTransition becomes st's, PriorTransition the one before. A
+// step that e's state or st.apply refuses leaves e as it was.
+func (m *Machine) follow(e *Entry, now time.Time, st *step) error {
+	to, err := validate(e.Status, st.ev)
+	if err != nil {
+		return nil
+	}
+	next := *e
+	first := e.LastTransition
+	next.LastTransition = &Transition{Event: st.ev, From: e.Status, To: to, Actor: st.actor, At: now.UnixMilli(), Write: first.Write}
+	if st.apply(&next, now) != nil {
+		return nil
+	}
+	next.Status = to
+	next.StatusReason = next.LastTransition.Reason
+	next.PriorTransition = first
+	if err := m.seal(&next); err != nil {
+		return err
+	}
+	*e = next
+	return nil
 }
 
 var fsmEvents = func() []fsm.EventDesc {

@@ -264,3 +264,70 @@ func TestReceipts_QuorumVotes(t *testing.T) {
 	require.Error(t, err, "a vote turned around")
 	assert.Contains(t, err.Error(), "alice rejected at")
 }
+
+// TestDecide_AnApprovalClaimsInTheSameWrite: a decision asked to claim
+// the call it approves writes the approval and the claim as one
+// revision, each with its receipt, and the chain verifies; a rejection
+// claims nothing, and a claim the decider declines leaves the call
+// approved.
+func TestDecide_AnApprovalClaimsInTheSameWrite(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	s := newTestSigner(t)
+	m := machine.New(env.Store, machine.WithSigner(s), verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}))
+	claimFor := func(holder string) func(*machine.Entry) (string, time.Duration, bool) {
+		return func(e *machine.Entry) (string, time.Duration, bool) {
+			return holder, time.Minute, holder != ""
+		}
+	}
+
+	e, err := m.Submit(ctx, call("claim-in-decision", "1"))
+	require.NoError(t, err)
+	got, err := m.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice", Claim: claimFor("exec-1")})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateExecuting, got.Status)
+	assert.Equal(t, "alice", got.ApprovedOrRejectedByUserID)
+	assert.Equal(t, 1, got.ExecutionAttempts)
+	require.NotNil(t, got.Lease)
+	assert.Equal(t, "exec-1", got.Lease.Holder)
+	require.NotNil(t, got.PriorTransition)
+	assert.Equal(t, machine.Transition{Event: machine.EventApprove, From: machine.StatePendingApproval, To: machine.StateApproved, Actor: "alice", At: got.PriorTransition.At, Write: got.PriorTransition.Write}, *got.PriorTransition)
+	assert.Equal(t, machine.EventStart, got.LastTransition.Event)
+	assert.Equal(t, machine.StateApproved, got.LastTransition.From)
+	assert.Equal(t, "exec-1", got.LastTransition.Actor)
+	var events []machine.Event
+	for _, r := range got.Receipts {
+		events = append(events, r.Event)
+	}
+	assert.Equal(t, []machine.Event{machine.EventAsk, machine.EventApprove, machine.EventStart}, events)
+	done, err := m.Complete(ctx, e.PendingID, machine.Outcome{Holder: "exec-1", Result: json.RawMessage(`{"ok":true}`)})
+	require.NoError(t, err)
+	assert.Nil(t, done.PriorTransition, "the next write made one transition")
+	_, err = machine.VerifyReceipts(clone(t, done), machine.ReceiptCheck{Verify: verifyTest, Trusted: []string{s.PublicKey()}})
+	require.NoError(t, err)
+
+	history, err := env.Store.History(ctx, e.PendingID)
+	require.NoError(t, err)
+	require.Len(t, history, 4)
+	assert.Equal(t, []machine.Event{machine.EventAsk, machine.EventApprove, machine.EventStart, machine.EventSucceed},
+		[]machine.Event{history[0].Event, history[1].Event, history[2].Event, history[3].Event})
+	assert.Equal(t, history[1].Revision, history[2].Revision, "one write")
+
+	rejected, err := m.Submit(ctx, call("claim-in-decision", "2"))
+	require.NoError(t, err)
+	got, err = m.Decide(ctx, rejected.PendingID, machine.Decision{By: "alice", Claim: func(*machine.Entry) (string, time.Duration, bool) {
+		t.Error("a rejection asked whom to claim for")
+		return "exec-1", time.Minute, true
+	}})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateRejectedByUser, got.Status)
+
+	declined, err := m.Submit(ctx, call("claim-in-decision", "3"))
+	require.NoError(t, err)
+	got, err = m.Decide(ctx, declined.PendingID, machine.Decision{Approve: true, By: "alice", Claim: claimFor("")})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateApproved, got.Status)
+	assert.Nil(t, got.PriorTransition)
+	assert.Nil(t, got.Lease)
+}

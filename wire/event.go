@@ -22,8 +22,11 @@ var EventSchema []byte
 // which entry, from which state, by whom and why, with the entry as it was
 // written.
 type Event struct {
-	V        int           `json:"v"`  // EventVersion
-	ID       string        `json:"id"` // <pendingId>:<revision>, also the Nats-Msg-Id
+	V int `json:"v"` // EventVersion
+	// ID is <pendingId>:<revision>, also the Nats-Msg-Id; of the first
+	// of two transitions one revision made, <pendingId>:<revision>.<event>
+	// (EventsOf).
+	ID       string        `json:"id"`
 	Type     string        `json:"type"`
 	Event    machine.Event `json:"event"`
 	From     machine.State `json:"from,omitempty"`
@@ -46,4 +49,28 @@ type Event struct {
 // sends the same id and is dropped.
 func MsgID(pendingID string, revision uint64) string {
 	return fmt.Sprintf("%s:%d", pendingID, revision)
+}
+
+// EventsOf are the events of revision of e, one for each of its
+// transitions that has one (a renewed lease has none), in the order they
+// were made, each with its ID: MsgID, and for the first of two
+// transitions one write made (machine.Entry.PriorTransition), MsgID and
+// "." and its event. Their Entry is e.
+func EventsOf(e *machine.Entry, revision uint64) []Event {
+	var evs []Event
+	for _, t := range e.Transitions() {
+		subject, ok := EventSubject(t.Event)
+		if !ok {
+			continue
+		}
+		id := MsgID(e.PendingID, revision)
+		if t == e.PriorTransition {
+			id += "." + string(t.Event)
+		}
+		evs = append(evs, Event{
+			V: EventVersion, ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
+			Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: revision, Entry: e,
+		})
+	}
+	return evs
 }

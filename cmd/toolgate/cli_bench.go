@@ -88,7 +88,8 @@ type benchPath struct {
 // benchHop is one step of decision→handler, from what one stored to what
 // the next did: the decision committed (the approval's revision in
 // tool_calls), the call claimed (its EXECUTING revision: toolgate's work
-// queue saw the approval and claimed it for the executor waiting), the
+// queue saw the approval and claimed it for an executor; the approval's
+// own, when its write claimed the call for the executor waiting), the
 // handler started.
 type benchHop struct {
 	Name string `json:"name"`
@@ -523,11 +524,15 @@ func (b *bench) hops(ctx context.Context, since time.Time, ds map[string]benchDe
 			}
 			var head struct {
 				Status machine.State `json:"status"`
+				// Set when the approval's write claimed the call too.
+				Prior *struct{} `json:"priorTransition"`
 			}
 			if err := wire.Unmarshal(msg.Data(), &head); err != nil {
 				return nil, fmt.Errorf("bench: %s: %w", id, err)
 			}
 			switch {
+			case head.Status == machine.StateExecuting && head.Prior != nil && d.committed.IsZero():
+				d.committed, d.claimed = md.Timestamp, md.Timestamp
 			case head.Status == machine.StateApproved && d.committed.IsZero():
 				d.committed = md.Timestamp
 			case head.Status == machine.StateExecuting && d.claimed.IsZero():

@@ -125,8 +125,10 @@ func doubledTransitions(revs map[string][]revision) []string {
 	for id, rs := range revs {
 		seen := map[machine.Event][]uint64{}
 		for _, r := range rs {
-			if tr := r.entry.LastTransition; tr != nil && once[tr.Event] {
-				seen[tr.Event] = append(seen[tr.Event], r.seq)
+			for _, tr := range r.entry.Transitions() {
+				if once[tr.Event] {
+					seen[tr.Event] = append(seen[tr.Event], r.seq)
+				}
 			}
 		}
 		for ev, seqs := range seen {
@@ -139,24 +141,18 @@ func doubledTransitions(revs map[string][]revision) []string {
 	return out
 }
 
-// eventGaps compares the events with the revisions: every revision that
-// records a transition with an event (a renewed lease has none) has
-// exactly one, with id <pendingId>:<revision>, and there is no other.
+// eventGaps compares the events with the revisions: every transition a
+// revision records with an event (a renewed lease has none) has exactly
+// one, with its id (wire.EventsOf), and there is no other.
 func eventGaps(revs map[string][]revision, events map[string]int) (missing, doubled []string) {
 	want := map[string]bool{}
 	for _, rs := range revs {
 		for _, r := range rs {
-			tr := r.entry.LastTransition
-			if tr == nil {
-				continue
-			}
-			if _, ok := wire.EventSubject(tr.Event); !ok {
-				continue
-			}
-			id := wire.MsgID(r.entry.PendingID, r.seq)
-			want[id] = true
-			if events[id] == 0 {
-				missing = append(missing, fmt.Sprintf("%s (%s)", id, tr.Event))
+			for _, ev := range wire.EventsOf(r.entry, r.seq) {
+				want[ev.ID] = true
+				if events[ev.ID] == 0 {
+					missing = append(missing, ev.ID)
+				}
 			}
 		}
 	}
@@ -281,13 +277,13 @@ func claimDelays(revs map[string][]revision) string {
 	for id, rs := range revs {
 		var runnable, started int64
 		for _, r := range rs {
-			tr := r.entry.LastTransition
-			switch {
-			case tr == nil:
-			case (tr.Event == machine.EventApprove || tr.Event == machine.EventSchedule) && runnable == 0:
-				runnable = tr.At
-			case tr.Event == machine.EventStart && started == 0:
-				started = tr.At
+			for _, tr := range r.entry.Transitions() {
+				switch {
+				case (tr.Event == machine.EventApprove || tr.Event == machine.EventSchedule) && runnable == 0:
+					runnable = tr.At
+				case tr.Event == machine.EventStart && started == 0:
+					started = tr.At
+				}
 			}
 		}
 		if runnable != 0 && started != 0 {
