@@ -51,6 +51,12 @@ func (e *TransitionError) Error() string {
 		if t.Reason != "" {
 			msg += fmt.Sprintf(" (%s)", t.Reason)
 		}
+		// A call claimed since (in the approval's own write, or just
+		// after) names its decider too: a second approver learns who
+		// decided first.
+		if by := e.Entry.ApprovedOrRejectedByUserID; by != "" && by != t.Actor && e.Entry.DecisionTime > 0 {
+			msg += fmt.Sprintf(", decided by %s at %s", by, time.UnixMilli(e.Entry.DecisionTime).UTC().Format(time.RFC3339))
+		}
 	}
 	return msg
 }

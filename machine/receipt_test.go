@@ -301,6 +301,11 @@ func TestDecide_AnApprovalClaimsInTheSameWrite(t *testing.T) {
 		events = append(events, r.Event)
 	}
 	assert.Equal(t, []machine.Event{machine.EventAsk, machine.EventApprove, machine.EventStart}, events)
+	_, err = m.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "bob"})
+	var te *machine.TransitionError
+	require.ErrorAs(t, err, &te)
+	assert.Contains(t, err.Error(), "EXECUTING by exec-1")
+	assert.Contains(t, err.Error(), "decided by alice", "a second approver learns who decided first")
 	done, err := m.Complete(ctx, e.PendingID, machine.Outcome{Holder: "exec-1", Result: json.RawMessage(`{"ok":true}`)})
 	require.NoError(t, err)
 	assert.Nil(t, done.PriorTransition, "the next write made one transition")
