@@ -355,7 +355,8 @@ func (s *Service) Decide(ctx context.Context, a Actor, pendingID string, d machi
 	e, err := s.observe(s.m.Decide(ctx, pendingID, d))
 	if t != nil {
 		if err == nil && e.PriorTransition != nil && e.Lease != nil && e.Lease.Holder == t.holder {
-			s.takers.handOver(t, e)
+			handed := *e // the executor is answered with it as this approver is
+			s.takers.handOver(t, &handed)
 		} else {
 			s.takers.handOver(t, nil)
 		}
