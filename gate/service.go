@@ -202,7 +202,9 @@ func (s *Service) SubmitOnce(ctx context.Context, a Actor, c machine.Call) (*mac
 			s.log.Warn("submit: the archive did not answer whether the call was retired; taking it as new", "toolCallId", c.ToolCallID, "err", err)
 		}
 	}
-	e, created, err := s.m.SubmitOnce(ctx, c)
+	claimer := s.claimer()
+	e, created, err := s.m.SubmitAndClaim(ctx, c, claimer.claim)
+	claimer.settle(e, err == nil && created)
 	return s.shown(a, e), created, err
 }
 
@@ -339,28 +341,10 @@ func (s *Service) Decide(ctx context.Context, a Actor, pendingID string, d machi
 			return nil, fmt.Errorf("%w: arguments: %s stands where a secret was, in a value changed around it: give the value, or leave the value as it was shown", machine.ErrInvalid, policy.RedactedValue)
 		}
 	}
-	// An approval of a call an executor here waits for claims it for that
-	// executor in the same write: the call starts with no second write,
-	// nor a trip through the work queue, between.
-	var t *taker
-	d.Claim = func(e *machine.Entry) (string, time.Duration, bool) {
-		if t == nil {
-			t = s.takers.reserve(e.ToolName)
-		}
-		if t == nil {
-			return "", 0, false
-		}
-		return t.holder, t.lease, true
-	}
+	c := s.claimer()
+	d.Claim = c.claim
 	e, err := s.observe(s.m.Decide(ctx, pendingID, d))
-	if t != nil {
-		if err == nil && e.PriorTransition != nil && e.Lease != nil && e.Lease.Holder == t.holder {
-			handed := *e // the executor is answered with it as this approver is
-			s.takers.handOver(t, &handed)
-		} else {
-			s.takers.handOver(t, nil)
-		}
-	}
+	c.settle(e, err == nil)
 	if errors.Is(err, machine.ErrExpired) {
 		// The deadline passed and no timer has acted on it yet: act now,
 		// so the refused approver and the agent see the same outcome.

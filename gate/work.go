@@ -105,10 +105,10 @@ func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*w
 	return reply, err
 }
 
-// handedClaim is what an executor is answered of e, claimed for it by a
-// decision.
+// handedClaim is what an executor is answered of e, claimed for it in
+// the write that made it runnable: runnable since that write.
 func (s *Service) handedClaim(a Actor, e *machine.Entry) wire.WorkClaim {
-	return wire.WorkClaim{Entry: s.shown(a, e), RunnableSince: e.DecisionTime}
+	return wire.WorkClaim{Entry: s.shown(a, e), RunnableSince: e.LastAttemptTime}
 }
 
 // takeWork is TakeWork for the waiting request t.
@@ -190,6 +190,45 @@ func (s *Service) takeWork(ctx context.Context, a Actor, r wire.WorkRequest, t *
 		}
 		// Every one moved on: take others.
 	}
+}
+
+// claimer lets a command that makes a call runnable (a submit the policy
+// lets run, an approval) claim it, in its own write, for an executor's
+// request for work of its tool that waits at this process: the call
+// starts with no second write, nor a trip through the work queue,
+// between.
+type claimer struct {
+	s *Service
+	t *taker // the request reserved, once the command asked for one
+}
+
+func (s *Service) claimer() *claimer { return &claimer{s: s} }
+
+// claim is the command's machine.ClaimFunc: it reserves a waiting
+// request, the first time it is asked.
+func (c *claimer) claim(e *machine.Entry) (string, time.Duration, bool) {
+	if c.t == nil {
+		c.t = c.s.takers.reserve(e.ToolName)
+	}
+	if c.t == nil {
+		return "", 0, false
+	}
+	return c.t.holder, c.t.lease, true
+}
+
+// settle ends the reservation once the command is done: the request is
+// answered with e if the command wrote e (not another's write it found)
+// claimed for it, and waits on otherwise.
+func (c *claimer) settle(e *machine.Entry, wrote bool) {
+	if c.t == nil {
+		return
+	}
+	if wrote && e.PriorTransition != nil && e.Lease != nil && e.Lease.Holder == c.t.holder {
+		handed := *e // each answer masks its own copy
+		c.s.takers.handOver(c.t, &handed)
+		return
+	}
+	c.s.takers.handOver(c.t, nil)
 }
 
 // withdraw ends w's requests for work waiting on this process, and tells

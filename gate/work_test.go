@@ -452,3 +452,43 @@ func TestTakeWork_ACallHandedAsTheRequestAnswersIsInTheAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestTakeWork_ACallLetRunIsClaimedAsItIsSubmitted: a call the policy
+// lets run at once, of a tool an executor waits for, is created claimed
+// for that executor and answers its request; the agent's retry of the
+// submit hands it to nobody again.
+func TestTakeWork_ACallLetRunIsClaimedAsItIsSubmitted(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	s := workService(t, env, machine.Verdict{Action: machine.ActionRun})
+	waiting := func() chan []wire.WorkClaim {
+		done := make(chan []wire.WorkClaim, 1)
+		go func() {
+			reply, err := s.TakeWork(t.Context(), executor, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: 500, LeaseMs: time.Minute.Milliseconds(), By: "w-1"})
+			assert.NoError(t, err)
+			done <- reply.Calls
+		}()
+		require.Eventually(t, func() bool {
+			_, handOver, ok := gate.ReserveTaker(s, "deploy")
+			if ok {
+				handOver(nil)
+			}
+			return ok
+		}, 10*time.Second, time.Millisecond, "the request for work never waited")
+		return done
+	}
+
+	done := waiting()
+	e := submitCall(t, s, "submit-claimed", "c1", "deploy")
+	assert.Equal(t, machine.StateExecuting, e.Status, "created claimed")
+	calls := <-done
+	require.Len(t, calls, 1)
+	assert.Equal(t, e.PendingID, calls[0].Entry.PendingID)
+	assert.Equal(t, "exec/w-1", calls[0].Entry.Lease.Holder)
+	assert.Equal(t, e.RequestedAt, calls[0].RunnableSince, "runnable since it was submitted")
+
+	done = waiting()
+	again := submitCall(t, s, "submit-claimed", "c1", "deploy")
+	assert.Equal(t, e.Lease, again.Lease)
+	assert.Empty(t, <-done, "the retry's answer handed the call again")
+}

@@ -67,6 +67,14 @@ func (m *Machine) Submit(ctx context.Context, c Call) (*Entry, error) {
 // SubmitOnce is Submit, and reports whether this submit created the
 // entry (false: it answers with the entry an earlier one created).
 func (m *Machine) SubmitOnce(ctx context.Context, c Call) (*Entry, bool, error) {
+	return m.SubmitAndClaim(ctx, c, nil)
+}
+
+// SubmitAndClaim is SubmitOnce for a call that, should the policy let it
+// run at once, claimFor may name an executor for: the entry is then
+// created claimed for it (scheduled and started, two receipts, one
+// write).
+func (m *Machine) SubmitAndClaim(ctx context.Context, c Call, claimFor ClaimFunc) (*Entry, bool, error) {
 	if err := c.validate(); err != nil {
 		return nil, false, fmt.Errorf("submit: %w", err)
 	}
@@ -139,6 +147,11 @@ func (m *Machine) SubmitOnce(ctx context.Context, c Call) (*Entry, bool, error) 
 	e.LastTransition = &Transition{Event: ev, To: e.Status, Actor: "policy", Reason: v.Reason, At: now.UnixMilli(), Write: writeID()}
 	if err := m.seal(e); err != nil {
 		return nil, false, fmt.Errorf("submit %s: %w", id, err)
+	}
+	if st := claimStep(e, now, claimFor); st != nil {
+		if err := m.follow(e, now, st); err != nil {
+			return nil, false, fmt.Errorf("submit %s: %w", id, err)
+		}
 	}
 	if _, err := m.store.Create(ctx, e); errors.Is(err, ErrExists) {
 		// A retry of the same call raced us to it: theirs stands.
@@ -241,11 +254,28 @@ type Decision struct {
 	// good for one call.
 	SingleUse bool
 	// Claim, when set, is asked, once an approval has made the call
-	// runnable, whom to claim it for in the same write (as Claim would,
-	// from APPROVED to EXECUTING): an executor waiting for the tool, so
-	// that the call starts with no second write between. ok false, or a
-	// call not runnable at once, leaves it approved.
-	Claim func(e *Entry) (holder string, lease time.Duration, ok bool)
+	// runnable, whom to claim it for in the same write (ClaimFunc).
+	Claim ClaimFunc
+}
+
+// ClaimFunc is asked, by a command that makes a call runnable, whom to
+// claim it for in the same write (as Claim would, to EXECUTING): an
+// executor waiting for the tool, so that the call starts with no second
+// write between. ok false, or a call not runnable at once, leaves it
+// runnable.
+type ClaimFunc func(e *Entry) (holder string, lease time.Duration, ok bool)
+
+// claimStep is the claim, for whom claimFor names, of a call a command
+// has just made runnable at now: nil when there is none to make.
+func claimStep(e *Entry, now time.Time, claimFor ClaimFunc) *step {
+	if claimFor == nil || (e.Status != StateApproved && e.Status != StateScheduled) || !e.Runnable(now) {
+		return nil
+	}
+	holder, lease, ok := claimFor(e)
+	if !ok || holder == "" || lease <= 0 {
+		return nil
+	}
+	return &step{ev: EventStart, actor: holder, apply: claim(holder, lease, func(*Entry) (Event, string) { return EventStart, "" })}
 }
 
 // Decide approves or rejects a pending call. Only the call's named approver,
@@ -290,18 +320,9 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		}
 		return EventVote, d.Reason
 	}
-	var then func(e *Entry) *step
+	var then func(e *Entry, now time.Time) *step
 	if d.Claim != nil {
-		then = func(e *Entry) *step {
-			if e.Status != StateApproved {
-				return nil
-			}
-			holder, lease, ok := d.Claim(e)
-			if !ok || holder == "" || lease <= 0 {
-				return nil
-			}
-			return &step{ev: EventStart, actor: holder, apply: claim(holder, lease, func(*Entry) (Event, string) { return EventStart, "" })}
-		}
+		then = func(e *Entry, now time.Time) *step { return claimStep(e, now, d.Claim) }
 	}
 	e, err := m.transitionFrom(ctx, pendingID, latestRemembered, choose, d.By, func(e *Entry, now time.Time) error {
 		if err := e.mayDecide(d.By); err != nil {
@@ -662,7 +683,7 @@ const latestRemembered = ^uint64(0)
 // then, when set, may name a step to make after the transition, in the
 // same write, from the state it led to: a step that state or its apply
 // refuses is left out, and the transition written alone.
-func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uint64, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error, then func(e *Entry) *step) (*Entry, error) {
+func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uint64, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error, then func(e *Entry, now time.Time) *step) (*Entry, error) {
 	recent, _ := m.store.(RecentStore)
 	for {
 		var (
@@ -718,7 +739,7 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 			return nil, err
 		}
 		if then != nil {
-			if st := then(&next); st != nil {
+			if st := then(&next, now); st != nil {
 				if err := m.follow(&next, now, st); err != nil {
 					return nil, err
 				}

@@ -336,3 +336,51 @@ func TestDecide_AnApprovalClaimsInTheSameWrite(t *testing.T) {
 	assert.Nil(t, got.PriorTransition)
 	assert.Nil(t, got.Lease)
 }
+
+// TestSubmitAndClaim_ACallLetRunIsCreatedClaimed: a call the policy lets
+// run at once is created claimed for the executor named (scheduled and
+// started, one write, both receipts); one it delays, or asks about, is
+// not.
+func TestSubmitAndClaim_ACallLetRunIsCreatedClaimed(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	s := newTestSigner(t)
+	asked := 0
+	claimFor := func(*machine.Entry) (string, time.Duration, bool) {
+		asked++
+		return "exec-1", time.Minute, true
+	}
+
+	now := machine.New(env.Store, machine.WithSigner(s), verdict(machine.Verdict{Action: machine.ActionRun}))
+	e, created, err := now.SubmitAndClaim(ctx, call("created-claimed", "1"), claimFor)
+	require.NoError(t, err)
+	assert.True(t, created)
+	assert.Equal(t, machine.StateExecuting, e.Status)
+	require.NotNil(t, e.PriorTransition)
+	assert.Equal(t, machine.EventSchedule, e.PriorTransition.Event)
+	assert.Equal(t, machine.EventStart, e.LastTransition.Event)
+	assert.Equal(t, 1, e.ExecutionAttempts)
+	var events []machine.Event
+	for _, r := range e.Receipts {
+		events = append(events, r.Event)
+	}
+	assert.Equal(t, []machine.Event{machine.EventSchedule, machine.EventStart}, events)
+	_, err = machine.VerifyReceipts(clone(t, e), machine.ReceiptCheck{Verify: verifyTest, Trusted: []string{s.PublicKey()}})
+	require.NoError(t, err)
+	again, created, err := now.SubmitAndClaim(ctx, call("created-claimed", "1"), claimFor)
+	require.NoError(t, err)
+	assert.False(t, created, "a retry creates nothing")
+	assert.Equal(t, e.Lease, again.Lease)
+	assert.Equal(t, 1, asked, "a retry claims nothing")
+
+	later := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun, Delay: time.Hour}))
+	e, _, err = later.SubmitAndClaim(ctx, call("created-claimed", "2"), claimFor)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateScheduled, e.Status, "not runnable yet")
+	ask := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionAsk}))
+	e, _, err = ask.SubmitAndClaim(ctx, call("created-claimed", "3"), claimFor)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, e.Status)
+	assert.Equal(t, 1, asked, "asked about none but the call let run at once")
+}
