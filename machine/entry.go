@@ -92,9 +92,9 @@ type Entry struct {
 	// entry. The relay publishes it as an event.
 	LastTransition *Transition `json:"lastTransition,omitempty"`
 	// PriorTransition is the transition this revision made before
-	// LastTransition, when one write made two: an approval and the claim
-	// of the executor that was waiting for the call (Decision.Claim). The
-	// relay publishes it first.
+	// LastTransition, when one write made two: an approval (or a submit
+	// the policy lets run) and the claim of the executor that was waiting
+	// for the call (ClaimFunc). The relay publishes it first.
 	PriorTransition *Transition `json:"priorTransition,omitempty"`
 }
 
