@@ -201,11 +201,11 @@ const takeWait = 15 * time.Second
 // flight at most (each holds a free slot at least). Each asks for the
 // slots free when it was sent; with one only, slots freed while it waits
 // would stay idle until it is answered, and under load calls would be
-// taken a few at a time. And an approval made where a request waits
-// claims its call for that request in its own write, one call a request:
-// under load, more requests waiting start more calls that way, without
-// the work queue's hop (16 against 4: at 32 agents, decision→handler p50
-// about a tenth shorter).
+// taken a few at a time. And an approval (or a submit let run) made
+// where a request waits claims its call for that request in its own
+// write, one call a request: under load, more requests waiting start
+// more calls that way, without the work queue's hop (16 against 4: at 32
+// agents, decision→handler p50 shorter by a tenth or more).
 const maxTakes = 16
 
 // take asks toolgate for calls of tool, as many at a time as it has

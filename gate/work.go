@@ -81,9 +81,9 @@ func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*w
 	lease := time.Duration(r.LeaseMs) * time.Millisecond
 	t := s.takers.add(holder, r.Tools, lease)
 	reply, err := s.takeWork(ctx, a, r, t, wait)
-	// A call a decision claimed for this request, in the write that
-	// approved it, is answered with the rest: handed already, or to come
-	// with that write when one is being made.
+	// A call a command claimed for this request, in the write that made
+	// it runnable (claimer), is answered with the rest: handed already,
+	// or to come with that write when one is being made.
 	var e *machine.Entry
 	if s.takers.leave(t) {
 		select {
@@ -278,13 +278,13 @@ type taker struct {
 	tools     []string
 	lease     time.Duration
 	withdrawn chan struct{}
-	// handed brings the call a decision claimed for this request in the
-	// write that approved it (takers.reserve, takers.handOver), or nil
-	// when the decision claimed none and the request is answering.
+	// handed brings the call a command claimed for this request in the
+	// write that made it runnable (claimer), or nil when the command
+	// claimed none and the request is answering.
 	handed chan *machine.Entry
 	// Under takers.mu: waiting while it waits with nothing taken;
-	// reserved while a decision claims a call for it; done once it
-	// answers or has been handed a call, when no decision may take it.
+	// reserved while a command claims a call for it; done once it
+	// answers or has been handed a call, when no command may take it.
 	waiting, reserved, done bool
 }
 
@@ -302,8 +302,8 @@ func (ts *takers) add(holder string, tools []string, lease time.Duration) *taker
 	return t
 }
 
-// leave ends t: no decision takes it afterwards. It says whether one is
-// claiming a call for it now: t.handed then brings that decision's
+// leave ends t: no command takes it afterwards. It says whether one is
+// claiming a call for it now: t.handed then brings that command's
 // answer.
 func (ts *takers) leave(t *taker) (reserved bool) {
 	ts.mu.Lock()
@@ -316,7 +316,7 @@ func (ts *takers) leave(t *taker) (reserved bool) {
 	return t.reserved
 }
 
-// wait marks whether t waits with nothing taken: only then may a decision
+// wait marks whether t waits with nothing taken: only then may a command
 // take it.
 func (ts *takers) wait(t *taker, waiting bool) {
 	ts.mu.Lock()
@@ -324,9 +324,9 @@ func (ts *takers) wait(t *taker, waiting bool) {
 	ts.mu.Unlock()
 }
 
-// reserve takes a request that waits for work of tool, for a decision to
-// claim the call it approves for: nil when none waits. The decision ends
-// the reservation with handOver.
+// reserve takes a request that waits for work of tool, for a command to
+// claim the call it makes runnable for: nil when none waits. The command
+// ends the reservation with handOver.
 func (ts *takers) reserve(tool string) *taker {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -342,7 +342,7 @@ func (ts *takers) reserve(tool string) *taker {
 }
 
 // handOver ends t's reservation: e is the call claimed for it, or nil
-// when the decision claimed none (t waits on, unless it is answering).
+// when the command claimed none (t waits on, unless it is answering).
 func (ts *takers) handOver(t *taker, e *machine.Entry) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()

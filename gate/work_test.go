@@ -368,6 +368,19 @@ func TestTakeWork_AWithdrawalReachesEveryProcess(t *testing.T) {
 	assert.Empty(t, reply.Calls, "withdrawn, it claimed nothing")
 }
 
+// waitingRequest waits until a request for work of tool waits at s: it
+// reserves it, as a command would, and hands it back.
+func waitingRequest(t *testing.T, s *gate.Service, tool string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		handOver, ok := gate.ReserveTaker(s, tool)
+		if ok {
+			handOver(nil)
+		}
+		return ok
+	}, 10*time.Second, time.Millisecond, "no request for work of %s waited", tool)
+}
+
 // TestTakeWork_AnApprovalClaimsForTheExecutorThatWaits: the approval of
 // a call an executor waits for claims it for that executor in the same
 // write, and answers the executor with it; no other executor is offered
@@ -381,14 +394,7 @@ func TestTakeWork_AnApprovalClaimsForTheExecutorThatWaits(t *testing.T) {
 	go func() {
 		done <- take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: wire.MaxWorkWait.Milliseconds(), By: "w-1"})
 	}()
-	// Wait until the request waits: a decision reserves it, and hands it back.
-	require.Eventually(t, func() bool {
-		_, handOver, ok := gate.ReserveTaker(s, "deploy")
-		if ok {
-			handOver(nil)
-		}
-		return ok
-	}, 10*time.Second, time.Millisecond, "the request for work never waited")
+	waitingRequest(t, s, "deploy")
 
 	decided, err := s.Decide(t.Context(), gate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
 	require.NoError(t, err)
@@ -421,7 +427,7 @@ func TestTakeWork_ACallHandedAsTheRequestAnswersIsInTheAnswer(t *testing.T) {
 			var handOver func(*machine.Entry)
 			require.Eventually(t, func() bool {
 				var ok bool
-				_, handOver, ok = gate.ReserveTaker(s, "build")
+				handOver, ok = gate.ReserveTaker(s, "build")
 				return ok
 			}, 10*time.Second, time.Millisecond, "the request for work never waited")
 			// A runnable call wakes the request, which claims it and
@@ -468,13 +474,7 @@ func TestTakeWork_ACallLetRunIsClaimedAsItIsSubmitted(t *testing.T) {
 			assert.NoError(t, err)
 			done <- reply.Calls
 		}()
-		require.Eventually(t, func() bool {
-			_, handOver, ok := gate.ReserveTaker(s, "deploy")
-			if ok {
-				handOver(nil)
-			}
-			return ok
-		}, 10*time.Second, time.Millisecond, "the request for work never waited")
+		waitingRequest(t, s, "deploy")
 		return done
 	}
 

@@ -320,10 +320,6 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		}
 		return EventVote, d.Reason
 	}
-	var then func(e *Entry, now time.Time) *step
-	if d.Claim != nil {
-		then = func(e *Entry, now time.Time) *step { return claimStep(e, now, d.Claim) }
-	}
 	e, err := m.transitionFrom(ctx, pendingID, latestRemembered, choose, d.By, func(e *Entry, now time.Time) error {
 		if err := e.mayDecide(d.By); err != nil {
 			return err
@@ -365,7 +361,7 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 			e.LastTransition.Edit = e.Edited()
 		}
 		return nil
-	}, then)
+	}, d.Claim)
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", pendingID, err)
 	}
@@ -680,10 +676,9 @@ const latestRemembered = ^uint64(0)
 // and anything the remembered entry refuses is asked again of a fresh
 // read, since a refusal takes no write to check it.
 //
-// then, when set, may name a step to make after the transition, in the
-// same write, from the state it led to: a step that state or its apply
-// refuses is left out, and the transition written alone.
-func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uint64, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error, then func(e *Entry, now time.Time) *step) (*Entry, error) {
+// claimFor, when set, is asked whom to claim the call for in the same
+// write, when the transition makes it runnable (ClaimFunc).
+func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uint64, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error, claimFor ClaimFunc) (*Entry, error) {
 	recent, _ := m.store.(RecentStore)
 	for {
 		var (
@@ -738,11 +733,9 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 		if err := m.seal(&next); err != nil {
 			return nil, err
 		}
-		if then != nil {
-			if st := then(&next, now); st != nil {
-				if err := m.follow(&next, now, st); err != nil {
-					return nil, err
-				}
+		if st := claimStep(&next, now, claimFor); st != nil {
+			if err := m.follow(&next, now, st); err != nil {
+				return nil, err
 			}
 		}
 		if _, err := m.store.Update(ctx, &next, rev); errors.Is(err, ErrConflict) {
