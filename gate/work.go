@@ -82,21 +82,8 @@ func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*w
 	t := s.takers.add(holder, r.Tools, lease)
 	reply, err := s.takeWork(ctx, a, r, t, wait)
 	// A call a command claimed for this request, in the write that made
-	// it runnable (claimer), is answered with the rest: handed already,
-	// or to come with that write when one is being made.
-	var e *machine.Entry
-	if s.takers.leave(t) {
-		select {
-		case e = <-t.handed:
-		case <-ctx.Done():
-		}
-	} else {
-		select {
-		case e = <-t.handed:
-		default:
-		}
-	}
-	if e != nil {
+	// it runnable (claimer), is answered with the rest.
+	if e := s.takers.leave(ctx, t); e != nil {
 		if err != nil {
 			reply, err = &wire.WorkReply{}, nil
 		}
@@ -302,18 +289,33 @@ func (ts *takers) add(holder string, tools []string, lease time.Duration) *taker
 	return t
 }
 
-// leave ends t: no command takes it afterwards. It says whether one is
-// claiming a call for it now: t.handed then brings that command's
-// answer.
-func (ts *takers) leave(t *taker) (reserved bool) {
+// leave ends t: no command takes it afterwards. It returns the call a
+// command claimed for t and has not been taken from t.handed yet, if
+// any: handed already, or, when a command is claiming one now, handed
+// with that command's write (unless ctx ends first).
+func (ts *takers) leave(ctx context.Context, t *taker) *machine.Entry {
 	ts.mu.Lock()
-	defer ts.mu.Unlock()
 	delete(ts.m[t.holder], t)
 	if len(ts.m[t.holder]) == 0 {
 		delete(ts.m, t.holder)
 	}
 	t.done = true
-	return t.reserved
+	reserved := t.reserved
+	ts.mu.Unlock()
+	if reserved {
+		select {
+		case e := <-t.handed:
+			return e
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	select {
+	case e := <-t.handed:
+		return e
+	default:
+		return nil
+	}
 }
 
 // wait marks whether t waits with nothing taken: only then may a command
