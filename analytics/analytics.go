@@ -470,7 +470,7 @@ func (a *Analytics) apply(ctx context.Context, floor uint64, gen uint64, batch [
 		seen[seq] = true
 		seqs = append(seqs, seq)
 		ev := new(eventFields)
-		if err := json.Unmarshal(m.Data(), ev); err != nil || ev.Entry == nil {
+		if err := wire.Unmarshal(m.Data(), ev); err != nil || ev.Entry == nil {
 			// Nothing can make it readable later: it counts as applied.
 			a.log.Error("analytics: undecodable event", "seq", seq, "subject", m.Subject(), "err", err)
 			continue

@@ -33,6 +33,6 @@ func TestEventFields_DecodeAsTheWireEvent(t *testing.T) {
 	data, err := json.Marshal(full)
 	require.NoError(t, err)
 	var slim eventFields
-	require.NoError(t, json.Unmarshal(data, &slim))
+	require.NoError(t, wire.Unmarshal(data, &slim))
 	bustest.SameFields(t, slim, full)
 }

@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -142,7 +141,7 @@ func (x *Exporter) countEvents(ctx context.Context, started func()) error {
 
 func (x *Exporter) count(seq uint64, subject string, data []byte) {
 	var ev countedEvent
-	if err := json.Unmarshal(data, &ev); err != nil {
+	if err := wire.Unmarshal(data, &ev); err != nil {
 		x.log.Error("metrics: undecodable event", "subject", subject, "seq", seq, "err", err)
 	} else {
 		x.metrics.Observe(ev.event())

@@ -49,7 +49,7 @@ func TestCountedEvent_HoldsWhatObserveReads(t *testing.T) {
 		data, err := json.Marshal(ev)
 		require.NoError(t, err)
 		var c countedEvent
-		require.NoError(t, json.Unmarshal(data, &c))
+		require.NoError(t, wire.Unmarshal(data, &c))
 		mSlim.Observe(c.event())
 	}
 	for _, name := range []string{NameTransitions, NameToolCalls, NameApprovalResponse, NameApprovalTimeouts, NameExecution, NameExecutionAttempts, NameCost} {

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -165,7 +164,7 @@ func (s *BudgetSettler) settle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	seq := meta.Sequence.Stream
 	var ev settleEvent
-	if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
+	if err := wire.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
 		return consumer.Permanent(fmt.Errorf("budget settler: undecodable event at %d (err %v)", seq, err))
 	}
 	e := ev.Entry

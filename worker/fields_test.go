@@ -38,13 +38,13 @@ func TestSlimEvents_DecodeAsTheWireEvent(t *testing.T) {
 	require.NoError(t, err)
 	t.Run("fanOutEvent", func(t *testing.T) {
 		var slim fanOutEvent
-		require.NoError(t, json.Unmarshal(data, &slim))
+		require.NoError(t, wire.Unmarshal(data, &slim))
 		bustest.SameFields(t, slim, full)
 		assert.Equal(t, notifies(&full), notifiesOf(slim.Event, slim.From, slim.To))
 	})
 	t.Run("settleEvent", func(t *testing.T) {
 		var slim settleEvent
-		require.NoError(t, json.Unmarshal(data, &slim))
+		require.NoError(t, wire.Unmarshal(data, &slim))
 		bustest.SameFields(t, slim, full)
 	})
 }

@@ -319,7 +319,7 @@ type fanOutEvent struct {
 // fanOut queues one event's deliveries, one per channel.
 func (n *Notifier) fanOut(ctx context.Context, msg jetstream.Msg) error {
 	var ev fanOutEvent
-	if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil || ev.ID == "" {
+	if err := wire.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil || ev.ID == "" {
 		return consumer.Permanent(fmt.Errorf("notifier: undecodable event (err %v)", err))
 	}
 	if !notifiesOf(ev.Event, ev.From, ev.To) {
@@ -431,7 +431,7 @@ func (n *Notifier) deliver(key string) consumer.Handler {
 			attempt = int(meta.NumDelivered)
 		}
 		var ev wire.Event
-		if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
+		if err := wire.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
 			return consumer.Permanent(fmt.Errorf("undecodable delivery (err %v)", err))
 		}
 		log := n.log.With("channel", key, "event", ev.ID, "attempt", attempt)
