@@ -130,25 +130,30 @@ func runCAS(b *testing.B, kv jetstream.KeyValue) time.Duration {
 // runLifecycles runs b.N lifecycles, lifecycleAgents at a time.
 func runLifecycles(b *testing.B, agent, approver *client.Client, round string) time.Duration {
 	ctx := context.Background()
+	return eachAgent(b, func(i int64) error {
+		call := machine.Call{ToolCallID: fmt.Sprintf("%s-%d", round, i), ToolName: "noop", Arguments: json.RawMessage(`{}`), CallerBotID: "agent", ConversationID: "bench"}
+		e, err := agent.Submit(ctx, call)
+		if err == nil {
+			_, err = approver.Decide(ctx, e.PendingID, client.Decision{Approve: true})
+		}
+		if err == nil {
+			_, err = agent.Await(ctx, e.PendingID, client.UntilFinished())
+		}
+		return err
+	})
+}
+
+// eachAgent runs lifecycle(i) for i from 1 to b.N, lifecycleAgents at a
+// time, and returns how long they all took. An agent stops at its first
+// error, which fails b.
+func eachAgent(b *testing.B, lifecycle func(i int64) error) time.Duration {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range lifecycleAgents {
 		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				call := machine.Call{ToolCallID: fmt.Sprintf("%s-%d", round, i), ToolName: "noop", Arguments: json.RawMessage(`{}`), CallerBotID: "agent", ConversationID: "bench"}
-				e, err := agent.Submit(ctx, call)
-				if err == nil {
-					_, err = approver.Decide(ctx, e.PendingID, client.Decision{Approve: true})
-				}
-				if err == nil {
-					_, err = agent.Await(ctx, e.PendingID, client.UntilFinished())
-				}
-				if err != nil {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if err := lifecycle(i); err != nil {
 					b.Error(err)
 					return
 				}

@@ -320,41 +320,28 @@ func runFloor(b *testing.B, round string, agent, approver, executor *nats.Conn, 
 			}
 		})
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range lifecycleAgents {
-		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				key := fmt.Sprintf("%s-%d", round, i)
-				step := "subscribe"
-				done, err := agent.SubscribeSync(wire.EntrySubject(agentName, key))
-				if err == nil {
-					step = "submit"
-					_, err = agent.Request(wire.APISubject("submit"), []byte(key), 10*time.Second)
-				}
-				if err == nil {
-					step = "decide"
-					_, err = approver.Request(wire.APISubject("decide"), []byte(key), 10*time.Second)
-				}
-				if err == nil {
-					step = "the call's end"
-					_, err = done.NextMsg(10 * time.Second)
-				}
-				if err == nil {
-					err = done.Unsubscribe()
-				}
-				if err != nil {
-					b.Errorf("%s, %s: %v", key, step, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return time.Since(start)
+	return eachAgent(b, func(i int64) error {
+		key := fmt.Sprintf("%s-%d", round, i)
+		step := "subscribe"
+		done, err := agent.SubscribeSync(wire.EntrySubject(agentName, key))
+		if err == nil {
+			step = "submit"
+			_, err = agent.Request(wire.APISubject("submit"), []byte(key), 10*time.Second)
+		}
+		if err == nil {
+			step = "decide"
+			_, err = approver.Request(wire.APISubject("decide"), []byte(key), 10*time.Second)
+		}
+		if err == nil {
+			step = "the call's end"
+			_, err = done.NextMsg(10 * time.Second)
+		}
+		if err == nil {
+			err = done.Unsubscribe()
+		}
+		if err != nil {
+			return fmt.Errorf("%s, %s: %w", key, step, err)
+		}
+		return nil
+	})
 }
