@@ -252,10 +252,13 @@ func (s *Service) FollowWithdrawals(ctx context.Context) error {
 }
 
 // takers are the requests for work that wait, by holder, so that their
-// executor can end them (wire.WorkRequest.Withdraw).
+// executor can end them (wire.WorkRequest.Withdraw), and by tool, so
+// that a command looks only at those that may run its call: an executor
+// keeps up to 16 a tool.
 type takers struct {
-	mu sync.Mutex
-	m  map[string]map[*taker]struct{}
+	mu     sync.Mutex
+	m      map[string]map[*taker]struct{}
+	byTool map[string]map[*taker]struct{}
 }
 
 // taker is one waiting request for work: its tools, and closed when its
@@ -280,13 +283,35 @@ func (ts *takers) add(holder string, tools []string, lease time.Duration) *taker
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.m == nil {
-		ts.m = map[string]map[*taker]struct{}{}
+		ts.m, ts.byTool = map[string]map[*taker]struct{}{}, map[string]map[*taker]struct{}{}
 	}
-	if ts.m[holder] == nil {
-		ts.m[holder] = map[*taker]struct{}{}
+	put(ts.m, holder, t)
+	for _, tool := range tools {
+		put(ts.byTool, tool, t)
 	}
-	ts.m[holder][t] = struct{}{}
 	return t
+}
+
+// remove forgets t, under ts.mu.
+func (ts *takers) remove(t *taker) {
+	drop(ts.m, t.holder, t)
+	for _, tool := range t.tools {
+		drop(ts.byTool, tool, t)
+	}
+}
+
+func put(m map[string]map[*taker]struct{}, key string, t *taker) {
+	if m[key] == nil {
+		m[key] = map[*taker]struct{}{}
+	}
+	m[key][t] = struct{}{}
+}
+
+func drop(m map[string]map[*taker]struct{}, key string, t *taker) {
+	delete(m[key], t)
+	if len(m[key]) == 0 {
+		delete(m, key)
+	}
 }
 
 // leave ends t: no command takes it afterwards. It returns the call a
@@ -295,10 +320,7 @@ func (ts *takers) add(holder string, tools []string, lease time.Duration) *taker
 // with that command's write (unless ctx ends first).
 func (ts *takers) leave(ctx context.Context, t *taker) *machine.Entry {
 	ts.mu.Lock()
-	delete(ts.m[t.holder], t)
-	if len(ts.m[t.holder]) == 0 {
-		delete(ts.m, t.holder)
-	}
+	ts.remove(t)
 	t.done = true
 	reserved := t.reserved
 	ts.mu.Unlock()
@@ -332,12 +354,10 @@ func (ts *takers) wait(t *taker, waiting bool) {
 func (ts *takers) reserve(tool string) *taker {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	for _, byHolder := range ts.m {
-		for t := range byHolder {
-			if t.waiting && !t.reserved && !t.done && slices.Contains(t.tools, tool) {
-				t.reserved = true
-				return t
-			}
+	for t := range ts.byTool[tool] {
+		if t.waiting && !t.reserved && !t.done {
+			t.reserved = true
+			return t
 		}
 	}
 	return nil
@@ -362,7 +382,7 @@ func (ts *takers) withdraw(holder string, tools []string) {
 	for t := range ts.m[holder] {
 		if slices.ContainsFunc(t.tools, func(tool string) bool { return slices.Contains(tools, tool) }) {
 			close(t.withdrawn)
-			delete(ts.m[holder], t)
+			ts.remove(t)
 		}
 	}
 }
