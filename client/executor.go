@@ -206,7 +206,7 @@ const takeWait = 15 * time.Second
 // none for others to wait with (at 32 agents, half the approvals then
 // found no request waiting: decision→handler p99 18.7-20.6 ms, against
 // 17.3-18.9 with a call a request). A backlog is taken a call a request,
-// as many at once.
+// as many at once. Idle, an executor keeps one waiting (demand).
 const maxTakes = 16
 
 // take asks toolgate for calls of tool, a call a request, with up to
@@ -224,7 +224,11 @@ func (x *Executor) take(ctx context.Context, tool string, h Handler, runs *sync.
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
 	defer x.withdraw(tool) // first: the requests in flight end with it
+	d := demand{changed: make(chan struct{}, 1)}
 	for {
+		if !d.ask(ctx) {
+			return ignoreCanceled(context.Cause(ctx))
+		}
 		select {
 		case takes <- struct{}{}:
 		case <-ctx.Done():
@@ -239,6 +243,7 @@ func (x *Executor) take(ctx context.Context, tool string, h Handler, runs *sync.
 			defer func() { <-takes }()
 			sent := time.Now()
 			reply, err := x.takeWork(ctx, wire.WorkRequest{Tools: []string{tool}, Max: 1, LeaseMs: x.opts.Lease.Milliseconds(), By: x.opts.ID})
+			d.answered(len(reply.Calls))
 			if len(reply.Calls) == 0 {
 				free <- struct{}{}
 			}
@@ -264,6 +269,49 @@ func (x *Executor) take(ctx context.Context, tool string, h Handler, runs *sync.
 				}
 			}
 		})
+	}
+}
+
+// demand is how many requests for work of a tool an executor keeps
+// waiting: one while the last to come back brought no call (an idle
+// executor asks once a wait, not once a wait for each slot), and as
+// many as it may (maxTakes, its free slots) from when one brings a
+// call, as at its start.
+type demand struct {
+	mu      sync.Mutex
+	out     int  // requests asked for and not answered
+	idle    bool // the last answered brought no call
+	changed chan struct{}
+}
+
+// ask waits until another request may be sent, and counts it; false
+// when ctx ends first.
+func (d *demand) ask(ctx context.Context) bool {
+	for {
+		d.mu.Lock()
+		if !d.idle || d.out == 0 {
+			d.out++
+			d.mu.Unlock()
+			return true
+		}
+		d.mu.Unlock()
+		select {
+		case <-d.changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// answered counts a request answered with calls calls (none: idle).
+func (d *demand) answered(calls int) {
+	d.mu.Lock()
+	d.out--
+	d.idle = calls == 0
+	d.mu.Unlock()
+	select {
+	case d.changed <- struct{}{}:
+	default:
 	}
 }
 

@@ -17,18 +17,13 @@ import (
 	"github.com/toolgate/toolgate/toolgatetest"
 )
 
-// TestTakeWork_AnExecutorWaitsWithARequestForEachFreeSlot: an executor
-// with free slots keeps a request for work waiting at toolgate for each
-// (one call each), so that as many approvals made one after another
-// each find one to claim their call for in their own write; a request
-// asking for every free slot would leave one waiting, and the approvals
-// after the first would go through the work queue.
-func TestTakeWork_AnExecutorWaitsWithARequestForEachFreeSlot(t *testing.T) {
-	t.Parallel()
-	const slots = 3
+// startDeployer runs a client.Executor of deploy with slots free slots
+// and lease against a toolgate that asks about every call; its handler
+// runs until the test ends.
+func startDeployer(t *testing.T, slots int, lease time.Duration) *toolgatetest.Gate {
 	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}, Policy: "default: {requiresApprovalTools: all}\n"})
 	_, ex := g.ConnectAs(t, "executor")
-	x, err := ex.NewExecutor(client.ExecutorOptions{Concurrency: slots})
+	x, err := ex.NewExecutor(client.ExecutorOptions{Concurrency: slots, Lease: lease})
 	require.NoError(t, err)
 	release := make(chan struct{})
 	x.Handle("deploy", func(ctx context.Context, _ client.Call) (client.Result, error) {
@@ -42,29 +37,67 @@ func TestTakeWork_AnExecutorWaitsWithARequestForEachFreeSlot(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = x.Run(ctx) })
 	t.Cleanup(func() { close(release); cancel(); wg.Wait() })
+	return g
+}
 
-	// Every slot's request waits: reserve them all, as approvals would,
-	// and give them back.
-	var reserved []func(*machine.Entry)
-	bustest.Eventually(t, 10*time.Second, time.Millisecond, "a request for work of deploy waiting for each slot", func() (bool, any) {
-		for len(reserved) < slots {
+// waitingRequests waits until as many requests for work of deploy wait
+// at g as want, counting them as approvals would find them (reserved,
+// then given back).
+func waitingRequests(t *testing.T, g *toolgatetest.Gate, want int) {
+	t.Helper()
+	bustest.Eventually(t, 10*time.Second, time.Millisecond, fmt.Sprintf("%d requests for work of deploy waiting", want), func() (bool, any) {
+		var reserved []func(*machine.Entry)
+		for {
 			handOver, ok := gate.ReserveTaker(g.Service, "deploy")
 			if !ok {
-				return false, fmt.Sprintf("%d waiting of %d", len(reserved), slots)
+				break
 			}
 			reserved = append(reserved, handOver)
 		}
-		return true, nil
+		for _, handOver := range reserved {
+			handOver(nil)
+		}
+		return len(reserved) == want, fmt.Sprintf("%d waiting", len(reserved))
 	})
-	for _, handOver := range reserved {
-		handOver(nil)
-	}
+}
 
+// approve submits a call of deploy and approves it, and says whether the
+// approval claimed it for a request that waited, in its own write.
+func approve(t *testing.T, g *toolgatetest.Gate, id string) bool {
+	t.Helper()
+	e, err := g.Client.Submit(t.Context(), machine.Call{ToolCallID: id, ToolName: "deploy", CallerBotID: "agent", ConversationID: "c1"})
+	require.NoError(t, err)
+	decided, err := g.Service.Decide(t.Context(), gate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	return decided.Status == machine.StateExecuting
+}
+
+// TestTakeWork_AnExecutorWaitsWithARequestForEachFreeSlot: an executor
+// with free slots keeps a request for work waiting at toolgate for each
+// (one call each), so that as many approvals made one after another
+// each find one to claim their call for in their own write; a request
+// asking for every free slot would leave one waiting, and the approvals
+// after the first would go through the work queue.
+func TestTakeWork_AnExecutorWaitsWithARequestForEachFreeSlot(t *testing.T) {
+	t.Parallel()
+	const slots = 3
+	g := startDeployer(t, slots, 0)
+	waitingRequests(t, g, slots)
 	for i := range slots {
-		e, err := g.Client.Submit(t.Context(), machine.Call{ToolCallID: fmt.Sprint("slot-", i), ToolName: "deploy", CallerBotID: "agent", ConversationID: "c1"})
-		require.NoError(t, err)
-		decided, err := g.Service.Decide(t.Context(), gate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
-		require.NoError(t, err)
-		require.Equal(t, machine.StateExecuting, decided.Status, "approval %d claimed its call in its own write", i+1)
+		require.True(t, approve(t, g, fmt.Sprint("slot-", i)), "approval %d claimed its call in its own write", i+1)
 	}
+}
+
+// TestTakeWork_AnIdleExecutorKeepsOneRequestWaiting: requests answered
+// with no call (their wait over) are not sent again while another
+// waits, so an idle executor asks once a wait, not once for each slot;
+// a call taken brings them back, one for each free slot.
+func TestTakeWork_AnIdleExecutorKeepsOneRequestWaiting(t *testing.T) {
+	t.Parallel()
+	const slots = 3
+	g := startDeployer(t, slots, 3*time.Second) // a wait of 1s
+	waitingRequests(t, g, slots)
+	waitingRequests(t, g, 1)
+	require.True(t, approve(t, g, "after-idle"), "claimed for the request that waited")
+	waitingRequests(t, g, slots-1) // one slot runs the call
 }
