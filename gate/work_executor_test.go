@@ -95,7 +95,7 @@ func TestTakeWork_AnExecutorWaitsWithARequestForEachFreeSlot(t *testing.T) {
 func TestTakeWork_AnIdleExecutorKeepsOneRequestWaiting(t *testing.T) {
 	t.Parallel()
 	const slots = 3
-	g := startDeployer(t, slots, 3*time.Second) // a wait of 1s
+	g := startDeployer(t, slots, 6*time.Second) // a wait of 2s
 	waitingRequests(t, g, slots)
 	waitingRequests(t, g, 1)
 	require.True(t, approve(t, g, "after-idle"), "claimed for the request that waited")
