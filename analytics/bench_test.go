@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -106,7 +105,7 @@ func benchApply(b *testing.B, mode string) {
 		return nil
 	})
 
-	msgs0, cpu0 := serverMessages(env), processCPU()
+	msgs0, cpu0 := serverMessages(env), bustest.CPUTime()
 	b.ResetTimer()
 	start := time.Now()
 	actx, stop := context.WithCancel(ctx)
@@ -120,7 +119,7 @@ func benchApply(b *testing.B, mode string) {
 	case <-time.After(5 * time.Minute):
 		b.Fatalf("the analytics applied %d of %d events in 5 minutes", applied.Load(), b.N)
 	}
-	took, cpu, msgs := time.Since(start), processCPU()-cpu0, serverMessages(env)-msgs0
+	took, cpu, msgs := time.Since(start), bustest.CPUTime()-cpu0, serverMessages(env)-msgs0
 	b.StopTimer()
 	stop()
 	require.NoError(b, <-done)
@@ -198,7 +197,7 @@ func benchCAS(b *testing.B, kv jetstream.KeyValue, n int) (time.Duration, time.D
 	value := make([]byte, 600)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	cpu0, start := processCPU(), time.Now()
+	cpu0, start := bustest.CPUTime(), time.Now()
 	for w := range 32 {
 		wg.Go(func() {
 			key := fmt.Sprint("k", w)
@@ -212,7 +211,7 @@ func benchCAS(b *testing.B, kv jetstream.KeyValue, n int) (time.Duration, time.D
 		})
 	}
 	wg.Wait()
-	return time.Since(start), processCPU() - cpu0
+	return time.Since(start), bustest.CPUTime() - cpu0
 }
 
 // serverMessages is what the (first) server took in and sent out.
@@ -222,14 +221,4 @@ func serverMessages(env *bustest.Env) int64 {
 		return 0
 	}
 	return v.InMsgs + v.OutMsgs
-}
-
-// processCPU is the CPU time this process (the NATS server in it too) has
-// used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -131,9 +130,9 @@ func benchAtomicTransition(b *testing.B, topo bustest.Topology) {
 		})
 	}
 	measure := func(f func()) (time.Duration, time.Duration) {
-		cpu0, t0 := cpuTime(), time.Now()
+		cpu0, t0 := bustest.CPUTime(), time.Now()
 		f()
-		return time.Since(t0), cpuTime() - cpu0
+		return time.Since(t0), bustest.CPUTime() - cpu0
 	}
 
 	relayRun := func() {
@@ -269,11 +268,4 @@ func newKeys(b *testing.B, kv jetstream.KeyValue, prefix string, value []byte) *
 		k.revs[i] = rev
 	}
 	return k
-}
-
-// cpuTime is the CPU the process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

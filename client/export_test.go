@@ -13,5 +13,8 @@ func AwaitSubmittedAt(ctx context.Context, nc *nats.Conn, read ReadFunc, pending
 	return await(ctx, nc, read, pendingID, awaitConfig{submitted: submitted})
 }
 
+// CredentialName is credentialName.
+var CredentialName = credentialName
+
 // Is reports whether a lease holder or actor is x.
 func (x *Executor) Is(name string) bool { return x.is(name) }

@@ -3,18 +3,17 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
@@ -76,7 +75,10 @@ func BenchmarkLifecycleFloor(b *testing.B) {
 	agentNC, _ := g.ConnectAs(b, "agent")
 	approverNC, _ := g.ConnectAs(b, "approver")
 	executorNC, _ := g.ConnectAs(b, "executor")
-	agentName := credsName(b, server.CredsPath(g.Data, "agent"))
+	agentName, err := client.CredentialName(server.CredsPath(g.Data, "agent"))
+	if err != nil {
+		b.Fatal(err)
+	}
 
 	writers := map[string]*floorWriter{
 		"kv":  {name: "kv", kv: kv, js: g.JS},
@@ -97,10 +99,10 @@ func BenchmarkLifecycleFloor(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		m0, c0 := msgs(), cpuTime()
+		m0, c0 := msgs(), bustest.CPUTime()
 		w.took += runFloor(b, w.round, agentNC, approverNC, executorNC, agentName)
 		w.msgs += msgs() - m0
-		w.cpu += cpuTime() - c0
+		w.cpu += bustest.CPUTime() - c0
 		stop()
 	}
 	cd2 := runCAS(b, cas)
@@ -112,30 +114,6 @@ func BenchmarkLifecycleFloor(b *testing.B) {
 		b.ReportMetric(float64(w.msgs)/float64(2*b.N), "msgs-"+name)
 		b.ReportMetric(float64(w.cpu.Microseconds())/float64(2*b.N), "cpu-µs-"+name)
 	}
-}
-
-// cpuTime is the CPU time this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// credsName is the name in a credential's user JWT.
-func credsName(b *testing.B, path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	token, err := jwt.ParseDecoratedJWT(data)
-	if err != nil {
-		b.Fatal(err)
-	}
-	claims, err := jwt.DecodeUserClaims(token)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return claims.Name
 }
 
 // floorWriter answers the request API with nothing but a lifecycle's

@@ -40,24 +40,13 @@ func startDeployer(t *testing.T, slots int, lease time.Duration) *toolgatetest.G
 	return g
 }
 
-// waitingRequests waits until as many requests for work of deploy wait
-// at g as want, counting them as approvals would find them (reserved,
-// then given back).
+// waitingRequests waits until exactly want requests for work of deploy
+// wait at g.
 func waitingRequests(t *testing.T, g *toolgatetest.Gate, want int) {
 	t.Helper()
 	bustest.Eventually(t, 10*time.Second, time.Millisecond, fmt.Sprintf("%d requests for work of deploy waiting", want), func() (bool, any) {
-		var reserved []func(*machine.Entry)
-		for {
-			handOver, ok := gate.ReserveTaker(g.Service, "deploy")
-			if !ok {
-				break
-			}
-			reserved = append(reserved, handOver)
-		}
-		for _, handOver := range reserved {
-			handOver(nil)
-		}
-		return len(reserved) == want, fmt.Sprintf("%d waiting", len(reserved))
+		n := waiting(g.Service, "deploy")
+		return n == want, fmt.Sprintf("%d waiting", n)
 	})
 }
 

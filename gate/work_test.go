@@ -368,17 +368,27 @@ func TestTakeWork_AWithdrawalReachesEveryProcess(t *testing.T) {
 	assert.Empty(t, reply.Calls, "withdrawn, it claimed nothing")
 }
 
-// waitingRequest waits until a request for work of tool waits at s: it
-// reserves it, as a command would, and hands it back.
+// waitingRequest waits until a request for work of tool waits at s.
 func waitingRequest(t *testing.T, s *gate.Service, tool string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	require.Eventually(t, func() bool { return waiting(s, tool) > 0 }, 10*time.Second, time.Millisecond, "no request for work of %s waited", tool)
+}
+
+// waiting counts the requests for work of tool that wait at s as
+// commands would find them: it reserves each, then hands them back.
+func waiting(s *gate.Service, tool string) int {
+	var reserved []func(*machine.Entry)
+	for {
 		handOver, ok := gate.ReserveTaker(s, tool)
-		if ok {
-			handOver(nil)
+		if !ok {
+			break
 		}
-		return ok
-	}, 10*time.Second, time.Millisecond, "no request for work of %s waited", tool)
+		reserved = append(reserved, handOver)
+	}
+	for _, handOver := range reserved {
+		handOver(nil)
+	}
+	return len(reserved)
 }
 
 // TestTakeWork_AnApprovalClaimsForTheExecutorThatWaits: the approval of

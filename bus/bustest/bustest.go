@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -232,6 +233,16 @@ func WaitRelayed(t testing.TB, js jetstream.JetStream) uint64 {
 	info, err := s.Info(t.Context())
 	require.NoError(t, err)
 	return info.State.LastSeq
+}
+
+// CPUTime is the CPU time, user and system, this process (the NATS
+// servers in it too) has used: what benchmarks report per operation.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // Eventually checks cond every tick until it holds, for at most wait,
