@@ -91,7 +91,7 @@ func (e *Engine) SetStored(doc *Document, revision uint64) error {
 // conversationID for those who may not see its secrets: the built-in
 // secret names and shapes, and the policy's redact patterns.
 func (e *Engine) Masker(team, conversationID string) Masker {
-	return Masker{patterns: e.snap.Load().c.resolve(team, conversationID).Redact}
+	return Masker{patterns: e.snap.Load().c.redact(team, conversationID)}
 }
 
 // Document returns a copy of the document in force.

@@ -56,3 +56,48 @@ func TestUnmaskEdit_KeepsWhatTheApproverLeftMasked(t *testing.T) {
 	// An edit with no placeholder is left alone.
 	assert.Equal(t, `{"n":2}`, string(UnmaskEdit(json.RawMessage(`{"n":2}`), original)))
 }
+
+// TestEngineMasker_TakesEveryScopesPatterns: a call is masked with the
+// redact patterns of the default scope, its team's and its
+// conversation's, as Resolve adds them up, and no other team's.
+func TestEngineMasker_TakesEveryScopesPatterns(t *testing.T) {
+	doc, err := Parse([]byte(`
+default: {redact: [a]}
+teams:
+  ops: {redact: [b]}
+  other: {redact: [c]}
+conversations:
+  conv-1: {redact: [d]}
+`))
+	assert.NoError(t, err)
+	e, err := NewEngine(doc, nil, nil)
+	assert.NoError(t, err)
+	args := json.RawMessage(`{"a":1,"b":2,"c":3,"d":4}`)
+	for _, c := range []struct{ team, conv, want string }{
+		{"", "", `{"a":"[redacted]","b":2,"c":3,"d":4}`},
+		{"ops", "", `{"a":"[redacted]","b":"[redacted]","c":3,"d":4}`},
+		{"ops", "conv-1", `{"a":"[redacted]","b":"[redacted]","c":3,"d":"[redacted]"}`},
+		{"nobody", "conv-1", `{"a":"[redacted]","b":2,"c":3,"d":"[redacted]"}`},
+	} {
+		got, _ := e.Masker(c.team, c.conv).Mask(args)
+		assert.JSONEq(t, c.want, string(got), "team %q conversation %q", c.team, c.conv)
+		assert.Equal(t, e.Resolve(c.team, c.conv).Redact, e.Masker(c.team, c.conv).patterns, "as Resolve has them")
+	}
+}
+
+// BenchmarkEngineMasker: the relay takes a masker for every revision it
+// publishes.
+func BenchmarkEngineMasker(b *testing.B) {
+	doc, err := Parse([]byte("default: {redact: [a], requiresApprovalTools: [x], readOnlyTools: [y]}\nteams: {ops: {redact: [b]}}"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := NewEngine(doc, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = e.Masker("ops", "conv-1")
+	}
+}

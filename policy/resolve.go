@@ -458,6 +458,29 @@ func clonePtr[T any](p *T) *T {
 	return &v
 }
 
+// layers returns the scopes that apply to a call of team and
+// conversationID, widest first.
+func (c *compiled) layers(team, conversationID string) []*layer {
+	layers := []*layer{c.def}
+	if l := c.teams[team]; l != nil && team != "" {
+		layers = append(layers, l)
+	}
+	if l := c.convs[conversationID]; l != nil && conversationID != "" {
+		layers = append(layers, l)
+	}
+	return layers
+}
+
+// redact is Resolved.Redact without the rest of resolve, which the
+// relay would otherwise build for every revision it masks.
+func (c *compiled) redact(team, conversationID string) []string {
+	var r []string
+	for _, l := range c.layers(team, conversationID) {
+		r = append(r, l.p.Redact...)
+	}
+	return r
+}
+
 // resolve merges the scopes that apply, widest first so narrower ones
 // overwrite, except rules, which add up narrowest first.
 func (c *compiled) resolve(team, conversationID string) *Resolved {
@@ -484,13 +507,7 @@ func (c *compiled) resolve(team, conversationID string) *Resolved {
 		"notify", "inboxUrl"} {
 		r.Sources[f] = BuiltIn
 	}
-	layers := []*layer{c.def}
-	if l := c.teams[team]; l != nil && team != "" {
-		layers = append(layers, l)
-	}
-	if l := c.convs[conversationID]; l != nil && conversationID != "" {
-		layers = append(layers, l)
-	}
+	layers := c.layers(team, conversationID)
 	for _, l := range layers {
 		r.merge(l)
 	}
