@@ -84,7 +84,7 @@ func (s *Service) Run(ctx context.Context, nc *nats.Conn, version string) error 
 				defer inflight.Release(1)
 				s.serve(ctx, req, e.handle)
 			})
-			md := map[string]string{"request": e.request, "reply": e.reply}
+			md := map[string]string{"request": typeName(e.request), "reply": typeName(e.reply)}
 			if err := group.AddEndpoint(name, handler, micro.WithEndpointMetadata(md)); err != nil {
 				return fmt.Errorf("service endpoint %s: %w", name, err)
 			}
@@ -128,7 +128,7 @@ type handler func(context.Context, gate.Actor, []byte) (reply, error)
 // which its metadata names.
 type endpoint struct {
 	handle         handler
-	request, reply string
+	request, reply reflect.Type
 	// waits is set for a request that may wait (long-poll): it is
 	// answered on a goroutine of its own.
 	waits bool
@@ -136,8 +136,8 @@ type endpoint struct {
 
 // typeName names a request's or reply's type as the wire contract spells
 // it: "machine.Call", "machine.Entry".
-func typeName[T any]() string {
-	return strings.TrimLeft(reflect.TypeFor[T]().String(), "*[]")
+func typeName(t reflect.Type) string {
+	return strings.TrimLeft(t.String(), "*[]")
 }
 
 // answer makes an endpoint of a use case that answers one value.
@@ -145,13 +145,13 @@ func answer[T, R any](f func(context.Context, gate.Actor, T) (R, error)) endpoin
 	return endpoint{
 		handle: func(ctx context.Context, a gate.Actor, data []byte) (reply, error) {
 			var req T
-			if err := json.Unmarshal(data, &req); err != nil {
+			if err := wire.Unmarshal(data, &req); err != nil {
 				return reply{}, fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
 			}
 			v, err := f(ctx, a, req)
 			return reply{v: v}, err
 		},
-		request: typeName[T](), reply: typeName[R](),
+		request: reflect.TypeFor[T](), reply: reflect.TypeFor[R](),
 	}
 }
 
@@ -165,7 +165,7 @@ func (s *Service) endpoints() map[string]endpoint {
 	g := s.gate // nil for WaitReady, which only counts them
 	return map[string]endpoint{
 		wire.EndpointSubmit: answer(g.Submit),
-		wire.EndpointGet:    {handle: s.get, request: typeName[wire.GetRequest](), reply: typeName[machine.Entry]()},
+		wire.EndpointGet:    {handle: s.get, request: reflect.TypeFor[wire.GetRequest](), reply: reflect.TypeFor[machine.Entry]()},
 		wire.EndpointList:   answer(g.List),
 		wire.EndpointDecide: answer(func(ctx context.Context, a gate.Actor, r wire.DecideRequest) (*machine.Entry, error) {
 			if err := required("pendingId", r.PendingID); err != nil {
@@ -237,7 +237,7 @@ func (s *Service) endpoints() map[string]endpoint {
 // orders it among the revisions announced on the entry's subject.
 func (s *Service) get(ctx context.Context, a gate.Actor, data []byte) (reply, error) {
 	var r wire.GetRequest
-	if err := json.Unmarshal(data, &r); err != nil {
+	if err := wire.Unmarshal(data, &r); err != nil {
 		return reply{}, fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
 	}
 	if err := required("pendingId", r.PendingID); err != nil {
