@@ -1,0 +1,93 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/bus/bustest"
+)
+
+// BenchmarkLogRead weighs reading one call by id in the store an event
+// log would be (BenchmarkAtomicTransition's "log": a stream of the calls'
+// events on <event>.<key>, a call read as the last message of *.<key>)
+// against reading its key in tool_calls, with many calls stored: the
+// log's read goes through the stream's index of subjects with a wildcard
+// in the event's token, so it must not grow with the calls. Each call has
+// four events in the log (a lifecycle's) and its entry in the bucket.
+// "ns/kv" and "ns/log" are a read's wall time from one goroutine,
+// "log/kv" their ratio.
+func BenchmarkLogRead(b *testing.B) {
+	for _, calls := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("calls=%dk", calls/1000), func(b *testing.B) { benchLogRead(b, calls) })
+	}
+}
+
+func benchLogRead(b *testing.B, calls int) {
+	b.StopTimer()
+	e := startBenchEnv(b, bustest.Topologies[0])
+	ctx := context.Background()
+	value := e.entryJSON(b)
+
+	status, err := e.env.KV.Status(ctx)
+	require.NoError(b, err)
+	cfg := status.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
+	cfg.Name, cfg.Subjects, cfg.MaxMsgsPerSubject = "EVENTLOG", []string{"evlog.>"}, 0
+	logStream, err := e.env.JS.CreateStream(ctx, cfg)
+	require.NoError(b, err)
+
+	keys := make([]string, calls)
+	var acks []jetstream.PubAckFuture
+	flush := func() {
+		for _, a := range acks {
+			select {
+			case <-a.Ok():
+			case err := <-a.Err():
+				b.Fatal(err)
+			}
+		}
+		acks = acks[:0]
+	}
+	for i := range keys {
+		keys[i] = fmt.Sprintf("conv-%03d.call-%06d", i%benchConversations, i)
+		a, err := e.env.JS.PublishAsync("$KV.tool_calls."+keys[i], value)
+		require.NoError(b, err)
+		acks = append(acks, a)
+		for _, ev := range []string{"approval_required", "approval_granted", "execution_started", "execution_succeeded"} {
+			a, err := e.env.JS.PublishAsync("evlog."+ev+"."+keys[i], value)
+			require.NoError(b, err)
+			acks = append(acks, a)
+		}
+		if len(acks) >= 4000 {
+			flush()
+		}
+	}
+	flush()
+
+	read := func(get func(key string) error) float64 {
+		b.StartTimer()
+		for i := 0; i < b.N; i++ {
+			if err := get(keys[rand.IntN(len(keys))]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		return float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+	}
+	kv := read(func(key string) error { _, err := e.env.KV.Get(ctx, key); return err })
+	b.ResetTimer()
+	log := read(func(key string) error {
+		m, err := logStream.GetLastMsgForSubject(ctx, "evlog.*."+key)
+		if err == nil && m.Subject != "evlog.execution_succeeded."+key {
+			err = fmt.Errorf("read %s, not the call's last event", m.Subject)
+		}
+		return err
+	})
+	b.ReportMetric(kv, "ns/kv")
+	b.ReportMetric(log, "ns/log")
+	b.ReportMetric(log/kv, "log/kv")
+}
