@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,7 +27,8 @@ import (
 // A follower the feed cannot serve, because it starts further back than
 // the feed keeps or falls more than a buffer behind, follows the stream
 // with an ordered consumer of its own from the first event it has not
-// had: either way Follow hands it every event once, in order.
+// had, until that reaches what the feed keeps, and then the feed again:
+// either way Follow hands it every event once, in order.
 type EventsFeed struct {
 	js jetstream.JetStream
 	// up is closed when the feed's consumer first exists.
@@ -163,17 +166,9 @@ func (f *EventsFeed) attach(from uint64) (fl *follower, next uint64, ok bool) {
 	if from == 0 {
 		from = f.next
 	}
-	oldest := f.next
-	if len(f.recent) > 0 {
-		oldest = f.recent[0].Seq
-	}
-	if from < oldest {
-		return nil, 0, false // further back than the feed keeps
-	}
-	i, _ := slices.BinarySearchFunc(f.recent, from, func(ev streamEvent, seq uint64) int { return cmp.Compare(ev.Seq, seq) })
-	backlog := f.recent[i:]
-	if len(backlog) > followerBuffer/2 {
-		return nil, 0, false // it would start half behind
+	backlog, ok := f.backlogLocked(from)
+	if !ok {
+		return nil, 0, false
 	}
 	fl = &follower{from: from, c: make(chan streamEvent, followerBuffer), dropped: make(chan struct{})}
 	for _, ev := range backlog {
@@ -181,6 +176,30 @@ func (f *EventsFeed) attach(from uint64) (fl *follower, next uint64, ok bool) {
 	}
 	f.followers[fl] = struct{}{}
 	return fl, from, true
+}
+
+// backlogLocked returns the events the feed keeps from from on, and
+// whether it can serve a follower from there: it keeps them all, and they
+// fill at most half a follower's buffer.
+func (f *EventsFeed) backlogLocked(from uint64) ([]streamEvent, bool) {
+	oldest := f.next
+	if len(f.recent) > 0 {
+		oldest = f.recent[0].Seq
+	}
+	if from < oldest {
+		return nil, false // further back than the feed keeps
+	}
+	i, _ := slices.BinarySearchFunc(f.recent, from, func(ev streamEvent, seq uint64) int { return cmp.Compare(ev.Seq, seq) })
+	backlog := f.recent[i:]
+	return backlog, len(backlog) <= followerBuffer/2
+}
+
+// serves reports whether a follower from from would be served by the feed.
+func (f *EventsFeed) serves(from uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.backlogLocked(from)
+	return ok && f.running
 }
 
 func (f *EventsFeed) detach(fl *follower) {
@@ -195,7 +214,7 @@ func (f *EventsFeed) detach(fl *follower) {
 // (0: those published from now on), in order and once each, until ctx
 // ends; started is called once every event to come will reach fn. It
 // waits for the feed to run first, then follows the feed, or the stream
-// with a consumer of its own when the feed cannot serve it (see
+// with a consumer of its own while the feed cannot serve it (see
 // EventsFeed). fn is called from one goroutine at a time; the feed does
 // not wait for it.
 func (f *EventsFeed) Follow(ctx context.Context, from uint64, started func(), fn func(seq uint64, subject string, data []byte)) error {
@@ -204,15 +223,44 @@ func (f *EventsFeed) Follow(ctx context.Context, from uint64, started func(), fn
 	case <-ctx.Done():
 		return nil
 	}
-	if fl, next, ok := f.attach(from); ok {
-		started()
-		started = func() {}
-		from = f.follow(ctx, fl, next, fn)
-		if ctx.Err() != nil {
-			return nil
+	for {
+		if fl, next, ok := f.attach(from); ok {
+			started()
+			started = func() {}
+			from = f.follow(ctx, fl, next, fn)
+			if ctx.Err() != nil {
+				return nil
+			}
 		}
+		var err error
+		if from, err = f.catchUp(ctx, from, started, fn); err != nil || ctx.Err() != nil {
+			return err
+		}
+		started = func() {}
 	}
-	return FollowEvents(ctx, f.js, from, started, fn)
+}
+
+// catchUp hands fn the events from from on (0: those to come) with an
+// ordered consumer of its own, until the feed can serve the next one or
+// ctx ends, and returns the first sequence fn has not had.
+func (f *EventsFeed) catchUp(ctx context.Context, from uint64, started func(), fn func(seq uint64, subject string, data []byte)) (uint64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Uint64
+	next.Store(from)
+	var caught atomic.Bool
+	err := FollowEvents(ctx, f.js, from, started, func(seq uint64, subject string, data []byte) {
+		if caught.Load() {
+			return // the feed hands it
+		}
+		fn(seq, subject, data)
+		next.Store(seq + 1)
+		if f.serves(seq + 1) {
+			caught.Store(true)
+			cancel()
+		}
+	})
+	return next.Load(), err
 }
 
 // follow hands fn what the feed gives fl until ctx ends or the feed drops
@@ -271,5 +319,10 @@ func FollowEvents(ctx context.Context, js jetstream.JetStream, from uint64, star
 	cc.Stop()
 	// fn does not run after Follow returns: wait for the one in flight.
 	<-cc.Closed()
+	// The server would keep the consumer until it has seen nobody pull
+	// for its inactive threshold (five minutes): remove it now.
+	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = js.DeleteConsumer(dctx, wire.EventsStream, cons.CachedInfo().Name)
 	return nil
 }
