@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -23,9 +24,9 @@ import (
 const Bucket = "tool_analytics"
 
 // metaKey holds the generation in force: the aggregates read and written
-// are those under "g<generation>.", and the consumer that feeds them is
-// durableName(generation). A rebuild builds the next generation beside the
-// current one and switches to it when it has caught up.
+// are those under "g<generation>.", with its checkpoint (checkpointKey). A
+// rebuild builds the next generation beside the current one and switches
+// to it when it has caught up.
 const metaKey = "meta"
 
 type analyticsMeta struct {
@@ -33,6 +34,8 @@ type analyticsMeta struct {
 	RebuiltAt  int64  `json:"rebuiltAt,omitempty"`
 }
 
+// durableName is the durable consumer that fed gen before checkpoints: a
+// process that finds one starts at its ack floor and removes it (resume).
 func durableName(gen uint64) string { return fmt.Sprintf("toolgate-analytics-g%d", gen) }
 
 func genPrefix(gen uint64) string { return fmt.Sprintf("g%d.", gen) }
@@ -41,9 +44,10 @@ func genPrefix(gen uint64) string { return fmt.Sprintf("g%d.", gen) }
 type Config struct {
 	// Replicas of the bucket, when Provision creates it (default 1).
 	Replicas int
-	// AckWait is how long a batch handed to a process that died waits
-	// before another process takes it (default 30s).
-	AckWait time.Duration
+	// Events, when set, is the process's feed of TOOL_EVENTS, which Run
+	// follows (the process runs it); otherwise Run reads the stream with
+	// an ordered consumer of its own.
+	Events *bus.EventsFeed
 	// BatchSize is how many events are folded into one round of KV writes
 	// (default 256).
 	BatchSize int
@@ -59,28 +63,33 @@ type Config struct {
 // Analytics keeps approval statistics in the tool_analytics bucket and
 // reads them back as a Report.
 //
-// Run is a durable consumer of TOOL_EVENTS, one consumer shared by every
-// process running it: they split the events between them, and a restarted
-// process goes on where the consumer stopped. Each batch of events (what
-// arrived within Config.FillWait of its first, up to Config.BatchSize) is
-// folded into the aggregates it touches (per tool, per team, per approver,
-// per hour), one compare-and-set per aggregate, and acknowledged after
-// every aggregate is written. A process keeps the aggregates it last wrote,
-// with their revisions: the next batch writes them at that revision with
-// no read before, and reads only when another process wrote them
-// meanwhile (the compare-and-set fails) or it does not hold them.
+// Run reads every event of TOOL_EVENTS in order, from the process's
+// events feed (Config.Events: the events the process reads anyway, for
+// the metrics exporter and event streams, so each costs the server no
+// delivery and no acknowledgement of its own) or an ordered consumer of
+// its own. Each batch of events (what arrived within Config.FillWait of
+// its first, up to Config.BatchSize) is folded into the aggregates it
+// touches (per tool, per team, per approver, per hour), one
+// compare-and-set per aggregate; then the batch's last sequence is
+// recorded as the generation's checkpoint, where a process starts. A
+// process keeps the aggregates it last wrote, with their revisions: the
+// next batch writes them at that revision with no read before, and reads
+// only when another process wrote them meanwhile (the compare-and-set
+// fails) or it does not hold them.
 //
-// An aggregate must take each event in exactly once although a batch may
-// be redelivered (its process died after writing some aggregates and
-// before acknowledging) or be in the hands of two processes at once (one
-// was slow past AckWait). So every aggregate records the stream sequences
-// it has taken in (Applied) in the same write as the counts: an event whose
-// sequence is already there is skipped, and a compare-and-set that loses
-// to another writer re-reads and re-checks. Order does not matter, since
-// the aggregates are sums. The set stays small: it holds the sequences of
-// every batch that wrote the aggregate, contiguous runs merge, and
-// everything at or below the consumer's ack floor (acknowledged, hence
-// written everywhere it belongs) folds into one number.
+// Every process running Run reads every event. An aggregate must take
+// each event in exactly once although two processes apply the same
+// events, and a process that died after writing some aggregates and
+// before its checkpoint applies its batch again when it restarts. So
+// every aggregate records the stream sequences it has taken in (Applied)
+// in the same write as the counts: an event whose sequence is already
+// there is skipped, a batch that adds nothing writes nothing, and a
+// compare-and-set that loses to another writer re-reads and re-checks.
+// Order does not matter, since the aggregates are sums. The set stays
+// small: it holds the sequences of every batch that wrote the aggregate,
+// contiguous runs merge, and everything at or below the sequences this
+// process has applied in order (hence written everywhere they belong)
+// folds into one number.
 type Analytics struct {
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
@@ -95,8 +104,8 @@ type Analytics struct {
 	cache map[string]cachedAggregate
 
 	// afterApply, when set, is a failure point for tests: an error stops
-	// Run after a batch is written and before it is acknowledged, as a
-	// crash would.
+	// Run after a batch is written and before its checkpoint, as a crash
+	// would.
 	afterApply func(seqs []uint64) error
 }
 
@@ -127,9 +136,6 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Analytics, 
 
 // New returns the analytics over an existing bucket.
 func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) *Analytics {
-	if cfg.AckWait <= 0 {
-		cfg.AckWait = 30 * time.Second
-	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 256
 	}
@@ -213,16 +219,16 @@ func (a *Analytics) run(ctx context.Context) error {
 	}
 }
 
-// runGeneration consumes into gen until ctx ends, its consumer fails, or
+// runGeneration consumes into gen until ctx ends, consuming fails, or
 // another generation is put in force (errGenerationChanged). It returns
-// after its consumer has.
+// after consume has.
 func (a *Analytics) runGeneration(ctx context.Context, gen uint64, updates *<-chan jetstream.KeyValueEntry) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	wg.Go(func() { done <- a.consume(gctx, gen, nil) })
+	wg.Go(func() { done <- a.consume(gctx, gen) })
 	stopped, err := a.follow(ctx, gen, updates, done)
 	switch {
 	case ctx.Err() != nil:
@@ -230,13 +236,13 @@ func (a *Analytics) runGeneration(ctx context.Context, gen uint64, updates *<-ch
 	case !stopped:
 		return errGenerationChanged
 	case err == nil:
-		return fmt.Errorf("analytics: consumer %s stopped", durableName(gen))
+		return fmt.Errorf("analytics: generation %d stopped", gen)
 	}
 	return err
 }
 
-// follow waits until the consumer of gen stops (stopped, with its error),
-// ctx ends, or the meta key names another generation.
+// follow waits until consuming gen stops (stopped, with its error), ctx
+// ends, or the meta key names another generation.
 func (a *Analytics) follow(ctx context.Context, gen uint64, updates *<-chan jetstream.KeyValueEntry, done <-chan error) (stopped bool, err error) {
 	for {
 		select {
@@ -246,10 +252,8 @@ func (a *Analytics) follow(ctx context.Context, gen uint64, updates *<-chan jets
 			return true, err
 		case kve, ok := <-*updates:
 			if !ok {
-				// The watch ended; the consumer's errors still say when a
-				// rebuild deletes the generation's consumer.
-				*updates = nil
-				continue
+				// The watch ended: Run restarts, and reads the meta key.
+				return true, errors.New("analytics: the watch of the generation in force ended")
 			}
 			if kve == nil || kve.Operation() != jetstream.KeyValuePut {
 				continue
@@ -262,117 +266,136 @@ func (a *Analytics) follow(ctx context.Context, gen uint64, updates *<-chan jets
 	}
 }
 
-// consume runs the durable consumer of gen until ctx ends or the consumer
-// goes away. caughtUp, when set, is called once when every event in the
-// stream has been applied and acknowledged.
-func (a *Analytics) consume(ctx context.Context, gen uint64, caughtUp func()) error {
-	cons, err := a.js.CreateOrUpdateConsumer(ctx, wire.EventsStream, jetstream.ConsumerConfig{
-		Durable:       durableName(gen),
-		Description:   fmt.Sprintf("toolgate analytics, generation %d", gen),
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       a.cfg.AckWait,
-		MaxDeliver:    -1,
-		MaxAckPending: 4 * a.cfg.BatchSize,
-	})
+// streamed is one event of TOOL_EVENTS as the subscriber reads it.
+type streamed struct {
+	seq     uint64
+	subject string
+	data    []byte
+}
+
+// consume folds every event from gen's checkpoint on into gen's
+// aggregates until ctx ends or a write fails. It follows the process's
+// events feed when it has one (Config.Events), else the stream with an
+// ordered consumer of its own; either hands it every event once, in
+// order. After each batch it records the last sequence applied as gen's
+// checkpoint.
+func (a *Analytics) consume(ctx context.Context, gen uint64) error {
+	from, err := a.resume(ctx, gen)
 	if err != nil {
-		return fmt.Errorf("analytics: consumer %s: %w", durableName(gen), err)
-	}
-	// A process that read the generation just before a rebuild switched
-	// it, and created the old consumer just after the rebuild deleted it,
-	// would bring that consumer back for good: nothing would delete it
-	// again. So look once more, and undo it.
-	if cur, _, err := a.generation(ctx); err != nil {
 		return err
-	} else if cur > gen {
-		_ = a.js.DeleteConsumer(ctx, wire.EventsStream, durableName(gen))
-		return errGenerationChanged
 	}
-	if caughtUp != nil {
-		if info := cons.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
-			caughtUp()
-		}
-	}
-	msgs := make(chan jetstream.Msg, a.cfg.BatchSize)
-	gone := make(chan error, 1)
-	floor := &ackFloor{every: floorEvery}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case msgs <- m:
-		case <-ctx.Done():
-			_ = m.Nak()
-		}
-	}, jetstream.PullMaxMessages(a.cfg.BatchSize), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	evs := make(chan streamed, a.cfg.BatchSize)
+	followed := make(chan error, 1)
+	go func() {
+		fn := func(seq uint64, subject string, data []byte) {
 			select {
-			case gone <- err:
-			default:
+			case evs <- streamed{seq, subject, data}:
+			case <-ctx.Done():
 			}
 		}
-	}))
-	if err != nil {
-		return fmt.Errorf("analytics: consume %s: %w", durableName(gen), err)
-	}
-	defer func() {
-		cc.Stop()
-		// A callback in flight may still queue a message: wait for the
-		// last one, so that none runs after consume returns.
-		<-cc.Closed()
-		// Hand back what was delivered and not applied, so that whoever
-		// consumes next gets it now rather than after AckWait.
-		for {
-			select {
-			case m := <-msgs:
-				_ = m.Nak()
-			default:
-				return
-			}
+		if a.cfg.Events != nil {
+			followed <- a.cfg.Events.Follow(ctx, from, func() {}, fn)
+		} else {
+			followed <- bus.FollowEvents(ctx, a.js, from, func() {}, fn)
 		}
 	}()
+	// Every event below from is in every aggregate it belongs in: each
+	// batch raises that floor to its last.
+	floor := from - 1
 	for {
-		var batch []jetstream.Msg
+		var batch []streamed
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-gone:
-			return fmt.Errorf("analytics: consumer %s: %w", durableName(gen), err)
-		case m := <-msgs:
-			batch = append(batch, m)
-		}
-		batch = a.fill(ctx, msgs, batch)
-		seqs, last, err := a.apply(ctx, floor.get(ctx, cons), gen, batch)
-		if err != nil {
-			for _, m := range batch {
-				_ = m.NakWithDelay(time.Second)
+		case err := <-followed:
+			if err == nil {
+				err = errors.New("stopped")
 			}
+			return fmt.Errorf("analytics: following %s: %w", wire.EventsStream, err)
+		case ev := <-evs:
+			batch = append(batch, ev)
+		}
+		batch = a.fill(ctx, evs, batch)
+		seqs, err := a.apply(ctx, floor, gen, batch)
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			a.log.Warn("analytics: applying a batch failed, it will be redelivered", "events", len(batch), "err", err)
-			continue
+			// From the checkpoint again: what the batch wrote is skipped.
+			return fmt.Errorf("analytics: applying %d events: %w", len(batch), err)
 		}
 		if a.afterApply != nil {
 			if err := a.afterApply(seqs); err != nil {
 				return crash{err}
 			}
 		}
-		for _, m := range batch {
-			_ = m.Ack()
-		}
-		if caughtUp != nil && last != nil && last.NumPending == 0 && len(msgs) == 0 {
-			caughtUp()
+		floor = batch[len(batch)-1].seq
+		if _, err := a.kv.Put(ctx, checkpointKey(gen), []byte(strconv.FormatUint(floor, 10))); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("analytics: checkpoint: %w", err)
 		}
 	}
 }
 
-// fill adds to batch what arrives on msgs within FillWait of now, until
+// checkpointKey holds the last sequence of TOOL_EVENTS that gen's
+// aggregates have taken in, with every one before it: where a process
+// starts. Every process writes it after each batch it applies; one a
+// slower process writes lower only has the next start read a little more
+// again, which the aggregates skip.
+func checkpointKey(gen uint64) string { return genPrefix(gen) + "applied" }
+
+// checkpoint returns gen's checkpoint, 0 when it has none.
+func (a *Analytics) checkpoint(ctx context.Context, gen uint64) (uint64, bool, error) {
+	kve, err := a.kv.Get(ctx, checkpointKey(gen))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	} else if err != nil {
+		return 0, false, fmt.Errorf("analytics: checkpoint: %w", err)
+	}
+	n, err := strconv.ParseUint(string(kve.Value()), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("analytics: key %s of %s is not readable: %q", checkpointKey(gen), Bucket, kve.Value())
+	}
+	return n, true, nil
+}
+
+// resume returns the first sequence gen has not taken in: after its
+// checkpoint, or, for a generation kept by a durable consumer (as toolgate
+// did before checkpoints), after that consumer's ack floor, which then
+// becomes the checkpoint and the consumer is removed; else the stream's
+// first.
+func (a *Analytics) resume(ctx context.Context, gen uint64) (uint64, error) {
+	n, ok, err := a.checkpoint(ctx, gen)
+	if err != nil || ok {
+		return n + 1, err
+	}
+	c, err := a.js.Consumer(ctx, wire.EventsStream, durableName(gen))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 1, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("analytics: consumer %s: %w", durableName(gen), err)
+	}
+	floor := c.CachedInfo().AckFloor.Stream
+	if _, err := a.kv.Create(ctx, checkpointKey(gen), []byte(strconv.FormatUint(floor, 10))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("analytics: checkpoint: %w", err)
+	}
+	if err := a.js.DeleteConsumer(ctx, wire.EventsStream, durableName(gen)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, fmt.Errorf("analytics: removing consumer %s: %w", durableName(gen), err)
+	}
+	a.log.Info("analytics: the generation's durable consumer gave way to its checkpoint", "generation", gen, "checkpoint", floor)
+	n, _, err = a.checkpoint(ctx, gen)
+	return n + 1, err
+}
+
+// fill adds to batch what arrives on evs within FillWait of now, until
 // it holds BatchSize events.
-func (a *Analytics) fill(ctx context.Context, msgs <-chan jetstream.Msg, batch []jetstream.Msg) []jetstream.Msg {
+func (a *Analytics) fill(ctx context.Context, evs <-chan streamed, batch []streamed) []streamed {
 more:
 	for len(batch) < a.cfg.BatchSize {
 		select {
-		case m := <-msgs:
-			batch = append(batch, m)
+		case ev := <-evs:
+			batch = append(batch, ev)
 		default:
 			break more
 		}
@@ -384,8 +407,8 @@ more:
 	defer t.Stop()
 	for len(batch) < a.cfg.BatchSize {
 		select {
-		case m := <-msgs:
-			batch = append(batch, m)
+		case ev := <-evs:
+			batch = append(batch, ev)
 		case <-t.C:
 			return batch
 		case <-ctx.Done():
@@ -393,31 +416,6 @@ more:
 		}
 	}
 	return batch
-}
-
-// floorEvery is how often the consumer's ack floor is read again.
-const floorEvery = 5 * time.Second
-
-// ackFloor is a consumer's ack floor as last read: every event at or
-// below it has been applied to every aggregate it belongs in, so an
-// aggregate's Applied may fold it into one number. Read now and then,
-// not for every batch: one lower than the server's is only less compact.
-type ackFloor struct {
-	every  time.Duration
-	floor  uint64
-	readAt time.Time
-}
-
-func (f *ackFloor) get(ctx context.Context, cons jetstream.Consumer) uint64 {
-	if time.Since(f.readAt) < f.every {
-		return f.floor
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return f.floor // tried again with the next batch
-	}
-	f.floor, f.readAt = max(f.floor, info.AckFloor.Stream), time.Now()
-	return f.floor
 }
 
 // touch is one aggregate a batch changes, and the events that change it.
@@ -448,31 +446,19 @@ func (id aggregateID) fresh() aggregate {
 }
 
 // apply folds a batch into the aggregates of gen. It returns the batch's
-// sequences and the metadata of its last message.
-func (a *Analytics) apply(ctx context.Context, floor uint64, gen uint64, batch []jetstream.Msg) ([]uint64, *jetstream.MsgMetadata, error) {
+// sequences.
+func (a *Analytics) apply(ctx context.Context, floor uint64, gen uint64, batch []streamed) ([]uint64, error) {
 	var (
-		seqs    []uint64
-		last    *jetstream.MsgMetadata
-		seen    = make(map[uint64]bool, len(batch))
+		seqs    = make([]uint64, 0, len(batch))
 		touches = map[string]*touch{}
 		prefix  = genPrefix(gen)
 	)
 	for _, m := range batch {
-		meta, err := m.Metadata()
-		if err != nil {
-			continue
-		}
-		last = meta
-		seq := meta.Sequence.Stream
-		if seen[seq] {
-			continue // delivered twice into one batch (redelivered while queued)
-		}
-		seen[seq] = true
-		seqs = append(seqs, seq)
+		seqs = append(seqs, m.seq)
 		ev := new(eventFields)
-		if err := wire.Unmarshal(m.Data(), ev); err != nil || ev.Entry == nil {
+		if err := wire.Unmarshal(m.data, ev); err != nil || ev.Entry == nil {
 			// Nothing can make it readable later: it counts as applied.
-			a.log.Error("analytics: undecodable event", "seq", seq, "subject", m.Subject(), "err", err)
+			a.log.Error("analytics: undecodable event", "seq", m.seq, "subject", m.subject, "err", err)
 			continue
 		}
 		forKeys(prefix, ev, func(key string, id aggregateID) {
@@ -481,7 +467,7 @@ func (a *Analytics) apply(ctx context.Context, floor uint64, gen uint64, batch [
 				t = &touch{id: id}
 				touches[key] = t
 			}
-			t.evs = append(t.evs, event{seq: seq, eventFields: ev})
+			t.evs = append(t.evs, event{seq: m.seq, eventFields: ev})
 		})
 	}
 	ranges := consumer.SeqRanges(seqs)
@@ -490,7 +476,7 @@ func (a *Analytics) apply(ctx context.Context, floor uint64, gen uint64, batch [
 	for key, t := range touches {
 		g.Go(func() error { return a.update(gctx, key, t, ranges, floor) })
 	}
-	return seqs, last, g.Wait()
+	return seqs, g.Wait()
 }
 
 // forKeys calls f with each aggregate an event changes: its key (under
@@ -611,16 +597,18 @@ func (a *Analytics) update(ctx context.Context, key string, t *touch, ranges [][
 // back as the stream keeps events) into a new generation, puts it in force
 // once it has caught up, and removes the old one. Processes running Run
 // meanwhile keep the old generation current until the switch, then carry
-// on with the new one's consumer; readers see the old numbers until the
-// switch and the new ones after, never a half-built set. It returns the new
-// generation.
+// on with the new one from its checkpoint; readers see the old numbers
+// until the switch and the new ones after, never a half-built set. It
+// returns the new generation.
 func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
 	cur, rev, err := a.generation(ctx)
 	if err != nil {
 		return 0, err
 	}
 	next := cur + 1
-	// What a rebuild that failed earlier may have left behind.
+	// What a rebuild that failed earlier may have left behind, its
+	// checkpoint among the keys (and, from before checkpoints, a consumer
+	// resume would take for the generation's).
 	if err := a.js.DeleteConsumer(ctx, wire.EventsStream, durableName(next)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return 0, fmt.Errorf("rebuild: %w", err)
 	}
@@ -628,31 +616,14 @@ func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 
-	caught := make(chan struct{})
-	var once sync.Once
-	// Whichever way Rebuild returns, the consumer is stopped and has
-	// returned: cancel runs before the wait.
+	// Whichever way Rebuild returns, consume has stopped and returned:
+	// cancel runs before the wait.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	wg.Go(func() { done <- a.consume(cctx, next, func() { once.Do(func() { close(caught) }) }) })
-	select {
-	case <-caught:
-	case err := <-done:
-		if err == nil {
-			err = ctx.Err()
-		}
-		return 0, fmt.Errorf("rebuild: %w", err)
-	case <-ctx.Done():
-		cancel()
-		<-done
-		return 0, ctx.Err()
-	}
-	// The consumer has delivered everything, but the server may not have
-	// processed the last acknowledgements yet, and a batch that failed
-	// waits for its redelivery: switch only when nothing is outstanding.
+	wg.Go(func() { done <- a.consume(cctx, next) })
 	for {
 		lag, err := a.lag(ctx, next)
 		if err != nil {
@@ -663,11 +634,12 @@ func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
 		}
 		select {
 		case <-ctx.Done():
-			cancel()
-			<-done
 			return 0, ctx.Err()
 		case err := <-done:
-			return 0, fmt.Errorf("rebuild: consumer stopped: %w", err)
+			if err == nil {
+				err = ctx.Err()
+			}
+			return 0, fmt.Errorf("rebuild: %w", err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -680,7 +652,7 @@ func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("rebuild: putting generation %d in force (did another rebuild run?): %w", next, err)
 	}
 	if err := a.js.DeleteConsumer(ctx, wire.EventsStream, durableName(cur)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		a.log.Warn("rebuild: deleting the old consumer failed", "consumer", durableName(cur), "err", err)
+		a.log.Warn("rebuild: deleting the old generation's consumer failed", "consumer", durableName(cur), "err", err)
 	}
 	// A process that had not yet seen the switch may still write a key of
 	// the old generation after this: harmless, as nothing reads it, and the
@@ -723,9 +695,8 @@ func (a *Analytics) purgeGenerations(ctx context.Context, doomed func(uint64) bo
 }
 
 // Lag is how many events the analytics of the generation in force have yet
-// to take in: not yet delivered, or delivered and not acknowledged (those
-// past its consumer's ack floor). 0 means every event published before
-// the call is in the aggregates.
+// to take in: those after its checkpoint. 0 means every event published
+// before the call is in the aggregates.
 func (a *Analytics) Lag(ctx context.Context) (uint64, error) {
 	gen, _, err := a.generation(ctx)
 	if err != nil {
@@ -742,24 +713,15 @@ func (a *Analytics) lag(ctx context.Context, gen uint64) (uint64, error) {
 		return 0, err
 	}
 	st := s.CachedInfo().State
-	c, err := a.js.Consumer(ctx, wire.EventsStream, durableName(gen))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return st.Msgs, nil // nobody has consumed yet: everything is to come
-	} else if err != nil {
+	floor, _, err := a.checkpoint(ctx, gen)
+	if err != nil {
 		return 0, err
 	}
-	info := c.CachedInfo()
-	lag := info.NumPending + uint64(info.NumAckPending)
-	// The server counts a consumer's pending messages a moment after it
-	// stores them (on a goroutine of the stream's): just after an event
-	// is published, NumPending may not have it yet. Every event past the
-	// ack floor is still to be applied, as the consumer takes them all.
-	floor := info.AckFloor.Stream
 	if st.FirstSeq > 0 {
 		floor = max(floor, st.FirstSeq-1) // the stream let the rest go
 	}
 	if st.LastSeq > floor {
-		lag = max(lag, st.LastSeq-floor)
+		return st.LastSeq - floor, nil
 	}
-	return lag, nil
+	return 0, nil
 }

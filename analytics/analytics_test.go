@@ -422,7 +422,7 @@ func topOf(m map[string]int64) []analytics.NameCount {
 func runAnalytics(t *testing.T, env *bustest.Env, configure func(*analytics.Analytics)) (*analytics.Analytics, <-chan error) {
 	t.Helper()
 	_, js := bustest.Connect(t, env.URLs)
-	a, err := analytics.Open(t.Context(), js, analytics.Config{Replicas: len(env.Servers), AckWait: 2 * time.Second, BatchSize: 64, Log: bustest.Logger()})
+	a, err := analytics.Open(t.Context(), js, analytics.Config{Replicas: len(env.Servers), BatchSize: 64, Log: bustest.Logger()})
 	require.NoError(t, err)
 	if configure != nil {
 		configure(a)
@@ -521,8 +521,10 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 		first.Generation, first.GeneratedAt = again.Generation, again.GeneratedAt
 		assert.Equal(t, first, again, "a rebuild gives the same numbers")
 
-		_, err = env.JS.Consumer(ctx, wire.EventsStream, "toolgate-analytics-g1")
-		assert.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "the old generation's consumer is gone")
+		kv, err := env.JS.KeyValue(ctx, analytics.Bucket)
+		require.NoError(t, err)
+		_, err = kv.Get(ctx, "g1.applied")
+		assert.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the old generation's checkpoint is gone with it")
 
 		// The running processes moved to the new generation: later calls
 		// are counted there, once.
@@ -716,33 +718,48 @@ func TestAnalytics_OnAClusterOfThree(t *testing.T) {
 	checkReport(t, expect(calls), r)
 }
 
-// TestAnalytics_RestartsWhenItsConsumerIsDeleted: a JetStream error (here
-// the consumer deleted under it) restarts Run after a backoff; it neither
-// returns nor counts an event twice.
-func TestAnalytics_RestartsWhenItsConsumerIsDeleted(t *testing.T) {
+// TestAnalytics_StartsWhereItsDurableConsumerStopped: a generation that
+// a durable consumer fed (as toolgate did before checkpoints) goes on
+// after that consumer's ack floor, and the consumer is removed: the
+// events it acknowledged are not counted again, and those after it are.
+func TestAnalytics_StartsWhereItsDurableConsumerStopped(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
 	bustest.RunRelay(t, env.JS)
-	a, done := runAnalytics(t, env, nil)
 	m := machine.New(env.Store, machine.WithEvaluator(evaluator))
 	submit := func(id string) {
 		_, err := m.Submit(ctx, machine.Call{ToolCallID: id, ToolName: "read_file", Team: "research", CallerBotID: "agent", ConversationID: "conv"})
 		require.NoError(t, err)
 	}
-	submit("before")
-	waitCaughtUp(t, env, a)
-	require.NoError(t, env.JS.DeleteConsumer(ctx, wire.EventsStream, "toolgate-analytics-g1"))
+	// The old durable consumer has acknowledged the first call's events
+	// (counted in the aggregates it fed, here none: they would count twice
+	// if read again); the second call's come after.
+	submit("acknowledged")
+	bustest.WaitRelayed(t, env.JS)
+	st, err := env.JS.Stream(ctx, wire.EventsStream)
+	require.NoError(t, err)
+	acked := st.CachedInfo().State.LastSeq
+	require.Positive(t, acked)
+	old, err := env.JS.CreateOrUpdateConsumer(ctx, wire.EventsStream, jetstream.ConsumerConfig{Durable: "toolgate-analytics-g1", AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	batch, err := old.Fetch(int(acked), jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	n := 0
+	for msg := range batch.Messages() {
+		require.NoError(t, msg.DoubleAck(ctx))
+		n++
+	}
+	require.Equal(t, int(acked), n)
 	submit("after")
+
+	a, _ := runAnalytics(t, env, nil)
 	waitCaughtUp(t, env, a)
 	r, err := a.Report(ctx, analytics.ReportOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, int64(2), r.Totals.Calls, "each call once, though the new consumer delivered the first again")
-	select {
-	case err := <-done:
-		t.Fatalf("Run returned: %v", err)
-	default:
-	}
+	assert.Equal(t, int64(1), r.Totals.Calls, "the call after the consumer's ack floor, not the one before")
+	_, err = env.JS.Consumer(ctx, wire.EventsStream, "toolgate-analytics-g1")
+	assert.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "the durable consumer is gone")
 }
 
 // TestAnalytics_EveryQuorumApproverIsCounted: under a 2-of-2 quorum, the

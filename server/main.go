@@ -504,8 +504,9 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	// API's analytics use case (intake) and /v1/analytics (http).
 	var an *analytics.Analytics
 	var report func(ctx context.Context, hours int) (json.RawMessage, error)
+	events := bus.NewEventsFeed(js)
 	if roles := m.Config.Roles.Resolve(); slices.Contains(roles, "intake") || slices.Contains(roles, "http") {
-		if an, err = analytics.Open(ctx, js, analytics.Config{Replicas: m.Config.Replicas, Log: m.Log}); err != nil {
+		if an, err = analytics.Open(ctx, js, analytics.Config{Replicas: m.Config.Replicas, Events: events, Log: m.Log}); err != nil {
 			return nil, err
 		}
 		report = func(ctx context.Context, hours int) (json.RawMessage, error) {
@@ -524,7 +525,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: bus.NewEventsFeed(js), analytics: an, cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
+	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
 }
 
 // largeBucket is how many entries and revisions in tool_calls make its

@@ -23,14 +23,16 @@ func prepareAnalytics(d *deps, log *slog.Logger) error {
 // behind GET /v1/analytics and `toolgate stats` in the tool_analytics
 // bucket, and the exporter.
 //
-// Any number of processes may run the role: they share the subscriber's
-// durable consumer, and each exports the metrics whole (see package
-// metrics on aggregating them across replicas).
+// Any number of processes may run the role: each reads every event once,
+// from the process's events feed, for the subscriber and the exporter
+// alike; the aggregates take each event once whichever process applies
+// it, and each process exports the metrics whole (see package metrics on
+// aggregating them across replicas).
 func runAnalytics(ctx context.Context, d *deps, log *slog.Logger) error {
 	an := d.analytics // a process that serves the report has it open already
 	if an == nil {
 		var err error
-		if an, err = analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Log: log}); err != nil {
+		if an, err = analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Events: d.events, Log: log}); err != nil {
 			return err
 		}
 	}
