@@ -285,10 +285,13 @@ func (a *Analytics) consume(ctx context.Context, gen uint64) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	// The follower stops before consume returns: cancel, then wait.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer cancel()
 	evs := make(chan streamed, a.cfg.BatchSize)
 	followed := make(chan error, 1)
-	go func() {
+	wg.Go(func() {
 		fn := func(seq uint64, subject string, data []byte) {
 			select {
 			case evs <- streamed{seq, subject, data}:
@@ -300,7 +303,7 @@ func (a *Analytics) consume(ctx context.Context, gen uint64) error {
 		} else {
 			followed <- bus.FollowEvents(ctx, a.js, from, func() {}, fn)
 		}
-	}()
+	})
 	// Every event below from is in every aggregate it belongs in: each
 	// batch raises that floor to its last.
 	floor := from - 1
