@@ -52,6 +52,8 @@ func TestUnmarshal_AsEncodingJSON(t *testing.T) {
 		`{"PENDINGID":"a.b","Status":"PENDING_APPROVAL","toolarguments":{"x":1},"LastTransition":{"Event":"ask","AT":3}}`,
 		"{\"pendingId\":\"a.b\",\"status\":\"PENDING_APPROVAL\",\"description\":\"\xff\"}",
 		`{"pendingId":"a.b","status":"PENDING_APPROVAL","approvalTimeoutAt":50,"approvalTimeoutAt":100}`,
+		`{"pendingId":"a.b","lease":{"holder":"x","expiresAt":1},"lease":{"expiresAt":3},"approvers":["a"],"approvers":["b","c"]}`,
+		"{\"pendingId\":\"a.b\",\"receipts\":[{\"actor\":\"\xc3\x28\",\"sig\":\"\xed\xa0\x80\"}],\"toolArguments\":{\"k\":\"\xff\"}}",
 		`{"pendingId":"a.b","unknown":{"deep":[1,{"x":null}]},"cost":1e-3}`,
 	)
 	receipt := full.Receipts[0]
@@ -63,5 +65,6 @@ func TestUnmarshal_AsEncodingJSON(t *testing.T) {
 		`{"v":1,"id":"a.b:1","type":"tool.approval_required","event":"ask","to":"PENDING_APPROVAL","revision":1,"receipt":null,"entry":null}`,
 		`{"V":1,"ID":"a.b:1","Revision":2,"Entry":{"PendingId":"a.b","STATUS":"APPROVED_READY_FOR_EXECUTION"}}`,
 		`{"revision":1,"revision":2,"entry":{"pendingId":"a.b"}}`,
+		`{"entry":{"pendingId":"a.b","cost":1},"entry":{"status":"APPROVED_READY_FOR_EXECUTION"},"receipt":{"seq":1},"receipt":null}`,
 	)
 }
