@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Bounds on the maps kept in an aggregate, so that a value stays small
@@ -21,43 +22,11 @@ const (
 	noReasonGiven = "(no reason given)"
 )
 
-// event is one TOOL_EVENTS message as an aggregate sees it.
+// event is one TOOL_EVENTS message as an aggregate sees it: its head
+// (wire.EventHead), all the subscriber decodes of one.
 type event struct {
 	seq uint64
-	*eventFields
-}
-
-// eventFields are what the aggregates read of a wire.Event, and all the
-// subscriber decodes of one: the rest of the entry (its arguments, result,
-// description, receipt) was most of its cost, and no aggregate reads it.
-// Each field has the name and JSON key of wire.Event's or
-// machine.Entry's, so that it decodes the same value
-// (TestEventFields_DecodeAsTheWireEvent).
-type eventFields struct {
-	Event  machine.Event `json:"event"`
-	Actor  string        `json:"actor"`
-	Reason string        `json:"reason"`
-	At     int64         `json:"at"`
-	Entry  *entryFields  `json:"entry"`
-}
-
-// entryFields are what the aggregates read of an event's entry.
-type entryFields struct {
-	ToolName                   string  `json:"toolName"`
-	Team                       string  `json:"team"`
-	RequestedAt                int64   `json:"requestedAt"`
-	ApprovalTimeoutAt          int64   `json:"approvalTimeoutAt"`
-	ApprovedOrRejectedByUserID string  `json:"approvedOrRejectedByUserId"`
-	DecisionTime               int64   `json:"decisionTime"`
-	Cost                       float64 `json:"cost"`
-	EstimatedCost              float64 `json:"estimatedCost"`
-	Votes                      []vote  `json:"votes"`
-}
-
-// vote is what the aggregates read of a machine.Vote.
-type vote struct {
-	Approve bool  `json:"approve"`
-	At      int64 `json:"at"`
+	*wire.EventHead
 }
 
 // aggregate is a value kept under one key of the analytics bucket.

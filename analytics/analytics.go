@@ -458,8 +458,8 @@ func (a *Analytics) apply(ctx context.Context, floor uint64, gen uint64, batch [
 	)
 	for _, m := range batch {
 		seqs = append(seqs, m.seq)
-		ev := new(eventFields)
-		if err := wire.Unmarshal(m.data, ev); err != nil || ev.Entry == nil {
+		ev, err := wire.DecodeEventHead(m.data)
+		if err != nil || ev.Entry == nil {
 			// Nothing can make it readable later: it counts as applied.
 			a.log.Error("analytics: undecodable event", "seq", m.seq, "subject", m.subject, "err", err)
 			continue
@@ -470,7 +470,7 @@ func (a *Analytics) apply(ctx context.Context, floor uint64, gen uint64, batch [
 				t = &touch{id: id}
 				touches[key] = t
 			}
-			t.evs = append(t.evs, event{seq: m.seq, eventFields: ev})
+			t.evs = append(t.evs, event{seq: m.seq, EventHead: ev})
 		})
 	}
 	ranges := consumer.SeqRanges(seqs)
@@ -484,7 +484,7 @@ func (a *Analytics) apply(ctx context.Context, floor uint64, gen uint64, batch [
 
 // forKeys calls f with each aggregate an event changes: its key (under
 // prefix, its generation's) and what it holds.
-func forKeys(prefix string, ev *eventFields, f func(key string, id aggregateID)) {
+func forKeys(prefix string, ev *wire.EventHead, f func(key string, id aggregateID)) {
 	e := ev.Entry
 	f(prefix+"tool."+machine.KeyToken(e.ToolName), aggregateID{kind: 't', name: e.ToolName})
 	f(prefix+"team."+machine.KeyToken(e.Team), aggregateID{kind: 'e', name: e.Team})

@@ -140,37 +140,20 @@ func (x *Exporter) countEvents(ctx context.Context, started func()) error {
 }
 
 func (x *Exporter) count(seq uint64, subject string, data []byte) {
-	var ev countedEvent
-	if err := wire.Unmarshal(data, &ev); err != nil {
+	head, err := wire.DecodeEventHead(data)
+	if err != nil {
 		x.log.Error("metrics: undecodable event", "subject", subject, "seq", seq, "err", err)
 	} else {
-		x.metrics.Observe(ev.event())
+		x.metrics.Observe(observed(head))
 	}
 	x.seq.Store(seq)
 }
 
-// countedEvent is what Observe reads of an event: decoding the rest of
-// its entry (arguments, result, receipts) was most of the exporter's
-// cost.
-type countedEvent struct {
-	Event machine.Event `json:"event"`
-	From  machine.State `json:"from"`
-	To    machine.State `json:"to"`
-	At    int64         `json:"at"`
-	Entry *struct {
-		ToolName        string  `json:"toolName"`
-		Team            string  `json:"team"`
-		RequestedAt     int64   `json:"requestedAt"`
-		DecisionTime    int64   `json:"decisionTime"`
-		LastAttemptTime int64   `json:"lastAttemptTime"`
-		Cost            float64 `json:"cost"`
-	} `json:"entry"`
-}
-
-// event is c as a wire.Event holding only its fields.
-func (c *countedEvent) event() *wire.Event {
-	ev := &wire.Event{Event: c.Event, From: c.From, To: c.To, At: c.At}
-	if e := c.Entry; e != nil {
+// observed is an event's head as a wire.Event holding only its fields:
+// what Observe reads (TestObserved_HoldsWhatObserveReads).
+func observed(h *wire.EventHead) *wire.Event {
+	ev := &wire.Event{Event: h.Event, From: h.From, To: h.To, At: h.At}
+	if e := h.Entry; e != nil {
 		ev.Entry = &machine.Entry{ToolName: e.ToolName, Team: e.Team, RequestedAt: e.RequestedAt, DecisionTime: e.DecisionTime,
 			LastAttemptTime: e.LastAttemptTime, Cost: e.Cost}
 	}

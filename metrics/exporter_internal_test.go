@@ -13,10 +13,10 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// The exporter decodes of an event only what Observe reads
-// (countedEvent): every kind of event, observed from that, counts what
-// the whole event counts.
-func TestCountedEvent_HoldsWhatObserveReads(t *testing.T) {
+// The exporter decodes of an event only its head (wire.EventHead):
+// every kind of event, observed from that, counts what the whole event
+// counts.
+func TestObserved_HoldsWhatObserveReads(t *testing.T) {
 	entry := func(to machine.State) *machine.Entry {
 		return &machine.Entry{PendingID: "c.1", ToolName: "deploy", Team: "ops", Status: to, RequestedAt: 1_000, DecisionTime: 4_500,
 			LastAttemptTime: 6_000, Cost: 0.25, ToolArguments: json.RawMessage(`{"to":"prod"}`), Result: json.RawMessage(`"ok"`),
@@ -48,9 +48,9 @@ func TestCountedEvent_HoldsWhatObserveReads(t *testing.T) {
 		mWhole.Observe(ev)
 		data, err := json.Marshal(ev)
 		require.NoError(t, err)
-		var c countedEvent
-		require.NoError(t, wire.Unmarshal(data, &c))
-		mSlim.Observe(c.event())
+		head, err := wire.DecodeEventHead(data)
+		require.NoError(t, err)
+		mSlim.Observe(observed(head))
 	}
 	for _, name := range []string{NameTransitions, NameToolCalls, NameApprovalResponse, NameApprovalTimeouts, NameExecution, NameExecutionAttempts, NameCost} {
 		want, err := testutil.CollectAndFormat(whole, expfmt.TypeTextPlain, name)

@@ -1,4 +1,4 @@
-package analytics
+package wire_test
 
 import (
 	"encoding/json"
@@ -11,12 +11,11 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// The subscriber decodes an event into eventFields, not wire.Event: each
-// of its fields, at any depth, is a field of wire.Event (or of the entry,
-// or of a vote) of the same name, and decodes the same value from the
-// wire.Event's JSON. The aggregates read nothing else, since they take
-// an eventFields.
-func TestEventFields_DecodeAsTheWireEvent(t *testing.T) {
+// An event's head: each of its fields, at any depth, is a field of
+// wire.Event (or of the entry, or of a vote) of the same name, and
+// decodes the same value from the event's JSON. Its readers read nothing
+// else, since they take an EventHead.
+func TestEventHead_DecodesAsTheEvent(t *testing.T) {
 	full := wire.Event{
 		V: wire.EventVersion, ID: "p1:7", Type: "tool.approval_granted", Event: machine.EventVote,
 		From: machine.StatePendingApproval, To: machine.StatePendingApproval, Actor: "alice", Reason: "fine",
@@ -26,13 +25,14 @@ func TestEventFields_DecodeAsTheWireEvent(t *testing.T) {
 			PendingID: "p1", ToolCallID: "c1", ToolName: "deploy", ToolArguments: json.RawMessage(`{"a":1}`),
 			CallerBotID: "agent", ConversationID: "conv", RequestedAt: 1_700_000_000_000, Status: machine.StatePendingApproval,
 			ApprovalTimeoutAt: 1_700_000_300_000, ApprovedOrRejectedByUserID: "bob", DecisionTime: 1_700_000_000_100,
-			Votes:  []machine.Vote{{By: "carol", Approve: false, At: 1_700_000_000_050, Reason: "no"}, {By: "alice", Approve: true, At: 1_700_000_000_120}},
-			Result: json.RawMessage(`{"r":2}`), Cost: 1.5, Team: "ops", EstimatedCost: 2.5, Description: "deploys",
+			LastAttemptTime: 1_700_000_000_110,
+			Votes:           []machine.Vote{{By: "carol", Approve: false, At: 1_700_000_000_050, Reason: "no"}, {By: "alice", Approve: true, At: 1_700_000_000_120}},
+			Result:          json.RawMessage(`{"r":2}`), Cost: 1.5, Team: "ops", EstimatedCost: 2.5, Description: "deploys",
 		},
 	}
 	data, err := json.Marshal(full)
 	require.NoError(t, err)
-	var slim eventFields
-	require.NoError(t, wire.Unmarshal(data, &slim))
-	bustest.SameFields(t, slim, full)
+	head, err := wire.DecodeEventHead(data)
+	require.NoError(t, err)
+	bustest.SameFields(t, *head, full)
 }
