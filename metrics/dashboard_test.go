@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -47,6 +48,7 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 	pending.counts["team"] = &teamPending{team: "team", n: 1}
 	reg.MustRegister(pending)
 	reg.MustRegister(NewRunnableCalls(func() int { return 1 }))
+	reg.MustRegister(NewAnalyticsLag(func(context.Context) (uint64, error) { return 1, nil }, slog.New(slog.DiscardHandler)))
 	lag := NewConsumerLag(nil, slog.New(slog.DiscardHandler))
 	reg.MustRegister(collectorFunc{describe: lag.Describe, collect: func(ch chan<- prometheus.Metric) {
 		for _, d := range []*prometheus.Desc{lag.pending, lag.ackPending, lag.redelivered} {
@@ -73,7 +75,7 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 		}
 		known[mf.GetName()] = labels
 	}
-	require.Len(t, mfs, 15, "every metric of the package is in the list")
+	require.Len(t, mfs, 16, "every metric of the package is in the list")
 	return known
 }
 

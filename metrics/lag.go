@@ -15,7 +15,8 @@ import (
 // delivered), toolgate_consumer_ack_pending_messages (delivered, not yet
 // acknowledged) and toolgate_consumer_redelivered_messages, labelled by
 // stream and consumer. The relay's consumer reads the tool_calls bucket's
-// stream; the analytics, notifier and timer consumers read TOOL_EVENTS.
+// stream; the notifier's fan-out and the budget settler read TOOL_EVENTS.
+// The analytics keep a checkpoint instead (NewAnalyticsLag).
 //
 // The numbers are the server's, read from consumer info at scrape time
 // (one request per stream), so every replica reports the same values.
@@ -82,4 +83,31 @@ func (c *ConsumerLag) Collect(ch chan<- prometheus.Metric) {
 			c.log.Warn("consumer lag: listing consumers failed", "stream", name, "err", err)
 		}
 	}
+}
+
+// NewAnalyticsLag exports toolgate_analytics_lag_events: how many events
+// of TOOL_EVENTS the analytics have yet to take in (analytics.Lag), read
+// at scrape time. A scrape that cannot read it leaves it out.
+func NewAnalyticsLag(lag func(context.Context) (uint64, error), log *slog.Logger) prometheus.Collector {
+	return &analyticsLag{lag: lag, log: log, desc: prometheus.NewDesc(NameAnalyticsLag,
+		"Events in TOOL_EVENTS after the analytics' checkpoint: not yet in the aggregates.", nil, nil)}
+}
+
+type analyticsLag struct {
+	lag  func(context.Context) (uint64, error)
+	log  *slog.Logger
+	desc *prometheus.Desc
+}
+
+func (c *analyticsLag) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *analyticsLag) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := c.lag(ctx)
+	if err != nil {
+		c.log.Debug("analytics lag: not readable", "err", err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
 }

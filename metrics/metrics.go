@@ -29,6 +29,7 @@ const (
 	NameConsumerPending      = "toolgate_consumer_pending_messages"
 	NameConsumerAckPending   = "toolgate_consumer_ack_pending_messages"
 	NameConsumerRedeliveries = "toolgate_consumer_redelivered_messages"
+	NameAnalyticsLag         = "toolgate_analytics_lag_events"
 )
 
 // NotificationChannels are the channel types a notifier reports to

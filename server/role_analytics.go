@@ -36,6 +36,9 @@ func runAnalytics(ctx context.Context, d *deps, log *slog.Logger) error {
 			return err
 		}
 	}
+	if err := d.registry.Register(metrics.NewAnalyticsLag(an.Lag, log)); err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.exporter.Run(ctx) })
 	g.Go(func() error { return an.Run(ctx) })
