@@ -17,8 +17,9 @@
 //     one loses nothing. Never sum them across instances: take
 //     max by (labels) (rate(...)), as the Grafana dashboard does.
 //   - Read from the store (toolgate_pending_approvals,
-//     toolgate_consumer_pending_messages, _ack_pending_messages, and
-//     toolgate_runnable_calls, from the processes with the intake role):
+//     toolgate_consumer_pending_messages, _ack_pending_messages,
+//     toolgate_analytics_lag_events, and toolgate_runnable_calls, from
+//     the processes with the intake role):
 //     every replica reports the same fleet-wide value. Use max by
 //     (labels).
 //   - Counted by the process that did the work
