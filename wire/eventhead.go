@@ -2,13 +2,15 @@ package wire
 
 import "github.com/toolgate/toolgate/machine"
 
-// EventHead is what toolgate's own readers of the events count and
-// aggregate (the metrics exporter and the analytics), and all they decode
-// of an event: the rest of its entry (arguments, result, description) and
-// its receipt were most of the cost of decoding one. Each field has the name and JSON key of
-// Event's, machine.Entry's or machine.Vote's, so that it decodes the same
-// value (TestEventHead_DecodesAsTheEvent).
+// EventHead is what toolgate's own readers of the events read of one
+// (the metrics exporter, the analytics, the notifier's fan-out, the
+// budget settler), and all they decode: the rest of its entry
+// (arguments, result, description) and its receipt were most of the cost
+// of decoding one. Each field has the name and JSON key of Event's,
+// machine.Entry's or machine.Vote's, so that it decodes the same value
+// (TestEventHead_DecodesAsTheEvent).
 type EventHead struct {
+	ID     string        `json:"id"`
 	Event  machine.Event `json:"event"`
 	From   machine.State `json:"from"`
 	To     machine.State `json:"to"`
@@ -22,6 +24,7 @@ type EventHead struct {
 type EntryHead struct {
 	ToolName                   string     `json:"toolName"`
 	Team                       string     `json:"team"`
+	ConversationID             string     `json:"conversationId"`
 	RequestedAt                int64      `json:"requestedAt"`
 	ApprovalTimeoutAt          int64      `json:"approvalTimeoutAt"`
 	ApprovedOrRejectedByUserID string     `json:"approvedOrRejectedByUserId"`
@@ -29,6 +32,8 @@ type EntryHead struct {
 	LastAttemptTime            int64      `json:"lastAttemptTime"`
 	Cost                       float64    `json:"cost"`
 	EstimatedCost              float64    `json:"estimatedCost"`
+	CostReserved               float64    `json:"costReserved"`
+	CostDay                    string     `json:"costDay"`
 	Votes                      []VoteHead `json:"votes"`
 }
 

@@ -138,24 +138,6 @@ func (s *BudgetSettler) Run(ctx context.Context) error {
 	return err
 }
 
-// settleEvent is what the settler reads of an event: whether it ended
-// the call, and what the call reserved and cost, whose and on which day;
-// not the rest of the entry (arguments, result, description, receipt),
-// which decoding whole was most of the settler's cost. Each field has the
-// name and JSON key of wire.Event's or machine.Entry's
-// (TestSettleEvent_DecodesAsTheWireEvent).
-type settleEvent struct {
-	ID    string        `json:"id"`
-	To    machine.State `json:"to"`
-	At    int64         `json:"at"`
-	Entry *struct {
-		Team         string  `json:"team"`
-		Cost         float64 `json:"cost"`
-		CostReserved float64 `json:"costReserved"`
-		CostDay      string  `json:"costDay"`
-	} `json:"entry"`
-}
-
 // settle settles the call one event ended, if it did and has a cost.
 func (s *BudgetSettler) settle(ctx context.Context, msg jetstream.Msg) error {
 	meta, err := msg.Metadata()
@@ -163,8 +145,8 @@ func (s *BudgetSettler) settle(ctx context.Context, msg jetstream.Msg) error {
 		return consumer.Permanent(fmt.Errorf("budget settler: %w", err))
 	}
 	seq := meta.Sequence.Stream
-	var ev settleEvent
-	if err := wire.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil {
+	ev, err := wire.DecodeEventHead(msg.Data())
+	if err != nil || ev.Entry == nil {
 		return consumer.Permanent(fmt.Errorf("budget settler: undecodable event at %d (err %v)", seq, err))
 	}
 	e := ev.Entry

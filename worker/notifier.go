@@ -299,27 +299,10 @@ func notifiesOf(ev machine.Event, from, to machine.State) bool {
 	return ev.Notifies() && (from == machine.StatePendingApproval || to == machine.StatePendingApproval)
 }
 
-// fanOutEvent is what the fan-out reads of an event: whether it notifies,
-// and whose policy names the channels. A delivery carries the event's
-// bytes as published, so the fan-out decodes nothing else of it (its
-// entry, receipt, arguments); each channel's delivery decodes it whole.
-// Each field has the name and JSON key of wire.Event's or
-// machine.Entry's (TestFanOutEvent_DecodesAsTheWireEvent).
-type fanOutEvent struct {
-	ID    string        `json:"id"`
-	Event machine.Event `json:"event"`
-	From  machine.State `json:"from"`
-	To    machine.State `json:"to"`
-	Entry *struct {
-		Team           string `json:"team"`
-		ConversationID string `json:"conversationId"`
-	} `json:"entry"`
-}
-
 // fanOut queues one event's deliveries, one per channel.
 func (n *Notifier) fanOut(ctx context.Context, msg jetstream.Msg) error {
-	var ev fanOutEvent
-	if err := wire.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil || ev.ID == "" {
+	ev, err := wire.DecodeEventHead(msg.Data())
+	if err != nil || ev.Entry == nil || ev.ID == "" {
 		return consumer.Permanent(fmt.Errorf("notifier: undecodable event (err %v)", err))
 	}
 	if !notifiesOf(ev.Event, ev.From, ev.To) {
