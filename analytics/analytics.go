@@ -280,10 +280,11 @@ type streamed struct {
 // order. After each batch it records the last sequence applied as gen's
 // checkpoint.
 func (a *Analytics) consume(ctx context.Context, gen uint64) error {
-	from, err := a.resume(ctx, gen)
+	cp, err := a.resume(ctx, gen)
 	if err != nil {
 		return err
 	}
+	from := cp.seq + 1
 	ctx, cancel := context.WithCancel(ctx)
 	// The follower stops before consume returns: cancel, then wait.
 	var wg sync.WaitGroup
@@ -335,60 +336,89 @@ func (a *Analytics) consume(ctx context.Context, gen uint64) error {
 			}
 		}
 		floor = batch[len(batch)-1].seq
-		if _, err := a.kv.Put(ctx, checkpointKey(gen), []byte(strconv.FormatUint(floor, 10))); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("analytics: checkpoint: %w", err)
+		if err := a.raise(ctx, gen, &cp, floor); err != nil && ctx.Err() == nil {
+			return err
 		}
 	}
 }
 
 // checkpointKey holds the last sequence of TOOL_EVENTS that gen's
 // aggregates have taken in, with every one before it: where a process
-// starts. Every process writes it after each batch it applies; one a
-// slower process writes lower only has the next start read a little more
-// again, which the aggregates skip.
+// starts, and what Lag counts from. Every process raises it after each
+// batch it applies, and none lowers it: one behind another would have
+// Lag count events the aggregates hold.
 func checkpointKey(gen uint64) string { return genPrefix(gen) + "applied" }
 
-// checkpoint returns gen's checkpoint, 0 when it has none.
-func (a *Analytics) checkpoint(ctx context.Context, gen uint64) (uint64, bool, error) {
+// checkpointAt is gen's checkpoint as a process last read or wrote it:
+// the sequence, and the key's revision (0: no key).
+type checkpointAt struct{ seq, rev uint64 }
+
+// checkpoint reads gen's checkpoint.
+func (a *Analytics) checkpoint(ctx context.Context, gen uint64) (checkpointAt, error) {
 	kve, err := a.kv.Get(ctx, checkpointKey(gen))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, false, nil
+		return checkpointAt{}, nil
 	} else if err != nil {
-		return 0, false, fmt.Errorf("analytics: checkpoint: %w", err)
+		return checkpointAt{}, fmt.Errorf("analytics: checkpoint: %w", err)
 	}
 	n, err := strconv.ParseUint(string(kve.Value()), 10, 64)
 	if err != nil {
-		return 0, false, fmt.Errorf("analytics: key %s of %s is not readable: %q", checkpointKey(gen), Bucket, kve.Value())
+		return checkpointAt{}, fmt.Errorf("analytics: key %s of %s is not readable: %q", checkpointKey(gen), Bucket, kve.Value())
 	}
-	return n, true, nil
+	return checkpointAt{seq: n, rev: kve.Revision()}, nil
 }
 
-// resume returns the first sequence gen has not taken in: after its
-// checkpoint, or, for a generation kept by a durable consumer (as toolgate
-// did before checkpoints), after that consumer's ack floor, which then
-// becomes the checkpoint and the consumer is removed; else the stream's
-// first.
-func (a *Analytics) resume(ctx context.Context, gen uint64) (uint64, error) {
-	n, ok, err := a.checkpoint(ctx, gen)
-	if err != nil || ok {
-		return n + 1, err
+// raise records seq as gen's checkpoint, by compare-and-set on cp, unless
+// the key holds one as high; cp follows the key.
+func (a *Analytics) raise(ctx context.Context, gen uint64, cp *checkpointAt, seq uint64) error {
+	for cp.seq < seq {
+		data := []byte(strconv.FormatUint(seq, 10))
+		var rev uint64
+		var err error
+		if cp.rev == 0 {
+			rev, err = a.kv.Create(ctx, checkpointKey(gen), data)
+		} else {
+			rev, err = a.kv.Update(ctx, checkpointKey(gen), data, cp.rev)
+		}
+		switch {
+		case err == nil:
+			*cp = checkpointAt{seq: seq, rev: rev}
+		case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			// Another process raised it: read it, and look again.
+			if *cp, err = a.checkpoint(ctx, gen); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("analytics: checkpoint: %w", err)
+		}
+	}
+	return nil
+}
+
+// resume returns gen's checkpoint, where a process starts: the key's, or,
+// for a generation kept by a durable consumer (as toolgate did before
+// checkpoints), that consumer's ack floor, which then becomes the
+// checkpoint and the consumer is removed; else none (the stream's start).
+func (a *Analytics) resume(ctx context.Context, gen uint64) (checkpointAt, error) {
+	cp, err := a.checkpoint(ctx, gen)
+	if err != nil || cp.rev != 0 {
+		return cp, err
 	}
 	c, err := a.js.Consumer(ctx, wire.EventsStream, durableName(gen))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 1, nil
+		return cp, nil
 	} else if err != nil {
-		return 0, fmt.Errorf("analytics: consumer %s: %w", durableName(gen), err)
+		return cp, fmt.Errorf("analytics: consumer %s: %w", durableName(gen), err)
 	}
 	floor := c.CachedInfo().AckFloor.Stream
-	if _, err := a.kv.Create(ctx, checkpointKey(gen), []byte(strconv.FormatUint(floor, 10))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, fmt.Errorf("analytics: checkpoint: %w", err)
+	if err := a.raise(ctx, gen, &cp, floor); err != nil {
+		return cp, err
 	}
 	if err := a.js.DeleteConsumer(ctx, wire.EventsStream, durableName(gen)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 0, fmt.Errorf("analytics: removing consumer %s: %w", durableName(gen), err)
+		return cp, fmt.Errorf("analytics: removing consumer %s: %w", durableName(gen), err)
 	}
-	a.log.Info("analytics: the generation's durable consumer gave way to its checkpoint", "generation", gen, "checkpoint", floor)
-	n, _, err = a.checkpoint(ctx, gen)
-	return n + 1, err
+	a.log.Info("analytics: the generation's durable consumer gave way to its checkpoint", "generation", gen, "checkpoint", cp.seq)
+	return cp, nil
 }
 
 // fill adds to batch what arrives on evs within FillWait of now, until
@@ -716,10 +746,11 @@ func (a *Analytics) lag(ctx context.Context, gen uint64) (uint64, error) {
 		return 0, err
 	}
 	st := s.CachedInfo().State
-	floor, _, err := a.checkpoint(ctx, gen)
+	cp, err := a.checkpoint(ctx, gen)
 	if err != nil {
 		return 0, err
 	}
+	floor := cp.seq
 	if st.FirstSeq > 0 {
 		floor = max(floor, st.FirstSeq-1) // the stream let the rest go
 	}

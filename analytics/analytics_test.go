@@ -836,3 +836,26 @@ func TestAnalytics_AProcessWhoseAggregatesAnotherWroteSinceReadsThemAgain(t *tes
 	require.NoError(t, err)
 	checkReport(t, expect(calls), r)
 }
+
+// TestAnalytics_CheckpointIsNeverLowered: a process behind another (its
+// batch applied after the other's later one) does not lower the
+// checkpoint, which Lag counts from: events the aggregates hold would
+// count as still to come.
+func TestAnalytics_CheckpointIsNeverLowered(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	ahead, err := analytics.Open(ctx, env.JS, analytics.Config{Log: bustest.Logger()})
+	require.NoError(t, err)
+	behind, err := analytics.Open(ctx, env.JS, analytics.Config{Log: bustest.Logger()})
+	require.NoError(t, err)
+	got, err := analytics.RaiseCheckpoint(ctx, ahead, 1, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 10, got)
+	got, err = analytics.RaiseCheckpoint(ctx, behind, 1, 7)
+	require.NoError(t, err)
+	require.EqualValues(t, 10, got, "not lowered")
+	got, err = analytics.RaiseCheckpoint(ctx, behind, 1, 12)
+	require.NoError(t, err)
+	require.EqualValues(t, 12, got, "raised over what it had not read")
+}
