@@ -106,16 +106,25 @@ func TestHooks_Golden(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, machine.StateCancelled, asked.Status, "handed back to Claude Code: withdrawn from toolgate")
 
-			// An approver edits the input while the hook waits.
+			// An approver edits the input while the hook waits: until the
+			// call is there to decide, and decided (an attempt whose answer
+			// was lost on a loaded machine may have decided it).
 			id := machine.PendingID("abc123", "toolu_edit_"+event)
+			decided := make(chan struct{})
 			go func() {
+				defer close(decided)
 				assert.Eventually(t, func() bool {
 					_, err := c.Decide(context.Background(), id, client.Decision{Approve: true, By: "alice", Reason: "with a safer remote",
 						Arguments: json.RawMessage(`{"command":"git push origin feature"}`)})
-					return err == nil
+					if err == nil {
+						return true
+					}
+					e, err := c.Get(context.Background(), id)
+					return err == nil && e.Status != machine.StatePendingApproval
 				}, 10*time.Second, 10*time.Millisecond)
 			}()
 			golden(t, event+".edited", handle(t, c, input(event, "Bash", `{"command":"git push --force origin main"}`, "toolu_edit_"+event), opts))
+			<-decided
 		})
 	}
 }
