@@ -320,9 +320,12 @@ func FollowEvents(ctx context.Context, js jetstream.JetStream, from uint64, star
 	// fn does not run after Follow returns: wait for the one in flight.
 	<-cc.Closed()
 	// The server would keep the consumer until it has seen nobody pull
-	// for its inactive threshold (five minutes): remove it now.
-	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = js.DeleteConsumer(dctx, wire.EventsStream, cons.CachedInfo().Name)
+	// for its inactive threshold (five minutes): remove it now, unless the
+	// connection is down (a process stopping would wait for nothing).
+	if js.Conn().IsConnected() {
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = js.DeleteConsumer(dctx, wire.EventsStream, cons.CachedInfo().Name)
+	}
 	return nil
 }
