@@ -41,32 +41,14 @@ func benchLogRead(b *testing.B, calls int) {
 	require.NoError(b, err)
 
 	keys := make([]string, calls)
-	var acks []jetstream.PubAckFuture
-	flush := func() {
-		for _, a := range acks {
-			select {
-			case <-a.Ok():
-			case err := <-a.Err():
-				b.Fatal(err)
-			}
-		}
-		acks = acks[:0]
-	}
 	for i := range keys {
 		keys[i] = fmt.Sprintf("conv-%03d.call-%06d", i%benchConversations, i)
-		a, err := e.env.JS.PublishAsync("$KV.tool_calls."+keys[i], value)
-		require.NoError(b, err)
-		acks = append(acks, a)
-		for _, ev := range []string{"approval_required", "approval_granted", "execution_started", "execution_succeeded"} {
-			a, err := e.env.JS.PublishAsync("evlog."+ev+"."+keys[i], value)
-			require.NoError(b, err)
-			acks = append(acks, a)
-		}
-		if len(acks) >= 4000 {
-			flush()
-		}
 	}
-	flush()
+	bustest.PutRaw(b, e.env.JS, calls, func(i int) (string, []byte) { return keys[i], value })
+	events := []string{"approval_required", "approval_granted", "execution_started", "execution_succeeded"}
+	bustest.PublishRaw(b, e.env.JS, len(events)*calls, func(i int) (string, []byte) {
+		return "evlog." + events[i%len(events)] + "." + keys[i/len(events)], value
+	})
 
 	read := func(get func(key string) error) float64 {
 		b.StartTimer()

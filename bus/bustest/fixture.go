@@ -18,6 +18,16 @@ import (
 // would take minutes to make.
 func PutRaw(t testing.TB, js jetstream.JetStream, n int, value func(i int) (key string, data []byte)) {
 	t.Helper()
+	PublishRaw(t, js, n, func(i int) (string, []byte) {
+		key, data := value(i)
+		return "$KV." + wire.CallsBucket + "." + key, data
+	})
+}
+
+// PublishRaw publishes n messages to JetStream, value(i) on its subject,
+// as PutRaw does, and waits until they are all stored.
+func PublishRaw(t testing.TB, js jetstream.JetStream, n int, value func(i int) (subject string, data []byte)) {
+	t.Helper()
 	flush := func() {
 		select {
 		case <-js.PublishAsyncComplete():
@@ -26,8 +36,8 @@ func PutRaw(t testing.TB, js jetstream.JetStream, n int, value func(i int) (key 
 		}
 	}
 	for i := range n {
-		key, data := value(i)
-		_, err := js.PublishAsync("$KV."+wire.CallsBucket+"."+key, data)
+		subject, data := value(i)
+		_, err := js.PublishAsync(subject, data)
 		require.NoError(t, err)
 		if i%2000 == 1999 {
 			flush()
