@@ -95,6 +95,10 @@ func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k
 		switch {
 		case err == nil:
 			return rev, nil
+		case refusedInFlight(err):
+			// Not a conflict: whichever write is in flight may yet be
+			// refused, an earlier one of this caller's even.
+			return 0, errWriteInFlight
 		case unanswered(err):
 			unsure = true
 		case unsure && (errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)):
@@ -112,12 +116,6 @@ func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k
 // holds exactly data. It asks the stream's leader: a replica, which
 // answers direct gets and may serve a consumer, can still lack the write
 // just after an election, and the write would be taken for another's.
-//
-// The leader refuses a compare-and-set on a key while an earlier one on
-// it is still being replicated, before either is stored: with nothing
-// stored after the given revision, the refusal was of that kind, most
-// likely the earlier attempt of this very write, and storedAt says
-// errWriteInFlight, which asks again.
 func storedAt(ctx context.Context, js jetstream.JetStream, bucket, key string, data []byte, after uint64) (uint64, bool, error) {
 	subject := "$KV." + bucket + "." + key
 	for seq := after + 1; ; {
@@ -125,8 +123,6 @@ func storedAt(ctx context.Context, js jetstream.JetStream, bucket, key string, d
 			return nextMsg(ctx, js, "KV_"+bucket, subject, seq)
 		})
 		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound) && seq == after+1:
-			return 0, false, errWriteInFlight
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return 0, false, nil // another's write came first
 		case err != nil:
@@ -139,9 +135,19 @@ func storedAt(ctx context.Context, js jetstream.JetStream, bucket, key string, d
 	}
 }
 
-// errWriteInFlight says that a compare-and-set was refused while nothing
-// is stored after the revision it expected: one on the same key was still
-// being replicated. Asked again, it finds that one stored, or gone.
+// refusedInFlight reports whether err is a replicated stream's leader
+// refusing a compare-and-set because another write of the key is still
+// being replicated (JetStream's "wrong last sequence" without a
+// sequence, code 10164): nothing is concluded about the key's revision.
+// A conflict (code 10071) names the sequence stored.
+func refusedInFlight(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// errWriteInFlight says that a compare-and-set was refused while another
+// write of the key was being replicated. Asked again, it finds that one
+// stored, or refused.
 var errWriteInFlight = errors.New("refused while an earlier write of the key was in flight")
 
 // storedMsg is a stream's message as its leader returns it.

@@ -214,28 +214,38 @@ func TestKVStore_AWriteWhoseAnswerWasLostIsNoConflictWithItself(t *testing.T) {
 	})
 }
 
-// inFlight is the entries' bucket with a write whose answer is lost
-// while it is still being replicated: its writer hears only that its
-// deadline passed and asks again; the stream leader refuses that as a
-// mismatch, though nothing is stored after the revision it expected yet
-// (it refuses a compare-and-set on a key while another is in flight on
-// it); the first is stored before the writer asks a third time.
+// refusedInFlight is what a replicated stream's leader answers a
+// compare-and-set on a key while another write of the key is still being
+// replicated, as jetstream's KeyValue.Update returns it.
+var refusedInFlight = fmt.Errorf("%w: %w", &jetstream.APIError{Code: 400,
+	ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant, Description: "wrong last sequence"},
+	jetstream.ErrKeyRevisionMismatch)
+
+// inFlight is the entries' bucket with the leader refusing a write while
+// another of the key is in flight. With lost, the write's own first
+// attempt is that other: its answer is lost while it is still being
+// replicated, its writer hears only that its deadline passed and asks
+// again, is refused, and the first is stored before the writer asks a
+// third time. Without, the other is an earlier write that is then
+// refused (one sent to a leader that had not yet applied what was
+// stored before it), and the second attempt is answered.
 type inFlight struct {
 	jetstream.KeyValue
+	lost  bool
 	asked int
 	first func() error // stores the first attempt
 }
 
 func (kv *inFlight) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
 	kv.asked++
-	switch kv.asked {
-	case 1:
+	switch {
+	case kv.lost && kv.asked == 1:
 		ctx := context.WithoutCancel(ctx) // the attempt's own ends with it
 		kv.first = func() error { _, err := kv.KeyValue.Update(ctx, key, value, rev); return err }
 		return 0, context.DeadlineExceeded
-	case 2:
-		return 0, jetstream.ErrKeyRevisionMismatch
-	case 3:
+	case kv.asked == 1, kv.lost && kv.asked == 2:
+		return 0, refusedInFlight
+	case kv.lost && kv.asked == 3:
 		if err := kv.first(); err != nil {
 			return 0, err
 		}
@@ -243,25 +253,37 @@ func (kv *inFlight) Update(ctx context.Context, key string, value []byte, rev ui
 	return kv.KeyValue.Update(ctx, key, value, rev)
 }
 
-// TestKVStore_AWriteAskedAgainWhileItsFirstIsInFlightIsNoConflict: a
-// write refused while its first attempt is still in flight, with nothing
-// stored after the revision it expected, is asked again, and its writer
-// is told of its success once the first is stored, not of a conflict.
-func TestKVStore_AWriteAskedAgainWhileItsFirstIsInFlightIsNoConflict(t *testing.T) {
+// TestKVStore_AWriteRefusedWhileAnotherIsInFlightIsNoConflict: a write
+// the leader refuses while another write of the key is still in flight
+// is asked again, and its writer is told what became of it, not of a
+// conflict: of its success when the other was its own first attempt,
+// stored in the meantime, and when the other was refused.
+func TestKVStore_AWriteRefusedWhileAnotherIsInFlightIsNoConflict(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	e := entry("inflight", "1")
-	rev, err := env.Store.Create(ctx, e)
-	require.NoError(t, err)
-	approved := *e
-	approved.Status = machine.StateApproved
-	kv := &inFlight{KeyValue: env.KV}
-	got, err := bus.NewKVStore(env.JS, kv).Update(ctx, &approved, rev)
-	require.NoError(t, err, "its own update in flight is no conflict")
-	assert.Equal(t, 3, kv.asked, "asked again after the refusal")
-	stored, storedRev, err := env.Store.Get(ctx, e.PendingID)
-	require.NoError(t, err)
-	assert.Equal(t, machine.StateApproved, stored.Status)
-	assert.Equal(t, storedRev, got, "the revision it was stored at")
+	for _, tc := range []struct {
+		name  string
+		lost  bool
+		asked int
+	}{
+		{"its own first attempt", true, 3},
+		{"an earlier write, refused", false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := entry("inflight", fmt.Sprint(tc.lost))
+			rev, err := env.Store.Create(ctx, e)
+			require.NoError(t, err)
+			approved := *e
+			approved.Status = machine.StateApproved
+			kv := &inFlight{KeyValue: env.KV, lost: tc.lost}
+			got, err := bus.NewKVStore(env.JS, kv).Update(ctx, &approved, rev)
+			require.NoError(t, err, "a write in flight is no conflict")
+			assert.Equal(t, tc.asked, kv.asked, "asked again after the refusal")
+			stored, storedRev, err := env.Store.Get(ctx, e.PendingID)
+			require.NoError(t, err)
+			assert.Equal(t, machine.StateApproved, stored.Status)
+			assert.Equal(t, storedRev, got, "the revision it was stored at")
+		})
+	}
 }
