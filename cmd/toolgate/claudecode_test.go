@@ -18,7 +18,7 @@ import (
 func startWithHTTP(t *testing.T, policy string) (natsURL, httpURL string) {
 	t.Helper()
 	g := toolgatetest.Start(t, toolgatetest.Options{Policy: policy})
-	return served(g), g.HTTPURL
+	return served(t, g), g.HTTPURL
 }
 
 const hookPolicy = `

@@ -126,7 +126,7 @@ func TestClaudeCodeDocs_EverySnippetWorks(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "claude-code.md"))
 	require.NoError(t, err)
 	g := toolgatetest.Start(t, toolgatetest.Options{Policy: docsPolicy, Tokens: docsToken + " docs-agent agent\n"})
-	nats := served(g)
+	nats := served(t, g)
 	agentCreds := server.CredsPath(g.Data, "agent")
 
 	var (

@@ -127,7 +127,7 @@ const permissionRequestInput = `{"session_id":"%s","transcript_path":"/t.jsonl",
 // the timeout does not allow is refused before anything is asked.
 func TestHookCommand_WaitIsBoundedByTheTimeout(t *testing.T) {
 	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake", "timer"}, Policy: hookBoundsPolicy})
-	nats := served(g)
+	nats := served(t, g)
 	agent := server.CredsPath(g.Data, "agent")
 
 	start := time.Now()

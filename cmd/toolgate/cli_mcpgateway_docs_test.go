@@ -95,7 +95,7 @@ func TestMCPGateway_DocsEverySnippetWorks(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "mcp-gateway.md"))
 	require.NoError(t, err)
 	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake", "timer"}, Policy: gatewayPolicy})
-	nats := served(g)
+	nats := served(t, g)
 	dir := t.TempDir()
 	config := filepath.Join(dir, "gateway.yaml")
 	require.NoError(t, os.WriteFile(config, fmt.Appendf(nil, "servers:\n  files:\n    command: [%q]\n", upstreamServer(t)), 0o600))

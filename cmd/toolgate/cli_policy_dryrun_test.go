@@ -30,7 +30,7 @@ default:
   rules: {deny: ["web_search(forbidden *)"]}
   notify: [{type: webhook, url: "https://hooks.example.com/t", secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}]
 `})
-	url := served(g)
+	url := served(t, g)
 	// 24 calls: per 3, a search (ask, cost 1), a forbidden one (deny) and
 	// a summary (allow, cost 3); even ones of ops, odd ones of research.
 	bot := agent(t, url)

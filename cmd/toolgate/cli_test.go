@@ -33,7 +33,7 @@ import (
 // when given, and returns its NATS URL once its request API answers.
 func startToolgate(t *testing.T, policyYAML string) string {
 	t.Helper()
-	return served(toolgatetest.Start(t, toolgatetest.Options{Policy: policyYAML}))
+	return served(t, toolgatetest.Start(t, toolgatetest.Options{Policy: policyYAML}))
 }
 
 // dataDirs maps the NATS URL of each toolgate a test started to its data
@@ -41,9 +41,17 @@ func startToolgate(t *testing.T, policyYAML string) string {
 // the admin credential there, as it would on the machine serve runs on.
 var dataDirs sync.Map
 
-// served remembers g's data directory and returns its NATS URL.
-func served(g *toolgatetest.Gate) string {
-	dataDirs.Store(g.NATSURL, g.Data)
+// remember maps url to data until t ends: a later test may be given the
+// same port, and must not find this test's credentials under it.
+func remember(t testing.TB, url, data string) {
+	dataDirs.Store(url, data)
+	t.Cleanup(func() { dataDirs.CompareAndDelete(url, data) })
+}
+
+// served remembers g's data directory while t runs and returns its NATS
+// URL.
+func served(t testing.TB, g *toolgatetest.Gate) string {
+	remember(t, g.NATSURL, g.Data)
 	return g.NATSURL
 }
 

@@ -89,7 +89,7 @@ func startServe(t *testing.T, args ...string) *process {
 		}
 	}
 	if data, ok := flags["--data"]; ok && flags["--nats"] == "" {
-		dataDirs.Store("nats://"+flags["--listen"], data)
+		remember(t, "nats://"+flags["--listen"], data)
 	}
 	if url := flags["--nats"]; url != "" && flags["--nats-creds"] == "" {
 		args = append(args, "--nats-creds", server.CredsPath(dataDir(t, url), "toolgate"))

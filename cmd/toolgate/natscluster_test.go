@@ -139,7 +139,7 @@ cluster {
 		urls = append(urls, s.URL)
 	}
 	c.URLs = strings.Join(urls, ",")
-	dataDirs.Store(c.URLs, c.auth)
+	remember(t, c.URLs, c.auth)
 	t.Cleanup(func() {
 		for _, s := range c.servers {
 			s.kill()

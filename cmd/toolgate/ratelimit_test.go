@@ -23,7 +23,7 @@ default:
   rateLimits:
     - {match: "Bash(rm *)", max: 2, per: 10m}
 `})
-	url := served(g)
+	url := served(t, g)
 	var last machine.Entry
 	for i := range 3 {
 		r := cli(t, url, "submit", "--tool", "Bash", "--args", fmt.Sprintf(`{"command":"rm /tmp/x%d"}`, i),
