@@ -41,13 +41,19 @@ type DecisionToken struct {
 // DecisionTokenStore keeps decision tokens in their bucket under the hex
 // SHA-256 of the token, never the token: whoever reads the bucket cannot
 // decide with what it holds.
+//
+// Its reads and writes are a request's, in attempts (see write): one
+// whose answer was lost is asked again, and a redemption stored by an
+// attempt whose answer was lost is its own, not another's.
 type DecisionTokenStore struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 }
 
-// NewDecisionTokenStore returns the store over the decision tokens' bucket.
-func NewDecisionTokenStore(kv jetstream.KeyValue) *DecisionTokenStore {
-	return &DecisionTokenStore{kv: kv}
+// NewDecisionTokenStore returns the store over the decision tokens'
+// bucket, kv, a bucket of js.
+func NewDecisionTokenStore(js jetstream.JetStream, kv jetstream.KeyValue) *DecisionTokenStore {
+	return &DecisionTokenStore{js: js, kv: kv}
 }
 
 // tokenBytes is the randomness of a token: 256 bits, base64url without
@@ -79,7 +85,7 @@ func (s *DecisionTokenStore) Issue(ctx context.Context, t DecisionToken) (string
 	if err != nil {
 		return "", err
 	}
-	if _, err := s.kv.Create(ctx, tokenKey(token), data); err != nil {
+	if _, err := write(ctx, s.js, s.kv, tokenKey(token), data, 0); err != nil {
 		return "", fmt.Errorf("store decision token: %w", err)
 	}
 	return token, nil
@@ -91,7 +97,7 @@ func (s *DecisionTokenStore) Get(ctx context.Context, token string) (DecisionTok
 	if !ValidTokenShape(token) {
 		return DecisionToken{}, 0, machine.ErrNotFound
 	}
-	kve, err := s.kv.Get(ctx, tokenKey(token))
+	kve, err := get(ctx, s.kv, tokenKey(token))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return DecisionToken{}, 0, machine.ErrNotFound
 	}
@@ -121,15 +127,15 @@ func (s *DecisionTokenStore) Use(ctx context.Context, token string, t DecisionTo
 	if err != nil {
 		return t, err
 	}
-	_, err = s.kv.Update(ctx, tokenKey(token), data, revision)
+	// The random UseID makes this redemption's bytes its own: write tells
+	// it from another's when its answer was lost.
+	_, err = write(ctx, s.js, s.kv, tokenKey(token), data, revision)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		// Another redemption won, unless the write that moved the key is
-		// this one whose answer was lost.
 		cur, _, gerr := s.Get(ctx, token)
-		if gerr == nil && cur.UseID == t.UseID {
-			return t, nil
+		if gerr != nil {
+			return t, fmt.Errorf("use decision token: %w", gerr)
 		}
-		return cur, ErrTokenUsed
+		return cur, ErrTokenUsed // another redemption won
 	}
 	if err != nil {
 		return t, fmt.Errorf("use decision token: %w", err)

@@ -127,7 +127,7 @@ func New(cfg Config) *Service {
 		budgets:     bus.NewBudgetLedger(js, cfg.Buckets.Budgets),
 		rates:       bus.NewRateCounters(js, cfg.Buckets.RateLimits),
 		identities:  bus.NewIdentityStore(cfg.Buckets.Identities),
-		tokens:      bus.NewDecisionTokenStore(cfg.Buckets.DecisionTokens),
+		tokens:      bus.NewDecisionTokenStore(js, cfg.Buckets.DecisionTokens),
 		archive:     newArchive(cfg),
 		archivedIDs: bus.NewArchivedIDs(js),
 		analytics:   cfg.Analytics,
