@@ -311,20 +311,21 @@ func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu 
 	// The baseline's bucket is replicated as toolgate's calls are: on a
 	// cluster, a compare-and-set on one replica would be no measure of
 	// one on three.
-	stream, err := b.js.Stream(ctx, "KV_"+wire.CallsBucket)
+	toolgates, err := b.js.Stream(ctx, "KV_"+wire.CallsBucket)
 	if err != nil {
 		return nil, fmt.Errorf("bench: toolgate's calls: %w", err)
 	}
 	bucket := "bench_cas_" + randomHex(4)
-	kv, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.FileStorage, Replicas: stream.CachedInfo().Config.Replicas})
+	kv, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.FileStorage, Replicas: toolgates.CachedInfo().Config.Replicas})
 	if err != nil {
 		return nil, fmt.Errorf("bench: the CAS baseline's bucket: %w", err)
 	}
 	defer b.js.DeleteKeyValue(context.WithoutCancel(ctx), bucket) //nolint:errcheck // a leftover bucket is harmless
-	if stream, err = b.js.Stream(ctx, "KV_"+bucket); err != nil {
+	baseline, err := b.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
 		return nil, fmt.Errorf("bench: the CAS baseline's bucket: %w", err)
 	}
-	r.CASReplicas = stream.CachedInfo().Config.Replicas
+	r.CASReplicas = baseline.CachedInfo().Config.Replicas
 
 	x, err := b.executor.NewExecutor(client.ExecutorOptions{Concurrency: agents, ID: "bench-" + randomHex(3)})
 	if err != nil {
@@ -385,8 +386,8 @@ func (b *bench) run(ctx context.Context, agents, calls int, paths []string, cpu 
 		}
 		res.Consumers = float64(consumers.Load()-beforeConsumers) / float64(calls)
 		if len(decisions) > 0 {
-			// A read, asked again: on a cluster just started, the
-			// stream's leader may still move under its consumer.
+			// A read, asked again: on a cluster just started it was
+			// once refused ("no responders").
 			for attempt := 1; ; attempt++ {
 				if res.Hops, err = b.hops(ctx, began, maps.Clone(decisions)); err == nil || attempt == 3 || ctx.Err() != nil {
 					break
