@@ -620,6 +620,9 @@ func (r *benchReport) print(w io.Writer) {
 		fmt.Fprintf(tw, "%s lifecycles\t%.0f\t1/%.0f\t%.1f / %.1f ms\t%s\t%s\t%s\t%.2f\n", p.Name, p.PerSec, 1/p.Ratio, p.SubmitResult.P50, p.SubmitResult.P99, dh, cpu, msgs, p.Consumers)
 	}
 	tw.Flush()
+	if r.CASReplicas > 1 && slices.ContainsFunc(r.Paths, func(p benchPath) bool { return p.Messages > 0 }) {
+		fmt.Fprintln(w, "\nmessages: every server's, so a message that crosses a route or is replicated counts on each, with the cluster's own traffic")
+	}
 	for _, p := range r.Paths {
 		if len(p.Hops) == 0 {
 			continue

@@ -124,8 +124,13 @@ func TestBench_OnAClusterTheBaselineIsReplicatedAsTheCalls(t *testing.T) {
 	assert.Equal(t, 3, report.CASReplicas)
 	require.Len(t, report.Paths, 1)
 	assert.Greater(t, report.Paths[0].PerSec, 0.0)
+	r = cli(t, cluster.URLs, "bench", "--agents", "1", "--calls", "2", "--path", "auto")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "raw KV compare-and-set (R3)")
+	assert.Contains(t, r.stdout, "messages: every server's", "the messages a lifecycle are not one server's")
 
 	r = cliEnv(t, nil, "bench", "--embedded", "--agents", "2", "--calls", "2", "--path", "auto")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "raw KV compare-and-set (R1)", "one server's calls have one replica")
+	assert.NotContains(t, r.stdout, "messages: every server's")
 }
