@@ -20,7 +20,7 @@ func TestDeniedTools_AgentsAskWithoutReadingThePolicy(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	doc, err := policy.Parse([]byte(`default: {rules: {deny: ["mcp__fs__delete", "mcp__fs__write(/etc/**)"]}}`))
+	doc, err := policy.Parse([]byte(`default: {rules: {deny: ["mcp__fs__delete", "mcp__fs__write(/etc/**)"]}, matchArgument: {mcp__fs: path}}`))
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(doc, nil, nil)
 	require.NoError(t, err)

@@ -49,13 +49,21 @@
 //     WebFetch(domain:example.com); "*" in the host matches any run of
 //     characters.
 //   - Any other tool: the argument that the policy's matchArgument names
-//     for the tool; without one, the first argument, in sorted key order,
-//     whose value is a string. Sorted order makes the choice independent of
-//     the order the agent wrote its arguments in. "*" and ":*" work as
-//     for Bash.
+//     for the tool, or for its MCP server (matchArgument: {mcp__files:
+//     path} names it for every tool of the server; the tool's own key
+//     wins). "*" and ":*" work as for Bash. Nothing is guessed: Validate
+//     (so Parse, and every way of setting a policy) refuses a specifier on
+//     such a tool (in a rule, a risk or quorum key, or a rate rule) unless
+//     matchArgument names its argument in the same scope or the default
+//     one; a specifier on a whole server (mcp__files__*(…)) needs the
+//     server's key.
 //
-// A call without the argument (or whose url has no host) matches no pattern
-// with a specifier. MCP tools are named mcp__<server>__<tool>: the pattern
+// A specifier that cannot read its argument fails closed: when the call
+// lacks the argument, it is not a string, a url has no host, or (in a
+// document that was never validated, or built in code) no matchArgument
+// names it, a deny or ask rule (and a risk, quorum or rate rule) applies
+// and says why, and an allow rule, a grant or Pattern.Match does not.
+// MCP tools are named mcp__<server>__<tool>: the pattern
 // mcp__server (or mcp__server__*) matches every tool of the server, and
 // mcp__server__tool one tool. Lists of tool names in a policy
 // (requiresApprovalTools, readOnlyTools, editTools) accept the server form

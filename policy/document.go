@@ -52,8 +52,10 @@ type Policy struct {
 	// Describe holds, per tool, a text/template over the call's arguments
 	// that says in one line what the call does. Merged per key.
 	Describe map[string]string `yaml:"describe,omitempty" json:"describe,omitempty"`
-	// MatchArgument names, per tool, the argument a rule's specifier is
-	// matched against, for tools whose argument is not built in. Merged per key.
+	// MatchArgument names, per tool or MCP server (mcp__server, for every
+	// tool of it), the argument a specifier is matched against, for tools
+	// whose argument is not built in; a specifier on such a tool needs
+	// it (see readable.go). Merged per key.
 	MatchArgument map[string]string `yaml:"matchArgument,omitempty" json:"matchArgument,omitempty"`
 	// Redact names arguments whose values approvers and viewers are shown
 	// masked, beside the built-in secret names and shapes: a path from the
@@ -321,11 +323,21 @@ func Marshal(d *Document) ([]byte, error) {
 }
 
 // Validate checks every field of every scope, compiles every rule pattern
-// and describe template, and returns all that is wrong, joined. Each error
-// is a *FieldError.
+// and describe template, checks that every specifier on a tool that is
+// not built in reads an argument matchArgument names (see readable.go),
+// and returns all that is wrong, joined. Each error is a *FieldError.
 func (d *Document) Validate() error {
-	_, err := compile(d)
-	return err
+	c, err := compile(d)
+	var errs errorList
+	var joined joinedErrors
+	switch {
+	case errors.As(err, &joined):
+		errs = errorList(joined)
+	case err != nil:
+		errs = errorList{err}
+	}
+	c.checkReadable(&errs)
+	return errs.err()
 }
 
 // Resolve merges the default scope, the team's and the conversation's (in

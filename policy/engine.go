@@ -171,7 +171,7 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 	if err != nil {
 		return machine.Verdict{}, fmt.Errorf("evaluate %s: %w", c.ToolName, err)
 	}
-	cs := newCallSubject(c.ToolName, args, r.MatchArgument[c.ToolName])
+	cs := newCallSubject(c.ToolName, args, r.ArgumentOf(c.ToolName))
 	v.Risk = r.risk(cs)
 	// The description is shown to whoever sees the call: it says what the
 	// call does with its secrets masked.
@@ -198,9 +198,9 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 
 func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args map[string]any, dry bool) (machine.Verdict, error) {
 	tool := c.ToolName
-	call := newCallSubject(tool, args, r.MatchArgument[tool])
+	call := newCallSubject(tool, args, r.ArgumentOf(tool))
 	if rule, ok := firstMatch(r.Rules.Deny, call, false); ok {
-		return verdict(machine.ActionDeny, rule.String()), nil
+		return verdict(machine.ActionDeny, ruleReason(rule, call)), nil
 	}
 	mode, modeFrom, err := r.mode(c.PermissionMode)
 	if err != nil {
@@ -234,7 +234,7 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 	// the mode skips the questions a policy asks by default, not the ones
 	// a rule names.
 	if rule, ok := firstMatch(r.Rules.Ask, call, false); ok {
-		return verdict(machine.ActionAsk, rule.String()), nil
+		return verdict(machine.ActionAsk, ruleReason(rule, call)), nil
 	}
 	if mode == ModeBypassPermissions {
 		return verdict(machine.ActionRun, fmt.Sprintf("permissionMode bypassPermissions (%s)", modeFrom)), nil

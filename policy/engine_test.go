@@ -43,6 +43,7 @@ teams:
     rules:
       deny: ["transfer_funds(acct-blocked*)"]
       allow: ["transfer_funds(acct-*)", "report"]
+    matchArgument: {transfer_funds: to}
   ops:
     permissionMode: acceptEdits
     disableBypassPermissionsMode: true
@@ -601,6 +602,7 @@ default:
   readOnlyTools: [mcp__fs__read_file]
   rules:
     deny: ["mcp__fs__delete", "mcp__shell", "mcp__fs__write_file(/etc/**)", "Bash(rm -rf *)"]
+  matchArgument: {mcp__fs: path}
 teams:
   planners:
     permissionMode: plan

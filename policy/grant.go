@@ -49,7 +49,8 @@ func (g Grant) Validate() error {
 }
 
 // Allows reports whether the grant covers c, as Covers says (no policy's
-// matchArgument is at hand here).
+// matchArgument is at hand here, so a specifier on a tool that is not
+// built in covers none of its calls).
 func (g Grant) Allows(c machine.Call) bool {
 	if g.ConversationID != "" && g.ConversationID != c.ConversationID {
 		return false
@@ -66,10 +67,11 @@ func (g Grant) Allows(c machine.Call) bool {
 
 // Covers reports whether pattern (rule syntax) covers c as an allow rule
 // would: a Bash pattern covers a command line only if it covers every
-// command in it. Specifiers of tools other than the built-in ones are
-// matched against the first string argument in sorted key order. A
-// pattern that does not parse is an error; arguments that are not an
-// object are covered by no pattern with a specifier.
+// command in it. No policy's matchArgument is at hand: a specifier on a
+// tool that is not built in reads no argument, so it covers no call, and
+// neither does one whose call lacks the argument. A pattern that does not
+// parse is an error; arguments that are not an object are covered by no
+// pattern with a specifier.
 func Covers(pattern string, c machine.Call) (bool, error) {
 	p, err := parsePattern(pattern)
 	if err != nil {
@@ -143,8 +145,9 @@ func grantPattern(c machine.Call) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	v, ok := argument(c.ToolName, args, "")
-	if !ok || v == "" {
+	a := argument(c.ToolName, args, "")
+	v := a.value
+	if a.why != "" || v == "" {
 		return "", fieldErrorf("toolArguments", "%s call has nothing to grant by", c.ToolName)
 	}
 	return c.ToolName + "(" + v + ")", nil

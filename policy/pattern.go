@@ -7,7 +7,6 @@ import (
 	"path"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"unicode/utf8"
 )
@@ -225,8 +224,12 @@ func (p Pattern) String() string { return p.raw }
 
 // Match reports whether the pattern matches a call of toolName with args,
 // the specifier compared with the whole argument (see the package comment
-// for which one). Rules in an Engine do more for Bash: they also look at
-// each command of a compound command line.
+// for which one). No policy is at hand here, so no matchArgument: a
+// pattern with a specifier matches no call of a tool that is not built in,
+// nor a call without the argument. Rules in an Engine do more: they read
+// the policy's matchArgument, a deny or ask rule matches a call whose
+// argument it cannot read, and Bash rules also look at each command of a
+// compound command line.
 func (p Pattern) Match(toolName string, args map[string]any) bool {
 	if !p.matchesTool(toolName) {
 		return false
@@ -234,8 +237,8 @@ func (p Pattern) Match(toolName string, args map[string]any) bool {
 	if p.re == nil {
 		return true
 	}
-	v, ok := argument(toolName, args, "")
-	return ok && p.matchValue(v)
+	a := argument(toolName, args, "")
+	return a.why == "" && p.matchValue(a.value)
 }
 
 func (p Pattern) matchesTool(tool string) bool {
@@ -255,37 +258,82 @@ func (p Pattern) matchValue(v string) bool {
 	return p.re.MatchString(v)
 }
 
-// argument returns the string a specifier is matched against: the built-in
-// tools' own argument; else the one matchArg names; else the first string
-// argument in sorted key order, which is stable whatever order the agent
-// sent its arguments in.
-func argument(tool string, args map[string]any, matchArg string) (string, bool) {
-	if names, ok := builtinArgs[tool]; ok {
-		for _, n := range names {
-			if s, ok := args[n].(string); ok {
-				if tool == "WebFetch" {
-					return webFetchDomain(s)
-				}
-				return s, true
+// argRead is the argument a specifier reads in one call.
+type argRead struct {
+	name  string // the argument's name; "" when no matchArgument names one
+	value string // what the specifier is matched against
+	why   string // why the call gives no value to match; "" when it does
+}
+
+// argument reads the argument a specifier on tool is matched against: the
+// built-in tools' own (the first one present as a string), else the one
+// matchArg names. There is no guessing: a tool that is not built in and
+// has no matchArg has no argument to read, whatever the call holds.
+func argument(tool string, args map[string]any, matchArg string) argRead {
+	names, builtin := builtinArgs[tool]
+	if !builtin {
+		if matchArg == "" {
+			return argRead{why: fmt.Sprintf("no matchArgument names the argument of %s it reads", tool)}
+		}
+		names = []string{matchArg}
+	}
+	var why string
+	for _, n := range names {
+		v, present := args[n]
+		if !present {
+			continue
+		}
+		s, ok := v.(string)
+		switch {
+		case !ok:
+			if why == "" {
+				why = fmt.Sprintf("its %s argument is %s, not a string", n, jsonKind(v))
 			}
+			continue
+		case tool == "WebFetch":
+			d, ok := webFetchDomain(s)
+			if !ok {
+				return argRead{name: n, why: "its url argument has no host"}
+			}
+			return argRead{name: n, value: d}
 		}
+		return argRead{name: n, value: s}
+	}
+	if why == "" {
+		why = "the call has no " + strings.Join(names, " or ") + " argument"
+	}
+	return argRead{name: names[0], why: why}
+}
+
+// jsonKind names the JSON type of a decoded value, for errors.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	}
+	return "a number"
+}
+
+// mcpToolServer is the MCP server (mcp__server) of an MCP tool's name
+// (mcp__server__tool).
+func mcpToolServer(tool string) (string, bool) {
+	rest, ok := strings.CutPrefix(tool, "mcp__")
+	if !ok {
 		return "", false
 	}
-	if matchArg != "" {
-		s, ok := args[matchArg].(string)
-		return s, ok
-	}
-	keys := make([]string, 0, len(args))
-	for k, v := range args {
-		if _, ok := v.(string); ok {
-			keys = append(keys, k)
-		}
-	}
-	if len(keys) == 0 {
+	i := strings.Index(rest, "__")
+	if i <= 0 {
 		return "", false
 	}
-	sort.Strings(keys)
-	return args[keys[0]].(string), true
+	return "mcp__" + rest[:i], true
 }
 
 // webFetchDomain is "domain:" and the lower-cased host of raw.

@@ -115,12 +115,12 @@ func TestPattern_Match(t *testing.T) {
 		{"mcp__github__create_issue",
 			[]call{{"mcp__github__create_issue", nil}},
 			[]call{{"mcp__github__create_issues", nil}, {"mcp__github__close_issue", nil}}},
-		{"mcp__github(repo:a*)", // a server pattern with a specifier: first string argument
-			[]call{{"mcp__github__x", map[string]any{"q": "repo:a b", "z": "other"}}},
-			[]call{{"mcp__github__x", map[string]any{"a": "other", "q": "repo:a"}}, {"mcp__github__x", map[string]any{"q": "repo:b"}}}},
-		{"transfer_funds(acct-*)", // any other tool: first string argument in sorted key order
-			[]call{{"transfer_funds", map[string]any{"to": "acct-7", "amount": 5}}, {"transfer_funds", map[string]any{"a": "acct-1", "b": "x"}}},
-			[]call{{"transfer_funds", map[string]any{"a": "x", "to": "acct-7"}}, {"transfer_funds", map[string]any{"n": 1}}}},
+		{"mcp__github(repo:a*)", // no matchArgument at hand: no argument is guessed
+			nil,
+			[]call{{"mcp__github__x", map[string]any{"q": "repo:a b", "z": "other"}}, {"mcp__github__x", map[string]any{"q": "repo:a"}}}},
+		{"transfer_funds(acct-*)",
+			nil,
+			[]call{{"transfer_funds", map[string]any{"to": "acct-7", "amount": 5}}, {"transfer_funds", map[string]any{"a": "acct-1"}}}},
 	}
 	for _, tt := range tests {
 		p, err := ParsePattern(tt.pattern)
@@ -139,10 +139,26 @@ func TestPattern_Match(t *testing.T) {
 func TestPattern_MatchArgument(t *testing.T) {
 	p, err := ParsePattern("send_email(*@example.com)")
 	require.NoError(t, err)
-	args := map[string]any{"body": "hi", "to": "bob@example.com"}
-	assert.False(t, p.Match("send_email", args), "body sorts first")
+	args := map[string]any{"body": "bob@example.com", "to": "bob@example.com"}
+	assert.False(t, p.Match("send_email", args), "no matchArgument: no argument is guessed")
 	assert.True(t, p.matchCall(newCallSubject("send_email", args, "to"), false))
-	assert.False(t, p.matchCall(newCallSubject("send_email", map[string]any{"body": "x"}, "to"), false))
+	assert.True(t, p.matchCall(newCallSubject("send_email", args, "to"), true))
+	assert.False(t, p.matchCall(newCallSubject("send_email", map[string]any{"body": "a", "to": "x@elsewhere.io"}, "to"), false))
+
+	// An argument that cannot be read: deny and ask rules match, allow rules don't.
+	for _, cs := range []callSubject{
+		newCallSubject("send_email", map[string]any{"body": "bob@example.com"}, "to"),
+		newCallSubject("send_email", map[string]any{"to": 7}, "to"),
+		newCallSubject("send_email", map[string]any{"to": "bob@example.com"}, ""),
+	} {
+		assert.True(t, p.matchCall(cs, false), "a deny or ask rule fails closed: %s", cs.why)
+		assert.False(t, p.matchCall(cs, true), "an allow rule does not allow: %s", cs.why)
+	}
+	assert.Equal(t, "the call has no to argument", newCallSubject("send_email", nil, "to").why)
+	assert.Equal(t, "its to argument is a number, not a string", newCallSubject("send_email", map[string]any{"to": 7.0}, "to").why)
+	assert.Equal(t, "no matchArgument names the argument of send_email it reads", newCallSubject("send_email", nil, "").why)
+	assert.Equal(t, "its url argument has no host", newCallSubject("WebFetch", map[string]any{"url": "::"}, "").why)
+	assert.Equal(t, "the call has no path or pattern argument", newCallSubject("Grep", map[string]any{}, "").why)
 }
 
 func TestParseShell(t *testing.T) {

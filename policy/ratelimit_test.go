@@ -303,7 +303,7 @@ func TestMarshal_RateLimitsRoundTrip(t *testing.T) {
 
 func TestEngine_NamedToolOfARateRule(t *testing.T) {
 	t.Parallel()
-	doc, err := Parse([]byte("teams:\n  ops:\n    rateLimits: [{match: 'kubectl(delete *)', max: 1, per: 1m}]\n"))
+	doc, err := Parse([]byte("teams:\n  ops:\n    rateLimits: [{match: 'kubectl(delete *)', max: 1, per: 1m}]\n    matchArgument: {kubectl: command}\n"))
 	require.NoError(t, err)
 	e, err := NewEngine(doc, nil, nil)
 	require.NoError(t, err)

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -52,8 +53,8 @@ type Resolved struct {
 	ReadOnlyTools            []string
 	EditTools                []string
 	Rules                    RuleSet
-	Describe                 map[string]string // tool → template source
-	MatchArgument            map[string]string
+	Describe                 map[string]string   // tool → template source
+	MatchArgument            map[string]string   // tool or MCP server → the argument specifiers read (see ArgumentOf)
 	Editable                 map[string]bool     // tool → may an approver edit its calls; absent: yes
 	Risks                    map[string]RiskRule // pattern → the risk of the calls it matches
 	RateLimits               []RateRule          // every scope's rate rules, the narrowest scope's first
@@ -94,11 +95,26 @@ type Rule struct {
 	Kind    string // "deny", "ask" or "allow"
 	Pattern Pattern
 	Scope   string
+	Index   int // its place in its scope's list of its kind, from 0
 }
 
 // String names the rule as verdict reasons do: rules.deny "Bash(rm -rf *)" (default).
 func (r Rule) String() string {
 	return fmt.Sprintf("rules.%s %q (%s)", r.Kind, r.Pattern.String(), r.Scope)
+}
+
+// ArgumentOf is the argument a specifier on tool reads, as matchArgument
+// names it: the tool's own key, else its MCP server's (mcp__server, or
+// mcp__server__*); "" when neither is set. Built-in tools read their own
+// argument whatever this says.
+func (r *Resolved) ArgumentOf(tool string) string {
+	if arg := r.MatchArgument[tool]; arg != "" {
+		return arg
+	}
+	if srv, ok := mcpToolServer(tool); ok {
+		return cmp.Or(r.MatchArgument[srv], r.MatchArgument[srv+"__*"])
+	}
+	return ""
 }
 
 // ReadOnly reports whether tool is one of ReadOnlyTools.
@@ -211,7 +227,7 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 				errs.add(fmt.Sprintf("%s[%d]", at("rules."+kind.name), i), "%q: %v", s, err)
 				continue
 			}
-			*kind.dst = append(*kind.dst, Rule{Kind: kind.name, Pattern: pat, Scope: scope})
+			*kind.dst = append(*kind.dst, Rule{Kind: kind.name, Pattern: pat, Scope: scope, Index: i})
 		}
 	}
 	for _, tool := range slices.Sorted(maps.Keys(p.Describe)) {
@@ -226,8 +242,9 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 	}
 	for _, tool := range slices.Sorted(maps.Keys(p.MatchArgument)) {
 		f := index(at("matchArgument"), tool)
-		checkToolName(errs, f, tool)
-		if args, ok := builtinArgs[tool]; ok {
+		if !validToolEntry(tool) {
+			errs.add(f, "must be a tool name or an MCP server (mcp__server), got %q", tool)
+		} else if args, ok := builtinArgs[tool]; ok {
 			errs.add(f, "%s is matched against its %s argument; that cannot be changed", tool, args[0])
 		} else if p.MatchArgument[tool] == "" {
 			errs.add(f, "argument name is empty")

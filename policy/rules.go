@@ -13,17 +13,20 @@ import (
 // callSubject is what rules match a call against, worked out once per call.
 type callSubject struct {
 	tool  string
-	value string // the argument the specifier is matched against
-	ok    bool   // the call has that argument
+	arg   string // the argument's name
+	value string // the argument a specifier is matched against
+	ok    bool   // the call has that argument, as a string
+	why   string // when not ok: why the argument cannot be read
 	shell bool   // value is a Bash command line
 	shellLine
 }
 
 func newCallSubject(tool string, args map[string]any, matchArg string) callSubject {
-	v, ok := argument(tool, args, matchArg)
-	cs := callSubject{tool: tool, value: v, ok: ok, shell: ok && tool == "Bash"}
+	a := argument(tool, args, matchArg)
+	cs := callSubject{tool: tool, arg: a.name, value: a.value, ok: a.why == "", why: a.why}
+	cs.shell = cs.ok && tool == "Bash"
 	if cs.shell {
-		cs.shellLine = parseShell(v)
+		cs.shellLine = parseShell(cs.value)
 	}
 	return cs
 }
@@ -31,6 +34,10 @@ func newCallSubject(tool string, args map[string]any, matchArg string) callSubje
 // matchCall matches p as a rule. A deny or ask rule matches a command line
 // if it matches the whole line or any command in it; an allow rule only if
 // it matches every command in it, and never a line it cannot see through.
+//
+// A specifier that cannot read its argument (the call lacks it, it is not
+// a string, or nothing names it: see argument) fails closed: a deny or ask
+// rule, and a risk, quorum or rate rule, matches; an allow rule does not.
 func (p Pattern) matchCall(cs callSubject, allow bool) bool {
 	switch {
 	case !p.matchesTool(cs.tool):
@@ -38,7 +45,7 @@ func (p Pattern) matchCall(cs callSubject, allow bool) bool {
 	case p.re == nil:
 		return true
 	case !cs.ok:
-		return false
+		return !allow
 	case !cs.shell || len(cs.parts) == 0 && !cs.opaque:
 		return p.matchValue(cs.value)
 	case allow:
@@ -58,6 +65,10 @@ func (p Pattern) matchCall(cs callSubject, allow bool) bool {
 	return slices.ContainsFunc(cs.parts, p.matchValue)
 }
 
+// unread reports whether p matched cs only because it could not read
+// cs's argument.
+func (p Pattern) unread(cs callSubject) bool { return p.re != nil && !cs.ok }
+
 func firstMatch(rules []Rule, cs callSubject, allow bool) (Rule, bool) {
 	for _, r := range rules {
 		if r.Pattern.matchCall(cs, allow) {
@@ -65,6 +76,16 @@ func firstMatch(rules []Rule, cs callSubject, allow bool) (Rule, bool) {
 		}
 	}
 	return Rule{}, false
+}
+
+// ruleReason names the rule that decided a call, for the verdict's reason,
+// and, when it decided because it could not read the call's argument,
+// which argument and why.
+func ruleReason(r Rule, cs callSubject) string {
+	if !r.Pattern.unread(cs) {
+		return r.String()
+	}
+	return r.String() + ": the rule could not read the call's argument (" + cs.why + "), so it applies"
 }
 
 // callArguments decodes a call's arguments, keeping numbers as written

@@ -1,0 +1,100 @@
+package policy
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// A specifier on a tool that is not built in reads the argument the
+// policy's matchArgument names for the tool (or for its MCP server). A
+// document whose specifier names no argument it could read is refused by
+// Validate: its rule would mean whatever the agent's arguments made it
+// mean. The Engine still takes such a document (one stored before this
+// check, or built in code) and fails closed on it: see matchCall.
+
+// checkReadable adds an error for every pattern with a specifier, in any
+// scope, whose argument no matchArgument names in the pattern's scope or a
+// scope it inherits: a team's and a conversation's inherit the default's.
+func (c *compiled) checkReadable(errs *errorList) {
+	all := []*layer{c.def}
+	for _, name := range slices.Sorted(maps.Keys(c.teams)) {
+		all = append(all, c.teams[name])
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.convs)) {
+		all = append(all, c.convs[id])
+	}
+	for _, l := range all {
+		chain := []*layer{l}
+		if l != c.def {
+			chain = append(chain, c.def)
+		}
+		need := func(path string, p Pattern) {
+			if msg := unreadable(p, chain, all); msg != "" {
+				errs.add(path, "%q: %s", p.String(), msg)
+			}
+		}
+		for _, rules := range [][]Rule{l.rules.Deny, l.rules.Ask, l.rules.Allow} {
+			for _, r := range rules {
+				need(fmt.Sprintf("%s.rules.%s[%d]", l.scope, r.Kind, r.Index), r.Pattern)
+			}
+		}
+		for _, key := range slices.Sorted(maps.Keys(l.risks)) {
+			need(index(l.scope+".risk", key), l.risks[key].Pattern)
+		}
+		for _, key := range slices.Sorted(maps.Keys(l.quorums)) {
+			need(index(l.scope+".quorum", key), l.quorums[key].Pattern)
+		}
+		for _, rr := range l.rates {
+			need(fmt.Sprintf("%s.rateLimits[%d].match", l.scope, rr.Index), rr.Pattern)
+		}
+	}
+}
+
+// unreadable says what is wrong with p, in the scope chain (its own
+// first), when its specifier reads no argument; "" when it reads one.
+// The fix it suggests names the argument when some scope of all names it
+// for the same key.
+func unreadable(p Pattern, chain, all []*layer) string {
+	if p.re == nil || builtinArgs[p.tool] != nil {
+		return ""
+	}
+	keys := readKeys(p)
+	for _, l := range chain {
+		for _, k := range keys {
+			if l.p.MatchArgument[k] != "" {
+				return ""
+			}
+		}
+	}
+	key, arg := keys[0], "<argument name>"
+	for _, l := range all {
+		if a := l.p.MatchArgument[key]; a != "" {
+			arg = a
+			break
+		}
+	}
+	where := chain[0].scope
+	if len(chain) > 1 {
+		where += " or " + chain[len(chain)-1].scope
+	}
+	what := p.tool + " is not a built-in tool, so nothing says which of its arguments the specifier reads"
+	if p.server {
+		what = "the pattern names every tool of " + p.tool + ", so its specifier needs the argument named for the whole server"
+	}
+	return fmt.Sprintf("%s: add matchArgument: {%s: %s} to %s", what, key, arg, where)
+}
+
+// readKeys are the matchArgument keys that name the argument a pattern's
+// specifier reads: for one tool, the tool's key or its MCP server's; for
+// a whole server, only the server's.
+func readKeys(p Pattern) []string {
+	if p.server {
+		return []string{p.tool, p.tool + "__*"}
+	}
+	keys := []string{p.tool}
+	if srv, ok := mcpToolServer(p.tool); ok {
+		keys = append(keys, srv, srv+"__*")
+	}
+	return keys
+}
