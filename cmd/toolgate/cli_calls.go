@@ -364,9 +364,9 @@ func (m *matchFlags) decide(ctx context.Context, c *cliCmd, pos []string, approv
 	verb := map[bool]string{true: "approved", false: "rejected"}[approve]
 	w := c.out.stdout
 	if reply.DryRun {
-		fmt.Fprintf(w, "would have %s %d calls (dry run, nothing decided):\n", verb, len(reply.Decided))
+		fmt.Fprintf(w, "would have %s %s (dry run, nothing decided):\n", verb, counted(len(reply.Decided), "call", "calls"))
 	} else {
-		fmt.Fprintf(w, "%s %d calls, skipped %d\n", verb, len(reply.Decided), len(reply.Skipped))
+		fmt.Fprintf(w, "%s %s, skipped %d\n", verb, counted(len(reply.Decided), "call", "calls"), len(reply.Skipped))
 	}
 	for _, d := range reply.Decided {
 		if d.Entry.Status == machine.StatePendingApproval && !reply.DryRun {
@@ -502,12 +502,12 @@ func cliCancel(ctx context.Context, args []string, out cliOutput) error {
 	if c.json {
 		return cliPrintJSON(w, reply)
 	}
-	fmt.Fprintf(w, "cancelled %d call(s) of conversation %s\n", len(reply.Cancelled), conv)
+	fmt.Fprintf(w, "cancelled %s of conversation %s\n", counted(len(reply.Cancelled), "call", "calls"), conv)
 	for _, e := range reply.Cancelled {
 		fmt.Fprintf(w, "  %s (%s)\n", e.PendingID, e.ToolName)
 	}
 	if len(reply.Running) > 0 {
-		fmt.Fprintf(w, "%d call(s) already running, not cancelled:\n", len(reply.Running))
+		fmt.Fprintf(w, "%s already running, not cancelled:\n", counted(len(reply.Running), "call", "calls"))
 		for _, e := range reply.Running {
 			fmt.Fprintf(w, "  %s (%s)\n", e.PendingID, e.ToolName)
 		}

@@ -77,6 +77,21 @@ func description(e *machine.Entry) string {
 	return string(e.ToolArguments)
 }
 
+// plural is one when n is 1 and many otherwise, so that the words after a
+// count agree with it: plural(n, "call differs", "calls differ").
+func plural[N ~int | ~int64 | ~uint64](n N, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// counted is n followed by plural's words: counted(1, "call", "calls") is
+// "1 call".
+func counted[N ~int | ~int64 | ~uint64](n N, one, many string) string {
+	return fmt.Sprintf("%d %s", n, plural(n, one, many))
+}
+
 // oneLine flattens s to one line of at most n characters.
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")

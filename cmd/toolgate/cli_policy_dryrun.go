@@ -145,9 +145,9 @@ func printDryRun(w io.Writer, file string, r *wire.PolicyDryRunReply) error {
 	if r.Team != nil {
 		scope = "team " + teamName(*r.Team)
 	}
-	fmt.Fprintf(w, "%d calls from %s to %s (%s): %d would change\n", r.Calls, stamp(r.Since), stamp(r.Until), scope, r.Changed)
+	fmt.Fprintf(w, "%s from %s to %s (%s): %d would change\n", counted(r.Calls, "call", "calls"), stamp(r.Since), stamp(r.Until), scope, r.Changed)
 	if r.Skipped > 0 {
-		fmt.Fprintf(w, "%d calls could not be evaluated and are left out (%s)\n", r.Skipped, r.SkippedReason)
+		fmt.Fprintf(w, "%s not be evaluated and %s left out (%s)\n", counted(r.Skipped, "call could", "calls could"), plural(r.Skipped, "is", "are"), r.SkippedReason)
 	}
 	if r.Calls == 0 {
 		return nil
@@ -194,8 +194,8 @@ func printDryRun(w io.Writer, file string, r *wire.PolicyDryRunReply) error {
 		return err
 	}
 	fmt.Fprintf(w, "(a dry run counts no budget: past a daily limit, calls would be asked about)\n")
-	fmt.Fprintf(w, "\nagainst the verdicts recorded: %d calls differ under the policy in force (grants, budgets, older policies), %d under the candidate\n",
-		r.Recorded.Current, r.Recorded.Candidate)
+	fmt.Fprintf(w, "\nagainst the verdicts recorded: %s under the policy in force (grants, budgets, older policies), %d under the candidate\n",
+		counted(r.Recorded.Current, "call differs", "calls differ"), r.Recorded.Candidate)
 	if len(r.Examples) > 0 {
 		fmt.Fprintln(w, "\nEXAMPLES")
 	}

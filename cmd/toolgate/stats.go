@@ -196,8 +196,8 @@ func cliAnalyticsRebuild(ctx context.Context, args []string, out cliOutput) erro
 	if info, err := events.Info(ctx); err == nil {
 		n = info.State.Msgs
 	}
-	fmt.Fprintf(out.stdout, "analytics rebuilt from the %d events in %s: generation %d in force (%s)\n",
-		n, wire.EventsStream, gen, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(out.stdout, "analytics rebuilt from the %s in %s: generation %d in force (%s)\n",
+		counted(n, "event", "events"), wire.EventsStream, gen, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -205,7 +205,7 @@ func cliAnalyticsRebuild(ctx context.Context, args []string, out cliOutput) erro
 func printStats(w io.Writer, r *analytics.Report) error {
 	fmt.Fprintf(w, "Analytics, generation %d", r.Generation)
 	if r.Lag > 0 {
-		fmt.Fprintf(w, " (catching up: %d events not yet counted)", r.Lag)
+		fmt.Fprintf(w, " (catching up: %s not yet counted)", counted(r.Lag, "event", "events"))
 	}
 	fmt.Fprint(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -235,7 +235,7 @@ func printStats(w io.Writer, r *analytics.Report) error {
 			p.Calls, p.Asked, p.Decisions, p.Approved, p.Rejected, p.TimedOut, statsMs(p.MeanResponseMs), statsMs(p.P90ResponseMs))
 	}
 	if active == 0 {
-		fmt.Fprintf(tw, "(nothing in the last %d hours)\n", len(r.Series.Points))
+		fmt.Fprintf(tw, "(nothing in the last %s)\n", counted(len(r.Series.Points), "hour", "hours"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
