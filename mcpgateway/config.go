@@ -1,10 +1,8 @@
 package mcpgateway
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"regexp"
@@ -100,19 +98,132 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // ParseConfig reads a config document (YAML or JSON) and checks it: a
-// field it does not know, or a server that names neither or both of a
-// command and a URL, is refused, naming it. Errors wrap machine.ErrInvalid.
+// field it does not know, a value of the wrong kind, or a server that
+// names neither or both of a command and a URL, is refused, naming the
+// field (and its line). Errors wrap machine.ErrInvalid.
 func ParseConfig(data []byte) (*Config, error) {
-	var cfg Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%w: %s", machine.ErrInvalid, yamlError(err))
+	}
+	if err := checkFields(&doc); err != nil {
 		return nil, fmt.Errorf("%w: %v", machine.ErrInvalid, err)
+	}
+	var cfg Config
+	if len(doc.Content) > 0 {
+		if err := doc.Decode(&cfg); err != nil {
+			return nil, fmt.Errorf("%w: %s", machine.ErrInvalid, yamlError(err))
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &cfg, nil
+}
+
+// serverFields are the fields of a server, as the config names them.
+var serverFields = []string{"command", "args", "env", "dir", "url", "headers"}
+
+// checkFields refuses a field the config does not know, naming it and its
+// line.
+func checkFields(doc *yaml.Node) error {
+	if len(doc.Content) == 0 {
+		return nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: the config is a map with servers in it", root.Line)
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		key, val := root.Content[i], root.Content[i+1]
+		if key.Value != "servers" {
+			return fmt.Errorf("line %d: unknown field %q: the config has servers only", key.Line, key.Value)
+		}
+		if val.Kind != yaml.MappingNode {
+			if val.Tag == "!!null" {
+				continue
+			}
+			return fmt.Errorf("line %d: servers: a map of server names to servers", val.Line)
+		}
+		for j := 0; j+1 < len(val.Content); j += 2 {
+			name, server := val.Content[j], val.Content[j+1]
+			if server.Kind != yaml.MappingNode {
+				if server.Tag == "!!null" {
+					continue
+				}
+				return fmt.Errorf("line %d: servers.%s: a server is a map (%s)", server.Line, name.Value, strings.Join(serverFields, ", "))
+			}
+			for k := 0; k+1 < len(server.Content); k += 2 {
+				f, v := server.Content[k], server.Content[k+1]
+				if !slices.Contains(serverFields, f.Value) {
+					return fmt.Errorf("line %d: servers.%s: unknown field %q: a server has %s", f.Line, name.Value, f.Value, strings.Join(serverFields, ", "))
+				}
+				if want := fieldKind(f.Value, v); want != "" {
+					return fmt.Errorf("line %d: servers.%s.%s: want %s", v.Line, name.Value, f.Value, want)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// fieldKind says what the server's field wants when v is not that: ""
+// when it is.
+func fieldKind(field string, v *yaml.Node) string {
+	strs := func(nodes []*yaml.Node) bool {
+		for _, n := range nodes {
+			if n.Kind != yaml.ScalarNode {
+				return false
+			}
+		}
+		return true
+	}
+	switch field {
+	case "command":
+		if v.Kind == yaml.ScalarNode || v.Kind == yaml.SequenceNode && strs(v.Content) {
+			return ""
+		}
+		return "a list (program, then its arguments) or a program's name"
+	case "args":
+		if v.Kind == yaml.SequenceNode && strs(v.Content) {
+			return ""
+		}
+		return "a list of arguments"
+	case "env", "headers":
+		if v.Kind == yaml.MappingNode && strs(v.Content) {
+			return ""
+		}
+		return "a map of names to values"
+	default: // dir, url
+		if v.Kind == yaml.ScalarNode {
+			return ""
+		}
+		return "a string"
+	}
+}
+
+// goTypes are how the YAML decoder names the config's Go types, and what
+// the config calls them.
+var goTypes = strings.NewReplacer(
+	"map[string]mcpgateway.Upstream", "a map of server names to servers",
+	"mcpgateway.Upstream", "a server",
+	"mcpgateway.Config", "the config",
+	"mcpgateway.Argv", "a command",
+	"map[string]string", "a map of names to strings",
+	"[]string", "a list of strings",
+	"!!seq", "a list", "!!map", "a map", "!!str", "a string", "!!int", "a number", "!!float", "a number", "!!bool", "a boolean",
+	"cannot unmarshal", "cannot read",
+	"yaml: unmarshal errors:\n  ", "", "yaml: ", "",
+)
+
+// yamlError is the decoder's error in the config's words: each line of
+// it says which line of the file it is about.
+func yamlError(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return goTypes.Replace(strings.Join(te.Errors, "; "))
+	}
+	return goTypes.Replace(err.Error())
 }
 
 // Validate checks the config, naming the field at fault.

@@ -40,18 +40,24 @@ servers:
 		``:                  "servers: name at least one MCP server",
 		`servers: {}`:       "servers: name at least one MCP server",
 		`servers: {fs: {}}`: "servers.fs: give a command",
-		`servers: {fs: {command: [a], url: "http://x"}}`: "command or url, not both",
-		`servers: {fs: {url: "ftp://x"}}`:                "servers.fs.url: want an http or https URL",
-		`servers: {fs: {url: "http://x", env: {A: b}}}`:  "env, args and dir are for a command",
-		`servers: {fs: {command: [a], headers: {A: b}}}`: "servers.fs.headers: only for a url",
-		`servers: {my__fs: {command: [a]}}`:              `a server's name is 1 to 32 letters`,
-		`servers: {_fs: {command: [a]}}`:                 `a server's name`,
-		`servers: {fs: {command: [a], cmd: b}}`:          "field cmd not found",
-		`servers: {fs: {command: [""]}}`:                 "the program is empty",
+		`servers: {fs: {command: [a], url: "http://x"}}`:  "command or url, not both",
+		`servers: {fs: {url: "ftp://x"}}`:                 "servers.fs.url: want an http or https URL",
+		`servers: {fs: {url: "http://x", env: {A: b}}}`:   "env, args and dir are for a command",
+		`servers: {fs: {command: [a], headers: {A: b}}}`:  "servers.fs.headers: only for a url",
+		`servers: {my__fs: {command: [a]}}`:               `a server's name is 1 to 32 letters`,
+		`servers: {_fs: {command: [a]}}`:                  `a server's name`,
+		`servers: {fs: {command: [a], cmd: b}}`:           `line 1: servers.fs: unknown field "cmd": a server has command, args`,
+		"servers:\n  fs:\n    command: [a]\n    cmd: b\n": `line 4: servers.fs: unknown field "cmd"`,
+		"servers:\n  fs:\n    env: [A=b]\n":               "line 3: servers.fs.env: want a map of names to values",
+		"servers:\n  fs:\n    args: 3\n":                  "line 3: servers.fs.args: want a list of arguments",
+		"servers:\n  fs: [a]\n":                           "line 2: servers.fs: a server is a map",
+		"server:\n  fs: {command: a}\n":                   `line 1: unknown field "server": the config has servers only`,
+		`servers: {fs: {command: [""]}}`:                  "the program is empty",
 	} {
 		_, err := mcpgateway.ParseConfig([]byte(doc))
 		assert.ErrorIs(t, err, machine.ErrInvalid, doc)
 		assert.ErrorContains(t, err, want, doc)
+		assert.NotContains(t, err.Error(), "mcpgateway.", "an error names the config's fields, not Go's types")
 	}
 }
 
