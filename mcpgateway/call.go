@@ -55,6 +55,11 @@ func (s *session) callTool(reqCtx context.Context, req *mcp.CallToolRequest) (mc
 	ctx, cancel := context.WithCancelCause(reqCtx)
 	defer cancel(nil)
 	defer s.track(cancel)()
+	if hctx := s.gw.requestContext(req); hctx != nil {
+		// Over HTTP the SDK goes on with a request whose client is gone:
+		// its connection dropping stops the call, as on stdio.
+		defer context.AfterFunc(hctx, func() { cancel(errClientDisconnected) })()
+	}
 
 	call := machine.Call{
 		ToolCallID: "mcp_" + randomHex(12), ToolName: ToolName(server, tool), Arguments: args,
@@ -117,6 +122,9 @@ func (s *session) decide(ctx context.Context, call machine.Call, progressToken a
 	e, err := g.Submit(sctx, call)
 	switch {
 	case err == nil:
+	case errors.Is(err, client.ErrUnavailable):
+		// Nothing answered the submit: no call was recorded to withdraw.
+		return refused("", fmt.Sprintf("toolgate: %s was not run: %v", call.ToolName, err))
 	case ctx.Err() != nil:
 		return s.withdraw(ctx, id, stopped(ctx), spare) // the submit may have landed
 	case sctx.Err() != nil:

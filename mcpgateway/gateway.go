@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/client"
@@ -64,10 +65,22 @@ type Options struct {
 	// Stderr receives the upstream commands' standard error (default:
 	// the gateway's own).
 	Stderr io.Writer
-	// ConnectTimeout bounds starting and initializing one upstream
+	// UpstreamTimeout bounds starting and initializing one upstream
 	// server (default 30s).
-	ConnectTimeout time.Duration
+	UpstreamTimeout time.Duration
+	// IdleTimeout ends an HTTP session that has had no request and no
+	// open stream for that long (default DefaultIdleTimeout): its client
+	// went away without ending it. A session whose client waits on a
+	// call is not idle: the request is open.
+	IdleTimeout time.Duration
+	// Clock tells the time the idle timeout is measured on (default
+	// time.Now).
+	Clock func() time.Time
 }
+
+// DefaultIdleTimeout is how long an HTTP session may go without a request
+// or an open stream before the gateway ends it.
+const DefaultIdleTimeout = 10 * time.Minute
 
 // Gateway is an MCP server in front of MCP servers: it forwards what a
 // client asks of them, and every tools/call goes through toolgate first.
@@ -89,8 +102,17 @@ type Gateway struct {
 	log        *slog.Logger
 	sdkLog     *slog.Logger // the SDK's own: warnings and errors only
 
+	metrics *gauges
+
 	mu       sync.Mutex
-	sessions map[string]*session // by MCP session id, for HTTP's DELETE
+	sessions map[string]*session // by MCP session id: HTTP's
+	// requests are the HTTP requests in flight that carry client
+	// messages, by the token the handler gave them (requestHeader).
+	requests sync.Map // string -> context.Context
+
+	reaper   sync.Once
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
 // WaitFor returns how long a call waits for toolgate's verdict when the
@@ -118,8 +140,14 @@ func New(cfg *Config, g Gate, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.ConnectTimeout <= 0 {
-		opts.ConnectTimeout = 30 * time.Second
+	if opts.UpstreamTimeout <= 0 {
+		opts.UpstreamTimeout = 30 * time.Second
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
 	}
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
@@ -131,7 +159,8 @@ func New(cfg *Config, g Gate, opts Options) (*Gateway, error) {
 	servers := cfg.names()
 	return &Gateway{
 		cfg: cfg, gate: g, opts: opts, wait: wait, servers: servers, namespaced: len(servers) > 1,
-		log: log, sdkLog: slog.New(minLevel{log.Handler(), slog.LevelWarn}), sessions: map[string]*session{},
+		log: log, sdkLog: slog.New(sdkHandler{log.Handler()}), sessions: map[string]*session{},
+		metrics: newGauges(), stop: make(chan struct{}),
 	}, nil
 }
 
@@ -149,29 +178,95 @@ func (gw *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
 }
 
 // Handler serves MCP's streamable HTTP transport, one session per client
-// that initializes. A session the client ends (DELETE) withdraws its
-// calls still waiting for a decision at once.
+// that initializes, and the gateway's metrics at GET /metrics. A session
+// the client ends (DELETE) withdraws its calls still waiting for a
+// decision at once; a call whose request's connection drops is withdrawn
+// too. A session idle for Options.IdleTimeout (no request, no open
+// stream: its client went away without a DELETE) is ended: its waiting
+// calls withdrawn, its upstream servers stopped.
 func (gw *Gateway) Handler() http.Handler {
+	gw.reaper.Do(func() { go gw.endIdleSessions() })
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return gw.newSession().srv },
 		&mcp.StreamableHTTPOptions{Logger: gw.sdkLog})
+	metrics := gw.metrics.handler()
 	return http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodDelete {
-			gw.mu.Lock()
-			s := gw.sessions[r.Header.Get("Mcp-Session-Id")]
-			gw.mu.Unlock()
-			if s != nil {
+		if r.URL.Path == "/metrics" && r.Method == http.MethodGet {
+			metrics.ServeHTTP(w, r)
+			return
+		}
+		gw.mu.Lock()
+		s := gw.sessions[r.Header.Get("Mcp-Session-Id")]
+		gw.mu.Unlock()
+		if s != nil {
+			defer s.begin()()
+			if r.Method == http.MethodDelete {
 				// The SDK closes a session only once its requests are
 				// answered: withdraw the waiting ones first.
 				s.cancelCalls(errClientEnded)
 			}
 		}
+		r.Header.Del(requestHeader) // the gateway's own, never a client's
+		if r.Method == http.MethodPost {
+			token := randomHex(12)
+			r.Header.Set(requestHeader, token)
+			gw.requests.Store(token, r.Context())
+			defer gw.requests.Delete(token)
+		}
 		h.ServeHTTP(w, r)
 	}))
+}
+
+// requestHeader names, on an HTTP request the gateway serves, the token
+// under which the handler keeps its context: a tools/call learns from it
+// when the client's connection drops.
+const requestHeader = "Toolgate-Gateway-Request"
+
+// requestContext is the context of the HTTP request that carried req, if
+// it came over HTTP: it ends when the request does, or its connection
+// drops.
+func (gw *Gateway) requestContext(req *mcp.CallToolRequest) context.Context {
+	if req.Extra == nil || req.Extra.Header == nil {
+		return nil
+	}
+	v, ok := gw.requests.Load(req.Extra.Header.Get(requestHeader))
+	if !ok {
+		return nil
+	}
+	return v.(context.Context)
+}
+
+// endIdleSessions ends the HTTP sessions idle for the idle timeout, until
+// the gateway closes. It looks often enough that a session ends within a
+// tenth of the timeout (and a second) after it.
+func (gw *Gateway) endIdleSessions() {
+	t := time.NewTicker(min(max(gw.opts.IdleTimeout/10, 10*time.Millisecond), time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-gw.stop:
+			return
+		case <-t.C:
+		}
+		now := gw.opts.Clock()
+		gw.mu.Lock()
+		var idle []*session
+		for _, s := range gw.sessions {
+			if s.idleSince(now) >= gw.opts.IdleTimeout {
+				idle = append(idle, s)
+			}
+		}
+		gw.mu.Unlock()
+		for _, s := range idle {
+			gw.log.Info("ending an idle MCP session: its client went away", "conversation", s.conversation, "idle", gw.opts.IdleTimeout)
+			go s.end(errClientGone)
+		}
+	}
 }
 
 // Close ends every HTTP session: their calls still waiting for a decision
 // are withdrawn, and their upstream servers stopped.
 func (gw *Gateway) Close() {
+	gw.stopOnce.Do(func() { close(gw.stop) })
 	gw.mu.Lock()
 	var all []*session
 	for _, s := range gw.sessions {
@@ -190,6 +285,13 @@ var errGatewayStopped = errors.New("the gateway stopped")
 
 // errClientEnded is why a session's calls stop when its client ends it.
 var errClientEnded = errors.New("the MCP client ended its session")
+
+// errClientGone is why a session's calls stop when it ends idle.
+var errClientGone = errors.New("the MCP client went away")
+
+// errClientDisconnected is why a call stops when the connection of the
+// request that carried it drops, or the stdio client's stream ends.
+var errClientDisconnected = errors.New("the MCP client disconnected")
 
 // supportedVersions are the protocol versions the gateway speaks: those
 // with sessions, since a session is the calls' conversation.
@@ -210,6 +312,11 @@ type session struct {
 	mu     sync.Mutex
 	calls  map[*callCtx]struct{}
 	closed bool
+	// HTTP: the client's requests (and streams) open now, and when the
+	// last one ended or the session began.
+	open     int
+	lastOpen time.Time
+	counted  bool // in the sessions gauge
 }
 
 // callCtx is a tools/call in flight, to stop when the session ends.
@@ -230,34 +337,52 @@ func (gw *Gateway) newSession() *session {
 // server (which has no features of its own) would.
 func (s *session) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		switch method {
-		case "initialize":
-			return s.initialize(ctx, method, req, next)
-		case "tools/list":
-			return s.listTools(ctx)
-		case "tools/call":
-			return s.callTool(ctx, req.(*mcp.CallToolRequest))
-		case "resources/list":
-			return s.listResources(ctx)
-		case "resources/templates/list":
-			return s.listResourceTemplates(ctx)
-		case "resources/read":
-			return s.readResource(ctx, req.GetParams().(*mcp.ReadResourceParams))
-		case "prompts/list":
-			return s.listPrompts(ctx)
-		case "prompts/get":
-			return s.getPrompt(ctx, req.GetParams().(*mcp.GetPromptParams))
-		case "completion/complete":
-			return s.complete(ctx, req.GetParams().(*mcp.CompleteParams))
-		case "logging/setLevel":
-			res, err := next(ctx, method, req)
-			if err == nil {
-				s.setLevel(ctx, req.GetParams().(*mcp.SetLoggingLevelParams))
-			}
-			return res, err
-		}
-		return next(ctx, method, req)
+		res, err := s.handle(ctx, method, req, next)
+		return res, internalError(err)
 	}
+}
+
+// internalError is err as a JSON-RPC error: its own when it is one (an
+// upstream server's, or the gateway's invalid params), else an internal
+// error (-32603) saying what failed: an upstream server that could not be
+// started or reached, or that broke.
+func internalError(err error) error {
+	var rpcErr *jsonrpc.Error
+	if err == nil || errors.As(err, &rpcErr) {
+		return err
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+}
+
+// handle answers the methods the gateway forwards.
+func (s *session) handle(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
+	switch method {
+	case "initialize":
+		return s.initialize(ctx, method, req, next)
+	case "tools/list":
+		return s.listTools(ctx)
+	case "tools/call":
+		return s.callTool(ctx, req.(*mcp.CallToolRequest))
+	case "resources/list":
+		return s.listResources(ctx)
+	case "resources/templates/list":
+		return s.listResourceTemplates(ctx)
+	case "resources/read":
+		return s.readResource(ctx, req.GetParams().(*mcp.ReadResourceParams))
+	case "prompts/list":
+		return s.listPrompts(ctx)
+	case "prompts/get":
+		return s.getPrompt(ctx, req.GetParams().(*mcp.GetPromptParams))
+	case "completion/complete":
+		return s.complete(ctx, req.GetParams().(*mcp.CompleteParams))
+	case "logging/setLevel":
+		res, err := next(ctx, method, req)
+		if err == nil {
+			s.setLevel(ctx, req.GetParams().(*mcp.SetLoggingLevelParams))
+		}
+		return res, err
+	}
+	return next(ctx, method, req)
 }
 
 // initialize opens the session's upstream connections, mirroring what the
@@ -285,6 +410,13 @@ func (s *session) initialize(ctx context.Context, method string, req mcp.Request
 		if s.conversation == "" {
 			s.conversation = labelToken(client, 64) + "-" + s.id
 		}
+		s.mu.Lock()
+		s.lastOpen = s.gw.opts.Clock()
+		if !s.closed {
+			s.counted = true
+			s.gw.metrics.sessions.Inc()
+		}
+		s.mu.Unlock()
 		if ss.ID() != "" {
 			s.gw.mu.Lock()
 			s.gw.sessions[ss.ID()] = s
@@ -292,7 +424,7 @@ func (s *session) initialize(ctx context.Context, method string, req mcp.Request
 		}
 		go func() {
 			_ = ss.Wait()
-			s.close(errors.New("the MCP client disconnected"))
+			s.close(errClientDisconnected)
 		}()
 	})
 	if first {
@@ -360,6 +492,38 @@ func (s *session) track(cancel context.CancelCauseFunc) func() {
 	}
 }
 
+// begin counts an HTTP request of the session's client as open until the
+// returned func.
+func (s *session) begin() func() {
+	s.mu.Lock()
+	s.open++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.open--
+		s.lastOpen = s.gw.opts.Clock()
+		s.mu.Unlock()
+	}
+}
+
+// idleSince is how long the session has had no request open, at now.
+func (s *session) idleSince(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open > 0 || s.lastOpen.IsZero() {
+		return 0
+	}
+	return now.Sub(s.lastOpen)
+}
+
+// end closes the session for cause, and the SDK's session with it.
+func (s *session) end(cause error) {
+	s.close(cause)
+	if s.ss != nil {
+		_ = s.ss.Close()
+	}
+}
+
 // cancelCalls stops every call in flight, with cause as the reason.
 func (s *session) cancelCalls(cause error) {
 	s.mu.Lock()
@@ -378,6 +542,10 @@ func (s *session) close(cause error) {
 		return
 	}
 	s.closed = true
+	if s.counted {
+		s.counted = false
+		s.gw.metrics.sessions.Dec()
+	}
 	s.mu.Unlock()
 	s.cancelCalls(cause)
 	if s.ss != nil && s.ss.ID() != "" {
@@ -452,15 +620,31 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// minLevel passes on what is at least min.
-type minLevel struct {
-	h   slog.Handler
-	min slog.Level
+// sdkHandler passes on the SDK's warnings and errors, but for one that
+// every HTTP session makes: a list_changed notification that finds no
+// stream to go on (the client has not opened its GET stream, which it
+// need not), which is logged at debug level.
+type sdkHandler struct{ h slog.Handler }
+
+func (m sdkHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && m.h.Enabled(ctx, l)
 }
 
-func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= m.min && m.h.Enabled(ctx, l)
+func (m sdkHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && unsent(r.Message) {
+		if !m.h.Enabled(ctx, slog.LevelDebug) {
+			return nil
+		}
+		r.Level = slog.LevelDebug
+	}
+	return m.h.Handle(ctx, r)
 }
-func (m minLevel) Handle(ctx context.Context, r slog.Record) error { return m.h.Handle(ctx, r) }
-func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler           { return minLevel{m.h.WithAttrs(as), m.min} }
-func (m minLevel) WithGroup(name string) slog.Handler              { return minLevel{m.h.WithGroup(name), m.min} }
+
+func (m sdkHandler) WithAttrs(as []slog.Attr) slog.Handler { return sdkHandler{m.h.WithAttrs(as)} }
+func (m sdkHandler) WithGroup(name string) slog.Handler    { return sdkHandler{m.h.WithGroup(name)} }
+
+// unsent reports whether msg is the SDK saying a list_changed
+// notification found no stream to go on.
+func unsent(msg string) bool {
+	return strings.HasPrefix(msg, "calling notifications/") && strings.Contains(msg, "list_changed") && strings.Contains(msg, "not connected")
+}

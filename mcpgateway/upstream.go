@@ -48,7 +48,7 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, errSessionEnded
 	}
 	// A connection outlives the request that needed it.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.s.gw.opts.ConnectTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.s.gw.opts.UpstreamTimeout)
 	defer cancel()
 	cs, err := u.client().Connect(cctx, u.transport(), nil)
 	if err != nil {
@@ -56,8 +56,16 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 	}
 	u.cs, u.tools = cs, nil
 	u.s.gw.log.Info("upstream connected", "server", u.name, "conversation", u.s.conversation)
+	process := u.cfg.Transport == nil && len(u.cfg.Command) > 0
+	if process {
+		u.s.gw.metrics.upstreams.Inc()
+	}
 	go func() {
 		err := cs.Wait()
+		if process {
+			_ = cs.Close() // waits for the process to exit
+			u.s.gw.metrics.upstreams.Dec()
+		}
 		u.mu.Lock()
 		if u.cs == cs {
 			u.cs, u.tools = nil, nil
