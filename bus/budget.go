@@ -17,31 +17,70 @@ import (
 	"github.com/toolgate/toolgate/policy"
 )
 
-// Spending is one team's ledger for one day.
+// Spending is one team's ledger for one day. Its amounts are micro-units
+// of the currency (policy.Micros), so that sums are exact.
 type Spending struct {
-	Reserved float64 `json:"reserved"` // estimated cost of calls allowed and not yet finished
-	Spent    float64 `json:"spent"`    // actual cost of calls finished
+	Reserved policy.Micros // estimated cost of calls allowed and not yet finished
+	Spent    policy.Micros // actual cost of calls finished
 	// Applied holds the TOOL_EVENTS sequences already settled into the
 	// amounts. It is written in the same compare-and-set as they are, so a
 	// settlement delivered twice, or to two processes at once, counts once.
-	Applied consumer.Applied `json:"applied,omitzero"`
+	Applied consumer.Applied
 }
 
 // storedSpending is Spending as kept in KV, with a random nonce of the write that
 // stored it: two changes that lead to the same amounts are still told
 // apart (see write), so one whose answer was lost is never taken for
 // another's.
+//
+// The amounts are kept as integers of micro-units, reservedMicros and
+// spentMicros. An older version kept float64 sums under reserved and
+// spent, and those are still written, from the micro-units, so that a
+// process of that version still reads the day as it stands while an
+// upgrade rolls out. A value with no micro-units is one such a process
+// wrote (or wrote back, keeping only the keys it knows): its float sums
+// are read, rounded to the millionth, and nothing it holds is lost.
 type storedSpending struct {
-	Spending
-	Write string `json:"write,omitempty"`
+	ReservedMicros *policy.Micros   `json:"reservedMicros,omitempty"`
+	SpentMicros    *policy.Micros   `json:"spentMicros,omitempty"`
+	Reserved       float64          `json:"reserved"`
+	Spent          float64          `json:"spent"`
+	Applied        consumer.Applied `json:"applied,omitzero"`
+	Write          string           `json:"write,omitempty"`
+}
+
+// encodeSpending is s as stored, with a new write nonce.
+func encodeSpending(s Spending) []byte {
+	data, _ := json.Marshal(storedSpending{
+		ReservedMicros: &s.Reserved, SpentMicros: &s.Spent,
+		Reserved: s.Reserved.Float64(), Spent: s.Spent.Float64(),
+		Applied: s.Applied, Write: rand.Text(),
+	})
+	return data
+}
+
+// decodeSpending reads a stored value of either version.
+func decodeSpending(data []byte) (Spending, error) {
+	var v storedSpending
+	if err := json.Unmarshal(data, &v); err != nil {
+		return Spending{}, err
+	}
+	s := Spending{Reserved: policy.MicrosOf(v.Reserved), Spent: policy.MicrosOf(v.Spent), Applied: v.Applied}
+	if v.ReservedMicros != nil {
+		s.Reserved = *v.ReservedMicros
+	}
+	if v.SpentMicros != nil {
+		s.Spent = *v.SpentMicros
+	}
+	return s, nil
 }
 
 // DayBudget is one team's spending on one day, as listed.
 type DayBudget struct {
-	Team     string  `json:"team"`
-	Day      string  `json:"day"` // YYYY-MM-DD, UTC
-	Reserved float64 `json:"reserved"`
-	Spent    float64 `json:"spent"`
+	Team     string
+	Day      string // YYYY-MM-DD, UTC
+	Reserved policy.Micros
+	Spent    policy.Micros
 }
 
 // BudgetLedger counts each team's spending per day in KV, changed only by
@@ -96,9 +135,11 @@ func (l *BudgetLedger) get(ctx context.Context, team, day string) (Spending, uin
 	} else if err != nil {
 		return Spending{}, 0, err
 	}
-	var v storedSpending
-	err = json.Unmarshal(kve.Value(), &v)
-	return v.Spending, kve.Revision(), err
+	sp, err := decodeSpending(kve.Value())
+	if err != nil {
+		return Spending{}, 0, fmt.Errorf("budgets: key %s: %w", kve.Key(), err)
+	}
+	return sp, kve.Revision(), nil
 }
 
 // change applies f to a team's spending on a day by compare-and-set.
@@ -111,8 +152,7 @@ func (l *BudgetLedger) change(ctx context.Context, team, day string, f func(*Spe
 		if !f(&s) {
 			return false, nil
 		}
-		data, _ := json.Marshal(storedSpending{s, rand.Text()})
-		_, err = write(ctx, l.js, l.kv, budgetKey(team, day), data, rev)
+		_, err = write(ctx, l.js, l.kv, budgetKey(team, day), encodeSpending(s), rev)
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue
 		}
@@ -121,12 +161,12 @@ func (l *BudgetLedger) change(ctx context.Context, team, day string, f func(*Spe
 }
 
 // Reserve implements policy.Budget.
-func (l *BudgetLedger) Reserve(ctx context.Context, team, day string, amount, limit float64) (bool, error) {
+func (l *BudgetLedger) Reserve(ctx context.Context, team, day string, amount, limit policy.Micros) (bool, error) {
 	return l.change(ctx, team, day, func(s *Spending) bool {
-		if s.Reserved+s.Spent+amount > limit {
+		if s.Reserved.Plus(s.Spent).Plus(amount) > limit {
 			return false
 		}
-		s.Reserved += amount
+		s.Reserved = s.Reserved.Plus(amount)
 		return true
 	})
 }
@@ -140,17 +180,17 @@ func (l *BudgetLedger) Reserve(ctx context.Context, team, day string, amount, li
 // to which every event has been settled wherever it belongs (the settling
 // consumer's ack floor, or anything older); the value's record of applied
 // sequences folds into it, so it stays a handful of numbers.
-func (l *BudgetLedger) Settle(ctx context.Context, team, day string, reserved, actual float64, seq, settledUpTo uint64) (bool, error) {
+func (l *BudgetLedger) Settle(ctx context.Context, team, day string, reserved, actual policy.Micros, seq, settledUpTo uint64) (bool, error) {
 	return l.change(ctx, team, day, func(s *Spending) bool {
 		s.Applied.Raise(settledUpTo)
 		if s.Applied.Has(seq) {
 			return false
 		}
 		s.Applied.Add([][2]uint64{{seq, seq}})
-		// Float sums drift, and an observer of an older version may have
-		// released this reservation already: never hold a negative one.
-		s.Reserved = max(s.Reserved-reserved, 0)
-		s.Spent += actual
+		// An observer of an older version may have released this
+		// reservation already: never hold a negative one.
+		s.Reserved = max(s.Reserved.Plus(-reserved), 0)
+		s.Spent = s.Spent.Plus(actual)
 		return true
 	})
 }
@@ -187,8 +227,8 @@ func (l *BudgetLedger) list(ctx context.Context, filter string) ([]DayBudget, er
 		if !ok {
 			return nil, fmt.Errorf("budgets: key %q is not a team's day", kve.Key())
 		}
-		var s Spending
-		if err := json.Unmarshal(kve.Value(), &s); err != nil {
+		s, err := decodeSpending(kve.Value())
+		if err != nil {
 			return nil, fmt.Errorf("budgets: key %s: %w", kve.Key(), err)
 		}
 		days = append(days, DayBudget{Team: team, Day: day, Reserved: s.Reserved, Spent: s.Spent})

@@ -685,7 +685,7 @@ func (s *Service) Budgets(ctx context.Context, a Actor, r wire.BudgetsRequest) (
 	}
 	reply := wire.BudgetsReply{Items: make([]wire.Budget, 0, len(days))}
 	for _, d := range days {
-		b := wire.Budget{Team: d.Team, Day: d.Day, Reserved: d.Reserved, Spent: d.Spent}
+		b := wire.Budget{Team: d.Team, Day: d.Day, Reserved: d.Reserved.Float64(), Spent: d.Spent.Float64()}
 		if s.limits != nil {
 			b.Limit = s.limits.Resolve(d.Team, "").DailyCostLimit
 		}

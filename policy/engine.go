@@ -19,12 +19,12 @@ type Grants interface {
 	Match(ctx context.Context, c machine.Call, now time.Time) (Grant, bool, error)
 }
 
-// Budget reserves estimated cost against a team's daily limit. Reserve must
-// be atomic: of two calls racing for the last of a budget, one gets it. It
-// reports false, and reserves nothing, when amount would take the team's
-// total for day past limit.
+// Budget reserves estimated cost against a team's daily limit, both in
+// micro-units. Reserve must be atomic: of two calls racing for the last of
+// a budget, one gets it. It reports false, and reserves nothing, when
+// amount would take the team's total for day past limit.
 type Budget interface {
-	Reserve(ctx context.Context, team string, day string, amount, limit float64) (bool, error)
+	Reserve(ctx context.Context, team string, day string, amount, limit Micros) (bool, error)
 }
 
 // Engine evaluates calls against a policy document. It is safe for
@@ -269,11 +269,13 @@ func verdict(a machine.Action, reason string) machine.Verdict {
 // checked first so a call that will be asked about anyway reserves nothing.
 // Giving a reservation back (a call cancelled, or cheaper than estimated)
 // is for whoever sees the call end; the verdict says what was reserved.
+// Costs and limits are compared in micro-units (Micros), as the budget
+// sums them.
 func (e *Engine) charge(ctx context.Context, r *Resolved, c machine.Call, dry bool, run machine.Verdict) (machine.Verdict, error) {
-	cost := c.EstimatedCost
-	if t := r.RequireApprovalAboveCost; t != nil && cost > *t {
+	cost := MicrosOf(c.EstimatedCost)
+	if t := r.RequireApprovalAboveCost; t != nil && cost > MicrosOf(*t) {
 		return verdict(machine.ActionAsk, fmt.Sprintf("requireApprovalAboveCost %s < %s (%s)",
-			formatNumber(*t), formatNumber(cost), r.Sources["requireApprovalAboveCost"])), nil
+			formatNumber(*t), cost, r.Sources["requireApprovalAboveCost"])), nil
 	}
 	limit := r.DailyCostLimit
 	if limit == nil || cost == 0 || dry {
@@ -284,17 +286,18 @@ func (e *Engine) charge(ctx context.Context, r *Resolved, c machine.Call, dry bo
 		return verdict(machine.ActionAsk, what+": no budget is configured to count spending against it"), nil
 	}
 	day := e.now().UTC().Format("2006-01-02")
-	ok, err := e.budget.Reserve(ctx, c.Team, day, cost, *limit)
+	ok, err := e.budget.Reserve(ctx, c.Team, day, cost, MicrosOf(*limit))
 	if err != nil {
-		return machine.Verdict{}, fmt.Errorf("reserve %s of team %q's budget for %s: %w", formatNumber(cost), c.Team, day, err)
+		return machine.Verdict{}, fmt.Errorf("reserve %s of team %q's budget for %s: %w", cost, c.Team, day, err)
 	}
 	if !ok {
 		return verdict(machine.ActionAsk, fmt.Sprintf("%s would be exceeded: no room for %s more on %s",
-			what, formatNumber(cost), day)), nil
+			what, cost, day)), nil
 	}
 	// The entry records the reservation, so that whoever sees the call
-	// end can settle it at the real cost or release it.
-	run.CostReserved, run.CostDay = cost, day
+	// end can settle it at the real cost or release it. It is the
+	// micro-units reserved, which read back are the same micro-units.
+	run.CostReserved, run.CostDay = cost.Float64(), day
 	return run, nil
 }
 

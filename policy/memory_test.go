@@ -30,14 +30,14 @@ func (m *memGrants) Match(_ context.Context, c machine.Call, now time.Time) (Gra
 // as the KV one is under compare-and-set.
 type memBudget struct {
 	mu    sync.Mutex
-	spent map[string]float64 // team + "/" + day
+	spent map[string]Micros // team + "/" + day
 	err   error
 	calls int
 }
 
-func newMemBudget() *memBudget { return &memBudget{spent: map[string]float64{}} }
+func newMemBudget() *memBudget { return &memBudget{spent: map[string]Micros{}} }
 
-func (b *memBudget) Reserve(_ context.Context, team, day string, amount, limit float64) (bool, error) {
+func (b *memBudget) Reserve(_ context.Context, team, day string, amount, limit Micros) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.calls++
@@ -55,11 +55,14 @@ func (b *memBudget) Reserve(_ context.Context, team, day string, amount, limit f
 func (b *memBudget) Spent(team, day string) float64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.spent[team+"/"+day]
+	return b.spent[team+"/"+day].Float64()
 }
 
 func (b *memBudget) reset(spent map[string]float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.spent = spent
+	b.spent = map[string]Micros{}
+	for k, v := range spent {
+		b.spent[k] = MicrosOf(v)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -166,7 +167,9 @@ func (s *BudgetSettler) settle(ctx context.Context, msg jetstream.Msg) error {
 			return settlerCrash{err}
 		}
 	}
-	settled, err := s.ledger.Settle(ctx, e.Team, day, e.CostReserved, e.Cost, seq, floor)
+	// The ledger sums micro-units: the reservation, which the policy made
+	// of micro-units, is released exactly.
+	settled, err := s.ledger.Settle(ctx, e.Team, day, policy.MicrosOf(e.CostReserved), policy.MicrosOf(e.Cost), seq, floor)
 	if err != nil {
 		return fmt.Errorf("budget settler: settle %s (team %q, %s): %w", ev.ID, e.Team, day, err)
 	}

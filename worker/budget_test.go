@@ -164,17 +164,17 @@ func TestBudgetSettler_ExecutorRunCallSettles(t *testing.T) {
 
 			e := env.call(t, "report-1", "research", 3)
 			assert.Equal(t, 3.0, e.CostReserved)
-			assert.Equal(t, 3.0, env.spending(t, "research", e.CostDay).Reserved)
+			assert.Equal(t, 3.0, env.spending(t, "research", e.CostDay).Reserved.Float64())
 			require.NoError(t, finish(t.Context(), executor, e.PendingID, 2))
 
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				s := env.spending(t, "research", e.CostDay)
-				assert.Equal(c, [2]float64{0, 2}, [2]float64{s.Reserved, s.Spent}, "reserved and spent")
+				assert.Equal(c, [2]float64{0, 2}, [2]float64{s.Reserved.Float64(), s.Spent.Float64()}, "reserved and spent")
 			}, settleWait, 10*time.Millisecond)
 			waitSettled(t, env, worker.BudgetSettlerDurable)
 			s := env.spending(t, "research", e.CostDay)
-			assert.Equal(t, 0.0, s.Reserved)
-			assert.Equal(t, 2.0, s.Spent)
+			assert.Equal(t, 0.0, s.Reserved.Float64())
+			assert.Equal(t, 2.0, s.Spent.Float64())
 
 			// What the estimate held back is the team's again: 2 + 8 fits
 			// in 10, where 3 + 2 + 8 would not have.
@@ -191,7 +191,7 @@ func TestBudgetSettler_CallThatNeverRanReleasesItsReservation(t *testing.T) {
 
 	cancelled := env.call(t, "cancelled", "ops", 3)
 	failed := env.call(t, "failed", "ops", 4)
-	assert.Equal(t, 7.0, env.spending(t, "ops", cancelled.CostDay).Reserved)
+	assert.Equal(t, 7.0, env.spending(t, "ops", cancelled.CostDay).Reserved.Float64())
 	_, err := env.m.Cancel(t.Context(), cancelled.PendingID, "alice", "not today")
 	require.NoError(t, err)
 	_, err = env.m.Claim(t.Context(), failed.PendingID, "exec", time.Minute)
@@ -201,11 +201,11 @@ func TestBudgetSettler_CallThatNeverRanReleasesItsReservation(t *testing.T) {
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		s := env.spending(t, "ops", cancelled.CostDay)
-		assert.Equal(c, [2]float64{0, 0}, [2]float64{s.Reserved, s.Spent}, "both reservations released, nothing spent")
+		assert.Equal(c, [2]float64{0, 0}, [2]float64{s.Reserved.Float64(), s.Spent.Float64()}, "both reservations released, nothing spent")
 	}, settleWait, 10*time.Millisecond)
 	waitSettled(t, env, worker.BudgetSettlerDurable)
 	s := env.spending(t, "ops", cancelled.CostDay)
-	assert.Equal(t, [2]float64{0, 0}, [2]float64{s.Reserved, s.Spent}, "and no more after")
+	assert.Equal(t, [2]float64{0, 0}, [2]float64{s.Reserved.Float64(), s.Spent.Float64()}, "and no more after")
 }
 
 func TestBudgetSettler_SettlesOnceThoughEverythingIsRedelivered(t *testing.T) {
@@ -224,8 +224,8 @@ func TestBudgetSettler_SettlesOnceThoughEverythingIsRedelivered(t *testing.T) {
 	require.NoError(t, finish(t.Context(), env.m, other.PendingID, 1.25))
 	waitSettled(t, env, worker.BudgetSettlerDurable)
 	s := env.spending(t, "research", day)
-	assert.Equal(t, 0.0, s.Reserved)
-	assert.Equal(t, calls*0.5, s.Spent)
+	assert.Equal(t, 0.0, s.Reserved.Float64())
+	assert.Equal(t, calls*0.5, s.Spent.Float64())
 	assert.Positive(t, s.Applied.Floor, "the record folds into the ack floor")
 	assert.Less(t, len(s.Applied.Ranges), calls/2, "the record stays small: %+v", s.Applied)
 	require.NoError(t, first.stop())
@@ -241,11 +241,11 @@ func TestBudgetSettler_SettlesOnceThoughEverythingIsRedelivered(t *testing.T) {
 	waitSettled(t, env, worker.BudgetSettlerDurable)
 	assert.Len(t, seen.seen(), calls+1, "each settlement delivered once more")
 	s = env.spending(t, "research", day)
-	assert.Equal(t, 0.0, s.Reserved)
-	assert.Equal(t, calls*0.5, s.Spent, "redelivered, counted once")
+	assert.Equal(t, 0.0, s.Reserved.Float64())
+	assert.Equal(t, calls*0.5, s.Spent.Float64(), "redelivered, counted once")
 	o := env.spending(t, "ops", other.CostDay)
-	assert.Equal(t, 0.0, o.Reserved)
-	assert.Equal(t, 1.25, o.Spent)
+	assert.Equal(t, 0.0, o.Reserved.Float64())
+	assert.Equal(t, 1.25, o.Spent.Float64())
 }
 
 func TestBudgetSettler_RacingSettlersCountEachCallOnce(t *testing.T) {
@@ -263,15 +263,15 @@ func TestBudgetSettler_RacingSettlersCountEachCallOnce(t *testing.T) {
 	})
 
 	teams := []string{"ops", "research", "finance"}
-	costs := []float64{0.25, 0.5, 1, 2} // exact in binary, so the sums are whatever their order
-	want := map[string]float64{}
+	costs := []float64{0.07, 0.06, 0.01, 0.2} // float64 sums of these depend on their order
+	want := map[string]tgpolicy.Micros{}
 	var days sync.Map
 	g, ctx := errgroup.WithContext(t.Context())
 	g.SetLimit(8)
 	for i := range 60 {
 		team, cost := teams[i%len(teams)], costs[i%len(costs)]
 		if i%5 != 4 {
-			want[team] += cost
+			want[team] += tgpolicy.MicrosOf(cost)
 		}
 		g.Go(func() error {
 			e, err := env.m.Submit(ctx, machine.Call{ToolCallID: fmt.Sprint("race-", i), ToolName: "report", CallerBotID: "bot", ConversationID: "race", Team: team, EstimatedCost: 2})
@@ -293,7 +293,7 @@ func TestBudgetSettler_RacingSettlersCountEachCallOnce(t *testing.T) {
 	for _, team := range teams {
 		day, _ := days.Load(team)
 		s := env.spending(t, team, day.(string))
-		assert.Equal(t, 0.0, s.Reserved, team)
+		assert.Equal(t, tgpolicy.Micros(0), s.Reserved, team)
 		assert.Equal(t, want[team], s.Spent, team)
 	}
 }
@@ -311,7 +311,7 @@ func TestBudgetSettler_CrashAfterTheWriteBeforeTheAck(t *testing.T) {
 	e := env.call(t, "report", "research", 3)
 	require.NoError(t, finish(t.Context(), machine.New(env.Store), e.PendingID, 2))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, 2.0, env.spending(t, "research", e.CostDay).Spent, "spent")
+		assert.Equal(c, 2.0, env.spending(t, "research", e.CostDay).Spent.Float64(), "spent")
 	}, settleWait, 10*time.Millisecond)
 	require.ErrorIs(t, crashing.ended(), errCrash, "Run stops at the failure point")
 	require.NotZero(t, crashedAt)
@@ -321,8 +321,8 @@ func TestBudgetSettler_CrashAfterTheWriteBeforeTheAck(t *testing.T) {
 	waitSettled(t, env, worker.BudgetSettlerDurable)
 	assert.Equal(t, []uint64{crashedAt}, seen.seen(), "the unacknowledged event is delivered again")
 	s := env.spending(t, "research", e.CostDay)
-	assert.Equal(t, 0.0, s.Reserved)
-	assert.Equal(t, 2.0, s.Spent, "and counted once")
+	assert.Equal(t, 0.0, s.Reserved.Float64())
+	assert.Equal(t, 2.0, s.Spent.Float64(), "and counted once")
 }
 
 func TestBudgetSettler_CrashBeforeTheWrite(t *testing.T) {
@@ -349,13 +349,50 @@ func TestBudgetSettler_CrashBeforeTheWrite(t *testing.T) {
 	}
 	require.ErrorIs(t, crashing.ended(), errCrash)
 	s := env.spending(t, "research", e.CostDay)
-	assert.Equal(t, bus.Spending{Reserved: 3}, s, "nothing written yet")
+	assert.Equal(t, bus.Spending{Reserved: tgpolicy.MicrosOf(3)}, s, "nothing written yet")
 
 	seen := &seqRecorder{}
 	startSettler(t, env, func(s *worker.BudgetSettler) { worker.FailSettler(s, seen.record, nil) })
 	waitSettled(t, env, worker.BudgetSettlerDurable)
 	assert.Equal(t, []uint64{crashedAt}, seen.seen())
 	s = env.spending(t, "research", e.CostDay)
-	assert.Equal(t, 0.0, s.Reserved)
-	assert.Equal(t, 2.0, s.Spent, "settled once, after the restart")
+	assert.Equal(t, 0.0, s.Reserved.Float64())
+	assert.Equal(t, 2.0, s.Spent.Float64(), "settled once, after the restart")
+}
+
+// TestBudgetSettler_SumsAreExact: thirteen calls estimated at 0.01 fit a
+// daily limit of 0.13 exactly, a fourteenth does not, and settled at 0.01
+// each they have spent 0.13, not a float64 sum's 0.13000000000000003.
+func TestBudgetSettler_SumsAreExact(t *testing.T) {
+	t.Parallel()
+	env := startBudgetEnv(t, bustest.Topologies[0], 0.13)
+	startSettler(t, env, nil)
+	var day string
+	var ids []string
+	for i := range 13 {
+		e := env.call(t, fmt.Sprint("cent-", i), "ops", 0.01)
+		day = e.CostDay
+		ids = append(ids, e.PendingID)
+	}
+	assert.Equal(t, tgpolicy.Micros(130_000), env.spending(t, "ops", day).Reserved)
+	over, err := env.m.Submit(t.Context(), machine.Call{ToolCallID: "cent-13", ToolName: "report", CallerBotID: "bot", ConversationID: "budget-ops", Team: "ops", EstimatedCost: 0.01})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, over.Status, "the limit is reached: %s", over.StatusReason)
+	for _, id := range ids {
+		require.NoError(t, finish(t.Context(), env.m, id, 0.01))
+	}
+	waitSettled(t, env, worker.BudgetSettlerDurable)
+	s := env.spending(t, "ops", day)
+	assert.Equal(t, tgpolicy.Micros(0), s.Reserved)
+	assert.Equal(t, tgpolicy.Micros(130_000), s.Spent)
+	assert.Equal(t, "0.13", s.Spent.String())
+
+	// 0.07 + 0.06 is 0.13 too: another team's limit of 0.13 holds both.
+	e7 := env.call(t, "seven", "research", 0.07)
+	e6 := env.call(t, "six", "research", 0.06)
+	require.NoError(t, finish(t.Context(), env.m, e7.PendingID, 0.07))
+	require.NoError(t, finish(t.Context(), env.m, e6.PendingID, 0.06))
+	waitSettled(t, env, worker.BudgetSettlerDurable)
+	s = env.spending(t, "research", e7.CostDay)
+	assert.Equal(t, [2]tgpolicy.Micros{0, 130_000}, [2]tgpolicy.Micros{s.Reserved, s.Spent}, "reserved and spent")
 }
