@@ -87,6 +87,7 @@ type Service struct {
 type limits interface {
 	Resolve(team, conversationID string) policy.Resolved
 	DeniedTools(team, conversationID, permissionMode string, tools []string) (map[string]string, error)
+	UnreadableTools(team, conversationID string, tools []string) map[string]string
 }
 
 // New returns the Service over cfg's buckets.
@@ -723,7 +724,9 @@ func (s *Service) Policy(ctx context.Context, a Actor, r wire.PolicyGetRequest) 
 // call's arguments, so that an agent (or a gateway offering tools to a
 // model) can leave them out without reading the policy, which only
 // viewers and approvers may. It says no more than submitting a call of
-// each tool would.
+// each tool would. It also names the tools the policy has rules on the
+// arguments of without saying which argument they read (Unreadable), with
+// the fix, quoting no rule.
 func (s *Service) DeniedTools(ctx context.Context, a Actor, r wire.DeniedToolsRequest) (wire.DeniedToolsReply, error) {
 	if err := a.require("ask which tools the policy denies", wire.RoleAgent, wire.RoleViewer, wire.RoleApprover); err != nil {
 		return wire.DeniedToolsReply{}, err
@@ -746,6 +749,9 @@ func (s *Service) DeniedTools(ctx context.Context, a Actor, r wire.DeniedToolsRe
 	}
 	if denied != nil {
 		reply.Denied = denied
+	}
+	if unreadable := s.limits.UnreadableTools(r.Team, r.ConversationID, r.Tools); len(unreadable) > 0 {
+		reply.Unreadable = unreadable
 	}
 	return reply, nil
 }

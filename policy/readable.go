@@ -98,3 +98,42 @@ func readKeys(p Pattern) []string {
 	}
 	return keys
 }
+
+// UnreadableTools returns, of tools, those whose arguments a pattern in
+// force for team and conversationID (a rule, or a risk, quorum or rate
+// rule) has a specifier on while no matchArgument names the argument it
+// reads (possible only in a document that was not validated): each with
+// a message that names the tool and the fix and quotes no rule, for an
+// agent or gateway. Such a pattern fails closed on every call of the tool.
+func (e *Engine) UnreadableTools(team, conversationID string, tools []string) map[string]string {
+	r := e.snap.Load().c.resolve(team, conversationID)
+	var pats []Pattern
+	for _, rules := range [][]Rule{r.Rules.Deny, r.Rules.Ask, r.Rules.Allow} {
+		for _, rule := range rules {
+			pats = append(pats, rule.Pattern)
+		}
+	}
+	for _, rr := range r.Risks {
+		pats = append(pats, rr.Pattern)
+	}
+	for _, q := range r.Quorums {
+		pats = append(pats, q.Pattern)
+	}
+	for _, rl := range r.RateLimits {
+		pats = append(pats, rl.Pattern)
+	}
+	out := map[string]string{}
+	for _, tool := range tools {
+		if builtinArgs[tool] != nil || r.ArgumentOf(tool) != "" {
+			continue
+		}
+		for _, p := range pats {
+			if p.re != nil && p.matchesTool(tool) {
+				out[tool] = fmt.Sprintf("the policy has rules on the arguments of %s but names no argument for them to read, "+
+					"so they deny or ask about its calls and allow none: the policy needs matchArgument: {%s: <argument name>}", tool, tool)
+				break
+			}
+		}
+	}
+	return out
+}

@@ -71,7 +71,7 @@ type DecideRequest struct {
 	PendingID string          `json:"pendingId"`
 	Approved  bool            `json:"approved"`
 	By        string          `json:"by"`
-	Reason    string          `json:"reason,omitempty"`
+	Reason    string          `json:"reason,omitempty" max:"4096"`
 	Scope     machine.Scope   `json:"scope,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 	// ForMs bounds the grant a session or always approval records.
@@ -143,7 +143,7 @@ type DecideMatchingRequest struct {
 	CallerBotID    string   `json:"callerBotId,omitempty"`
 	Approved       bool     `json:"approved"`
 	By             string   `json:"by,omitempty"`
-	Reason         string   `json:"reason,omitempty"`
+	Reason         string   `json:"reason,omitempty" max:"4096"`
 	DryRun         bool     `json:"dryRun,omitempty"`
 }
 
@@ -173,7 +173,7 @@ type CancelRequest struct {
 	PendingID      string `json:"pendingId,omitempty"`
 	ConversationID string `json:"conversationId,omitempty"`
 	By             string `json:"by,omitempty"`
-	Reason         string `json:"reason,omitempty"`
+	Reason         string `json:"reason,omitempty" max:"4096"`
 }
 
 // CancelConversationReply says what a conversation's cancel did.
@@ -198,7 +198,7 @@ type ReportRequest struct {
 	// it is, whatever the hint.
 	Revision uint64          `json:"revision,omitempty"`
 	Result   json.RawMessage `json:"result,omitempty"`
-	Error    string          `json:"error,omitempty"`
+	Error    string          `json:"error,omitempty" max:"65536"`
 	Cost     float64         `json:"cost,omitempty"`
 }
 
@@ -421,13 +421,18 @@ const MaxDeniedTools = 4096
 // would); a tool not named is decided call by call.
 type DeniedToolsReply struct {
 	Denied map[string]string `json:"denied"`
+	// Unreadable names the tools the policy has rules on the arguments of
+	// without naming the argument they read (no matchArgument): each with
+	// what to add to the policy. Those rules deny or ask about every call
+	// of the tool, and allow none.
+	Unreadable map[string]string `json:"unreadable,omitempty"`
 }
 
 // PolicyDocument is the policy in force, or one to put in force: the
 // document as YAML (or JSON, which is YAML too), and the revision it is
 // stored at (0: none stored, the built-in defaults apply).
 type PolicyDocument struct {
-	Document string `json:"document"`
+	Document string `json:"document" max:"1048576"`
 	Revision uint64 `json:"revision,omitempty"`
 }
 
