@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,9 @@ type Client struct {
 	// submitted are the calls submitted lately, for Await's
 	// read-your-writes.
 	submitted recentSubmits
+	// connectWait is how long a request made while the connection is
+	// down waits for it (WithConnectWait); 0 sends it anyway.
+	connectWait time.Duration
 	// caller is the name toolgate knows this client's credential by,
 	// learned from the first submit it answered: the subject of its
 	// calls' revisions (wire.EntrySubject).
@@ -52,6 +56,18 @@ func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.tim
 // seconds, and an agent should not fail for them. 0 tries once.
 func WithUnavailableWait(d time.Duration) Option {
 	return func(c *Client) { c.unavailable = max(d, 0) }
+}
+
+// WithConnectWait makes a request made while the client's connection is
+// down (nats.go still making its first connection, or reconnecting) wait
+// up to d for it to come back, and then fail at once with an error that
+// matches ErrUnavailable and says toolgate is unreachable at the
+// connection's URL, instead of being buffered until its timeout. For a
+// process that stays up across toolgate's outages, such as an MCP
+// server, that answers every request while toolgate is down. 0 (the
+// default) sends the request anyway.
+func WithConnectWait(d time.Duration) Option {
+	return func(c *Client) { c.connectWait = max(d, 0) }
 }
 
 // DefaultUnavailableWait is how long a repeatable request is tried again
@@ -91,7 +107,7 @@ var repeatable = map[string]bool{
 	wire.EndpointSubmit: true, wire.EndpointGet: true, wire.EndpointList: true,
 	wire.EndpointBudgets: true, wire.EndpointRateLimits: true, wire.EndpointAnalytics: true, wire.EndpointPolicyGet: true, wire.EndpointDeniedTools: true,
 	wire.EndpointGrantsPreview: true, wire.EndpointReceipts: true, wire.EndpointReceiptsKey: true,
-	wire.EndpointPolicyDryRun: true,
+	wire.EndpointPolicyDryRun: true, wire.EndpointPolicyExplain: true,
 }
 
 // requestMsg is request, also returning the reply, for its headers. A
@@ -122,6 +138,10 @@ func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any)
 		msg, err, reconnected := c.attemptUntilReconnect(ctx, reconnects, attemptTimeout, endpoint, data, out)
 		if reconnected {
 			continue
+		}
+		var down *UnreachableError
+		if errors.As(err, &down) {
+			return msg, err // it has waited its connect wait already
 		}
 		var apiErr *wire.APIError
 		failed := errors.Is(err, ErrUnavailable) || errors.As(err, &apiErr) && apiErr.Status >= 500
@@ -166,6 +186,9 @@ func (c *Client) attemptUntilReconnect(ctx context.Context, reconnects <-chan na
 
 // attempt sends a request once.
 func (c *Client) attempt(ctx context.Context, endpoint string, data []byte, out any) (*nats.Msg, error) {
+	if err := c.connected(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", endpoint, err)
+	}
 	subject := wire.APISubject(endpoint)
 	ctx, release := c.denials.during(ctx, subject)
 	defer release()
@@ -448,4 +471,45 @@ func (c *Client) RevokeCredential(ctx context.Context, name string) ([]wire.Iden
 	var reply wire.IdentitiesReply
 	err := c.request(ctx, wire.EndpointCredsRevoke, wire.CredsRequest{Name: name}, &reply)
 	return reply.Items, err
+}
+
+// connected waits, when the client has a connect wait, for a connection
+// that is down to come back: up to the connect wait, or until ctx ends.
+func (c *Client) connected(ctx context.Context) error {
+	if c.connectWait == 0 || c.nc.IsConnected() || c.nc.IsClosed() {
+		return nil // a closed connection fails the request itself, saying so
+	}
+	up := c.nc.StatusChanged(nats.CONNECTED)
+	defer c.nc.RemoveStatusListener(up)
+	if c.nc.IsConnected() {
+		return nil
+	}
+	t := time.NewTimer(c.connectWait)
+	defer t.Stop()
+	select {
+	case <-up:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return &UnreachableError{URL: redactedURL(c.nc), Wait: c.connectWait}
+	}
+}
+
+// redactedURL is the server nc is connected to or trying, without the
+// credentials a URL may hold.
+func redactedURL(nc *nats.Conn) string {
+	if u := nc.ConnectedUrlRedacted(); u != "" {
+		return u
+	}
+	raw := nc.Opts.Url
+	if raw == "" && len(nc.Opts.Servers) > 0 {
+		raw = nc.Opts.Servers[0]
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "the NATS server configured"
+	}
+	u.User = nil
+	return u.String()
 }

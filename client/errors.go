@@ -18,6 +18,21 @@ var ErrRejected = errors.New("tool call rejected")
 // toolgate serves its request API on the NATS the client is connected to.
 var ErrUnavailable = errors.New("toolgate is not reachable")
 
+// UnreachableError is the error of a request made while the client's
+// connection to NATS was down for longer than its connect wait
+// (WithConnectWait). It matches ErrUnavailable.
+type UnreachableError struct {
+	URL  string        // the server the connection is trying, its credentials left out
+	Wait time.Duration // how long the request waited for the connection
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("toolgate is unreachable at %s: no connection to it within %s (the connection is retried until it answers)", e.URL, e.Wait)
+}
+
+// Is makes an UnreachableError match ErrUnavailable.
+func (e *UnreachableError) Is(target error) bool { return target == ErrUnavailable }
+
 // Rejection says why a call will not run.
 type Rejection string
 
