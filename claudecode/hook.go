@@ -105,14 +105,15 @@ type Decision struct {
 
 // Decide turns what Await returned into a Decision. A refusal is a deny
 // with its reason; only a call toolgate lets run is allowed; anything else
-// (an error, no answer in time) asks, so Claude Code's own prompt decides.
+// (an error, an outcome it does not know) is denied, saying so: a gate that
+// cannot tell what toolgate decided does not let the call run.
 func Decide(o client.Outcome, err error) Decision {
 	var rej *client.RejectedError
 	switch {
 	case errors.As(err, &rej):
 		return Decision{Behavior: Deny, Reason: "toolgate: " + rej.Error()}
 	case err != nil:
-		return Decision{Behavior: Ask, Reason: "toolgate could not decide: " + err.Error()}
+		return Decision{Behavior: Deny, Reason: "toolgate could not decide: " + err.Error()}
 	case o.Runnable(), o.Kind == client.Executed:
 		reason := "toolgate: allowed by " + o.By
 		if o.Reason != "" {
@@ -120,7 +121,7 @@ func Decide(o client.Outcome, err error) Decision {
 		}
 		return Decision{Behavior: Allow, Reason: reason, UpdatedInput: o.Arguments, Edited: o.Edited}
 	default:
-		return Decision{Behavior: Ask, Reason: fmt.Sprintf("toolgate: unexpected outcome %q", o.Kind)}
+		return Decision{Behavior: Deny, Reason: fmt.Sprintf("toolgate: unexpected outcome %q: denied", o.Kind)}
 	}
 }
 
@@ -218,8 +219,9 @@ type Options struct {
 	// request arrived); zero is when Handle is called.
 	Asked time.Time
 	// OnError is the answer when toolgate cannot decide (it cannot be
-	// reached, say): Ask (the default: Claude Code's prompt decides) or
-	// Deny.
+	// reached, say): Deny (the default) or Ask (Claude Code's prompt
+	// decides). A refusal of the call or of the hook's credential is a
+	// deny whatever it says (see Unreachable).
 	OnError Behavior
 }
 
@@ -249,7 +251,67 @@ func Answer(in Input, d Decision) any {
 	}
 }
 
-// Unreachable is the decision when toolgate cannot be asked at all.
+// Unreachable is the decision when toolgate cannot be asked, or cannot
+// answer: opts.OnError (default Deny), saying why. When toolgate refused
+// what the hook asked instead (the hook's credential may not submit calls,
+// the call is not one it takes), the answer is a deny whatever OnError says:
+// that is no outage, and Claude Code's prompt would let the call run
+// without toolgate.
 func Unreachable(opts Options, err error) Decision {
-	return Decision{Behavior: cmp.Or(opts.OnError, Ask), Reason: "toolgate could not decide: " + err.Error()}
+	if errors.Is(err, machine.ErrForbidden) || errors.Is(err, machine.ErrInvalid) {
+		return Decision{Behavior: Deny, Reason: "toolgate refused the hook's call: " + err.Error()}
+	}
+	return Decision{Behavior: cmp.Or(opts.OnError, Deny), Reason: "toolgate could not decide: " + err.Error()}
+}
+
+// Notice is a hook's answer that decides nothing and shows Claude Code's
+// user a message: what toolgate answers, when something went wrong, at an
+// event that blocks nothing (PostToolUse: the tool has run).
+type Notice struct {
+	SystemMessage string `json:"systemMessage"`
+}
+
+// Refuse is the answer to a hook toolgate will not take (it carries no
+// valid credential, its input cannot be read) in the shape of event, the
+// input's hook_event_name: a deny saying why for PreToolUse and
+// PermissionRequest, so the call does not run, and for any other event,
+// which nothing blocks, a Notice saying why.
+func Refuse(event, reason string) any {
+	d := Decision{Behavior: Deny, Reason: reason}
+	switch event {
+	case EventPreToolUse:
+		return d.PreToolUse()
+	case EventPermissionRequest:
+		return d.PermissionRequest()
+	default:
+		return Notice{SystemMessage: reason}
+	}
+}
+
+// Failed is the answer when toolgate could not be asked about in, or
+// failed to record it: Unreachable's decision at PreToolUse and
+// PermissionRequest, and at the other events a Notice saying what went
+// wrong.
+func Failed(in Input, opts Options, err error) any {
+	switch in.HookEventName {
+	case EventPreToolUse, EventPermissionRequest:
+		return Answer(in, Unreachable(opts, err))
+	case EventPostToolUse, EventPostToolUseFailure:
+		return Notice{SystemMessage: fmt.Sprintf("toolgate could not record how %s went: %v", in.ToolName, err)}
+	default:
+		return Notice{SystemMessage: "toolgate: " + err.Error()}
+	}
+}
+
+// EventOf returns the hook_event_name of a hook's input, or "" when data
+// is not a JSON object naming one: the shape of the answer to an input
+// ParseInput refuses.
+func EventOf(data []byte) string {
+	var in struct {
+		HookEventName string `json:"hook_event_name"`
+	}
+	if json.Unmarshal(data, &in) != nil {
+		return ""
+	}
+	return in.HookEventName
 }

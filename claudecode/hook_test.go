@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -129,16 +130,70 @@ func TestHooks_Golden(t *testing.T) {
 	}
 }
 
-func TestHooks_UnreachableAsks(t *testing.T) {
+// A toolgate that cannot be asked blocks the call: deny, saying why,
+// unless the hook is told to hand it to Claude Code's prompt (OnError).
+func TestHooks_UnreachableDenies(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0]) // NATS, but no toolgate on it
 	c, err := client.New(env.NC, client.WithRequestTimeout(500*time.Millisecond))
 	require.NoError(t, err)
-	got := handle(t, gateClient{c}, input(claudecode.EventPreToolUse, "Bash", `{"command":"ls"}`, "toolu_1"), claudecode.Options{})
+	for _, event := range []string{claudecode.EventPreToolUse, claudecode.EventPermissionRequest} {
+		got := handle(t, gateClient{c}, input(event, "Bash", `{"command":"rm -rf /"}`, "toolu_1"), claudecode.Options{})
+		var out struct {
+			HookSpecificOutput struct {
+				PermissionDecision       claudecode.Behavior
+				PermissionDecisionReason string
+				Decision                 claudecode.PermissionResult
+			}
+		}
+		require.NoError(t, json.Unmarshal(got, &out))
+		if event == claudecode.EventPreToolUse {
+			assert.Equal(t, claudecode.Deny, out.HookSpecificOutput.PermissionDecision)
+			assert.Contains(t, out.HookSpecificOutput.PermissionDecisionReason, "not reachable")
+		} else {
+			assert.Equal(t, claudecode.Deny, out.HookSpecificOutput.Decision.Behavior, string(got))
+			assert.Contains(t, out.HookSpecificOutput.Decision.Message, "not reachable")
+		}
+	}
+
+	got := handle(t, gateClient{c}, input(claudecode.EventPreToolUse, "Bash", `{"command":"ls"}`, "toolu_2"), claudecode.Options{OnError: claudecode.Ask})
 	var out claudecode.PreToolUseOutput
 	require.NoError(t, json.Unmarshal(got, &out))
-	assert.Equal(t, claudecode.Ask, out.HookSpecificOutput.PermissionDecision)
+	assert.Equal(t, claudecode.Ask, out.HookSpecificOutput.PermissionDecision, "told to: Claude Code's prompt decides")
 	assert.Contains(t, out.HookSpecificOutput.PermissionDecisionReason, "not reachable")
+}
+
+// A refusal of the call (here: a hook whose identity may not submit) is
+// a deny, whatever OnError says: no outage, and asking again will not help.
+func TestHooks_RefusedIsDeniedWhateverOnErrorSays(t *testing.T) {
+	t.Parallel()
+	d := claudecode.Unreachable(claudecode.Options{OnError: claudecode.Ask}, fmt.Errorf("%w: bob may not submit calls", machine.ErrForbidden))
+	assert.Equal(t, claudecode.Deny, d.Behavior)
+	assert.Contains(t, d.Reason, "bob may not submit calls")
+}
+
+// What toolgate answers when it will not take a hook, or fails one: the
+// decision events are denied; the others, which block nothing, are told.
+func TestRefuse_AnswersInTheShapeOfTheEvent(t *testing.T) {
+	t.Parallel()
+	for event, want := range map[string]string{
+		claudecode.EventPreToolUse:        `{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no credential"}}`,
+		claudecode.EventPermissionRequest: `{"hookSpecificOutput":{"hookEventName":"PermissionRequest","decision":{"behavior":"deny","message":"no credential"}}}`,
+		claudecode.EventPostToolUse:       `{"systemMessage":"no credential"}`,
+		"":                                `{"systemMessage":"no credential"}`,
+	} {
+		got, err := json.Marshal(claudecode.Refuse(event, "no credential"))
+		require.NoError(t, err)
+		assert.JSONEq(t, want, string(got), event)
+	}
+	in, err := claudecode.ParseInput(postToolUse("s", "Bash", `{}`, "toolu_1", `{}`, ""))
+	require.NoError(t, err)
+	got, err := json.Marshal(claudecode.Failed(in, claudecode.Options{}, errors.New("toolgate is not reachable")))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"systemMessage":"toolgate could not record how Bash went: toolgate is not reachable"}`, string(got))
+
+	assert.Equal(t, claudecode.EventPermissionRequest, claudecode.EventOf([]byte(`{"hook_event_name":"PermissionRequest","tool_name":7}`)))
+	assert.Empty(t, claudecode.EventOf([]byte(`not json`)))
 }
 
 func TestHooks_PostToolUseRecordsTheResult(t *testing.T) {

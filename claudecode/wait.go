@@ -1,6 +1,7 @@
 package claudecode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -136,7 +137,8 @@ func stopped(ctx context.Context) string {
 }
 
 // withdraw cancels the call pendingID, saying why, and hands the decision
-// back to Claude Code's prompt; a decision that landed first stands.
+// back to Claude Code's prompt; a decision that landed first stands. When
+// the call cannot be withdrawn, opts.OnError (default Deny) answers.
 func withdraw(ctx context.Context, g Gate, pendingID string, opts Options, spare time.Duration, why string) Decision {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spare)
 	defer cancel()
@@ -152,7 +154,9 @@ func withdraw(ctx context.Context, g Gate, pendingID string, opts Options, spare
 		}
 		return Decide(o, err)
 	default:
-		return Decision{Behavior: Ask, Reason: fmt.Sprintf("toolgate: %s: %s, and withdrawing it failed (%v): handed back to Claude Code's prompt", pendingID, why, err)}
+		// The call may still be pending in toolgate, and be decided later:
+		// as when toolgate cannot be reached, OnError answers.
+		return Decision{Behavior: cmp.Or(opts.OnError, Deny), Reason: fmt.Sprintf("toolgate: %s: %s, and withdrawing it failed (%v)", pendingID, why, err)}
 	}
 }
 

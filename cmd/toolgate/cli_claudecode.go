@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/client"
@@ -68,17 +70,22 @@ func (g clientGate) Calls(ctx context.Context, conversationID, toolName string) 
 
 // cliHook is `toolgate hook claude-code`: a Claude Code command hook for
 // PreToolUse, PermissionRequest, PostToolUse and PostToolUseFailure. It
-// prints the hook's JSON answer and exits 0 whatever toolgate said; only a
-// bad command line or input exits otherwise. Stopped by a signal (Claude
-// Code kills a hook at its timeout with SIGTERM) it withdraws the call it
-// was waiting for and prints nothing.
+// prints the hook's JSON answer and exits 0 whatever toolgate said; when
+// it cannot ask toolgate (unreachable, a credential toolgate refuses) that
+// answer is a deny saying why (--on-error ask hands an outage to Claude
+// Code's prompt instead). A bad command line, or an input it cannot read,
+// exits 2 with why on stderr, which Claude Code takes as a block too:
+// never an exit Claude Code would take as a non-blocking error, which runs
+// the call. Stopped by a signal (Claude Code kills a hook at its timeout
+// with SIGTERM) it withdraws the call it was waiting for and prints
+// nothing.
 func cliHook(ctx context.Context, args []string, out cliOutput) error {
 	opts := claudecode.Options{Asked: time.Now()}
 	c := newCLICmd("hook", "hook claude-code [flags] < hook-input.json",
 		"A Claude Code hook (PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure): reads the hook's JSON\n"+
 			"on stdin, submits the call to toolgate, waits for its verdict and prints Claude Code's answer.", out).connFlags()
 	hookFlags(c, &opts, `the hook's "timeout" in Claude Code's settings (default 600, Claude Code's own)`)
-	onError := c.fs.String("on-error", "ask", "the answer when toolgate cannot be reached: ask or deny")
+	onError := c.fs.String("on-error", "deny", "the answer when toolgate cannot be reached or cannot decide: deny, or ask (Claude Code's own prompt decides)")
 	pos, err := c.parse(args, 1, 1, "the agent (claude-code)")
 	if err != nil {
 		return err
@@ -90,18 +97,18 @@ func cliHook(ctx context.Context, args []string, out cliOutput) error {
 	case "ask", "deny":
 		opts.OnError = claudecode.Behavior(*onError)
 	default:
-		return c.usagef("--on-error: want ask or deny, got %q", *onError)
+		return c.usagef("--on-error: want deny or ask, got %q", *onError)
 	}
 	if err := checkWait(c, opts); err != nil {
 		return err
 	}
 	data, err := io.ReadAll(stdin)
 	if err != nil {
-		return err
+		return hookBlocked(out, "stdin: %v", err)
 	}
 	in, err := claudecode.ParseInput(data)
 	if err != nil {
-		return c.usagef("stdin: %v", err)
+		return hookBlocked(out, "stdin: %v", err)
 	}
 	answer, err := hookAnswer(ctx, c, in, opts)
 	if err != nil {
@@ -116,15 +123,34 @@ func cliHook(ctx context.Context, args []string, out cliOutput) error {
 	return json.NewEncoder(out.stdout).Encode(answer)
 }
 
+// hookBlocked ends the hook with exit code 2, why on stderr: Claude Code's
+// block (of the call at PreToolUse and PermissionRequest; at PostToolUse
+// stderr goes to Claude). It is the code of a bad command line too
+// (errUsage), which blocks so the same way.
+func hookBlocked(out cliOutput, format string, args ...any) error {
+	fmt.Fprintf(out.stderr, "toolgate hook: "+format+"\n", args...)
+	return errUsage
+}
+
+// hookCredentialFix says how to give the command hook its credential.
+const hookCredentialFix = "give the hook an agent's credential with --nats-creds in its command in Claude Code's settings (docs/claude-code.md)"
+
+// hookAnswer asks toolgate about in and returns the hook's answer, and
+// what went wrong, if anything, for stderr. Unreachable, or refusing the
+// hook's credential, toolgate is answered for (claudecode.Failed): a
+// refused credential is denied whatever --on-error says.
 func hookAnswer(ctx context.Context, c *cliCmd, in claudecode.Input, opts claudecode.Options) (any, error) {
 	nc, cl, err := c.connect()
+	if errors.Is(err, nats.ErrAuthorization) {
+		err = fmt.Errorf("%w: toolgate refused the hook's credential: %v: %s", machine.ErrForbidden, err, hookCredentialFix)
+	}
 	if err != nil {
-		return claudecode.Answer(in, claudecode.Unreachable(opts, err)), err
+		return claudecode.Failed(in, opts, err), err
 	}
 	defer nc.Close()
 	answer, err := claudecode.Handle(ctx, clientGate{cl}, in, opts)
 	if err != nil {
-		return struct{}{}, err
+		return claudecode.Failed(in, opts, err), err
 	}
 	if d, ok := answer.(claudecode.PreToolUseOutput); ok && d.HookSpecificOutput.PermissionDecision != claudecode.Allow {
 		// Say why on stderr too, for whoever reads the hook's log.

@@ -67,12 +67,13 @@ func TestHookCommand_UnreachableFollowsOnError(t *testing.T) {
 
 	code, out, stderr := runHook(t, input, "--nats", closed)
 	assert.Equal(t, 0, code)
-	assert.Equal(t, claudecode.Ask, out.HookSpecificOutput.PermissionDecision)
+	assert.Equal(t, claudecode.Deny, out.HookSpecificOutput.PermissionDecision, "a gate that cannot ask blocks")
+	assert.Contains(t, out.HookSpecificOutput.PermissionDecisionReason, "could not decide")
 	assert.Contains(t, stderr, "toolgate hook:")
 
-	code, out, _ = runHook(t, input, "--nats", closed, "--on-error", "deny")
+	code, out, _ = runHook(t, input, "--nats", closed, "--on-error", "ask")
 	assert.Equal(t, 0, code)
-	assert.Equal(t, claudecode.Deny, out.HookSpecificOutput.PermissionDecision)
+	assert.Equal(t, claudecode.Ask, out.HookSpecificOutput.PermissionDecision)
 	assert.Contains(t, out.HookSpecificOutput.PermissionDecisionReason, "could not decide")
 
 	code, _, stderr = runHook(t, input, "--on-error", "maybe")
