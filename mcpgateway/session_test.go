@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -161,4 +163,24 @@ func TestGateway_HTTPSessionsEndWhenTheirClientsDie(t *testing.T) {
 	a := await(t, answered)
 	require.NoError(t, a.err)
 	assert.Equal(t, "wrote lives", text(t, a.res))
+}
+
+// TestGateway_UpstreamThatCannotStartIsAnInternalError: a server whose
+// command does not exist fails what needs it with JSON-RPC's internal
+// error, saying why.
+func TestGateway_UpstreamThatCannotStartIsAnInternalError(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	missing := filepath.Join(t.TempDir(), "no-such-server")
+	cs := e.connect(e.gateway(map[string]mcpgateway.Upstream{"files": {Command: mcpgateway.Argv{missing}}}, mcpgateway.Options{}), "missing-test", nil)
+	_, err := cs.ListTools(t.Context(), nil)
+	var rpcErr *jsonrpc.Error
+	require.ErrorAs(t, err, &rpcErr)
+	assert.Equal(t, int64(jsonrpc.CodeInternalError), rpcErr.Code)
+	assert.Contains(t, rpcErr.Message, "MCP server files: ")
+	assert.Contains(t, rpcErr.Message, missing)
+	_, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo"})
+	require.ErrorAs(t, err, &rpcErr)
+	assert.Equal(t, int64(jsonrpc.CodeInternalError), rpcErr.Code)
+	assert.Empty(t, e.calls("mcp__files__echo"), "nobody is asked about a call no server can take")
 }
