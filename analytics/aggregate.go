@@ -2,12 +2,14 @@ package analytics
 
 import (
 	"cmp"
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -56,11 +58,20 @@ type Stats struct {
 	// Decide is the time from request to a human's decision.
 	Decide Durations `json:"decide"`
 	// Reasons counts the reasons humans gave for rejecting.
-	Reasons       map[string]int64 `json:"reasons,omitempty"`
-	Cost          float64          `json:"cost"`
-	EstimatedCost float64          `json:"estimatedCost"`
+	Reasons map[string]int64 `json:"reasons,omitempty"`
+	// Cost and EstimatedCost are sums in micro-units, so that they are
+	// exact. An older version kept them as float64 sums, under "cost" and
+	// "estimatedCost": see MarshalJSON and UnmarshalJSON.
+	Cost          policy.Micros `json:"costMicros"`
+	EstimatedCost policy.Micros `json:"estimatedCostMicros"`
 	// TimeoutMs is the longest approval timeout a call was given.
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// TimedOutMinMs and TimedOutMaxMs are the shortest and the longest
+	// approval timeout the calls that timed out (or were left overdue)
+	// were given, each by the policy it was submitted under: what they
+	// waited, whatever the policy says now.
+	TimedOutMinMs int64 `json:"timedOutMinMs,omitempty"`
+	TimedOutMaxMs int64 `json:"timedOutMaxMs,omitempty"`
 	// Teams counts calls per team (kept for tools: it says which scope a
 	// suggested rule belongs in).
 	Teams map[string]int64 `json:"teams,omitempty"`
@@ -77,7 +88,7 @@ func (s *Stats) add(ev event) {
 	switch ev.Event {
 	case machine.EventAsk, machine.EventSchedule, machine.EventDeny:
 		s.Calls++
-		s.EstimatedCost += e.EstimatedCost
+		s.EstimatedCost = s.EstimatedCost.Plus(policy.MicrosOf(e.EstimatedCost))
 		switch ev.Event {
 		case machine.EventAsk:
 			s.Asked++
@@ -99,19 +110,82 @@ func (s *Stats) add(ev event) {
 		s.Reasons = countBounded(s.Reasons, reasonKey(ev.Reason), maxReasons)
 	case machine.EventTimeout:
 		s.TimedOut++
+		s.timedOutAfter(e)
 	case machine.EventOverdue:
 		s.Overdue++
+		s.timedOutAfter(e)
 	case machine.EventCancel:
 		s.Cancelled++
 	case machine.EventStart, machine.EventReclaim:
 		s.Attempts++
 	case machine.EventSucceed:
 		s.Succeeded++
-		s.Cost += e.Cost
+		s.Cost = s.Cost.Plus(policy.MicrosOf(e.Cost))
 	case machine.EventFail:
 		s.Failed++
-		s.Cost += e.Cost
+		s.Cost = s.Cost.Plus(policy.MicrosOf(e.Cost))
 	}
+}
+
+// legacyCosts are Stats' sums of cost as an older version kept them,
+// float64 sums under "cost" and "estimatedCost".
+type legacyCosts struct {
+	Cost          float64 `json:"cost"`
+	EstimatedCost float64 `json:"estimatedCost"`
+}
+
+// MarshalJSON writes s with its sums of cost in micro-units and, for the
+// processes of an older version while an upgrade rolls out, as the
+// float64 sums they read.
+func (s Stats) MarshalJSON() ([]byte, error) {
+	type plain Stats
+	return json.Marshal(struct {
+		plain
+		legacyCosts
+	}{plain(s), legacyCosts{s.Cost.Float64(), s.EstimatedCost.Float64()}})
+}
+
+// UnmarshalJSON reads a value of either version. One an older version
+// wrote (or wrote back, keeping only the keys it knows) has its sums of
+// cost as float64 only: they are read rounded to the millionth, so
+// nothing it counted is lost.
+func (s *Stats) UnmarshalJSON(data []byte) error {
+	type plain Stats
+	v := struct {
+		*plain
+		legacyCosts
+	}{plain: (*plain)(s)}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	if s.Cost == 0 && v.legacyCosts.Cost != 0 {
+		s.Cost = policy.MicrosOf(v.legacyCosts.Cost)
+	}
+	if s.EstimatedCost == 0 && v.legacyCosts.EstimatedCost != 0 {
+		s.EstimatedCost = policy.MicrosOf(v.legacyCosts.EstimatedCost)
+	}
+	return nil
+}
+
+// timedOutAfter counts the approval timeout of e, a call that timed out:
+// the time from its request to its deadline, both set at submit.
+func (s *Stats) timedOutAfter(e *wire.EntryHead) {
+	if e.ApprovalTimeoutAt <= e.RequestedAt {
+		return
+	}
+	s.addTimedOutRange(e.ApprovalTimeoutAt-e.RequestedAt, e.ApprovalTimeoutAt-e.RequestedAt)
+}
+
+// addTimedOutRange widens the range of timed-out calls' timeouts to take
+// in lo..hi (0: none).
+func (s *Stats) addTimedOutRange(lo, hi int64) {
+	if lo <= 0 {
+		return
+	}
+	if s.TimedOutMinMs == 0 || lo < s.TimedOutMinMs {
+		s.TimedOutMinMs = lo
+	}
+	s.TimedOutMaxMs = max(s.TimedOutMaxMs, hi)
 }
 
 // toolStats are a tool's Stats, which also count calls per team.
@@ -146,9 +220,10 @@ func (s *Stats) merge(o *Stats) {
 		}
 		s.Reasons[r] += n
 	}
-	s.Cost += o.Cost
-	s.EstimatedCost += o.EstimatedCost
+	s.Cost = s.Cost.Plus(o.Cost)
+	s.EstimatedCost = s.EstimatedCost.Plus(o.EstimatedCost)
 	s.TimeoutMs = max(s.TimeoutMs, o.TimeoutMs)
+	s.addTimedOutRange(o.TimedOutMinMs, o.TimedOutMaxMs)
 	s.LastAskedAt = max(s.LastAskedAt, o.LastAskedAt)
 }
 

@@ -859,3 +859,118 @@ func TestAnalytics_CheckpointIsNeverLowered(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 12, got, "raised over what it had not read")
 }
+
+// TestAnalytics_TimeoutRecommendationSaysWhatTheCallsWaited: calls that
+// timed out under a policy that gave them 2 minutes are said to have
+// waited 2 minutes, though the policy now gives calls 5.
+func TestAnalytics_TimeoutRecommendationSaysWhatTheCallsWaited(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	bustest.RunRelay(t, env.JS)
+	a, _ := runAnalytics(t, env, nil)
+	ctx := t.Context()
+	parse := func(timeoutMs int) *policy.Document {
+		doc, err := policy.Parse(fmt.Appendf(nil, "default: {requiresApprovalTools: [send_email], approvalTimeoutMs: %d, autoRejectOnTimeout: true}", timeoutMs))
+		require.NoError(t, err)
+		return doc
+	}
+	engine, err := policy.NewEngine(parse(120_000), nil, nil)
+	require.NoError(t, err)
+	t0 := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
+	clk := toolgatetest.FixedClock(t0)
+	m := machine.New(env.Store, machine.WithClock(clk.Now), machine.WithEvaluator(engine))
+	var ids []string
+	for i := range 6 {
+		e, err := m.Submit(ctx, machine.Call{ToolCallID: fmt.Sprint("old-", i), ToolName: "send_email", CallerBotID: "bot", ConversationID: "mail"})
+		require.NoError(t, err)
+		ids = append(ids, e.PendingID)
+	}
+	clk.Set(t0.Add(2*time.Minute + time.Second))
+	for _, id := range ids {
+		e, err := m.Expire(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, machine.StateRejectedByTimeout, e.Status)
+	}
+	// The policy now gives 5 minutes; calls asked since are pending.
+	require.NoError(t, engine.SetDocument(parse(300_000)))
+	for i := range 2 {
+		e, err := m.Submit(ctx, machine.Call{ToolCallID: fmt.Sprint("new-", i), ToolName: "send_email", CallerBotID: "bot", ConversationID: "mail"})
+		require.NoError(t, err)
+		require.Equal(t, t0.Add(2*time.Minute+time.Second+5*time.Minute).UnixMilli(), e.ApprovalTimeoutAt)
+	}
+	waitCaughtUp(t, env, a)
+
+	r, err := a.Report(ctx, analytics.ReportOptions{})
+	require.NoError(t, err)
+	var rec *analytics.Recommendation
+	for i := range r.Recommendations {
+		if r.Recommendations[i].Kind == analytics.KindApprovalTimeout {
+			rec = &r.Recommendations[i]
+		}
+	}
+	require.NotNil(t, rec, "%+v", r.Recommendations)
+	assert.Contains(t, rec.Summary, "send_email timed out in 6 of 8 requests (75%) waiting 2m0s (calls since have been given up to 5m0s): raise approvalTimeoutMs in default to 4m0s")
+	assert.Equal(t, int64(120_000), rec.Evidence.ApprovalTimeoutMs)
+	assert.Equal(t, int64(300_000), r.Tools[0].ApprovalTimeoutMs, "the longest any call was given")
+}
+
+// TestAnalytics_CostsAreSummedExactly: thirteen calls that cost 0.01 each
+// cost 0.13, and 0.07 and 0.06 estimated are 0.13, in the report and in
+// its JSON.
+func TestAnalytics_CostsAreSummedExactly(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	bustest.RunRelay(t, env.JS)
+	a, _ := runAnalytics(t, env, nil)
+	ctx := t.Context()
+	m := machine.New(env.Store, machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+		return machine.Verdict{Action: machine.ActionRun}, nil
+	})))
+	for i := range 13 {
+		estimate := map[int]float64{0: 0.07, 1: 0.06}[i]
+		e, err := m.Submit(ctx, machine.Call{ToolCallID: fmt.Sprint("c", i), ToolName: "report", CallerBotID: "bot", ConversationID: "cents", Team: "ops", EstimatedCost: estimate})
+		require.NoError(t, err)
+		_, err = m.Claim(ctx, e.PendingID, "exec", time.Minute)
+		require.NoError(t, err)
+		_, err = m.Complete(ctx, e.PendingID, machine.Outcome{Holder: "exec", Cost: 0.01})
+		require.NoError(t, err)
+	}
+	waitCaughtUp(t, env, a)
+
+	rec := httptest.NewRecorder()
+	a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/analytics", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	var r struct {
+		Totals struct {
+			Cost          json.Number `json:"cost"`
+			EstimatedCost json.Number `json:"estimatedCost"`
+		} `json:"totals"`
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &r))
+	assert.Equal(t, json.Number("0.13"), r.Totals.Cost)
+	assert.Equal(t, json.Number("0.13"), r.Totals.EstimatedCost)
+}
+
+// TestStats_ReadsWhatAnOlderVersionStored: an aggregate whose sums of cost
+// an older version kept as float64 is read rounded to the millionth, and
+// written with both, so that a process of that version reads it too.
+func TestStats_ReadsWhatAnOlderVersionStored(t *testing.T) {
+	t.Parallel()
+	var s analytics.Stats
+	require.NoError(t, json.Unmarshal([]byte(`{"name":"report","calls":13,"cost":0.12999999999999998,"estimatedCost":0.30000000000000004}`), &s))
+	assert.Equal(t, policy.Micros(130_000), s.Cost)
+	assert.Equal(t, policy.Micros(300_000), s.EstimatedCost)
+	assert.EqualValues(t, 13, s.Calls)
+
+	data, err := json.Marshal(s)
+	require.NoError(t, err)
+	var stored map[string]any
+	require.NoError(t, json.Unmarshal(data, &stored))
+	assert.Equal(t, 130_000.0, stored["costMicros"])
+	assert.Equal(t, 0.13, stored["cost"])
+	assert.Equal(t, 300_000.0, stored["estimatedCostMicros"])
+	assert.Equal(t, 0.3, stored["estimatedCost"])
+	var again analytics.Stats
+	require.NoError(t, json.Unmarshal(data, &again))
+	assert.Equal(t, s, again)
+}

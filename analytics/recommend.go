@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -72,7 +73,9 @@ type Evidence struct {
 	TimeoutRate         float64         `json:"timeoutRate"`
 	TimeToDecide        DurationSummary `json:"timeToDecide"`
 	TopRejectionReasons []NameCount     `json:"topRejectionReasons,omitempty"`
-	ApprovalTimeoutMs   int64           `json:"approvalTimeoutMs,omitempty"`
+	// ApprovalTimeoutMs is the approval timeout the calls that timed out
+	// were given when they were submitted (the longest, if it changed).
+	ApprovalTimeoutMs int64 `json:"approvalTimeoutMs,omitempty"`
 	// FastestApprovers are the approvers with the quickest median response
 	// (of those with at least 3 decisions), for a tool that times out.
 	FastestApprovers []string `json:"fastestApprovers,omitempty"`
@@ -80,8 +83,10 @@ type Evidence struct {
 }
 
 // recommend derives the recommendations of a report, ordered by tool and
-// then kind.
-func recommend(r *Report) []Recommendation {
+// then kind. waited holds, per tool, the shortest and the longest approval
+// timeout its calls that timed out were given (Stats.TimedOutMinMs and
+// TimedOutMaxMs).
+func recommend(r *Report, waited map[string][2]int64) []Recommendation {
 	recs := []Recommendation{}
 	for i := range r.Tools {
 		t := &r.Tools[i]
@@ -115,11 +120,29 @@ func recommend(r *Report) []Recommendation {
 			})
 		}
 		if t.Asked > TimeoutsAfterAsked && t.TimeoutRate >= TimeoutRateAtLeast {
-			ev.ApprovalTimeoutMs = t.ApprovalTimeoutMs
+			// What the calls that timed out waited is the timeout each was
+			// given at submit, not what the policy gives now. An aggregate
+			// an older version wrote knows only the longest timeout any
+			// call was given.
+			lo, hi := waited[t.Name][0], waited[t.Name][1]
+			if hi == 0 {
+				lo, hi = t.ApprovalTimeoutMs, t.ApprovalTimeoutMs
+			}
+			ev.ApprovalTimeoutMs = hi
 			ev.FastestApprovers = fastest(r.Approvers, 3)
-			current := time.Duration(t.ApprovalTimeoutMs) * time.Millisecond
+			current := time.Duration(hi) * time.Millisecond
+			wait := current.String()
+			if lo > 0 && lo < hi {
+				wait = fmt.Sprintf("%s to %s", time.Duration(lo)*time.Millisecond, current)
+			}
 			if current <= 0 {
-				current = 5 * time.Minute
+				current = machine.DefaultApprovalTimeout
+				wait = "their approval timeout"
+			}
+			if t.ApprovalTimeoutMs > hi {
+				// The policy has changed since: say so, or the advice to
+				// raise it would read as advice to lower it.
+				wait += fmt.Sprintf(" (calls since have been given up to %s)", time.Duration(t.ApprovalTimeoutMs)*time.Millisecond)
 			}
 			longer := (2 * current).Round(time.Minute)
 			ms := longer.Milliseconds()
@@ -132,7 +155,7 @@ func recommend(r *Report) []Recommendation {
 			recs = append(recs, Recommendation{
 				Kind: KindApprovalTimeout, Tool: t.Name, Scope: scope, Team: team,
 				Summary: fmt.Sprintf("%s timed out in %d of %d requests (%.0f%%) waiting %s: raise approvalTimeoutMs in %s to %s (it applies to every tool there), or add approvers who answer faster%s",
-					t.Name, t.TimedOut+t.Overdue, t.Asked, 100*t.TimeoutRate, current, scope, longer, who),
+					t.Name, t.TimedOut+t.Overdue, t.Asked, 100*t.TimeoutRate, wait, scope, longer, who),
 				Evidence: ev, Policy: marshalPolicy(doc),
 			})
 		}

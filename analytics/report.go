@@ -168,9 +168,11 @@ func (a *Analytics) Report(ctx context.Context, opts ReportOptions) (*Report, er
 		return nil, err
 	}
 	var totals Stats
+	waited := map[string][2]int64{} // per tool, its timed-out calls' shortest and longest timeouts
 	for _, t := range tools {
 		totals.merge(&t.Stats)
 		r.Tools = append(r.Tools, t.report())
+		waited[t.Name] = [2]int64{t.TimedOutMinMs, t.TimedOutMaxMs}
 	}
 	for _, t := range teams {
 		r.Teams = append(r.Teams, t.report())
@@ -180,7 +182,7 @@ func (a *Analytics) Report(ctx context.Context, opts ReportOptions) (*Report, er
 	}
 	r.Totals = totals.report()
 	r.Totals.Name = "total"
-	r.Recommendations = recommend(r)
+	r.Recommendations = recommend(r, waited)
 	if r.Series, err = a.series(ctx, gen, opts); err != nil {
 		return nil, err
 	}
@@ -312,8 +314,8 @@ func (s *Stats) report() ToolReport {
 		TimeoutRate:         ratio(s.TimedOut+s.Overdue, s.Asked),
 		TimeToDecide:        s.Decide.Summary(),
 		TopRejectionReasons: top(s.Reasons, 5),
-		Cost:                s.Cost,
-		EstimatedCost:       s.EstimatedCost,
+		Cost:                s.Cost.Float64(),
+		EstimatedCost:       s.EstimatedCost.Float64(),
 		ApprovalTimeoutMs:   s.TimeoutMs,
 		LastAskedAt:         s.LastAskedAt,
 	}

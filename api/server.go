@@ -212,6 +212,10 @@ func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
+	if err := boundedRequest(r); err != nil {
+		writeError(w, s.cfg.Log, err)
+		return
+	}
 	if r.Method == http.MethodPost {
 		// A web page elsewhere can make a browser send a "simple" POST
 		// (a form's content type, no custom header) with the user's
@@ -302,6 +306,36 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// maxUserHeader bounds X-Toolgate-User, the name a request gives itself
+// on a server without tokens: as long as a credential's name may be.
+const maxUserHeader = 64
+
+// boundedRequest refuses a request whose path segments, query values or
+// X-Toolgate-User are longer than a request's strings may be
+// (wire.MaxString), naming what is too long: each may end up in a key,
+// a subject or a stored entry.
+func boundedRequest(r *http.Request) error {
+	if n := len(r.Header.Get("X-Toolgate-User")); n > maxUserHeader {
+		return fmt.Errorf("%w: X-Toolgate-User: at most %d bytes, got %d", machine.ErrInvalid, maxUserHeader, n)
+	}
+	for seg := range strings.SplitSeq(r.URL.Path, "/") {
+		if n := len(seg); n > wire.MaxString {
+			return fmt.Errorf("%w: path: a segment of at most %d bytes, got %d", machine.ErrInvalid, wire.MaxString, n)
+		}
+	}
+	for name, values := range r.URL.Query() {
+		if len(name) > wire.MaxString {
+			return fmt.Errorf("%w: query: a name of at most %d bytes, got %d", machine.ErrInvalid, wire.MaxString, len(name))
+		}
+		for _, v := range values {
+			if n := len(v); n > wire.MaxString {
+				return fmt.Errorf("%w: %s: at most %d bytes, got %d", machine.ErrInvalid, name, wire.MaxString, n)
+			}
+		}
+	}
+	return nil
+}
+
 // maxBody bounds a request body: tool arguments are small.
 const maxBody = 1 << 20
 
@@ -322,7 +356,7 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if dec.More() {
 		return fmt.Errorf("%w: request body: more than one JSON value", machine.ErrInvalid)
 	}
-	return nil
+	return wire.CheckBounds(v)
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, u User) error {

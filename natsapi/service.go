@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -145,14 +146,22 @@ func answer[T, R any](f func(context.Context, gate.Actor, T) (R, error)) endpoin
 	return endpoint{
 		handle: func(ctx context.Context, a gate.Actor, data []byte) (reply, error) {
 			var req T
-			if err := wire.Unmarshal(data, &req); err != nil {
-				return reply{}, fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
+			if err := decode(data, &req); err != nil {
+				return reply{}, err
 			}
 			v, err := f(ctx, a, req)
 			return reply{v: v}, err
 		},
 		request: reflect.TypeFor[T](), reply: reflect.TypeFor[R](),
 	}
+}
+
+// decode decodes a request and checks its strings' bounds.
+func decode(data []byte, v any) error {
+	if err := wire.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
+	}
+	return wire.CheckBounds(v)
 }
 
 // waiting marks e as a request that may wait.
@@ -237,8 +246,8 @@ func (s *Service) endpoints() map[string]endpoint {
 // orders it among the revisions announced on the entry's subject.
 func (s *Service) get(ctx context.Context, a gate.Actor, data []byte) (reply, error) {
 	var r wire.GetRequest
-	if err := wire.Unmarshal(data, &r); err != nil {
-		return reply{}, fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
+	if err := decode(data, &r); err != nil {
+		return reply{}, err
 	}
 	if err := required("pendingId", r.PendingID); err != nil {
 		return reply{}, err
@@ -282,11 +291,28 @@ func (s *Service) serve(ctx context.Context, req micro.Request, h handler) {
 			s.log.Error("request failed", "subject", req.Subject(), "err", err)
 		}
 		data, _ := json.Marshal(body)
-		err = req.Error(strconv.Itoa(status), strings.Join(strings.Fields(err.Error()), " "), data)
+		err = req.Error(strconv.Itoa(status), headerText(err.Error()), data)
 	}
 	if err != nil {
 		s.log.Warn("respond", "subject", req.Subject(), "err", err)
 	}
+}
+
+// maxDescription bounds the refusal's description header; the body
+// holds the whole message.
+const maxDescription = 512
+
+// headerText is msg on one line, cut to maxDescription bytes (at a rune).
+func headerText(msg string) string {
+	msg = strings.Join(strings.Fields(msg), " ")
+	if len(msg) <= maxDescription {
+		return msg
+	}
+	cut := maxDescription - len("…")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
 }
 
 func required(field, value string) error {
