@@ -222,21 +222,24 @@ func (e *Entry) Runnable(now time.Time) bool {
 }
 
 // Call is what an agent asks to run.
+//
+// Its ids are at most MaxID bytes, which their max tags say for the
+// transports' bounds check (wire.CheckBounds).
 type Call struct {
-	ToolCallID     string          `json:"toolCallId,omitempty"` // generated when empty
-	ToolName       string          `json:"toolName"`
+	ToolCallID     string          `json:"toolCallId,omitempty" max:"256"` // generated when empty
+	ToolName       string          `json:"toolName" max:"128"`
 	Arguments      json.RawMessage `json:"toolArguments,omitempty"`
-	CallerBotID    string          `json:"callerBotId"`
-	ConversationID string          `json:"conversationId"`
-	Team           string          `json:"team,omitempty"`
+	CallerBotID    string          `json:"callerBotId" max:"256"`
+	ConversationID string          `json:"conversationId" max:"256"`
+	Team           string          `json:"team,omitempty" max:"256"`
 	// TaskID names the task the call is part of, within its
 	// conversation: an approval with scope task covers later calls like
 	// it of the same task.
-	TaskID        string  `json:"taskId,omitempty"`
+	TaskID        string  `json:"taskId,omitempty" max:"256"`
 	EstimatedCost float64 `json:"estimatedCost,omitempty"`
 	// PermissionMode is the agent's mode for its conversation, as Claude
 	// Code names them: default, acceptEdits, plan, bypassPermissions.
-	PermissionMode string `json:"permissionMode,omitempty"`
+	PermissionMode string `json:"permissionMode,omitempty" max:"256"`
 }
 
 var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
@@ -250,17 +253,23 @@ func (c *Call) validate() error {
 	if !toolNameRE.MatchString(c.ToolName) {
 		return invalidf("toolName: must be 1 to 128 letters, digits, '_' or '-', got %q", c.ToolName)
 	}
-	if c.ConversationID == "" || len(c.ConversationID) > 256 {
-		return invalidf("conversationId: must be 1 to 256 bytes, got %d", len(c.ConversationID))
+	if c.ConversationID == "" || len(c.ConversationID) > MaxID {
+		return invalidf("conversationId: must be 1 to %d bytes, got %d", MaxID, len(c.ConversationID))
 	}
-	if c.CallerBotID == "" {
-		return invalidf("callerBotId: required")
+	if c.CallerBotID == "" || len(c.CallerBotID) > MaxID {
+		return invalidf("callerBotId: must be 1 to %d bytes, got %d", MaxID, len(c.CallerBotID))
 	}
-	if len(c.TaskID) > 256 {
-		return invalidf("taskId: at most 256 bytes, got %d", len(c.TaskID))
+	if len(c.Team) > MaxID {
+		return invalidf("team: at most %d bytes, got %d", MaxID, len(c.Team))
 	}
-	if len(c.ToolCallID) > 256 {
-		return invalidf("toolCallId: at most 256 bytes, got %d", len(c.ToolCallID))
+	if len(c.PermissionMode) > MaxID {
+		return invalidf("permissionMode: at most %d bytes, got %d", MaxID, len(c.PermissionMode))
+	}
+	if len(c.TaskID) > MaxID {
+		return invalidf("taskId: at most %d bytes, got %d", MaxID, len(c.TaskID))
+	}
+	if len(c.ToolCallID) > MaxID {
+		return invalidf("toolCallId: at most %d bytes, got %d", MaxID, len(c.ToolCallID))
 	}
 	if c.EstimatedCost < 0 {
 		return invalidf("estimatedCost: must be >= 0, got %v", c.EstimatedCost)
@@ -309,16 +318,33 @@ func PendingID(conversationID, toolCallID string) string {
 // ConversationKey is the key prefix under which a conversation's entries live.
 func ConversationKey(conversationID string) string { return KeyToken(conversationID) }
 
+// MaxID is the longest a call's ids may be, in bytes: its conversation,
+// caller, team, task and tool call ids. They become tokens of keys and
+// subjects, which NATS bounds (a control line of 4 KiB by default).
+const MaxID = 256
+
 var plainToken = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// maxKeyToken is the longest token KeyToken makes without hashing: room
+// for MaxID bytes encoded, with a prefix.
+const maxKeyToken = 512
 
 // KeyToken makes s one token of a KV key (or NATS subject): kept as it is
 // when it is plain, else "=" and its unpadded base64url, which cannot
-// collide with a plain one.
+// collide with a plain one. A token that would be longer than 512
+// characters is "==" and the base64url of s's SHA-256 instead (base64url
+// has no "=", so it collides with neither), so no input, however long,
+// makes a key or subject NATS refuses: ids are bounded at submit, but an
+// entry an older version stored may hold a longer one.
 func KeyToken(s string) string {
-	if plainToken.MatchString(s) {
+	if len(s) <= maxKeyToken && plainToken.MatchString(s) {
 		return s
 	}
-	return "=" + base64.RawURLEncoding.EncodeToString([]byte(s))
+	if base64.RawURLEncoding.EncodedLen(len(s)) < maxKeyToken {
+		return "=" + base64.RawURLEncoding.EncodeToString([]byte(s))
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "==" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // ValidPendingID reports whether id has the shape PendingID gives.
@@ -328,6 +354,9 @@ func ValidPendingID(id string) bool {
 }
 
 func validToken(t string) bool {
+	if len(t) > maxKeyToken {
+		return false
+	}
 	if rest, ok := strings.CutPrefix(t, "="); ok {
 		_, err := base64.RawURLEncoding.DecodeString(rest)
 		return rest != "" && err == nil

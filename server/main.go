@@ -68,6 +68,10 @@ type Config struct {
 	// ArchiveMaxAge is how long the archive keeps a retired call (0: for
 	// ever).
 	ArchiveMaxAge time.Duration
+	// OutageLimit is how long the process goes on reconnecting to NATS
+	// before it exits for its supervisor to restart it (0: for ever). A
+	// connection NATS closes for good ends the process at once.
+	OutageLimit time.Duration
 }
 
 // DefaultConfig is `toolgate serve` without flags: an embedded server on
@@ -85,8 +89,12 @@ func DefaultConfig() Config {
 		HTTP:         "127.0.0.1:8080",
 		Lease:        30 * time.Second,
 		Retention:    DefaultRetention,
+		OutageLimit:  DefaultOutageLimit,
 	}
 }
+
+// DefaultOutageLimit is how long serve reconnects to NATS before it exits.
+const DefaultOutageLimit = 30 * time.Second
 
 // DefaultRetention is how long a finished call stays in tool_calls by
 // default: a day, then it is read from the archive.
@@ -132,6 +140,9 @@ func (c Config) Validate() error {
 	}
 	if c.Retention < 0 {
 		return fmt.Errorf("--retention: must be >= 0 (0: finished calls stay), got %s", c.Retention)
+	}
+	if c.OutageLimit < 0 {
+		return fmt.Errorf("--nats-outage-limit: must be >= 0 (0: reconnect for ever), got %s", c.OutageLimit)
 	}
 	if c.ArchiveMaxAge < 0 {
 		return fmt.Errorf("--archive-max-age: must be >= 0 (0: for ever), got %s", c.ArchiveMaxAge)
@@ -282,6 +293,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return m.watchConn(ctx, nc) })
 	if m.keys != nil {
 		// The process holding the keys (the embedded server's, or one
 		// given their --data on a cluster) lists the role credentials
@@ -387,6 +399,53 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Log.Info("toolgate serving", "nats", nc.ConnectedUrlRedacted(), "replicas", m.Config.Replicas, "roles", strings.Join(names, ","))
 	close(m.ready)
 	return g.Wait()
+}
+
+// watchConn ends the process when its NATS connection is gone: closed
+// for good (NATS drops a client that breaks its protocol, and nats.go then
+// stops reconnecting), or reconnecting for longer than the outage limit.
+// Every role shares the connection: a process without it serves nothing
+// but errors, and a supervisor restarting it does better than waiting.
+func (m *Main) watchConn(ctx context.Context, nc *nats.Conn) error {
+	changed := nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	defer nc.RemoveStatusListener(changed)
+	var deadline <-chan time.Time
+	var since time.Time
+	check := func(st nats.Status) error {
+		switch st {
+		case nats.CLOSED:
+			return fmt.Errorf("the NATS connection was closed (%v): exiting for a supervisor to restart toolgate", nc.LastError())
+		case nats.CONNECTED:
+			if deadline != nil {
+				m.Log.Info("NATS connection back", "after", time.Since(since).Round(time.Millisecond), "nats", nc.ConnectedUrlRedacted())
+			}
+			deadline = nil
+		default:
+			if deadline == nil && m.Config.OutageLimit > 0 {
+				since = time.Now()
+				deadline = time.After(m.Config.OutageLimit)
+				m.Log.Warn("NATS connection lost: reconnecting", "exit-after", m.Config.OutageLimit, "err", nc.LastError())
+			}
+		}
+		return nil
+	}
+	// A status before the listener was added is not sent again: start
+	// from the connection's own.
+	if err := check(nc.Status()); err != nil {
+		return err
+	}
+	for {
+		select {
+		case st := <-changed:
+			if err := check(st); err != nil {
+				return err
+			}
+		case <-deadline:
+			return fmt.Errorf("no NATS connection for %s (%v): exiting for a supervisor to restart toolgate (--nats-outage-limit)", m.Config.OutageLimit, nc.LastError())
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 // asyncPublishTimeout bounds the wait for an asynchronous publish's ack:

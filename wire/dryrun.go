@@ -32,7 +32,7 @@ type PolicyDryRunRequest struct {
 	// Document is the candidate, YAML or JSON, as `policy set` takes it.
 	// Its secrets may be left "[redacted]", as `policy get` shows them:
 	// none decides a verdict.
-	Document string `json:"document"`
+	Document string `json:"document" max:"1048576"`
 	// Since starts the window, in epoch milliseconds: the calls requested
 	// from then to now are replayed. 0: DefaultDryRunWindowMs before now.
 	Since int64 `json:"since,omitempty"`
