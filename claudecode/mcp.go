@@ -3,9 +3,13 @@ package claudecode
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/machine"
 )
 
 // ApproveToolName is the permission-prompt tool's name: with the server
@@ -24,7 +28,8 @@ type ApproveInput struct {
 // approveSchema is the approve tool's input schema. It is written out
 // rather than inferred from ApproveInput, whose inferred schema forbids
 // properties it does not name: a field a later Claude Code sends would
-// make every call fail. Only tool_name is required.
+// make every call fail. tool_name and input are required, as Claude Code
+// always sends them.
 var approveSchema = json.RawMessage(`{
   "type": "object",
   "properties": {
@@ -32,22 +37,23 @@ var approveSchema = json.RawMessage(`{
     "input": {"type": "object", "description": "the tool's input"},
     "tool_use_id": {"type": "string", "description": "the tool call's id"}
   },
-  "required": ["tool_name"]
+  "required": ["tool_name", "input"]
 }`)
 
 // NewMCPServer returns an MCP server with the approve tool. Every call it
 // is asked about belongs to conversation (one server runs per Claude Code
 // session). Its result is one text block holding
 // {"behavior":"allow","updatedInput":{…}} (the input echoed when nobody
-// edited it) or {"behavior":"deny","message":"…"}: the tool has no "ask",
-// so a call toolgate cannot decide, or that nobody decided within
-// opts.Wait (then withdrawn), is denied, saying why. A request Claude Code
-// cancels withdraws its call.
+// edited it) or {"behavior":"deny","message":"…"}. The tool has no "ask":
+// a call toolgate cannot be asked about (it is unreachable), or that
+// nobody decided within opts.Wait (then withdrawn), is denied, saying
+// why. A request Claude Code cancels withdraws its call.
 func NewMCPServer(g Gate, conversation, version string, opts Options) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "toolgate", Version: version}, nil)
 	mcp.AddTool(s, &mcp.Tool{
-		Name:        ApproveToolName,
-		Description: "Ask toolgate whether Claude Code may run a tool call: its policy decides, or a human approves from toolgate's inbox, CLI or chat.",
+		Name: ApproveToolName,
+		Description: "Ask toolgate whether Claude Code may run a tool call: its policy decides, or a human approves from toolgate's inbox, CLI or chat. " +
+			"A call nobody decides in time, or that toolgate cannot be asked about, is denied.",
 		InputSchema: approveSchema,
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, a ApproveInput) (*mcp.CallToolResult, any, error) {
 		if a.ToolName == "" {
@@ -57,13 +63,54 @@ func NewMCPServer(g Gate, conversation, version string, opts Options) *mcp.Serve
 		if err != nil || a.Input == nil {
 			input = []byte("{}")
 		}
+		ctx, stop := said(ctx)
+		defer stop()
 		in := Input{SessionID: conversation, HookEventName: EventPermissionRequest, ToolName: a.ToolName, ToolInput: input, ToolUseID: a.ToolUseID}
-		d := decide(ctx, g, in, opts)
-		if d.Behavior == Allow && len(d.UpdatedInput) == 0 {
-			d.UpdatedInput = input
+		d := decide(ctx, promptless{g}, in, opts)
+		switch d.Behavior {
+		case Allow:
+			if len(d.UpdatedInput) == 0 {
+				d.UpdatedInput = input
+			}
+		case Deny:
+		default: // ask: the tool has no prompt to ask
+			d.Reason = strings.TrimSuffix(d.Reason, handedBack) + ": denied (the permission-prompt tool denies what toolgate does not decide)"
 		}
 		text, _ := json.Marshal(d.Permission())
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(text)}}}, nil, nil
 	})
 	return s
+}
+
+// handedBack is how the hooks' reasons end when Claude Code's own prompt
+// decides; the permission-prompt tool has none, and denies instead.
+const handedBack = ": handed back to Claude Code's prompt"
+
+// promptless is the tool's Gate: a call it withdraws is recorded as
+// withdrawn, without the hooks' word that Claude Code's prompt decides.
+type promptless struct{ Gate }
+
+func (g promptless) Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error) {
+	return g.Gate.Cancel(ctx, pendingID, by, strings.TrimSuffix(reason, handedBack))
+}
+
+// errCancelled is why a request Claude Code cancelled, or whose
+// connection closed, stopped.
+var errCancelled = errors.New("it cancelled the request, or closed the connection")
+
+// said is ctx, ending when it does, with a cause a person reads instead of
+// Go's "context canceled"; stop releases it.
+func said(ctx context.Context) (context.Context, func()) {
+	out, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			cancel(cause)
+			return
+		}
+		cancel(errCancelled)
+	})
+	return out, func() {
+		stop()
+		cancel(nil)
+	}
 }
