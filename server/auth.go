@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/jwt/v2"
@@ -24,6 +25,21 @@ import (
 // per role, named after the role (admin.creds, agent.creds, …).
 func CredsPath(data, name string) string {
 	return filepath.Join(data, "creds", name+".creds")
+}
+
+// URLPath is where serve records, in its data directory, the URL its
+// embedded NATS server listens on, so that the CLI given --data finds it
+// on any port.
+func URLPath(data string) string { return filepath.Join(data, "nats.url") }
+
+// LocalURL is the URL serve recorded in data, or "" when it recorded
+// none.
+func LocalURL(data string) (string, error) {
+	b, err := os.ReadFile(URLPath(data))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), err
 }
 
 // authDir is where the trust chain's keys live, under the data directory.

@@ -629,6 +629,10 @@ func (m *Main) connect() (*nats.Conn, error) {
 		return nil, err
 	}
 	m.server, m.keys = srv, keys
+	if err := os.WriteFile(URLPath(m.Config.Data), []byte(srv.ClientURL()+"\n"), 0o644); err != nil {
+		srv.Shutdown()
+		return nil, err
+	}
 	m.Log.Info("embedded NATS started", "listen", srv.ClientURL(), "data", m.Config.Data, "credentials", filepath.Dir(CredsPath(m.Config.Data, "x")))
 	c.URLs = srv.ClientURL()
 	c.CredsFile = CredsPath(m.Config.Data, auth.ServerUser)

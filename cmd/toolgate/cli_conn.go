@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -41,7 +42,7 @@ func (c *cliCmd) credentials() (bus.ConnConfig, error) {
 		}
 		used := false
 		if nctx.URL != "" && !explicitURL {
-			cfg.URLs, used = nctx.URL, true
+			cfg.URLs, used, explicitURL = nctx.URL, true, true
 		}
 		if !explicitCred {
 			cfg.User, cfg.Password, cfg.Token, cfg.CredsFile = nctx.User, nctx.Password, nctx.Token, nctx.Creds
@@ -69,6 +70,14 @@ func (c *cliCmd) credentials() (bus.ConnConfig, error) {
 		cfg.CredsFile = local
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return cfg, fmt.Errorf("--data: %w", err)
+	}
+	if !explicitURL {
+		// The toolgate serving from --data says where it listens.
+		url, err := server.LocalURL(c.data)
+		if err != nil {
+			return cfg, fmt.Errorf("--data: %w", err)
+		}
+		cfg.URLs = cmp.Or(url, cfg.URLs)
 	}
 	return cfg, nil
 }

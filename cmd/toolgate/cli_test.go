@@ -692,3 +692,17 @@ func revokedIn(t *testing.T, conf, key string) bool {
 	}
 	return false
 }
+
+// TestCLI_DataAloneFindsServeOnAnyPort: serve records its NATS URL in its
+// data directory, so a verb given only --data reaches it wherever it
+// listens, with the admin credential beside it.
+func TestCLI_DataAloneFindsServeOnAnyPort(t *testing.T) {
+	t.Parallel()
+	g := toolgatetest.Start(t, toolgatetest.Options{})
+	require.NotContains(t, g.NATSURL, ":4222")
+	e, err := g.Client.Submit(t.Context(), bashCall("conv-data", "call", "ls"))
+	require.NoError(t, err)
+	r := cliCtx(t.Context(), "", "show", e.PendingID, "--data", g.Data)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, e.PendingID)
+}
