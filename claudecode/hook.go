@@ -37,7 +37,8 @@ type Input struct {
 	Error          string          `json:"error,omitempty"`         // PostToolUseFailure
 }
 
-// ParseInput reads a hook's input, naming the field that is missing or bad.
+// ParseInput reads a hook's input, naming the field that is missing, too
+// long or bad.
 func ParseInput(data []byte) (Input, error) {
 	var in Input
 	if err := json.Unmarshal(data, &in); err != nil {
@@ -48,6 +49,12 @@ func ParseInput(data []byte) (Input, error) {
 	} {
 		if f.value == "" {
 			return in, fmt.Errorf("%w: hook input: %s: required", machine.ErrInvalid, f.name)
+		}
+	}
+	// They become the call's conversation and toolCallId.
+	for _, f := range []struct{ name, value string }{{"session_id", in.SessionID}, {"tool_use_id", in.ToolUseID}} {
+		if len(f.value) > machine.MaxID {
+			return in, fmt.Errorf("%w: hook input: %s: at most %d bytes, got %d", machine.ErrInvalid, f.name, machine.MaxID, len(f.value))
 		}
 	}
 	if len(in.ToolInput) == 0 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,4 +227,6 @@ func TestParseInput_NamesTheMissingField(t *testing.T) {
 	assert.ErrorIs(t, err, machine.ErrInvalid)
 	_, err = claudecode.ParseInput([]byte(`not json`))
 	assert.ErrorContains(t, err, "hook input")
+	_, err = claudecode.ParseInput([]byte(`{"session_id":"` + strings.Repeat("s", machine.MaxID+1) + `","hook_event_name":"PreToolUse","tool_name":"Bash"}`))
+	assert.ErrorContains(t, err, "session_id: at most 256 bytes, got 257")
 }
