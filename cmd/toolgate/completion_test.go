@@ -113,7 +113,7 @@ func TestCompletion_Bash(t *testing.T) {
 		{"toolgate p", "pending policy"},
 		{"toolgate pending --j", "--json"},
 		{"toolgate pending --nats-c", "--nats-creds"},
-		{"toolgate policy ", "get set validate dry-run"},
+		{"toolgate policy ", "get set validate dry-run explain"},
 		{"toolgate policy get --sh", "--show-secrets"},
 		{"toolgate creds ", "add list revoke init nats-config"},
 		{"toolgate creds init --", "--config --data"},
@@ -178,10 +178,10 @@ func TestCompletion_ZshAndFish(t *testing.T) {
 			assert.Regexp(t, `[')]--`+regexp.QuoteMeta(f.name)+`=?\[`, text, "zsh: %s --%s", c.key(), f.name)
 		}
 	}
-	if path, err := exec.LookPath("zsh"); err == nil {
-		out, err := exec.Command(path, "-n", zsh).CombinedOutput()
-		assert.NoError(t, err, "zsh -n: %s", out)
-	}
+	path, err := exec.LookPath("zsh")
+	require.NoError(t, err, "zsh checks the script's syntax (.ci/run installs it)")
+	out, err := exec.Command(path, "-n", zsh).CombinedOutput()
+	assert.NoError(t, err, "zsh -n: %s", out)
 
 	fish := completionScript(t, "fish")
 	data, err = os.ReadFile(fish)
@@ -196,18 +196,16 @@ func TestCompletion_ZshAndFish(t *testing.T) {
 			assert.True(t, strings.Contains(text, "complete -c toolgate "+cond+" -l "+f.name+" "), "fish: %s --%s", c.key(), f.name)
 		}
 	}
-	path, err := exec.LookPath("fish")
-	if err != nil {
-		return // the text is checked above
-	}
-	out, err := exec.Command(path, "--no-execute", fish).CombinedOutput()
+	path, err = exec.LookPath("fish")
+	require.NoError(t, err, "fish checks the script and completes lines with it (.ci/run installs it)")
+	out, err = exec.Command(path, "--no-execute", fish).CombinedOutput()
 	require.NoError(t, err, "fish --no-execute: %s", out)
 	for _, tc := range []struct {
 		line string
 		want []string
 	}{
 		{"toolgate pen", []string{"pending"}},
-		{"toolgate policy ", []string{"dry-run", "get", "set", "validate"}},
+		{"toolgate policy ", []string{"dry-run", "explain", "get", "set", "validate"}},
 		{"toolgate policy get --sh", []string{"--show-secrets"}},
 		{"toolgate --nats nats://127.0.0.1:4222 pen", []string{"pending"}},
 		{"toolgate approve --rea", []string{"--reason"}},
