@@ -430,7 +430,7 @@ func TestAPI_Hardening(t *testing.T) {
 	mine := h.submit("shared", "mine")
 	var theirs machine.Entry
 	require.Equal(t, http.StatusCreated, h.do("POST", "/v1/tool-calls", "agent-token-000000002",
-		machine.Call{ToolCallID: "theirs", ToolName: "web_search", ConversationID: "shared"}, &theirs))
+		machine.Call{ToolCallID: "theirs", ToolName: "web_search", Arguments: json.RawMessage(`{"query":"q"}`), ConversationID: "shared"}, &theirs))
 
 	raw := func(method, path string, header http.Header) (int, api.ErrorBody, http.Header) {
 		t.Helper()

@@ -534,6 +534,14 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 		body: wire.PolicyDryRunRequest{Document: "default: {approvalTimeoutMs: -1}"}}, nil))
 	assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specAgent,
 		body: wire.PolicyDryRunRequest{Document: "{}"}}, nil))
+	var explained wire.PolicyExplainReply
+	require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/explain", token: specViewer,
+		body: wire.PolicyExplainRequest{ToolName: "web_search", Arguments: json.RawMessage(`{"query":"forbidden x"}`), Team: "research"}}, &explained))
+	assert.Equal(t, wire.VerdictDeny, explained.Verdict)
+	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/policy/explain", token: specViewer,
+		body: wire.PolicyExplainRequest{ToolName: "web_search", Arguments: json.RawMessage(`[]`)}, badRequest: true}, nil))
+	assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/policy/explain", token: specAgent,
+		body: wire.PolicyExplainRequest{ToolName: "web_search"}}, nil))
 
 	// What anyone may ask.
 	for _, path := range []string{"/v1/openapi.json", "/v1/schemas/event.json", "/healthz", "/readyz", "/metrics"} {

@@ -125,6 +125,8 @@ var (
 		"DryRunSpend":             reflect.TypeFor[wire.DryRunSpend](),
 		"DryRunDay":               reflect.TypeFor[wire.DryRunDay](),
 		"DryRunRecorded":          reflect.TypeFor[wire.DryRunRecorded](),
+		"PolicyExplainReply":      reflect.TypeFor[wire.PolicyExplainReply](),
+		"ExplainedRule":           reflect.TypeFor[wire.ExplainedRule](),
 	}
 	requestSchemas = map[string]reflect.Type{
 		"Call":                  reflect.TypeFor[machine.Call](),
@@ -133,6 +135,7 @@ var (
 		"CancelRequest":         reflect.TypeFor[api.CancelRequest](),
 		"DecideMatchingRequest": reflect.TypeFor[wire.DecideMatchingRequest](),
 		"PolicyDryRunRequest":   reflect.TypeFor[wire.PolicyDryRunRequest](),
+		"PolicyExplainRequest":  reflect.TypeFor[wire.PolicyExplainRequest](),
 	}
 	// enumSchemas are the document's string enums and the values the
 	// code has.

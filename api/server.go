@@ -109,6 +109,7 @@ var routes = []route{
 	{"GET", "/readyz", nil, (*Server).readyz},
 	{"GET", "/metrics", nil, (*Server).metrics},
 	{"POST", "/v1/policy/dry-run", []Role{RoleViewer, RoleApprover}, (*Server).policyDryRun},
+	{"POST", "/v1/policy/explain", []Role{RoleViewer, RoleApprover}, (*Server).policyExplain},
 }
 
 // New returns the API server.

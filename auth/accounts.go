@@ -28,10 +28,10 @@ var Endpoints = map[wire.Role][]string{
 		wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointDecideMatching, wire.EndpointCancel, wire.EndpointCancelConversation,
 		wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointAnalytics, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
 		wire.EndpointGrantsList, wire.EndpointGrantsRevoke, wire.EndpointGrantsPreview,
-		wire.EndpointPolicyDryRun, wire.EndpointReceipts, wire.EndpointReceiptsKey,
+		wire.EndpointPolicyDryRun, wire.EndpointPolicyExplain, wire.EndpointReceipts, wire.EndpointReceiptsKey,
 	},
 	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointAnalytics, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList,
-		wire.EndpointGrantsPreview, wire.EndpointPolicyDryRun, wire.EndpointReceipts, wire.EndpointReceiptsKey},
+		wire.EndpointGrantsPreview, wire.EndpointPolicyDryRun, wire.EndpointPolicyExplain, wire.EndpointReceipts, wire.EndpointReceiptsKey},
 }
 
 // events are the subjects of the events, as approvers and viewers hear

@@ -13,8 +13,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -224,21 +224,22 @@ func (s *Service) endpoints() map[string]endpoint {
 			}
 			return g.Retry(ctx, a, r.PendingID, r.By, r.Attempt, lease)
 		}),
-		wire.EndpointBudgets:      answer(g.Budgets),
-		wire.EndpointRateLimits:   answer(g.RateLimits),
-		wire.EndpointAnalytics:    answer(g.Analytics),
-		wire.EndpointPolicyGet:    answer(g.Policy),
-		wire.EndpointPolicySet:    answer(g.SetPolicy),
-		wire.EndpointDeniedTools:  answer(g.DeniedTools),
-		wire.EndpointWork:         waiting(answer(g.TakeWork)),
-		wire.EndpointCredsAdd:     answer(g.IssueCredential),
-		wire.EndpointCredsList:    answer(g.Credentials),
-		wire.EndpointCredsRevoke:  answer(g.RevokeCredential),
-		wire.EndpointReceipts:     answer(g.Receipts),
-		wire.EndpointReceiptsKey:  answer(g.ReceiptKeys),
-		wire.EndpointSucceeded:    answer(finish(g.Complete)),
-		wire.EndpointFailed:       answer(finish(g.Fail)),
-		wire.EndpointPolicyDryRun: answer(g.PolicyDryRun),
+		wire.EndpointBudgets:       answer(g.Budgets),
+		wire.EndpointRateLimits:    answer(g.RateLimits),
+		wire.EndpointAnalytics:     answer(g.Analytics),
+		wire.EndpointPolicyGet:     answer(g.Policy),
+		wire.EndpointPolicySet:     answer(g.SetPolicy),
+		wire.EndpointDeniedTools:   answer(g.DeniedTools),
+		wire.EndpointWork:          waiting(answer(g.TakeWork)),
+		wire.EndpointCredsAdd:      answer(g.IssueCredential),
+		wire.EndpointCredsList:     answer(g.Credentials),
+		wire.EndpointCredsRevoke:   answer(g.RevokeCredential),
+		wire.EndpointReceipts:      answer(g.Receipts),
+		wire.EndpointReceiptsKey:   answer(g.ReceiptKeys),
+		wire.EndpointSucceeded:     answer(finish(g.Complete)),
+		wire.EndpointFailed:        answer(finish(g.Fail)),
+		wire.EndpointPolicyDryRun:  answer(g.PolicyDryRun),
+		wire.EndpointPolicyExplain: answer(g.PolicyExplain),
 	}
 }
 

@@ -19,6 +19,8 @@ const policyUsage = `Usage:
   toolgate policy validate FILE          check FILE offline, naming every field at fault
   toolgate policy dry-run FILE [--since 7d] [--team T] [--examples N] [--json] [flags]
                                          what FILE would change over the calls recorded since
+  toolgate policy explain TOOL [ARGS] [--team T] [--conversation C] [--mode M] [--json] [flags]
+                                         how the policy in force decides a call, rule by rule
 `
 
 func cliPolicy(ctx context.Context, args []string, out cliOutput) error {
@@ -35,11 +37,13 @@ func cliPolicy(ctx context.Context, args []string, out cliOutput) error {
 		return cliPolicyValidate(args[1:], out)
 	case "dry-run":
 		return cliPolicyDryRun(ctx, args[1:], out)
+	case "explain":
+		return cliPolicyExplain(ctx, args[1:], out)
 	case "help", "-h", "--help":
 		fmt.Fprint(out.stdout, policyUsage)
 		return nil
 	}
-	return &cliUsageError{verb: "policy", msg: fmt.Sprintf("unknown subcommand %q: want get, set, validate or dry-run", args[0])}
+	return &cliUsageError{verb: "policy", msg: fmt.Sprintf("unknown subcommand %q: want get, set, validate, dry-run or explain", args[0])}
 }
 
 func cliPolicyGet(ctx context.Context, args []string, out cliOutput) error {

@@ -15,7 +15,7 @@ import (
 // cliSubcommands are the verbs whose first argument is a subcommand (or,
 // for hook, the agent), which their own flags follow.
 var cliSubcommands = map[string][]string{
-	"policy":     {"get", "set", "validate", "dry-run"},
+	"policy":     {"get", "set", "validate", "dry-run", "explain"},
 	"creds":      {"add", "list", "revoke", "init", "nats-config"},
 	"grants":     {"list", "revoke"},
 	"analytics":  {"rebuild"},

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/toolgate/toolgate/wire"
+)
+
+// cliPolicyExplain is `toolgate policy explain TOOL [ARGS]`: how the
+// policy in force decides one call, rule by rule, changing nothing.
+func cliPolicyExplain(ctx context.Context, args []string, out cliOutput) error {
+	c := newCLICmd("policy explain", "policy explain TOOL [ARGS] [--team T] [--conversation C] [--mode M] [--json] [flags]",
+		"Evaluate a call of TOOL with ARGS (a JSON object; {} when left out) through the policy in\n"+
+			"force and print its verdict, the argument the tool's rules read and its value, and each\n"+
+			"rule naming the tool: whether it matched and why, or why it could not read the argument.\n"+
+			"The evaluation is dry (no grant consulted, no budget or rate limit counted) and nothing is\n"+
+			"submitted or written. Viewers, approvers and admins.", out).connFlags().jsonFlag("the explanation")
+	var r wire.PolicyExplainRequest
+	c.fs.StringVar(&r.Team, "team", "", "the call's team")
+	c.fs.StringVar(&r.ConversationID, "conversation", "", "the call's conversation")
+	c.fs.StringVar(&r.PermissionMode, "mode", "", "the call's permission mode: default, acceptEdits, plan or bypassPermissions (default: the policy's)")
+	pos, err := c.parse(args, 1, 2, "the TOOL, and its ARGS as a JSON object")
+	if err != nil {
+		return err
+	}
+	r.ToolName, r.Arguments = pos[0], json.RawMessage(`{}`)
+	if len(pos) == 2 {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(pos[1]), &obj); err != nil || obj == nil {
+			return c.usagef("ARGS: want a JSON object, such as '{\"path\":\"/tmp/a\"}', got %s", strconv.Quote(oneLine(pos[1], 80)))
+		}
+		r.Arguments = json.RawMessage(pos[1])
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nc, cl, err := c.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	reply, err := cl.PolicyExplain(ctx, r)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return cliPrintJSON(out.stdout, reply)
+	}
+	return printExplain(out.stdout, r.ToolName, reply)
+}
+
+// printExplain prints an explanation for a person.
+func printExplain(w io.Writer, tool string, r *wire.PolicyExplainReply) error {
+	policyName := "the built-in defaults (no policy stored)"
+	if r.PolicyRevision != 0 {
+		policyName = fmt.Sprintf("the policy in force (revision %d)", r.PolicyRevision)
+	}
+	fmt.Fprintf(w, "%s under %s: %s\n", tool, policyName, r.Verdict)
+	fmt.Fprintf(w, "  reason:   %s\n", r.Reason)
+	if r.DelayMs > 0 {
+		fmt.Fprintf(w, "  delay:    %s\n", shortDuration(time.Duration(r.DelayMs)*time.Millisecond))
+	}
+	switch {
+	case r.Unreadable != "":
+		fmt.Fprintf(w, "  argument: cannot be read: %s\n", r.Unreadable)
+	case r.Argument != "":
+		fmt.Fprintf(w, "  argument: %s = %s\n", r.Argument, strconv.Quote(r.Value))
+	}
+	if len(r.Rules) == 0 {
+		fmt.Fprintf(w, "no rule names %s\n", tool)
+		return nil
+	}
+	fmt.Fprintf(w, "rules naming %s, in the order they are checked:\n", tool)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  KIND\tSCOPE\tPATTERN\tMATCHED\tWHY")
+	for _, rule := range r.Rules {
+		matched := "no"
+		if rule.Matched {
+			matched = "yes"
+		}
+		if rule.Decided {
+			matched += ", decided"
+		}
+		fmt.Fprintf(tw, "  %s[%d]\t%s\t%s\t%s\t%s\n", rule.Kind, rule.Index, rule.Scope, strconv.Quote(rule.Pattern), matched, rule.Why)
+	}
+	return tw.Flush()
+}
