@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"time"
 
@@ -161,23 +162,38 @@ func hookAnswer(ctx context.Context, c *cliCmd, in claudecode.Input, opts claude
 
 // cliMCP is `toolgate mcp`: an MCP server on stdio with the permission
 // prompt tool approve, for claude --permission-prompt-tool
-// mcp__toolgate__approve.
+// mcp__toolgate__approve. It starts, and answers, while toolgate is down:
+// a call it cannot ask toolgate about is denied, saying toolgate is
+// unreachable, and it reconnects by itself.
 func cliMCP(ctx context.Context, args []string, out cliOutput) error {
 	c := newCLICmd("mcp", "mcp [flags]",
-		"An MCP server on stdio with one tool, approve, for Claude Code's\n--permission-prompt-tool mcp__toolgate__approve.", out).connFlags()
+		"An MCP server on stdio with one tool, approve, for Claude Code's\n--permission-prompt-tool mcp__toolgate__approve: it asks toolgate about each tool call and\n"+
+			"answers allow or deny. The tool has no \"ask\": a call nobody decides within --wait is withdrawn\n"+
+			"and denied, and so is a call toolgate cannot be asked about (it is unreachable).", out).connFlags()
 	var opts claudecode.Options
 	hookFlags(c, &opts, "how long Claude Code waits for a tool (MCP_TOOL_TIMEOUT)")
+	c.fs.Lookup("wait").Usage = "how long to wait for toolgate's verdict before withdrawing the call and denying it;\n" +
+		"at most --timeout less 10s (less half of it, under 20s), and that when 0. A call whose approval timeout\n" +
+		"is at most --wait, and rejected then (autoRejectOnTimeout), is denied at its deadline instead"
 	conversation := c.fs.String("conversation", "", "conversation of the calls (default: one per server, i.e. per Claude Code session)")
+	connectTimeout := defaultConnectTimeout
+	c.fs.Var(durationFlag{&connectTimeout}, "connect-timeout", "how long a call waits for the connection to toolgate while it is down, before it is denied\n"+
+		"saying toolgate is unreachable; the connection is retried for as long as the server runs")
 	if _, err := c.parse(args, 0, 0, ""); err != nil {
 		return err
 	}
 	if err := checkWait(c, opts); err != nil {
 		return err
 	}
+	if connectTimeout <= 0 {
+		return c.usagef("--connect-timeout: want a positive duration, got %s", connectTimeout)
+	}
 	if *conversation == "" {
 		*conversation = fmt.Sprintf("claude-code-%d-%d", time.Now().Unix(), os.Getpid())
 	}
-	nc, cl, err := c.connect()
+	// stdout is the MCP stream: the log goes to stderr.
+	log := slog.New(slog.NewTextHandler(out.stderr, nil)).With("component", "mcp")
+	nc, cl, err := c.connectInBackground(log, connectTimeout)
 	if err != nil {
 		return err
 	}

@@ -7,10 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/mcpgateway"
 )
@@ -38,6 +42,12 @@ func cliMCPGateway(ctx context.Context, args []string, out cliOutput) error {
 	c.fs.Var(durationFlag{&opts.Wait}, "wait", "how long a call waits for toolgate's verdict before it is withdrawn and answered as refused;\n"+
 		"at most --timeout less 10s (less half of it, under 20s), and that when 0. A call whose approval timeout\n"+
 		"is at most --wait, and rejected then (autoRejectOnTimeout), is refused at its deadline instead")
+	opts.IdleTimeout = mcpgateway.DefaultIdleTimeout
+	c.fs.Var(durationFlag{&opts.IdleTimeout}, "idle-timeout", "with --http: end a session that has had no request and no open stream for this long (its client went away\n"+
+		"without ending it): its waiting calls are withdrawn and its upstream servers stopped; seconds or a duration")
+	connectTimeout := defaultConnectTimeout
+	c.fs.Var(durationFlag{&connectTimeout}, "connect-timeout", "how long a call waits for the connection to toolgate while it is down, before it is refused\n"+
+		"saying toolgate is unreachable; the connection is retried for as long as the gateway runs")
 	if _, err := c.parse(args, 0, 0, ""); err != nil {
 		return err
 	}
@@ -58,15 +68,21 @@ func cliMCPGateway(ctx context.Context, args []string, out cliOutput) error {
 	} else if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
+	if opts.IdleTimeout <= 0 {
+		return c.usagef("--idle-timeout: want a positive duration, got %s", opts.IdleTimeout)
 	}
-	defer nc.Close()
+	if connectTimeout <= 0 {
+		return c.usagef("--connect-timeout: want a positive duration, got %s", connectTimeout)
+	}
 	// stdout is the MCP stream on stdio: everything else goes to stderr,
 	// which MCP clients keep as the server's log.
 	opts.Log = slog.New(slog.NewTextHandler(out.stderr, nil)).With("component", "mcp-gateway")
 	opts.Stderr = out.stderr
+	nc, cl, err := c.connectInBackground(opts.Log, connectTimeout)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
 	gw, err := mcpgateway.New(cfg, cl, opts)
 	if err != nil {
 		return err
@@ -90,6 +106,68 @@ func cliMCPGateway(ctx context.Context, args []string, out cliOutput) error {
 	}
 	gw.Close() // withdraws the calls still waiting, stops the upstream servers
 	return srv.Close()
+}
+
+// defaultConnectTimeout is how long a call of an MCP server (the gateway,
+// `toolgate mcp`) waits for its connection to toolgate while it is down.
+const defaultConnectTimeout = 5 * time.Second
+
+// connectInBackground connects as connect does, for an MCP server that
+// must start, and answer, while toolgate is down: the connection is made
+// in the background and made again whenever it drops, for as long as the
+// process runs, and a request made while it is down waits for it at most
+// wait, then fails saying toolgate is unreachable. NATS's asynchronous
+// errors go to log, never to stderr as they are: a permission refused is
+// left to the request it fails, which says so.
+func (c *cliCmd) connectInBackground(log *slog.Logger, wait time.Duration) (*nats.Conn, *client.Client, error) {
+	cfg, err := c.credentials()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Name = "toolgate " + c.verb
+	var extra []nats.Option
+	if cfg.CredsFile != "" {
+		if extra, err = client.Credentials(cfg.CredsFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	var reported atomic.Bool // the outage is logged once, not at every attempt
+	extra = append(extra,
+		nats.RetryOnFailedConnect(true),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if !errors.Is(err, nats.ErrPermissionViolation) {
+				log.Warn("NATS", "err", err)
+			}
+		}),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			reported.Store(false)
+			log.Info("connected to toolgate", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			reported.Store(false)
+			log.Info("reconnected to toolgate", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from toolgate; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if !reported.Swap(true) {
+				log.Warn("toolgate is unreachable; trying again until it answers", "nats", cfg.URLs, "err", err)
+			}
+		}),
+	)
+	nc, err := bus.Connect(cfg, extra...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w%s", err, c.credsFrom)
+	}
+	cl, err := client.New(nc, client.WithConnectWait(wait), client.WithUnavailableWait(wait))
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, cl, nil
 }
 
 // loopback refuses an address beyond this machine: the gateway's HTTP

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/server"
@@ -304,4 +307,78 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// freeAddr is a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// TestMCPServers_StartAndAnswerWhileToolgateIsDown: with no toolgate
+// where --nats says, `toolgate mcp-gateway` and `toolgate mcp` start,
+// answer initialize, and answer each call within the connect timeout,
+// naming the outage; their stderr has toolgate's log, not NATS's own
+// lines.
+func TestMCPServers_StartAndAnswerWhileToolgateIsDown(t *testing.T) {
+	t.Parallel()
+	natsURL := "nats://" + freeAddr(t)
+	dir := t.TempDir()
+	config := filepath.Join(dir, "gateway.yaml")
+	require.NoError(t, os.WriteFile(config, fmt.Appendf(nil, "servers:\n  files:\n    command: [%q]\n", upstreamServer(t)), 0o600))
+
+	connect := func(t *testing.T, args ...string) (*mcp.ClientSession, *syncWriter) {
+		t.Helper()
+		cmd := exec.Command(toolgateBinary(t), append(args, "--nats", natsURL, "--data", dir)...)
+		stderr := &syncWriter{w: &bytes.Buffer{}}
+		cmd.Stderr = stderr
+		session, err := mcp.NewClient(&mcp.Implementation{Name: "outage-test"}, nil).Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
+		require.NoError(t, err, "it answers initialize")
+		t.Cleanup(func() { session.Close() })
+		return session, stderr
+	}
+	call := func(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
+		t.Helper()
+		began := time.Now()
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+		require.NoError(t, err)
+		assert.Less(t, time.Since(began), 6*time.Second, "answered within the connect timeout")
+		require.Len(t, res.Content, 1)
+		return res.Content[0].(*mcp.TextContent).Text, res.IsError
+	}
+	noRawNATS := func(t *testing.T, stderr *syncWriter) {
+		stderr.mu.Lock()
+		defer stderr.mu.Unlock()
+		for line := range strings.SplitSeq(stderr.w.(*bytes.Buffer).String(), "\n") {
+			assert.False(t, strings.HasPrefix(line, "nats:"), "a raw NATS line: %s", line)
+		}
+	}
+
+	t.Run("mcp-gateway", func(t *testing.T) {
+		t.Parallel()
+		cs, stderr := connect(t, "mcp-gateway", "--config", config)
+		for range 2 {
+			text, isError := call(t, cs, "echo", map[string]any{"text": "hi"})
+			assert.True(t, isError)
+			assert.Contains(t, text, "toolgate: mcp__files__echo was not run: ")
+			assert.Contains(t, text, "toolgate is unreachable at "+natsURL)
+		}
+		noRawNATS(t, stderr)
+	})
+	t.Run("mcp", func(t *testing.T) {
+		t.Parallel()
+		cs, stderr := connect(t, "mcp")
+		text, isError := call(t, cs, "approve", map[string]any{"tool_name": "Bash", "input": map[string]any{"command": "ls"}, "tool_use_id": "u1"})
+		assert.False(t, isError)
+		var out claudecode.PermissionResult
+		require.NoError(t, json.Unmarshal([]byte(text), &out))
+		assert.Equal(t, claudecode.Deny, out.Behavior)
+		assert.Contains(t, out.Message, "toolgate could not decide: ")
+		assert.Contains(t, out.Message, "toolgate is unreachable at "+natsURL)
+		noRawNATS(t, stderr)
+	})
 }
