@@ -37,7 +37,7 @@ func (s *PolicyStore) Get(ctx context.Context) (*policy.Document, uint64, error)
 	} else if err != nil {
 		return nil, 0, err
 	}
-	doc, err := policy.Parse(kve.Value())
+	doc, err := policy.ParseStored(kve.Value())
 	if err != nil {
 		return nil, 0, fmt.Errorf("stored policy (revision %d): %w", kve.Revision(), err)
 	}
@@ -134,7 +134,7 @@ func (s *PolicyStore) Follow(ctx context.Context, engine *policy.Engine, log *sl
 			}
 			doc := &policy.Document{}
 			if kve.Operation() == jetstream.KeyValuePut {
-				if doc, err = policy.Parse(kve.Value()); err != nil {
+				if doc, err = policy.ParseStored(kve.Value()); err != nil {
 					log.Error("stored policy does not load; keeping the previous one", "revision", kve.Revision(), "err", err)
 					continue
 				}

@@ -13,6 +13,22 @@ import (
 // mean. The Engine still takes such a document (one stored before this
 // check, or built in code) and fails closed on it: see matchCall.
 
+// ParseStored reads a document from the policies bucket: as Parse, except
+// that a specifier whose argument no matchArgument names is let through,
+// so that a document stored before Validate refused those still loads
+// and stays in force; the Engine fails closed on its rules (see
+// matchCall). Whatever else Parse refuses, it refuses.
+func ParseStored(data []byte) (*Document, error) {
+	doc, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := compile(doc); err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
+
 // checkReadable adds an error for every pattern with a specifier, in any
 // scope, whose argument no matchArgument names in the pattern's scope or a
 // scope it inherits: a team's and a conversation's inherit the default's.

@@ -165,3 +165,23 @@ default:
 		assert.NoError(t, err, ok)
 	}
 }
+
+// TestParseStored_LoadsWhatParseNowRefuses: a stored document whose
+// specifier reads no argument still loads, and fails closed in an
+// Engine; anything else wrong is refused as Parse refuses it.
+func TestParseStored_LoadsWhatParseNowRefuses(t *testing.T) {
+	t.Parallel()
+	old := []byte("default:\n  rules:\n    deny: [\"mcp__files__write_file(/srv/**)\"]\n    allow: [\"mcp__files__write_file(/tmp/**)\"]\n")
+	_, err := Parse(old)
+	require.Error(t, err)
+	doc, err := ParseStored(old)
+	require.NoError(t, err)
+	e, err := NewEngine(doc, nil, nil)
+	require.NoError(t, err)
+	v, err := e.Evaluate(context.Background(), testCall{tool: "mcp__files__write_file", args: `{"path":"/tmp/a"}`}.call())
+	require.NoError(t, err)
+	assert.Equal(t, machine.ActionDeny, v.Action, v.Reason)
+
+	_, err = ParseStored([]byte("default: {approvalTimeoutMs: -1}"))
+	assert.ErrorIs(t, err, machine.ErrInvalid)
+}
