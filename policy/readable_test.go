@@ -185,3 +185,22 @@ func TestParseStored_LoadsWhatParseNowRefuses(t *testing.T) {
 	_, err = ParseStored([]byte("default: {approvalTimeoutMs: -1}"))
 	assert.ErrorIs(t, err, machine.ErrInvalid)
 }
+
+// TestCovers_NeverOnAnUnreadableArgument: a grant or a batch's pattern
+// has no policy's matchArgument: a specifier on a tool that is not built
+// in covers no call, and a built-in tool's covers none without its
+// argument.
+func TestCovers_NeverOnAnUnreadableArgument(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ pattern, tool, args string }{
+		{"mcp__files__write_file(/tmp/**)", "mcp__files__write_file", `{"path":"/tmp/a","content":"/tmp/b"}`},
+		{"Write(/tmp/**)", "Write", `{"content":"/tmp/b"}`},
+		{"WebFetch(domain:*)", "WebFetch", `{"url":"/path"}`},
+	} {
+		ok, err := Covers(tt.pattern, testCall{tool: tt.tool, args: tt.args}.call())
+		require.NoError(t, err)
+		assert.False(t, ok, "%s covers %s %s", tt.pattern, tt.tool, tt.args)
+	}
+	g := Grant{Pattern: "mcp__files__write_file", By: "alice"}
+	assert.True(t, g.Allows(testCall{tool: "mcp__files__write_file", args: `{}`}.call()), "a tool's name alone covers every call")
+}
