@@ -347,12 +347,13 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 			e.DecisionScope = cmp.Or(d.Scope, ScopeOnce)
 		}
 		if len(d.Arguments) > 0 {
-			risk, err := m.checkEdit(ctx, e, d)
+			risk, description, err := m.checkEdit(ctx, e, d)
 			if err != nil {
 				return err
 			}
-			// The entry describes the call that runs: the edited one's risk.
-			e.Risk = risk
+			// The entry describes the call that runs: the edited one's risk
+			// and description.
+			e.Risk, e.Description = risk, description
 			if e.OriginalArguments == nil {
 				e.OriginalArguments = e.ToolArguments
 			}
@@ -372,28 +373,30 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 // arguments of d: one a deny rule matches (or whose tool may not be
 // edited) is refused, and one that would be asked about needs an approver
 // its policy names, as the call submitted so would. It returns the
-// edited call's risk (without an EditChecker, the entry's as it was).
-func (m *Machine) checkEdit(ctx context.Context, e *Entry, d Decision) (Risk, error) {
+// edited call's risk and description. Without an EditChecker, it returns
+// the entry's risk as it was and no description: the one the entry has
+// tells of the arguments before the edit.
+func (m *Machine) checkEdit(ctx context.Context, e *Entry, d Decision) (Risk, string, error) {
 	ec, ok := m.eval.(EditChecker)
 	if !ok {
-		return e.Risk, nil
+		return e.Risk, "", nil
 	}
 	c := e.Call()
 	c.Arguments = d.Arguments
 	v, err := ec.CheckEdit(ctx, c)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	switch {
 	case v.Action == ActionDeny:
-		return "", fmt.Errorf("%w: the edited call is denied by %s", ErrEditDenied, v.Reason)
+		return "", "", fmt.Errorf("%w: the edited call is denied by %s", ErrEditDenied, v.Reason)
 	case v.Action != ActionAsk:
 	case v.Approver != "" && v.Approver != d.By:
-		return "", fmt.Errorf("%w: the edited call may be approved only by %s, not %s (%s)", ErrForbidden, v.Approver, d.By, v.Reason)
+		return "", "", fmt.Errorf("%w: the edited call may be approved only by %s, not %s (%s)", ErrForbidden, v.Approver, d.By, v.Reason)
 	case len(v.Approvers) > 0 && !slices.Contains(v.Approvers, d.By):
-		return "", fmt.Errorf("%w: the edited call may be approved only by one of %v, not %s (%s)", ErrForbidden, v.Approvers, d.By, v.Reason)
+		return "", "", fmt.Errorf("%w: the edited call may be approved only by one of %v, not %s (%s)", ErrForbidden, v.Approvers, d.By, v.Reason)
 	}
-	return v.Risk, nil
+	return v.Risk, v.Description, nil
 }
 
 // Claim hands a runnable call to the executor holder for lease: approved,

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"text/tabwriter"
 
 	"github.com/toolgate/toolgate/wire"
@@ -52,14 +51,14 @@ func printBudgets(w io.Writer, items []wire.Budget) error {
 	for _, b := range items {
 		limit := "none"
 		if b.Limit != nil {
-			limit = strconv.FormatFloat(*b.Limit, 'f', -1, 64)
+			limit = formatMoney(*b.Limit)
 		}
 		team := b.Team
 		if team == "" {
 			team = "(no team)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", team, b.Day,
-			strconv.FormatFloat(b.Reserved, 'f', -1, 64), strconv.FormatFloat(b.Spent, 'f', -1, 64), limit)
+			formatMoney(b.Reserved), formatMoney(b.Spent), limit)
 	}
 	return tw.Flush()
 }

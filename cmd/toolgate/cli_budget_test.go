@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -68,4 +71,45 @@ func TestBudget_ExecutorRunCallSettlesAndShows(t *testing.T) {
 	r = cli(t, url, "budget", "--team", "nobody", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.JSONEq(t, `[]`, r.stdout, "a team with no spending has no days")
+}
+
+// TestBudget_CentsAddUpExactly: thirteen calls that cost 0.01 each have
+// spent 0.13 of a daily limit of 0.13, as `toolgate budget` prints and its
+// JSON says, and leave no room for a fourteenth.
+func TestBudget_CentsAddUpExactly(t *testing.T) {
+	t.Parallel()
+	url, _ := startWithHTTP(t, "default: {requiresApprovalTools: none, dailyCostLimit: 0.13}\n")
+	x, err := agent(t, url).NewExecutor(client.ExecutorOptions{Lease: 5 * time.Second})
+	require.NoError(t, err)
+	x.Handle("report", func(context.Context, client.Call) (client.Result, error) {
+		return client.Result{Output: json.RawMessage(`{}`), Cost: 0.01}, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- x.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ran })
+
+	var day string
+	for i := range 13 {
+		out, err := agent(t, url).Request(t.Context(), machine.Call{
+			ToolCallID: fmt.Sprint("cent-", i), ToolName: "report", CallerBotID: "bot", ConversationID: "cents", Team: "ops", EstimatedCost: 0.01,
+		}, client.UntilFinished())
+		require.NoError(t, err)
+		require.Equal(t, client.Executed, out.Kind, "call %d", i)
+		day = out.Entry.CostDay
+	}
+	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the ledger at reserved 0, spent 0.13", func() (bool, any) {
+		r := cli(t, url, "budget", "--team", "ops", "--json")
+		return strings.Contains(r.stdout, `"reserved": 0,`) && strings.Contains(r.stdout, `"spent": 0.13`+"\n"), r.stdout
+	})
+	r := cli(t, url, "budget", "--team", "ops")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^ops\s+`+day+`\s+0\s+0\.13\s+0\.13$`, r.stdout)
+
+	e, err := agent(t, url).Submit(t.Context(), machine.Call{
+		ToolCallID: "cent-13", ToolName: "report", CallerBotID: "bot", ConversationID: "cents", Team: "ops", EstimatedCost: 0.01,
+	})
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, e.Status, "no room for a fourteenth: %s", e.StatusReason)
+	assert.Contains(t, e.StatusReason, "no room for 0.01 more")
 }

@@ -130,7 +130,7 @@ func printOutcome(out cliOutput, o client.Outcome) {
 	case client.Scheduled:
 		fmt.Fprint(w, "allowed without asking")
 	case client.Executed:
-		fmt.Fprintf(w, "executed: cost %v, result %s\n", o.Cost, cmp.Or(string(o.Result), "null"))
+		fmt.Fprintf(w, "executed: cost %s, result %s\n", formatMoney(o.Cost), cmp.Or(string(o.Result), "null"))
 		return
 	}
 	if o.Reason != "" {

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // timeNow is the clock ages and deadlines are shown against.
@@ -75,6 +77,17 @@ func description(e *machine.Entry) string {
 		return e.Description
 	}
 	return string(e.ToolArguments)
+}
+
+// formatMoney prints an amount of money as toolgate counts it, in
+// millionths of the currency, as a decimal with no float64 noise: 0.13,
+// not 0.13000000000000003; 2, not 2.000000. An amount too large for that
+// count (above 9.2e12) is printed as it is.
+func formatMoney(x float64) string {
+	if m := policy.MicrosOf(x); m != policy.MaxMicros && m != -policy.MaxMicros {
+		return m.String()
+	}
+	return strconv.FormatFloat(x, 'f', -1, 64)
 }
 
 // plural is one when n is 1 and many otherwise, so that the words after a
@@ -210,10 +223,10 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 		field("Error", "%s", e.Error)
 	}
 	if e.EstimatedCost > 0 {
-		field("Estimated cost", "%v", e.EstimatedCost)
+		field("Estimated cost", "%s", formatMoney(e.EstimatedCost))
 	}
 	if e.Cost > 0 {
-		field("Cost", "%v", e.Cost)
+		field("Cost", "%s", formatMoney(e.Cost))
 	}
 	if t := e.LastTransition; t != nil {
 		field("Last change", "%s by %s, %s", t.Event, t.Actor, when(t.At))

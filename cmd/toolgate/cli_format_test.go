@@ -1,12 +1,17 @@
 package main
 
 import (
+	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/analytics"
+	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -37,4 +42,75 @@ func TestCounted(t *testing.T) {
 	assert.Equal(t, "0 calls", counted(0, "call", "calls"))
 	assert.Equal(t, "2 events", counted(uint64(2), "event", "events"))
 	assert.Equal(t, "1 hour", counted(int64(1), "hour", "hours"))
+}
+
+// cents is n times 0.01 summed in float64, as a version that summed so
+// would have: 13 of them are 0.12999999999999998.
+func cents(n int) float64 {
+	sum := 0.0
+	for range n {
+		sum += 0.01
+	}
+	return sum
+}
+
+// TestPrintingMoney_NoFloatNoise: every table that prints money prints
+// decimals, rounded to the millionth as toolgate counts it, whatever
+// float64 noise the number carries.
+func TestPrintingMoney_NoFloatNoise(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 0.12999999999999998, cents(13), "the noise this test is about")
+	noisy := cents(13)
+	var b strings.Builder
+	require.NoError(t, printBudgets(&b, []wire.Budget{{Team: "ops", Day: "2026-03-14", Limit: new(1.0), Reserved: cents(30), Spent: noisy}}))
+	assert.Regexp(t, `(?m)^ops\s+2026-03-14\s+0\.3\s+0\.13\s+1$`, b.String())
+
+	b.Reset()
+	statsCallTable(&b, "TOOL", []analytics.ToolReport{{Name: "report", Calls: 13, Cost: noisy}})
+	assert.Regexp(t, `(?m)^report\s+13\s.*\s0\.13\s*$`, b.String())
+
+	b.Reset()
+	require.NoError(t, printDryRun(&b, "candidate.yaml", &wire.PolicyDryRunReply{Calls: 13, Budgets: []wire.DryRunBudget{{Team: "ops",
+		Current:   wire.DryRunSpend{AutoRunCost: noisy},
+		Candidate: wire.DryRunSpend{AutoRunCost: noisy, DailyCostLimit: new(0.1), OverLimit: []wire.DryRunDay{{Day: "2026-03-14", AutoRunCost: noisy}}}}}}))
+	assert.Regexp(t, `(?m)^ops\s+0\.13\s+0\.13\s+0\.1\s+2026-03-14 \(0\.13\)$`, b.String())
+
+	b.Reset()
+	require.NoError(t, printEntry(&b, &machine.Entry{PendingID: "p", ToolName: "report", Status: machine.StateCompletedSuccess, EstimatedCost: cents(3), Cost: noisy}, time.Now()))
+	assert.Regexp(t, `(?m)^Estimated cost:\s+0\.03$`, b.String())
+	assert.Regexp(t, `(?m)^Cost:\s+0\.13$`, b.String())
+	assert.NotContains(t, b.String(), "0.129999")
+
+	assert.Equal(t, "2", formatMoney(2))
+	assert.Equal(t, strconv.FormatFloat(1e300, 'f', -1, 64), formatMoney(1e300), "beyond micro-units, as it is")
+}
+
+// TestCLI_ShowOfAnEditedCallDescribesTheArgumentsThatRun: an approver's
+// edit re-renders the call's description with the edited arguments, so
+// show (and the entry) describe the call that will run.
+func TestCLI_ShowOfAnEditedCallDescribesTheArgumentsThatRun(t *testing.T) {
+	t.Parallel()
+	url := startToolgate(t, `
+default:
+  requiresApprovalTools: [send_email]
+  describe: {send_email: 'mail {{.to}}: {{.subject}}'}
+`)
+	ctx := t.Context()
+	bot := agent(t, url)
+	e, err := bot.Submit(ctx, machine.Call{ToolCallID: "m", ToolName: "send_email", CallerBotID: "bot-1", ConversationID: "conv-mail",
+		Arguments: json.RawMessage(`{"to":"all@example.com","subject":"launch"}`)})
+	require.NoError(t, err)
+	require.Equal(t, "mail all@example.com: launch", e.Description)
+
+	r := cli(t, url, "approve", e.PendingID, as(t, url, "alice"), "--args", `{"to":"team@example.com","subject":"launch"}`)
+	require.Equal(t, 0, r.code, r.stderr)
+	got, err := bot.Get(ctx, e.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, "mail team@example.com: launch", got.Description, "the entry describes the edited call")
+
+	r = cli(t, url, "show", e.PendingID)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^Description:\s+mail team@example\.com: launch$`, r.stdout)
+	assert.NotContains(t, r.stdout, "mail all@example.com")
+	assert.Regexp(t, `Original arguments:\s+\{"to":"all@example.com","subject":"launch"\} \(edited by the approver\)`, r.stdout)
 }

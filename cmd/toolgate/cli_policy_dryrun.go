@@ -117,8 +117,6 @@ func teamName(team string) string {
 	return team
 }
 
-func formatCost(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
-
 // changesOf lists a group's changes of verdict: "allow → ask 125, …".
 func changesOf(counts []wire.VerdictCount) string {
 	var parts []string
@@ -179,16 +177,16 @@ func printDryRun(w io.Writer, file string, r *wire.PolicyDryRunReply) error {
 	for _, b := range r.Budgets {
 		limit, over := "none", "-"
 		if b.Candidate.DailyCostLimit != nil {
-			limit = formatCost(*b.Candidate.DailyCostLimit)
+			limit = formatMoney(*b.Candidate.DailyCostLimit)
 		}
 		if len(b.Candidate.OverLimit) > 0 {
 			var days []string
 			for _, d := range b.Candidate.OverLimit {
-				days = append(days, fmt.Sprintf("%s (%s)", d.Day, formatCost(d.AutoRunCost)))
+				days = append(days, fmt.Sprintf("%s (%s)", d.Day, formatMoney(d.AutoRunCost)))
 			}
 			over = strings.Join(days, ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", teamName(b.Team), formatCost(b.Current.AutoRunCost), formatCost(b.Candidate.AutoRunCost), limit, over)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", teamName(b.Team), formatMoney(b.Current.AutoRunCost), formatMoney(b.Candidate.AutoRunCost), limit, over)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

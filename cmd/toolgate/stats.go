@@ -266,11 +266,11 @@ func statsCallTable(tw io.Writer, kind string, rows []analytics.ToolReport) {
 		if len(t.TopRejectionReasons) > 0 {
 			topReason = fmt.Sprintf("%s (%d)", oneLine(t.TopRejectionReasons[0].Name, 40), t.TopRejectionReasons[0].Count)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%g\t%s\n", statsName(t.Name),
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", statsName(t.Name),
 			t.Calls, t.Asked, t.Approved, t.Rejected, t.TimedOut+t.Overdue,
 			statsPercent(t.ApprovalRate, t.Decided), statsPercent(t.TimeoutRate, t.Asked),
 			statsMs(t.TimeToDecide.MeanMs), statsMs(t.TimeToDecide.P50Ms), statsMs(t.TimeToDecide.P90Ms),
-			t.Failed, t.Cost, topReason)
+			t.Failed, formatMoney(t.Cost), topReason)
 	}
 }
 
