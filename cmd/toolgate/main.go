@@ -59,8 +59,8 @@ Usage:
   toolgate mcp                an MCP server on stdio: --permission-prompt-tool mcp__toolgate__approve
   toolgate mcp-gateway --config FILE
                               an MCP gateway in front of MCP servers: every tool call through toolgate
-  toolgate policy get|set FILE|validate FILE|dry-run FILE
-                           print, replace or check the policy; what FILE would change
+  toolgate policy get|set FILE|validate FILE|dry-run FILE|explain TOOL ARGS
+                           print, replace or check the policy; what FILE would change; how a call is decided
   toolgate creds add|list|revoke|init|nats-config
                            issue, list and revoke NATS credentials (see docs/security.md)
   toolgate webhook-secret  print a new webhook signing secret (whsec_…, Standard Webhooks)
