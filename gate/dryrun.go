@@ -175,18 +175,19 @@ func (t *tally) counts() []wire.VerdictCount {
 	return out
 }
 
-// spend is a team's auto-run cost under one policy, in all and per UTC day.
+// spend is a team's auto-run cost under one policy, in all and per UTC day,
+// in micro-units, as the budget counts it.
 type spend struct {
-	total float64
-	days  map[string]float64
+	total policy.Micros
+	days  map[string]policy.Micros
 }
 
 func (s *spend) add(day string, cost float64) {
 	if s.days == nil {
-		s.days = map[string]float64{}
+		s.days = map[string]policy.Micros{}
 	}
-	s.total += cost
-	s.days[day] += cost
+	s.total = s.total.Plus(policy.MicrosOf(cost))
+	s.days[day] = s.days[day].Plus(policy.MicrosOf(cost))
 }
 
 // dryRun accumulates a PolicyDryRunReply, one call at a time.
@@ -288,13 +289,13 @@ func (d *dryRun) finish(current, candidate *policy.Engine) *wire.PolicyDryRunRep
 }
 
 func spendOf(s spend, limit *float64) wire.DryRunSpend {
-	out := wire.DryRunSpend{AutoRunCost: s.total, DailyCostLimit: limit, OverLimit: []wire.DryRunDay{}}
+	out := wire.DryRunSpend{AutoRunCost: s.total.Float64(), DailyCostLimit: limit, OverLimit: []wire.DryRunDay{}}
 	if limit == nil {
 		return out
 	}
 	for _, day := range slices.Sorted(maps.Keys(s.days)) {
-		if s.days[day] > *limit {
-			out.OverLimit = append(out.OverLimit, wire.DryRunDay{Day: day, AutoRunCost: s.days[day]})
+		if s.days[day] > policy.MicrosOf(*limit) {
+			out.OverLimit = append(out.OverLimit, wire.DryRunDay{Day: day, AutoRunCost: s.days[day].Float64()})
 		}
 	}
 	return out

@@ -259,3 +259,39 @@ func TestPolicyDryRun_ThousandRecordedCalls(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, reply.PolicyRevision, stored.Revision, "the policy in force is as it was")
 }
+
+// TestPolicyDryRun_SpendIsSummedExactly: thirteen calls estimated at 0.01
+// run without asking cost 0.13, which a daily limit of 0.13 holds and one
+// of 0.12 does not.
+func TestPolicyDryRun_SpendIsSummedExactly(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	const current = "default: {requiresApprovalTools: none}"
+	doc, err := policy.Parse([]byte(current))
+	require.NoError(t, err)
+	engine, err := policy.NewEngine(doc, nil, nil)
+	require.NoError(t, err)
+	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine})
+	admin := gate.Actor{Name: "root", Roles: []wire.Role{wire.RoleAdmin}}
+	bot := gate.Actor{Name: "bot", Roles: []wire.Role{wire.RoleAgent}}
+	vic := gate.Actor{Name: "vic", Roles: []wire.Role{wire.RoleViewer}}
+	_, err = g.SetPolicy(ctx, admin, wire.PolicyDocument{Document: current})
+	require.NoError(t, err)
+	for i := range 13 {
+		_, err := g.Submit(ctx, bot, machine.Call{ToolCallID: fmt.Sprint("cent-", i), ToolName: "summarize", ConversationID: "cents", Team: "ops", EstimatedCost: 0.01})
+		require.NoError(t, err)
+	}
+	for limit, over := range map[string]bool{"0.13": false, "0.12": true} {
+		reply, err := g.PolicyDryRun(ctx, vic, wire.PolicyDryRunRequest{Document: current + "\nteams: {ops: {dailyCostLimit: " + limit + "}}"})
+		require.NoError(t, err)
+		require.Len(t, reply.Budgets, 1)
+		b := reply.Budgets[0]
+		assert.Equal(t, 0.13, b.Current.AutoRunCost, "limit %s", limit)
+		assert.Equal(t, 0.13, b.Candidate.AutoRunCost, "limit %s", limit)
+		assert.Equal(t, over, len(b.Candidate.OverLimit) == 1, "limit %s: over it? %+v", limit, b.Candidate.OverLimit)
+		data, err := json.Marshal(b.Current)
+		require.NoError(t, err)
+		assert.Contains(t, string(data), `"autoRunCost":0.13,`)
+	}
+}
