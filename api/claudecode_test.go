@@ -35,10 +35,18 @@ func hookServer(t *testing.T) *toolgatetest.Gate {
 // postHook posts a hook input as bot-1, with ctx, and returns the status
 // and body.
 func postHook(ctx context.Context, t *testing.T, g *toolgatetest.Gate, pathAndQuery, body string) (int, string, error) {
+	return postHookWith(ctx, t, g, "Bearer agent-token-000000001", pathAndQuery, body)
+}
+
+// postHookWith posts a hook input with authorization as its Authorization
+// header (none when ""), as Claude Code's HTTP hook sends it.
+func postHookWith(ctx context.Context, t *testing.T, g *toolgatetest.Gate, authorization, pathAndQuery, body string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, "POST", g.HTTPURL+"/v1/integrations/claude-code/"+pathAndQuery, bytes.NewBufferString(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer agent-token-000000001")
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, "", err
@@ -105,7 +113,94 @@ func TestClaudeCodeHTTPHook_ClientGoneWithdrawsTheCall(t *testing.T) {
 	assert.Contains(t, e.StatusReason, "Claude Code stopped waiting (the HTTP hook's client closed the connection)")
 }
 
-func TestClaudeCodeHTTPHook_RefusesAWaitItsTimeoutDoesNotAllow(t *testing.T) {
+// preToolUse is a PreToolUse input for Bash.
+func preToolUse(session, command, toolUseID string) string {
+	return `{"session_id":"` + session + `","transcript_path":"/t.jsonl","cwd":"/p","permission_mode":"default","hook_event_name":"PreToolUse",` +
+		`"tool_name":"Bash","tool_input":{"command":"` + command + `"},"tool_use_id":"` + toolUseID + `"}`
+}
+
+// hookAnswer is what the hooks answer, any event's fields.
+type hookAnswer struct {
+	HookSpecificOutput struct {
+		HookEventName            string `json:"hookEventName"`
+		PermissionDecision       string `json:"permissionDecision"`
+		PermissionDecisionReason string `json:"permissionDecisionReason"`
+		Decision                 struct {
+			Behavior string `json:"behavior"`
+			Message  string `json:"message"`
+		} `json:"decision"`
+	} `json:"hookSpecificOutput"`
+	SystemMessage string `json:"systemMessage"`
+}
+
+// denied asserts that a hook's answer is a 200 that blocks the call at
+// event (PreToolUse, PermissionRequest), or a 200 with a systemMessage at
+// the other events, whose reason contains each of want.
+func denied(t *testing.T, event string, status int, body string, want ...string) {
+	t.Helper()
+	require.Equal(t, http.StatusOK, status, "Claude Code runs the call on any other status: %s", body)
+	var a hookAnswer
+	require.NoError(t, json.Unmarshal([]byte(body), &a), body)
+	var reason string
+	switch event {
+	case "PreToolUse":
+		assert.Equal(t, "PreToolUse", a.HookSpecificOutput.HookEventName, body)
+		assert.Equal(t, "deny", a.HookSpecificOutput.PermissionDecision, body)
+		reason = a.HookSpecificOutput.PermissionDecisionReason
+	case "PermissionRequest":
+		assert.Equal(t, "PermissionRequest", a.HookSpecificOutput.HookEventName, body)
+		assert.Equal(t, "deny", a.HookSpecificOutput.Decision.Behavior, body)
+		reason = a.HookSpecificOutput.Decision.Message
+	default:
+		assert.Empty(t, a.HookSpecificOutput.HookEventName, body)
+		reason = a.SystemMessage
+	}
+	for _, w := range want {
+		assert.Contains(t, reason, w, body)
+	}
+}
+
+// Without a valid credential the hooks block the call, in Claude Code's own
+// answer, saying how to give the hook its token; nothing is submitted.
+func TestClaudeCodeHTTPHook_WithoutAValidTokenDenies(t *testing.T) {
+	t.Parallel()
+	g := hookServer(t)
+	post := func(authorization, path, body string) (int, string) {
+		status, answer, err := postHookWith(t.Context(), t, g, authorization, path, body)
+		require.NoError(t, err)
+		return status, answer
+	}
+	for authorization, want := range map[string][]string{
+		"Bearer ":                       {"sent no bearer token", "allowedEnvVars", "docs/claude-code.md"}, // allowedEnvVars missing: Claude Code sends this
+		"":                              {"sent no bearer token", "allowedEnvVars", "docs/claude-code.md"},
+		"Bearer not-a-token-0000000001": {"not one toolgate knows", "allowedEnvVars", "docs/claude-code.md"},
+		"Bearer viewer-token-00000001":  {"vic may not POST", "agent"},
+	} {
+		status, body := post(authorization, "pre-tool-use", preToolUse("unauthenticated", "rm -rf /", "toolu_pre"))
+		denied(t, "PreToolUse", status, body, want...)
+		status, body = post(authorization, "permission-request", permissionRequest("unauthenticated", "rm -rf /"))
+		denied(t, "PermissionRequest", status, body, want...)
+		status, body = post(authorization, "post-tool-use", `{"session_id":"unauthenticated","hook_event_name":"PostToolUse","tool_name":"Bash",`+
+			`"tool_input":{"command":"rm -rf /"},"tool_use_id":"toolu_pre","tool_response":{}}`)
+		denied(t, "PostToolUse", status, body, want...)
+	}
+	assert.Empty(t, sessionCalls(t, g, "unauthenticated"), "no decision is recorded for nobody")
+
+	// The rest of the API refuses as ever.
+	req, err := http.NewRequestWithContext(t.Context(), "POST", g.HTTPURL+"/v1/tool-calls", bytes.NewBufferString(`{}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer ")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}
+
+// A request the hooks cannot take is answered with a block saying why, in
+// the shape of the event its body names (else its path's), never with an
+// error status, which Claude Code would take as leave to run the call.
+func TestClaudeCodeHTTPHook_RefusesABadRequestWithABlock(t *testing.T) {
 	t.Parallel()
 	g := hookServer(t)
 	for query, want := range map[string]string{
@@ -115,8 +210,18 @@ func TestClaudeCodeHTTPHook_RefusesAWaitItsTimeoutDoesNotAllow(t *testing.T) {
 	} {
 		status, body, err := postHook(t.Context(), t, g, "permission-request"+query, permissionRequest("http-bad", "git push"))
 		require.NoError(t, err)
-		assert.Equal(t, http.StatusBadRequest, status, query)
-		assert.Contains(t, body, want, query)
+		denied(t, "PermissionRequest", status, body, want)
+	}
+	for _, c := range []struct{ path, body, event, want string }{
+		{"pre-tool-use", `{"hook_event_name":"PreToolUse","tool_name":"Bash"}`, "PreToolUse", "session_id: required"},
+		{"pre-tool-use", `not json`, "PreToolUse", "request body"},
+		{"pre-tool-use", permissionRequest("http-bad", "git push"), "PermissionRequest", `"PermissionRequest" does not belong at /v1/integrations/claude-code/pre-tool-use`},
+		{"pretooluse", preToolUse("http-bad", "rm -rf /", "toolu_1"), "PreToolUse", "no such Claude Code hook here"},
+		{"session-start", `{"session_id":"http-bad","hook_event_name":"SessionStart"}`, "SessionStart", "no such Claude Code hook here"},
+	} {
+		status, body, err := postHook(t.Context(), t, g, c.path, c.body)
+		require.NoError(t, err)
+		denied(t, c.event, status, body, c.want)
 	}
 	assert.Empty(t, sessionCalls(t, g, "http-bad"), "nothing was submitted")
 }

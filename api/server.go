@@ -95,7 +95,7 @@ var routes = []route{
 	{"POST", "/v1/tool-calls/{pendingId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancel},
 	{"POST", "/v1/conversations/{conversationId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancelConversation},
 	{"GET", "/v1/events", readers, (*Server).events},
-	{"POST", "/v1/integrations/claude-code/{hook}", []Role{RoleAgent}, (*Server).claudeCodeHook},
+	{"POST", claudeCodeHookPath, []Role{RoleAgent}, (*Server).claudeCodeHook},
 	{"GET", "/v1/analytics", []Role{RoleViewer, RoleApprover}, (*Server).analytics},
 	{"GET", "/v1/budgets", []Role{RoleViewer, RoleApprover}, (*Server).budgets},
 	{"GET", "/v1/rate-limits", []Role{RoleViewer, RoleApprover}, (*Server).rateLimits},
@@ -213,8 +213,14 @@ func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
+	refuse := func(err error) { writeError(w, s.cfg.Log, err) }
+	if rt.path == claudeCodeHookPath {
+		// Claude Code runs a call whose hook answers an error: its hooks
+		// refuse in the hook's own answer (see refuseClaudeCodeHook).
+		refuse = func(err error) { s.refuseClaudeCodeHook(w, r, err) }
+	}
 	if err := boundedRequest(r); err != nil {
-		writeError(w, s.cfg.Log, err)
+		refuse(err)
 		return
 	}
 	if r.Method == http.MethodPost {
@@ -226,11 +232,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		// Slack's form alone is taken, on its endpoint, where its signature
 		// is the credential and no browser can make one.
 		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); (err != nil || mt != "application/json") && rt.path != slackInteractionsPath {
-			writeError(w, s.cfg.Log, httpErr(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json"))
+			refuse(httpErr(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json"))
 			return
 		}
 		if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) {
-			writeError(w, s.cfg.Log, httpErr(http.StatusForbidden, "forbidden", fmt.Sprintf("cross-origin request from %s refused", origin)))
+			refuse(httpErr(http.StatusForbidden, "forbidden", fmt.Sprintf("cross-origin request from %s refused", origin)))
 			return
 		}
 	}
@@ -242,17 +248,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		// and Referer headers for nothing.
 		if u, ok = s.cfg.Tokens.authenticate(r, rt.path == "/v1/events"); !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
-			writeError(w, s.cfg.Log, httpErr(http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"))
+			refuse(httpErr(http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"))
 			return
 		}
 		if !u.Can(rt.roles...) {
-			writeError(w, s.cfg.Log, httpErr(http.StatusForbidden, "forbidden",
+			refuse(httpErr(http.StatusForbidden, "forbidden",
 				fmt.Sprintf("%s may not %s %s: needs one of the roles %v", u.Name, rt.method, rt.path, rt.roles)))
 			return
 		}
 	}
 	if err := rt.handle(s, w, r, u); err != nil {
-		writeError(w, s.cfg.Log, err)
+		refuse(err)
 	}
 }
 

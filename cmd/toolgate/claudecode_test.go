@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -10,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/claudecode"
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // startWithHTTP runs every role in-process under policy and returns its
@@ -65,11 +68,17 @@ func TestClaudeCodeHTTPHooks(t *testing.T) {
 	require.Equal(t, 200, status, string(body))
 	assert.JSONEq(t, `{}`, string(body))
 
+	// Refused, in a 200 Claude Code reads: it runs the call on any other
+	// status. Neither event blocks anything, so they are told.
 	status, body = post("pre-tool-use", in("PostToolUse", "npm test", "t3"))
-	assert.Equal(t, 400, status, "an event posted to the wrong hook is refused")
-	assert.Contains(t, string(body), "hook_event_name")
-	status, _ = post("on-stop", in("Stop", "x", "t4"))
-	assert.Equal(t, 404, status)
+	assert.Equal(t, 200, status, "an event posted to the wrong hook is refused")
+	var notice claudecode.Notice
+	require.NoError(t, json.Unmarshal(body, &notice))
+	assert.Contains(t, notice.SystemMessage, "hook_event_name")
+	status, body = post("on-stop", in("Stop", "x", "t4"))
+	assert.Equal(t, 200, status)
+	require.NoError(t, json.Unmarshal(body, &notice))
+	assert.Contains(t, notice.SystemMessage, "no such Claude Code hook here")
 }
 
 func TestHTTP_AnalyticsAndMetricsServed(t *testing.T) {
@@ -90,4 +99,42 @@ func TestHTTP_AnalyticsAndMetricsServed(t *testing.T) {
 	_, _ = body.ReadFrom(resp.Body)
 	assert.Contains(t, body.String(), `toolgate_consumer_pending_messages{consumer="toolgate-relay"`, "every role in one process: the exporter too")
 	assert.Contains(t, body.String(), "go_goroutines")
+}
+
+// A command hook that cannot authenticate, or whose credential may not
+// submit calls, blocks the call whatever --on-error says, saying why; no
+// call is submitted.
+func TestHookCommand_BadCredentialBlocks(t *testing.T) {
+	url, _ := startWithHTTP(t, hookPolicy)
+	other, _ := startWithHTTP(t, hookPolicy)
+	for name, c := range map[string]struct {
+		args []string
+		want string
+	}{
+		"another toolgate's credential": {[]string{"--nats-creds", server.CredsPath(dataDir(t, other), "agent")}, "refused the hook's credential"},
+		"a wrong password":              {[]string{"--nats-user", "nobody", "--nats-password", "wrong"}, "--nats-creds"},
+		"a viewer's credential":         {[]string{"--nats-creds", server.CredsPath(dataDir(t, url), "viewer")}, "may not"},
+	} {
+		for _, onError := range []string{"deny", "ask"} {
+			input := fmt.Sprintf(preToolUse, "rm -rf /", "bad-credential")
+			code, out, stderr := runHook(t, input, append(c.args, "--nats", url, "--on-error", onError)...)
+			assert.Equal(t, 0, code, "%s: %s", name, stderr)
+			assert.Equal(t, claudecode.Deny, out.HookSpecificOutput.PermissionDecision, "%s, --on-error %s", name, onError)
+			assert.Contains(t, out.HookSpecificOutput.PermissionDecisionReason, c.want, name)
+		}
+	}
+	calls, err := agent(t, url).List(t.Context(), wire.ListRequest{ConversationID: "sess-1"})
+	require.NoError(t, err)
+	assert.Empty(t, calls, "nothing was submitted")
+}
+
+// An input the hook cannot read exits 2, which Claude Code takes as a
+// block, never 1, which it takes as leave to run the call.
+func TestHookCommand_UnreadableInputBlocks(t *testing.T) {
+	url, _ := startWithHTTP(t, hookPolicy)
+	for _, input := range []string{`not json`, `{"hook_event_name":"PreToolUse"}`} {
+		code, _, stderr := runHook(t, input, "--nats", url, "--nats-creds", server.CredsPath(dataDir(t, url), "agent"))
+		assert.Equal(t, 2, code, input)
+		assert.Contains(t, stderr, "toolgate hook: stdin:", input)
+	}
 }
