@@ -572,7 +572,7 @@ func (b *bench) hops(ctx context.Context, since time.Time, ds map[string]benchDe
 		if err := batch.Error(); err != nil {
 			return nil, fmt.Errorf("bench: reading %s: %w", stream, err)
 		} else if n == 0 {
-			return nil, fmt.Errorf("bench: reading %s: nothing within 10s, %d messages still to read", stream, pending)
+			return nil, fmt.Errorf("bench: reading %s: nothing within 10s, %s still to read", stream, counted(pending, "message", "messages"))
 		}
 	}
 	took := make([][]time.Duration, len(benchSteps))
@@ -602,7 +602,8 @@ func percentiles(ds []time.Duration) pcts {
 }
 
 func (r *benchReport) print(w io.Writer) {
-	fmt.Fprintf(w, "toolgate bench: %s, %d agents, %d lifecycles a path, %d CPUs, load %s\n\n", r.Target, r.Agents, r.Calls, r.Host.CPUs, r.Host.Load)
+	fmt.Fprintf(w, "toolgate bench: %s, %s, %s a path, %s, load %s\n\n", r.Target, counted(r.Agents, "agent", "agents"),
+		counted(r.Calls, "lifecycle", "lifecycles"), counted(r.Host.CPUs, "CPU", "CPUs"), r.Host.Load)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEASURE\tPER SEC\tRATIO TO CAS\tSUBMIT→RESULT p50/p99\tDECISION→HANDLER p50/p99\tCPU/LIFECYCLE\tMESSAGES/LIFECYCLE\tCONSUMERS/LIFECYCLE")
 	fmt.Fprintf(tw, "raw KV compare-and-set (R%d)\t%.0f\t1\t\t\t\t\t\n", r.CASReplicas, r.CASPerSec)

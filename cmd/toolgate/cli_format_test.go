@@ -114,3 +114,15 @@ default:
 	assert.NotContains(t, r.stdout, "mail all@example.com")
 	assert.Regexp(t, `Original arguments:\s+\{"to":"all@example.com","subject":"launch"\} \(edited by the approver\)`, r.stdout)
 }
+
+// TestBenchReport_CountsAgreeWithTheirWords: one agent on one CPU is said
+// so, as two are "agents" and "CPUs".
+func TestBenchReport_CountsAgreeWithTheirWords(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	(&benchReport{Agents: 1, Calls: 1, Target: "embedded", Host: benchHostEnv{CPUs: 1, Load: "0.5"}}).print(&b)
+	assert.Contains(t, b.String(), "toolgate bench: embedded, 1 agent, 1 lifecycle a path, 1 CPU, load 0.5\n")
+	b.Reset()
+	(&benchReport{Agents: 2, Calls: 2000, Target: "embedded", Host: benchHostEnv{CPUs: 2, Load: "0.5"}}).print(&b)
+	assert.Contains(t, b.String(), "toolgate bench: embedded, 2 agents, 2000 lifecycles a path, 2 CPUs, load 0.5\n")
+}

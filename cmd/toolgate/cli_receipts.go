@@ -144,7 +144,7 @@ func cliVerify(ctx context.Context, args []string, out cliOutput) error {
 	if err != nil {
 		return fmt.Errorf("FAILED: %s: %w", ch.PendingID, err)
 	}
-	fmt.Fprintf(out.stdout, "OK: %d receipts of %s, signed by %s\n", len(ch.Receipts), ch.PendingID, strings.Join(signers, ", "))
+	fmt.Fprintf(out.stdout, "OK: %s of %s, signed by %s\n", counted(len(ch.Receipts), "receipt", "receipts"), ch.PendingID, strings.Join(signers, ", "))
 	if ch.ArgumentsMasked {
 		fmt.Fprintln(out.stdout, "the arguments are shown masked: checked by their digest only")
 	}
