@@ -1,10 +1,11 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -16,10 +17,57 @@ import (
 // and browsers keep it open and a dead client is noticed.
 const keepAlive = 15 * time.Second
 
+// maxEventID bounds Last-Event-ID and ?since=: a TOOL_EVENTS sequence has
+// at most 20 digits.
+const maxEventID = 20
+
+// ResetEvent is the data of the event, named "reset", that starts a stream
+// asked to resume after a sequence past TOOL_EVENTS' end (the stream was
+// recreated, or the id is another toolgate's): the stream resumes after
+// the end instead, and says so.
+type ResetEvent struct {
+	// LastEventID is the sequence the client asked to resume after.
+	LastEventID uint64 `json:"lastEventId"`
+	// ResumedAfter is the last sequence of TOOL_EVENTS when the stream
+	// started: the events that follow come after it. It is the reset
+	// event's id too, so a client that reconnects resumes from there.
+	ResumedAfter uint64 `json:"resumedAfter"`
+	Reason       string `json:"reason"`
+}
+
+// resumeFrom reads where a stream resumes: the sequence in Last-Event-ID,
+// else in ?since=, 0 when neither is given (the events to come). It
+// refuses what no stream could have sent, naming the field: not a number,
+// or longer than a sequence may be.
+func resumeFrom(r *http.Request) (seq uint64, field string, given bool, err error) {
+	field, v := "Last-Event-ID", r.Header.Get("Last-Event-ID")
+	if v == "" {
+		field, v = "since", r.URL.Query().Get("since")
+	}
+	if v == "" {
+		return 0, "", false, nil
+	}
+	if len(v) > maxEventID {
+		return 0, field, true, fmt.Errorf("%w: %s: want a TOOL_EVENTS sequence number, at most %d digits; got %d characters", machine.ErrInvalid, field, maxEventID, len(v))
+	}
+	seq, err = strconv.ParseUint(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, field, true, fmt.Errorf("%w: %s: %s is past the largest sequence number, %d", machine.ErrInvalid, field, v, uint64(math.MaxUint64))
+	}
+	if err != nil {
+		return 0, field, true, fmt.Errorf("%w: %s: want a TOOL_EVENTS sequence number, got %q", machine.ErrInvalid, field, v)
+	}
+	return seq, field, true, nil
+}
+
 // events streams every transition as server-sent events: id is the
 // TOOL_EVENTS sequence, event the subject, data the envelope. A client that
 // reconnects with Last-Event-ID (or ?since=SEQ, e.g. a list's eventsSeq)
-// gets everything after it, so it misses nothing.
+// gets everything after it, so it misses nothing. A sequence past the
+// stream's end (the stream was recreated, or the id is another
+// toolgate's) resumes after the end, and the stream starts with a "reset"
+// event saying so (ResetEvent): an EventSource takes an error answer as
+// final and would never reconnect.
 func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
@@ -33,17 +81,21 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 		caller = u.Name
 	}
 	var from uint64 // 0: the events to come
-	if since := cmp.Or(r.Header.Get("Last-Event-ID"), q.Get("since")); since != "" {
-		seq, err := strconv.ParseUint(since, 10, 64)
-		if err != nil {
-			return fmt.Errorf("%w: Last-Event-ID/since: want a sequence number, got %q", machine.ErrInvalid, since)
-		}
+	var reset *ResetEvent
+	seq, field, given, err := resumeFrom(r)
+	if err != nil {
+		return err
+	}
+	if given {
 		last, err := s.eventsSeq(r.Context())
 		if err != nil {
 			return err
 		}
 		if seq > last {
-			return fmt.Errorf("%w: Last-Event-ID/since: %d is past the last event, %d", machine.ErrInvalid, seq, last)
+			reset = &ResetEvent{LastEventID: seq, ResumedAfter: last, Reason: fmt.Sprintf(
+				"%s %d is past the last event of TOOL_EVENTS, %d (the stream was recreated, or the id is another toolgate's): "+
+					"resuming after %d; list the calls (GET /v1/tool-calls) for what happened before", field, seq, last, last)}
+			seq = last
 		}
 		from = seq + 1
 	}
@@ -80,6 +132,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprint(w, ": toolgate events\n\n")
+	if reset != nil {
+		data, _ := json.Marshal(reset)
+		fmt.Fprintf(w, "id: %d\nevent: reset\ndata: %s\n\n", reset.ResumedAfter, data)
+	}
 	flusher.Flush()
 
 	tick := time.NewTicker(keepAlive)
