@@ -125,17 +125,29 @@ func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any)
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
+	if c.connectWait > 0 {
+		// The connect wait is counted from the request, whatever it
+		// has done before the connection went.
+		ctx = context.WithValue(ctx, connectByKey{}, time.Now().Add(c.connectWait))
+	}
 	if !repeatable[endpoint] {
 		return c.attempt(ctx, endpoint, data, out)
 	}
 	// A reconnect while an attempt waits means that its request or its
 	// answer may have gone with the server it went through: the request
-	// is sent again at once, not after the attempt's timeout.
+	// is sent again at once, not after the attempt's timeout. With a
+	// connect wait, so does the connection going: the next attempt waits
+	// for it.
 	reconnects := c.nc.StatusChanged(nats.CONNECTED)
 	defer c.nc.RemoveStatusListener(reconnects)
+	var downs chan nats.Status
+	if c.connectWait > 0 {
+		downs = c.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING)
+		defer c.nc.RemoveStatusListener(downs)
+	}
 	giveUp := time.Now().Add(c.unavailable)
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		msg, err, reconnected := c.attemptUntilReconnect(ctx, reconnects, attemptTimeout, endpoint, data, out)
+		msg, err, reconnected := c.attemptUntilChange(ctx, reconnects, downs, attemptTimeout, endpoint, data, out)
 		if reconnected {
 			continue
 		}
@@ -162,9 +174,18 @@ var errReconnected = errors.New("reconnected")
 // attemptUntilReconnect is one attempt of a request, bounded by timeout,
 // and ended early (reconnected) by a reconnect.
 func (c *Client) attemptUntilReconnect(ctx context.Context, reconnects <-chan nats.Status, timeout time.Duration, endpoint string, data []byte, out any) (*nats.Msg, error, bool) {
+	return c.attemptUntilChange(ctx, reconnects, nil, timeout, endpoint, data, out)
+}
+
+// attemptUntilChange is attemptUntilReconnect, also ended early (to be
+// sent again) by the connection going, when downs is not nil.
+func (c *Client) attemptUntilChange(ctx context.Context, reconnects, downs <-chan nats.Status, timeout time.Duration, endpoint string, data []byte, out any) (*nats.Msg, error, bool) {
 	// A reconnect before this attempt is sent does not concern it.
 	for len(reconnects) > 0 {
 		<-reconnects
+	}
+	for len(downs) > 0 {
+		<-downs
 	}
 	rctx, reconnected := context.WithCancelCause(ctx)
 	defer reconnected(nil)
@@ -174,6 +195,8 @@ func (c *Client) attemptUntilReconnect(ctx context.Context, reconnects <-chan na
 	wg.Go(func() {
 		select {
 		case <-reconnects:
+			reconnected(errReconnected)
+		case <-downs:
 			reconnected(errReconnected)
 		case <-actx.Done():
 		}
@@ -473,8 +496,13 @@ func (c *Client) RevokeCredential(ctx context.Context, name string) ([]wire.Iden
 	return reply.Items, err
 }
 
+// connectByKey holds, in a request's context, when its connect wait
+// ends.
+type connectByKey struct{}
+
 // connected waits, when the client has a connect wait, for a connection
-// that is down to come back: up to the connect wait, or until ctx ends.
+// that is down to come back: until the request's connect wait ends (the
+// connect wait after it began), or ctx does.
 func (c *Client) connected(ctx context.Context) error {
 	if c.connectWait == 0 || c.nc.IsConnected() || c.nc.IsClosed() {
 		return nil // a closed connection fails the request itself, saying so
@@ -484,7 +512,11 @@ func (c *Client) connected(ctx context.Context) error {
 	if c.nc.IsConnected() {
 		return nil
 	}
-	t := time.NewTimer(c.connectWait)
+	by, ok := ctx.Value(connectByKey{}).(time.Time)
+	if !ok {
+		by = time.Now().Add(c.connectWait)
+	}
+	t := time.NewTimer(time.Until(by))
 	defer t.Stop()
 	select {
 	case <-up:
