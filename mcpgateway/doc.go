@@ -14,4 +14,13 @@
 // Tools the policy denies whatever their arguments are left out of
 // tools/list. The gateway writes nothing of toolgate's: it uses the
 // request API, as an agent does.
+//
+// A session ends when its client does: on stdio when its stream closes;
+// over HTTP when the client ends it (DELETE), or after Options.IdleTimeout
+// without a request or an open stream. Its calls still waiting are then
+// withdrawn, and its upstream servers stopped. A call whose client stops
+// waiting (it cancels the request, or the request's connection drops) is
+// withdrawn at once. A call toolgate cannot be asked about (its
+// connection is down: see client.WithConnectWait) is refused, saying so,
+// and nothing is recorded of it.
 package mcpgateway
