@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -44,7 +45,18 @@ func (s *session) listTools(ctx context.Context) (*mcp.ListToolsResult, error) {
 	for i, it := range items {
 		names[i] = it.toolgate
 	}
-	denied := s.denied(ctx, names)
+	denied, unreadable := s.denied(ctx, names)
+	if len(unreadable) > 0 {
+		schemas := map[string]any{}
+		for _, it := range items {
+			schemas[it.toolgate] = it.tool.InputSchema
+		}
+		// A rule that cannot read its argument denies or asks about every
+		// call: serving the tools so would look like a broken gateway.
+		err := unreadableRules(unreadable, schemas)
+		s.gw.log.Error("tools/list: refused", "err", err)
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+	}
 	out := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
 	for _, it := range items {
 		if _, no := denied[it.toolgate]; no {
@@ -55,23 +67,23 @@ func (s *session) listTools(ctx context.Context) (*mcp.ListToolsResult, error) {
 	return out, nil
 }
 
-// denied asks toolgate which of tools its policy denies outright. When it
-// cannot say, nothing is left out: every call is still asked about.
-func (s *session) denied(ctx context.Context, tools []string) map[string]string {
-	denied := map[string]string{}
+// denied asks toolgate which of tools its policy denies outright, and on
+// which its rules cannot read the argument they mean. When it cannot say,
+// nothing is left out: every call is still asked about.
+func (s *session) denied(ctx context.Context, tools []string) (denied, unreadable map[string]string) {
+	denied, unreadable = map[string]string{}, map[string]string{}
 	for len(tools) > 0 {
 		n := min(len(tools), wire.MaxDeniedTools)
 		reply, err := s.gw.gate.DeniedTools(ctx, wire.DeniedToolsRequest{Tools: tools[:n], Team: s.gw.opts.Team, ConversationID: s.conversation})
 		if err != nil {
 			s.gw.log.Warn("tools/list: toolgate did not say which tools its policy denies; listing them all (each call is still asked about)", "err", err)
-			return denied
+			return denied, nil
 		}
-		for tool, why := range reply.Denied {
-			denied[tool] = why
-		}
+		maps.Copy(denied, reply.Denied)
+		maps.Copy(unreadable, reply.Unreadable)
 		tools = tools[n:]
 	}
-	return denied
+	return denied, unreadable
 }
 
 // each runs f on every server that offers a capability, and fails only

@@ -641,3 +641,23 @@ func TestGateway_OverHTTPInFrontOfTwoServers(t *testing.T) {
 	<-answered
 	assert.Len(t, e.received(), 1, "only the echo reached the stdio server")
 }
+
+// A policy stored before toolgate refused rules that cannot read their
+// argument may still hold one: the gateway then refuses to list its tools,
+// naming the argument each tool's schema marks, rather than serve tools
+// whose calls the rule denies or asks about whatever they hold.
+func TestGateway_ARuleThatCannotReadItsArgumentIsRefusedWithItsFix(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	kv, err := e.g.JS.KeyValue(t.Context(), wire.PoliciesBucket)
+	require.NoError(t, err)
+	_, err = kv.Put(t.Context(), "document", []byte("default:\n  rules:\n    allow: [\"mcp__files__write_file(/tmp/**)\"]\n"))
+	require.NoError(t, err)
+	cs := e.connect(e.gateway(map[string]mcpgateway.Upstream{"files": e.files()}, mcpgateway.Options{}), "unreadable-test", nil)
+	var listErr error
+	bustest.Eventually(t, 10*time.Second, 20*time.Millisecond, "tools/list refused once the policy is in force", func() (bool, any) {
+		_, listErr = cs.ListTools(t.Context(), nil)
+		return listErr != nil, listErr
+	})
+	assert.ErrorContains(t, listErr, "add to the policy matchArgument: {mcp__files__write_file: path}")
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -50,8 +51,16 @@ func text(s string) *mcp.CallToolResult {
 func main() {
 	s := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1.0.0"}, nil)
 	object := map[string]any{"type": "object"}
+	str := map[string]any{"type": "string"}
+	// The file tools' schemas name their path, as the reference
+	// filesystem server's do.
+	file := map[string]any{"type": "object", "properties": map[string]any{"path": str, "content": str}}
 	tool := func(name, description string, h func(ctx context.Context, args map[string]any) (*mcp.CallToolResult, error)) {
-		s.AddTool(&mcp.Tool{Name: name, Description: description, InputSchema: object}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		schema := object
+		if strings.HasSuffix(name, "_file") {
+			schema = file
+		}
+		s.AddTool(&mcp.Tool{Name: name, Description: description, InputSchema: schema}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			record(name, req.Params.Arguments)
 			var args map[string]any
 			_ = json.Unmarshal(req.Params.Arguments, &args)
