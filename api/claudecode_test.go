@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,6 +198,23 @@ func TestClaudeCodeHTTPHook_WithoutAValidTokenDenies(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 }
 
+// A hook sent under a Host header the server does not answer to (a
+// misconfigured URL) is denied, as any refusal of a hook, not answered 421,
+// which Claude Code would take as leave to run the call.
+func TestClaudeCodeHTTPHook_AWrongHostDenies(t *testing.T) {
+	t.Parallel()
+	g := hookServer(t)
+	req, err := http.NewRequestWithContext(t.Context(), "POST", g.HTTPURL+"/v1/integrations/claude-code/pre-tool-use", bytes.NewBufferString(preToolUse("wrong-host", "rm -rf /", "toolu_1")))
+	require.NoError(t, err)
+	req.Host = "toolgate.example.com"
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	denied(t, "PreToolUse", resp.StatusCode, string(body), "does not answer to the host", "--allowed-hosts")
+}
+
 // A request the hooks cannot take is answered with a block saying why, in
 // the shape of the event its body names (else its path's), never with an
 // error status, which Claude Code would take as leave to run the call.
@@ -213,6 +231,7 @@ func TestClaudeCodeHTTPHook_RefusesABadRequestWithABlock(t *testing.T) {
 		denied(t, "PermissionRequest", status, body, want)
 	}
 	for _, c := range []struct{ path, body, event, want string }{
+		{"pre-tool-use?team=" + strings.Repeat("t", 2000), preToolUse("http-bad", "rm -rf /", "toolu_1"), "PreToolUse", "team: at most 1024 bytes"},
 		{"pre-tool-use", `{"hook_event_name":"PreToolUse","tool_name":"Bash"}`, "PreToolUse", "session_id: required"},
 		{"pre-tool-use", `not json`, "PreToolUse", "request body"},
 		{"pre-tool-use", permissionRequest("http-bad", "git push"), "PermissionRequest", `"PermissionRequest" does not belong at /v1/integrations/claude-code/pre-tool-use`},

@@ -152,8 +152,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if len(host) > 100 {
 			host = host[:100] + "…"
 		}
-		writeError(w, s.cfg.Log, httpErr(http.StatusMisdirectedRequest, "misdirected_request",
-			fmt.Sprintf("this server does not answer to the host %q (allowed hosts: --allowed-hosts)", host)))
+		err := httpErr(http.StatusMisdirectedRequest, "misdirected_request",
+			fmt.Sprintf("this server does not answer to the host %q (allowed hosts: --allowed-hosts)", host))
+		if strings.HasPrefix(r.URL.Path, strings.TrimSuffix(claudeCodeHookPath, "{hook}")) {
+			// Claude Code runs the call of a hook answered an error.
+			s.refuseClaudeCodeHook(w, r, err)
+			return
+		}
+		writeError(w, s.cfg.Log, err)
 		return
 	}
 	_, pattern := s.mux.Handler(r)
