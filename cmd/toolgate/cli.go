@@ -236,6 +236,14 @@ func (c *cliCmd) connect() (*nats.Conn, *client.Client, error) {
 			return nil, nil, err
 		}
 	}
+	// A publish the credential may not make fails the request that made
+	// it, which says so in toolgate's words: nats.go's own line for it
+	// (printed by its default handler) would only come first.
+	extra = append(extra, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			fmt.Fprintf(c.out.stderr, "toolgate: NATS: %v\n", err)
+		}
+	}))
 	// bus.Connect reconnects for ever: a `submit --wait` outlives a
 	// toolgate restart. A first connect that fails still fails at once.
 	nc, err := bus.Connect(cfg, extra...)

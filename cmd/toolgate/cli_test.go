@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -705,4 +706,20 @@ func TestCLI_DataAloneFindsServeOnAnyPort(t *testing.T) {
 	r := cliCtx(t.Context(), "", "show", e.PendingID, "--data", g.Data)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, e.PendingID)
+}
+
+// TestCLI_AForbiddenRequestSaysSoOnce: an agent's credential may not
+// decide; the binary says so in toolgate's words, with no raw line of
+// nats.go's before it.
+func TestCLI_AForbiddenRequestSaysSoOnce(t *testing.T) {
+	t.Parallel()
+	g := toolgatetest.Start(t, toolgatetest.Options{})
+	e, err := g.Client.Submit(t.Context(), bashCall("conv-forbidden", "call", "ls"))
+	require.NoError(t, err)
+	cmd := exec.CommandContext(t.Context(), toolgateBinary(t), "approve", e.PendingID,
+		"--nats", g.NATSURL, "--nats-creds", server.CredsPath(g.Data, "agent"))
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "%s", out)
+	assert.True(t, strings.HasPrefix(string(out), "toolgate approve: decide: forbidden"), "%s", out)
+	assert.Equal(t, 1, strings.Count(string(out), "\n"), "one line, no line of nats.go's own before it: %s", out)
 }
