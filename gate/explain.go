@@ -9,10 +9,6 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// maxExplainID bounds an explained call's team and conversation id, as a
-// submitted call's are bounded.
-const maxExplainID = 256
-
 // PolicyExplain evaluates one call, as r describes it, through the policy
 // in force and says how it is decided: the verdict and its reason, the
 // argument the tool's rules read and its value, and each rule of the tool
@@ -28,8 +24,8 @@ func (s *Service) PolicyExplain(ctx context.Context, a Actor, r wire.PolicyExpla
 		return nil, fmt.Errorf("%w: toolName: must be 1 to 128 letters, digits, '_' or '-', got %q", machine.ErrInvalid, r.ToolName)
 	}
 	for _, f := range []struct{ name, v string }{{"team", r.Team}, {"conversationId", r.ConversationID}} {
-		if len(f.v) > maxExplainID {
-			return nil, fmt.Errorf("%w: %s: at most %d bytes, got %d", machine.ErrInvalid, f.name, maxExplainID, len(f.v))
+		if len(f.v) > machine.MaxID {
+			return nil, fmt.Errorf("%w: %s: at most %d bytes, got %d", machine.ErrInvalid, f.name, machine.MaxID, len(f.v))
 		}
 	}
 	if m := policy.Mode(r.PermissionMode); r.PermissionMode != "" && !m.Valid() {
