@@ -19,37 +19,52 @@ import (
 
 const module = "github.com/toolgate/toolgate"
 
-// mayImport is docs/architecture.md's table: the packages of toolgate's
-// each package may import. A package missing here fails the test, so a new
-// one is placed in the design before it lands.
-var mayImport = map[string][]string{
-	"machine":      {},
-	"policy":       {"machine"},
-	"wire":         {"machine"},
-	"consumer":     {"wire"},
-	"bus":          {"machine", "policy", "wire", "consumer"},
-	"bus/embedded": {},
-	"bus/bustest":  {"bus", "bus/embedded", "wire"},
-	"metrics":      {"machine", "policy", "wire", "consumer", "bus"},
-	"analytics":    {"machine", "policy", "wire", "consumer", "bus"},
-	"gate":         {"machine", "policy", "wire", "bus", "metrics"},
-	"worker":       {"machine", "policy", "wire", "consumer", "bus", "metrics"},
-	"natsapi":      {"machine", "wire", "gate"},
-	"auth":         {"wire"},
-	"api":          {"machine", "wire", "gate", "client", "claudecode", "metrics", "analytics"},
-	"client":       {"machine", "wire", "consumer"},
-	"claudecode":   {"machine", "policy", "client"},
-	"mcpgateway":   {"machine", "wire", "client"},
-	"server":       {"policy", "wire", "consumer", "bus", "bus/embedded", "auth", "metrics", "analytics", "gate", "worker", "natsapi", "api", "client"},
-	"toolgatetest": {"gate", "client", "server", "bus/bustest"},
-	"docs":         {},
-	"deploy":       {},
-	// The binary wires everything together.
-	"cmd/toolgate":   nil,
-	"examples/swarm": {"machine", "wire", "client"},
-	// Tests only: the Python examples run against a real toolgate; their
-	// own code is Python and reads only the HTTP API and the events.
-	"examples/python": {},
+// mayImport reads the packages table of architecture.md (the rows
+// | `package` | holds | may import (of toolgate's) |): for each package,
+// the packages of toolgate's it may import. "—" allows none, and
+// "everything" (the binary, which wires everything together) any, as nil.
+// The page is the one table: a package missing from it fails
+// TestArchitecture_ImportRules, so a new one is placed in the design
+// before it lands.
+func mayImport(t *testing.T) map[string][]string {
+	t.Helper()
+	doc, err := os.ReadFile("architecture.md")
+	require.NoError(t, err)
+	rules := map[string][]string{}
+	inTable := false
+	for n, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "| package | holds | may import") {
+			inTable = true
+			continue
+		}
+		if !inTable || strings.HasPrefix(line, "|---") {
+			continue
+		}
+		if !strings.HasPrefix(line, "|") {
+			if len(rules) > 0 {
+				break
+			}
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "| "), "|")
+		pkg := strings.Trim(strings.TrimSpace(cells[0]), "`")
+		allowed := strings.TrimSpace(cells[len(cells)-1])
+		require.NotContains(t, rules, pkg, "architecture.md:%d: package %s has two rows", n+1, pkg)
+		switch allowed {
+		case "—":
+			rules[pkg] = []string{}
+		case "everything":
+			rules[pkg] = nil
+		default:
+			for _, dep := range strings.Split(allowed, ",") {
+				dep = strings.TrimSpace(dep)
+				require.Regexp(t, `^[a-z]+(/[a-z]+)?$`, dep, "architecture.md:%d: %s may import %q: want package paths separated by commas, — or everything", n+1, pkg, dep)
+				rules[pkg] = append(rules[pkg], dep)
+			}
+		}
+	}
+	require.NotEmpty(t, rules, "architecture.md has no table | package | holds | may import |")
+	return rules
 }
 
 // goList runs go list in the module and returns its lines.
@@ -64,17 +79,26 @@ func goList(t *testing.T, args ...string) []string {
 
 func TestArchitecture_ImportRules(t *testing.T) {
 	t.Parallel()
+	rules := mayImport(t)
+	packages := map[string]bool{}
 	for _, line := range goList(t, "-f", "{{.ImportPath}} {{join .Imports \",\"}}", "./...") {
 		path, imports, _ := strings.Cut(line, " ")
 		pkg := strings.TrimPrefix(strings.TrimPrefix(path, module), "/")
-		allowed, known := mayImport[pkg]
-		if !assert.True(t, known, "package %s is not in docs/architecture.md's table (and this test's mayImport)", pkg) || allowed == nil {
+		packages[pkg] = true
+		allowed, known := rules[pkg]
+		if !assert.True(t, known, "package %s is not in docs/architecture.md's packages table: add its row", pkg) || allowed == nil {
 			continue
 		}
 		for _, imp := range strings.Split(imports, ",") {
 			if dep, ours := strings.CutPrefix(imp, module+"/"); ours {
-				assert.True(t, slices.Contains(allowed, dep), "%s imports %s: the architecture allows it only %v", pkg, dep, allowed)
+				assert.True(t, slices.Contains(allowed, dep), "%s imports %s: docs/architecture.md allows it only %v", pkg, dep, allowed)
 			}
+		}
+	}
+	for pkg, allowed := range rules {
+		assert.True(t, packages[pkg], "docs/architecture.md's packages table has a row for %s, which is no package", pkg)
+		for _, dep := range allowed {
+			assert.True(t, packages[dep], "docs/architecture.md: %s may import %s, which is no package", pkg, dep)
 		}
 	}
 }
