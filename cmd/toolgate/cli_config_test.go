@@ -14,11 +14,11 @@ import (
 	"github.com/toolgate/toolgate/server"
 )
 
-// The tests read nobody's own setup: no config file, no NATS context the
-// nats CLI selected, no NATS_URL. Run before any test (and inherited by
-// the toolgate processes tests start), as a test that reads them gives
-// its own environment to runWith instead.
-func init() {
+// isolateTests makes the tests read nobody's own setup: no config file,
+// no NATS context the nats CLI selected, no NATS_URL. TestMain runs it
+// before any test (and the toolgate processes tests start inherit it), as
+// a test that reads them gives its own environment to runWith instead.
+func isolateTests() {
 	os.Setenv("XDG_CONFIG_HOME", filepath.Join(os.TempDir(), fmt.Sprintf("toolgate-test-no-config-%d", os.Getpid())))
 	for _, v := range []string{"NATS_URL", "NATS_CREDS", "NATS_CONTEXT", "TOOLGATE_CONFIG"} {
 		os.Unsetenv(v)

@@ -34,6 +34,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	isolateTests()
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
