@@ -70,20 +70,20 @@ func benchAtomicTransition(b *testing.B, topo bustest.Topology) {
 	// soon after the start) has relayed every revision.
 	relayCaughtUp := func() {
 		var seen string
-		require.Eventually(b, func() bool {
+		bustest.Eventually(b, time.Minute, time.Millisecond, "the relay caught up", func() (bool, any) {
 			cons, err := e.env.JS.Consumer(ctx, "KV_"+wire.CallsBucket, bus.RelayDurable)
 			if err != nil {
 				seen = err.Error()
-				return false
+				return false, seen
 			}
 			info, err := cons.Info(ctx)
 			if err != nil {
 				seen = err.Error()
-				return false
+				return false, seen
 			}
 			seen = fmt.Sprintf("%d pending, %d unacknowledged", info.NumPending, info.NumAckPending)
-			return info.NumPending == 0 && info.NumAckPending == 0
-		}, time.Minute, time.Millisecond, "the relay caught up: %s", &seen)
+			return info.NumPending == 0 && info.NumAckPending == 0, seen
+		})
 	}
 	relayCaughtUp()
 

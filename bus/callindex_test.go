@@ -3,6 +3,7 @@ package bus_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -103,10 +104,10 @@ func TestCallIndex_CurrentPastAMessageGone(t *testing.T) {
 	info, err := stream.Info(ctx)
 	require.NoError(t, err)
 	marker := info.State.LastSeq
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 10*time.Second, 50*time.Millisecond, "the purge marker expired", func() (bool, any) {
 		_, err := stream.GetMsg(ctx, marker)
-		return errors.Is(err, jetstream.ErrMsgNotFound)
-	}, 10*time.Second, 50*time.Millisecond, "the purge marker expires")
+		return errors.Is(err, jetstream.ErrMsgNotFound), fmt.Sprintf("reading it: %v", err)
+	})
 
 	x := bus.NewCallIndex(env.JS, env.KV)
 	bustest.FollowCalls(t, x)

@@ -99,7 +99,7 @@ func TestEventsFeed_FollowersShareOneConsumer(t *testing.T) {
 	var fromNow, fromKept, fromBefore seqs
 	follow(t, f, 0, fromNow.add)
 	publishEvents(t, env, 7) // 4-10
-	require.Eventually(t, func() bool { return len(fromNow.copy()) == 7 }, 30*time.Second, 10*time.Millisecond)
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the one following from now handed 7", func() (bool, any) { got := fromNow.copy(); return len(got) == 7, got })
 	follow(t, f, 6, fromKept.add)
 	follow(t, f, 2, fromBefore.add)
 	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the one following from before it handed 2-10", func() (bool, any) {

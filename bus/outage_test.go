@@ -34,8 +34,7 @@ func TestKVStore_WritesResumeSoonAfterTheLeaderDies(t *testing.T) {
 	_, err := bus.Provision(pctx, js, bus.Topology{Replicas: 3})
 	require.NoError(t, err)
 	leader := -1
-	require.Eventually(t, func() bool { leader = bustest.StreamLeader(servers, stream); return leader >= 0 },
-		30*time.Second, 10*time.Millisecond, "%s has no leader", stream)
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("%s has a leader", stream), func() (bool, any) { leader = bustest.StreamLeader(servers, stream); return leader >= 0, leader })
 
 	// The writers' connection is to a server that lives, so what is
 	// measured is the stream's election, not a reconnect.
@@ -96,18 +95,19 @@ func TestKVStore_WritesResumeSoonAfterTheLeaderDies(t *testing.T) {
 	}
 	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	defer halt()
-	require.Eventually(t, func() bool { return count(time.Time{}) >= 40 }, 30*time.Second, 10*time.Millisecond, "the writers never got going")
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the writers got going: 40 writes", func() (bool, any) { n := count(time.Time{}); return n >= 40, n })
 
 	killed := time.Now()
 	servers[leader].Shutdown()
 	var elected time.Time
-	require.Eventually(t, func() bool {
-		if l := bustest.StreamLeader(servers, stream); l >= 0 && l != leader {
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("%s elected a new leader (not server %d)", stream, leader), func() (bool, any) {
+		l := bustest.StreamLeader(servers, stream)
+		if l >= 0 && l != leader {
 			elected = time.Now()
-			return true
+			return true, l
 		}
-		return false
-	}, 30*time.Second, 10*time.Millisecond, "%s never elected a new leader", stream)
+		return false, l
+	})
 	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "writes resumed since the election", func() (bool, any) {
 		n := count(elected)
 		return n >= 40, n

@@ -105,7 +105,7 @@ func TestPolicyStore_FollowChangesTheEngineLive(t *testing.T) {
 	doc, err := policy.Parse([]byte("default: {requiresApprovalTools: none}"))
 	require.NoError(t, err)
 	require.NoError(t, s.Set(ctx, doc))
-	assert.Eventually(t, func() bool { return verdictFor() == machine.ActionRun }, 5*time.Second, 5*time.Millisecond)
+	bustest.Eventually(t, 5*time.Second, 5*time.Millisecond, "the stored policy runs the call", func() (bool, any) { got := verdictFor(); return got == machine.ActionRun, got })
 }
 
 func TestGrantStore_MatchesOnlyItsConversation(t *testing.T) {
@@ -169,7 +169,7 @@ func TestGrantStore_FollowingMatchesFromMemory(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- follower.Follow(followCtx, bustest.Logger()) }()
 	t.Cleanup(func() { stop(); <-done })
-	require.Eventually(t, follower.Synced, 10*time.Second, 5*time.Millisecond, "the follower never read the bucket")
+	bustest.Eventually(t, 10*time.Second, 5*time.Millisecond, "the follower read the bucket", func() (bool, any) { ok := follower.Synced(); return ok, "not synced" })
 
 	call := func(conv, command string) machine.Call {
 		args, _ := json.Marshal(map[string]string{"command": command})
@@ -180,10 +180,10 @@ func TestGrantStore_FollowingMatchesFromMemory(t *testing.T) {
 	assert.True(t, ok, "a grant recorded before it followed")
 	_, err = writer.Add(ctx, policy.Grant{Pattern: "Bash(git push origin main)", ConversationID: "late", By: "alice"}, time.Now())
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 10*time.Second, 5*time.Millisecond, "a grant recorded elsewhere reached the follower", func() (bool, any) {
 		_, ok, err := follower.Match(ctx, call("late", "git push origin main"), time.Now())
-		return err == nil && ok
-	}, 10*time.Second, 5*time.Millisecond, "a grant recorded elsewhere never reached the follower")
+		return err == nil && ok, fmt.Sprintf("matched %t, error %v", ok, err)
+	})
 
 	env.Servers[0].Shutdown()
 	short, cancel := context.WithTimeout(ctx, time.Second)
@@ -211,7 +211,7 @@ func TestGrantStore_ExpiryAlwaysAndRevocation(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- follower.Follow(followCtx, bustest.Logger()) }()
 	t.Cleanup(func() { stop(); <-done })
-	require.Eventually(t, follower.Synced, 10*time.Second, 5*time.Millisecond, "the follower never read the bucket")
+	bustest.Eventually(t, 10*time.Second, 5*time.Millisecond, "the follower read the bucket", func() (bool, any) { ok := follower.Synced(); return ok, "not synced" })
 
 	now := time.UnixMilli(1_800_000_000_000)
 	call := func(conv, team string) machine.Call {
@@ -228,10 +228,10 @@ func TestGrantStore_ExpiryAlwaysAndRevocation(t *testing.T) {
 
 	always, err := writer.Add(ctx, policy.Grant{Pattern: "web_search", Team: "research", By: "bob"}, now)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 10*time.Second, 5*time.Millisecond, "the always grant reached the follower", func() (bool, any) {
 		_, ok, err := follower.Match(ctx, call("any-conversation", "research"), now)
-		return err == nil && ok
-	}, 10*time.Second, 5*time.Millisecond, "the always grant never reached the follower")
+		return err == nil && ok, fmt.Sprintf("matched %t, error %v", ok, err)
+	})
 	_, ok, err = follower.Match(ctx, call("any-conversation", "finance"), now)
 	require.NoError(t, err)
 	assert.False(t, ok, "another team's calls")
@@ -244,10 +244,10 @@ func TestGrantStore_ExpiryAlwaysAndRevocation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "bob", revoked.By)
 	start := time.Now()
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 10*time.Second, 5*time.Millisecond, "the revocation reached the follower", func() (bool, any) {
 		_, ok, err := follower.Match(ctx, call("any-conversation", "research"), now)
-		return err == nil && !ok
-	}, 10*time.Second, 5*time.Millisecond, "the revocation never reached the follower")
+		return err == nil && !ok, fmt.Sprintf("matched %t, error %v", ok, err)
+	})
 	assert.Less(t, time.Since(start), time.Second, "revoked on another process within a second")
 	_, err = writer.Revoke(ctx, always.ID)
 	assert.ErrorIs(t, err, machine.ErrNotFound, "revoked already")
@@ -265,15 +265,15 @@ func TestGrantStore_ASingleUseGrantLetsOneOfEightRacingCallsRun(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- stores[1].Follow(followCtx, bustest.Logger()) }()
 	t.Cleanup(func() { stop(); <-done })
-	require.Eventually(t, stores[1].Synced, 10*time.Second, 5*time.Millisecond)
+	bustest.Eventually(t, 10*time.Second, 5*time.Millisecond, "the second store read the bucket", func() (bool, any) { ok := stores[1].Synced(); return ok, "not synced" })
 
 	_, err := stores[0].Add(ctx, policy.Grant{Pattern: "deploy", ConversationID: "once", By: "alice", SingleUse: true}, time.Now())
 	require.NoError(t, err)
 	c := machine.Call{ToolName: "deploy", Arguments: json.RawMessage(`{}`), ConversationID: "once"}
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 10*time.Second, 5*time.Millisecond, "the follower heard of the grant", func() (bool, any) {
 		grants, err := stores[1].All(ctx)
-		return err == nil && len(grants) == 1
-	}, 10*time.Second, 5*time.Millisecond, "the follower never heard of the grant")
+		return err == nil && len(grants) == 1, fmt.Sprintf("%d grants, error %v", len(grants), err)
+	})
 
 	var matched atomic.Int32
 	var eg errgroup.Group

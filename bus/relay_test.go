@@ -64,13 +64,16 @@ func streamMsgs(t *testing.T, js jetstream.JetStream, stream string, n int) []*j
 	s, err := js.Stream(ctx, stream)
 	require.NoError(t, err)
 	var info *jetstream.StreamInfo
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the relay caught up", func() (bool, any) {
 		if !bustest.Relayed(ctx, js) {
-			return false
+			return false, "the relay behind the bucket"
 		}
 		info, err = s.Info(ctx)
-		return err == nil && info.State.Msgs >= uint64(n)
-	}, 30*time.Second, 20*time.Millisecond, "the relay never caught up")
+		if err != nil {
+			return false, err
+		}
+		return info.State.Msgs >= uint64(n), fmt.Sprintf("%d of %d events", info.State.Msgs, n)
+	})
 	var msgs []*jetstream.RawStreamMsg
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
 		m, err := s.GetMsg(ctx, seq)

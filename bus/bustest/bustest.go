@@ -1,5 +1,3 @@
-// Package bustest starts real embedded NATS JetStream servers for tests: a
-// single node, or a 3-node cluster, shut down when the test ends.
 package bustest
 
 import (
@@ -130,14 +128,16 @@ func Cluster(t testing.TB, n int) []*server.Server {
 // fails to place a replicated stream ("no suitable peers for placement").
 func WaitMetaLeader(t testing.TB, servers []*server.Server) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	Eventually(t, 30*time.Second, 20*time.Millisecond, "a JetStream meta leader with every peer", func() (bool, any) {
+		var peers []int
 		for _, s := range servers {
 			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == len(servers) {
-				return true
+				return true, nil
 			}
+			peers = append(peers, len(s.JetStreamClusterPeers()))
 		}
-		return false
-	}, 30*time.Second, 20*time.Millisecond, "no JetStream meta leader with every peer")
+		return false, fmt.Sprintf("no leader seeing all %d; peers seen by each: %v", len(servers), peers)
+	})
 }
 
 // ClientURLs joins the servers' client URLs.
@@ -226,8 +226,7 @@ func Relayed(ctx context.Context, js jetstream.JetStream) bool {
 // sequence then: every event of what was written so far is at or below it.
 func WaitRelayed(t testing.TB, js jetstream.JetStream) uint64 {
 	t.Helper()
-	require.Eventually(t, func() bool { return Relayed(t.Context(), js) },
-		60*time.Second, 10*time.Millisecond, "the relay never caught up")
+	Eventually(t, 60*time.Second, 10*time.Millisecond, "the relay caught up", func() (bool, any) { ok := Relayed(t.Context(), js); return ok, "the relay behind the bucket" })
 	s, err := js.Stream(t.Context(), wire.EventsStream)
 	require.NoError(t, err)
 	info, err := s.Info(t.Context())

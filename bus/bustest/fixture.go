@@ -58,5 +58,5 @@ func FollowCalls(t testing.TB, x *bus.CallIndex) {
 		require.NoError(t, <-done)
 		require.False(t, x.Synced(), "stopped: no longer answering")
 	})
-	require.Eventually(t, x.Synced, 10*time.Second, 5*time.Millisecond, "the index reads the bucket")
+	Eventually(t, 10*time.Second, 5*time.Millisecond, "the index read the bucket", func() (bool, any) { ok := x.Synced(); return ok, "not synced" })
 }
