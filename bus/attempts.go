@@ -112,6 +112,44 @@ func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k
 	})
 }
 
+// update changes the value under key in kv by compare-and-set: it reads
+// the key's entry (nil when there is none) with get, asks f what to store
+// instead, and writes that at the revision read with write, so a write
+// whose answer was lost is asked about again and never taken for
+// another's. When another write came first, it reads again and asks f
+// again, until ctx ends. An error of f stops it and is returned as it
+// is: f decodes, validates and may refuse. f returning nil leaves the
+// value as it is: nothing is written, and update returns revision 0;
+// else it returns the revision written.
+//
+// What f returns must say which write it is, as write requires (a
+// random nonce of the write), unless any two writers that store the same
+// bytes want the same outcome: then either may be told it stored them.
+func update(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, f func(cur jetstream.KeyValueEntry) ([]byte, error)) (uint64, error) {
+	for {
+		cur, err := get(ctx, kv, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			cur = nil
+		case err != nil:
+			return 0, err
+		}
+		next, err := f(cur)
+		if err != nil || next == nil {
+			return 0, err
+		}
+		var revision uint64
+		if cur != nil {
+			revision = cur.Revision()
+		}
+		rev, err := write(ctx, js, kv, key, next, revision)
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // another write came first: read it
+		}
+		return rev, err
+	}
+}
+
 // storedAt finds the revision after the given one at which bucket's key
 // holds exactly data. It asks the stream's leader: a replica, which
 // answers direct gets and may serve a consumer, can still lack the write

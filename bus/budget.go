@@ -124,40 +124,38 @@ func parseBudgetKey(key string) (team, day string, ok bool) {
 
 // Get returns a team's spending on a day.
 func (l *BudgetLedger) Get(ctx context.Context, team, day string) (Spending, error) {
-	s, _, err := l.get(ctx, team, day)
-	return s, err
-}
-
-func (l *BudgetLedger) get(ctx context.Context, team, day string) (Spending, uint64, error) {
 	kve, err := get(ctx, l.kv, budgetKey(team, day))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Spending{}, 0, nil
+		return Spending{}, nil
 	} else if err != nil {
-		return Spending{}, 0, err
+		return Spending{}, err
+	}
+	return spendingIn(kve)
+}
+
+// spendingIn is the spending kve holds; none (nil) is nothing spent.
+func spendingIn(kve jetstream.KeyValueEntry) (Spending, error) {
+	if kve == nil {
+		return Spending{}, nil
 	}
 	sp, err := decodeSpending(kve.Value())
 	if err != nil {
-		return Spending{}, 0, fmt.Errorf("budgets: key %s: %w", kve.Key(), err)
+		return Spending{}, fmt.Errorf("budgets: key %s: %w", kve.Key(), err)
 	}
-	return sp, kve.Revision(), nil
+	return sp, nil
 }
 
-// change applies f to a team's spending on a day by compare-and-set.
+// change applies f to a team's spending on a day by compare-and-set
+// (see update), and reports whether f changed it.
 func (l *BudgetLedger) change(ctx context.Context, team, day string, f func(*Spending) bool) (bool, error) {
-	for {
-		s, rev, err := l.get(ctx, team, day)
-		if err != nil {
-			return false, err
+	rev, err := update(ctx, l.js, l.kv, budgetKey(team, day), func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		s, err := spendingIn(cur)
+		if err != nil || !f(&s) {
+			return nil, err
 		}
-		if !f(&s) {
-			return false, nil
-		}
-		_, err = write(ctx, l.js, l.kv, budgetKey(team, day), encodeSpending(s), rev)
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue
-		}
-		return err == nil, err
-	}
+		return encodeSpending(s), nil
+	})
+	return rev != 0, err
 }
 
 // Reserve implements policy.Budget.

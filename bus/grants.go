@@ -153,36 +153,30 @@ func (s *GrantStore) Revoke(ctx context.Context, id string) (policy.Grant, error
 }
 
 // change replaces the grants under key with what f makes of them, by
-// compare-and-set, reading again when another change came first.
+// compare-and-set (see update), reading again when another change came
+// first.
 func (s *GrantStore) change(ctx context.Context, key string, f func([]policy.Grant) ([]policy.Grant, error)) error {
-	for {
-		grants, rev, err := s.read(ctx, key)
-		if err != nil {
-			return err
+	var grants []policy.Grant
+	_, err := update(ctx, s.js, s.kv, key, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		var err error
+		if grants, err = grantsIn(cur); err != nil {
+			return nil, err
 		}
 		if grants, err = f(grants); err != nil {
-			return err
+			return nil, err
 		}
-		data, err := json.Marshal(grants)
-		if err != nil {
-			return err
-		}
-		_, err = write(ctx, s.js, s.kv, key, data, rev)
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue // another change of the same grants came first
-		}
-		if err == nil {
-			s.remember(key, grants)
-		}
-		return err
+		return json.Marshal(grants)
+	})
+	if err == nil {
+		s.remember(key, grants)
 	}
+	return err
 }
 
 // List returns a conversation's grants (its session grants), or with no
 // conversation the "always" grants.
 func (s *GrantStore) List(ctx context.Context, conversationID string) ([]policy.Grant, error) {
-	grants, _, err := s.read(ctx, grantKey(conversationID))
-	return grants, err
+	return s.read(ctx, grantKey(conversationID))
 }
 
 // All returns every grant: from memory while the store follows the
@@ -208,18 +202,26 @@ func (s *GrantStore) All(ctx context.Context) ([]policy.Grant, error) {
 	return slices.Concat(lists...), nil
 }
 
-func (s *GrantStore) read(ctx context.Context, key string) ([]policy.Grant, uint64, error) {
+func (s *GrantStore) read(ctx context.Context, key string) ([]policy.Grant, error) {
 	kve, err := get(ctx, s.kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
+		return nil, nil
 	} else if err != nil {
-		return nil, 0, err
+		return nil, err
+	}
+	return grantsIn(kve)
+}
+
+// grantsIn is the grants kve holds; none (nil) holds none.
+func grantsIn(kve jetstream.KeyValueEntry) ([]policy.Grant, error) {
+	if kve == nil {
+		return nil, nil
 	}
 	var grants []policy.Grant
 	if err := json.Unmarshal(kve.Value(), &grants); err != nil {
-		return nil, 0, fmt.Errorf("grants under %s (revision %d): %w", key, kve.Revision(), err)
+		return nil, fmt.Errorf("grants under %s (revision %d): %w", kve.Key(), kve.Revision(), err)
 	}
-	return grants, kve.Revision(), nil
+	return grants, nil
 }
 
 // Match implements policy.Grants: a grant in force at now, of c's
@@ -231,7 +233,7 @@ func (s *GrantStore) Match(ctx context.Context, c machine.Call, now time.Time) (
 		grants, ok := s.cached(key)
 		if !ok {
 			var err error
-			if grants, _, err = s.read(ctx, key); err != nil {
+			if grants, err = s.read(ctx, key); err != nil {
 				return policy.Grant{}, false, err
 			}
 		}

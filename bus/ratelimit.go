@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -79,42 +78,37 @@ func rateKey(k policy.RateKey) string {
 // now, exact to the millisecond (and to the clocks of the processes
 // that take slots).
 func (c *RateCounters) Take(ctx context.Context, key policy.RateKey, max int, per time.Duration, now time.Time) (bool, int, error) {
-	k := rateKey(key)
-	for {
-		w, rev, err := c.get(ctx, k)
+	var n int // the slots held, with this one if it is taken
+	rev, err := update(ctx, c.js, c.kv, rateKey(key), func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		w, err := windowIn(cur)
 		if err != nil {
-			return false, 0, err
+			return nil, err
 		}
 		from := now.Add(-per).UnixMilli()
 		live := slices.DeleteFunc(w.Slots, func(s int64) bool { return s <= from })
-		if len(live) >= max {
-			return false, len(live), nil
+		if n = len(live); n >= max {
+			return nil, nil
 		}
 		w = RateWindow{Rule: key.Rule, Scope: key.Scope, Value: key.Value, Slots: append(live, now.UnixMilli())}
-		data, _ := json.Marshal(storedWindow{w, rand.Text()})
-		_, err = write(ctx, c.js, c.kv, k, data, rev)
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue // another slot was taken meanwhile: count again
-		}
-		if err != nil {
-			return false, 0, err
-		}
-		return true, len(w.Slots), nil
+		n = len(w.Slots)
+		return json.Marshal(storedWindow{w, rand.Text()})
+	})
+	if err != nil {
+		return false, 0, err
 	}
+	return rev != 0, n, nil
 }
 
-func (c *RateCounters) get(ctx context.Context, key string) (RateWindow, uint64, error) {
-	kve, err := get(ctx, c.kv, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return RateWindow{}, 0, nil
-	} else if err != nil {
-		return RateWindow{}, 0, err
+// windowIn is the window kve holds; none (nil) holds no slot.
+func windowIn(kve jetstream.KeyValueEntry) (RateWindow, error) {
+	if kve == nil {
+		return RateWindow{}, nil
 	}
 	var w storedWindow
 	if err := json.Unmarshal(kve.Value(), &w); err != nil {
-		return RateWindow{}, 0, fmt.Errorf("rate limits: key %s: %w", key, err)
+		return RateWindow{}, fmt.Errorf("rate limits: key %s: %w", kve.Key(), err)
 	}
-	return w.RateWindow, kve.Revision(), nil
+	return w.RateWindow, nil
 }
 
 // Windows returns the counters of a rate rule (its policy.RateRule.ID),
