@@ -15,11 +15,14 @@
 // for scraping and alerting. These are durable aggregates instead, each
 // event counted once for the whole fleet, kept across restarts.
 //
-// # One consumer for every replica
+// # Every replica reads every event
 //
-// Analytics is a durable consumer of TOOL_EVENTS, shared by every process
-// that runs the analytics role, that folds events into the aggregates. Any
-// replica serves them, and a restarted one goes on where the consumer
-// stopped. See Analytics for how it avoids counting an event twice
+// Every process that runs the analytics role reads every event of
+// TOOL_EVENTS in order, from the process's events feed (bus.EventsFeed)
+// or an ordered consumer of its own, and folds each batch into the
+// aggregates it touches by compare-and-set; the batch's last sequence is
+// then recorded in the bucket as a checkpoint, where a process starts.
+// Any replica serves the aggregates, and a restarted one goes on from the
+// checkpoint. See Analytics for how an event is never counted twice
 // (consumer.Applied is the set of sequences each aggregate has taken in).
 package analytics

@@ -1,7 +1,21 @@
-// Package bus is everything toolgate does with NATS: connecting,
-// provisioning the buckets and streams, the KV-backed machine.Store, the
-// relay that turns every stored revision into an event, the durable
-// consumer runner the other roles are built on, and the request API. The
-// embedded server is in bus/embedded, so that agents linking the client
-// do not link a NATS server.
+// Package bus is toolgate's server side on NATS, below the application
+// layer: connecting (Connect), provisioning the buckets and streams
+// (Provision), and a store over each of them: the KV-backed
+// machine.Store of tool_calls (KVStore), the policy (PolicyStore), the
+// grants (GrantStore), the budget ledger (BudgetLedger), the rate rules'
+// counters (RateCounters), the one-time decision tokens, the identities
+// issued, the receipt keys, and the finished calls retired to
+// TOOL_ARCHIVE (Archive). The Relay turns every revision of tool_calls
+// into its events on TOOL_EVENTS.
+//
+// A process follows what it keeps in memory through one watch of
+// tool_calls (CallsFeed), whose views are the call index (CallIndex), the
+// executors' work queue (WorkQueue) and the ids of the archived calls
+// (ArchivedIDs), and through one reader of TOOL_EVENTS (EventsFeed) for
+// those who follow the events without a durable consumer.
+//
+// Package gate writes through these stores; nothing else writes
+// tool_calls. The durable consumer runner the other roles are built on is
+// package consumer, the request API package natsapi. The embedded server
+// is in bus/embedded, so that what links bus need not link a NATS server.
 package bus

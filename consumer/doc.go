@@ -1,7 +1,18 @@
-// Package consumer runs handlers over durable JetStream consumers: acks
-// after the handler succeeds, redelivery with backoff when it fails (or
-// after the delay a RetryAfter error asks for), dead letters after the
-// last delivery, and restarts after JetStream errors (RunRestarting, which
-// every other long-running loop over JetStream uses too). Every consumer
-// of toolgate's, in its server and in executors, is one.
+// Package consumer runs handlers over durable JetStream consumers
+// (Runner): acks after the handler succeeds, redelivery with backoff when
+// it fails (or after the delay a RetryAfter error asks for), dead letters
+// after the last delivery (at once for a Permanent error), and restarts
+// after JetStream errors. The notifier's fan-out and deliveries and the
+// budget settler are Runners.
+//
+// Its other pieces serve every long-running loop of toolgate's server
+// over JetStream, Runner or not: RunRestarting runs one again after a
+// failure (the relay, the feeds of tool_calls and TOOL_EVENTS, the
+// analytics, the metrics exporter), Retry retries a step at start, and
+// Applied is the set of stream sequences an aggregate has taken in, which
+// makes a consumer idempotent.
+//
+// Only toolgate's server runs consumers: executors take their work
+// through the request API (toolgate.work), and agents await their calls
+// on core NATS subjects.
 package consumer

@@ -1,31 +1,36 @@
-// Package worker holds the consumers toolgate runs itself rather than user
-// code: the Timer, the owner of the deadlines that change a call
+// Package worker holds the loops toolgate's server runs beside its
+// request API: the Timer, the owner of the deadlines that change a call
 // (approval timeouts, reminders, escalations, the leases of last
-// attempts, retention), and the Notifier, which tells humans
-// that a call waits for them.
+// attempts, retention); the Notifier, which tells humans that a call
+// waits for them; and the BudgetSettler, which settles in tool_budgets
+// what each finished call cost. The Notifier and the BudgetSettler are
+// durable consumers (package consumer) of TOOL_EVENTS; the Timer follows
+// the tool_calls bucket. All three change a call only through the
+// application layer (package gate), if at all.
 //
 // # How the Timer works
 //
-// The Timer keeps at most one deadline per entry (an entry is in one state,
-// and each state has at most one deadline) in a min-heap in memory. It
-// learns them from the relay's events on TOOL_EVENTS, each of which carries
-// the entry as written, and, at start, from one read of the tool_calls
-// bucket. It subscribes before that read, from a stream sequence, so that
-// nothing written in between is missed; a revision no newer than one it
-// has seen changes nothing, so the overlap is harmless. The heap is
-// rebuilt at every start, and a deadline that passed while no timer ran is
-// due at once.
+// The Timer follows the tool_calls bucket through a watch (the process's
+// bus.CallsFeed, WithFeed, or one of its own): every entry at start, then
+// every revision, heartbeats' included. It keeps at most one deadline per
+// open call (a call is in one state, and each state has at most one
+// deadline) in a min-heap in memory (deadlines.go), and the finished
+// calls apart, in a queue of retirements in the order they finished
+// (retirements.go). A revision no newer than one it has seen changes
+// nothing, so a watch that starts again after a failure, and repeats
+// what it knows, is harmless. Both are rebuilt at every start, and a
+// deadline that passed while no timer ran is due at once.
 //
 // When a deadline falls due the Timer acts on the entry as it is then,
-// never on the event that announced it: Expire (which reads the entry and
-// checks the deadline inside its compare-and-set), Remind, Escalate, or a
-// read and then AbandonLease (a lease lost on the call's last attempt; a
-// scheduled start, and a lease lost with attempts left, are the request
-// API's: it offers those calls to executors, bus.WorkQueue). Heartbeats
-// publish no event, so a lease deadline is where the Timer learns, by
-// reading, that the lease was renewed, and moves on to the new expiry.
-// Any number of Timers may run: each acts on every deadline, and
-// compare-and-set turns the second firing into a refused transition.
+// never on the revision that announced it: Expire (which reads the entry
+// and checks the deadline inside its compare-and-set), or a read and then
+// Remind, Escalate or AbandonLease (a lease lost on the call's last
+// attempt; a scheduled start, and a lease lost with attempts left, are
+// the request API's: it offers those calls to executors, bus.WorkQueue).
+// A finished call whose retention has passed is retired through
+// gate.Service.Retire (WithRetention). Any number of Timers may run: each
+// acts on every deadline, and compare-and-set turns the second firing
+// into a refused transition.
 //
 // # Why a heap and not JetStream message schedules
 //
@@ -55,9 +60,8 @@
 // Schedules are late by design, not by load: the server runs its schedule
 // timer at most every 250 ms (MsgScheduling.resetTimer), so deadlines fire
 // in batches, and the lateness above is before the Timer has done anything.
-// They would also cost a stream write per deadline and per lease renewal
-// (a renewal publishes no event, so the timer would still find it only by
-// reading at the old expiry), and nats.go 1.55's StreamConfig cannot yet
+// They would also cost a stream write per deadline and per lease renewal,
+// and nats.go 1.55's StreamConfig cannot yet
 // ask for AllowMsgSchedules. Their one advantage, surviving a restart
 // without a rebuild, is small: the bucket is the source of truth anyway,
 // and rebuilding from it is one read. The heap's cost is memory (one small
