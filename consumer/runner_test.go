@@ -116,10 +116,10 @@ func TestRunner_DeadLettersAfterMaxDeliver(t *testing.T) {
 	for i := range 5 {
 		publish(t, env, jobSubject("mixed"), fmt.Sprint("ok-", i))
 	}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, uint64(1), streamCount(t, env, wire.DeadLetterStream), "dead letters")
-		assert.Equal(c, int32(5), alive.Load(), "the poison message held nothing up")
-	}, 30*time.Second, 10*time.Millisecond)
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the poison message dead-lettered, the five others handled", func() (bool, any) {
+		n, ok := streamCount(t, env, wire.DeadLetterStream), alive.Load()
+		return n == 1 && ok == 5, fmt.Sprintf("%d dead letters, %d handled", n, ok)
+	})
 	assert.Equal(t, int32(3), dead.Load(), "tried MaxDeliver times")
 
 	s, err := env.JS.Stream(t.Context(), wire.DeadLetterStream)
@@ -142,9 +142,10 @@ func TestRunner_PermanentErrorDeadLettersAtOnce(t *testing.T) {
 		return consumer.Permanent(errors.New("bad input"))
 	})
 	publish(t, env, jobSubject("perm"), "x")
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, uint64(1), streamCount(t, env, wire.DeadLetterStream), "dead letters (handled %d times)", calls.Load())
-	}, 30*time.Second, 10*time.Millisecond)
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "one dead letter", func() (bool, any) {
+		n := streamCount(t, env, wire.DeadLetterStream)
+		return n == 1, fmt.Sprintf("%d dead letters (handled %d times)", n, calls.Load())
+	})
 	assert.Equal(t, int32(1), calls.Load())
 }
 
@@ -199,7 +200,7 @@ func streamCount(t *testing.T, env *bustest.Env, stream string) uint64 {
 
 func assertStreamMsgs(t *testing.T, env *bustest.Env, stream string, want uint64) {
 	t.Helper()
-	require.Eventually(t, func() bool { return streamCount(t, env, stream) == want }, 10*time.Second, 10*time.Millisecond, "%s should hold %d", stream, want)
+	bustest.Eventually(t, 10*time.Second, 10*time.Millisecond, fmt.Sprintf("%s holds %d", stream, want), func() (bool, any) { n := streamCount(t, env, stream); return n == want, n })
 }
 
 // deliveries records when each delivery of a message reached the handler.
@@ -267,7 +268,7 @@ func TestRunner_RetryAfterIsCappedAndNeverShortensTheBackoff(t *testing.T) {
 		return nil
 	})
 	publish(t, env, jobSubject("capped"), "x")
-	require.Eventually(t, func() bool { return len(d.gaps()) == 2 }, 10*time.Second, 5*time.Millisecond)
+	bustest.Eventually(t, 10*time.Second, 5*time.Millisecond, "two retries", func() (bool, any) { gaps := d.gaps(); return len(gaps) == 2, gaps })
 	for i, g := range d.gaps() {
 		assert.GreaterOrEqual(t, g, 400*time.Millisecond, "retry %d", i+1)
 		assert.Less(t, g, 5*time.Second, "retry %d: an hour was asked, the cap holds", i+1)
@@ -291,9 +292,10 @@ func TestRunner_RetryAfterCountsTowardsMaxDeliver(t *testing.T) {
 		return consumer.RetryAfter(errors.New("slow\r\ndown"), time.Millisecond)
 	})
 	publish(t, env, jobSubject("throttled"), "x")
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, uint64(1), streamCount(t, env, wire.DeadLetterStream))
-	}, 30*time.Second, 10*time.Millisecond)
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "one dead letter", func() (bool, any) {
+		n := streamCount(t, env, wire.DeadLetterStream)
+		return n == 1, fmt.Sprintf("%d dead letters", n)
+	})
 	assert.Equal(t, int32(3), calls.Load())
 	s, err := env.JS.Stream(t.Context(), wire.DeadLetterStream)
 	require.NoError(t, err)
@@ -383,7 +385,7 @@ func TestRunner_RunLeavesNothingRunning(t *testing.T) {
 	for i := range 4 {
 		publish(t, env, jobSubject("owned"), fmt.Sprint(i))
 	}
-	require.Eventually(t, func() bool { return started.Load() == 4 }, 10*time.Second, 5*time.Millisecond)
+	bustest.Eventually(t, 10*time.Second, 5*time.Millisecond, "the four messages started", func() (bool, any) { n := started.Load(); return n == 4, n })
 	assert.NotEmpty(t, goroutinesIn("toolgate/consumer.(*Runner)"))
 	time.AfterFunc(200*time.Millisecond, func() { close(release) })
 	require.NoError(t, stop())

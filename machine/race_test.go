@@ -141,10 +141,13 @@ func raceEntries(t *testing.T, topo bustest.Topology, entries int) {
 	// they tell the same story as the winners did.
 	stream, err := env.JS.Stream(ctx, wire.EventsStream)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 60*time.Second, 50*time.Millisecond, fmt.Sprintf("%d events arrived", wantEvents), func() (bool, any) {
 		info, err := stream.Info(ctx)
-		return err == nil && info.State.Msgs >= uint64(wantEvents)
-	}, 60*time.Second, 50*time.Millisecond, "events never all arrived")
+		if err != nil {
+			return false, err
+		}
+		return info.State.Msgs >= uint64(wantEvents), info.State.Msgs
+	})
 	events := readEvents(t, env.JS, wantEvents)
 	info, err := stream.Info(ctx)
 	require.NoError(t, err)
