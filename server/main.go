@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -122,12 +121,12 @@ func (c Config) Validate() error {
 	if err := c.Roles.Validate(); err != nil {
 		return fmt.Errorf("--roles: %v", err)
 	}
-	if slices.Contains(c.Roles.Resolve(), "http") {
-		if _, _, err := splitHostPort(c.HTTP); err != nil {
-			return fmt.Errorf("--http %q: %v", c.HTTP, err)
+	for _, r := range c.Roles.rows() {
+		if r.check == nil {
+			continue
 		}
-		if err := c.AllowedHosts.Validate(); err != nil {
-			return fmt.Errorf("--allowed-hosts: %v", err)
+		if err := r.check(c); err != nil {
+			return err
 		}
 	}
 	if c.Metrics != "" {
@@ -257,26 +256,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := nc.Drain(); err != nil {
-			m.Log.Warn("drain", "err", err)
-		}
-		if m.server != nil {
-			m.server.Shutdown()
-			m.server.WaitForShutdown()
-		}
-		m.Log.Info("toolgate stopped")
-	}()
-	// An asynchronous publish (the relay's events) whose
-	// ack went down with the server that was to send it is otherwise
-	// waited for forever, and the relay, which acks revisions in order,
-	// stalls for good. Bounded, it fails, and the revision is published
-	// again (the replay de-duplicated by its Nats-Msg-Id).
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(asyncPublishTimeout))
-	if err != nil {
-		return err
-	}
-	buckets, err := m.provision(ctx, js)
+	defer m.disconnect(nc)
+	js, buckets, err := m.provision(ctx, nc)
 	if err != nil {
 		return err
 	}
@@ -284,73 +265,124 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	names := m.Config.Roles.Resolve()
-	if slices.Contains(names, "http") {
-		if err := m.prepareHTTP(ctx, d); err != nil {
-			return err
-		}
-		m.httpAddr, m.handler = d.httpListener.Addr().String(), d.httpHandler
+	if err := m.listen(d); err != nil {
+		return err
 	}
-
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return m.watchConn(ctx, nc) })
-	if m.keys != nil {
-		// The process holding the keys (the embedded server's, or one
-		// given their --data on a cluster) lists the role credentials
-		// beside them, so that they can be revoked like any other.
-		if err := registerLocalCreds(ctx, m.Config.Data, bus.NewIdentityStore(buckets.Identities)); err != nil {
-			// Only listing and revoking them wait for the next start.
-			m.Log.Warn("recording the role credentials among the identities failed", "err", err)
-		}
-	}
-	if m.server != nil {
-		// Before serving: a revoked credential is refused from the
-		// start, and nobody who is told toolgate serves meets the
-		// moment the account's imports are registered again.
-		applied := make(chan struct{})
-		g.Go(func() error { return m.enforceRevocations(ctx, m.keys, buckets.Identities, applied) })
-		select {
-		case <-applied:
-		case <-ctx.Done():
-			return g.Wait()
-		}
+	if !m.startCredentials(ctx, g, d) {
+		return g.Wait()
 	}
 	if m.Config.Metrics != "" {
 		g.Go(func() error { return serveMetrics(ctx, m.Config.Metrics, d.registry, m.Log) })
 	}
-	// The roles' views of tool_calls first: the timer's, whose deadlines
-	// are the first thing a restart must know, is told first that the
-	// bucket is read.
-	for _, r := range roles {
-		if r.prepare == nil || !slices.Contains(names, r.name) {
+	if err := m.prepareViews(d); err != nil {
+		return err
+	}
+	m.startFeeds(ctx, g, d)
+	m.startRoles(ctx, g, d)
+	if err := m.waitReady(ctx, d); err != nil {
+		return errors.Join(err, g.Wait())
+	}
+	m.Log.Info("toolgate serving", "nats", nc.ConnectedUrlRedacted(), "replicas", m.Config.Replicas, "roles", strings.Join(d.roles.names(), ","))
+	close(m.ready)
+	return g.Wait()
+}
+
+// disconnect drains nc, then stops the embedded server, if there is one.
+func (m *Main) disconnect(nc *nats.Conn) {
+	if err := nc.Drain(); err != nil {
+		m.Log.Warn("drain", "err", err)
+	}
+	if m.server != nil {
+		m.server.Shutdown()
+		m.server.WaitForShutdown()
+	}
+	m.Log.Info("toolgate stopped")
+}
+
+// listen runs the roles' listen (the http role's listener), and keeps
+// what Main reports of them.
+func (m *Main) listen(d *deps) error {
+	for _, r := range d.roles {
+		if r.listen == nil {
+			continue
+		}
+		if err := r.listen(d, m.Log); err != nil {
+			return err
+		}
+	}
+	if d.httpListener != nil {
+		m.httpAddr, m.handler = d.httpListener.Addr().String(), d.httpHandler
+	}
+	return nil
+}
+
+// startCredentials lists the role credentials among the identities, when
+// this process holds the keys, and has the embedded server, when there is
+// one, follow the identities bucket's revocations. It returns once the
+// revocations are applied, true, or ctx ended first, false.
+func (m *Main) startCredentials(ctx context.Context, g *errgroup.Group, d *deps) bool {
+	if m.keys != nil {
+		// The process holding the keys (the embedded server's, or one
+		// given their --data on a cluster) lists the role credentials
+		// beside them, so that they can be revoked like any other.
+		if err := registerLocalCreds(ctx, m.Config.Data, bus.NewIdentityStore(d.buckets.Identities)); err != nil {
+			// Only listing and revoking them wait for the next start.
+			m.Log.Warn("recording the role credentials among the identities failed", "err", err)
+		}
+	}
+	if m.server == nil {
+		return true
+	}
+	// Before serving: a revoked credential is refused from the start, and
+	// nobody who is told toolgate serves meets the moment the account's
+	// imports are registered again.
+	applied := make(chan struct{})
+	g.Go(func() error { return m.enforceRevocations(ctx, m.keys, d.buckets.Identities, applied) })
+	select {
+	case <-applied:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// prepareViews runs the roles' prepare, then has the views of tool_calls
+// they keep join the feed, each once, in callsView's order: the timer's
+// deadlines, the first thing a restart must know, are told first that the
+// bucket is read.
+func (m *Main) prepareViews(d *deps) error {
+	for _, r := range d.roles {
+		if r.prepare == nil {
 			continue
 		}
 		if err := r.prepare(d, m.Log.With("role", r.name)); err != nil {
 			return fmt.Errorf("role %s: %w", r.name, err)
 		}
 	}
-	submits := slices.Contains(names, "intake") || slices.Contains(names, "http")
-	if submits {
-		// These submit calls: match them against grants in memory.
+	for v := range callsViews {
+		if !d.roles.needsView(v) {
+			continue
+		}
+		if err := v.join(d, m.Log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startFeeds starts what the roles read together: the grants and the
+// archive's calls for the roles that submit calls, the one watch of
+// tool_calls that feeds every view of it, and the one reader of
+// TOOL_EVENTS.
+func (m *Main) startFeeds(ctx context.Context, g *errgroup.Group, d *deps) {
+	if d.roles.needsEvaluation() {
+		// Calls submitted here are matched against grants in memory.
 		g.Go(func() error { return d.grants.Follow(ctx, m.Log) })
-		// And ask the archive whether a call was retired only when it
-		// may hold it: follow which calls it holds.
+		// And the archive is asked whether a call was retired only when
+		// it may hold it: follow which calls it holds.
 		g.Go(func() error { return d.gate.FollowArchive(ctx, m.Log) })
-		d.feed.Add(d.gate.RetiredView())
-	}
-	if submits || slices.Contains(names, "timer") {
-		// They serve lists, which page through an index of the calls in
-		// memory, and write transitions, which start from its revision
-		// of the call instead of reading it first (at load, a timer
-		// reading before each Expire fired twice as late:
-		// docs/performance.md).
-		d.feed.Add(d.gate.CallsView(m.Log))
-	}
-	if slices.Contains(names, "intake") {
-		// Executors take work from the request API: the calls they may
-		// claim, kept from the bucket. After the index, so that a claim
-		// finds the entry it starts from there.
-		d.feed.Add(d.gate.WorkView())
 	}
 	// The views of tool_calls the roles keep in memory are all in: one
 	// watch of the bucket feeds them.
@@ -370,35 +402,35 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	if slices.Contains(names, "http") || slices.Contains(names, "analytics") {
+	if d.roles.needsEvents() {
 		// Event streams and the metrics exporter: one reader of
 		// TOOL_EVENTS for them all.
 		g.Go(func() error { return d.events.Run(ctx, m.Log) })
 	}
-	for _, r := range roles {
-		if !slices.Contains(names, r.name) {
-			continue
-		}
+}
+
+// startRoles runs each role on g: a role's error stops the process, but
+// an error while shutting down is the shutdown, not a failure.
+func (m *Main) startRoles(ctx context.Context, g *errgroup.Group, d *deps) {
+	for _, r := range d.roles {
 		log := m.Log.With("role", r.name)
 		g.Go(func() error {
-			// An error while shutting down is the shutdown, not a failure.
 			if err := r.run(ctx, d, log); err != nil && ctx.Err() == nil {
 				return fmt.Errorf("role %s: %w", r.name, err)
 			}
 			return nil
 		})
 	}
-	if slices.Contains(names, "intake") {
-		// "Serving" means a client can submit: wait for this process's
-		// request API to answer, so nobody who waits for the log line
-		// gets "no responders".
-		if err := natsapi.WaitReady(ctx, nc); err != nil {
-			return errors.Join(err, g.Wait())
-		}
+}
+
+// waitReady returns once the process serves: with a role serving the
+// request API, once the API answers, so that nobody who waits for the log
+// line gets "no responders".
+func (m *Main) waitReady(ctx context.Context, d *deps) error {
+	if !d.roles.needsRequestAPI() {
+		return nil
 	}
-	m.Log.Info("toolgate serving", "nats", nc.ConnectedUrlRedacted(), "replicas", m.Config.Replicas, "roles", strings.Join(names, ","))
-	close(m.ready)
-	return g.Wait()
+	return natsapi.WaitReady(ctx, d.nc)
 }
 
 // watchConn ends the process when its NATS connection is gone: closed
@@ -477,7 +509,7 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 // deps is what the roles share: one connection, one application layer.
 type deps struct {
 	cfg      Config
-	roles    []string // the roles this process runs
+	roles    running // the roles this process runs
 	version  string
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -488,12 +520,12 @@ type deps struct {
 	grants   *bus.GrantStore // followed by processes that evaluate the policy
 	// feed is the process's one watch of tool_calls, for the views of it
 	// the roles keep (the call index, the timer's deadlines, the pending
-	// gauge); the roles' prepare add them.
+	// gauge: callsView); Main.prepareViews adds them.
 	feed *bus.CallsFeed
 	// events is the process's one reader of TOOL_EVENTS for the event
 	// streams (http) and the metrics exporter (analytics).
 	events *bus.EventsFeed
-	// Built by the roles' prepare, before the feed starts.
+	// Built as their views of tool_calls join the feed, before it starts.
 	timer    *worker.Timer
 	exporter *metrics.Exporter
 	// analytics reads the analytics bucket (reports; the analytics role
@@ -564,7 +596,8 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	var an *analytics.Analytics
 	var report func(ctx context.Context, hours int) (json.RawMessage, error)
 	events := bus.NewEventsFeed(js)
-	if roles := m.Config.Roles.Resolve(); slices.Contains(roles, "intake") || slices.Contains(roles, "http") {
+	rows := m.Config.Roles.rows()
+	if rows.needsReport() {
 		if an, err = analytics.Open(ctx, js, analytics.Config{Replicas: m.Config.Replicas, Events: events, Log: m.Log}); err != nil {
 			return nil, err
 		}
@@ -584,7 +617,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: m.Config.Roles.Resolve(), version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
+	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
 }
 
 // largeBucket is how many entries and revisions in tool_calls make its
@@ -644,12 +677,21 @@ func (m *Main) connect() (*nats.Conn, error) {
 	return nc, err
 }
 
-// provision creates the buckets and streams, retrying while a cluster is
-// still electing its JetStream leader.
-func (m *Main) provision(ctx context.Context, js jetstream.JetStream) (*bus.Buckets, error) {
+// provision opens JetStream on nc and creates the buckets and streams,
+// retrying while a cluster is still electing its JetStream leader.
+func (m *Main) provision(ctx context.Context, nc *nats.Conn) (jetstream.JetStream, *bus.Buckets, error) {
+	// An asynchronous publish (the relay's events) whose
+	// ack went down with the server that was to send it is otherwise
+	// waited for forever, and the relay, which acks revisions in order,
+	// stalls for good. Bounded, it fails, and the revision is published
+	// again (the replay de-duplicated by its Nats-Msg-Id).
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(asyncPublishTimeout))
+	if err != nil {
+		return nil, nil, err
+	}
 	topo := bus.Topology{Replicas: m.Config.Replicas, EventsMaxAge: m.Config.EventsMaxAge, ArchiveMaxAge: m.Config.ArchiveMaxAge}
 	var b *bus.Buckets
-	err := consumer.Retry(ctx, m.Log, "provisioning", func(ctx context.Context) error {
+	err = consumer.Retry(ctx, m.Log, "provisioning", func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		var err error
@@ -660,7 +702,7 @@ func (m *Main) provision(ctx context.Context, js jetstream.JetStream) (*bus.Buck
 		}
 		return err
 	})
-	return b, err
+	return js, b, err
 }
 
 func isLoopback(host string) bool {

@@ -51,30 +51,41 @@ func loadTokens(cfg Config) (*api.Tokens, error) {
 	return api.ParseTokens(data)
 }
 
-// prepareHTTP builds the HTTP API and listens on its address before the
-// roles start, so that whoever waits for Main to be ready can use both.
-// Without tokens it serves only on loopback, where whoever can reach it is
-// on this machine; bound anywhere else it refuses to start open.
-func (m *Main) prepareHTTP(ctx context.Context, d *deps) error {
-	tokens, err := loadTokens(m.Config)
+// checkHTTP names the flag of the first bad setting of the http role.
+func checkHTTP(c Config) error {
+	if _, _, err := splitHostPort(c.HTTP); err != nil {
+		return fmt.Errorf("--http %q: %v", c.HTTP, err)
+	}
+	if err := c.AllowedHosts.Validate(); err != nil {
+		return fmt.Errorf("--allowed-hosts: %v", err)
+	}
+	return nil
+}
+
+// listenHTTP builds the HTTP API and listens on its address before the
+// roles start, so that whoever waits for Main to be ready can use both;
+// log is the process's. Without tokens it serves only on loopback, where
+// whoever can reach it is on this machine; bound anywhere else it refuses
+// to start open.
+func listenHTTP(d *deps, log *slog.Logger) error {
+	cfg := d.cfg
+	tokens, err := loadTokens(cfg)
 	if err != nil {
 		return err
 	}
-	host, _, _ := splitHostPort(m.Config.HTTP)
+	host, _, _ := splitHostPort(cfg.HTTP)
 	if tokens.Open() {
 		if !isLoopback(host) {
-			return fmt.Errorf("--http %s is not loopback: give bearer tokens with --tokens or --tokens-data", m.Config.HTTP)
+			return fmt.Errorf("--http %s is not loopback: give bearer tokens with --tokens or --tokens-data", cfg.HTTP)
 		}
-		m.Log.Warn("HTTP API is open: no tokens configured, every caller on this machine is an admin", "http", m.Config.HTTP)
+		log.Warn("HTTP API is open: no tokens configured, every caller on this machine is an admin", "http", cfg.HTTP)
 	}
-	log := m.Log.With("role", "http")
-	an := d.analytics
-	hosts := []string(m.Config.AllowedHosts)
+	hosts := []string(cfg.AllowedHosts)
 	if len(hosts) == 0 {
-		hosts = api.DefaultAllowedHosts(m.Config.HTTP)
+		hosts = api.DefaultAllowedHosts(cfg.HTTP)
 	}
 	if slices.Contains(hosts, "*") {
-		m.Log.Info("HTTP API answers any Host header: give the names clients use with --allowed-hosts", "http", m.Config.HTTP)
+		log.Info("HTTP API answers any Host header: give the names clients use with --allowed-hosts", "http", cfg.HTTP)
 	}
 	d.httpHandler = api.New(api.Config{
 		Gate:     d.gate,
@@ -89,19 +100,19 @@ func (m *Main) prepareHTTP(ctx context.Context, d *deps) error {
 			_, err := d.buckets.Calls.Status(ctx)
 			return err
 		},
-		Analytics: an,
-		Log:       log,
+		Analytics: d.analytics,
+		Log:       log.With("role", "http"),
 
 		AllowedHosts: hosts,
 	})
-	d.httpListener, err = net.Listen("tcp", m.Config.HTTP)
+	d.httpListener, err = net.Listen("tcp", cfg.HTTP)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
 	return nil
 }
 
-// runHTTP serves the HTTP API and the web inbox that prepareHTTP built.
+// runHTTP serves the HTTP API and the web inbox that listenHTTP built.
 func runHTTP(ctx context.Context, d *deps, log *slog.Logger) error {
 	l := d.httpListener
 	// A client that sends its request a byte at a time, or keeps idle

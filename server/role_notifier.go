@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/metrics"
@@ -29,7 +28,7 @@ func runNotifier(ctx context.Context, d *deps, log *slog.Logger) error {
 		return t.Approve, t.Reject, err
 	})
 	n := worker.NewNotifier(d.js, d.engine, mx, log, worker.WithDecisionTokens(issue))
-	if slices.Contains(d.roles, "intake") {
+	if d.roles.keepsPolicy() {
 		return n.Run(ctx)
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -14,37 +14,164 @@ import (
 	"github.com/toolgate/toolgate/worker"
 )
 
-// role is one thing a toolgate process can run.
+// role is one thing a toolgate process can run, and what running it
+// needs from the process around it. Main asks the rows of the roles it
+// runs (running's needs methods), never their names: what a role implies
+// is said once, in its row.
 type role struct {
 	name string
-	run  func(ctx context.Context, d *deps, log *slog.Logger) error
-	// prepare, when set, runs before any role runs: it builds what the
-	// role keeps a view of tool_calls with, on d.feed.
+	// evaluates: the role submits calls, which the policy decides. The
+	// process then follows the grants, to match calls against them in
+	// memory, and which calls the archive holds, to ask it whether a call
+	// was retired only when it may hold it.
+	evaluates bool
+	// keepsPolicy: the role keeps the policy engine current with the
+	// stored policy. The other roles that read the engine (the relay's
+	// masks, the notifier's channels) follow the stored policy themselves
+	// in a process without such a role.
+	keepsPolicy bool
+	// servesReport: the role serves the analytics report, which the
+	// process then opens for it.
+	servesReport bool
+	// views are the views of tool_calls the role keeps in memory, fed by
+	// the process's one watch of the bucket (deps.feed).
+	views []callsView
+	// readsEvents: the role reads TOOL_EVENTS through the process's one
+	// reader of the stream (deps.events).
+	readsEvents bool
+	// servesRequests: the role serves the request API. A process with it
+	// is serving once the API answers, so that nobody who waits for it
+	// gets "no responders".
+	servesRequests bool
+	// check, when set, says what is wrong with the Config for the role,
+	// naming the flag.
+	check func(c Config) error
+	// listen, when set, runs once the process has its deps, before it
+	// starts anything, so that whoever waits for Main to be ready can use
+	// what it opens; log is the process's.
+	listen func(d *deps, log *slog.Logger) error
+	// prepare, when set, runs before the views of tool_calls join the
+	// feed and before any role runs.
 	prepare func(d *deps, log *slog.Logger) error
+	run     func(ctx context.Context, d *deps, log *slog.Logger) error
 }
 
 // roles are every role, in the order a process starts them. One explicit
-// table, so that what a build can run is read in one place rather than
-// gathered from init functions.
+// table, so that what a build can run, and what each role needs, is read
+// in one place rather than gathered from init functions.
 var roles = []role{
-	{"relay", runRelay, nil},
-	{"intake", runIntake, prepareIntake},
-	{"timer", runTimer, prepareTimer},
-	{"executor", runExecutor, nil},
-	{"notifier", runNotifier, nil},
-	{"analytics", runAnalytics, prepareAnalytics},
-	{"http", runHTTP, nil},
+	{name: "relay", run: runRelay},
+	{
+		name: "intake", evaluates: true, keepsPolicy: true, servesReport: true, servesRequests: true,
+		views:   []callsView{retiredView, indexView, workView},
+		prepare: prepareIntake, run: runIntake,
+	},
+	{name: "timer", views: []callsView{deadlinesView, indexView}, run: runTimer},
+	{name: "executor", run: runExecutor},
+	{name: "notifier", run: runNotifier},
+	{name: "analytics", views: []callsView{pendingView}, readsEvents: true, run: runAnalytics},
+	{
+		name: "http", evaluates: true, servesReport: true, readsEvents: true,
+		views: []callsView{retiredView, indexView},
+		check: checkHTTP, listen: listenHTTP, run: runHTTP,
+	},
 }
 
-// RoleNames are the roles a toolgate process can run, each on its own or
-// with any others, in any number of processes at once.
-func RoleNames() []string {
-	names := make([]string, len(roles))
-	for i, r := range roles {
+// callsView is a view of tool_calls a process keeps in memory. The
+// constants are in the order the views join the process's feed, which is
+// the order the feed tells them that it has read the bucket.
+type callsView int
+
+const (
+	// deadlinesView is the timer's deadlines, the first thing a restart
+	// must know: first told that the bucket is read.
+	deadlinesView callsView = iota
+	// pendingView is the exporter's gauge of the calls waiting for a
+	// human.
+	pendingView
+	// retiredView is which calls the archive holds.
+	retiredView
+	// indexView is the index of the calls: lists page through it, and a
+	// transition starts from its revision of the call instead of reading
+	// it first (at load, a timer reading before each Expire fired twice
+	// as late: docs/performance.md).
+	indexView
+	// workView is the calls executors may claim through the request API.
+	// After the index, so that a claim finds the entry it starts from
+	// there.
+	workView
+	callsViews // how many views there are
+)
+
+// join builds v and adds it to d.feed; log is the process's.
+func (v callsView) join(d *deps, log *slog.Logger) error {
+	switch v {
+	case deadlinesView:
+		return buildRoleView(d, log, "timer", prepareTimer)
+	case pendingView:
+		return buildRoleView(d, log, "analytics", prepareAnalytics)
+	case retiredView:
+		d.feed.Add(d.gate.RetiredView())
+	case indexView:
+		d.feed.Add(d.gate.CallsView(log))
+	case workView:
+		d.feed.Add(d.gate.WorkView())
+	default:
+		return fmt.Errorf("no view of tool_calls numbered %d", v)
+	}
+	return nil
+}
+
+// buildRoleView builds a view of tool_calls that the named role builds
+// itself, with build, logging as the role and naming it in its error.
+func buildRoleView(d *deps, log *slog.Logger, name string, build func(d *deps, log *slog.Logger) error) error {
+	if err := build(d, log.With("role", name)); err != nil {
+		return fmt.Errorf("role %s: %w", name, err)
+	}
+	return nil
+}
+
+// running is the rows of the roles a process runs, in the table's order.
+type running []role
+
+// names are the roles' names.
+func (rs running) names() []string {
+	names := make([]string, len(rs))
+	for i, r := range rs {
 		names[i] = r.name
 	}
 	return names
 }
+
+// any says whether a role of rs has what f looks for.
+func (rs running) any(f func(r role) bool) bool { return slices.ContainsFunc(rs, f) }
+
+// needsEvaluation says whether a role submits calls (role.evaluates).
+func (rs running) needsEvaluation() bool { return rs.any(func(r role) bool { return r.evaluates }) }
+
+// keepsPolicy says whether a role keeps the policy engine current
+// (role.keepsPolicy).
+func (rs running) keepsPolicy() bool { return rs.any(func(r role) bool { return r.keepsPolicy }) }
+
+// needsReport says whether a role serves the analytics report.
+func (rs running) needsReport() bool { return rs.any(func(r role) bool { return r.servesReport }) }
+
+// needsView says whether a role keeps v.
+func (rs running) needsView(v callsView) bool {
+	return rs.any(func(r role) bool { return slices.Contains(r.views, v) })
+}
+
+// needsEvents says whether a role reads TOOL_EVENTS (role.readsEvents).
+func (rs running) needsEvents() bool { return rs.any(func(r role) bool { return r.readsEvents }) }
+
+// needsRequestAPI says whether a role serves the request API.
+func (rs running) needsRequestAPI() bool {
+	return rs.any(func(r role) bool { return r.servesRequests })
+}
+
+// RoleNames are the roles a toolgate process can run, each on its own or
+// with any others, in any number of processes at once.
+func RoleNames() []string { return running(roles).names() }
 
 // Roles is the roles a process runs: "all", or any of RoleNames. It is a
 // flag.Value, the value of --roles.
@@ -83,15 +210,19 @@ func (r Roles) Validate() error {
 
 // Resolve lists the roles to run, in the table's order; none given means
 // all.
-func (r Roles) Resolve() []string {
+func (r Roles) Resolve() []string { return r.rows().names() }
+
+// rows are the table's rows of the roles to run, in its order; none given
+// means all.
+func (r Roles) rows() running {
 	all := len(r) == 0 || r[0] == "all"
-	var names []string
+	var rows running
 	for _, ro := range roles {
 		if all || slices.Contains(r, ro.name) {
-			names = append(names, ro.name)
+			rows = append(rows, ro)
 		}
 	}
-	return names
+	return rows
 }
 
 // runRelay publishes every revision's event with the call's secrets
@@ -100,7 +231,7 @@ func (r Roles) Resolve() []string {
 // policy itself).
 func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
 	relay := bus.NewRelay(d.js, bus.RelayConfig{AckWait: d.cfg.RelayAckWait, Mask: d.gate.MaskedOrNil}, log)
-	if slices.Contains(d.roles, "intake") {
+	if d.roles.keepsPolicy() {
 		return relay.Run(ctx)
 	}
 	ctx, cancel := context.WithCancel(ctx)
