@@ -575,7 +575,7 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 		assert.Equal(t, int64(600_000), *longer.Teams["ops"].ApprovalTimeoutMs)
 
 		// Pasting the rule makes the next call run without asking.
-		store := bus.NewPolicyStore(env.Buckets.Policies)
+		store := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
 		call := machine.Call{ToolCallID: "after-rule", ToolName: "web_search", Team: "research", CallerBotID: "agent", ConversationID: "conv-research", Arguments: []byte(`{"query":"nats"}`)}
 		verdict := func() machine.Verdict {
 			doc, _, err := store.Get(ctx)

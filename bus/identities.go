@@ -17,6 +17,7 @@ import (
 // IdentityStore records the credentials toolgate issued, one value per
 // public key, so that a revoked one is known to every process.
 type IdentityStore struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 
 	mu sync.Mutex
@@ -29,9 +30,10 @@ type IdentityStore struct {
 // a revocation may take to reach a process's request API.
 const liveFor = time.Second
 
-// NewIdentityStore returns the store over the identities bucket.
-func NewIdentityStore(kv jetstream.KeyValue) *IdentityStore {
-	return &IdentityStore{kv: kv, live: map[string]time.Time{}}
+// NewIdentityStore returns the store over the identities bucket, kv of
+// js.
+func NewIdentityStore(js jetstream.JetStream, kv jetstream.KeyValue) *IdentityStore {
+	return &IdentityStore{js: js, kv: kv, live: map[string]time.Time{}}
 }
 
 // Add records a credential; one already recorded is left as it is.
@@ -54,7 +56,7 @@ func (s *IdentityStore) List(ctx context.Context) ([]wire.Identity, error) {
 	}
 	var out []wire.Identity
 	for key := range lister.Keys() {
-		id, _, err := s.get(ctx, key)
+		id, err := s.get(ctx, key)
 		if errors.Is(err, machine.ErrNotFound) {
 			continue
 		}
@@ -66,19 +68,28 @@ func (s *IdentityStore) List(ctx context.Context) ([]wire.Identity, error) {
 	return out, nil
 }
 
-func (s *IdentityStore) get(ctx context.Context, key string) (wire.Identity, uint64, error) {
+func (s *IdentityStore) get(ctx context.Context, key string) (wire.Identity, error) {
 	kve, err := get(ctx, s.kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return wire.Identity{}, 0, machine.ErrNotFound
+		return wire.Identity{}, machine.ErrNotFound
 	}
 	if err != nil {
-		return wire.Identity{}, 0, err
+		return wire.Identity{}, err
+	}
+	return identityIn(key, kve)
+}
+
+// identityIn is the credential kve, key's entry, records; none (nil) is
+// machine.ErrNotFound.
+func identityIn(key string, kve jetstream.KeyValueEntry) (wire.Identity, error) {
+	if kve == nil {
+		return wire.Identity{}, machine.ErrNotFound
 	}
 	var id wire.Identity
 	if err := json.Unmarshal(kve.Value(), &id); err != nil {
-		return wire.Identity{}, 0, fmt.Errorf("identity %s: %w", key, err)
+		return wire.Identity{}, fmt.Errorf("identity %s: %w", key, err)
 	}
-	return id, kve.Revision(), nil
+	return id, nil
 }
 
 // Revoked reports whether the credential with public key key was revoked.
@@ -90,7 +101,7 @@ func (s *IdentityStore) Revoked(ctx context.Context, key string) (bool, error) {
 	if ok && time.Since(checked) < liveFor {
 		return false, nil
 	}
-	id, _, err := s.get(ctx, key)
+	id, err := s.get(ctx, key)
 	if errors.Is(err, machine.ErrNotFound) {
 		err = nil
 	}
@@ -106,22 +117,20 @@ func (s *IdentityStore) Revoked(ctx context.Context, key string) (bool, error) {
 	return false, nil
 }
 
-// Revoke marks a credential revoked, by compare-and-set: revoked once,
-// by whoever came first. It returns the identity as it is now.
+// Revoke marks a credential revoked, by compare-and-set (see update):
+// revoked once, by whoever came first. It returns the identity as it is
+// now.
 func (s *IdentityStore) Revoke(ctx context.Context, key, by string, at int64) (wire.Identity, error) {
-	for {
-		id, rev, err := s.get(ctx, key)
-		if err != nil || id.RevokedAt != 0 {
-			return id, err
+	var id wire.Identity
+	_, err := update(ctx, s.js, s.kv, key, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		var err error
+		if id, err = identityIn(key, cur); err != nil || id.RevokedAt != 0 {
+			return nil, err
 		}
 		id.RevokedAt, id.RevokedBy = at, by
-		data, _ := json.Marshal(id)
-		_, err = s.kv.Update(ctx, key, data, rev)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue
-		}
-		return id, err
-	}
+		return json.Marshal(id)
+	})
+	return id, err
 }
 
 // RevokedKeys lists the public keys of every revoked credential.

@@ -22,11 +22,14 @@ const (
 // PolicyStore keeps the policy document in KV, so every replica evaluates
 // against the same one and sees a change as soon as it is made.
 type PolicyStore struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 }
 
-// NewPolicyStore returns the store over the policies bucket.
-func NewPolicyStore(kv jetstream.KeyValue) *PolicyStore { return &PolicyStore{kv: kv} }
+// NewPolicyStore returns the store over the policies bucket, kv of js.
+func NewPolicyStore(js jetstream.JetStream, kv jetstream.KeyValue) *PolicyStore {
+	return &PolicyStore{js: js, kv: kv}
+}
 
 // Get returns the document in force and its revision; with none stored, an
 // empty document (built-in defaults: ask about every call) at revision 0.
@@ -37,11 +40,23 @@ func (s *PolicyStore) Get(ctx context.Context) (*policy.Document, uint64, error)
 	} else if err != nil {
 		return nil, 0, err
 	}
-	doc, err := policy.ParseStored(kve.Value())
+	doc, err := policyIn(kve)
 	if err != nil {
-		return nil, 0, fmt.Errorf("stored policy (revision %d): %w", kve.Revision(), err)
+		return nil, 0, err
 	}
 	return doc, kve.Revision(), nil
+}
+
+// policyIn is the document kve holds; none (nil) is the empty document.
+func policyIn(kve jetstream.KeyValueEntry) (*policy.Document, error) {
+	if kve == nil {
+		return &policy.Document{}, nil
+	}
+	doc, err := policy.ParseStored(kve.Value())
+	if err != nil {
+		return nil, fmt.Errorf("stored policy (revision %d): %w", kve.Revision(), err)
+	}
+	return doc, nil
 }
 
 // Set validates doc and stores it. An invalid document is refused and the
@@ -55,31 +70,21 @@ func (s *PolicyStore) Set(ctx context.Context, doc *policy.Document) error {
 	return err
 }
 
-// Update changes the stored document by compare-and-set, retrying when
-// someone else changed it in between.
+// Update changes the stored document by compare-and-set (see update),
+// retrying when someone else changed it in between. A document that
+// change leaves invalid is refused and the stored one is left as it was.
 func (s *PolicyStore) Update(ctx context.Context, change func(*policy.Document) error) error {
-	for {
-		doc, rev, err := s.Get(ctx)
+	_, err := update(ctx, s.js, s.kv, policyKey, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		doc, err := policyIn(cur)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := change(doc); err != nil {
-			return err
+			return nil, err
 		}
-		data, err := marshalValid(doc)
-		if err != nil {
-			return err
-		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, policyKey, data)
-		} else {
-			_, err = s.kv.Update(ctx, policyKey, data, rev)
-		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue
-		}
-		return err
-	}
+		return marshalValid(doc)
+	})
+	return err
 }
 
 func marshalValid(doc *policy.Document) ([]byte, error) {

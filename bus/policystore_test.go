@@ -32,7 +32,7 @@ func TestPolicyStore_SetRefusesInvalidAndKeepsTheOld(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	s := bus.NewPolicyStore(env.Buckets.Policies)
+	s := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
 
 	doc, rev, err := s.Get(ctx)
 	require.NoError(t, err)
@@ -58,7 +58,7 @@ func TestPolicyStore_LoadFileKeepsWhatTheStoredPolicyGrew(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	s := bus.NewPolicyStore(env.Buckets.Policies)
+	s := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
 
 	loaded, err := s.LoadFile(ctx, []byte(policyYAML))
 	require.NoError(t, err)
@@ -86,11 +86,38 @@ func TestPolicyStore_LoadFileKeepsWhatTheStoredPolicyGrew(t *testing.T) {
 	assert.ErrorContains(t, err, "approvalTimeoutMs")
 }
 
+// TestPolicyStore_AnUpdateWhoseAnswerWasLostIsAskedAgain: an update whose
+// answer does not come is sent again. One stored after all is no conflict
+// with itself, and is stored once; one that was not, when another change
+// came first, is made again on top of that one.
+func TestPolicyStore_AnUpdateWhoseAnswerWasLostIsAskedAgain(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	s := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
+	allowed := func() []string {
+		doc, _, err := s.Get(ctx)
+		require.NoError(t, err)
+		return doc.Teams["ops"].Rules.Allow
+	}
+
+	lossy := bus.NewPolicyStore(env.JS, &lostReplies{KeyValue: env.Buckets.Policies, stored: true, lost: 1})
+	require.NoError(t, lossy.AddAllowRule(ctx, "ops", "read_logs"), "its own create is no conflict")
+	hist, err := env.Buckets.Policies.History(ctx, "document")
+	require.NoError(t, err)
+	assert.Len(t, hist, 1, "stored once")
+
+	other := func(ctx context.Context) error { return s.AddAllowRule(ctx, "ops", "deploy") }
+	lossy = bus.NewPolicyStore(env.JS, &lostReplies{KeyValue: env.Buckets.Policies, lost: 1, before: other})
+	require.NoError(t, lossy.AddAllowRule(ctx, "ops", "rollback"), "another's change came first: made again on it")
+	assert.Equal(t, []string{"read_logs", "deploy", "rollback"}, allowed())
+}
+
 func TestPolicyStore_FollowChangesTheEngineLive(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	s := bus.NewPolicyStore(env.Buckets.Policies)
+	s := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
 	engine, err := policy.NewEngine(nil, nil, nil)
 	require.NoError(t, err)
 	go func() { _ = s.Follow(ctx, engine, bustest.Logger()) }()

@@ -108,8 +108,8 @@ func registerLocalCreds(ctx context.Context, data string, ids *bus.IdentityStore
 // enforceRevocations keeps the embedded server refusing every revoked
 // credential: at start, and whenever one is revoked, from any process.
 // It closes applied once the revocations there at start are in force.
-func (m *Main) enforceRevocations(ctx context.Context, keys *auth.Keys, kv jetstream.KeyValue, applied chan<- struct{}) error {
-	ids := bus.NewIdentityStore(kv)
+func (m *Main) enforceRevocations(ctx context.Context, keys *auth.Keys, js jetstream.JetStream, kv jetstream.KeyValue, applied chan<- struct{}) error {
+	ids := bus.NewIdentityStore(js, kv)
 	var inForce []string // the server starts refusing none
 	once := sync.OnceFunc(func() { close(applied) })
 	return consumer.RunRestarting(ctx, m.Log, "revocations", func(ctx context.Context) error {

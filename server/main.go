@@ -327,7 +327,7 @@ func (m *Main) startCredentials(ctx context.Context, g *errgroup.Group, d *deps)
 		// The process holding the keys (the embedded server's, or one
 		// given their --data on a cluster) lists the role credentials
 		// beside them, so that they can be revoked like any other.
-		if err := registerLocalCreds(ctx, m.Config.Data, bus.NewIdentityStore(d.buckets.Identities)); err != nil {
+		if err := registerLocalCreds(ctx, m.Config.Data, bus.NewIdentityStore(d.js, d.buckets.Identities)); err != nil {
 			// Only listing and revoking them wait for the next start.
 			m.Log.Warn("recording the role credentials among the identities failed", "err", err)
 		}
@@ -339,7 +339,7 @@ func (m *Main) startCredentials(ctx context.Context, g *errgroup.Group, d *deps)
 	// nobody who is told toolgate serves meets the moment the account's
 	// imports are registered again.
 	applied := make(chan struct{})
-	g.Go(func() error { return m.enforceRevocations(ctx, m.keys, d.buckets.Identities, applied) })
+	g.Go(func() error { return m.enforceRevocations(ctx, m.keys, d.js, d.buckets.Identities, applied) })
 	select {
 	case <-applied:
 		return true
@@ -539,7 +539,7 @@ type deps struct {
 }
 
 func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, b *bus.Buckets) (*deps, error) {
-	policies := bus.NewPolicyStore(b.Policies)
+	policies := bus.NewPolicyStore(js, b.Policies)
 	if m.Config.PolicyFile != "" {
 		data, err := os.ReadFile(m.Config.PolicyFile)
 		if err != nil {

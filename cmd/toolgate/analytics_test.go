@@ -181,7 +181,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	pkv, err := js.KeyValue(ctx, wire.PoliciesBucket)
 	require.NoError(t, err)
-	doc, _, err := bus.NewPolicyStore(pkv).Get(ctx)
+	doc, _, err := bus.NewPolicyStore(js, pkv).Get(ctx)
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(doc, nil, nil)
 	require.NoError(t, err)

@@ -46,7 +46,7 @@ func TestServe_NotifierWithoutIntakeFollowsThePolicy(t *testing.T) {
 	require.NoError(t, err)
 	doc, err := policy.Parse(fmt.Appendf(nil, "default:\n  notify: [{type: slack, url: %q}]\n  inboxUrl: https://toolgate.example\n", slack.URL))
 	require.NoError(t, err)
-	require.NoError(t, bus.NewPolicyStore(policies).Set(t.Context(), doc))
+	require.NoError(t, bus.NewPolicyStore(js, policies).Set(t.Context(), doc))
 
 	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)
