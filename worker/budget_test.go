@@ -95,14 +95,17 @@ func waitSettled(t *testing.T, env *budgetEnv, durable string) {
 	bustest.WaitRelayed(t, env.JS)
 	// An event a stopped settler left unacknowledged, its nak unsent,
 	// comes again after the consumer's AckWait (30s).
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 30*time.Second+3*waitFor, 10*time.Millisecond, fmt.Sprintf("the settlers of %s caught up", durable), func() (bool, any) {
 		c, err := env.JS.Consumer(t.Context(), wire.EventsStream, durable)
 		if err != nil {
-			return false
+			return false, err
 		}
 		info, err := c.Info(t.Context())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, 30*time.Second+3*waitFor, 10*time.Millisecond, "the settlers of %s never caught up", durable)
+		if err != nil {
+			return false, err
+		}
+		return info.NumPending == 0 && info.NumAckPending == 0, fmt.Sprintf("%d pending, %d unacknowledged", info.NumPending, info.NumAckPending)
+	})
 }
 
 // call submits a call for team, estimated at estimate, and returns its
@@ -167,10 +170,11 @@ func TestBudgetSettler_ExecutorRunCallSettles(t *testing.T) {
 			assert.Equal(t, 3.0, env.spending(t, "research", e.CostDay).Reserved.Float64())
 			require.NoError(t, finish(t.Context(), executor, e.PendingID, 2))
 
-			require.EventuallyWithT(t, func(c *assert.CollectT) {
+			bustest.Eventually(t, settleWait, 10*time.Millisecond, "research: 0 reserved, 2 spent", func() (bool, any) {
 				s := env.spending(t, "research", e.CostDay)
-				assert.Equal(c, [2]float64{0, 2}, [2]float64{s.Reserved.Float64(), s.Spent.Float64()}, "reserved and spent")
-			}, settleWait, 10*time.Millisecond)
+				got := [2]float64{s.Reserved.Float64(), s.Spent.Float64()}
+				return got == [2]float64{0, 2}, fmt.Sprintf("reserved and spent %v", got)
+			})
 			waitSettled(t, env, worker.BudgetSettlerDurable)
 			s := env.spending(t, "research", e.CostDay)
 			assert.Equal(t, 0.0, s.Reserved.Float64())
@@ -199,10 +203,11 @@ func TestBudgetSettler_CallThatNeverRanReleasesItsReservation(t *testing.T) {
 	_, err = env.m.Fail(t.Context(), failed.PendingID, machine.Outcome{Holder: "exec", Error: "refused before it cost anything"})
 	require.NoError(t, err)
 
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	bustest.Eventually(t, settleWait, 10*time.Millisecond, "both reservations released, nothing spent", func() (bool, any) {
 		s := env.spending(t, "ops", cancelled.CostDay)
-		assert.Equal(c, [2]float64{0, 0}, [2]float64{s.Reserved.Float64(), s.Spent.Float64()}, "both reservations released, nothing spent")
-	}, settleWait, 10*time.Millisecond)
+		got := [2]float64{s.Reserved.Float64(), s.Spent.Float64()}
+		return got == [2]float64{0, 0}, fmt.Sprintf("reserved and spent %v", got)
+	})
 	waitSettled(t, env, worker.BudgetSettlerDurable)
 	s := env.spending(t, "ops", cancelled.CostDay)
 	assert.Equal(t, [2]float64{0, 0}, [2]float64{s.Reserved.Float64(), s.Spent.Float64()}, "and no more after")
@@ -235,9 +240,7 @@ func TestBudgetSettler_SettlesOnceThoughEverythingIsRedelivered(t *testing.T) {
 	require.NoError(t, env.JS.DeleteConsumer(t.Context(), wire.EventsStream, worker.BudgetSettlerDurable))
 	seen := &seqRecorder{}
 	startSettler(t, env, func(s *worker.BudgetSettler) { worker.FailSettler(s, seen.record, nil) })
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.GreaterOrEqual(c, len(seen.seen()), calls+1, "events seen, one redelivered")
-	}, settleWait, 10*time.Millisecond)
+	bustest.Eventually(t, settleWait, 10*time.Millisecond, fmt.Sprintf("%d events seen, one redelivered", calls+1), func() (bool, any) { n := len(seen.seen()); return n >= calls+1, n })
 	waitSettled(t, env, worker.BudgetSettlerDurable)
 	assert.Len(t, seen.seen(), calls+1, "each settlement delivered once more")
 	s = env.spending(t, "research", day)
@@ -310,9 +313,10 @@ func TestBudgetSettler_CrashAfterTheWriteBeforeTheAck(t *testing.T) {
 
 	e := env.call(t, "report", "research", 3)
 	require.NoError(t, finish(t.Context(), machine.New(env.Store), e.PendingID, 2))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, 2.0, env.spending(t, "research", e.CostDay).Spent.Float64(), "spent")
-	}, settleWait, 10*time.Millisecond)
+	bustest.Eventually(t, settleWait, 10*time.Millisecond, "research spent 2", func() (bool, any) {
+		got := env.spending(t, "research", e.CostDay).Spent.Float64()
+		return got == 2.0, got
+	})
 	require.ErrorIs(t, crashing.ended(), errCrash, "Run stops at the failure point")
 	require.NotZero(t, crashedAt)
 

@@ -49,10 +49,10 @@ func BenchmarkFanOut(b *testing.B) {
 
 	// A first notifier makes the consumer, at the stream's end.
 	stop := run()
-	require.Eventually(b, func() bool {
+	bustest.Eventually(b, time.Minute, 10*time.Millisecond, "the notifier's consumer appeared", func() (bool, any) {
 		_, err := env.JS.Consumer(ctx, wire.EventsStream, worker.NotifierDurable)
-		return err == nil
-	}, time.Minute, 10*time.Millisecond)
+		return err == nil, err
+	})
 	stop()
 
 	for i := range b.N {
@@ -83,18 +83,18 @@ func BenchmarkFanOut(b *testing.B) {
 	start := time.Now()
 	defer run()()
 	var floor uint64
-	require.Eventually(b, func() bool {
+	bustest.Eventually(b, 10*time.Minute, 10*time.Millisecond, fmt.Sprintf("the fan-out reached event %d", last), func() (bool, any) {
 		c, err := env.JS.Consumer(ctx, wire.EventsStream, worker.NotifierDurable)
 		if err != nil {
-			return false
+			return false, fmt.Sprintf("acknowledged to %d", floor)
 		}
 		i, err := c.Info(ctx)
 		if err != nil {
-			return false
+			return false, fmt.Sprintf("acknowledged to %d", floor)
 		}
 		floor = i.AckFloor.Stream
-		return floor >= last
-	}, 10*time.Minute, 10*time.Millisecond, "fan-out at %d of %d", floor, last)
+		return floor >= last, fmt.Sprintf("acknowledged to %d", floor)
+	})
 	elapsed := time.Since(start)
 	b.StopTimer()
 	after, err := env.Servers[0].Varz(nil)
