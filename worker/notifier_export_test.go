@@ -9,8 +9,8 @@ var (
 	NotifySubjects = notifySubjects
 )
 
-// WithClock sets the clock that dates a webhook's attempts
+// WithNotifierClock sets the clock that dates a webhook's attempts
 // (webhook-timestamp), so a test can send one its receiver finds too old.
-func WithClock(now func() time.Time) NotifierOption {
+func WithNotifierClock(now func() time.Time) NotifierOption {
 	return func(n *Notifier) { n.now = now }
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/toolgate/toolgate/consumer"
 	"github.com/toolgate/toolgate/machine"
 	tgpolicy "github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
@@ -104,10 +105,10 @@ func ntStart(t *testing.T, env *bustest.Env, engine *tgpolicy.Engine, counter wo
 		})
 	}
 	t.Cleanup(stop)
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, ntWait, 5*time.Millisecond, "the notifier's consumer appeared", func() (bool, any) {
 		_, err := env.JS.Consumer(t.Context(), wire.EventsStream, worker.NotifierDurable)
-		return err == nil
-	}, ntWait, 5*time.Millisecond, "the notifier's consumer never appeared")
+		return err == nil, err
+	})
 	return stop
 }
 
@@ -238,7 +239,7 @@ func TestNotifier_WebhookRetriedUntilDeliveredSigned(t *testing.T) {
 		assert.Equal(t, ev.ID, r.Header.Get(worker.HeaderDelivery), "attempt %d", i+1)
 	}
 	hook.mu.Unlock()
-	require.Eventually(t, func() bool { return counts.get("webhook/sent") == 1 }, ntWait, 5*time.Millisecond)
+	bustest.Eventually(t, ntWait, 5*time.Millisecond, "webhook/sent at 1", func() (bool, any) { got := counts.get("webhook/sent"); return got == 1, got })
 	assert.Equal(t, 3, counts.get("webhook/failed"))
 }
 
@@ -467,19 +468,22 @@ func TestNotifier_TwoNotifiersDeliverEachEventOnce(t *testing.T) {
 	for _, ch := range engine.Resolve("", "").Notify {
 		consumers = append(consumers, struct{ stream, name string }{worker.NotifyStream, "notifier-" + worker.ChannelKey(ch)})
 	}
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, ntWait, 10*time.Millisecond, "the notifier's consumers delivered and acknowledged everything", func() (bool, any) {
 		for _, c := range consumers {
 			cons, err := env.JS.Consumer(t.Context(), c.stream, c.name)
 			if err != nil {
-				return false
+				return false, fmt.Sprintf("%s: %v", c.name, err)
 			}
 			info, err := cons.Info(t.Context())
-			if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
-				return false
+			if err != nil {
+				return false, fmt.Sprintf("%s: %v", c.name, err)
+			}
+			if info.NumPending > 0 || info.NumAckPending > 0 {
+				return false, fmt.Sprintf("%s: %d pending, %d unacknowledged", c.name, info.NumPending, info.NumAckPending)
 			}
 		}
-		return true
-	}, ntWait, 10*time.Millisecond)
+		return true, nil
+	})
 	assert.Equal(t, calls, hook.count())
 	assert.Equal(t, calls, slack.count())
 	assert.Equal(t, calls, a.get("webhook/sent")+b.get("webhook/sent"))
@@ -511,7 +515,7 @@ func TestNotifier_PendingRetrySurvivesRestart(t *testing.T) {
 		t.Fatal("no first attempt")
 	}
 	// Once the failure is counted the retry is handed back to JetStream.
-	require.Eventually(t, func() bool { return counts.get("webhook/failed") == 1 }, ntWait, time.Millisecond)
+	bustest.Eventually(t, ntWait, time.Millisecond, "webhook/failed at 1", func() (bool, any) { got := counts.get("webhook/failed"); return got == 1, got })
 	stop()
 	stopped.Store(true)
 
@@ -531,17 +535,17 @@ func TestNotifier_ChannelLeftThePolicyGetsNoMore(t *testing.T) {
 	counts := &ntCounts{}
 	ntStart(t, env, engine, counts, worker.WithDeliveryBackoff(200*time.Millisecond), worker.WithDeliveryAttempts(10))
 	ntSubmit(t, m, machine.Call{})
-	require.Eventually(t, func() bool { return hook.count() >= 1 }, ntWait, 5*time.Millisecond)
+	bustest.Eventually(t, ntWait, 5*time.Millisecond, "the hook got a delivery", func() (bool, any) { n := hook.count(); return n >= 1, n })
 
 	// Muted while a retry waits: the retry finds no channel and drops it.
 	d, err := tgpolicy.Parse([]byte("default:\n  notify: []\n"))
 	require.NoError(t, err)
 	require.NoError(t, engine.SetDocument(d))
-	require.Eventually(t, func() bool { return counts.get("webhook/skipped") == 1 }, ntWait, 5*time.Millisecond)
+	bustest.Eventually(t, ntWait, 5*time.Millisecond, "webhook/skipped at 1", func() (bool, any) { got := counts.get("webhook/skipped"); return got == 1, got })
 	n := hook.count()
 	assert.Less(t, n, 10)
 	ntSubmit(t, m, machine.Call{ToolCallID: "after"})
-	require.Eventually(t, func() bool { return counts.get("none/skipped") == 1 }, ntWait, 5*time.Millisecond)
+	bustest.Eventually(t, ntWait, 5*time.Millisecond, "none/skipped at 1", func() (bool, any) { got := counts.get("none/skipped"); return got == 1, got })
 	assert.Equal(t, n, hook.count())
 }
 
@@ -573,7 +577,7 @@ func TestNotifier_ResolvesSecretReferencesAtEachDelivery(t *testing.T) {
 
 	assert.Equal(t, tgpolicy.Channel{Type: tgpolicy.ChannelWebhook, URL: "env:TOOLGATE_TEST_HOOK_URL", Secret: "file:" + secretFile},
 		engine.Document().Default.Notify[0], "the policy keeps the references, never what they resolve to")
-	require.Eventually(t, func() bool { return counts.get("webhook/sent") == 2 }, ntWait, 5*time.Millisecond)
+	bustest.Eventually(t, ntWait, 5*time.Millisecond, "webhook/sent at 2", func() (bool, any) { got := counts.get("webhook/sent"); return got == 2, got })
 }
 
 // ntVerifyRaw verifies a delivery with the Standard Webhooks library,
@@ -708,7 +712,7 @@ func TestNotifier_RetryAfterDelaysTheRetry(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			assert.GreaterOrEqual(t, at[1].Sub(at[0]), time.Second, "waited as the receiver asked, not the 10ms backoff")
-			require.Eventually(t, func() bool { return counts.get("ntfy/sent") == 1 }, ntWait, 5*time.Millisecond)
+			bustest.Eventually(t, ntWait, 5*time.Millisecond, "ntfy/sent at 1", func() (bool, any) { got := counts.get("ntfy/sent"); return got == 1, got })
 			assert.Equal(t, 1, counts.get("ntfy/failed"))
 		})
 	}
@@ -725,7 +729,7 @@ func TestNotifier_StopLeavesNothingRunning(t *testing.T) {
 	stop := ntStart(t, env, engine, nil, ntFast(5)...)
 	ntSubmit(t, m, machine.Call{})
 	hook.next(t, "webhook")
-	require.Eventually(t, func() bool { return slow.count() >= 1 }, ntWait, 5*time.Millisecond)
+	bustest.Eventually(t, ntWait, 5*time.Millisecond, "the slow receiver got a delivery", func() (bool, any) { n := slow.count(); return n >= 1, n })
 	assert.NotEmpty(t, ntGoroutines())
 	stop()
 	assert.Empty(t, ntGoroutines(), "Run returned with goroutines it started still running")
@@ -769,7 +773,7 @@ func TestNotifier_QuorumProgressAndEscalationReachTheChannel(t *testing.T) {
     - {type: slack, url: "%s/services/T/B/X"}
 `, slack.URL))
 	ntStart(t, env, engine, nil, ntFast(3)...)
-	startTimer(t, env)
+	startTimer(t, env, new(toolgatetest.Clock)) // on time.Now, as m is
 	e := ntSubmit(t, m, machine.Call{})
 	require.Equal(t, &machine.Quorum{Required: 2}, e.Quorum)
 	body := func(what string) string {

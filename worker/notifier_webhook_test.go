@@ -152,7 +152,7 @@ func TestNotifier_WebhookTamperedOrStaleIsRefused(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			clock := worker.WithClock(func() time.Time { return time.Now().Add(tt.skew) })
+			clock := worker.WithNotifierClock(func() time.Time { return time.Now().Add(tt.skew) })
 			hook, m, _ := swHook(t, fmt.Sprintf("secret: %q", secret), clock)
 			ntSubmit(t, m, machine.Call{})
 			got := hook.next(t, "the delivery")

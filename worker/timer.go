@@ -26,6 +26,9 @@ import (
 //
 // Any number of Timers may run against one bucket. Each acts on every
 // deadline; compare-and-set makes a second firing a refused transition,
+// so each deadline changes a call once.
+//
+// A Timer tells the time by time.Now, or by the clock WithClock gives it.
 type Timer struct {
 	js          jetstream.JetStream
 	kv          jetstream.KeyValue
@@ -36,6 +39,8 @@ type Timer struct {
 	retry       time.Duration
 	retain      time.Duration
 	retirer     Retirer
+	now         func() time.Time
+	clockTick   time.Duration  // 0: sleep until the next deadline; else at most this long
 	feed        *bus.CallsFeed // the process's, run by it; nil: the timer's own
 	updates     chan observation
 	stopped     chan struct{} // closed when Run ends
@@ -95,6 +100,23 @@ func WithRetryDelay(d time.Duration) TimerOption {
 	}
 }
 
+// WithClock has the timer tell the time by now rather than time.Now: a
+// deadline falls due, and a retry or retirement is scheduled, on now's
+// time. Such a clock (a test's) may jump ahead, so the timer reads it
+// again at least every 10ms rather than sleeping until the next
+// deadline. The machine the deadlines go through (Deadlines) must tell
+// the same time, for it checks a deadline itself.
+func WithClock(now func() time.Time) TimerOption {
+	return func(t *Timer) {
+		if now != nil {
+			t.now, t.clockTick = now, clockTick
+		}
+	}
+}
+
+// clockTick is the longest a timer given a clock by WithClock sleeps.
+const clockTick = 10 * time.Millisecond
+
 // Deadlines are the commands a Timer gives when a deadline falls due:
 // *gate.Service has them (and *machine.Machine, for tests of the timer
 // alone).
@@ -108,7 +130,7 @@ type Deadlines interface {
 // NewTimer returns a Timer over kv, the tool_calls bucket, moving entries
 // through m. Run starts it.
 func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *slog.Logger, opts ...TimerOption) *Timer {
-	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(js, kv), m: m, log: log, concurrency: 64, retry: time.Second,
+	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(js, kv), m: m, log: log, concurrency: 64, retry: time.Second, now: time.Now,
 		updates: make(chan observation, 256), stopped: make(chan struct{}), loaded: make(chan struct{})}
 	for _, o := range opts {
 		o(t)
@@ -227,7 +249,7 @@ func (t *Timer) schedule(ctx context.Context, dl *deadlines, rt *retirements, up
 	busy := 0
 	for {
 		for busy < t.concurrency {
-			now := time.Now().UnixMilli()
+			now := t.now().UnixMilli()
 			if j, ok := dl.popDue(now); ok {
 				busy++
 				wg.Go(func() { outcomes <- t.act(ctx, j) })
@@ -245,7 +267,11 @@ func (t *Timer) schedule(ctx context.Context, dl *deadlines, rt *retirements, up
 			at, ok = rat, true
 		}
 		if ok && busy < t.concurrency {
-			wake.Reset(time.Until(time.UnixMilli(at)))
+			sleep := time.UnixMilli(at).Sub(t.now())
+			if t.clockTick > 0 {
+				sleep = min(sleep, t.clockTick)
+			}
+			wake.Reset(sleep)
 			wakeC = wake.C
 		}
 		select {
@@ -294,7 +320,7 @@ func (t *Timer) act(ctx context.Context, j job) outcome {
 		return t.retryLater(ctx, log, j, err)
 	}
 	k, at := deadlineOf(e)
-	now := time.Now().UnixMilli()
+	now := t.now().UnixMilli()
 	switch {
 	case k == kindNone:
 		return outcome{id: j.id, rev: rev}
@@ -390,7 +416,7 @@ func (t *Timer) retire(ctx context.Context, r retirement, life uint64) outcome {
 		if ctx.Err() == nil {
 			t.log.Warn("timer: retirement failed, will retry", "pendingId", r.id, "deadline", "retention", "in", t.retry, "err", err)
 		}
-		o.at = time.Now().Add(t.retry).UnixMilli()
+		o.at = t.now().Add(t.retry).UnixMilli()
 	}
 	return o
 }
@@ -421,5 +447,5 @@ func (t *Timer) retryLater(ctx context.Context, log *slog.Logger, j job, err err
 	if ctx.Err() == nil {
 		log.Warn("timer: action failed, will retry", "in", t.retry, "err", err)
 	}
-	return outcome{id: j.id, rev: j.rev, kind: j.kind, at: time.Now().Add(t.retry).UnixMilli()}
+	return outcome{id: j.id, rev: j.rev, kind: j.kind, at: t.now().Add(t.retry).UnixMilli()}
 }

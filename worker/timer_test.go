@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
 )
@@ -35,14 +36,26 @@ func startEnv(t *testing.T) *bustest.Env {
 	return env
 }
 
-// startTimer runs a Timer until the returned stop is called or the test
-// ends; stop waits for Run to return and checks it returned nil.
-func startTimer(t *testing.T, env *bustest.Env, opts ...worker.TimerOption) (stop func()) {
+// startClock returns the test's clock, stopped at the present: the
+// timers and machines of the test tell the time by it, and the test moves
+// it past the deadlines.
+func startClock() *toolgatetest.Clock { return toolgatetest.FixedClock(time.Now()) }
+
+// startTimer runs a Timer on clk until the returned stop is called or the
+// test ends; stop waits for Run to return and checks it returned nil.
+func startTimer(t *testing.T, env *bustest.Env, clk *toolgatetest.Clock, opts ...worker.TimerOption) (stop func()) {
+	t.Helper()
+	return startTimerWith(t, env, machine.New(env.Store, machine.WithClock(clk.Now)), append(opts, worker.WithClock(clk.Now))...)
+}
+
+// startTimerWith runs a Timer moving entries through m, as startTimer
+// does.
+func startTimerWith(t *testing.T, env *bustest.Env, m worker.Deadlines, opts ...worker.TimerOption) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- worker.NewTimer(env.JS, env.KV, machine.New(env.Store), bustest.Logger(), opts...).Run(ctx)
+		done <- worker.NewTimer(env.JS, env.KV, m, bustest.Logger(), opts...).Run(ctx)
 	}()
 	var once sync.Once
 	stop = func() {
@@ -60,9 +73,9 @@ func startTimer(t *testing.T, env *bustest.Env, opts ...worker.TimerOption) (sto
 	return stop
 }
 
-// policy is a machine whose every Submit gets verdict v.
-func policy(env *bustest.Env, v machine.Verdict) *machine.Machine {
-	return machine.New(env.Store, machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+// policy is a machine on clk whose every Submit gets verdict v.
+func policy(env *bustest.Env, clk *toolgatetest.Clock, v machine.Verdict) *machine.Machine {
+	return machine.New(env.Store, machine.WithClock(clk.Now), machine.WithEvaluator(machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return v, nil
 	})))
 }
@@ -86,11 +99,14 @@ func submit(t *testing.T, m *machine.Machine, id string) *machine.Entry {
 func waitEntry(t *testing.T, env *bustest.Env, id string, ok func(*machine.Entry) bool, msg string) *machine.Entry {
 	t.Helper()
 	var e *machine.Entry
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, waitFor, 5*time.Millisecond, id+": "+msg, func() (bool, any) {
 		var err error
 		e, _, err = env.Store.Get(t.Context(), id)
-		return err == nil && ok(e)
-	}, waitFor, 5*time.Millisecond, "%s: %s", id, msg)
+		if err != nil {
+			return false, err
+		}
+		return ok(e), e
+	})
 	return e
 }
 
@@ -151,9 +167,12 @@ func count(evs []wire.Event, ev machine.Event) int {
 func TestTimer_TimeoutRejects(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	startTimer(t, env)
-	e := submit(t, policy(env, ask(300*time.Millisecond, true)), "reject-me")
+	clk := startClock()
+	startTimer(t, env, clk)
+	e := submit(t, policy(env, clk, ask(time.Hour, true)), "reject-me")
 
+	// An hour passes on the clock, not in real time.
+	clk.Skip(time.Hour)
 	got := waitEntry(t, env, e.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected by timeout")
 	assert.GreaterOrEqual(t, got.DecisionTime, e.ApprovalTimeoutAt, "not rejected before its deadline")
 	assert.Equal(t, "timer", got.LastTransition.Actor)
@@ -166,13 +185,20 @@ func TestTimer_TimeoutRejects(t *testing.T) {
 func TestTimer_NoAutoRejectFlagsOnceAndStaysPending(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	startTimer(t, env)
-	m := policy(env, ask(200*time.Millisecond, false))
+	clk := startClock()
+	startTimer(t, env, clk, worker.WithConcurrency(1))
+	m := policy(env, clk, ask(200*time.Millisecond, false))
 	e := submit(t, m, "flag-me")
 
+	clk.Skip(200 * time.Millisecond)
 	waitEntry(t, env, e.PendingID, func(e *machine.Entry) bool { return e.Overdue }, "flagged overdue")
-	// Long past the deadline, the call is still the human's to decide.
-	time.Sleep(500 * time.Millisecond)
+	// Long past the deadline, the call is still the human's to decide. A
+	// later deadline acted on proves the timer has been past it: it acts
+	// on one deadline at a time (WithConcurrency(1)), earliest first.
+	clk.Skip(time.Hour)
+	later := submit(t, policy(env, clk, ask(time.Second, true)), "later")
+	clk.Skip(time.Second)
+	waitEntry(t, env, later.PendingID, hasStatus(machine.StateRejectedByTimeout), "the later call rejected by timeout")
 	got, err := m.Get(t.Context(), e.PendingID)
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, got.Status)
@@ -188,12 +214,14 @@ func TestTimer_NoAutoRejectFlagsOnceAndStaysPending(t *testing.T) {
 func TestTimer_DecisionBeforeDeadlineLeavesItAlone(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	startTimer(t, env)
-	m := policy(env, ask(time.Second, true))
+	clk := startClock()
+	startTimer(t, env, clk, worker.WithConcurrency(1))
+	m := policy(env, clk, ask(time.Second, true))
 	approved := submit(t, m, "approved")
 	rejected := submit(t, m, "rejected")
 	cancelled := submit(t, m, "cancelled")
 	control := submit(t, m, "control") // same deadline, nobody answers
+	later := submit(t, policy(env, clk, ask(2*time.Second, true)), "later")
 	_, err := m.Decide(t.Context(), approved.PendingID, machine.Decision{Approve: true, By: "alice"})
 	require.NoError(t, err)
 	_, err = m.Decide(t.Context(), rejected.PendingID, machine.Decision{Approve: false, By: "alice"})
@@ -201,9 +229,12 @@ func TestTimer_DecisionBeforeDeadlineLeavesItAlone(t *testing.T) {
 	_, err = m.Cancel(t.Context(), cancelled.PendingID, "agent", "conversation ended")
 	require.NoError(t, err)
 
-	// Once the control is rejected the deadline has passed for all four.
+	// Once the later call is rejected, the timer, acting on one deadline
+	// at a time (WithConcurrency(1)) and the earliest first, is done with
+	// the four before it.
+	clk.Skip(2 * time.Second)
+	waitEntry(t, env, later.PendingID, hasStatus(machine.StateRejectedByTimeout), "the later call rejected by timeout")
 	waitEntry(t, env, control.PendingID, hasStatus(machine.StateRejectedByTimeout), "control rejected by timeout")
-	time.Sleep(100 * time.Millisecond)
 	events := eventsByEntry(t, env.JS)
 	for id, want := range map[string]machine.State{
 		approved.PendingID:  machine.StateApproved,
@@ -219,9 +250,9 @@ func TestTimer_DecisionBeforeDeadlineLeavesItAlone(t *testing.T) {
 
 // claimed submits a call that runs at once and claims it for a lease,
 // as an executor would, and returns the entry as claimed.
-func claimed(t *testing.T, env *bustest.Env, id string, maxAttempts int, lease time.Duration) *machine.Entry {
+func claimed(t *testing.T, env *bustest.Env, clk *toolgatetest.Clock, id string, maxAttempts int, lease time.Duration) *machine.Entry {
 	t.Helper()
-	m := policy(env, run(0, maxAttempts))
+	m := policy(env, clk, run(0, maxAttempts))
 	e := submit(t, m, id)
 	e, err := m.Claim(t.Context(), e.PendingID, "ghost-executor", lease)
 	require.NoError(t, err)
@@ -231,9 +262,11 @@ func claimed(t *testing.T, env *bustest.Env, id string, maxAttempts int, lease t
 func TestTimer_LeaseExpiryOnLastAttemptFails(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	startTimer(t, env)
-	e := claimed(t, env, "abandon", 1, 300*time.Millisecond)
+	clk := startClock()
+	startTimer(t, env, clk)
+	e := claimed(t, env, clk, "abandon", 1, time.Hour)
 
+	clk.Skip(time.Hour)
 	got := waitEntry(t, env, e.PendingID, hasStatus(machine.StateCompletedFailure), "failed")
 	assert.Contains(t, got.Error, "lost its lease")
 	assert.Nil(t, got.Lease)
@@ -246,17 +279,17 @@ func TestTimer_LeaseExpiryOnLastAttemptFails(t *testing.T) {
 func TestTimer_RenewedLeaseReschedules(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	startTimer(t, env)
+	clk := startClock()
+	startTimer(t, env, clk)
 	const lease = 2 * time.Second
-	e := claimed(t, env, "renewed", 1, lease)
-	m := machine.New(env.Store)
+	e := claimed(t, env, clk, "renewed", 1, lease)
+	m := machine.New(env.Store, machine.WithClock(clk.Now))
 
-	// Heartbeats publish no event: the timer learns of each renewal only
-	// by reading the entry when the lease it knew of runs out. Renewed
-	// every 100ms, a lease of 2s runs out only if a heartbeat stalls for
-	// 2s (at load 9 on two cores one took more than 800ms).
-	var last *machine.Entry
-	for end := time.Now().Add(2 * lease); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	// Renewed every second of the clock, a lease of 2s never runs out,
+	// though the clock goes well past the lease the timer first knew of.
+	last := e
+	for range 4 {
+		clk.Skip(time.Second)
 		var err error
 		last, err = m.Heartbeat(t.Context(), e.PendingID, "ghost-executor", lease)
 		require.NoError(t, err, "failed while its lease was being renewed")
@@ -264,28 +297,32 @@ func TestTimer_RenewedLeaseReschedules(t *testing.T) {
 
 	// The executor goes quiet: the renewed lease runs out and the call,
 	// on its last attempt, fails, not before.
+	clk.Skip(lease)
 	got := waitEntry(t, env, e.PendingID, hasStatus(machine.StateCompletedFailure), "failed")
 	assert.GreaterOrEqual(t, got.LastTransition.At, last.Lease.ExpiresAt, "failed before the lease ran out")
 }
 
 // deadlines is one of each kind of deadline, all due at about the same
 // time: a timeout that rejects, one that flags, and the lease of a call
-// on its last attempt.
+// on its last attempt; and last, a timeout due after all of them (for
+// waitPast).
 type deadlines struct {
 	reject, flag, abandon []*machine.Entry
+	last                  *machine.Entry
 }
 
-func submitDeadlines(t *testing.T, env *bustest.Env, n int, in time.Duration) *deadlines {
+func submitDeadlines(t *testing.T, env *bustest.Env, clk *toolgatetest.Clock, n int, in time.Duration) *deadlines {
 	t.Helper()
 	var d deadlines
 	for i := range n {
-		// Spread over the next few hundred ms, so that some fall due
-		// while others are being acted on.
+		// Spread over [in, 2in), so that, the clock moved past them at
+		// once, some are acted on while others wait for their turn.
 		at := in + time.Duration(i)*in/time.Duration(max(n, 1))
-		d.reject = append(d.reject, submit(t, policy(env, ask(at, true)), fmt.Sprint("reject-", i)))
-		d.flag = append(d.flag, submit(t, policy(env, ask(at, false)), fmt.Sprint("flag-", i)))
-		d.abandon = append(d.abandon, claimed(t, env, fmt.Sprint("abandon-", i), 1, at))
+		d.reject = append(d.reject, submit(t, policy(env, clk, ask(at, true)), fmt.Sprint("reject-", i)))
+		d.flag = append(d.flag, submit(t, policy(env, clk, ask(at, false)), fmt.Sprint("flag-", i)))
+		d.abandon = append(d.abandon, claimed(t, env, clk, fmt.Sprint("abandon-", i), 1, at))
 	}
+	d.last = submit(t, policy(env, clk, ask(2*in, true)), "last")
 	return &d
 }
 
@@ -319,14 +356,79 @@ func (d *deadlines) assertOnce(t *testing.T, env *bustest.Env) {
 	}
 }
 
+// watched passes a timer's commands on to a machine, but for the expiry
+// of the call marker, which it records and refuses as a conflict (as if
+// decided first): so every timer sees the marker's deadline, and none
+// moves it on.
+type watched struct {
+	m      *machine.Machine
+	marker string
+	mu     sync.Mutex
+	marked bool // Expire(marker) was called
+}
+
+func watch(m *machine.Machine, marker string) *watched { return &watched{m: m, marker: marker} }
+
+func (w *watched) Expire(ctx context.Context, id string) (*machine.Entry, error) {
+	if id == w.marker {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.marked = true
+		return nil, fmt.Errorf("expire %s: %w: held by the test", id, machine.ErrConflict)
+	}
+	return w.m.Expire(ctx, id)
+}
+
+func (w *watched) Remind(ctx context.Context, id string) (*machine.Entry, error) {
+	return w.m.Remind(ctx, id)
+}
+
+func (w *watched) Escalate(ctx context.Context, id string) (*machine.Entry, error) {
+	return w.m.Escalate(ctx, id)
+}
+
+func (w *watched) AbandonLease(ctx context.Context, id string) (*machine.Entry, error) {
+	return w.m.AbandonLease(ctx, id)
+}
+
+// startWatchedTimers runs n timers on clk, one deadline at a time each
+// (WithConcurrency(1)), their commands seen by what it returns.
+func startWatchedTimers(t *testing.T, env *bustest.Env, clk *toolgatetest.Clock, n int, marker string) []*watched {
+	t.Helper()
+	var ws []*watched
+	for range n {
+		w := watch(machine.New(env.Store, machine.WithClock(clk.Now)), marker)
+		startTimerWith(t, env, w, worker.WithClock(clk.Now), worker.WithConcurrency(1))
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// waitPast waits until each timer, whose commands ws see, has reached
+// the marker's deadline. A timer takes in the revisions in order and
+// acts on the earliest deadline first, one at a time: one that has
+// reached the marker, whose deadline is after every other, is done with
+// every other deadline.
+func waitPast(t *testing.T, ws ...*watched) {
+	t.Helper()
+	for i, w := range ws {
+		bustest.Eventually(t, waitFor, 5*time.Millisecond, fmt.Sprintf("timer %d reached the deadline of %s", i+1, w.marker), func() (bool, any) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return w.marked, "not yet"
+		})
+	}
+}
+
 func TestTimer_RestartFiresPassedDeadlinesAtOnce(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	stop := startTimer(t, env)
+	clk := startClock()
+	stop := startTimer(t, env, clk)
 	stop()
 
-	d := submitDeadlines(t, env, 4, 200*time.Millisecond)
-	time.Sleep(600 * time.Millisecond) // every deadline passes with no timer running
+	d := submitDeadlines(t, env, clk, 4, 200*time.Millisecond)
+	clk.Skip(time.Hour) // every deadline passes with no timer running
 	for _, e := range append(d.reject, d.flag...) {
 		got, _, err := env.Store.Get(t.Context(), e.PendingID)
 		require.NoError(t, err)
@@ -335,7 +437,7 @@ func TestTimer_RestartFiresPassedDeadlinesAtOnce(t *testing.T) {
 	}
 
 	restarted := time.Now()
-	startTimer(t, env)
+	startTimer(t, env, clk)
 	d.waitFired(t, env)
 	assert.Less(t, time.Since(restarted), 5*time.Second, "overdue deadlines fire as soon as the timer is back")
 	d.assertOnce(t, env)
@@ -344,12 +446,15 @@ func TestTimer_RestartFiresPassedDeadlinesAtOnce(t *testing.T) {
 func TestTimer_TwoTimersActOnceEach(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	startTimer(t, env)
-	startTimer(t, env)
+	clk := startClock()
+	timers := startWatchedTimers(t, env, clk, 2, machine.PendingID("timer", "last"))
 
-	d := submitDeadlines(t, env, 10, 300*time.Millisecond)
+	d := submitDeadlines(t, env, clk, 10, 300*time.Millisecond)
+	clk.Skip(600 * time.Millisecond)
 	d.waitFired(t, env)
-	time.Sleep(200 * time.Millisecond) // room for a second firing, which must not land
+	// A second firing, which must not land, would have by the time each
+	// timer has reached the last deadline.
+	waitPast(t, timers...)
 	d.assertOnce(t, env)
 }
 
@@ -359,31 +464,34 @@ func TestTimer_TwoTimersActOnceEach(t *testing.T) {
 func TestTimer_DecisionsRaceTheDeadline(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	startTimer(t, env)
-	startTimer(t, env)
+	clk := startClock()
+	timers := startWatchedTimers(t, env, clk, 2, machine.PendingID("timer", "last"))
 	const n = 100
-	m := policy(env, ask(500*time.Millisecond, true))
+	m := policy(env, clk, ask(500*time.Millisecond, true))
 	entries := make([]*machine.Entry, n)
 	for i := range entries {
 		entries[i] = submit(t, m, fmt.Sprint("race-", i))
 	}
-	// Decide each at its deadline, give or take a few ms.
+	submit(t, policy(env, clk, ask(time.Second, true)), "last")
+	// The deadlines pass while the humans decide.
 	var wg sync.WaitGroup
-	for i, e := range entries {
+	for _, e := range entries {
 		wg.Go(func() {
-			time.Sleep(time.Until(time.UnixMilli(e.ApprovalTimeoutAt).Add(time.Duration(i%7-3) * time.Millisecond)))
 			_, err := m.Decide(context.Background(), e.PendingID, machine.Decision{Approve: true, By: "alice"})
 			if err != nil {
 				assert.ErrorIs(t, err, machine.ErrConflict)
 			}
 		})
 	}
+	clk.Skip(time.Second)
 	wg.Wait()
 
 	for _, e := range entries {
 		waitEntry(t, env, e.PendingID, func(e *machine.Entry) bool { return e.Status != machine.StatePendingApproval }, "decided or timed out")
 	}
-	time.Sleep(200 * time.Millisecond)
+	// A second firing, which must not land, would have by the time each
+	// timer has reached the last deadline.
+	waitPast(t, timers...)
 	events := eventsByEntry(t, env.JS)
 	won := map[machine.State]int{}
 	for _, e := range entries {
@@ -415,7 +523,8 @@ func TestTimer_StartsAgainWhenItCannotStart(t *testing.T) {
 	logged := make(logSignal, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	timer := worker.NewTimer(env.JS, env.KV, machine.New(env.Store), slog.New(logged))
+	clk := startClock()
+	timer := worker.NewTimer(env.JS, env.KV, machine.New(env.Store, machine.WithClock(clk.Now)), slog.New(logged), worker.WithClock(clk.Now))
 	go func() { done <- timer.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
@@ -442,7 +551,8 @@ func TestTimer_StartsAgainWhenItCannotStart(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the timer did not read the bucket once it was there")
 	}
-	e := submit(t, policy(env, ask(300*time.Millisecond, true)), "late-start")
+	e := submit(t, policy(env, clk, ask(time.Hour, true)), "late-start")
+	clk.Skip(time.Hour)
 	waitEntry(t, env, e.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected by timeout")
 }
 
@@ -468,17 +578,21 @@ func (l logSignal) Handle(_ context.Context, r slog.Record) error {
 func TestTimer_RemindsOnceBeforeTheDeadline(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	startTimer(t, env)
-	startTimer(t, env)
-	v := ask(2*time.Second, true)
-	v.ApprovalReminder = time.Second
-	m := policy(env, v)
+	clk := startClock()
+	startTimer(t, env, clk)
+	startTimer(t, env, clk)
+	v := ask(2*time.Hour, true)
+	v.ApprovalReminder = time.Hour
+	m := policy(env, clk, v)
 	decided := submit(t, m, "decided")
 	waiting := submit(t, m, "waiting")
-	require.Equal(t, waiting.RequestedAt+1000, waiting.ReminderAt)
+	require.Equal(t, waiting.RequestedAt+time.Hour.Milliseconds(), waiting.ReminderAt)
 	_, err := m.Decide(t.Context(), decided.PendingID, machine.Decision{Approve: false, By: "alice"})
 	require.NoError(t, err)
 
+	clk.Skip(time.Hour)
+	waitEntry(t, env, waiting.PendingID, func(e *machine.Entry) bool { return e.Reminded }, "reminded")
+	clk.Skip(time.Hour)
 	got := waitEntry(t, env, waiting.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected by timeout")
 	assert.True(t, got.Reminded)
 	events := eventsByEntry(t, env.JS)
@@ -508,20 +622,25 @@ func TestTimer_RemindsOnceBeforeTheDeadline(t *testing.T) {
 func TestTimer_EscalatesEachTierOnceThenTimesOut(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
-	startTimer(t, env)
-	startTimer(t, env)
-	v := ask(3*time.Second, true)
+	clk := startClock()
+	startTimer(t, env, clk)
+	startTimer(t, env, clk)
+	v := ask(3*time.Hour, true)
 	v.Approvers = []string{"alice"}
-	v.Escalate = []machine.EscalationTier{{After: time.Second, To: []string{"oncall"}}, {After: 2 * time.Second, To: []string{"cto"}}}
-	m := policy(env, v)
+	v.Escalate = []machine.EscalationTier{{After: time.Hour, To: []string{"oncall"}}, {After: 2 * time.Hour, To: []string{"cto"}}}
+	m := policy(env, clk, v)
 	waiting := submit(t, m, "waiting")
 	answered := submit(t, m, "answered")
 
+	clk.Skip(time.Hour)
 	got := waitEntry(t, env, answered.PendingID, func(e *machine.Entry) bool { return e.Escalated == 1 }, "escalated to oncall")
 	assert.Equal(t, []string{"alice", "oncall"}, got.Deciders())
 	_, err := m.Decide(t.Context(), answered.PendingID, machine.Decision{Approve: true, By: "oncall"})
 	require.NoError(t, err, "the tier reached may decide")
 
+	clk.Skip(time.Hour)
+	waitEntry(t, env, waiting.PendingID, func(e *machine.Entry) bool { return e.Escalated == 2 }, "escalated to cto")
+	clk.Skip(time.Hour)
 	got = waitEntry(t, env, waiting.PendingID, hasStatus(machine.StateRejectedByTimeout), "rejected by timeout")
 	assert.Equal(t, 2, got.Escalated)
 	events := eventsByEntry(t, env.JS)
@@ -596,16 +715,19 @@ func (r *flakyRetirer) seen() []string {
 // before the timer read the bucket is not tried. An open call stays.
 func TestTimer_RetiresFinishedCallsInOrder(t *testing.T) {
 	env := startEnv(t)
-	const retain = time.Second
+	const retain = time.Hour
+	// Not stopped: the failed retirement is tried again 50ms later in
+	// real time.
+	clk := new(toolgatetest.Clock)
 	gone := machine.PendingID("timer", "denied-12")
-	r := &flakyRetirer{bucketRetirer: bucketRetirer{store: env.Store}, kv: env.KV, fail: machine.PendingID("timer", "denied-05"), gone: gone}
-	deny := policy(env, machine.Verdict{Action: machine.ActionDeny, Reason: "test denies"})
-	open := submit(t, policy(env, ask(time.Hour, true)), "open")
+	r := &flakyRetirer{bucketRetirer: bucketRetirer{store: env.Store, now: clk.Now}, kv: env.KV, fail: machine.PendingID("timer", "denied-05"), gone: gone}
+	deny := policy(env, clk, machine.Verdict{Action: machine.ActionDeny, Reason: "test denies"})
+	open := submit(t, policy(env, clk, ask(2*time.Hour, true)), "open")
 	goneBefore := submit(t, deny, "gone-before").PendingID
 	require.NoError(t, env.KV.Purge(t.Context(), goneBefore), "retired by another timer")
 
-	timer := worker.NewTimer(env.JS, env.KV, machine.New(env.Store), bustest.Logger(),
-		worker.WithRetention(retain, r), worker.WithConcurrency(1), worker.WithRetryDelay(50*time.Millisecond))
+	timer := worker.NewTimer(env.JS, env.KV, machine.New(env.Store, machine.WithClock(clk.Now)), bustest.Logger(),
+		worker.WithRetention(retain, r), worker.WithConcurrency(1), worker.WithRetryDelay(50*time.Millisecond), worker.WithClock(clk.Now))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- timer.Run(ctx) }()
@@ -623,6 +745,7 @@ func TestTimer_RetiresFinishedCallsInOrder(t *testing.T) {
 	for i := range 20 {
 		ids = append(ids, submit(t, deny, fmt.Sprintf("denied-%02d", i)).PendingID)
 	}
+	clk.Skip(retain)
 
 	// Every call retired but the one gone, which was tried.
 	bustest.Eventually(t, waitFor, 5*time.Millisecond, "every call retired but the one gone, which was tried", func() (bool, any) {
