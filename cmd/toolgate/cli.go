@@ -28,24 +28,6 @@ const (
 // defaultNATS is where `toolgate serve` listens by default.
 const defaultNATS = "nats://127.0.0.1:4222"
 
-// cliVerbs are the verbs that talk to a running toolgate.
-var cliVerbs = map[string]func(ctx context.Context, args []string, out cliOutput) error{
-	"submit":    cliSubmit,
-	"pending":   cliPending,
-	"list":      cliList,
-	"show":      cliShow,
-	"approve":   cliApprove,
-	"reject":    cliReject,
-	"cancel":    cliCancel,
-	"policy":    cliPolicy,
-	"budget":    cliBudget,
-	"creds":     cliCreds,
-	"hook":      cliHook,
-	"mcp":       cliMCP,
-	"stats":     cliStats,
-	"analytics": cliAnalytics,
-}
-
 // cliOutput is where a verb writes (results on stdout, everything else on
 // stderr) and what it reads besides its arguments: the environment, and
 // the flags given before the verb.
@@ -53,21 +35,18 @@ type cliOutput struct {
 	stdout, stderr io.Writer
 	env            lookupEnv
 	globals        []globalFlag
-	// collect, when set, is handed the verb's command line once its flags
-	// are defined, instead of parsing it: completion reads every verb's
-	// flags so. The verb then returns errCollected.
-	collect func(*cliCmd)
 }
 
-// runCLI runs a CLI verb and maps its error to an exit code, once, here.
-func runCLI(ctx context.Context, verb string, args []string, out cliOutput) int {
-	stderr := out.stderr
-	run, ok := cliVerbs[verb]
-	if !ok {
-		fmt.Fprintf(stderr, "toolgate: unknown command %q\n\n%s", verb, usage)
-		return exitUsage
+// runCLI runs a verb built on a cliCmd (or on subcommands that are) and
+// maps its error to an exit code, once, here.
+func runCLI(ctx context.Context, v verb, args []string, out cliOutput) int {
+	stderr, verb := out.stderr, v.name
+	var err error
+	if v.cmd != nil {
+		err = v.command(out).run(ctx, args)
+	} else {
+		err = runSubcommand(ctx, v, args, out)
 	}
-	err := run(ctx, args, out)
 	var (
 		ue      *cliUsageError
 		execErr *client.ExecutionError
@@ -109,7 +88,10 @@ type cliCmd struct {
 	// synopsis and help are what -h prints above the flags.
 	synopsis, help string
 	fs             *flag.FlagSet
-	conn           bus.ConnConfig
+	// run parses the verb's arguments into fs (with parse) and does the
+	// verb's work.
+	run  func(ctx context.Context, args []string) error
+	conn bus.ConnConfig
 	// natsContext and data say where credentials come from when no
 	// connection flag does (see credentials).
 	natsContext, data string
@@ -170,23 +152,12 @@ func (c *cliCmd) usagef(format string, args ...any) error {
 	return &cliUsageError{verb: c.verb, msg: fmt.Sprintf(format, args...)}
 }
 
-// errCollected is what a verb returns when its cliOutput only collects its
-// flags (completion).
-var errCollected = errors.New("flags collected")
-
 // parse parses args, which may mix flags and positional arguments in any
 // order (`approve ID --reason R` and `approve --reason R ID`), fills the
 // flags not given from the sources after the command line (see fill), and
 // returns the positional arguments, of which there must be between least
 // and most.
 func (c *cliCmd) parse(args []string, least, most int, names string) ([]string, error) {
-	if c.ownConfig = c.fs.Lookup("config") != nil; !c.ownConfig {
-		c.fs.StringVar(&c.config, "config", "", configUsage)
-	}
-	if c.out.collect != nil {
-		c.out.collect(c)
-		return nil, errCollected
-	}
 	var pos []string
 	for {
 		if err := c.fs.Parse(args); err != nil {

@@ -35,8 +35,6 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-func init() { cliVerbs["bench"] = cliBench }
-
 // The tools the bench's calls name: the policy must ask a human about the
 // first and run the second at once (an embedded toolgate's does).
 const (
@@ -106,7 +104,8 @@ type pcts struct {
 	Max float64 `json:"max"`
 }
 
-func cliBench(ctx context.Context, args []string, out cliOutput) error {
+// benchCmd is `toolgate bench`.
+func benchCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("bench", "bench [--embedded [--roles ROLES]] [--agents N] [--calls N] [--path approval|auto|both] [--cpuprofile FILE] [--json]",
 		"Measure toolgate: lifecycles per second and their latencies, against the raw KV\n"+
 			"compare-and-set rate of the same server measured in the same run (the ratio is the\n"+
@@ -131,83 +130,86 @@ func cliBench(ctx context.Context, args []string, out cliOutput) error {
 	servePID := c.fs.Int("serve-pid", 0, "process ID of a toolgate serve on this machine, whose CPU time to report per lifecycle")
 	asJSON := c.fs.Bool("json", false, "print the report as JSON")
 	cpuProfile := c.fs.String("cpuprofile", "", "write a CPU profile of the bench's process (with --embedded, toolgate's too) to this file, for go tool pprof")
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				return fmt.Errorf("--cpuprofile: %w", err)
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return fmt.Errorf("--cpuprofile: %w", err)
+			}
+			defer pprof.StopCPUProfile()
 		}
-		defer pprof.StopCPUProfile()
-	}
-	var paths []string
-	switch *path {
-	case "both":
-		paths = []string{"approval", "auto"}
-	case "approval", "auto":
-		paths = []string{*path}
-	default:
-		return c.usagef("--path: approval, auto or both, got %q", *path)
-	}
-	if *agents < 1 || *calls < 1 {
-		return c.usagef("--agents and --calls: at least 1")
-	}
-	// A running toolgate runs the roles it was started with: --roles is
-	// for --embedded only (and TOOLGATE_ROLES, serve's, may be set).
-	if need := []string{"relay", "intake", "timer"}; *embedded && slices.ContainsFunc(need, func(r string) bool { return !slices.Contains(roles.Resolve(), r) }) {
-		return c.usagef("--roles: a lifecycle needs %s, got %s", strings.Join(need, ","), roles.String())
-	}
+		var paths []string
+		switch *path {
+		case "both":
+			paths = []string{"approval", "auto"}
+		case "approval", "auto":
+			paths = []string{*path}
+		default:
+			return c.usagef("--path: approval, auto or both, got %q", *path)
+		}
+		if *agents < 1 || *calls < 1 {
+			return c.usagef("--agents and --calls: at least 1")
+		}
+		// A running toolgate runs the roles it was started with: --roles is
+		// for --embedded only (and TOOLGATE_ROLES, serve's, may be set).
+		if need := []string{"relay", "intake", "timer"}; *embedded && slices.ContainsFunc(need, func(r string) bool { return !slices.Contains(roles.Resolve(), r) }) {
+			return c.usagef("--roles: a lifecycle needs %s, got %s", strings.Join(need, ","), roles.String())
+		}
 
-	cfg, data := c.conn, c.data
-	cpu := func() time.Duration { return 0 }
-	msgs := func() int64 { return 0 }
-	target := cfg.URLs
-	if *embedded {
-		m, stop, err := startBenchToolgate(ctx, roles)
+		cfg, data := c.conn, c.data
+		cpu := func() time.Duration { return 0 }
+		msgs := func() int64 { return 0 }
+		target := cfg.URLs
+		if *embedded {
+			m, stop, err := startBenchToolgate(ctx, roles)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			cfg = bus.ConnConfig{URLs: m.NATSURL()}
+			data, target = m.Config.Data, "embedded"
+			cpu = selfCPU
+			msgs = func() int64 {
+				in, out, _ := m.ServerMessages()
+				return in + out
+			}
+		} else {
+			if *servePID > 0 {
+				cpu = func() time.Duration { return processCPU(*servePID) }
+			}
+			// The servers' own count, read with a system credential made from
+			// --data's keys, where there are keys to make one.
+			if count, closeCount, err := serverMessages(cfg, data); err == nil {
+				defer closeCount()
+				msgs = count
+			}
+		}
+		b, err := newBench(cfg, data)
 		if err != nil {
 			return err
 		}
-		defer stop()
-		cfg = bus.ConnConfig{URLs: m.NATSURL()}
-		data, target = m.Config.Data, "embedded"
-		cpu = selfCPU
-		msgs = func() int64 {
-			in, out, _ := m.ServerMessages()
-			return in + out
+		defer b.close()
+		report, err := b.run(ctx, *agents, *calls, paths, cpu, msgs)
+		if err != nil {
+			return err
 		}
-	} else {
-		if *servePID > 0 {
-			cpu = func() time.Duration { return processCPU(*servePID) }
+		report.Target = target
+		if *asJSON {
+			enc := json.NewEncoder(out.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(report)
 		}
-		// The servers' own count, read with a system credential made from
-		// --data's keys, where there are keys to make one.
-		if count, closeCount, err := serverMessages(cfg, data); err == nil {
-			defer closeCount()
-			msgs = count
-		}
+		report.print(out.stdout)
+		return nil
 	}
-	b, err := newBench(cfg, data)
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	report, err := b.run(ctx, *agents, *calls, paths, cpu, msgs)
-	if err != nil {
-		return err
-	}
-	report.Target = target
-	if *asJSON {
-		enc := json.NewEncoder(out.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(report)
-	}
-	report.print(out.stdout)
-	return nil
+	return c
 }
 
 // startBenchToolgate runs a toolgate of the bench's own: an embedded

@@ -10,35 +10,38 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// cliBudget prints the budget ledger.
-func cliBudget(ctx context.Context, args []string, out cliOutput) error {
+// budgetCmd is `toolgate budget`: it prints the budget ledger.
+func budgetCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("budget", "budget [--team T] [--json] [flags]",
 		"Show each team's spending per UTC day: the estimated cost reserved by calls\n"+
 			"allowed and not yet finished, what finished calls cost, and the daily limit\n"+
 			"the policy sets (dailyCostLimit).", out).connFlags().jsonFlag("the ledger")
 	team := c.fs.String("team", "", `only this team ("" for calls that name no team, with --team "")`)
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
-	}
-	var r wire.BudgetsRequest
-	c.fs.Visit(func(f *flag.Flag) {
-		if f.Name == "team" {
-			r.Team = team
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
 		}
-	})
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
+		var r wire.BudgetsRequest
+		c.fs.Visit(func(f *flag.Flag) {
+			if f.Name == "team" {
+				r.Team = team
+			}
+		})
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		reply, err := cl.Budgets(ctx, r)
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return cliPrintJSON(out.stdout, reply.Items)
+		}
+		return printBudgets(out.stdout, reply.Items)
 	}
-	defer nc.Close()
-	reply, err := cl.Budgets(ctx, r)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(out.stdout, reply.Items)
-	}
-	return printBudgets(out.stdout, reply.Items)
+	return c
 }
 
 func printBudgets(w io.Writer, items []wire.Budget) error {

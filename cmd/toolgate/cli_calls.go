@@ -16,7 +16,8 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-func cliSubmit(ctx context.Context, args []string, out cliOutput) error {
+// submitCmd is `toolgate submit`.
+func submitCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("submit", "submit --tool T --args JSON --conversation C [--caller BOT] [flags]",
 		"Submit a tool call as an agent would and print its entry. A call already refused\n"+
 			"(denied by policy) exits 3. With --wait, wait for the answer and print it: exit 0\n"+
@@ -39,63 +40,66 @@ func cliSubmit(ctx context.Context, args []string, out cliOutput) error {
 	c.fs.StringVar(&call.PermissionMode, "mode", "", "the agent's permission mode: default, acceptEdits, plan or bypassPermissions")
 	c.fs.BoolVar(&wait, "wait", false, "wait until the call may run, or is refused, and say which")
 	c.fs.BoolVar(&through, "until-finished", false, "wait past the approval until the call has run (implies --wait; for calls executors run)")
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
-	}
-	switch {
-	case call.ToolName == "":
-		return c.usagef("--tool: required")
-	case call.ConversationID == "":
-		return c.usagef("--conversation: required")
-	case call.EstimatedCost < 0 || math.IsNaN(call.EstimatedCost) || math.IsInf(call.EstimatedCost, 0):
-		return c.usagef("--cost: must be a number >= 0, got %v", call.EstimatedCost)
-	case call.PermissionMode != "" && !policy.Mode(call.PermissionMode).Valid():
-		return c.usagef("--mode: must be default, acceptEdits, plan or bypassPermissions, got %q", call.PermissionMode)
-	}
-	raw, err := jsonObject(argsJSON)
-	if err != nil {
-		return c.usagef("--args: %v", err)
-	}
-	call.Arguments = raw
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
+		}
+		switch {
+		case call.ToolName == "":
+			return c.usagef("--tool: required")
+		case call.ConversationID == "":
+			return c.usagef("--conversation: required")
+		case call.EstimatedCost < 0 || math.IsNaN(call.EstimatedCost) || math.IsInf(call.EstimatedCost, 0):
+			return c.usagef("--cost: must be a number >= 0, got %v", call.EstimatedCost)
+		case call.PermissionMode != "" && !policy.Mode(call.PermissionMode).Valid():
+			return c.usagef("--mode: must be default, acceptEdits, plan or bypassPermissions, got %q", call.PermissionMode)
+		}
+		raw, err := jsonObject(argsJSON)
+		if err != nil {
+			return c.usagef("--args: %v", err)
+		}
+		call.Arguments = raw
 
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	e, err := cl.Submit(ctx, call)
-	if err != nil {
-		return err
-	}
-	// A call already answered for good (denied by policy, or an earlier
-	// submit of the same id that was decided) is reported as --wait would.
-	wait = wait || through || e.Status.Terminal()
-	if !c.json {
-		fmt.Fprintln(out.stdout, statusLine(e))
-	}
-	if !wait {
-		if c.json {
-			return cliPrintJSON(out.stdout, e)
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
 		}
-		return nil
-	}
-	var opts []client.AwaitOption
-	if through {
-		opts = append(opts, client.UntilFinished())
-	}
-	o, err := cl.Await(ctx, e.PendingID, opts...)
-	if c.json {
-		if last := answeredEntry(o, err); last != nil {
-			if perr := cliPrintJSON(out.stdout, last); perr != nil {
-				return perr
+		defer nc.Close()
+		e, err := cl.Submit(ctx, call)
+		if err != nil {
+			return err
+		}
+		// A call already answered for good (denied by policy, or an earlier
+		// submit of the same id that was decided) is reported as --wait would.
+		wait = wait || through || e.Status.Terminal()
+		if !c.json {
+			fmt.Fprintln(out.stdout, statusLine(e))
+		}
+		if !wait {
+			if c.json {
+				return cliPrintJSON(out.stdout, e)
 			}
+			return nil
+		}
+		var opts []client.AwaitOption
+		if through {
+			opts = append(opts, client.UntilFinished())
+		}
+		o, err := cl.Await(ctx, e.PendingID, opts...)
+		if c.json {
+			if last := answeredEntry(o, err); last != nil {
+				if perr := cliPrintJSON(out.stdout, last); perr != nil {
+					return perr
+				}
+			}
+			return err
+		}
+		if err == nil {
+			printOutcome(out, o)
 		}
 		return err
 	}
-	if err == nil {
-		printOutcome(out, o)
-	}
-	return err
+	return c
 }
 
 // statusLine says where a call stands in one line: its id, state and why.
@@ -169,35 +173,43 @@ func listFlags(c *cliCmd, withStatus bool) (*wire.ListRequest, *string) {
 	return r, status
 }
 
-func cliPending(ctx context.Context, args []string, out cliOutput) error {
+// pendingCmd is `toolgate pending`.
+func pendingCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("pending", "pending [--conversation C] [--tool T] [--caller BOT] [flags]",
 		"List the calls waiting for a human's decision, oldest first.", out).connFlags().jsonFlag("the entries (an array)")
 	r, _ := listFlags(c, false)
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
+		}
+		r.Status = machine.StatePendingApproval
+		return listEntries(ctx, c, *r)
 	}
-	r.Status = machine.StatePendingApproval
-	return listEntries(ctx, c, *r)
+	return c
 }
 
-func cliList(ctx context.Context, args []string, out cliOutput) error {
+// listCmd is `toolgate list`.
+func listCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("list", "list [--conversation C] [--tool T] [--caller BOT] [--status S] [flags]",
 		"List calls in any state, oldest first.", out).connFlags().jsonFlag("the entries (an array)")
 	r, status := listFlags(c, true)
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
-	}
-	if *status != "" {
-		r.Status = machine.State(strings.ToUpper(*status))
-		if !r.Status.Valid() {
-			names := make([]string, len(machine.States))
-			for i, s := range machine.States {
-				names[i] = string(s)
-			}
-			return c.usagef("--status: unknown state %q; want one of %s", *status, strings.Join(names, ", "))
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
 		}
+		if *status != "" {
+			r.Status = machine.State(strings.ToUpper(*status))
+			if !r.Status.Valid() {
+				names := make([]string, len(machine.States))
+				for i, s := range machine.States {
+					names[i] = string(s)
+				}
+				return c.usagef("--status: unknown state %q; want one of %s", *status, strings.Join(names, ", "))
+			}
+		}
+		return listEntries(ctx, c, *r)
 	}
-	return listEntries(ctx, c, *r)
+	return c
 }
 
 func listEntries(ctx context.Context, c *cliCmd, r wire.ListRequest) error {
@@ -226,28 +238,33 @@ func listEntries(ctx context.Context, c *cliCmd, r wire.ListRequest) error {
 	return printTable(c.out.stdout, entries, timeNow())
 }
 
-func cliShow(ctx context.Context, args []string, out cliOutput) error {
+// showCmd is `toolgate show`.
+func showCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("show", "show ID [flags]", "Show one call: everything toolgate knows of it.", out).connFlags().jsonFlag("the entry")
-	pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
-	if err != nil {
-		return err
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
+		if err != nil {
+			return err
+		}
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		e, err := cl.Get(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return cliPrintJSON(out.stdout, e)
+		}
+		return printEntry(out.stdout, e, timeNow())
 	}
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	e, err := cl.Get(ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(out.stdout, e)
-	}
-	return printEntry(out.stdout, e, timeNow())
+	return c
 }
 
-func cliApprove(ctx context.Context, args []string, out cliOutput) error {
+// approveCmd is `toolgate approve`.
+func approveCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("approve", "approve ID [--reason R] [--scope once|task|session|always [--dry-run]] [--args JSON] [flags]\n"+
 		"       toolgate approve --match PATTERN [--conversation C] [--team T] [--caller BOT] [--dry-run] [flags]",
 		"Approve a pending call. --scope session also lets later calls like it in the same\n"+
@@ -269,40 +286,44 @@ func cliApprove(ctx context.Context, args []string, out cliOutput) error {
 	c.fs.BoolVar(&d.SingleUse, "single-use", false, "with --scope session or always: the grant lets one more call run, then is gone")
 	c.fs.BoolVar(&d.PersistRule, "persist-rule", false, "with --scope always: write an allow rule into the team's policy instead of a grant (admins only)")
 	m := c.matchFlags()
-	pos, err := c.parse(args, 0, 1, "the call's ID (its pendingId)")
-	if err != nil {
-		return err
-	}
-	if m.req.Match != "" {
-		if scope != string(machine.ScopeOnce) || edited != "" || d.For != 0 || d.PersistRule || d.SingleUse {
-			return c.usagef("--match: approves each call once, as asked: no --scope or --args")
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 0, 1, "the call's ID (its pendingId)")
+		if err != nil {
+			return err
 		}
-		return m.decide(ctx, c, pos, true, d.Reason)
-	}
-	if len(pos) == 0 {
-		return c.usagef("missing the call's ID, or --match PATTERN")
-	}
-	d.Approve, d.Scope = true, machine.Scope(scope)
-	switch d.Scope {
-	case machine.ScopeOnce, machine.ScopeTask, machine.ScopeSession, machine.ScopeAlways:
-	default:
-		return c.usagef("--scope: must be once, task, session or always, got %q", scope)
-	}
-	if m.req.DryRun && d.Scope == machine.ScopeOnce {
-		return c.usagef("--dry-run: with an ID, shows the grant a --scope task, session or always approval would record; once records none")
-	}
-	if edited != "" {
-		if d.Arguments, err = jsonObject(edited); err != nil {
-			return c.usagef("--args: %v", err)
+		if m.req.Match != "" {
+			if scope != string(machine.ScopeOnce) || edited != "" || d.For != 0 || d.PersistRule || d.SingleUse {
+				return c.usagef("--match: approves each call once, as asked: no --scope or --args")
+			}
+			return m.decide(ctx, c, pos, true, d.Reason)
 		}
-		if m.req.DryRun {
-			return c.usagef("--dry-run: shows the grant an approval of the call as asked would record; leave out --args")
+		if len(pos) == 0 {
+			return c.usagef("missing the call's ID, or --match PATTERN")
 		}
+		d.Approve, d.Scope = true, machine.Scope(scope)
+		switch d.Scope {
+		case machine.ScopeOnce, machine.ScopeTask, machine.ScopeSession, machine.ScopeAlways:
+		default:
+			return c.usagef("--scope: must be once, task, session or always, got %q", scope)
+		}
+		if m.req.DryRun && d.Scope == machine.ScopeOnce {
+			return c.usagef("--dry-run: with an ID, shows the grant a --scope task, session or always approval would record; once records none")
+		}
+		if edited != "" {
+			if d.Arguments, err = jsonObject(edited); err != nil {
+				return c.usagef("--args: %v", err)
+			}
+			if m.req.DryRun {
+				return c.usagef("--dry-run: shows the grant an approval of the call as asked would record; leave out --args")
+			}
+		}
+		return decide(ctx, c, pos[0], d, m.req.DryRun)
 	}
-	return decide(ctx, c, pos[0], d, m.req.DryRun)
+	return c
 }
 
-func cliReject(ctx context.Context, args []string, out cliOutput) error {
+// rejectCmd is `toolgate reject`.
+func rejectCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("reject", "reject ID --reason R [flags]\n"+
 		"       toolgate reject --match PATTERN --reason R [--conversation C] [--team T] [--caller BOT] [--dry-run] [flags]",
 		"Reject a pending call; the agent is told it was refused, and why.\n"+
@@ -311,23 +332,26 @@ func cliReject(ctx context.Context, args []string, out cliOutput) error {
 	var d client.Decision
 	c.fs.StringVar(&d.Reason, "reason", "", "why (required: the agent is told)")
 	m := c.matchFlags()
-	pos, err := c.parse(args, 0, 1, "the call's ID (its pendingId)")
-	if err != nil {
-		return err
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 0, 1, "the call's ID (its pendingId)")
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(d.Reason) == "" {
+			return c.usagef("--reason: required: say why, the agent is told")
+		}
+		if m.req.Match != "" {
+			return m.decide(ctx, c, pos, false, d.Reason)
+		}
+		if len(pos) == 0 {
+			return c.usagef("missing the call's ID, or --match PATTERN")
+		}
+		if m.req.DryRun {
+			return c.usagef("--dry-run: with --match only (a rejection records no grant to preview)")
+		}
+		return decide(ctx, c, pos[0], d, false)
 	}
-	if strings.TrimSpace(d.Reason) == "" {
-		return c.usagef("--reason: required: say why, the agent is told")
-	}
-	if m.req.Match != "" {
-		return m.decide(ctx, c, pos, false, d.Reason)
-	}
-	if len(pos) == 0 {
-		return c.usagef("missing the call's ID, or --match PATTERN")
-	}
-	if m.req.DryRun {
-		return c.usagef("--dry-run: with --match only (a rejection records no grant to preview)")
-	}
-	return decide(ctx, c, pos[0], d, false)
+	return c
 }
 
 // matchFlags are approve's and reject's flags for deciding every call a
@@ -461,58 +485,62 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision, dryRun
 	return nil
 }
 
-func cliCancel(ctx context.Context, args []string, out cliOutput) error {
+// cancelCmd is `toolgate cancel`.
+func cancelCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("cancel", "cancel ID | --conversation C [--reason R] [flags]",
 		"Cancel a call that has not started running, or every such call of a conversation.\n"+
 			"Running calls are listed, not cancelled.", out).connFlags().jsonFlag("the entry, or what a conversation's cancel did")
 	var conv, reason string
 	c.fs.StringVar(&conv, "conversation", "", "cancel every call of this conversation that has not started")
 	c.fs.StringVar(&reason, "reason", "", "why (the agent is told)")
-	pos, err := c.parse(args, 0, 1, "the call's ID, or --conversation")
-	if err != nil {
-		return err
-	}
-	switch {
-	case len(pos) == 1 && conv != "":
-		return c.usagef("give a call's ID or --conversation, not both")
-	case len(pos) == 0 && conv == "":
-		return c.usagef("missing the call's ID, or --conversation")
-	}
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	w := out.stdout
-	if conv == "" {
-		e, err := cl.Cancel(ctx, pos[0], "", reason)
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 0, 1, "the call's ID, or --conversation")
+		if err != nil {
+			return err
+		}
+		switch {
+		case len(pos) == 1 && conv != "":
+			return c.usagef("give a call's ID or --conversation, not both")
+		case len(pos) == 0 && conv == "":
+			return c.usagef("missing the call's ID, or --conversation")
+		}
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		w := out.stdout
+		if conv == "" {
+			e, err := cl.Cancel(ctx, pos[0], "", reason)
+			if err != nil {
+				return err
+			}
+			if c.json {
+				return cliPrintJSON(w, e)
+			}
+			fmt.Fprintf(w, "cancelled %s (%s)\n", e.PendingID, e.ToolName)
+			return nil
+		}
+		reply, err := cl.CancelConversation(ctx, conv, "", reason)
 		if err != nil {
 			return err
 		}
 		if c.json {
-			return cliPrintJSON(w, e)
+			return cliPrintJSON(w, reply)
 		}
-		fmt.Fprintf(w, "cancelled %s (%s)\n", e.PendingID, e.ToolName)
-		return nil
-	}
-	reply, err := cl.CancelConversation(ctx, conv, "", reason)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(w, reply)
-	}
-	fmt.Fprintf(w, "cancelled %s of conversation %s\n", counted(len(reply.Cancelled), "call", "calls"), conv)
-	for _, e := range reply.Cancelled {
-		fmt.Fprintf(w, "  %s (%s)\n", e.PendingID, e.ToolName)
-	}
-	if len(reply.Running) > 0 {
-		fmt.Fprintf(w, "%s already running, not cancelled:\n", counted(len(reply.Running), "call", "calls"))
-		for _, e := range reply.Running {
+		fmt.Fprintf(w, "cancelled %s of conversation %s\n", counted(len(reply.Cancelled), "call", "calls"), conv)
+		for _, e := range reply.Cancelled {
 			fmt.Fprintf(w, "  %s (%s)\n", e.PendingID, e.ToolName)
 		}
+		if len(reply.Running) > 0 {
+			fmt.Fprintf(w, "%s already running, not cancelled:\n", counted(len(reply.Running), "call", "calls"))
+			for _, e := range reply.Running {
+				fmt.Fprintf(w, "  %s (%s)\n", e.PendingID, e.ToolName)
+			}
+		}
+		return nil
 	}
-	return nil
+	return c
 }
 
 // grantReach says in words what bounds a grant: "session conv-1".

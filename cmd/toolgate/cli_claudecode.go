@@ -69,7 +69,7 @@ func (g clientGate) Calls(ctx context.Context, conversationID, toolName string) 
 	return g.List(ctx, wire.ListRequest{ConversationID: conversationID, ToolName: toolName})
 }
 
-// cliHook is `toolgate hook claude-code`: a Claude Code command hook for
+// hookCmd is `toolgate hook claude-code`: a Claude Code command hook for
 // PreToolUse, PermissionRequest, PostToolUse and PostToolUseFailure. It
 // prints the hook's JSON answer and exits 0 whatever toolgate said; when
 // it cannot ask toolgate (unreachable, a credential toolgate refuses) that
@@ -80,48 +80,51 @@ func (g clientGate) Calls(ctx context.Context, conversationID, toolName string) 
 // the call. Stopped by a signal (Claude Code kills a hook at its timeout
 // with SIGTERM) it withdraws the call it was waiting for and prints
 // nothing.
-func cliHook(ctx context.Context, args []string, out cliOutput) error {
+func hookCmd(out cliOutput) *cliCmd {
 	opts := claudecode.Options{Asked: time.Now()}
 	c := newCLICmd("hook", "hook claude-code [flags] < hook-input.json",
 		"A Claude Code hook (PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure): reads the hook's JSON\n"+
 			"on stdin, submits the call to toolgate, waits for its verdict and prints Claude Code's answer.", out).connFlags()
 	hookFlags(c, &opts, `the hook's "timeout" in Claude Code's settings (default 600, Claude Code's own)`)
 	onError := c.fs.String("on-error", "deny", "the answer when toolgate cannot be reached or cannot decide: deny, or ask (Claude Code's own prompt decides)")
-	pos, err := c.parse(args, 1, 1, "the agent (claude-code)")
-	if err != nil {
-		return err
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, "the agent (claude-code)")
+		if err != nil {
+			return err
+		}
+		if pos[0] != "claude-code" {
+			return c.usagef("unknown agent %q: toolgate has hooks for claude-code", pos[0])
+		}
+		switch *onError {
+		case "ask", "deny":
+			opts.OnError = claudecode.Behavior(*onError)
+		default:
+			return c.usagef("--on-error: want deny or ask, got %q", *onError)
+		}
+		if err := checkWait(c, opts); err != nil {
+			return err
+		}
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return hookBlocked(out, "stdin: %v", err)
+		}
+		in, err := claudecode.ParseInput(data)
+		if err != nil {
+			return hookBlocked(out, "stdin: %v", err)
+		}
+		answer, err := hookAnswer(ctx, c, in, opts)
+		if err != nil {
+			// Claude Code reads stdout; stderr is for people.
+			fmt.Fprintf(out.stderr, "toolgate hook: %v\n", err)
+		}
+		if ctx.Err() != nil {
+			// Claude Code stopped the hook and reads no answer.
+			fmt.Fprintf(out.stderr, "toolgate hook: stopped (%v): a call it waited for is withdrawn; no answer\n", context.Cause(ctx))
+			return nil
+		}
+		return json.NewEncoder(out.stdout).Encode(answer)
 	}
-	if pos[0] != "claude-code" {
-		return c.usagef("unknown agent %q: toolgate has hooks for claude-code", pos[0])
-	}
-	switch *onError {
-	case "ask", "deny":
-		opts.OnError = claudecode.Behavior(*onError)
-	default:
-		return c.usagef("--on-error: want deny or ask, got %q", *onError)
-	}
-	if err := checkWait(c, opts); err != nil {
-		return err
-	}
-	data, err := io.ReadAll(stdin)
-	if err != nil {
-		return hookBlocked(out, "stdin: %v", err)
-	}
-	in, err := claudecode.ParseInput(data)
-	if err != nil {
-		return hookBlocked(out, "stdin: %v", err)
-	}
-	answer, err := hookAnswer(ctx, c, in, opts)
-	if err != nil {
-		// Claude Code reads stdout; stderr is for people.
-		fmt.Fprintf(out.stderr, "toolgate hook: %v\n", err)
-	}
-	if ctx.Err() != nil {
-		// Claude Code stopped the hook and reads no answer.
-		fmt.Fprintf(out.stderr, "toolgate hook: stopped (%v): a call it waited for is withdrawn; no answer\n", context.Cause(ctx))
-		return nil
-	}
-	return json.NewEncoder(out.stdout).Encode(answer)
+	return c
 }
 
 // hookBlocked ends the hook with exit code 2, why on stderr: Claude Code's
@@ -160,12 +163,12 @@ func hookAnswer(ctx context.Context, c *cliCmd, in claudecode.Input, opts claude
 	return answer, nil
 }
 
-// cliMCP is `toolgate mcp`: an MCP server on stdio with the permission
+// mcpCmd is `toolgate mcp`: an MCP server on stdio with the permission
 // prompt tool approve, for claude --permission-prompt-tool
 // mcp__toolgate__approve. It starts, and answers, while toolgate is down:
 // a call it cannot ask toolgate about is denied, saying toolgate is
 // unreachable, and it reconnects by itself.
-func cliMCP(ctx context.Context, args []string, out cliOutput) error {
+func mcpCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("mcp", "mcp [flags]",
 		"An MCP server on stdio with one tool, approve, for Claude Code's\n--permission-prompt-tool mcp__toolgate__approve: it asks toolgate about each tool call and\n"+
 			"answers allow or deny. The tool has no \"ask\": a call nobody decides within --wait is withdrawn\n"+
@@ -179,24 +182,27 @@ func cliMCP(ctx context.Context, args []string, out cliOutput) error {
 	connectTimeout := defaultConnectTimeout
 	c.fs.Var(durationFlag{&connectTimeout}, "connect-timeout", "how long a call waits for the connection to toolgate while it is down, before it is denied\n"+
 		"saying toolgate is unreachable; the connection is retried for as long as the server runs")
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
+		}
+		if err := checkWait(c, opts); err != nil {
+			return err
+		}
+		if connectTimeout <= 0 {
+			return c.usagef("--connect-timeout: want a positive duration, got %s", connectTimeout)
+		}
+		if *conversation == "" {
+			*conversation = fmt.Sprintf("claude-code-%d-%d", time.Now().Unix(), os.Getpid())
+		}
+		// stdout is the MCP stream: the log goes to stderr.
+		log := slog.New(slog.NewTextHandler(out.stderr, nil)).With("component", "mcp")
+		nc, cl, err := c.connectInBackground(log, connectTimeout)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		return claudecode.NewMCPServer(clientGate{cl}, *conversation, version, opts).Run(ctx, &mcp.StdioTransport{})
 	}
-	if err := checkWait(c, opts); err != nil {
-		return err
-	}
-	if connectTimeout <= 0 {
-		return c.usagef("--connect-timeout: want a positive duration, got %s", connectTimeout)
-	}
-	if *conversation == "" {
-		*conversation = fmt.Sprintf("claude-code-%d-%d", time.Now().Unix(), os.Getpid())
-	}
-	// stdout is the MCP stream: the log goes to stderr.
-	log := slog.New(slog.NewTextHandler(out.stderr, nil)).With("component", "mcp")
-	nc, cl, err := c.connectInBackground(log, connectTimeout)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	return claudecode.NewMCPServer(clientGate{cl}, *conversation, version, opts).Run(ctx, &mcp.StdioTransport{})
+	return c
 }

@@ -13,45 +13,8 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-const credsUsage = `Usage:
-  toolgate creds add --user NAME --role ROLE [--out FILE] [flags]
-                                 issue a NATS credential (admin only)
-  toolgate creds list [flags]    the credentials issued, revoked ones too
-  toolgate creds revoke NAME [flags]
-                                 revoke every credential of NAME
-  toolgate creds init [--data DIR]
-                                 create the trust chain and one credential per role in DIR
-                                 (serve does this on its first start)
-  toolgate creds nats-config [--data DIR] [--revoked]
-                                 print the configuration that makes nats-servers trust
-                                 DIR's credentials: for a cluster toolgate does not start;
-                                 --revoked asks the toolgate at --nats which to refuse
-
-Roles: agent, executor, approver, viewer, admin (see docs/security.md).
-`
-
-func cliCreds(ctx context.Context, args []string, out cliOutput) error {
-	if len(args) == 0 {
-		fmt.Fprint(out.stderr, credsUsage)
-		return errUsage
-	}
-	switch args[0] {
-	case "add":
-		return cliCredsAdd(ctx, args[1:], out)
-	case "list":
-		return cliCredsList(ctx, args[1:], out)
-	case "revoke":
-		return cliCredsRevoke(ctx, args[1:], out)
-	case "init", "nats-config":
-		return cliCredsLocal(ctx, args[0], args[1:], out)
-	case "help", "-h", "--help":
-		fmt.Fprint(out.stdout, credsUsage)
-		return nil
-	}
-	return &cliUsageError{verb: "creds", msg: fmt.Sprintf("unknown subcommand %q: want add, list, revoke, init or nats-config", args[0])}
-}
-
-func cliCredsAdd(ctx context.Context, args []string, out cliOutput) error {
+// credsAddCmd is `toolgate creds add`.
+func credsAddCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("creds add", "creds add --user NAME --role ROLE [--out FILE] [flags]",
 		"Issue a NATS credential for a new identity and write its .creds file (readable by\n"+
 			"its owner only). toolgate keeps no copy: whoever holds the file is NAME.", out).connFlags().jsonFlag("the identity and the credential")
@@ -59,114 +22,44 @@ func cliCredsAdd(ctx context.Context, args []string, out cliOutput) error {
 	c.fs.StringVar(&name, "user", "", "the identity's name: letters, digits, '-' or '_'")
 	c.fs.StringVar(&role, "role", "", "agent, executor, approver, viewer or admin")
 	c.fs.StringVar(&file, "out", "", "where to write the credential (default NAME.creds here)")
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
-	}
-	if err := auth.ValidUser(name, wire.Role(role)); err != nil {
-		return c.usagef("%v", err)
-	}
-	if file == "" {
-		file = name + ".creds"
-	}
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	reply, err := cl.IssueCredential(ctx, name, wire.Role(role))
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(out.stdout, reply)
-	}
-	if err := os.WriteFile(file, []byte(reply.Creds), 0o600); err != nil {
-		return fmt.Errorf("the credential was issued but not written (revoke it): %w", err)
-	}
-	fmt.Fprintf(out.stdout, "issued %s (%s), key %s: %s\n", name, role, reply.Identity.Key, file)
-	return nil
-}
-
-func cliCredsList(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("creds list", "creds list [--json] [flags]", "List the credentials toolgate issued, revoked ones too.", out).connFlags().jsonFlag("the identities")
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
-	}
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	ids, err := cl.Credentials(ctx)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(out.stdout, ids)
-	}
-	tw := tabwriter.NewWriter(out.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tROLE\tISSUED\tREVOKED\tKEY")
-	for _, id := range ids {
-		revoked := "-"
-		if id.RevokedAt != 0 {
-			revoked = time.UnixMilli(id.RevokedAt).UTC().Format(time.RFC3339) + " by " + id.RevokedBy
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, time.UnixMilli(id.IssuedAt).UTC().Format(time.RFC3339), revoked, id.Key)
-	}
-	return tw.Flush()
-}
-
-func cliCredsRevoke(ctx context.Context, args []string, out cliOutput) error {
-	c := newCLICmd("creds revoke", "creds revoke NAME [flags]",
-		"Revoke every credential of NAME: toolgate refuses its requests at once, and the\n"+
-			"embedded NATS server disconnects it.", out).connFlags().jsonFlag("the identities revoked")
-	pos, err := c.parse(args, 1, 1, "the identity's name")
-	if err != nil {
-		return err
-	}
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	ids, err := cl.RevokeCredential(ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(out.stdout, ids)
-	}
-	for _, id := range ids {
-		fmt.Fprintf(out.stdout, "revoked %s (%s), key %s\n", id.Name, id.Role, id.Key)
-	}
-	return nil
-}
-
-// cliCredsLocal works on a data directory's trust chain: init creates it,
-// nats-config prints what nats-servers need (with --revoked, asking the
-// running toolgate which credentials were revoked).
-func cliCredsLocal(ctx context.Context, sub string, args []string, out cliOutput) error {
-	c := newCLICmd("creds "+sub, "creds "+sub+" [--data DIR] [--revoked]", "", out)
-	var withRevoked bool
-	if sub == "nats-config" {
-		c.connFlags()
-		c.fs.BoolVar(&withRevoked, "revoked", false, "ask the toolgate serving at --nats for the revoked credentials, which the servers then refuse")
-	} else {
-		c.fs.StringVar(&c.data, "data", server.DefaultConfig().Data, "the data directory")
-	}
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
-	}
-	data := &c.data
-	if sub == "init" {
-		if err := server.InitTrust(*data); err != nil {
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
 			return err
 		}
-		fmt.Fprintf(out.stdout, "credentials in %s\n", filepath.Dir(server.CredsPath(*data, "x")))
+		if err := auth.ValidUser(name, wire.Role(role)); err != nil {
+			return c.usagef("%v", err)
+		}
+		if file == "" {
+			file = name + ".creds"
+		}
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		reply, err := cl.IssueCredential(ctx, name, wire.Role(role))
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return cliPrintJSON(out.stdout, reply)
+		}
+		if err := os.WriteFile(file, []byte(reply.Creds), 0o600); err != nil {
+			return fmt.Errorf("the credential was issued but not written (revoke it): %w", err)
+		}
+		fmt.Fprintf(out.stdout, "issued %s (%s), key %s: %s\n", name, role, reply.Identity.Key, file)
 		return nil
 	}
-	var revoked []string
-	if withRevoked {
+	return c
+}
+
+// credsListCmd is `toolgate creds list`.
+func credsListCmd(out cliOutput) *cliCmd {
+	c := newCLICmd("creds list", "creds list [--json] [flags]", "List the credentials toolgate issued, revoked ones too.", out).connFlags().jsonFlag("the identities")
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
+		}
 		nc, cl, err := c.connect()
 		if err != nil {
 			return err
@@ -176,16 +69,101 @@ func cliCredsLocal(ctx context.Context, sub string, args []string, out cliOutput
 		if err != nil {
 			return err
 		}
+		if c.json {
+			return cliPrintJSON(out.stdout, ids)
+		}
+		tw := tabwriter.NewWriter(out.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tROLE\tISSUED\tREVOKED\tKEY")
 		for _, id := range ids {
+			revoked := "-"
 			if id.RevokedAt != 0 {
-				revoked = append(revoked, id.Key)
+				revoked = time.UnixMilli(id.RevokedAt).UTC().Format(time.RFC3339) + " by " + id.RevokedBy
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, time.UnixMilli(id.IssuedAt).UTC().Format(time.RFC3339), revoked, id.Key)
+		}
+		return tw.Flush()
+	}
+	return c
+}
+
+// credsRevokeCmd is `toolgate creds revoke`.
+func credsRevokeCmd(out cliOutput) *cliCmd {
+	c := newCLICmd("creds revoke", "creds revoke NAME [flags]",
+		"Revoke every credential of NAME: toolgate refuses its requests at once, and the\n"+
+			"embedded NATS server disconnects it.", out).connFlags().jsonFlag("the identities revoked")
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, "the identity's name")
+		if err != nil {
+			return err
+		}
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		ids, err := cl.RevokeCredential(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return cliPrintJSON(out.stdout, ids)
+		}
+		for _, id := range ids {
+			fmt.Fprintf(out.stdout, "revoked %s (%s), key %s\n", id.Name, id.Role, id.Key)
+		}
+		return nil
+	}
+	return c
+}
+
+// credsLocalCmd is `toolgate creds init` and `toolgate creds nats-config`,
+// which work on a data directory's trust chain: init creates it,
+// nats-config prints what nats-servers need (with --revoked, asking the
+// running toolgate which credentials were revoked).
+func credsLocalCmd(sub string, out cliOutput) *cliCmd {
+	c := newCLICmd("creds "+sub, "creds "+sub+" [--data DIR] [--revoked]", "", out)
+	var withRevoked bool
+	if sub == "nats-config" {
+		c.connFlags()
+		c.fs.BoolVar(&withRevoked, "revoked", false, "ask the toolgate serving at --nats for the revoked credentials, which the servers then refuse")
+	} else {
+		c.fs.StringVar(&c.data, "data", server.DefaultConfig().Data, "the data directory")
+	}
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
+		}
+		data := &c.data
+		if sub == "init" {
+			if err := server.InitTrust(*data); err != nil {
+				return err
+			}
+			fmt.Fprintf(out.stdout, "credentials in %s\n", filepath.Dir(server.CredsPath(*data, "x")))
+			return nil
+		}
+		var revoked []string
+		if withRevoked {
+			nc, cl, err := c.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ids, err := cl.Credentials(ctx)
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				if id.RevokedAt != 0 {
+					revoked = append(revoked, id.Key)
+				}
 			}
 		}
-	}
-	conf, err := server.NATSConfig(*data, revoked)
-	if err != nil {
+		conf, err := server.NATSConfig(*data, revoked)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprint(out.stdout, conf)
 		return err
 	}
-	_, err = fmt.Fprint(out.stdout, conf)
-	return err
+	return c
 }

@@ -10,60 +10,35 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-func init() { cliVerbs["grants"] = cliGrants }
-
-const grantsUsage = `Usage:
-  toolgate grants list [--conversation C] [--json]   the grants in force
-  toolgate grants revoke ID                          end one at once
-
-A grant is what an approval "for the session" (--scope session) or "always"
-(--scope always) records: later calls it covers run without asking, until
-it expires (approve --for 2h) or is revoked.
-`
-
-// cliGrants is `toolgate grants list|revoke`.
-func cliGrants(ctx context.Context, args []string, out cliOutput) error {
-	if len(args) == 0 {
-		fmt.Fprint(out.stderr, grantsUsage)
-		return errUsage
-	}
-	switch args[0] {
-	case "list":
-		return cliGrantsList(ctx, args[1:], out)
-	case "revoke":
-		return cliGrantsRevoke(ctx, args[1:], out)
-	case "help", "-h", "--help":
-		fmt.Fprint(out.stdout, grantsUsage)
-		return nil
-	}
-	return &cliUsageError{verb: "grants", msg: fmt.Sprintf("unknown subcommand %q: want list or revoke", args[0])}
-}
-
-func cliGrantsList(ctx context.Context, args []string, out cliOutput) error {
+// grantsListCmd is `toolgate grants list`.
+func grantsListCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("grants list", "grants list [--conversation C] [--json] [flags]",
 		"List the grants in force: what each covers, whose approval of which call\n"+
 			"granted it, and until when.", out).connFlags().jsonFlag("the grants")
 	conv := c.fs.String("conversation", "", "only this conversation's session grants")
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
+		}
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		grants, err := cl.Grants(ctx, *conv)
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return cliPrintJSON(out.stdout, grants)
+		}
+		if len(grants) == 0 {
+			fmt.Fprintln(out.stderr, "no grants in force")
+			return nil
+		}
+		return printGrants(out.stdout, grants, timeNow())
 	}
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	grants, err := cl.Grants(ctx, *conv)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(out.stdout, grants)
-	}
-	if len(grants) == 0 {
-		fmt.Fprintln(out.stderr, "no grants in force")
-		return nil
-	}
-	return printGrants(out.stdout, grants, timeNow())
+	return c
 }
 
 func printGrants(w io.Writer, grants []wire.Grant, now time.Time) error {
@@ -92,25 +67,29 @@ func printGrants(w io.Writer, grants []wire.Grant, now time.Time) error {
 	return tw.Flush()
 }
 
-func cliGrantsRevoke(ctx context.Context, args []string, out cliOutput) error {
+// grantsRevokeCmd is `toolgate grants revoke`.
+func grantsRevokeCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("grants revoke", "grants revoke ID [flags]",
 		"End a grant at once: later calls it covered are asked about again.", out).connFlags().jsonFlag("the grant revoked")
-	pos, err := c.parse(args, 1, 1, "the grant's ID (see grants list)")
-	if err != nil {
-		return err
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, "the grant's ID (see grants list)")
+		if err != nil {
+			return err
+		}
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		g, err := cl.RevokeGrant(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return cliPrintJSON(out.stdout, g)
+		}
+		fmt.Fprintf(out.stdout, "revoked grant %s (%s, by %s)\n", g.ID, g.Pattern, g.By)
+		return nil
 	}
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	g, err := cl.RevokeGrant(ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(out.stdout, g)
-	}
-	fmt.Fprintf(out.stdout, "revoked grant %s (%s, by %s)\n", g.ID, g.Pattern, g.By)
-	return nil
+	return c
 }

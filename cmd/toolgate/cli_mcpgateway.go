@@ -19,14 +19,10 @@ import (
 	"github.com/toolgate/toolgate/mcpgateway"
 )
 
-// The verb is added to cliVerbs here, which keeps that table's
-// alignment (and its other lines) as they are.
-func init() { cliVerbs["mcp-gateway"] = cliMCPGateway }
-
-// cliMCPGateway is `toolgate mcp-gateway`: an MCP server, on stdio or
+// mcpGatewayCmd is `toolgate mcp-gateway`: an MCP server, on stdio or
 // streamable HTTP, in front of the MCP servers its config names, that
 // puts every tools/call through toolgate (docs/mcp-gateway.md).
-func cliMCPGateway(ctx context.Context, args []string, out cliOutput) error {
+func mcpGatewayCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("mcp-gateway", "mcp-gateway --config FILE [--http HOST:PORT] [flags]",
 		"An MCP gateway: serves MCP (stdio, or streamable HTTP with --http) in front of the MCP servers\n"+
 			"--config names, forwards what the client asks of them, and submits every tools/call to\n"+
@@ -48,64 +44,67 @@ func cliMCPGateway(ctx context.Context, args []string, out cliOutput) error {
 	connectTimeout := defaultConnectTimeout
 	c.fs.Var(durationFlag{&connectTimeout}, "connect-timeout", "how long a call waits for the connection to toolgate while it is down, before it is refused\n"+
 		"saying toolgate is unreachable; the connection is retried for as long as the gateway runs")
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
-	}
-	if *config == "" {
-		return c.usagef("--config: required (the MCP servers to stand in front of)")
-	}
-	if _, err := mcpgateway.WaitFor(opts.Wait, opts.Timeout); err != nil {
-		return c.usagef("--wait, --timeout: %v", err)
-	}
-	if *addr != "" {
-		if err := loopback(*addr); err != nil {
-			return c.usagef("--http: %v", err)
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
 		}
+		if *config == "" {
+			return c.usagef("--config: required (the MCP servers to stand in front of)")
+		}
+		if _, err := mcpgateway.WaitFor(opts.Wait, opts.Timeout); err != nil {
+			return c.usagef("--wait, --timeout: %v", err)
+		}
+		if *addr != "" {
+			if err := loopback(*addr); err != nil {
+				return c.usagef("--http: %v", err)
+			}
+		}
+		cfg, err := mcpgateway.LoadConfig(*config)
+		if errors.Is(err, machine.ErrInvalid) {
+			return c.usagef("--config: %v", err)
+		} else if err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
+		if opts.IdleTimeout <= 0 {
+			return c.usagef("--idle-timeout: want a positive duration, got %s", opts.IdleTimeout)
+		}
+		if connectTimeout <= 0 {
+			return c.usagef("--connect-timeout: want a positive duration, got %s", connectTimeout)
+		}
+		// stdout is the MCP stream on stdio: everything else goes to stderr,
+		// which MCP clients keep as the server's log.
+		opts.Log = slog.New(slog.NewTextHandler(out.stderr, nil)).With("component", "mcp-gateway")
+		opts.Stderr = out.stderr
+		nc, cl, err := c.connectInBackground(opts.Log, connectTimeout)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		gw, err := mcpgateway.New(cfg, cl, opts)
+		if err != nil {
+			return err
+		}
+		if *addr == "" {
+			return gw.Serve(ctx, &mcp.StdioTransport{})
+		}
+		l, err := net.Listen("tcp", *addr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: gw.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		opts.Log.Info("serving MCP over streamable HTTP", "url", "http://"+l.Addr().String()+"/")
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(l) }()
+		select {
+		case err := <-served:
+			gw.Close()
+			return err
+		case <-ctx.Done():
+		}
+		gw.Close() // withdraws the calls still waiting, stops the upstream servers
+		return srv.Close()
 	}
-	cfg, err := mcpgateway.LoadConfig(*config)
-	if errors.Is(err, machine.ErrInvalid) {
-		return c.usagef("--config: %v", err)
-	} else if err != nil {
-		return fmt.Errorf("--config: %w", err)
-	}
-	if opts.IdleTimeout <= 0 {
-		return c.usagef("--idle-timeout: want a positive duration, got %s", opts.IdleTimeout)
-	}
-	if connectTimeout <= 0 {
-		return c.usagef("--connect-timeout: want a positive duration, got %s", connectTimeout)
-	}
-	// stdout is the MCP stream on stdio: everything else goes to stderr,
-	// which MCP clients keep as the server's log.
-	opts.Log = slog.New(slog.NewTextHandler(out.stderr, nil)).With("component", "mcp-gateway")
-	opts.Stderr = out.stderr
-	nc, cl, err := c.connectInBackground(opts.Log, connectTimeout)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	gw, err := mcpgateway.New(cfg, cl, opts)
-	if err != nil {
-		return err
-	}
-	if *addr == "" {
-		return gw.Serve(ctx, &mcp.StdioTransport{})
-	}
-	l, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: gw.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	opts.Log.Info("serving MCP over streamable HTTP", "url", "http://"+l.Addr().String()+"/")
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	select {
-	case err := <-served:
-		gw.Close()
-		return err
-	case <-ctx.Done():
-	}
-	gw.Close() // withdraws the calls still waiting, stops the upstream servers
-	return srv.Close()
+	return c
 }
 
 // defaultConnectTimeout is how long a call of an MCP server (the gateway,

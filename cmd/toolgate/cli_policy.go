@@ -12,41 +12,8 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-const policyUsage = `Usage:
-  toolgate policy get [--json] [--show-secrets] [flags]
-                                         print the policy in force (YAML), secrets redacted
-  toolgate policy set FILE [flags]       put FILE (YAML or JSON; - for stdin) in force
-  toolgate policy validate FILE          check FILE offline, naming every field at fault
-  toolgate policy dry-run FILE [--since 7d] [--team T] [--examples N] [--json] [flags]
-                                         what FILE would change over the calls recorded since
-  toolgate policy explain TOOL [ARGS] [--team T] [--conversation C] [--mode M] [--json] [flags]
-                                         how the policy in force decides a call, rule by rule
-`
-
-func cliPolicy(ctx context.Context, args []string, out cliOutput) error {
-	if len(args) == 0 {
-		fmt.Fprint(out.stderr, policyUsage)
-		return errUsage
-	}
-	switch args[0] {
-	case "get":
-		return cliPolicyGet(ctx, args[1:], out)
-	case "set":
-		return cliPolicySet(ctx, args[1:], out)
-	case "validate":
-		return cliPolicyValidate(args[1:], out)
-	case "dry-run":
-		return cliPolicyDryRun(ctx, args[1:], out)
-	case "explain":
-		return cliPolicyExplain(ctx, args[1:], out)
-	case "help", "-h", "--help":
-		fmt.Fprint(out.stdout, policyUsage)
-		return nil
-	}
-	return &cliUsageError{verb: "policy", msg: fmt.Sprintf("unknown subcommand %q: want get, set, validate, dry-run or explain", args[0])}
-}
-
-func cliPolicyGet(ctx context.Context, args []string, out cliOutput) error {
+// policyGetCmd is `toolgate policy get`.
+func policyGetCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("policy get", "policy get [--json] [--show-secrets] [flags]",
 		"Print the policy document in force, as YAML (which `policy set` reads back). Secrets given\n"+
 			"as values (a channel's secret, a Slack channel's url) print as \""+policy.RedactedValue+"\", which `policy set`\n"+
@@ -54,78 +21,89 @@ func cliPolicyGet(ctx context.Context, args []string, out cliOutput) error {
 			"(admins only) prints the values.", out).connFlags().jsonFlag("the document")
 	var showSecrets bool
 	c.fs.BoolVar(&showSecrets, "show-secrets", false, "print secret values instead of \""+policy.RedactedValue+"\" (admins only)")
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	stored, err := cl.GetPolicy(ctx, wire.PolicyGetRequest{ShowSecrets: showSecrets})
-	if err != nil {
-		return err
-	}
-	if stored.Revision == 0 {
-		fmt.Fprintln(out.stderr, "no policy stored: the built-in defaults apply (every call asks)")
-	}
-	if !showSecrets && strings.Contains(stored.Document, policy.RedactedValue) {
-		fmt.Fprintln(out.stderr, "secrets are redacted: `policy set` refuses this document as it is; give the secrets, or env:NAME / file:PATH references, or print them with --show-secrets (admins only)")
-	}
-	if c.json {
-		// Decode, not Parse: a redacted document does not validate.
-		doc, err := policy.Decode([]byte(stored.Document))
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		nc, cl, err := c.connect()
 		if err != nil {
 			return err
 		}
-		return cliPrintJSON(out.stdout, doc)
+		defer nc.Close()
+		stored, err := cl.GetPolicy(ctx, wire.PolicyGetRequest{ShowSecrets: showSecrets})
+		if err != nil {
+			return err
+		}
+		if stored.Revision == 0 {
+			fmt.Fprintln(out.stderr, "no policy stored: the built-in defaults apply (every call asks)")
+		}
+		if !showSecrets && strings.Contains(stored.Document, policy.RedactedValue) {
+			fmt.Fprintln(out.stderr, "secrets are redacted: `policy set` refuses this document as it is; give the secrets, or env:NAME / file:PATH references, or print them with --show-secrets (admins only)")
+		}
+		if c.json {
+			// Decode, not Parse: a redacted document does not validate.
+			doc, err := policy.Decode([]byte(stored.Document))
+			if err != nil {
+				return err
+			}
+			return cliPrintJSON(out.stdout, doc)
+		}
+		_, err = io.WriteString(out.stdout, stored.Document)
+		return err
 	}
-	_, err = io.WriteString(out.stdout, stored.Document)
-	return err
+	return c
 }
 
-func cliPolicySet(ctx context.Context, args []string, out cliOutput) error {
+// policySetCmd is `toolgate policy set`.
+func policySetCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("policy set", "policy set FILE [flags]",
 		"Put the policy document in FILE (YAML or JSON; - reads stdin) in force on every toolgate\n"+
 			"replica at once. An invalid document is refused, naming each field at fault, and the\n"+
 			"policy in force stays as it was.", out).connFlags()
-	pos, err := c.parse(args, 1, 1, "the policy FILE")
-	if err != nil {
-		return err
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, "the policy FILE")
+		if err != nil {
+			return err
+		}
+		data, err := readPolicy(pos[0])
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		if _, err := cl.SetPolicy(ctx, string(data)); err != nil {
+			return fmt.Errorf("%s: %w", pos[0], err)
+		}
+		fmt.Fprintf(out.stdout, "policy from %s in force\n", pos[0])
+		return nil
 	}
-	data, err := readPolicy(pos[0])
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if _, err := cl.SetPolicy(ctx, string(data)); err != nil {
-		return fmt.Errorf("%s: %w", pos[0], err)
-	}
-	fmt.Fprintf(out.stdout, "policy from %s in force\n", pos[0])
-	return nil
+	return c
 }
 
-func cliPolicyValidate(args []string, out cliOutput) error {
+// policyValidateCmd is `toolgate policy validate`.
+func policyValidateCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("policy validate", "policy validate FILE",
 		"Check a policy document offline: every field, rule pattern and template. Exit 1, naming\n"+
 			"each field at fault, when it is invalid.", out)
-	pos, err := c.parse(args, 1, 1, "the policy FILE")
-	if err != nil {
-		return err
+	c.run = func(_ context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, "the policy FILE")
+		if err != nil {
+			return err
+		}
+		if _, err := readPolicy(pos[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(out.stdout, "%s: valid\n", pos[0])
+		return nil
 	}
-	if _, err := readPolicy(pos[0]); err != nil {
-		return err
-	}
-	fmt.Fprintf(out.stdout, "%s: valid\n", pos[0])
-	return nil
+	return c
 }
 
 // readPolicy reads and checks a policy document; "-" is stdin.

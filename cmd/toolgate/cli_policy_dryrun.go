@@ -15,9 +15,9 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// cliPolicyDryRun is `toolgate policy dry-run FILE`: what the candidate
+// policyDryRunCmd is `toolgate policy dry-run FILE`: what the candidate
 // in FILE would change over the recorded calls, changing nothing.
-func cliPolicyDryRun(ctx context.Context, args []string, out cliOutput) error {
+func policyDryRunCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("policy dry-run", "policy dry-run FILE [--since 7d] [--team T] [--examples N] [--json] [flags]",
 		"Replay the calls recorded in the window (--since: a duration back from now, 7d, 36h, 90m,\n"+
 			"or a date, 2025-03-01 or RFC 3339) through the candidate policy in FILE (YAML or JSON;\n"+
@@ -30,45 +30,48 @@ func cliPolicyDryRun(ctx context.Context, args []string, out cliOutput) error {
 	since := c.fs.String("since", "7d", "the window: a duration back from now (7d, 36h, 90m) or a date (2025-03-01, RFC 3339)")
 	team := c.fs.String("team", "", `only this team's calls ("" for calls that name no team, with --team "")`)
 	examples := c.fs.Int("examples", wire.DefaultDryRunExamples, fmt.Sprintf("example calls to print of each change (1 to %d)", wire.MaxDryRunExamples))
-	pos, err := c.parse(args, 1, 1, "the candidate policy FILE")
-	if err != nil {
-		return err
-	}
-	r := wire.PolicyDryRunRequest{Examples: *examples}
-	if r.Since, err = parseSince(*since, time.Now()); err != nil {
-		return c.usagef("--since: %v", err)
-	}
-	if *examples < 1 || *examples > wire.MaxDryRunExamples {
-		return c.usagef("--examples: must be 1 to %d, got %d", wire.MaxDryRunExamples, *examples)
-	}
-	c.fs.Visit(func(f *flag.Flag) {
-		if f.Name == "team" {
-			r.Team = team
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, "the candidate policy FILE")
+		if err != nil {
+			return err
 		}
-	})
-	data, err := readFileOrStdin(pos[0])
-	if err != nil {
-		return err
+		r := wire.PolicyDryRunRequest{Examples: *examples}
+		if r.Since, err = parseSince(*since, time.Now()); err != nil {
+			return c.usagef("--since: %v", err)
+		}
+		if *examples < 1 || *examples > wire.MaxDryRunExamples {
+			return c.usagef("--examples: must be 1 to %d, got %d", wire.MaxDryRunExamples, *examples)
+		}
+		c.fs.Visit(func(f *flag.Flag) {
+			if f.Name == "team" {
+				r.Team = team
+			}
+		})
+		data, err := readFileOrStdin(pos[0])
+		if err != nil {
+			return err
+		}
+		if _, err := policy.ParseCandidate(data); err != nil {
+			return fmt.Errorf("%s: %w", pos[0], err) // offline, before asking toolgate
+		}
+		r.Document = string(data)
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		reply, err := cl.PolicyDryRun(ctx, r)
+		if err != nil {
+			return fmt.Errorf("%s: %w", pos[0], err)
+		}
+		if c.json {
+			return cliPrintJSON(out.stdout, reply)
+		}
+		return printDryRun(out.stdout, pos[0], reply)
 	}
-	if _, err := policy.ParseCandidate(data); err != nil {
-		return fmt.Errorf("%s: %w", pos[0], err) // offline, before asking toolgate
-	}
-	r.Document = string(data)
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	reply, err := cl.PolicyDryRun(ctx, r)
-	if err != nil {
-		return fmt.Errorf("%s: %w", pos[0], err)
-	}
-	if c.json {
-		return cliPrintJSON(out.stdout, reply)
-	}
-	return printDryRun(out.stdout, pos[0], reply)
+	return c
 }
 
 // parseSince reads --since: a duration back from now (Go's, or whole

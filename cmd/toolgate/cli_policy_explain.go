@@ -12,9 +12,9 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// cliPolicyExplain is `toolgate policy explain TOOL [ARGS]`: how the
+// policyExplainCmd is `toolgate policy explain TOOL [ARGS]`: how the
 // policy in force decides one call, rule by rule, changing nothing.
-func cliPolicyExplain(ctx context.Context, args []string, out cliOutput) error {
+func policyExplainCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("policy explain", "policy explain TOOL [ARGS] [--team T] [--conversation C] [--mode M] [--json] [flags]",
 		"Evaluate a call of TOOL with ARGS (a JSON object; {} when left out) through the policy in\n"+
 			"force and print its verdict, the argument the tool's rules read and its value, and each\n"+
@@ -25,33 +25,36 @@ func cliPolicyExplain(ctx context.Context, args []string, out cliOutput) error {
 	c.fs.StringVar(&r.Team, "team", "", "the call's team")
 	c.fs.StringVar(&r.ConversationID, "conversation", "", "the call's conversation")
 	c.fs.StringVar(&r.PermissionMode, "mode", "", "the call's permission mode: default, acceptEdits, plan or bypassPermissions (default: the policy's)")
-	pos, err := c.parse(args, 1, 2, "the TOOL, and its ARGS as a JSON object")
-	if err != nil {
-		return err
-	}
-	r.ToolName, r.Arguments = pos[0], json.RawMessage(`{}`)
-	if len(pos) == 2 {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(pos[1]), &obj); err != nil || obj == nil {
-			return c.usagef("ARGS: want a JSON object, such as '{\"path\":\"/tmp/a\"}', got %s", strconv.Quote(oneLine(pos[1], 80)))
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 2, "the TOOL, and its ARGS as a JSON object")
+		if err != nil {
+			return err
 		}
-		r.Arguments = json.RawMessage(pos[1])
+		r.ToolName, r.Arguments = pos[0], json.RawMessage(`{}`)
+		if len(pos) == 2 {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(pos[1]), &obj); err != nil || obj == nil {
+				return c.usagef("ARGS: want a JSON object, such as '{\"path\":\"/tmp/a\"}', got %s", strconv.Quote(oneLine(pos[1], 80)))
+			}
+			r.Arguments = json.RawMessage(pos[1])
+		}
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		reply, err := cl.PolicyExplain(ctx, r)
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return cliPrintJSON(out.stdout, reply)
+		}
+		return printExplain(out.stdout, r.ToolName, reply)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	reply, err := cl.PolicyExplain(ctx, r)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(out.stdout, reply)
-	}
-	return printExplain(out.stdout, r.ToolName, reply)
+	return c
 }
 
 // printExplain prints an explanation for a person.

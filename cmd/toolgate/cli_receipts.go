@@ -19,39 +19,37 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-func init() {
-	cliVerbs["receipt"] = cliReceipt
-	cliVerbs["verify"] = cliVerify
-}
-
-// cliReceipt is `toolgate receipt ID [--json]`.
-func cliReceipt(ctx context.Context, args []string, out cliOutput) error {
+// receiptCmd is `toolgate receipt ID [--json]`.
+func receiptCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("receipt", "receipt ID [--json] [flags]",
 		"Print a call's signed receipts, one per transition: what happened, who did it and\n"+
 			"when, the key that signed it and its hash, which the next receipt names. With --json,\n"+
 			"the receipt chain as 'toolgate verify FILE' checks it offline (docs/receipts.md).", out).
 		connFlags().jsonFlag("the receipt chain (what toolgate verify FILE reads)")
-	pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
-	if err != nil {
-		return err
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
+		if err != nil {
+			return err
+		}
+		nc, cl, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		ch, err := cl.Receipts(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return cliPrintJSON(out.stdout, ch)
+		}
+		if len(ch.Receipts) == 0 {
+			fmt.Fprintf(out.stderr, "%s has no receipts (written before receipts, or by a toolgate without a receipt key)\n", ch.PendingID)
+			return nil
+		}
+		return printReceipts(out.stdout, ch.Receipts)
 	}
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	ch, err := cl.Receipts(ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(out.stdout, ch)
-	}
-	if len(ch.Receipts) == 0 {
-		fmt.Fprintf(out.stderr, "%s has no receipts (written before receipts, or by a toolgate without a receipt key)\n", ch.PendingID)
-		return nil
-	}
-	return printReceipts(out.stdout, ch.Receipts)
+	return c
 }
 
 // printReceipts writes receipts as a table, one line each.
@@ -81,8 +79,8 @@ func short(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// cliVerify is `toolgate verify FILE|ID [--key PUB]`.
-func cliVerify(ctx context.Context, args []string, out cliOutput) error {
+// verifyCmd is `toolgate verify FILE|ID [--key PUB]`.
+func verifyCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("verify", "verify FILE | ID [--key PUB]... [flags]",
 		"Verify a call's receipt chain: every receipt signed by a trusted key and naming the\n"+
 			"one before by its hash, and the call's entry saying what its receipts record (its\n"+
@@ -104,51 +102,54 @@ func cliVerify(ctx context.Context, args []string, out cliOutput) error {
 		}
 		return nil
 	})
-	pos, err := c.parse(args, 1, 1, "a receipt chain FILE (toolgate receipt ID --json; - for stdin) or a call's ID")
-	if err != nil {
-		return err
-	}
-	src := pos[0]
-	ch, err := readChain(src)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	fetch := ch == nil
-	if fetch && !machine.ValidPendingID(src) {
-		return c.usagef("%q: no such file, nor a call's ID", src)
-	}
-	if fetch || len(keys) == 0 {
-		nc, cl, err := c.connect()
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, "a receipt chain FILE (toolgate receipt ID --json; - for stdin) or a call's ID")
 		if err != nil {
 			return err
 		}
-		defer nc.Close()
-		if fetch {
-			if ch, err = cl.Receipts(ctx, src); err != nil {
-				return err
-			}
+		src := pos[0]
+		ch, err := readChain(src)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
 		}
-		if len(keys) == 0 {
-			published, err := cl.ReceiptKeys(ctx)
+		fetch := ch == nil
+		if fetch && !machine.ValidPendingID(src) {
+			return c.usagef("%q: no such file, nor a call's ID", src)
+		}
+		if fetch || len(keys) == 0 {
+			nc, cl, err := c.connect()
 			if err != nil {
 				return err
 			}
-			keys = published.Keys
-			fmt.Fprintf(out.stderr, "trusting the receipt keys toolgate publishes (%s); give --key to check against keys you hold\n", strings.Join(keys, ", "))
+			defer nc.Close()
+			if fetch {
+				if ch, err = cl.Receipts(ctx, src); err != nil {
+					return err
+				}
+			}
 			if len(keys) == 0 {
-				return errors.New("toolgate publishes no receipt key: give --key")
+				published, err := cl.ReceiptKeys(ctx)
+				if err != nil {
+					return err
+				}
+				keys = published.Keys
+				fmt.Fprintf(out.stderr, "trusting the receipt keys toolgate publishes (%s); give --key to check against keys you hold\n", strings.Join(keys, ", "))
+				if len(keys) == 0 {
+					return errors.New("toolgate publishes no receipt key: give --key")
+				}
 			}
 		}
+		signers, err := gate.VerifyReceiptChain(ch, keys)
+		if err != nil {
+			return fmt.Errorf("FAILED: %s: %w", ch.PendingID, err)
+		}
+		fmt.Fprintf(out.stdout, "OK: %s of %s, signed by %s\n", counted(len(ch.Receipts), "receipt", "receipts"), ch.PendingID, strings.Join(signers, ", "))
+		if ch.ArgumentsMasked {
+			fmt.Fprintln(out.stdout, "the arguments are shown masked: checked by their digest only")
+		}
+		return nil
 	}
-	signers, err := gate.VerifyReceiptChain(ch, keys)
-	if err != nil {
-		return fmt.Errorf("FAILED: %s: %w", ch.PendingID, err)
-	}
-	fmt.Fprintf(out.stdout, "OK: %s of %s, signed by %s\n", counted(len(ch.Receipts), "receipt", "receipts"), ch.PendingID, strings.Join(signers, ", "))
-	if ch.ArgumentsMasked {
-		fmt.Fprintln(out.stdout, "the arguments are shown masked: checked by their digest only")
-	}
-	return nil
+	return c
 }
 
 // readChain reads a receipt chain from a file (- for stdin): what

@@ -1,27 +1,13 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 )
-
-// cliSubcommands are the verbs whose first argument is a subcommand (or,
-// for hook, the agent), which their own flags follow.
-var cliSubcommands = map[string][]string{
-	"policy":     {"get", "set", "validate", "dry-run", "explain"},
-	"creds":      {"add", "list", "revoke", "init", "nats-config"},
-	"grants":     {"list", "revoke"},
-	"analytics":  {"rebuild"},
-	"hook":       {"claude-code"},
-	"completion": {"bash", "zsh", "fish"},
-}
 
 const completionUsage = `Usage: toolgate completion bash|zsh|fish
 
@@ -36,19 +22,17 @@ Print the shell completion script for toolgate: its commands, their subcommands 
 `
 
 // completion is `toolgate completion SHELL`.
-func completion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func completion(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 1 && slices.Contains([]string{"help", "-h", "--help"}, args[0]) {
 		fmt.Fprint(stdout, completionUsage)
 		return nil
 	}
-	if len(args) != 1 || !slices.Contains(cliSubcommands["completion"], args[0]) {
+	shells, _ := findVerb(verbTable(), "completion")
+	if len(args) != 1 || !slices.Contains(shells.subNames(), args[0]) {
 		fmt.Fprintf(stderr, "toolgate completion: want one shell, bash, zsh or fish; got %q\n\n%s", args, completionUsage)
 		return errUsage
 	}
-	cmds, err := completionCommands(ctx)
-	if err != nil {
-		return err
-	}
+	cmds := completionCommands()
 	var script string
 	switch args[0] {
 	case "bash":
@@ -58,7 +42,7 @@ func completion(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case "fish":
 		script = fishCompletion(cmds)
 	}
-	_, err = io.WriteString(stdout, script)
+	_, err := io.WriteString(stdout, script)
 	return err
 }
 
@@ -83,62 +67,50 @@ type complFlag struct {
 	value string
 }
 
-// completionCommands reads every command's flags from its own flag set,
-// and their summaries from the usage texts.
-func completionCommands(ctx context.Context) ([]complCmd, error) {
+// completionCommands is every command completion knows, from the verb
+// table: toolgate itself, each verb and each subcommand, with the flags
+// its flag-set constructor defines.
+func completionCommands() []complCmd {
 	global, _ := newGlobalFlags()
 	top := complCmd{flags: flagsOf(global)}
-	cmds := []complCmd{}
-	verbs := slices.Sorted(maps.Keys(cliVerbs))
-	verbs = append(verbs, "serve", "version", "help", "completion")
-	slices.Sort(verbs)
+	var cmds []complCmd
+	verbs := verbTable()
+	slices.SortFunc(verbs, func(a, b verb) int { return strings.Compare(a.name, b.name) })
 	for _, v := range verbs {
-		top.subs = append(top.subs, v)
-		verb := complCmd{words: []string{v}, summary: summary(v)}
-		switch subs, ok := cliSubcommands[v]; {
-		case v == "serve":
-			fs, _ := newServeFlags(io.Discard)
-			verb.flags = flagsOf(fs)
-		case v == "version" || v == "help":
-		case ok:
-			verb.subs = subs
-			for _, s := range subs {
-				sub := complCmd{words: []string{v, s}, summary: summary(v + " " + s)}
-				if v != "completion" {
-					c, err := collectFlags(ctx, v, s)
-					if err != nil {
-						return nil, err
-					}
-					sub.flags, sub.fileArgs = flagsOf(c.fs), takesFiles(c.synopsis)
-					if sub.summary == "" {
-						sub.summary = firstSentence(c.help)
-					}
-				}
-				cmds = append(cmds, sub)
+		top.subs = append(top.subs, v.name)
+		c := commandOf([]string{v.name}, v)
+		c.subs = v.subNames()
+		for _, s := range v.subs {
+			sub := commandOf([]string{v.name, s.name}, s)
+			if v.cmd != nil {
+				// A word of the verb's first argument (hook's agent):
+				// the verb's flags are completed after it.
+				sub.flags, sub.fileArgs = c.flags, c.fileArgs
 			}
-		default:
-			c, err := collectFlags(ctx, v)
-			if err != nil {
-				return nil, err
-			}
-			verb.flags, verb.fileArgs = flagsOf(c.fs), takesFiles(c.synopsis)
+			cmds = append(cmds, sub)
 		}
-		cmds = append(cmds, verb)
+		if len(v.subs) > 0 {
+			c.flags, c.fileArgs = nil, false
+		}
+		cmds = append(cmds, c)
 	}
 	cmds = append(cmds, top)
 	slices.SortFunc(cmds, func(a, b complCmd) int { return strings.Compare(a.key(), b.key()) })
-	return cmds, nil
+	return cmds
 }
 
-// collectFlags runs a verb only as far as its flags are defined.
-func collectFlags(ctx context.Context, verb string, args ...string) (*cliCmd, error) {
-	var got *cliCmd
-	err := cliVerbs[verb](ctx, args, cliOutput{stdout: io.Discard, stderr: io.Discard,
-		collect: func(c *cliCmd) { got = c }})
-	if got == nil || !errors.Is(err, errCollected) {
-		return nil, fmt.Errorf("toolgate %s: its flags could not be read (%v)", strings.Join(append([]string{verb}, args...), " "), err)
+// commandOf is what completion knows of a verb's or a subcommand's row:
+// its summary, and the flags its flag-set constructor defines.
+func commandOf(words []string, v verb) complCmd {
+	c := complCmd{words: words, summary: v.oneLine()}
+	switch {
+	case v.cmd != nil:
+		cmd := v.command(cliOutput{stdout: io.Discard, stderr: io.Discard})
+		c.flags, c.fileArgs = flagsOf(cmd.fs), takesFiles(cmd.synopsis)
+	case v.flags != nil:
+		c.flags = flagsOf(v.flags())
 	}
-	return got, nil
+	return c
 }
 
 // flagsOf lists a flag set's flags, by name.
@@ -172,48 +144,6 @@ func takesFiles(synopsis string) bool {
 		}
 	}
 	return false
-}
-
-// usageLine is a command's line in a usage text, and the summary that
-// follows it on the same line (after two spaces) or on the next.
-var usageLine = regexp.MustCompile(`(?m)^  toolgate ([^\n]*?)(?: {2,}([^ \n][^\n]*))?\n(?: {10,}([^ \n][^\n]*))?`)
-
-// summary is a command's one-line summary, from the usage texts: the
-// subcommands' own usage first, then toolgate's.
-func summary(command string) string {
-	switch command {
-	case "completion bash", "completion zsh", "completion fish":
-		return "print the " + strings.TrimPrefix(command, "completion ") + " completion script"
-	}
-	texts := []string{usage}
-	if strings.Contains(command, " ") {
-		// A subcommand: its verb's usage says more of it than toolgate's.
-		texts = []string{policyUsage, credsUsage, grantsUsage, analyticsUsage, usage}
-	}
-	for _, text := range texts {
-		for _, m := range usageLine.FindAllStringSubmatch(text, -1) {
-			if m[1] != command && !strings.HasPrefix(m[1], command+" ") {
-				continue
-			}
-			switch {
-			case m[2] == "":
-				return m[3]
-			case strings.HasSuffix(m[2], ",") && m[3] != "":
-				return m[2] + " " + m[3] // the summary goes on on the next line
-			}
-			return m[2]
-		}
-	}
-	return ""
-}
-
-// firstSentence is a help text's first sentence, on one line.
-func firstSentence(help string) string {
-	s := strings.Join(strings.Fields(help), " ")
-	if i := strings.Index(s, ". "); i >= 0 {
-		s = s[:i]
-	}
-	return strings.TrimSuffix(s, ".")
 }
 
 // byKind groups a command's flags that take a value by what they take.

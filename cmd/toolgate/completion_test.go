@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,22 +27,25 @@ func completionScript(t *testing.T, shell string) string {
 
 // TestCompletion_Commands: completion knows every verb, its subcommands
 // and flags from the verb table and the verbs' own flag sets, and every
-// verb's summary from the usage text.
+// verb's summary.
 func TestCompletion_Commands(t *testing.T) {
 	t.Parallel()
-	cmds, err := completionCommands(t.Context())
-	require.NoError(t, err)
+	cmds := completionCommands()
 	byKey := map[string]complCmd{}
 	for _, c := range cmds {
 		byKey[c.key()] = c
 	}
-	verbs := slices.Sorted(maps.Keys(cliVerbs))
-	verbs = append(verbs, "serve", "version", "help", "completion")
+	var verbs []string
+	for _, v := range verbTable() {
+		verbs = append(verbs, v.name)
+	}
 	slices.Sort(verbs)
 	assert.Equal(t, verbs, byKey[""].subs, "toolgate's verbs")
 	for _, v := range verbs {
-		assert.NotEmpty(t, byKey[v].summary, "%s: the usage text says what it does", v)
+		assert.NotEmpty(t, byKey[v].summary, "%s: the verb table says what it does", v)
 	}
+	assert.Equal(t, "lifecycles per second and latencies, against the raw KV compare-and-set rate (docs/performance.md)",
+		byKey["bench"].summary, "a summary over two lines of the usage text, whole")
 	assert.Contains(t, flagNames(byKey[""].flags), "--version")
 	assert.Contains(t, flagNames(byKey[""].flags), "--config")
 
@@ -72,20 +74,19 @@ func TestCompletion_Commands(t *testing.T) {
 	assert.Equal(t, "dir", flagKind(byKey["pending"], "data"))
 	assert.Equal(t, "", flagKind(byKey["pending"], "json"))
 
-	// The subcommands listed are the verbs' own: each is dispatched, and
-	// one not listed is refused.
-	for verb, subs := range cliSubcommands {
-		if verb == "completion" {
-			continue
+	// The subcommands listed are the verbs' own: each is dispatched (its
+	// -h above lists its flags), one not listed is refused, and so is a
+	// flag before the subcommand, saying where it goes.
+	for _, v := range verbTable() {
+		if len(v.subs) == 0 || v.cmd != nil || v.run != nil {
+			continue // none, or the words of an argument the verb checks
 		}
-		for _, s := range subs {
-			_, err := collectFlags(t.Context(), verb, s)
-			assert.NoError(t, err, "%s %s", verb, s)
-		}
-		if verb != "hook" { // its agent is an argument, checked after its flags
-			_, err := collectFlags(t.Context(), verb, "frobnicate")
-			assert.Error(t, err, "%s frobnicate", verb)
-		}
+		r := cli(t, "", v.name, "frobnicate")
+		assert.Equal(t, exitUsage, r.code, "%s frobnicate", v.name)
+		assert.Contains(t, r.stderr, `unknown subcommand "frobnicate"`, v.name)
+		r = cli(t, "", v.name, "--json")
+		assert.Equal(t, exitUsage, r.code, "%s --json", v.name)
+		assert.Contains(t, r.stderr, "the subcommand comes first: toolgate "+v.name+" "+strings.Join(v.subNames(), "|")+" [flags]", v.name)
 	}
 }
 
@@ -159,8 +160,7 @@ echo "${COMPREPLY[*]}"
 // flag, parse in their shells where installed, and fish's completes.
 func TestCompletion_ZshAndFish(t *testing.T) {
 	t.Parallel()
-	cmds, err := completionCommands(t.Context())
-	require.NoError(t, err)
+	cmds := completionCommands()
 
 	zsh := completionScript(t, "zsh")
 	data, err := os.ReadFile(zsh)

@@ -27,67 +27,6 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `toolgate: a durable approval gate for AI agents' tool calls
-
-Usage:
-  toolgate serve [flags]   run toolgate (embedded NATS, or --nats to use a cluster)
-  toolgate version         print the version (also toolgate --version)
-  toolgate help            print this
-  toolgate completion bash|zsh|fish
-                           print a shell completion script ('toolgate completion -h': how to load it)
-
-  toolgate submit --tool T --args JSON --conversation C --caller BOT [--wait]
-                           submit a call as an agent would (--wait: and its answer)
-  toolgate pending         list the calls waiting for a decision
-  toolgate list            list calls in any state (--status S)
-  toolgate show ID         show one call
-  toolgate approve ID      approve a call (--scope once|session|always, --for D, --args JSON)
-  toolgate reject ID --reason R
-                           reject a call; the agent is told why
-  toolgate approve|reject --match PATTERN [--dry-run]
-                           decide every pending call the pattern covers
-  toolgate grants list|revoke ID
-                           the grants approvals recorded; end one
-  toolgate cancel ID | --conversation C
-                           cancel a call, or a conversation's calls
-  toolgate receipt ID [--json]
-                           a call's signed receipts, one per transition (--json: the chain)
-  toolgate verify FILE|ID [--key PUB]
-                           verify a receipt chain: offline from a file, or a call's from toolgate
-
-  toolgate hook claude-code   a Claude Code hook (PreToolUse, PermissionRequest, PostToolUse)
-  toolgate mcp                an MCP server on stdio: --permission-prompt-tool mcp__toolgate__approve
-  toolgate mcp-gateway --config FILE
-                              an MCP gateway in front of MCP servers: every tool call through toolgate
-  toolgate policy get|set FILE|validate FILE|dry-run FILE|explain TOOL ARGS
-                           print, replace or check the policy; what FILE would change; how a call is decided
-  toolgate creds add|list|revoke|init|nats-config
-                           issue, list and revoke NATS credentials (see docs/security.md)
-  toolgate webhook-secret  print a new webhook signing secret (whsec_…, Standard Webhooks)
-  toolgate budget [--team T]
-                           each team's reserved and spent cost per day, and its limit
-  toolgate stats [--json]  approval analytics per tool, team, approver and hour,
-                           with recommended policy changes
-  toolgate bench [--embedded]
-                           lifecycles per second and latencies, against the raw KV
-                           compare-and-set rate (docs/performance.md)
-  toolgate analytics rebuild
-                           re-derive the analytics from the start of TOOL_EVENTS
-
-The verbs that talk to a running toolgate take --nats URL (default
-nats://127.0.0.1:4222) and a credential: --nats-creds FILE, --context NAME (a
-NATS context; by default the one 'nats context select' chose), or else the
-admin credential of the toolgate serving from --data (./toolgate-data) on this
-machine. These flags may also come before the command:
-'toolgate --nats URL pending'. A flag not given is read from TOOLGATE_<FLAG>,
-then (the connection's) from NATS_URL, NATS_CREDS and NATS_CONTEXT, then from
-the config file (--config, default $XDG_CONFIG_HOME/toolgate/config.yaml).
-Exit codes: 0 done, 1 refused or failed, 2 bad usage, 3 submit: the call was
-rejected, timed out, cancelled or denied, 4 submit --wait: it ran and failed.
-
-Run 'toolgate <command> -h' for a command's flags.
-`
-
 // run dispatches a command and returns the process's exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runWith(ctx, args, os.LookupEnv, stdout, stderr)
@@ -96,28 +35,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // runWith is run reading the environment through env.
 func runWith(ctx context.Context, args []string, env lookupEnv, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
 	args, globals, code, done := parseGlobals(args, stdout, stderr)
 	if done {
 		return code
 	}
-	var err error
-	switch args[0] {
-	case "serve":
-		err = serve(ctx, args[1:], globals, env, stderr)
-	case "version":
-		printVersion(stdout)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-	case "completion":
-		err = completion(ctx, args[1:], stdout, stderr)
-	default:
-		// runCLI knows the verbs that talk to a running toolgate, and
-		// says so when args[0] is none of them.
-		return runCLI(ctx, args[0], args[1:], cliOutput{stdout: stdout, stderr: stderr, env: env, globals: globals})
+	v, ok := findVerb(verbTable(), args[0])
+	if !ok {
+		fmt.Fprintf(stderr, "toolgate: unknown command %q\n\n%s", args[0], usage())
+		return exitUsage
 	}
+	out := cliOutput{stdout: stdout, stderr: stderr, env: env, globals: globals}
+	if v.run == nil {
+		return runCLI(ctx, v, args[1:], out)
+	}
+	err := v.run(ctx, args[1:], out)
 	switch {
 	case err == nil:
 		return 0
@@ -152,7 +86,7 @@ func parseGlobals(args []string, stdout, stderr io.Writer) (rest []string, globa
 	fs, version := newGlobalFlags()
 	switch err := fs.Parse(args); {
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return nil, nil, 0, true
 	case err != nil:
 		var names []string
@@ -163,7 +97,7 @@ func parseGlobals(args []string, stdout, stderr io.Writer) (rest []string, globa
 		printVersion(stdout)
 		return nil, nil, 0, true
 	case fs.NArg() == 0:
-		fmt.Fprintf(stderr, "toolgate: missing the command after the flags\n\n%s", usage)
+		fmt.Fprintf(stderr, "toolgate: missing the command after the flags\n\n%s", usage())
 		return nil, nil, 2, true
 	}
 	fs.Visit(func(f *flag.Flag) { globals = append(globals, globalFlag{f.Name, f.Value.String()}) })

@@ -17,51 +17,55 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// cliStats prints the analytics: what GET /v1/analytics serves, as tables.
-func cliStats(ctx context.Context, args []string, out cliOutput) error {
+// statsCmd is `toolgate stats`: it prints the analytics, what GET
+// /v1/analytics serves, as tables.
+func statsCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("stats", "stats [--json] [--hours N] [flags]",
 		"Show the approval analytics kept by the analytics role: calls, approval and\n"+
 			"timeout rates and time to decide per tool, team and approver; activity per\n"+
 			"hour; recommended policy changes with their evidence; and the policy's rate\n"+
 			"rules with the slots each team, conversation or caller holds now.", out).connFlags().jsonFlag("the report")
 	hours := c.fs.Int("hours", analytics.DefaultSeriesHours, "hours of activity to show, ending now")
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
-	}
-	if *hours < 1 || *hours > analytics.MaxSeriesHours {
-		return c.usagef("--hours: must be 1 to %d, got %d", analytics.MaxSeriesHours, *hours)
-	}
-	nc, _, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	// The rate rules' counters come through the request API, which any
-	// credential that may read them can use, so they are shown even when
-	// the analytics cannot be; asked once: a toolgate that does not answer
-	// leaves them out.
-	cl, err := client.New(nc, client.WithUnavailableWait(0))
-	if err != nil {
-		return err
-	}
-	rates, ratesErr := cl.RateLimits(ctx)
-	rep, err := statsAnalytics(ctx, cl, *hours)
-	if err != nil {
-		if ratesErr == nil && !c.json {
-			_ = printRateLimits(out.stdout, rates.Items, time.Now())
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
 		}
-		return err
+		if *hours < 1 || *hours > analytics.MaxSeriesHours {
+			return c.usagef("--hours: must be 1 to %d, got %d", analytics.MaxSeriesHours, *hours)
+		}
+		nc, _, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		// The rate rules' counters come through the request API, which any
+		// credential that may read them can use, so they are shown even when
+		// the analytics cannot be; asked once: a toolgate that does not answer
+		// leaves them out.
+		cl, err := client.New(nc, client.WithUnavailableWait(0))
+		if err != nil {
+			return err
+		}
+		rates, ratesErr := cl.RateLimits(ctx)
+		rep, err := statsAnalytics(ctx, cl, *hours)
+		if err != nil {
+			if ratesErr == nil && !c.json {
+				_ = printRateLimits(out.stdout, rates.Items, time.Now())
+			}
+			return err
+		}
+		if ratesErr != nil {
+			fmt.Fprintf(out.stderr, "toolgate stats: rate limits left out: %v\n", ratesErr)
+		}
+		if c.json {
+			return cliPrintJSON(out.stdout, statsReport{Report: rep, RateLimits: rates.Items})
+		}
+		if err := printStats(out.stdout, rep); err != nil {
+			return err
+		}
+		return printRateLimits(out.stdout, rates.Items, time.Now())
 	}
-	if ratesErr != nil {
-		fmt.Fprintf(out.stderr, "toolgate stats: rate limits left out: %v\n", ratesErr)
-	}
-	if c.json {
-		return cliPrintJSON(out.stdout, statsReport{Report: rep, RateLimits: rates.Items})
-	}
-	if err := printStats(out.stdout, rep); err != nil {
-		return err
-	}
-	return printRateLimits(out.stdout, rates.Items, time.Now())
+	return c
 }
 
 // statsAnalytics asks toolgate for the analytics report, through the
@@ -125,30 +129,8 @@ func statsConnect(c *cliCmd) (jetstream.JetStream, func(), error) {
 	return js, nc.Close, nil
 }
 
-const analyticsUsage = `Usage:
-  toolgate analytics rebuild [flags]   re-derive the analytics from the start of TOOL_EVENTS
-`
-
-// cliAnalytics runs the analytics' maintenance subcommands.
-func cliAnalytics(ctx context.Context, args []string, out cliOutput) error {
-	if len(args) == 0 {
-		fmt.Fprint(out.stderr, analyticsUsage)
-		return errUsage
-	}
-	switch args[0] {
-	case "rebuild":
-		return cliAnalyticsRebuild(ctx, args[1:], out)
-	case "help", "-h", "--help":
-		fmt.Fprint(out.stdout, analyticsUsage)
-		return nil
-	}
-	if strings.HasPrefix(args[0], "-") {
-		return &cliUsageError{verb: "analytics", msg: "the subcommand comes first: toolgate analytics rebuild [flags]"}
-	}
-	return &cliUsageError{verb: "analytics", msg: fmt.Sprintf("unknown subcommand %q: want rebuild", args[0])}
-}
-
-func cliAnalyticsRebuild(ctx context.Context, args []string, out cliOutput) error {
+// analyticsRebuildCmd is `toolgate analytics rebuild`.
+func analyticsRebuildCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("analytics rebuild", "analytics rebuild [flags]",
 		"Re-derive every analytics aggregate from the start of TOOL_EVENTS (as far back as\n"+
 			"the stream keeps events) into a new generation, and put it in force once it has\n"+
@@ -156,49 +138,52 @@ func cliAnalyticsRebuild(ctx context.Context, args []string, out cliOutput) erro
 			"the old numbers until then.", out).connFlags()
 	replicas := c.fs.Int("replicas", 1, "replicas of the analytics bucket, if it has to be created")
 	timeout := c.fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	if _, err := c.parse(args, 0, 0, ""); err != nil {
-		return err
+	c.run = func(ctx context.Context, args []string) error {
+		if _, err := c.parse(args, 0, 0, ""); err != nil {
+			return err
+		}
+		if *replicas < 1 || *replicas > 5 {
+			return c.usagef("--replicas: must be 1 to 5, got %d", *replicas)
+		}
+		if *timeout <= 0 {
+			return c.usagef("--timeout: must be positive, got %s", *timeout)
+		}
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		js, closeConn, err := statsConnect(c)
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		events, err := js.Stream(ctx, wire.EventsStream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("no %s stream: is toolgate serving there?", wire.EventsStream)
+		} else if err != nil {
+			return err
+		}
+		// Bind the bucket as it is; create it only if there is none, so that a
+		// cluster's replicas are never changed from here.
+		kv, err := js.KeyValue(ctx, analytics.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = analytics.Provision(ctx, js, *replicas)
+		}
+		if err != nil {
+			return fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
+		}
+		start := time.Now()
+		gen, err := analytics.New(js, kv, analytics.Config{}).Rebuild(ctx)
+		if err != nil {
+			return err
+		}
+		n := uint64(0)
+		if info, err := events.Info(ctx); err == nil {
+			n = info.State.Msgs
+		}
+		fmt.Fprintf(out.stdout, "analytics rebuilt from the %s in %s: generation %d in force (%s)\n",
+			counted(n, "event", "events"), wire.EventsStream, gen, time.Since(start).Round(time.Millisecond))
+		return nil
 	}
-	if *replicas < 1 || *replicas > 5 {
-		return c.usagef("--replicas: must be 1 to 5, got %d", *replicas)
-	}
-	if *timeout <= 0 {
-		return c.usagef("--timeout: must be positive, got %s", *timeout)
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	js, closeConn, err := statsConnect(c)
-	if err != nil {
-		return err
-	}
-	defer closeConn()
-	events, err := js.Stream(ctx, wire.EventsStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("no %s stream: is toolgate serving there?", wire.EventsStream)
-	} else if err != nil {
-		return err
-	}
-	// Bind the bucket as it is; create it only if there is none, so that a
-	// cluster's replicas are never changed from here.
-	kv, err := js.KeyValue(ctx, analytics.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = analytics.Provision(ctx, js, *replicas)
-	}
-	if err != nil {
-		return fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
-	}
-	start := time.Now()
-	gen, err := analytics.New(js, kv, analytics.Config{}).Rebuild(ctx)
-	if err != nil {
-		return err
-	}
-	n := uint64(0)
-	if info, err := events.Info(ctx); err == nil {
-		n = info.State.Msgs
-	}
-	fmt.Fprintf(out.stdout, "analytics rebuilt from the %s in %s: generation %d in force (%s)\n",
-		counted(n, "event", "events"), wire.EventsStream, gen, time.Since(start).Round(time.Millisecond))
-	return nil
+	return c
 }
 
 // printStats writes a report as tables.
