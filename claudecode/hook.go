@@ -236,7 +236,7 @@ type Options struct {
 func Handle(ctx context.Context, g Gate, in Input, opts Options) (any, error) {
 	switch in.HookEventName {
 	case EventPreToolUse, EventPermissionRequest:
-		return Answer(in, decide(ctx, g, in, opts)), nil
+		return Answer(in, decide(ctx, g, in, opts, handedBack)), nil
 	case EventPostToolUse, EventPostToolUseFailure:
 		return struct{}{}, record(ctx, g, in, opts)
 	default:

@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/toolgate/toolgate/machine"
 )
 
 // ApproveToolName is the permission-prompt tool's name: with the server
@@ -66,7 +63,7 @@ func NewMCPServer(g Gate, conversation, version string, opts Options) *mcp.Serve
 		ctx, stop := said(ctx)
 		defer stop()
 		in := Input{SessionID: conversation, HookEventName: EventPermissionRequest, ToolName: a.ToolName, ToolInput: input, ToolUseID: a.ToolUseID}
-		d := decide(ctx, promptless{g}, in, opts)
+		d := decide(ctx, g, in, opts, "")
 		switch d.Behavior {
 		case Allow:
 			if len(d.UpdatedInput) == 0 {
@@ -74,24 +71,12 @@ func NewMCPServer(g Gate, conversation, version string, opts Options) *mcp.Serve
 			}
 		case Deny:
 		default: // ask: the tool has no prompt to ask
-			d.Reason = strings.TrimSuffix(d.Reason, handedBack) + ": denied (the permission-prompt tool denies what toolgate does not decide)"
+			d.Reason += ": denied (the permission-prompt tool denies what toolgate does not decide)"
 		}
 		text, _ := json.Marshal(d.Permission())
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(text)}}}, nil, nil
 	})
 	return s
-}
-
-// handedBack is how the hooks' reasons end when Claude Code's own prompt
-// decides; the permission-prompt tool has none, and denies instead.
-const handedBack = ": handed back to Claude Code's prompt"
-
-// promptless is the tool's Gate: a call it withdraws is recorded as
-// withdrawn, without the hooks' word that Claude Code's prompt decides.
-type promptless struct{ Gate }
-
-func (g promptless) Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error) {
-	return g.Gate.Cancel(ctx, pendingID, by, strings.TrimSuffix(reason, handedBack))
 }
 
 // errCancelled is why a request Claude Code cancelled, or whose

@@ -101,85 +101,69 @@ type verdict struct {
 
 func refused(pendingID, why string) verdict { return verdict{refusal: why, pendingID: pendingID} }
 
-// decide submits the call and waits for its verdict, within the wait. As
-// the Claude Code hooks do, what ends the wait is fixed in advance from
-// the entry toolgate recorded: when the call's approval timeout is at most
-// the wait and its policy rejects unanswered calls, the deadline decides
-// (the call is refused as timed out: toolgate takes no decision after
-// it); otherwise the wait does, and the call is withdrawn (cancelled,
-// saying why) and refused. A decision that lands while the call is being
-// withdrawn stands. When the client stops waiting first (it cancelled the
-// request or disconnected) the call is withdrawn too, with that reason.
+// decide submits the call and waits for its verdict, within the wait
+// (client.SubmitAndWaitWith says what ends the wait, and how a call is
+// withdrawn), telling the client when the call waits for a human. A call
+// toolgate lets run is claimed to run here; any other verdict is a
+// refusal, saying why: rejected, denied by policy, timed out at its
+// approval deadline, withdrawn when nobody decided within the wait or the
+// client stopped waiting (it cancelled the request or disconnected), or
+// toolgate could not be asked.
 func (s *session) decide(ctx context.Context, call machine.Call, progressToken any) verdict {
-	g, wait := s.gw.gate, s.gw.wait
-	asked := time.Now()
-	spare := client.WaitMargin(s.gw.opts.Timeout) / 2
-	id := machine.PendingID(call.ConversationID, call.ToolCallID)
-	waitOver := fmt.Sprintf("no decision within %s", wait)
-
-	sctx, cancel := context.WithDeadline(ctx, asked.Add(wait))
-	defer cancel()
-	e, err := g.Submit(sctx, call)
-	switch {
-	case err == nil:
-	case errors.Is(err, client.ErrUnavailable):
-		// Nothing answered the submit: no call was recorded to withdraw.
-		return refused("", fmt.Sprintf("toolgate: %s was not run: %v", call.ToolName, err))
-	case ctx.Err() != nil:
-		return s.withdraw(ctx, id, stopped(ctx), spare) // the submit may have landed
-	case sctx.Err() != nil:
-		return s.withdraw(ctx, id, waitOver, spare)
-	default:
-		return refused("", fmt.Sprintf("toolgate: %s was not run: toolgate could not be asked about it: %v", call.ToolName, err))
+	opts := client.WaitOptions{
+		Wait: s.gw.wait, Timeout: s.gw.opts.Timeout, Stopped: stopped,
+		OnPending: func(e *machine.Entry) {
+			s.progress(ctx, progressToken, "toolgate: waiting for a decision on "+e.PendingID)
+		},
 	}
+	return s.verdict(ctx, call.ToolName, client.SubmitAndWaitWith(ctx, s.gw.gate, call, opts), opts)
+}
 
-	until, deadlineDecides := asked.Add(wait), false
-	if e.Status == machine.StatePendingApproval {
-		s.progress(ctx, progressToken, "toolgate: waiting for a decision on "+e.PendingID)
-		if e.AutoRejectOnTimeout && e.ApprovalTimeoutAt > 0 {
-			t := time.Duration(e.ApprovalTimeoutAt-e.RequestedAt) * time.Millisecond
-			if d := time.Now().Add(t); t <= wait && !d.After(asked.Add(wait+spare)) {
-				until, deadlineDecides = d, true
-			}
+// verdict puts v in the gateway's words: a call toolgate lets run is
+// claimed; any other is refused, saying why. A call toolgate could not be
+// asked about once submitted is withdrawn.
+func (s *session) verdict(ctx context.Context, toolName string, v client.Verdict, opts client.WaitOptions) verdict {
+	switch v.Kind {
+	case client.VerdictRun:
+		return s.claim(ctx, toolName, v.Outcome, opts)
+	case client.VerdictRefused:
+		return refused(v.PendingID, "toolgate: "+v.Err.Error())
+	case client.VerdictRanElsewhere:
+		if v.Err != nil {
+			return refused(v.PendingID, "toolgate: "+v.Err.Error()+" (it ran elsewhere, not through this gateway)")
 		}
+		return refused(v.PendingID, fmt.Sprintf("toolgate: %s ran elsewhere (%s), not through this gateway", v.PendingID, v.Outcome.Kind))
+	case client.VerdictExpired:
+		return refused(v.PendingID, fmt.Sprintf("toolgate: tool call %s (%s) timed out: nobody decided within its approval timeout (%s), and its policy rejects it then", v.PendingID, v.Entry.ToolName, v.ApprovalTimeout))
+	case client.VerdictTimedOut, client.VerdictWithdrawn:
+		if v.Err != nil {
+			return refused(v.PendingID, fmt.Sprintf("toolgate: %s was not run: %s, and withdrawing it failed: %v", v.PendingID, v.Why, v.Err))
+		}
+		return refused(v.PendingID, "toolgate: "+v.PendingID+" was not run: withdrawn: "+v.Why)
 	}
-	actx, cancelAwait := context.WithDeadline(ctx, until)
-	defer cancelAwait()
-	o, err := g.Await(actx, e.PendingID)
-	var (
-		rej     *client.RejectedError
-		execErr *client.ExecutionError
-	)
 	switch {
-	case err == nil:
-		return s.claim(ctx, o, spare)
-	case errors.As(err, &rej):
-		return refused(e.PendingID, "toolgate: "+rej.Error())
-	case errors.As(err, &execErr):
-		return refused(e.PendingID, "toolgate: "+execErr.Error()+" (it ran elsewhere, not through this gateway)")
-	case ctx.Err() != nil:
-		return s.withdraw(ctx, e.PendingID, stopped(ctx), spare)
-	case actx.Err() != nil && deadlineDecides:
-		return s.timedOut(ctx, e, spare)
-	case actx.Err() != nil:
-		return s.withdraw(ctx, e.PendingID, waitOver, spare)
+	case v.PendingID == "" && errors.Is(v.Err, client.ErrUnavailable):
+		// Nothing answered the submit: no call was recorded.
+		return refused("", fmt.Sprintf("toolgate: %s was not run: %v", toolName, v.Err))
+	case v.PendingID == "":
+		return refused("", fmt.Sprintf("toolgate: %s was not run: toolgate could not be asked about it: %v", toolName, v.Err))
+	case v.Why != "":
+		// Toolgate could not be asked while the call was withdrawn.
+		return refused(v.PendingID, fmt.Sprintf("toolgate: %s was not run: %s, and withdrawing it failed: %v", v.PendingID, v.Why, v.Err))
 	default:
-		return s.withdraw(ctx, e.PendingID, "toolgate could not be asked: "+err.Error(), spare)
+		return s.withdraw(ctx, toolName, v.PendingID, "toolgate could not be asked: "+v.Err.Error(), opts)
 	}
 }
 
 // claim takes a call toolgate let run, for the gateway to run it: the
 // claim (a compare-and-set to EXECUTING, under the gateway's identity)
 // also fixes the arguments, which no decision changes after it.
-func (s *session) claim(ctx context.Context, o client.Outcome, spare time.Duration) verdict {
-	if !o.Runnable() {
-		return refused(o.PendingID, fmt.Sprintf("toolgate: %s ran elsewhere (%s), not through this gateway", o.PendingID, o.Kind))
-	}
+func (s *session) claim(ctx context.Context, toolName string, o client.Outcome, opts client.WaitOptions) verdict {
 	if ctx.Err() != nil {
 		// Approved, and nobody waits for it any more.
-		return s.withdraw(ctx, o.PendingID, stopped(ctx), spare)
+		return s.withdraw(ctx, toolName, o.PendingID, stopped(ctx), opts)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spare)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), client.WaitMargin(s.gw.opts.Timeout)/2)
 	defer cancel()
 	e, err := s.gw.gate.Started(cctx, o.PendingID, "")
 	switch {
@@ -195,55 +179,14 @@ func (s *session) claim(ctx context.Context, o client.Outcome, spare time.Durati
 		}
 		return refused(o.PendingID, fmt.Sprintf("toolgate: %s was not run: it could not be claimed: %v", o.PendingID, err))
 	default:
-		return s.withdraw(ctx, o.PendingID, "it could not be claimed to run: "+err.Error(), spare)
+		return s.withdraw(ctx, toolName, o.PendingID, "it could not be claimed to run: "+err.Error(), opts)
 	}
 }
 
-// withdraw cancels the call pendingID, saying why, and refuses it; a
+// withdraw withdraws the call pendingID, saying why, and refuses it; a
 // decision that landed first stands.
-func (s *session) withdraw(ctx context.Context, pendingID, why string, spare time.Duration) verdict {
-	g := s.gw.gate
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spare)
-	defer cancel()
-	_, err := g.Cancel(wctx, pendingID, "", "withdrawn: "+why)
-	switch {
-	case err == nil, errors.Is(err, machine.ErrNotFound): // not found: the submit never landed
-		return refused(pendingID, "toolgate: "+pendingID+" was not run: withdrawn: "+why)
-	case errors.Is(err, machine.ErrConflict):
-		// Decided (or claimed) just as it was withdrawn.
-		o, err := g.Await(wctx, pendingID)
-		var rej *client.RejectedError
-		switch {
-		case errors.As(err, &rej):
-			return refused(pendingID, "toolgate: "+rej.Error())
-		case err == nil && o.Runnable() && ctx.Err() == nil:
-			return s.claim(ctx, o, spare)
-		}
-		return refused(pendingID, fmt.Sprintf("toolgate: %s was not run: %s, and withdrawing it failed: %v", pendingID, why, err))
-	default:
-		return refused(pendingID, fmt.Sprintf("toolgate: %s was not run: %s, and withdrawing it failed: %v", pendingID, why, err))
-	}
-}
-
-// timedOut answers a call whose approval deadline passed while the client
-// waited, under a policy that rejects unanswered calls then: toolgate
-// refuses a decision from the deadline on, so a call still pending is
-// refused, whether or not the timer has recorded it yet.
-func (s *session) timedOut(ctx context.Context, e *machine.Entry, spare time.Duration) verdict {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spare)
-	defer cancel()
-	timeout := time.Duration(e.ApprovalTimeoutAt-e.RequestedAt) * time.Millisecond
-	denied := refused(e.PendingID, fmt.Sprintf("toolgate: tool call %s (%s) timed out: nobody decided within its approval timeout (%s), and its policy rejects it then", e.PendingID, e.ToolName, timeout))
-	o, err := s.gw.gate.Await(rctx, e.PendingID)
-	var rej *client.RejectedError
-	switch {
-	case errors.As(err, &rej):
-		return refused(e.PendingID, "toolgate: "+rej.Error())
-	case err == nil && o.Runnable():
-		// Decided in time after all (the deadline is toolgate's clock).
-		return s.claim(ctx, o, spare)
-	}
-	return denied
+func (s *session) withdraw(ctx context.Context, toolName, pendingID, why string, opts client.WaitOptions) verdict {
+	return s.verdict(ctx, toolName, client.WithdrawWith(ctx, s.gw.gate, pendingID, why, opts), opts)
 }
 
 // stopped says why ctx ended: the client stopped waiting.

@@ -26,9 +26,7 @@ import (
 // Gate is what the gateway needs of toolgate: the request API an agent's
 // credential may use. *client.Client has it.
 type Gate interface {
-	Submit(ctx context.Context, call machine.Call) (*machine.Entry, error)
-	Await(ctx context.Context, pendingID string, opts ...client.AwaitOption) (client.Outcome, error)
-	Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error)
+	client.Waiter // submit a call and wait for it (client.SubmitAndWaitWith)
 	Started(ctx context.Context, pendingID, by string) (*machine.Entry, error)
 	Heartbeat(ctx context.Context, pendingID, by string, lease time.Duration) (*machine.Entry, error)
 	Succeed(ctx context.Context, pendingID, by string, result json.RawMessage, cost float64) (*machine.Entry, error)
