@@ -533,6 +533,9 @@ type deps struct {
 	analytics *analytics.Analytics
 	// registry holds every Prometheus collector this process exports.
 	registry *prometheus.Registry
+	// clock is Main.Clock, which the timer tells the time by too (nil:
+	// time.Now).
+	clock func() time.Time
 	// The http role's, built before the roles start.
 	httpHandler  http.Handler
 	httpListener net.Listener
@@ -617,7 +620,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry}, nil
+	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry, clock: m.Clock}, nil
 }
 
 // largeBucket is how many entries and revisions in tool_calls make its
