@@ -118,7 +118,10 @@ func TestAuth_EachCredentialDoesOnlyWhatItsRoleMay(t *testing.T) {
 	}
 	_, err = g.Client.Cancel(ctx, theirs.PendingID, "", "done")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return streamLastSeq(t, g.JS, wire.EventsStream) >= eventsBefore+2 }, 30*time.Second, 10*time.Millisecond)
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("%s reached event %d: the cancel's events", wire.EventsStream, eventsBefore+2), func() (bool, any) {
+		got := streamLastSeq(t, g.JS, wire.EventsStream)
+		return got >= eventsBefore+2, got
+	})
 	select {
 	case m := <-heard:
 		t.Fatalf("an announcement reached a credential not its caller's: %s on %s", m.Data, m.Subject)
