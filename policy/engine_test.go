@@ -451,15 +451,19 @@ func TestEngine_SetDocumentWhileEvaluating(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	swapped, evaluated := make(chan struct{}), make(chan struct{})
+	var swappedOnce, evaluatedOnce sync.Once
 	wg.Go(func() {
 		for i := 0; ctx.Err() == nil; i++ {
 			assert.NoError(t, e.SetDocument(docs[i%2]))
+			swappedOnce.Do(func() { close(swapped) })
 		}
 	})
 	for range 4 {
 		wg.Go(func() {
 			for range 500 {
 				v, err := e.Evaluate(ctx, testCall{tool: "web_search", args: `{"q":"x"}`}.call())
+				evaluatedOnce.Do(func() { close(evaluated) })
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -476,7 +480,14 @@ func TestEngine_SetDocumentWhileEvaluating(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(10 * time.Millisecond)
+	// Resolve too, once documents are being swapped and evaluated.
+	for what, ch := range map[string]chan struct{}{"a document swapped": swapped, "a call evaluated": evaluated} {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not within 10s", what)
+		}
+	}
 	for range 4 {
 		_ = e.Resolve("t", "c")
 	}
