@@ -354,10 +354,14 @@ func TestRunRestarting(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
+		var tries atomic.Int32
 		go func() {
-			done <- consumer.RunRestarting(ctx, bustest.Logger(), "test", func(context.Context) error { return errors.New("down") })
+			done <- consumer.RunRestarting(ctx, bustest.Logger(), "test", func(context.Context) error { tries.Add(1); return errors.New("down") })
 		}()
-		time.Sleep(50 * time.Millisecond)
+		bustest.Eventually(t, 5*time.Second, time.Millisecond, "a first try failed: the backoff is under way", func() (bool, any) {
+			n := tries.Load()
+			return n > 0, n
+		})
 		cancel()
 		select {
 		case err := <-done:
