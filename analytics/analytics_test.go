@@ -447,10 +447,10 @@ func runAnalytics(t *testing.T, env *bustest.Env, configure func(*analytics.Anal
 func waitCaughtUp(t *testing.T, env *bustest.Env, a *analytics.Analytics) {
 	t.Helper()
 	bustest.WaitRelayed(t, env.JS)
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 60*time.Second, 20*time.Millisecond, "analytics caught up", func() (bool, any) {
 		lag, err := a.Lag(t.Context())
-		return err == nil && lag == 0
-	}, 60*time.Second, 20*time.Millisecond, "analytics never caught up")
+		return err == nil && lag == 0, fmt.Sprintf("lag %d, error %v", lag, err)
+	})
 }
 
 var errCrash = errors.New("injected crash")

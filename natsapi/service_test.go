@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -62,7 +63,7 @@ func TestService_DiscoverableAsMicroService(t *testing.T) {
 	// Every instance answers `nats micro info`, and lists every endpoint
 	// once it has added them all, a moment after it started answering.
 	var missing []string
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "every instance lists every endpoint", func() (bool, any) {
 		missing = nil
 		for _, info := range askAll[micro.Info](t, env.NC, "$SRV.INFO.toolgate") {
 			assert.Equal(t, "toolgate", info.Name)
@@ -76,8 +77,8 @@ func TestService_DiscoverableAsMicroService(t *testing.T) {
 				}
 			}
 		}
-		return len(missing) == 0
-	}, 30*time.Second, 10*time.Millisecond, "endpoints an instance does not list: %v", missing)
+		return len(missing) == 0, fmt.Sprintf("not listed: %v", missing)
+	})
 }
 
 func TestService_SubmitDecideAndRefusals(t *testing.T) {
