@@ -106,16 +106,17 @@ type specCall struct {
 	badRequest bool
 }
 
+// specOptions are the options requests and answers are validated with.
 // A decision link's page is HTML, which kin-openapi does not read by
-// itself: its body is checked as the string it is.
-func init() {
+// itself: the decoder registered with them checks its body as the string
+// it is.
+var specOptions = func() *openapi3filter.Options {
 	openapi3filter.RegisterBodyDecoder("text/html", func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
 		b, err := io.ReadAll(body)
 		return string(b), err
 	})
-}
-
-var specOptions = &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true}
+	return &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true}
+}()
 
 func (c *specCall) build(t *testing.T, url string) *http.Request {
 	t.Helper()
@@ -305,258 +306,307 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	t.Parallel()
 	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake", "http", "analytics"}, Policy: specPolicy, Tokens: tokens})
 	s := newSpecClient(t, g.HTTPURL)
-
-	// Every route, as a stranger and with a method it does not take; paths
-	// no route takes.
-	methods := map[string][]string{}
-	for _, r := range api.Routes() {
-		methods[r[1]] = append(methods[r[1]], r[0])
-	}
-	for path, ms := range methods {
-		for _, m := range ms {
-			c := specCall{method: m, path: specFill(path), badRequest: true}
-			if m == http.MethodPost {
-				c.body = map[string]any{}
-			}
-			s.send(c)
+	// step runs a phase of the test as a subtest, so that a failure names
+	// it; the spec client checks on the subtest's behalf meanwhile. A
+	// phase relies on those before it: the first that fails ends the test.
+	step := func(name string, phase func(t *testing.T)) {
+		t.Helper()
+		if !t.Run(name, func(t *testing.T) { s.t = t; phase(t) }) {
+			t.FailNow()
 		}
-		var allow []string
-		for _, m := range ms {
-			allow = append(allow, m)
-			if m == http.MethodGet {
-				allow = append(allow, http.MethodHead)
-			}
-		}
-		other := http.MethodPatch
-		for _, m := range []string{http.MethodDelete, http.MethodPut, http.MethodPatch} {
-			if !slices.Contains(ms, m) {
-				other = m
-				break
-			}
-		}
-		hdr := s.validError(other, specFill(path), http.StatusMethodNotAllowed, "method_not_allowed")
-		assert.ElementsMatch(t, allow, strings.Split(hdr.Get("Allow"), ", "), "Allow of %s", path)
 	}
 
-	for _, path := range []string{"/v1/nothing-here", "/v1/tool-calls/a/b/c", "/nothing-here.js"} {
-		s.validError(http.MethodGet, path, http.StatusNotFound, "not_found")
-	}
+	step("every route, as a stranger and with a method it does not take; paths no route takes", func(t *testing.T) {
+		// Every route, as a stranger and with a method it does not take; paths
+		// no route takes.
+		methods := map[string][]string{}
+		for _, r := range api.Routes() {
+			methods[r[1]] = append(methods[r[1]], r[0])
+		}
+		for path, ms := range methods {
+			for _, m := range ms {
+				c := specCall{method: m, path: specFill(path), badRequest: true}
+				if m == http.MethodPost {
+					c.body = map[string]any{}
+				}
+				s.send(c)
+			}
+			var allow []string
+			for _, m := range ms {
+				allow = append(allow, m)
+				if m == http.MethodGet {
+					allow = append(allow, http.MethodHead)
+				}
+			}
+			other := http.MethodPatch
+			for _, m := range []string{http.MethodDelete, http.MethodPut, http.MethodPatch} {
+				if !slices.Contains(ms, m) {
+					other = m
+					break
+				}
+			}
+			hdr := s.validError(other, specFill(path), http.StatusMethodNotAllowed, "method_not_allowed")
+			assert.ElementsMatch(t, allow, strings.Split(hdr.Get("Allow"), ", "), "Allow of %s", path)
+		}
 
-	// Submitting.
-	var first machine.Entry
+		for _, path := range []string{"/v1/nothing-here", "/v1/tool-calls/a/b/c", "/nothing-here.js"} {
+			s.validError(http.MethodGet, path, http.StatusNotFound, "not_found")
+		}
+	})
+
 	webSearch := func(id, query string) machine.Call {
 		return machine.Call{ToolCallID: id, ToolName: "web_search", Arguments: json.RawMessage(`{"query":"` + query + `"}`),
 			ConversationID: "spec", Team: "research", EstimatedCost: 0.5, TaskID: "t1", PermissionMode: "default"}
 	}
 	submit := func(c machine.Call) machine.Entry {
-		t.Helper()
+		s.t.Helper()
 		var e machine.Entry
-		require.Equal(t, http.StatusCreated, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent, body: c}, &e))
+		require.Equal(s.t, http.StatusCreated, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent, body: c}, &e))
 		return e
 	}
-	first = submit(webSearch("c1", "q1"))
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent, body: webSearch("c1", "q1")}, nil), "a retry")
-	assert.Equal(t, http.StatusConflict, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent, body: webSearch("c1", "other")}, nil))
-	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent,
-		body: machine.Call{ToolName: "web search", ConversationID: "spec"}}, nil))
-	assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specViewer, body: webSearch("c0", "q")}, nil))
-	assert.Equal(t, http.StatusUnsupportedMediaType, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent,
-		body: []byte(`{}`), contentType: "text/plain", badRequest: true}, nil))
-	assert.Equal(t, http.StatusRequestEntityTooLarge, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent,
-		body: webSearch("big", strings.Repeat("x", 2<<20))}, nil))
-	denied := submit(webSearch("c2", "forbidden fruit"))
-	assert.Equal(t, machine.StateRejectedByPolicy, denied.Status)
+	// What a phase leaves to those after it.
+	var (
+		first, second, previewed machine.Entry
+		page                     api.Page
+		yes, no                  = true, false
+	)
 
-	// Reading.
-	second := submit(webSearch("c3", "q3"))
-	var page api.Page
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls?conversationId=spec&limit=1", token: specViewer}, &page))
-	require.NotEmpty(t, page.NextCursor)
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls?status=PENDING_APPROVAL&toolName=web_search&callerBotId=bot-1&cursor=" + page.NextCursor, token: specViewer}, &page))
-	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/tool-calls?status=DONE", token: specViewer, badRequest: true}, nil))
-	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/tool-calls?limit=5000", token: specViewer}, nil))
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + first.PendingID, token: specViewer}, nil))
-	assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "GET", path: "/v1/tool-calls/spec.nope", token: specViewer}, nil))
-	assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "GET", path: "/v1/tool-calls/spec.nope/history", token: specViewer}, nil))
-
-	// Deciding: a session grant, a conflict, an edit, a refused edit.
-	yes, no := true, false
-	decide := func(id, token string, d api.DecisionRequest) int {
-		return s.do(specCall{method: "POST", path: "/v1/tool-calls/" + id + "/decision", token: token, body: d}, nil)
-	}
-	require.Equal(t, http.StatusOK, decide(first.PendingID, specAlice, api.DecisionRequest{Approved: &yes, Reason: "fine", Scope: machine.ScopeSession, ForMs: 3_600_000}))
-	assert.Equal(t, http.StatusConflict, decide(first.PendingID, specAlice, api.DecisionRequest{Approved: &no}))
-	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + second.PendingID + "/decision", token: specAlice,
-		body: map[string]any{"reason": "no verdict"}, badRequest: true}, nil), "approved is required")
-	assert.Equal(t, http.StatusForbidden, decide(second.PendingID, specAlice, api.DecisionRequest{Approved: &yes, Arguments: json.RawMessage(`{"query":"forbidden x"}`)}))
-	assert.Equal(t, http.StatusForbidden, decide(second.PendingID, specAgent, api.DecisionRequest{Approved: &yes}))
-	assert.Equal(t, http.StatusNotFound, decide("spec.nope", specAlice, api.DecisionRequest{Approved: &yes}))
-	require.Equal(t, http.StatusOK, decide(second.PendingID, specAlice, api.DecisionRequest{Approved: &yes, Arguments: json.RawMessage(`{"query":"q3 edited"}`)}))
-	var hist []api.HistoryItem
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID + "/history", token: specViewer}, &hist))
-	require.NotEmpty(t, hist)
-	assert.NotNil(t, hist[len(hist)-1].Edit, "the history shows the edit")
-
-	// Running: a lease, then an outcome.
-	_, err := g.Client.Started(t.Context(), second.PendingID, "worker-1")
-	require.NoError(t, err)
-	var running machine.Entry
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID, token: specViewer}, &running))
-	require.NotNil(t, running.Lease, "a running call's lease is shown")
-	_, err = g.Client.Fail(t.Context(), second.PendingID, "worker-1", "the search engine is down", 0.25)
-	require.NoError(t, err)
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID, token: specViewer}, nil))
-
-	// Its receipts, verified with the published keys (open to anyone).
-	var chain wire.ReceiptChain
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID + "/receipts", token: specViewer}, &chain))
-	var keys wire.ReceiptKeys
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/receipts/key"}, &keys))
-	_, err = gate.VerifyReceiptChain(&chain, keys.Keys)
-	require.NoError(t, err)
-	assert.Len(t, chain.Receipts, 4, "ask, approve (edited), start, fail")
-	assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "GET", path: "/v1/tool-calls/spec.nope/receipts", token: specViewer}, nil))
-
-	// Deciding by pattern.
-	for _, id := range []string{"b1", "b2"} {
-		c := webSearch(id, "batch "+id)
-		c.ConversationID = "spec-batch"
-		submit(c)
-	}
-	var batch wire.DecideMatchingReply
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/decisions", token: specAlice,
-		body: wire.DecideMatchingRequest{Match: "web_search", ConversationID: "spec-batch", DryRun: true}}, &batch))
-	assert.Len(t, batch.Decided, 2)
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/decisions", token: specAlice,
-		body: wire.DecideMatchingRequest{Match: "web_search", ConversationID: "spec-batch", Approved: false, Reason: "not now"}}, &batch))
-	assert.Len(t, batch.Decided, 2)
-	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/decisions", token: specAlice,
-		body: map[string]any{"approved": true}, badRequest: true}, nil))
-
-	// Grants.
-	var grants []wire.Grant
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/grants?conversationId=spec", token: specViewer}, &grants))
-	require.NotEmpty(t, grants, "the session approval's grant")
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/grants/" + grants[0].ID + "/revoke", token: specAlice}, nil))
-	assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "POST", path: "/v1/grants/nope/revoke", token: specAlice}, nil))
-
-	// What a grant would cover, before granting.
-	previewed := submit(webSearch("c7", "q7"))
-	var preview wire.GrantPreview
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + previewed.PendingID + "/grant-preview?scope=session", token: specViewer}, &preview))
-	assert.Equal(t, "web_search", preview.ToolName)
-
-	// A one-time decision link, as a notification carries it: its page,
-	// then its redemption.
-	tokens, err := g.Service.IssueDecisionTokens(t.Context(), gate.System, previewed.PendingID, "alice")
-	require.NoError(t, err)
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/decision-tokens/" + tokens.Approve}, nil))
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/decision-tokens/" + tokens.Approve, body: []byte("{}")}, nil))
-
-	// A click on a Slack card, signed with the app's secret, by a user
-	// the policy does not map: answered (the user is told, privately).
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	payload, err := json.Marshal(map[string]any{"type": "block_actions", "user": map[string]string{"id": "U0NOBODY"},
-		"actions":      []map[string]string{{"action_id": gate.SlackActionApprove, "value": previewed.PendingID, "type": "button"}},
-		"response_url": "https://hooks.slack.com/actions/T/1/spec"})
-	require.NoError(t, err)
-	click := url.Values{"payload": {string(payload)}}.Encode()
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/integrations/slack/interactions", body: []byte(click),
-		contentType: "application/x-www-form-urlencoded",
-		header:      http.Header{"X-Slack-Request-Timestamp": {ts}, "X-Slack-Signature": {gate.SignSlack(specSlackSecret, ts, []byte(click))}}}, nil))
-
-	// The reference design's decision.
-	third := submit(webSearch("c4", "q4"))
-	assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "POST", path: "/v1/respond", token: specAlice,
-		body: api.RespondRequest{ConversationID: "elsewhere", PendingID: third.PendingID, Approved: &yes}}, nil))
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/respond", token: specAlice,
-		body: api.RespondRequest{ConversationID: "spec", PendingID: third.PendingID, Approved: &no, Reason: "no"}}, nil))
-
-	// Cancelling.
-	fourth := submit(webSearch("c5", "q5"))
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + fourth.PendingID + "/cancel", token: specAgent,
-		body: api.CancelRequest{Reason: "changed my mind"}}, nil))
-	assert.Equal(t, http.StatusConflict, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + fourth.PendingID + "/cancel", token: specAgent}, nil))
-	c := webSearch("c6", "q6")
-	c.ConversationID = "spec-cancel"
-	submit(c)
-	var cancelled wire.CancelConversationReply
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/conversations/spec-cancel/cancel", token: specAgent}, &cancelled))
-	assert.Len(t, cancelled.Cancelled, 1)
-
-	// Claude Code's hooks: allowed by a rule, run, reported.
-	hookIn := `{"session_id":"spec-hook","transcript_path":"/t.jsonl","cwd":"/p","permission_mode":"default","hook_event_name":"PermissionRequest",` +
-		`"tool_name":"Bash","tool_input":{"command":"npm test"},"permission_suggestions":[]}`
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/integrations/claude-code/permission-request?team=research&timeout=30&wait=5", token: specAgent, body: []byte(hookIn)}, nil))
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/integrations/claude-code/post-tool-use", token: specAgent,
-		body: []byte(`{"session_id":"spec-hook","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"npm test"},"tool_use_id":"toolu_01","tool_response":{"stdout":"ok"}}`)}, nil))
-	// A request the hooks refuse is a deny, in a 200: Claude Code runs the call on any other status.
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/integrations/claude-code/pre-tool-use?timeout=soon", token: specAgent, body: []byte(hookIn)}, nil))
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/integrations/claude-code/session-start", token: specAgent, body: []byte(hookIn), badRequest: true}, nil))
-	var done itemsPage
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls?conversationId=spec-hook", token: specViewer}, &done))
-	require.Len(t, done.Items, 1)
-	assert.Equal(t, machine.StateCompletedSuccess, done.Items[0].Status)
-
-	// Budgets, who I am, analytics.
-	var budgets wire.BudgetsReply
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/budgets", token: specViewer}, &budgets))
-	require.NotEmpty(t, budgets.Items)
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/budgets?team=research", token: specViewer}, nil))
-	assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "GET", path: "/v1/budgets", token: specAgent}, nil))
-	var rates wire.RateLimitsReply
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/rate-limits", token: specViewer}, &rates))
-	require.Len(t, rates.Items, 1)
-	assert.Equal(t, `rateLimits[0] "Bash(npm test:*)" (teams.research)`, rates.Items[0].Rule)
-	if assert.Len(t, rates.Items[0].Counters, 1, "the hook's npm test took a slot") {
-		assert.Equal(t, wire.RateCount{Value: "research", Count: 1, FreesAt: rates.Items[0].Counters[0].FreesAt}, rates.Items[0].Counters[0])
-	}
-	assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "GET", path: "/v1/rate-limits", token: specAgent}, nil))
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/me", token: specAgent}, nil))
-	var report analytics.Report
-	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the analytics count every call", func() (bool, any) {
-		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/analytics?hours=2&resolution=hour", token: specViewer}, &report))
-		return report.Lag == 0 && report.Totals.Calls >= 9 && len(report.Approvers) > 0, report.Totals
+	step("submitting", func(t *testing.T) {
+		// Submitting.
+		first = submit(webSearch("c1", "q1"))
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent, body: webSearch("c1", "q1")}, nil), "a retry")
+		assert.Equal(t, http.StatusConflict, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent, body: webSearch("c1", "other")}, nil))
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent,
+			body: machine.Call{ToolName: "web search", ConversationID: "spec"}}, nil))
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specViewer, body: webSearch("c0", "q")}, nil))
+		assert.Equal(t, http.StatusUnsupportedMediaType, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent,
+			body: []byte(`{}`), contentType: "text/plain", badRequest: true}, nil))
+		assert.Equal(t, http.StatusRequestEntityTooLarge, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent,
+			body: webSearch("big", strings.Repeat("x", 2<<20))}, nil))
+		denied := submit(webSearch("c2", "forbidden fruit"))
+		assert.Equal(t, machine.StateRejectedByPolicy, denied.Status)
 	})
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: fmt.Sprintf("/v1/analytics?hours=1&resolution=minute&until=%d", report.GeneratedAt), token: specViewer}, nil))
-	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/analytics?hours=100000", token: specViewer}, nil))
-	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/analytics?hours=soon", token: specViewer, badRequest: true}, nil))
 
-	// Trying a policy before it is put in force: the calls so far,
-	// replayed through a candidate that no longer asks about web searches.
-	var dry wire.PolicyDryRunReply
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specViewer,
-		body: wire.PolicyDryRunRequest{Document: "default: {requiresApprovalTools: [Bash]}", Team: new("research"), Examples: 1}}, &dry))
-	assert.NotZero(t, dry.Changed)
-	assert.NotEmpty(t, dry.Examples)
-	assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specAlice,
-		body: wire.PolicyDryRunRequest{Document: "{}", Since: 1}}, nil))
-	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specViewer,
-		body: wire.PolicyDryRunRequest{Document: "default: {approvalTimeoutMs: -1}"}}, nil))
-	assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specAgent,
-		body: wire.PolicyDryRunRequest{Document: "{}"}}, nil))
-	var explained wire.PolicyExplainReply
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/explain", token: specViewer,
-		body: wire.PolicyExplainRequest{ToolName: "web_search", Arguments: json.RawMessage(`{"query":"forbidden x"}`), Team: "research"}}, &explained))
-	assert.Equal(t, wire.VerdictDeny, explained.Verdict)
-	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/policy/explain", token: specViewer,
-		body: wire.PolicyExplainRequest{ToolName: "web_search", Arguments: json.RawMessage(`[]`)}, badRequest: true}, nil))
-	assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/policy/explain", token: specAgent,
-		body: wire.PolicyExplainRequest{ToolName: "web_search"}}, nil))
+	step("reading", func(t *testing.T) {
+		// Reading.
+		second = submit(webSearch("c3", "q3"))
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls?conversationId=spec&limit=1", token: specViewer}, &page))
+		require.NotEmpty(t, page.NextCursor)
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls?status=PENDING_APPROVAL&toolName=web_search&callerBotId=bot-1&cursor=" + page.NextCursor, token: specViewer}, &page))
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/tool-calls?status=DONE", token: specViewer, badRequest: true}, nil))
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/tool-calls?limit=5000", token: specViewer}, nil))
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + first.PendingID, token: specViewer}, nil))
+		assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "GET", path: "/v1/tool-calls/spec.nope", token: specViewer}, nil))
+		assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "GET", path: "/v1/tool-calls/spec.nope/history", token: specViewer}, nil))
+	})
 
-	// What anyone may ask.
-	for _, path := range []string{"/v1/openapi.json", "/v1/schemas/event.json", "/healthz", "/readyz", "/metrics"} {
-		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: path}, nil), path)
-	}
+	step("deciding: a session grant, a conflict, an edit, a refused edit", func(t *testing.T) {
+		// Deciding: a session grant, a conflict, an edit, a refused edit.
+		decide := func(id, token string, d api.DecisionRequest) int {
+			return s.do(specCall{method: "POST", path: "/v1/tool-calls/" + id + "/decision", token: token, body: d}, nil)
+		}
+		require.Equal(t, http.StatusOK, decide(first.PendingID, specAlice, api.DecisionRequest{Approved: &yes, Reason: "fine", Scope: machine.ScopeSession, ForMs: 3_600_000}))
+		assert.Equal(t, http.StatusConflict, decide(first.PendingID, specAlice, api.DecisionRequest{Approved: &no}))
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + second.PendingID + "/decision", token: specAlice,
+			body: map[string]any{"reason": "no verdict"}, badRequest: true}, nil), "approved is required")
+		assert.Equal(t, http.StatusForbidden, decide(second.PendingID, specAlice, api.DecisionRequest{Approved: &yes, Arguments: json.RawMessage(`{"query":"forbidden x"}`)}))
+		assert.Equal(t, http.StatusForbidden, decide(second.PendingID, specAgent, api.DecisionRequest{Approved: &yes}))
+		assert.Equal(t, http.StatusNotFound, decide("spec.nope", specAlice, api.DecisionRequest{Approved: &yes}))
+		require.Equal(t, http.StatusOK, decide(second.PendingID, specAlice, api.DecisionRequest{Approved: &yes, Arguments: json.RawMessage(`{"query":"q3 edited"}`)}))
+		var hist []api.HistoryItem
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID + "/history", token: specViewer}, &hist))
+		require.NotEmpty(t, hist)
+		assert.NotNil(t, hist[len(hist)-1].Edit, "the history shows the edit")
+	})
 
-	// The event stream: every event so far, each one's data an Event.
-	require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls?limit=1", token: specViewer}, &page))
-	s.events(specCall{method: "GET", path: "/v1/events?since=0", token: specViewer}, page.EventsSeq)
-	s.events(specCall{method: "GET", path: "/v1/events?conversationId=spec&toolName=web_search", token: specViewer,
-		header: http.Header{"Last-Event-ID": {"0"}}}, 0)
-	s.events(specCall{method: "GET", path: "/v1/events?since=0&access_token=" + specAgent}, 0)
-	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/events?since=18446744073709551616", token: specViewer, badRequest: true}, nil))
-	assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/events?since=soon", token: specViewer, badRequest: true}, nil))
+	step("running: a lease, then an outcome", func(t *testing.T) {
+		// Running: a lease, then an outcome.
+		_, err := g.Client.Started(t.Context(), second.PendingID, "worker-1")
+		require.NoError(t, err)
+		var running machine.Entry
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID, token: specViewer}, &running))
+		require.NotNil(t, running.Lease, "a running call's lease is shown")
+		_, err = g.Client.Fail(t.Context(), second.PendingID, "worker-1", "the search engine is down", 0.25)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID, token: specViewer}, nil))
+	})
+
+	step("its receipts, verified with the published keys", func(t *testing.T) {
+		// Its receipts, verified with the published keys (open to anyone).
+		var chain wire.ReceiptChain
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID + "/receipts", token: specViewer}, &chain))
+		var keys wire.ReceiptKeys
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/receipts/key"}, &keys))
+		_, err := gate.VerifyReceiptChain(&chain, keys.Keys)
+		require.NoError(t, err)
+		assert.Len(t, chain.Receipts, 4, "ask, approve (edited), start, fail")
+		assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "GET", path: "/v1/tool-calls/spec.nope/receipts", token: specViewer}, nil))
+	})
+
+	step("deciding by pattern", func(t *testing.T) {
+		// Deciding by pattern.
+		for _, id := range []string{"b1", "b2"} {
+			c := webSearch(id, "batch "+id)
+			c.ConversationID = "spec-batch"
+			submit(c)
+		}
+		var batch wire.DecideMatchingReply
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/decisions", token: specAlice,
+			body: wire.DecideMatchingRequest{Match: "web_search", ConversationID: "spec-batch", DryRun: true}}, &batch))
+		assert.Len(t, batch.Decided, 2)
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/decisions", token: specAlice,
+			body: wire.DecideMatchingRequest{Match: "web_search", ConversationID: "spec-batch", Approved: false, Reason: "not now"}}, &batch))
+		assert.Len(t, batch.Decided, 2)
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/decisions", token: specAlice,
+			body: map[string]any{"approved": true}, badRequest: true}, nil))
+	})
+
+	step("grants", func(t *testing.T) {
+		// Grants.
+		var grants []wire.Grant
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/grants?conversationId=spec", token: specViewer}, &grants))
+		require.NotEmpty(t, grants, "the session approval's grant")
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/grants/" + grants[0].ID + "/revoke", token: specAlice}, nil))
+		assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "POST", path: "/v1/grants/nope/revoke", token: specAlice}, nil))
+	})
+
+	step("what a grant would cover, before granting", func(t *testing.T) {
+		// What a grant would cover, before granting.
+		previewed = submit(webSearch("c7", "q7"))
+		var preview wire.GrantPreview
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + previewed.PendingID + "/grant-preview?scope=session", token: specViewer}, &preview))
+		assert.Equal(t, "web_search", preview.ToolName)
+	})
+
+	step("a one-time decision link", func(t *testing.T) {
+		// A one-time decision link, as a notification carries it: its page,
+		// then its redemption.
+		tokens, err := g.Service.IssueDecisionTokens(t.Context(), gate.System, previewed.PendingID, "alice")
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/decision-tokens/" + tokens.Approve}, nil))
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/decision-tokens/" + tokens.Approve, body: []byte("{}")}, nil))
+	})
+
+	step("a click on a Slack card", func(t *testing.T) {
+		// A click on a Slack card, signed with the app's secret, by a user
+		// the policy does not map: answered (the user is told, privately).
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		payload, err := json.Marshal(map[string]any{"type": "block_actions", "user": map[string]string{"id": "U0NOBODY"},
+			"actions":      []map[string]string{{"action_id": gate.SlackActionApprove, "value": previewed.PendingID, "type": "button"}},
+			"response_url": "https://hooks.slack.com/actions/T/1/spec"})
+		require.NoError(t, err)
+		click := url.Values{"payload": {string(payload)}}.Encode()
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/integrations/slack/interactions", body: []byte(click),
+			contentType: "application/x-www-form-urlencoded",
+			header:      http.Header{"X-Slack-Request-Timestamp": {ts}, "X-Slack-Signature": {gate.SignSlack(specSlackSecret, ts, []byte(click))}}}, nil))
+	})
+
+	step("the reference design's decision", func(t *testing.T) {
+		// The reference design's decision.
+		third := submit(webSearch("c4", "q4"))
+		assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "POST", path: "/v1/respond", token: specAlice,
+			body: api.RespondRequest{ConversationID: "elsewhere", PendingID: third.PendingID, Approved: &yes}}, nil))
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/respond", token: specAlice,
+			body: api.RespondRequest{ConversationID: "spec", PendingID: third.PendingID, Approved: &no, Reason: "no"}}, nil))
+	})
+
+	step("cancelling", func(t *testing.T) {
+		// Cancelling.
+		fourth := submit(webSearch("c5", "q5"))
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + fourth.PendingID + "/cancel", token: specAgent,
+			body: api.CancelRequest{Reason: "changed my mind"}}, nil))
+		assert.Equal(t, http.StatusConflict, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + fourth.PendingID + "/cancel", token: specAgent}, nil))
+		c := webSearch("c6", "q6")
+		c.ConversationID = "spec-cancel"
+		submit(c)
+		var cancelled wire.CancelConversationReply
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/conversations/spec-cancel/cancel", token: specAgent}, &cancelled))
+		assert.Len(t, cancelled.Cancelled, 1)
+	})
+
+	step("Claude Code's hooks", func(t *testing.T) {
+		// Claude Code's hooks: allowed by a rule, run, reported.
+		hookIn := `{"session_id":"spec-hook","transcript_path":"/t.jsonl","cwd":"/p","permission_mode":"default","hook_event_name":"PermissionRequest",` +
+			`"tool_name":"Bash","tool_input":{"command":"npm test"},"permission_suggestions":[]}`
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/integrations/claude-code/permission-request?team=research&timeout=30&wait=5", token: specAgent, body: []byte(hookIn)}, nil))
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/integrations/claude-code/post-tool-use", token: specAgent,
+			body: []byte(`{"session_id":"spec-hook","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"npm test"},"tool_use_id":"toolu_01","tool_response":{"stdout":"ok"}}`)}, nil))
+		// A request the hooks refuse is a deny, in a 200: Claude Code runs the call on any other status.
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/integrations/claude-code/pre-tool-use?timeout=soon", token: specAgent, body: []byte(hookIn)}, nil))
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/integrations/claude-code/session-start", token: specAgent, body: []byte(hookIn), badRequest: true}, nil))
+		var done itemsPage
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls?conversationId=spec-hook", token: specViewer}, &done))
+		require.Len(t, done.Items, 1)
+		assert.Equal(t, machine.StateCompletedSuccess, done.Items[0].Status)
+	})
+
+	step("budgets, who I am, analytics", func(t *testing.T) {
+		// Budgets, who I am, analytics.
+		var budgets wire.BudgetsReply
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/budgets", token: specViewer}, &budgets))
+		require.NotEmpty(t, budgets.Items)
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/budgets?team=research", token: specViewer}, nil))
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "GET", path: "/v1/budgets", token: specAgent}, nil))
+		var rates wire.RateLimitsReply
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/rate-limits", token: specViewer}, &rates))
+		require.Len(t, rates.Items, 1)
+		assert.Equal(t, `rateLimits[0] "Bash(npm test:*)" (teams.research)`, rates.Items[0].Rule)
+		if assert.Len(t, rates.Items[0].Counters, 1, "the hook's npm test took a slot") {
+			assert.Equal(t, wire.RateCount{Value: "research", Count: 1, FreesAt: rates.Items[0].Counters[0].FreesAt}, rates.Items[0].Counters[0])
+		}
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "GET", path: "/v1/rate-limits", token: specAgent}, nil))
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/me", token: specAgent}, nil))
+		var report analytics.Report
+		bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the analytics count every call", func() (bool, any) {
+			require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/analytics?hours=2&resolution=hour", token: specViewer}, &report))
+			return report.Lag == 0 && report.Totals.Calls >= 9 && len(report.Approvers) > 0, report.Totals
+		})
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: fmt.Sprintf("/v1/analytics?hours=1&resolution=minute&until=%d", report.GeneratedAt), token: specViewer}, nil))
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/analytics?hours=100000", token: specViewer}, nil))
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/analytics?hours=soon", token: specViewer, badRequest: true}, nil))
+	})
+
+	step("trying a policy before it is put in force", func(t *testing.T) {
+		// Trying a policy before it is put in force: the calls so far,
+		// replayed through a candidate that no longer asks about web searches.
+		var dry wire.PolicyDryRunReply
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specViewer,
+			body: wire.PolicyDryRunRequest{Document: "default: {requiresApprovalTools: [Bash]}", Team: new("research"), Examples: 1}}, &dry))
+		assert.NotZero(t, dry.Changed)
+		assert.NotEmpty(t, dry.Examples)
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specAlice,
+			body: wire.PolicyDryRunRequest{Document: "{}", Since: 1}}, nil))
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specViewer,
+			body: wire.PolicyDryRunRequest{Document: "default: {approvalTimeoutMs: -1}"}}, nil))
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/policy/dry-run", token: specAgent,
+			body: wire.PolicyDryRunRequest{Document: "{}"}}, nil))
+		var explained wire.PolicyExplainReply
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/explain", token: specViewer,
+			body: wire.PolicyExplainRequest{ToolName: "web_search", Arguments: json.RawMessage(`{"query":"forbidden x"}`), Team: "research"}}, &explained))
+		assert.Equal(t, wire.VerdictDeny, explained.Verdict)
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/policy/explain", token: specViewer,
+			body: wire.PolicyExplainRequest{ToolName: "web_search", Arguments: json.RawMessage(`[]`)}, badRequest: true}, nil))
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/policy/explain", token: specAgent,
+			body: wire.PolicyExplainRequest{ToolName: "web_search"}}, nil))
+	})
+
+	step("what anyone may ask", func(t *testing.T) {
+		// What anyone may ask.
+		for _, path := range []string{"/v1/openapi.json", "/v1/schemas/event.json", "/healthz", "/readyz", "/metrics"} {
+			assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: path}, nil), path)
+		}
+	})
+
+	step("the event stream", func(t *testing.T) {
+		// The event stream: every event so far, each one's data an Event.
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls?limit=1", token: specViewer}, &page))
+		s.events(specCall{method: "GET", path: "/v1/events?since=0", token: specViewer}, page.EventsSeq)
+		s.events(specCall{method: "GET", path: "/v1/events?conversationId=spec&toolName=web_search", token: specViewer,
+			header: http.Header{"Last-Event-ID": {"0"}}}, 0)
+		s.events(specCall{method: "GET", path: "/v1/events?since=0&access_token=" + specAgent}, 0)
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/events?since=18446744073709551616", token: specViewer, badRequest: true}, nil))
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/events?since=soon", token: specViewer, badRequest: true}, nil))
+	})
 
 	for _, r := range api.Routes() {
 		key := r[0] + " " + r[1]
