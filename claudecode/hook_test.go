@@ -112,21 +112,34 @@ func TestHooks_Golden(t *testing.T) {
 			// call is there to decide, and decided (an attempt whose answer
 			// was lost on a loaded machine may have decided it).
 			id := machine.PendingID("abc123", "toolu_edit_"+event)
-			decided := make(chan struct{})
+			in, err := claudecode.ParseInput(input(event, "Bash", `{"command":"git push --force origin main"}`, "toolu_edit_"+event))
+			require.NoError(t, err)
+			type handled struct {
+				out any
+				err error
+			}
+			waited := make(chan handled, 1)
 			go func() {
-				defer close(decided)
-				assert.Eventually(t, func() bool {
-					_, err := c.Decide(context.Background(), id, client.Decision{Approve: true, By: "alice", Reason: "with a safer remote",
-						Arguments: json.RawMessage(`{"command":"git push origin feature"}`)})
-					if err == nil {
-						return true
-					}
-					e, err := c.Get(context.Background(), id)
-					return err == nil && e.Status != machine.StatePendingApproval
-				}, 10*time.Second, 10*time.Millisecond)
+				out, err := claudecode.Handle(t.Context(), c, in, opts)
+				waited <- handled{out, err}
 			}()
-			golden(t, event+".edited", handle(t, c, input(event, "Bash", `{"command":"git push --force origin main"}`, "toolu_edit_"+event), opts))
-			<-decided
+			bustest.Eventually(t, 10*time.Second, 10*time.Millisecond, "the edited call decided", func() (bool, any) {
+				_, err := c.Decide(context.Background(), id, client.Decision{Approve: true, By: "alice", Reason: "with a safer remote",
+					Arguments: json.RawMessage(`{"command":"git push origin feature"}`)})
+				if err == nil {
+					return true, nil
+				}
+				e, getErr := c.Get(context.Background(), id)
+				if getErr != nil {
+					return false, fmt.Sprintf("deciding: %v; reading: %v", err, getErr)
+				}
+				return e.Status != machine.StatePendingApproval, fmt.Sprintf("deciding: %v; %s", err, e.Status)
+			})
+			h := <-waited
+			require.NoError(t, h.err)
+			data, err := json.MarshalIndent(h.out, "", "  ")
+			require.NoError(t, err)
+			golden(t, event+".edited", append(data, '\n'))
 		})
 	}
 }
