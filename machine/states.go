@@ -186,7 +186,7 @@ func (ev Event) Notifies() bool {
 }
 
 // Diagram renders the transition table as a mermaid state diagram, the one
-// shown in the README.
+// docs/architecture.md shows.
 func Diagram() string {
 	name := func(s State) string {
 		if s == stateNone {

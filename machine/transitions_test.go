@@ -18,7 +18,7 @@ import (
 	"github.com/toolgate/toolgate/machine"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files (the README's state diagram)")
+var update = flag.Bool("update", false, "rewrite golden files (the state diagram in docs/architecture.md)")
 
 // verdict returns an evaluator that always answers v.
 func verdict(v machine.Verdict) machine.Option {
@@ -441,7 +441,7 @@ func TestDiagram_MatchesGoldenAndReadme(t *testing.T) {
 	t.Parallel()
 	got := machine.Diagram()
 	golden := "testdata/states.mmd"
-	readme := "../README.md"
+	readme := "../docs/architecture.md"
 	if *update {
 		require.NoError(t, os.WriteFile(golden, []byte(got), 0o644))
 		doc, err := os.ReadFile(readme)
@@ -453,12 +453,12 @@ func TestDiagram_MatchesGoldenAndReadme(t *testing.T) {
 	assert.Equal(t, string(want), got, "run go test ./machine -update")
 	doc, err := os.ReadFile(readme)
 	require.NoError(t, err)
-	assert.Contains(t, string(doc), "```mermaid\n"+got+"```", "README's diagram is stale: run go test ./machine -update")
+	assert.Contains(t, string(doc), "```mermaid\n"+got+"```", "docs/architecture.md's diagram is stale: run go test ./machine -update")
 }
 
 func replaceDiagram(t *testing.T, doc, diagram string) string {
 	start := strings.Index(doc, "```mermaid\nstateDiagram-v2\n")
-	require.GreaterOrEqual(t, start, 0, "README has no state diagram block")
+	require.GreaterOrEqual(t, start, 0, "docs/architecture.md has no state diagram block")
 	end := strings.Index(doc[start+3:], "```")
 	return doc[:start] + "```mermaid\n" + diagram + doc[start+3+end:]
 }

@@ -535,7 +535,7 @@ func TestGrantPattern_CoversTheCallItCameFrom(t *testing.T) {
 	}
 }
 
-// TestEvaluate_BashDenyCannotBeWalkedAround: with the README's policy, the
+// TestEvaluate_BashDenyCannotBeWalkedAround: with docs/policy.md's rules, the
 // lines a hand-written splitter let run are denied, and a line whose code
 // no rule can see is asked about even where the policy would run it.
 func TestEvaluate_BashDenyCannotBeWalkedAround(t *testing.T) {

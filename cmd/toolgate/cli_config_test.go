@@ -194,18 +194,18 @@ func TestCLI_ConfigFile(t *testing.T) {
 	r = cliEnv(t, map[string]string{"TOOLGATE_NATS": p.url, "TOOLGATE_NATS_CREDS": p.admin}, "creds", "list", "--config", bad)
 	assert.Equal(t, exitOK, r.code, r.stderr)
 
-	// The README's example is a config file.
-	readme, err := os.ReadFile("../../README.md")
+	// docs/cli.md's example is a config file.
+	doc, err := os.ReadFile("../../docs/cli.md")
 	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(readme), "### The CLI's connection and config file")
-	require.True(t, ok, "README: the CLI's configuration section")
+	_, section, ok := strings.Cut(string(doc), "## The CLI's connection and config file")
+	require.True(t, ok, "docs/cli.md: the CLI's connection and config file section")
 	_, example, ok := strings.Cut(section, "```yaml\n")
 	require.True(t, ok)
 	example, _, _ = strings.Cut(example, "```")
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(example), 0o600))
 	values, err := loadConfig(path, func(k string) (string, bool) { return map[string]string{"HOME": "/home/alice"}[k], k == "HOME" })
-	require.NoError(t, err, "README's config example")
+	require.NoError(t, err, "docs/cli.md's config example")
 	assert.Equal(t, map[string]string{"nats": "nats://toolgate.example.com:4222",
 		"nats-creds": "/home/alice/.config/toolgate/alice.creds", "data": "/var/lib/toolgate"}, values)
 
