@@ -5,7 +5,7 @@
 // passes on to toolgate with every request; docs/security.md says why and
 // what each role may do.
 //
-// Four accounts, all signed by one operator:
+// Three accounts, all signed by one operator:
 //   - SYS, the NATS system account;
 //   - TOOLGATE, toolgate's own: JetStream, its buckets and streams, its
 //     request API and its events. Only toolgate's server identity lives
