@@ -678,7 +678,7 @@ conversations:
 `
 
 // TestInbox_Screenshot renders the inbox with a few realistic calls, and
-// with -screenshot writes it to docs/inbox.png for the README.
+// with -screenshot writes it to docs/inbox.png for docs/inbox.md.
 func TestInbox_Screenshot(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
@@ -992,7 +992,7 @@ func busyDay(end time.Time) []scripted {
 }
 
 // TestInbox_AnalyticsScreenshot renders the analytics of a busy day, and
-// with -screenshot writes them to docs/analytics.png for the README.
+// with -screenshot writes them to docs/analytics.png for docs/inbox.md.
 func TestInbox_AnalyticsScreenshot(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
