@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -206,8 +207,13 @@ func TestAPI_ListPagesHistoryAndCancel(t *testing.T) {
 	h := start(t, tokens)
 	var ids []string
 	for i := range 5 {
-		ids = append(ids, h.submit("paged", fmt.Sprint("c", i)).PendingID)
-		time.Sleep(2 * time.Millisecond) // distinct requestedAt
+		e := h.submit("paged", fmt.Sprint("c", i))
+		ids = append(ids, e.PendingID)
+		// Each call requested at a later millisecond than the one before.
+		bustest.Eventually(t, time.Second, time.Millisecond, "the clock past the call's requestedAt", func() (bool, any) {
+			now := time.Now().UnixMilli()
+			return now > e.RequestedAt, fmt.Sprintf("%d, requested at %d", now, e.RequestedAt)
+		})
 	}
 	h.submit("elsewhere", "c0")
 

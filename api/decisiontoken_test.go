@@ -45,10 +45,10 @@ func receiver(t *testing.T) (*httptest.Server, chan captured) {
 // the stream's end, so a call submitted before would not be told of.
 func waitNotifier(t *testing.T, g *toolgatetest.Gate) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 20*time.Second, 5*time.Millisecond, "the notifier's consumer appeared", func() (bool, any) {
 		_, err := g.JS.Consumer(t.Context(), wire.EventsStream, worker.NotifierDurable)
-		return err == nil
-	}, 20*time.Second, 5*time.Millisecond, "the notifier's consumer never appeared")
+		return err == nil, err
+	})
 }
 
 func next(t *testing.T, ch chan captured, what string) captured {

@@ -4,14 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -85,7 +84,7 @@ func (in *inboxServer) analytics(done func(r *analytics.Report) bool) *analytics
 	t := in.t
 	t.Helper()
 	var r *analytics.Report
-	// Not in.do: its require calls must not run in Eventually's goroutine.
+	// Not in.do: an error is what the wait last saw, not the test's end.
 	get := func() (*analytics.Report, error) {
 		req, err := http.NewRequestWithContext(t.Context(), "GET", in.url+"/v1/analytics", nil)
 		if err != nil {
@@ -103,24 +102,13 @@ func (in *inboxServer) analytics(done func(r *analytics.Report) bool) *analytics
 		var got analytics.Report
 		return &got, json.NewDecoder(resp.Body).Decode(&got)
 	}
-	var mu sync.Mutex
-	ok := assert.Eventually(t, func() bool {
+	bustest.Eventually(t, 20*time.Second, 20*time.Millisecond, "the analytics counted the scripted history", func() (bool, any) {
 		got, err := get()
 		if err != nil {
-			return false
+			return false, err
 		}
-		mu.Lock()
 		r = got
-		mu.Unlock()
-		return got.Lag == 0 && done(got)
-	}, 20*time.Second, 20*time.Millisecond, "the analytics never counted the scripted history")
-	mu.Lock()
-	defer mu.Unlock()
-	if !ok {
-		if r == nil {
-			t.Fatal("no report at all")
-		}
-		t.Fatalf("the last report: lag %d, totals %+v", r.Lag, r.Totals)
-	}
+		return got.Lag == 0 && done(got), fmt.Sprintf("the report: lag %d, totals %+v", got.Lag, got.Totals)
+	})
 	return r
 }

@@ -236,14 +236,17 @@ func envelopePendingID(data []byte) string {
 func waitRelayed(b *testing.B, js jetstream.JetStream, n uint64) {
 	b.Helper()
 	ctx := context.Background()
-	require.Eventually(b, func() bool {
+	bustest.Eventually(b, 60*time.Second, 10*time.Millisecond, fmt.Sprintf("the relay published the setup's %d events", n), func() (bool, any) {
 		st, err := js.Stream(ctx, wire.EventsStream)
 		if err != nil {
-			return false
+			return false, err
 		}
 		info, err := st.Info(ctx)
-		return err == nil && info.State.Msgs >= n
-	}, 60*time.Second, 10*time.Millisecond, "the relay publishes the setup's %d events", n)
+		if err != nil {
+			return false, err
+		}
+		return info.State.Msgs >= n, info.State.Msgs
+	})
 }
 
 // casRoundTrips is the baseline: one kv.Update at the revision last
