@@ -316,7 +316,7 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 		}
 	}
 
-	step("every route, as a stranger and with a method it does not take; paths no route takes", func(t *testing.T) {
+	step("strangers, methods a route does not take, paths no route takes", func(t *testing.T) {
 		// Every route, as a stranger and with a method it does not take; paths
 		// no route takes.
 		methods := map[string][]string{}
@@ -372,7 +372,6 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	)
 
 	step("submitting", func(t *testing.T) {
-		// Submitting.
 		first = submit(webSearch("c1", "q1"))
 		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent, body: webSearch("c1", "q1")}, nil), "a retry")
 		assert.Equal(t, http.StatusConflict, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent, body: webSearch("c1", "other")}, nil))
@@ -388,7 +387,6 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	})
 
 	step("reading", func(t *testing.T) {
-		// Reading.
 		second = submit(webSearch("c3", "q3"))
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls?conversationId=spec&limit=1", token: specViewer}, &page))
 		require.NotEmpty(t, page.NextCursor)
@@ -401,7 +399,6 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	})
 
 	step("deciding: a session grant, a conflict, an edit, a refused edit", func(t *testing.T) {
-		// Deciding: a session grant, a conflict, an edit, a refused edit.
 		decide := func(id, token string, d api.DecisionRequest) int {
 			return s.do(specCall{method: "POST", path: "/v1/tool-calls/" + id + "/decision", token: token, body: d}, nil)
 		}
@@ -420,7 +417,6 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	})
 
 	step("running: a lease, then an outcome", func(t *testing.T) {
-		// Running: a lease, then an outcome.
 		_, err := g.Client.Started(t.Context(), second.PendingID, "worker-1")
 		require.NoError(t, err)
 		var running machine.Entry
@@ -444,7 +440,6 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	})
 
 	step("deciding by pattern", func(t *testing.T) {
-		// Deciding by pattern.
 		for _, id := range []string{"b1", "b2"} {
 			c := webSearch(id, "batch "+id)
 			c.ConversationID = "spec-batch"
@@ -462,7 +457,6 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	})
 
 	step("grants", func(t *testing.T) {
-		// Grants.
 		var grants []wire.Grant
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/grants?conversationId=spec", token: specViewer}, &grants))
 		require.NotEmpty(t, grants, "the session approval's grant")
@@ -471,7 +465,6 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	})
 
 	step("what a grant would cover, before granting", func(t *testing.T) {
-		// What a grant would cover, before granting.
 		previewed = submit(webSearch("c7", "q7"))
 		var preview wire.GrantPreview
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + previewed.PendingID + "/grant-preview?scope=session", token: specViewer}, &preview))
@@ -502,7 +495,6 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	})
 
 	step("the reference design's decision", func(t *testing.T) {
-		// The reference design's decision.
 		third := submit(webSearch("c4", "q4"))
 		assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "POST", path: "/v1/respond", token: specAlice,
 			body: api.RespondRequest{ConversationID: "elsewhere", PendingID: third.PendingID, Approved: &yes}}, nil))
@@ -511,7 +503,6 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	})
 
 	step("cancelling", func(t *testing.T) {
-		// Cancelling.
 		fourth := submit(webSearch("c5", "q5"))
 		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + fourth.PendingID + "/cancel", token: specAgent,
 			body: api.CancelRequest{Reason: "changed my mind"}}, nil))
@@ -541,7 +532,6 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	})
 
 	step("budgets, who I am, analytics", func(t *testing.T) {
-		// Budgets, who I am, analytics.
 		var budgets wire.BudgetsReply
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/budgets", token: specViewer}, &budgets))
 		require.NotEmpty(t, budgets.Items)
@@ -591,7 +581,6 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	})
 
 	step("what anyone may ask", func(t *testing.T) {
-		// What anyone may ask.
 		for _, path := range []string{"/v1/openapi.json", "/v1/schemas/event.json", "/healthz", "/readyz", "/metrics"} {
 			assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: path}, nil), path)
 		}
