@@ -3,6 +3,7 @@ package gate_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/server"
@@ -58,15 +60,15 @@ func TestRetention_FinishedCallsLeaveTheBucketAndAreStillRead(t *testing.T) {
 	require.NoError(t, err)
 	finished := []*machine.Entry{rejected, denied, ran}
 	var left []string
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 30*time.Second, 50*time.Millisecond, fmt.Sprintf("the finished calls gone from %s", wire.CallsBucket), func() (bool, any) {
 		left = nil
 		for _, e := range finished {
 			if _, err := kv.Get(ctx, e.PendingID); !errors.Is(err, jetstream.ErrKeyNotFound) {
 				left = append(left, e.PendingID)
 			}
 		}
-		return len(left) == 0
-	}, 30*time.Second, 50*time.Millisecond, "still in %s: %v", wire.CallsBucket, left)
+		return len(left) == 0, fmt.Sprintf("still there: %v", left)
+	})
 	_, err = kv.Get(ctx, open.PendingID)
 	require.NoError(t, err, "an open call stays")
 	for _, e := range finished {

@@ -371,7 +371,7 @@ func TestTakeWork_AWithdrawalReachesEveryProcess(t *testing.T) {
 // waitingRequest waits until a request for work of tool waits at s.
 func waitingRequest(t *testing.T, s *gate.Service, tool string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return waiting(s, tool) > 0 }, 10*time.Second, time.Millisecond, "no request for work of %s waited", tool)
+	bustest.Eventually(t, 10*time.Second, time.Millisecond, fmt.Sprintf("a request for work of %s waits", tool), func() (bool, any) { n := waiting(s, tool); return n > 0, n })
 }
 
 // waiting counts the requests for work of tool that wait at s as
@@ -435,11 +435,11 @@ func TestTakeWork_ACallHandedAsTheRequestAnswersIsInTheAnswer(t *testing.T) {
 				done <- take(t, s, wire.WorkRequest{Tools: []string{"build"}, Max: 2, WaitMs: wire.MaxWorkWait.Milliseconds(), By: "w-1"})
 			}()
 			var handOver func(*machine.Entry)
-			require.Eventually(t, func() bool {
+			bustest.Eventually(t, 10*time.Second, time.Millisecond, "the request for work waits", func() (bool, any) {
 				var ok bool
 				handOver, ok = gate.ReserveTaker(s, "build")
-				return ok
-			}, 10*time.Second, time.Millisecond, "the request for work never waited")
+				return ok, "no request for work of build"
+			})
 			// A runnable call wakes the request, which claims it and
 			// answers, while it is reserved.
 			queued := submitCall(t, s, "handed", fmt.Sprint("queued-", handedFirst), "build")

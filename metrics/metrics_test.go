@@ -150,75 +150,82 @@ func TestExporter_ScriptedRun(t *testing.T) {
 	mx.Notification("slack", metrics.NotificationSent)
 	mx.Notification("webhook", metrics.NotificationFailed)
 
-	last := bustest.WaitRelayed(t, env.JS)
-	require.Equal(t, uint64(22), last, "events of the script")
-	require.Eventually(t, func() bool { return x.Sequence() == last }, 30*time.Second, 10*time.Millisecond)
+	t.Run("each event counted", func(t *testing.T) {
+		last := bustest.WaitRelayed(t, env.JS)
+		require.Equal(t, uint64(22), last, "events of the script")
+		bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the metrics counted every event", func() (bool, any) {
+			got := x.Sequence()
+			return got == last, fmt.Sprintf("at event %d of %d", got, last)
+		})
 
-	assert.Equal(t, []string{
-		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="deploy"} 1`,
-		`toolgate_tool_calls_total{outcome="COMPLETED_FAILURE",tool="web_search"} 1`,
-		`toolgate_tool_calls_total{outcome="COMPLETED_SUCCESS",tool="read_file"} 1`,
-		`toolgate_tool_calls_total{outcome="COMPLETED_SUCCESS",tool="web_search"} 1`,
-		`toolgate_tool_calls_total{outcome="REJECTED_BY_POLICY",tool="rm_rf"} 1`,
-		`toolgate_tool_calls_total{outcome="REJECTED_BY_TIMEOUT",tool="deploy"} 1`,
-		`toolgate_tool_calls_total{outcome="REJECTED_BY_USER",tool="deploy"} 1`,
-	}, counted(t, reg, metrics.NameToolCalls))
-	assert.Equal(t, []string{
-		`toolgate_transitions_total{from="APPROVED_READY_FOR_EXECUTION",to="EXECUTING"} 2`,
-		`toolgate_transitions_total{from="EXECUTING",to="COMPLETED_FAILURE"} 1`,
-		`toolgate_transitions_total{from="EXECUTING",to="COMPLETED_SUCCESS"} 2`,
-		`toolgate_transitions_total{from="EXECUTING",to="EXECUTING"} 1`,
-		`toolgate_transitions_total{from="PENDING_APPROVAL",to="APPROVED_READY_FOR_EXECUTION"} 2`,
-		`toolgate_transitions_total{from="PENDING_APPROVAL",to="CANCELLED_BY_SYSTEM"} 1`,
-		`toolgate_transitions_total{from="PENDING_APPROVAL",to="PENDING_APPROVAL"} 1`,
-		`toolgate_transitions_total{from="PENDING_APPROVAL",to="REJECTED_BY_TIMEOUT"} 1`,
-		`toolgate_transitions_total{from="PENDING_APPROVAL",to="REJECTED_BY_USER"} 1`,
-		`toolgate_transitions_total{from="SCHEDULED_FOR_EXECUTION",to="EXECUTING"} 1`,
-		`toolgate_transitions_total{from="none",to="PENDING_APPROVAL"} 7`,
-		`toolgate_transitions_total{from="none",to="REJECTED_BY_POLICY"} 1`,
-		`toolgate_transitions_total{from="none",to="SCHEDULED_FOR_EXECUTION"} 1`,
-	}, counted(t, reg, metrics.NameTransitions))
-	assert.Equal(t, []string{
-		`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 2`,
-		`toolgate_approval_response_seconds_count{decision="rejected",tool="deploy"} 1`,
-		`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 23`,
-		`toolgate_approval_response_seconds_sum{decision="rejected",tool="deploy"} 90`,
-	}, counted(t, reg, metrics.NameApprovalResponse))
-	assert.Equal(t, []string{
-		`toolgate_approval_timeouts_total{tool="deploy"} 1`,
-		`toolgate_approval_timeouts_total{tool="send_email"} 1`,
-	}, counted(t, reg, metrics.NameApprovalTimeouts))
-	assert.Equal(t, []string{
-		`toolgate_execution_seconds_count{outcome="COMPLETED_FAILURE",tool="web_search"} 1`,
-		`toolgate_execution_seconds_count{outcome="COMPLETED_SUCCESS",tool="read_file"} 1`,
-		`toolgate_execution_seconds_count{outcome="COMPLETED_SUCCESS",tool="web_search"} 1`,
-		`toolgate_execution_seconds_sum{outcome="COMPLETED_FAILURE",tool="web_search"} 1`,
-		`toolgate_execution_seconds_sum{outcome="COMPLETED_SUCCESS",tool="read_file"} 1`,
-		`toolgate_execution_seconds_sum{outcome="COMPLETED_SUCCESS",tool="web_search"} 2.5`,
-	}, counted(t, reg, metrics.NameExecution))
-	assert.Equal(t, []string{
-		`toolgate_execution_attempts_total{tool="read_file"} 2`,
-		`toolgate_execution_attempts_total{tool="web_search"} 2`,
-	}, counted(t, reg, metrics.NameExecutionAttempts))
-	assert.Equal(t, []string{`toolgate_cost_total{team="research",tool="web_search"} 0.75`}, counted(t, reg, metrics.NameCost))
-	assert.Equal(t, []string{
-		`toolgate_notifications_total{channel="slack",result="sent"} 2`,
-		`toolgate_notifications_total{channel="webhook",result="failed"} 1`,
-	}, counted(t, reg, metrics.NameNotifications))
-	assert.Equal(t, []string{`toolgate_transition_conflicts_total{event="approve"} 1`},
-		counted(t, reg, metrics.NameTransitionConflicts))
-	assert.Equal(t, 2.0, testutil.ToFloat64(x.Metrics().ToolCalls.WithLabelValues("web_search", string(machine.StateCompletedSuccess)))+
-		testutil.ToFloat64(x.Metrics().ToolCalls.WithLabelValues("web_search", string(machine.StateCompletedFailure))))
+		assert.Equal(t, []string{
+			`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="deploy"} 1`,
+			`toolgate_tool_calls_total{outcome="COMPLETED_FAILURE",tool="web_search"} 1`,
+			`toolgate_tool_calls_total{outcome="COMPLETED_SUCCESS",tool="read_file"} 1`,
+			`toolgate_tool_calls_total{outcome="COMPLETED_SUCCESS",tool="web_search"} 1`,
+			`toolgate_tool_calls_total{outcome="REJECTED_BY_POLICY",tool="rm_rf"} 1`,
+			`toolgate_tool_calls_total{outcome="REJECTED_BY_TIMEOUT",tool="deploy"} 1`,
+			`toolgate_tool_calls_total{outcome="REJECTED_BY_USER",tool="deploy"} 1`,
+		}, counted(t, reg, metrics.NameToolCalls))
+		assert.Equal(t, []string{
+			`toolgate_transitions_total{from="APPROVED_READY_FOR_EXECUTION",to="EXECUTING"} 2`,
+			`toolgate_transitions_total{from="EXECUTING",to="COMPLETED_FAILURE"} 1`,
+			`toolgate_transitions_total{from="EXECUTING",to="COMPLETED_SUCCESS"} 2`,
+			`toolgate_transitions_total{from="EXECUTING",to="EXECUTING"} 1`,
+			`toolgate_transitions_total{from="PENDING_APPROVAL",to="APPROVED_READY_FOR_EXECUTION"} 2`,
+			`toolgate_transitions_total{from="PENDING_APPROVAL",to="CANCELLED_BY_SYSTEM"} 1`,
+			`toolgate_transitions_total{from="PENDING_APPROVAL",to="PENDING_APPROVAL"} 1`,
+			`toolgate_transitions_total{from="PENDING_APPROVAL",to="REJECTED_BY_TIMEOUT"} 1`,
+			`toolgate_transitions_total{from="PENDING_APPROVAL",to="REJECTED_BY_USER"} 1`,
+			`toolgate_transitions_total{from="SCHEDULED_FOR_EXECUTION",to="EXECUTING"} 1`,
+			`toolgate_transitions_total{from="none",to="PENDING_APPROVAL"} 7`,
+			`toolgate_transitions_total{from="none",to="REJECTED_BY_POLICY"} 1`,
+			`toolgate_transitions_total{from="none",to="SCHEDULED_FOR_EXECUTION"} 1`,
+		}, counted(t, reg, metrics.NameTransitions))
+		assert.Equal(t, []string{
+			`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 2`,
+			`toolgate_approval_response_seconds_count{decision="rejected",tool="deploy"} 1`,
+			`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 23`,
+			`toolgate_approval_response_seconds_sum{decision="rejected",tool="deploy"} 90`,
+		}, counted(t, reg, metrics.NameApprovalResponse))
+		assert.Equal(t, []string{
+			`toolgate_approval_timeouts_total{tool="deploy"} 1`,
+			`toolgate_approval_timeouts_total{tool="send_email"} 1`,
+		}, counted(t, reg, metrics.NameApprovalTimeouts))
+		assert.Equal(t, []string{
+			`toolgate_execution_seconds_count{outcome="COMPLETED_FAILURE",tool="web_search"} 1`,
+			`toolgate_execution_seconds_count{outcome="COMPLETED_SUCCESS",tool="read_file"} 1`,
+			`toolgate_execution_seconds_count{outcome="COMPLETED_SUCCESS",tool="web_search"} 1`,
+			`toolgate_execution_seconds_sum{outcome="COMPLETED_FAILURE",tool="web_search"} 1`,
+			`toolgate_execution_seconds_sum{outcome="COMPLETED_SUCCESS",tool="read_file"} 1`,
+			`toolgate_execution_seconds_sum{outcome="COMPLETED_SUCCESS",tool="web_search"} 2.5`,
+		}, counted(t, reg, metrics.NameExecution))
+		assert.Equal(t, []string{
+			`toolgate_execution_attempts_total{tool="read_file"} 2`,
+			`toolgate_execution_attempts_total{tool="web_search"} 2`,
+		}, counted(t, reg, metrics.NameExecutionAttempts))
+		assert.Equal(t, []string{`toolgate_cost_total{team="research",tool="web_search"} 0.75`}, counted(t, reg, metrics.NameCost))
+		assert.Equal(t, []string{
+			`toolgate_notifications_total{channel="slack",result="sent"} 2`,
+			`toolgate_notifications_total{channel="webhook",result="failed"} 1`,
+		}, counted(t, reg, metrics.NameNotifications))
+		assert.Equal(t, []string{`toolgate_transition_conflicts_total{event="approve"} 1`},
+			counted(t, reg, metrics.NameTransitionConflicts))
+		assert.Equal(t, 2.0, testutil.ToFloat64(x.Metrics().ToolCalls.WithLabelValues("web_search", string(machine.StateCompletedSuccess)))+
+			testutil.ToFloat64(x.Metrics().ToolCalls.WithLabelValues("web_search", string(machine.StateCompletedFailure))))
+	})
 
-	// The relay's consumer is drained; the idle one lags by every event.
-	assert.Equal(t, []string{
-		`toolgate_consumer_ack_pending_messages{consumer="idle-notifier",stream="TOOL_EVENTS"} 0`,
-		`toolgate_consumer_ack_pending_messages{consumer="toolgate-relay",stream="KV_tool_calls"} 0`,
-	}, samples(t, reg, metrics.NameConsumerAckPending))
-	assert.Equal(t, []string{
-		`toolgate_consumer_pending_messages{consumer="idle-notifier",stream="TOOL_EVENTS"} 22`,
-		`toolgate_consumer_pending_messages{consumer="toolgate-relay",stream="KV_tool_calls"} 0`,
-	}, samples(t, reg, metrics.NameConsumerPending))
+	t.Run("the consumers' lag", func(t *testing.T) {
+		// The relay's consumer is drained; the idle one lags by every event.
+		assert.Equal(t, []string{
+			`toolgate_consumer_ack_pending_messages{consumer="idle-notifier",stream="TOOL_EVENTS"} 0`,
+			`toolgate_consumer_ack_pending_messages{consumer="toolgate-relay",stream="KV_tool_calls"} 0`,
+		}, samples(t, reg, metrics.NameConsumerAckPending))
+		assert.Equal(t, []string{
+			`toolgate_consumer_pending_messages{consumer="idle-notifier",stream="TOOL_EVENTS"} 22`,
+			`toolgate_consumer_pending_messages{consumer="toolgate-relay",stream="KV_tool_calls"} 0`,
+		}, samples(t, reg, metrics.NameConsumerPending))
+	})
 
 	// Pending approvals come from the store: ws3 and the overdue email.
 	wantPending := []string{
@@ -226,34 +233,44 @@ func TestExporter_ScriptedRun(t *testing.T) {
 		`toolgate_pending_approvals{team="ops"} 1`,
 		`toolgate_pending_approvals{team="research"} 1`,
 	}
-	bustest.Eventually(t, 10*time.Second, 10*time.Millisecond, "the pending gauge", func() (bool, any) {
-		got := samples(t, reg, metrics.NamePendingApprovals)
-		return slices.Equal(got, wantPending), got
+	t.Run("pending approvals, from the store", func(t *testing.T) {
+		bustest.Eventually(t, 10*time.Second, 10*time.Millisecond, "the pending gauge", func() (bool, any) {
+			got := samples(t, reg, metrics.NamePendingApprovals)
+			return slices.Equal(got, wantPending), got
+		})
 	})
-	// A replica started now reports the same, though it saw none of the
-	// events: the gauge is the fleet's, not one process's counters.
-	x2, reg2 := startExporter(t, env, engineFor(t, scriptPolicy))
-	assert.Equal(t, wantPending, samples(t, reg2, metrics.NamePendingApprovals))
-	assert.Empty(t, counted(t, reg2, metrics.NameToolCalls), "a new replica counts from when it started")
 
-	at(4 * time.Minute) // before its 5-minute deadline
-	must(m.Decide(ctx, ws3.PendingID, machine.Decision{Approve: true, By: "alice"}))
-	for _, r := range []*prometheus.Registry{reg, reg2} {
-		require.Eventually(t, func() bool {
-			return fmt.Sprint(samples(t, r, metrics.NamePendingApprovals)) == fmt.Sprint([]string{
-				`toolgate_pending_approvals{team=""} 0`,
-				`toolgate_pending_approvals{team="ops"} 1`,
-				`toolgate_pending_approvals{team="research"} 0`,
+	t.Run("a replica started later", func(t *testing.T) {
+		// A replica started now reports the same, though it saw none of the
+		// events: the gauge is the fleet's, not one process's counters.
+		x2, reg2 := startExporter(t, env, engineFor(t, scriptPolicy))
+		assert.Equal(t, wantPending, samples(t, reg2, metrics.NamePendingApprovals))
+		assert.Empty(t, counted(t, reg2, metrics.NameToolCalls), "a new replica counts from when it started")
+
+		at(4 * time.Minute) // before its 5-minute deadline
+		_, err := m.Decide(ctx, ws3.PendingID, machine.Decision{Approve: true, By: "alice"})
+		require.NoError(t, err)
+		for _, r := range []*prometheus.Registry{reg, reg2} {
+			bustest.Eventually(t, 10*time.Second, 10*time.Millisecond, "one approval pending, for ops", func() (bool, any) {
+				got := samples(t, r, metrics.NamePendingApprovals)
+				return fmt.Sprint(got) == fmt.Sprint([]string{
+					`toolgate_pending_approvals{team=""} 0`,
+					`toolgate_pending_approvals{team="ops"} 1`,
+					`toolgate_pending_approvals{team="research"} 0`,
+				}), got
 			})
-		}, 10*time.Second, 10*time.Millisecond)
-	}
-	last = bustest.WaitRelayed(t, env.JS)
-	require.Eventually(t, func() bool { return x2.Sequence() == last }, 10*time.Second, 10*time.Millisecond)
-	// The new replica counts events from its start.
-	assert.Equal(t, []string{
-		`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 1`,
-		`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 240`,
-	}, counted(t, reg2, metrics.NameApprovalResponse))
+		}
+		last := bustest.WaitRelayed(t, env.JS)
+		bustest.Eventually(t, 10*time.Second, 10*time.Millisecond, "the new replica counted every event", func() (bool, any) {
+			got := x2.Sequence()
+			return got == last, fmt.Sprintf("at event %d of %d", got, last)
+		})
+		// The new replica counts events from its start.
+		assert.Equal(t, []string{
+			`toolgate_approval_response_seconds_count{decision="approved",tool="web_search"} 1`,
+			`toolgate_approval_response_seconds_sum{decision="approved",tool="web_search"} 240`,
+		}, counted(t, reg2, metrics.NameApprovalResponse))
+	})
 }
 
 func jetstreamDurable(name string) jetstream.ConsumerConfig {
@@ -353,7 +370,10 @@ func TestExporter_LabelsAreOnlyThePolicysNames(t *testing.T) {
 		require.NoError(t, err)
 	}
 	last := bustest.WaitRelayed(t, env.JS)
-	require.Eventually(t, func() bool { return x.Sequence() == last }, 30*time.Second, 10*time.Millisecond)
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the metrics counted every event", func() (bool, any) {
+		got := x.Sequence()
+		return got == last, fmt.Sprintf("at event %d of %d", got, last)
+	})
 	assert.Equal(t, []string{
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="mcp__github"} 1`,
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="other"} 100`,
@@ -385,7 +405,10 @@ func TestExporter_LabelsAreOnlyThePolicysNames(t *testing.T) {
 		require.NoError(t, err)
 	}
 	last = bustest.WaitRelayed(t, env.JS)
-	require.Eventually(t, func() bool { return x.Sequence() == last }, 30*time.Second, 10*time.Millisecond)
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the metrics counted every event", func() (bool, any) {
+		got := x.Sequence()
+		return got == last, fmt.Sprintf("at event %d of %d", got, last)
+	})
 	assert.Equal(t, []string{
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="late_tool"} 1`,
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="mcp__github"} 1`,
@@ -432,17 +455,17 @@ func TestServe_MetricLabelsAreThePolicysNames(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var body string
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "pending approvals by team: other 19, research 1", func() (bool, any) {
 		resp, err := http.Get(g.HTTPURL + "/metrics")
 		if err != nil {
-			return false
+			return false, err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		body = string(b)
 		return strings.Contains(body, `toolgate_pending_approvals{team="other"} 19`) &&
-			strings.Contains(body, `toolgate_pending_approvals{team="research"} 1`)
-	}, 30*time.Second, 20*time.Millisecond, "pending approvals by team")
+			strings.Contains(body, `toolgate_pending_approvals{team="research"} 1`), body
+	})
 	assert.NotContains(t, body, "rnd_", "no agent-chosen tool or team is a label value")
 }
 
@@ -457,16 +480,16 @@ func TestServe_SeriesStartAtZero(t *testing.T) {
 		Policy: "default:\n  requiresApprovalTools: [web_search]\n  rules: {allow: [mcp__github]}\nteams:\n  research: {}\n",
 	})
 	var body string
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "a pending approvals gauge for research, at 0", func() (bool, any) {
 		resp, err := http.Get(g.HTTPURL + "/metrics")
 		if err != nil {
-			return false
+			return false, err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		body = string(b)
-		return strings.Contains(body, `toolgate_pending_approvals{team="research"} 0`)
-	}, 30*time.Second, 20*time.Millisecond, "no pending approvals gauge: %s", body)
+		return strings.Contains(body, `toolgate_pending_approvals{team="research"} 0`), body
+	})
 	for _, want := range []string{
 		`toolgate_tool_calls_total{outcome="COMPLETED_SUCCESS",tool="web_search"} 0`,
 		`toolgate_tool_calls_total{outcome="CANCELLED_BY_SYSTEM",tool="mcp__github"} 0`,
