@@ -28,3 +28,21 @@ func TestCLI_PageNamesEveryVerb(t *testing.T) {
 		assert.True(t, named.Match(page), "cli.md does not name the verb %s", v[1])
 	}
 }
+
+// TestCLI_PageNamesEveryServeFlag: cli.md's table of serve's flags names
+// every flag `toolgate serve -h` lists.
+func TestCLI_PageNamesEveryServeFlag(t *testing.T) {
+	t.Parallel()
+	page, err := os.ReadFile("cli.md")
+	require.NoError(t, err)
+	cmd := exec.Command("go", "run", "./cmd/toolgate", "serve", "-h")
+	cmd.Dir = ".."
+	usage, err := cmd.CombinedOutput()
+	require.NoError(t, err, "toolgate serve -h:\n%s", usage)
+	flags := regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllSubmatch(usage, -1)
+	require.NotEmpty(t, flags, "toolgate serve -h lists no flags:\n%s", usage)
+	for _, f := range flags {
+		named := regexp.MustCompile("--" + regexp.QuoteMeta(string(f[1])) + "[` /,]")
+		assert.True(t, named.Match(page), "cli.md does not name serve's flag --%s", f[1])
+	}
+}
