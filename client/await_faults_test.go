@@ -55,11 +55,9 @@ func TestAwait_ReadsAgainWhenItsConnectionComesBack(t *testing.T) {
 	got := awaitAsync(agent, ctx, e.PendingID)
 	// Its first read, and the periodic ones after 1s and 3s: the next is
 	// 4s away.
-	if !assert.Eventually(t, func() bool { return reads.Load() >= 3 }, 20*time.Second, 5*time.Millisecond) {
-		t.Fatalf("the agent read its entry %d times", reads.Load())
-	}
+	bustest.Eventually(t, 20*time.Second, 5*time.Millisecond, "the agent read its entry 3 times", func() (bool, any) { n := reads.Load(); return n >= 3, n })
 	proxy.Cut()
-	require.Eventually(t, func() bool { return !nc.IsConnected() }, 10*time.Second, time.Millisecond)
+	bustest.Eventually(t, 10*time.Second, time.Millisecond, "the agent disconnected", func() (bool, any) { return !nc.IsConnected(), nc.Status() })
 	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "alice"})
 	require.NoError(t, err)
 	bustest.WaitRelayed(t, g.JS) // announced, to nobody
@@ -114,7 +112,7 @@ func TestAwait_CallJustSubmittedIsNotAnsweredNotFound(t *testing.T) {
 		out, err := client.AwaitSubmittedAt(ctx, env.NC, lagging(3), e.PendingID, submitted)
 		got <- result{out, err}
 	}()
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return behind[e.PendingID] == 3 }, 10*time.Second, time.Millisecond)
+	bustest.Eventually(t, 10*time.Second, time.Millisecond, "the agent 3 behind", func() (bool, any) { mu.Lock(); defer mu.Unlock(); return behind[e.PendingID] == 3, behind[e.PendingID] })
 	_, err = g.Decide(ctx, appgate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
 	require.NoError(t, err)
 	r := receive(t, got)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -464,6 +465,8 @@ func TestAwait_AfterItsSubmitReadsNothing(t *testing.T) {
 	_, err = lone.Submit(ctx, call("unawaited"))
 	require.NoError(t, err)
 	assert.Equal(t, before+1, nc.NumSubscriptions())
-	require.Eventually(t, func() bool { return nc.NumSubscriptions() == before }, 15*time.Second, 50*time.Millisecond,
-		"the subscription made for Await is let go")
+	bustest.Eventually(t, 15*time.Second, 50*time.Millisecond, "the subscription made for Await let go", func() (bool, any) {
+		n := nc.NumSubscriptions()
+		return n == before, fmt.Sprintf("%d subscriptions, %d before", n, before)
+	})
 }

@@ -93,34 +93,31 @@ func TestExecutor_StreamLeaderLossRunsNoHandlerTwice(t *testing.T) {
 		}
 	}()
 
-	require.Eventually(t, func() bool { return ran.Load() >= calls/3 }, 60*time.Second, time.Millisecond, "the handlers never got going")
+	bustest.Eventually(t, 60*time.Second, time.Millisecond, "the handlers got going", func() (bool, any) { n := ran.Load(); return n >= calls/3, n })
 	servers[victim].Shutdown()
 	killedAt := ran.Load()
-	require.Eventually(t, func() bool { return ran.Load() >= 2*calls/3 }, 60*time.Second, time.Millisecond,
-		"the handlers did not go on after the leader died")
+	bustest.Eventually(t, 60*time.Second, time.Millisecond, "the handlers went on after the leader died", func() (bool, any) { n := ran.Load(); return n >= 2*calls/3, n })
 	next := -1
-	require.Eventually(t, func() bool { next = bustest.StreamLeader(servers, stream); return next > 0 }, 30*time.Second, 10*time.Millisecond)
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the stream has a leader (not the first server)", func() (bool, any) { next = bustest.StreamLeader(servers, stream); return next > 0, next })
 	bustest.MoveStreamLeader(t, admin, servers, stream, 3-next)
 	steppedAt := ran.Load()
-	require.Eventually(t, func() bool { return submitted.Load() == calls }, 60*time.Second, time.Millisecond)
+	bustest.Eventually(t, 60*time.Second, time.Millisecond, "every call submitted", func() (bool, any) { n := submitted.Load(); return n == calls, n })
 	require.NoError(t, load.Wait())
 
 	var states map[machine.State]int
 	var entries []*machine.Entry
-	if !assert.Eventually(t, func() bool {
+	bustest.Eventually(t, 60*time.Second, 100*time.Millisecond, "every call completed", func() (bool, any) {
 		var err error
 		entries, err = agent.List(t.Context(), wire.ListRequest{ConversationID: "faults", Limit: 1000})
 		if err != nil {
-			return false
+			return false, err
 		}
 		states = map[machine.State]int{}
 		for _, e := range entries {
 			states[e.Status]++
 		}
-		return states[machine.StateCompletedSuccess] == calls
-	}, 60*time.Second, 100*time.Millisecond) {
-		t.Fatalf("not every call completed: %v", states)
-	}
+		return states[machine.StateCompletedSuccess] == calls, states
+	})
 	t.Logf("killed the leader after %d runs, stepped the next down after %d; executors' reports: %v", killedAt, steppedAt, logs.snapshot())
 
 	mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -173,17 +174,17 @@ func TestExecutor_NeverRunsARefusedCall(t *testing.T) {
 	}
 	// Listing 2,000 entries takes seconds on a loaded machine: the wait
 	// is long, and says what it last saw.
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	bustest.Eventually(t, 2*time.Minute, time.Second, "the final states", func() (bool, any) {
 		entries, err := g.c.List(ctx, wire.ListRequest{ConversationID: "mixed", Limit: 1000})
-		if !assert.NoError(c, err) {
-			return
+		if err != nil {
+			return false, err
 		}
 		got := map[machine.State]int{}
 		for _, e := range entries {
 			got[e.Status]++
 		}
-		assert.Equal(c, want, got, "final states")
-	}, 2*time.Minute, time.Second)
+		return maps.Equal(got, want), got
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Len(t, runs, calls/4, "only approved calls reached the handler")

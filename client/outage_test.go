@@ -65,7 +65,7 @@ func TestSubmit_WaitsOutARestart(t *testing.T) {
 		got <- err
 	}()
 	// The first attempt has gone out to nothing before toolgate starts.
-	require.Eventually(t, func() bool { return nc.Stats().OutMsgs > 0 }, 10*time.Second, time.Millisecond)
+	bustest.Eventually(t, 10*time.Second, time.Millisecond, "the agent sent its request", func() (bool, any) { n := nc.Stats().OutMsgs; return n > 0, n })
 	g := appgate.New(appgate.Config{NC: env.NC, Buckets: env.Buckets})
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
