@@ -179,8 +179,9 @@ type Main struct {
 	Log *slog.Logger
 	// Version is what the request API reports as its service's version.
 	Version string
-	// Clock, when set, replaces time.Now in the application layer and the
-	// policy engine, for tests that script when calls happen.
+	// Clock, when set, replaces time.Now in the application layer, the
+	// policy engine and the timer, for tests that script when calls
+	// happen and when their deadlines pass.
 	Clock func() time.Time
 
 	once  sync.Once

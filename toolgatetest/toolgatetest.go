@@ -34,8 +34,8 @@ type Options struct {
 	// Tokens are the HTTP API's bearer tokens, as --tokens-data takes
 	// them (default: none, an open API on loopback).
 	Tokens string
-	// Clock replaces time.Now in the application layer and the policy
-	// engine: the one clock a test scripts history with.
+	// Clock replaces time.Now in the application layer, the policy
+	// engine and the timer: the one clock a test scripts history with.
 	Clock func() time.Time
 	// Cluster runs toolgate on a 3-node cluster with replicas 3 instead
 	// of its embedded server.
