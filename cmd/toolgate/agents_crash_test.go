@@ -127,9 +127,7 @@ func TestServe_SIGKILLedTwiceEveryAgentIsAnswered(t *testing.T) {
 	type restart struct{ killed, serving time.Time }
 	var restarts []restart
 	for _, at := range []int{calls / 3, 2 * calls / 3} {
-		if !assert.Eventually(t, func() bool { return progress() >= at }, 60*time.Second, time.Millisecond) {
-			t.Fatalf("%d of %d calls answered", progress(), calls)
-		}
+		bustest.Eventually(t, 60*time.Second, time.Millisecond, fmt.Sprintf("%d of %d calls answered", at, calls), func() (bool, any) { n := progress(); return n >= at, n })
 		proc.kill()
 		killed := time.Now()
 		proc = startServe(t, args...)

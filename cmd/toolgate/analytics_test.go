@@ -95,13 +95,13 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	an := analytics.New(js, akv, analytics.Config{})
 	caughtUp := func() {
 		t.Helper()
-		require.Eventually(t, func() bool {
+		bustest.Eventually(t, 60*time.Second, 20*time.Millisecond, "the analytics caught up", func() (bool, any) {
 			if !bustest.Relayed(ctx, js) {
-				return false
+				return false, "the relay behind the bucket"
 			}
 			lag, err := an.Lag(ctx)
-			return err == nil && lag == 0
-		}, 60*time.Second, 20*time.Millisecond, "the analytics never caught up")
+			return err == nil && lag == 0, fmt.Sprintf("lag %d, error %v", lag, err)
+		})
 	}
 	caughtUp()
 

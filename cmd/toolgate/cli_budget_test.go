@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -46,15 +47,17 @@ func TestBudget_ExecutorRunCallSettlesAndShows(t *testing.T) {
 
 	want := wire.Budget{Team: "research", Day: day, Limit: new(10.0), Reserved: 0, Spent: 2}
 	var got []wire.Budget
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the ledger: research spent 2", func() (bool, any) {
 		r := cli(t, url, "budget", "--team", "research", "--json")
-		if !assert.Equal(c, 0, r.code, r.stderr) {
-			return
+		if r.code != 0 {
+			return false, fmt.Sprintf("exit %d: %s", r.code, r.stderr)
 		}
 		got = nil
-		assert.NoError(c, json.Unmarshal([]byte(r.stdout), &got))
-		assert.Equal(c, []wire.Budget{want}, got, "the ledger")
-	}, 30*time.Second, 20*time.Millisecond)
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+			return false, fmt.Sprintf("%v: %s", err, r.stdout)
+		}
+		return reflect.DeepEqual(got, []wire.Budget{want}), fmt.Sprintf("%+v", got)
+	})
 
 	r := cli(t, url, "budget")
 	require.Equal(t, 0, r.code, r.stderr)

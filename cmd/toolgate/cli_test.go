@@ -410,10 +410,13 @@ func TestCLI_SubmitWaitPrintsTheOutcome(t *testing.T) {
 			"--conversation", "conv-w", "--caller", "bot-1", "--id", id, "--wait"}, extra...)
 		go func() { done <- cliCtx(ctx, url, args...) }()
 		pendingID := machine.PendingID("conv-w", id)
-		require.Eventually(t, func() bool {
+		bustest.Eventually(t, 10*time.Second, 10*time.Millisecond, "the call pending approval", func() (bool, any) {
 			e, err := approver.Get(ctx, pendingID)
-			return err == nil && e.Status == machine.StatePendingApproval
-		}, 10*time.Second, 10*time.Millisecond)
+			if err != nil {
+				return false, err
+			}
+			return e.Status == machine.StatePendingApproval, e.Status
+		})
 		_, err := approver.Decide(ctx, pendingID, d)
 		require.NoError(t, err)
 		select {
@@ -675,10 +678,10 @@ func TestCLI_CredsAddListRevoke(t *testing.T) {
 	assert.False(t, revokedIn(t, r.stdout, key[1]), "without --revoked it names none")
 
 	// The embedded server applies the revocation as soon as it sees it.
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the revoked credential refused", func() (bool, any) {
 		r = cli(t, url, "list", "--nats-creds", file)
-		return r.code == exitRefused && strings.Contains(r.stderr, "refused the credential")
-	}, 30*time.Second, 20*time.Millisecond, "a revoked credential still connects: %+v", &r)
+		return r.code == exitRefused && strings.Contains(r.stderr, "refused the credential"), fmt.Sprintf("%+v", r)
+	})
 }
 
 // revokedIn reports whether a nats-config output's accounts revoke key.

@@ -188,13 +188,13 @@ func TestServe_SIGKILLMidLoadLosesNothing(t *testing.T) {
 			return nil
 		})
 	}
-	require.Eventually(t, func() bool { return writes.Load() >= 300 }, 30*time.Second, time.Millisecond)
+	bustest.Eventually(t, 30*time.Second, time.Millisecond, "300 writes", func() (bool, any) { n := writes.Load(); return n >= 300, n })
 	proc.kill()
 	stopLoad()
 	require.NoError(t, g.Wait())
 
 	startServe(t, args...)
-	require.Eventually(t, nc.IsConnected, 30*time.Second, 10*time.Millisecond, "client reconnects")
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the client reconnected", func() (bool, any) { return nc.IsConnected(), nc.Status() })
 
 	// Every acknowledged write is there. A write in flight at the kill
 	// may have landed without its ack, so an entry may be one step on.

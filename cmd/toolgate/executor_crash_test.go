@@ -45,7 +45,7 @@ func TestExecutor_SIGKILLInsideAHandlerRunsAgainElsewhere(t *testing.T) {
 	e, err := c.Submit(t.Context(), machine.Call{ToolCallID: "slow-1", ToolName: "exec", Arguments: args, CallerBotID: "bot", ConversationID: "crash"})
 	require.NoError(t, err)
 
-	require.Eventually(t, func() bool { return len(readToolLog(t, toolLog)) == 1 }, 30*time.Second, 10*time.Millisecond, "the first attempt never started")
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the first attempt started", func() (bool, any) { got := readToolLog(t, toolLog); return len(got) == 1, got })
 	first.kill()
 	killedAt := time.Now().UnixNano()
 	startServe(t, executor...)

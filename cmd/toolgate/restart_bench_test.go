@@ -272,8 +272,7 @@ func restartOnce(b *testing.B, a serveArgs, n restartSize) restartFigures {
 	// it reads at start. The call index and the pending gauge start
 	// reading after the timer: once the gauge counts every call, both
 	// watches exist.
-	require.Eventually(b, func() bool { return pendingGauge(b, a.metrics) >= float64(n.open) }, 30*time.Minute, 100*time.Millisecond,
-		"the pending gauge counts every open call")
+	bustest.Eventually(b, 30*time.Minute, 100*time.Millisecond, "the pending gauge counts every open call", func() (bool, any) { got := pendingGauge(b, a.metrics); return got >= float64(n.open), got })
 	nc, err := nats.Connect(url, nats.UserCredentials(server.CredsPath(data, "toolgate")))
 	require.NoError(b, err)
 	defer nc.Close()
@@ -466,7 +465,7 @@ func waitCaughtUp(b *testing.B, js jetstream.JetStream, streams ...string) {
 		}
 		return true
 	}
-	require.Eventually(b, caughtUp, 30*time.Minute, 100*time.Millisecond, "consumers of %v caught up", streams)
+	bustest.Eventually(b, 30*time.Minute, 100*time.Millisecond, fmt.Sprintf("the consumers of %v caught up", streams), func() (bool, any) { ok := caughtUp(); return ok, "a consumer behind" })
 }
 
 // steadyRSS polls pid's VmRSS until five readings in a row, 200ms apart,
@@ -474,20 +473,20 @@ func waitCaughtUp(b *testing.B, js jetstream.JetStream, streams ...string) {
 // last.
 func steadyRSS(b *testing.B, pid int) float64 {
 	var last []float64
-	require.Eventually(b, func() bool {
+	bustest.Eventually(b, time.Minute, 200*time.Millisecond, "RSS steady: five readings within 1 MiB", func() (bool, any) {
 		last = append(last, procStatusMiB(b, pid, "VmRSS"))
 		if len(last) > 5 {
 			last = last[1:]
 		}
 		if len(last) < 5 {
-			return false
+			return false, fmt.Sprintf("%v MiB", last)
 		}
 		lo, hi := last[0], last[0]
 		for _, v := range last {
 			lo, hi = min(lo, v), max(hi, v)
 		}
-		return hi-lo <= 1
-	}, time.Minute, 200*time.Millisecond, "RSS steady")
+		return hi-lo <= 1, fmt.Sprintf("%v MiB", last)
+	})
 	return last[len(last)-1]
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -37,10 +38,10 @@ func TestServe_NotifierWithoutIntakeFollowsThePolicy(t *testing.T) {
 	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}})
 	toolgatetest.Start(t, g.Sibling("notifier"))
 	js := g.JS
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the notifier's consumer appeared", func() (bool, any) {
 		_, err := js.Consumer(t.Context(), wire.EventsStream, worker.NotifierDurable)
-		return err == nil
-	}, 30*time.Second, 10*time.Millisecond, "the notifier's consumer never appeared")
+		return err == nil, err
+	})
 
 	policies, err := js.KeyValue(t.Context(), wire.PoliciesBucket)
 	require.NoError(t, err)

@@ -55,10 +55,13 @@ func assertRelays(t *testing.T, js jetstream.JetStream) jetstream.KeyValue {
 	require.NoError(t, err)
 	s, err := js.Stream(ctx, wire.EventsStream)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the call announced on approval_required", func() (bool, any) {
 		msg, err := s.GetLastMsgForSubject(ctx, wire.SubjectApprovalRequired)
-		return err == nil && bytes.Contains(msg.Data, []byte(e.PendingID))
-	}, 30*time.Second, 20*time.Millisecond)
+		if err != nil {
+			return false, err
+		}
+		return bytes.Contains(msg.Data, []byte(e.PendingID)), string(msg.Data)
+	})
 	return kv
 }
 
@@ -131,14 +134,14 @@ func TestServe_MetricsListenerWithoutTheHTTPRole(t *testing.T) {
 		Configure: func(c *server.Config) { c.Metrics = addr },
 	})
 	var body string
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 10*time.Second, 20*time.Millisecond, "toolgate metrics at --metrics", func() (bool, any) {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
-			return false
+			return false, err
 		}
 		defer resp.Body.Close()
 		data, _ := io.ReadAll(resp.Body)
 		body = string(data)
-		return resp.StatusCode == 200 && strings.Contains(body, "toolgate_consumer_pending_messages")
-	}, 10*time.Second, 20*time.Millisecond, "no toolgate metrics at --metrics: %s", body)
+		return resp.StatusCode == 200 && strings.Contains(body, "toolgate_consumer_pending_messages"), resp.Status + ": " + body
+	})
 }

@@ -64,7 +64,10 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 
 	// The timer process is up and learning deadlines from the relay.
 	probe := submit(ask(100*time.Millisecond, true), "probe")
-	require.Eventually(t, func() bool { return status(probe.PendingID).Status == machine.StateRejectedByTimeout }, 30*time.Second, 10*time.Millisecond, "the timer process never acted")
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the timer process acted", func() (bool, any) {
+		e := status(probe.PendingID)
+		return e.Status == machine.StateRejectedByTimeout, e.Status
+	})
 
 	// Deadlines of every kind, falling due one after another over 1.5s.
 	const n = 8
@@ -79,7 +82,10 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 
 	// Kill it as soon as the first deadline has fired: the rest are due
 	// in the next moments.
-	require.Eventually(t, func() bool { return status(reject[0].PendingID).Status == machine.StateRejectedByTimeout }, 30*time.Second, time.Millisecond)
+	bustest.Eventually(t, 30*time.Second, time.Millisecond, "the first deadline fired", func() (bool, any) {
+		e := status(reject[0].PendingID)
+		return e.Status == machine.StateRejectedByTimeout, e.Status
+	})
 	timer.kill()
 	time.Sleep(time.Until(last.Add(500 * time.Millisecond)))
 	unfired := 0
@@ -93,24 +99,24 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 
 	restarted := time.Now()
 	startServe(t, timerArgs...)
-	require.Eventually(t, func() bool {
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "every passed deadline fired once the timer was back", func() (bool, any) {
 		for _, e := range reject {
-			if status(e.PendingID).Status != machine.StateRejectedByTimeout {
-				return false
+			if got := status(e.PendingID); got.Status != machine.StateRejectedByTimeout {
+				return false, fmt.Sprintf("%s %s", e.PendingID, got.Status)
 			}
 		}
 		for _, e := range flag {
 			if !status(e.PendingID).Overdue {
-				return false
+				return false, fmt.Sprintf("%s not overdue", e.PendingID)
 			}
 		}
 		for _, e := range abandon {
-			if status(e.PendingID).Status != machine.StateCompletedFailure {
-				return false
+			if got := status(e.PendingID); got.Status != machine.StateCompletedFailure {
+				return false, fmt.Sprintf("%s %s", e.PendingID, got.Status)
 			}
 		}
-		return true
-	}, 30*time.Second, 10*time.Millisecond, "every passed deadline fires once the timer is back")
+		return true, nil
+	})
 	t.Logf("every passed deadline acted on %s after the restart", time.Since(restarted).Round(time.Millisecond))
 
 	// None twice: give a second firing room to land, then count.
