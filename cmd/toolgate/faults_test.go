@@ -98,6 +98,10 @@ func (r *faultRole) output() string {
 // (docs/faults.md).
 func TestFaults(t *testing.T) {
 	t.Parallel()
+	// The phases below are subtests, so that a failure names its step;
+	// what must outlive a phase (a process, a nats-server) is started on
+	// top, the test itself.
+	top := t
 	began := time.Now()
 	n, rounds, agents := *faultsCalls, *faultsRounds, max(*faultsAgents, 1)
 	if rounds <= 0 {
@@ -284,7 +288,7 @@ teams:
 	// that its calls' leases run out during the others.
 	type fault struct {
 		name string
-		do   func()
+		do   func(t *testing.T)
 	}
 	var (
 		segment         int // calls let through per fault
@@ -304,7 +308,7 @@ teams:
 		mark("%s serving again (pid %d)", r.name, r.proc.cmd.Process.Pid)
 	}
 	faults := []fault{
-		{"executor", func() {
+		{"executor", func(t *testing.T) {
 			x := role("executor")
 			pid := x.proc.cmd.Process.Pid
 			// Mid-run: while the runs log shows a call of this executor
@@ -315,10 +319,10 @@ teams:
 			killedExecutors[pid] = true
 			killRole(x)
 		}},
-		{"relay", func() { killRole(role("relay")) }},
-		{"intake", func() { killRole(role("intake")) }},
-		{"timer", func() { killRole(role("timer")) }},
-		{"NATS follower", func() {
+		{"relay", func(*testing.T) { killRole(role("relay")) }},
+		{"intake", func(*testing.T) { killRole(role("intake")) }},
+		{"timer", func(*testing.T) { killRole(role("timer")) }},
+		{"NATS follower", func(t *testing.T) {
 			leader := kvLeader(t, admin)
 			meta := cluster.waitMetaLeader(t)
 			var victim *natsServer
@@ -327,7 +331,7 @@ teams:
 					victim = s
 				}
 			}
-			p := newProber(t, cluster, probes, "follower-"+victim.Name)
+			p := newProber(top, cluster, probes, "follower-"+victim.Name)
 			victim.kill()
 			killed := time.Now()
 			mark("SIGKILLed nats-server %s, a follower of %s (leader %s, meta leader %s)", victim.Name, "KV_"+wire.CallsBucket, leader, meta)
@@ -336,16 +340,16 @@ teams:
 			outage, sent := p.wait("killing follower " + victim.Name)
 			followerOutages = append(followerOutages, outage)
 			mark("the first submit came %s after the kill (%d probes)", outage.Round(time.Millisecond), sent)
-			victim.start(t, natsServerBinary(t))
+			victim.start(top, natsServerBinary(t))
 			mark("nats-server %s started again", victim.Name)
 			cluster.waitHealthy(t)
 			mark("nats-server %s back and the cluster healthy", victim.Name)
 		}},
-		{"NATS leader", func() {
-			k := killLeader(t, cluster, admin, probes, mark)
+		{"NATS leader", func(t *testing.T) {
+			k := killLeader(top, cluster, admin, probes, mark)
 			outages = append(outages, k)
 			mark("election took %s, the first submit came %s after the kill (%d probes)", k.election.Round(time.Millisecond), k.outage.Round(time.Millisecond), k.probes)
-			cluster.server(k.killed).start(t, natsServerBinary(t))
+			cluster.server(k.killed).start(top, natsServerBinary(t))
 			cluster.waitHealthy(t)
 			mark("nats-server %s back and the cluster healthy", k.killed)
 		}},
@@ -360,16 +364,21 @@ teams:
 	letThrough(segment)
 	for round := range rounds {
 		for _, f := range faults {
-			// The load goes on after the last fault (a call is
-			// submitted), and has not fallen more than two segments
-			// behind the faults: the rest keeps every agent busy through
-			// this one, and the faults go on as long as the load does.
-			at := max(submitted.Load()+1, int64(let-2*segment))
-			waitFor(t, 2*time.Minute, func() (bool, string) {
-				return submitted.Load() >= at, fmt.Sprintf("%d of %d submitted", submitted.Load(), let)
-			}, "round %d, before killing the %s: the load does not progress", round+1, f.name)
-			mark("round %d: %d calls submitted, %d answered", round+1, submitted.Load(), answered.Load())
-			f.do()
+			if !t.Run(fmt.Sprintf("round %d: killing the %s", round+1, f.name), func(t *testing.T) {
+				// The load goes on after the last fault (a call is
+				// submitted), and has not fallen more than two segments
+				// behind the faults: the rest keeps every agent busy
+				// through this one, and the faults go on as long as the
+				// load does.
+				at := max(submitted.Load()+1, int64(let-2*segment))
+				waitFor(t, 2*time.Minute, func() (bool, string) {
+					return submitted.Load() >= at, fmt.Sprintf("%d of %d submitted", submitted.Load(), let)
+				}, "round %d, before killing the %s: the load does not progress", round+1, f.name)
+				mark("round %d: %d calls submitted, %d answered", round+1, submitted.Load(), answered.Load())
+				f.do(t)
+			}) {
+				t.FailNow()
+			}
 			letThrough(let + segment)
 		}
 	}
@@ -378,24 +387,26 @@ teams:
 	mark("every call let through")
 
 	// Every agent gets its answer, or the test says who did not.
-	all := make(chan struct{})
-	go func() { agentsDone.Wait(); close(all) }()
-	select {
-	case <-all:
-	case <-time.After(2 * time.Minute):
-		mu.Lock()
-		var waiting []string
-		for _, fc := range calls {
-			if fc.pendingID != "" && !fc.answered {
-				waiting = append(waiting, fc.pendingID)
+	t.Run("every agent answered", func(t *testing.T) {
+		all := make(chan struct{})
+		go func() { agentsDone.Wait(); close(all) }()
+		select {
+		case <-all:
+		case <-time.After(2 * time.Minute):
+			mu.Lock()
+			var waiting []string
+			for _, fc := range calls {
+				if fc.pendingID != "" && !fc.answered {
+					waiting = append(waiting, fc.pendingID)
+				}
 			}
+			mu.Unlock()
+			t.Errorf("agents still waiting 2 minutes after the last call was let through: %v", waiting)
+			stopLoad()
+			<-all
 		}
-		mu.Unlock()
-		t.Errorf("agents still waiting 2 minutes after the last call was let through: %v", waiting)
-		stopLoad()
-		<-all
-	}
-	mark("every agent answered")
+		mark("every agent answered")
+	})
 	stopLoad()
 	close(toDecide)
 	deciding.Wait()
@@ -403,162 +414,163 @@ teams:
 	// Let toolgate settle: every entry in a final state, every revision
 	// relayed.
 	js := admin[cluster.servers[0].Name].js
-	var unsettled []string
-	poll(60*time.Second, func() bool {
-		unsettled = unsettledCalls(t, js)
-		return len(unsettled) == 0
+	t.Run("settled and relayed", func(t *testing.T) {
+		poll(60*time.Second, func() bool { return len(unsettledCalls(t, js)) == 0 })
+		if !poll(60*time.Second, func() bool { return bustest.Relayed(t.Context(), js) }) {
+			t.Errorf("the relay has not caught up 60s after the last answer: %s", relayState(t, js))
+			// Where it is stuck: a Go process prints every goroutine's
+			// stack on SIGQUIT (and exits; the next cleanup finds it
+			// gone).
+			relay := role("relay").proc
+			_ = relay.cmd.Process.Signal(syscall.SIGQUIT)
+			<-relay.done
+			t.Logf("--- relay (pid %d) goroutines on SIGQUIT:\n%s", relay.cmd.Process.Pid, goroutines(relay.output()))
+		}
+		mark("settled and relayed")
 	})
-	if !poll(60*time.Second, func() bool { return bustest.Relayed(t.Context(), js) }) {
-		t.Errorf("the relay has not caught up 60s after the last answer: %s", relayState(t, js))
-		// Where it is stuck: a Go process prints every goroutine's stack
-		// on SIGQUIT (and exits; the next cleanup finds it gone).
-		relay := role("relay").proc
-		_ = relay.cmd.Process.Signal(syscall.SIGQUIT)
-		<-relay.done
-		t.Logf("--- relay (pid %d) goroutines on SIGQUIT:\n%s", relay.cmd.Process.Pid, goroutines(relay.output()))
-	}
-	mark("settled and relayed")
 
 	// Count.
-	revs := callRevisions(t, js)
-	events := allEventIDs(t, js)
-	runs := readRuns(t, runsLog)
-	final := map[string]*machine.Entry{} // by pendingId
-	byToolCall := map[string]string{}    // toolCallId → pendingId
-	for id, rs := range revs {
-		e := rs[len(rs)-1].entry
-		final[id] = e
-		byToolCall[e.ToolCallID] = id
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	all2 := append(slices.Clone(calls), probes.calls...)
-	var lost, unanswered, wrong, submitFailed []string
-	acked := 0
-	for _, fc := range all2 {
-		if fc.submitErr != nil {
-			submitFailed = append(submitFailed, fmt.Sprintf("%s: %v", fc.toolCallID, fc.submitErr))
-			continue
+	t.Run("counts", func(t *testing.T) {
+		revs := callRevisions(t, js)
+		events := allEventIDs(t, js)
+		runs := readRuns(t, runsLog)
+		final := map[string]*machine.Entry{} // by pendingId
+		byToolCall := map[string]string{}    // toolCallId → pendingId
+		for id, rs := range revs {
+			e := rs[len(rs)-1].entry
+			final[id] = e
+			byToolCall[e.ToolCallID] = id
 		}
-		if fc.pendingID == "" {
-			continue // a probe that was never sent
-		}
-		acked++
-		e := final[fc.pendingID]
-		switch {
-		case e == nil:
-			lost = append(lost, fc.pendingID+": acknowledged, no entry")
-		case !e.Status.Terminal():
-			lost = append(lost, fmt.Sprintf("%s: %s at the end", fc.pendingID, e.Status))
-		}
-		if fc.kind == "probe" {
-			continue
-		}
-		if !fc.answered {
-			unanswered = append(unanswered, fmt.Sprintf("%s: %v", fc.pendingID, fc.answerErr))
-		} else if e != nil && fc.answer != answerFor(e) {
-			wrong = append(wrong, fmt.Sprintf("%s: told %s, the entry is %s", fc.pendingID, fc.answer, e.Status))
-		}
-	}
-	for _, fc := range calls {
-		if fc.submitErr != nil {
-			unanswered = append(unanswered, fmt.Sprintf("%s: submit failed: %v", fc.toolCallID, fc.submitErr))
-		}
-	}
-	doubled := doubledTransitions(revs)
-	missingEvents, doubledEvents := eventGaps(revs, events)
-	var rerunsNoDeath, afterReject []string
-	runsOf := map[string][]*toolRun{}
-	for _, r := range runs {
-		runsOf[r.toolCallID] = append(runsOf[r.toolCallID], r)
-	}
-	reruns := 0
-	for tc, rs := range runsOf {
-		id := byToolCall[tc]
-		if e := final[id]; e != nil && isRejected(e.Status) {
-			afterReject = append(afterReject, fmt.Sprintf("%s: ran %d times, ended %s", id, len(rs), e.Status))
-		}
-		for _, r := range rs[:len(rs)-1] {
-			reruns++
-			if !killedExecutors[r.executor] {
-				rerunsNoDeath = append(rerunsNoDeath, fmt.Sprintf("%s: run by executor pid %d (ended %v), then again, though it was not killed", id, r.executor, r.ended))
+		mu.Lock()
+		defer mu.Unlock()
+		all2 := append(slices.Clone(calls), probes.calls...)
+		var lost, unanswered, wrong, submitFailed []string
+		acked := 0
+		for _, fc := range all2 {
+			if fc.submitErr != nil {
+				submitFailed = append(submitFailed, fmt.Sprintf("%s: %v", fc.toolCallID, fc.submitErr))
+				continue
+			}
+			if fc.pendingID == "" {
+				continue // a probe that was never sent
+			}
+			acked++
+			e := final[fc.pendingID]
+			switch {
+			case e == nil:
+				lost = append(lost, fc.pendingID+": acknowledged, no entry")
+			case !e.Status.Terminal():
+				lost = append(lost, fmt.Sprintf("%s: %s at the end", fc.pendingID, e.Status))
+			}
+			if fc.kind == "probe" {
+				continue
+			}
+			if !fc.answered {
+				unanswered = append(unanswered, fmt.Sprintf("%s: %v", fc.pendingID, fc.answerErr))
+			} else if e != nil && fc.answer != answerFor(e) {
+				wrong = append(wrong, fmt.Sprintf("%s: told %s, the entry is %s", fc.pendingID, fc.answer, e.Status))
 			}
 		}
-	}
-	slices.Sort(lost)
-	slices.Sort(unanswered)
-	slices.Sort(rerunsNoDeath)
-	slices.Sort(afterReject)
+		for _, fc := range calls {
+			if fc.submitErr != nil {
+				unanswered = append(unanswered, fmt.Sprintf("%s: submit failed: %v", fc.toolCallID, fc.submitErr))
+			}
+		}
+		doubled := doubledTransitions(revs)
+		missingEvents, doubledEvents := eventGaps(revs, events)
+		var rerunsNoDeath, afterReject []string
+		runsOf := map[string][]*toolRun{}
+		for _, r := range runs {
+			runsOf[r.toolCallID] = append(runsOf[r.toolCallID], r)
+		}
+		reruns := 0
+		for tc, rs := range runsOf {
+			id := byToolCall[tc]
+			if e := final[id]; e != nil && isRejected(e.Status) {
+				afterReject = append(afterReject, fmt.Sprintf("%s: ran %d times, ended %s", id, len(rs), e.Status))
+			}
+			for _, r := range rs[:len(rs)-1] {
+				reruns++
+				if !killedExecutors[r.executor] {
+					rerunsNoDeath = append(rerunsNoDeath, fmt.Sprintf("%s: run by executor pid %d (ended %v), then again, though it was not killed", id, r.executor, r.ended))
+				}
+			}
+		}
+		slices.Sort(lost)
+		slices.Sort(unanswered)
+		slices.Sort(rerunsNoDeath)
+		slices.Sort(afterReject)
 
-	var counts faultCounts
-	counts.figure("calls submitted (and acknowledged)", acked)
-	counts.figure("  of which probes during NATS kills", len(probes.calls))
-	counts.figure("tool runs", len(runs))
-	counts.figure("  of which again after an executor's death", reruns-len(rerunsNoDeath))
-	counts.add("lost calls", true, lost)
-	counts.add("doubled transitions", true, doubled)
-	counts.add("missing events", true, missingEvents)
-	counts.add("doubled events", true, doubledEvents)
-	counts.add("second runs without an executor death", true, rerunsNoDeath)
-	counts.add("runs after reject", true, afterReject)
-	counts.add("unanswered agents", true, unanswered)
-	counts.add("answers that disagree with the entry", true, wrong)
-	var statuses []string
-	byStatus := map[machine.State]int{}
-	for _, fc := range calls {
-		if e := final[fc.pendingID]; e != nil {
-			byStatus[e.Status]++
+		var counts faultCounts
+		counts.figure("calls submitted (and acknowledged)", acked)
+		counts.figure("  of which probes during NATS kills", len(probes.calls))
+		counts.figure("tool runs", len(runs))
+		counts.figure("  of which again after an executor's death", reruns-len(rerunsNoDeath))
+		counts.add("lost calls", true, lost)
+		counts.add("doubled transitions", true, doubled)
+		counts.add("missing events", true, missingEvents)
+		counts.add("doubled events", true, doubledEvents)
+		counts.add("second runs without an executor death", true, rerunsNoDeath)
+		counts.add("runs after reject", true, afterReject)
+		counts.add("unanswered agents", true, unanswered)
+		counts.add("answers that disagree with the entry", true, wrong)
+		var statuses []string
+		byStatus := map[machine.State]int{}
+		for _, fc := range calls {
+			if e := final[fc.pendingID]; e != nil {
+				byStatus[e.Status]++
+			}
 		}
-	}
-	for s, k := range byStatus {
-		statuses = append(statuses, fmt.Sprintf("%s %d", s, k))
-	}
-	slices.Sort(statuses)
-	// How long agents waited, from submit to answer.
-	var waits []time.Duration
-	for _, fc := range calls {
-		if fc.answered {
-			waits = append(waits, fc.latency)
+		for s, k := range byStatus {
+			statuses = append(statuses, fmt.Sprintf("%s %d", s, k))
 		}
-	}
-	slices.Sort(waits)
-	pct := func(p int) time.Duration {
-		if len(waits) == 0 {
-			return 0
+		slices.Sort(statuses)
+		// How long agents waited, from submit to answer.
+		var waits []time.Duration
+		for _, fc := range calls {
+			if fc.answered {
+				waits = append(waits, fc.latency)
+			}
 		}
-		return waits[min(len(waits)*p/100, len(waits)-1)].Round(time.Millisecond)
-	}
-	slowest := slices.Clone(calls)
-	slices.SortFunc(slowest, func(a, b *faultCall) int { return int(b.latency - a.latency) })
-	var slow []string
-	for _, fc := range slowest[:min(5, len(slowest))] {
-		slow = append(slow, fmt.Sprintf("%s (%s) %s", fc.toolCallID, fc.kind, fc.latency.Round(time.Millisecond)))
-	}
-	for _, d := range followerOutages {
-		t.Logf("follower kill: write outage %s (first submit after the kill)", d.Round(time.Millisecond))
-	}
-	for _, o := range outages {
-		t.Logf("leader kill: %s led %s; election %s (new leader %s); write outage %s (first submit after the kill); %d probes",
-			o.killed, "KV_"+wire.CallsBucket, o.election.Round(time.Millisecond), o.newLeader, o.outage.Round(time.Millisecond), o.probes)
-	}
-	t.Logf("calls: %d by %d agents, %d round(s) of faults; final states: %s; decisions that failed: %d; submits that failed: %d; %s in all",
-		n, agents, rounds, strings.Join(statuses, ", "), countDecideErrs(calls), len(submitFailed), time.Since(began).Round(time.Millisecond))
-	t.Logf("submit to answer: p50 %s, p90 %s, p99 %s; slowest %s", pct(50), pct(90), pct(99), strings.Join(slow, ", "))
-	t.Logf("runnable (approved or scheduled) to claimed by an executor: %s", claimDelays(revs))
-	t.Logf("counts:\n%s", counts.String())
+		slices.Sort(waits)
+		pct := func(p int) time.Duration {
+			if len(waits) == 0 {
+				return 0
+			}
+			return waits[min(len(waits)*p/100, len(waits)-1)].Round(time.Millisecond)
+		}
+		slowest := slices.Clone(calls)
+		slices.SortFunc(slowest, func(a, b *faultCall) int { return int(b.latency - a.latency) })
+		var slow []string
+		for _, fc := range slowest[:min(5, len(slowest))] {
+			slow = append(slow, fmt.Sprintf("%s (%s) %s", fc.toolCallID, fc.kind, fc.latency.Round(time.Millisecond)))
+		}
+		for _, d := range followerOutages {
+			t.Logf("follower kill: write outage %s (first submit after the kill)", d.Round(time.Millisecond))
+		}
+		for _, o := range outages {
+			t.Logf("leader kill: %s led %s; election %s (new leader %s); write outage %s (first submit after the kill); %d probes",
+				o.killed, "KV_"+wire.CallsBucket, o.election.Round(time.Millisecond), o.newLeader, o.outage.Round(time.Millisecond), o.probes)
+		}
+		t.Logf("calls: %d by %d agents, %d round(s) of faults; final states: %s; decisions that failed: %d; submits that failed: %d; %s in all",
+			n, agents, rounds, strings.Join(statuses, ", "), countDecideErrs(calls), len(submitFailed), time.Since(began).Round(time.Millisecond))
+		t.Logf("submit to answer: p50 %s, p90 %s, p99 %s; slowest %s", pct(50), pct(90), pct(99), strings.Join(slow, ", "))
+		t.Logf("runnable (approved or scheduled) to claimed by an executor: %s", claimDelays(revs))
+		t.Logf("counts:\n%s", counts.String())
 
-	for _, r := range counts.rows {
-		if r.must0 {
-			assert.Zero(t, r.n, "%s: %v", r.name, r.examples)
+		for _, r := range counts.rows {
+			if r.must0 {
+				assert.Zero(t, r.n, "%s: %v", r.name, r.examples)
+			}
 		}
-	}
-	for _, o := range outages {
-		assert.LessOrEqual(t, o.outage, o.election+2*time.Second,
-			"write outage after killing leader %s: %s, election %s", o.killed, o.outage, o.election)
-	}
-	if unsettled = unsettledCalls(t, js); len(unsettled) > 0 {
-		t.Errorf("entries not final at the end: %v", unsettled)
-	}
+		for _, o := range outages {
+			assert.LessOrEqual(t, o.outage, o.election+2*time.Second,
+				"write outage after killing leader %s: %s, election %s", o.killed, o.outage, o.election)
+		}
+		if unsettled := unsettledCalls(t, js); len(unsettled) > 0 {
+			t.Errorf("entries not final at the end: %v", unsettled)
+		}
+	})
 }
 
 // answerFor is what Await should have said of an entry in its final state.
