@@ -269,7 +269,16 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.listen(d); err != nil {
 		return err
 	}
+	// A step that fails after the first goroutine started stops them
+	// all, and waits for them, before Run returns.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
+	failed := func(err error) error {
+		cancel()
+		_ = g.Wait()
+		return err
+	}
 	g.Go(func() error { return m.watchConn(ctx, nc) })
 	if !m.startCredentials(ctx, g, d) {
 		return g.Wait()
@@ -278,7 +287,7 @@ func (m *Main) Run(ctx context.Context) error {
 		g.Go(func() error { return serveMetrics(ctx, m.Config.Metrics, d.registry, m.Log) })
 	}
 	if err := m.prepareViews(d); err != nil {
-		return err
+		return failed(err)
 	}
 	m.startFeeds(ctx, g, d)
 	m.startRoles(ctx, g, d)
