@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
-	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
-	appgate "github.com/toolgate/toolgate/gate"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	appgate "github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )

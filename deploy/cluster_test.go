@@ -25,16 +25,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 // startNATS starts a server for each configuration, as a cluster on
 // loopback whose routes dial host; it returns the client URLs, with
 // scheme, host and each server's port.
-func startNATS(t *testing.T, confs []*server.Options, scheme, host string) []string {
+func startNATS(t *testing.T, confs []*natsserver.Options, scheme, host string) []string {
 	t.Helper()
 	routePorts := make([]int, len(confs))
 	for i := range confs {
@@ -46,13 +46,13 @@ func startNATS(t *testing.T, confs []*server.Options, scheme, host string) []str
 	}
 	var urls []string
 	for i, o := range confs {
-		o.Host, o.Port = "127.0.0.1", server.RANDOM_PORT
+		o.Host, o.Port = "127.0.0.1", natsserver.RANDOM_PORT
 		o.HTTPHost, o.HTTPPort = "", 0
 		o.Cluster.Host, o.Cluster.Port = "127.0.0.1", routePorts[i]
 		o.Routes = routes
 		o.StoreDir = t.TempDir()
 		o.NoLog, o.NoSigs = true, true
-		s, err := server.NewServer(o)
+		s, err := natsserver.NewServer(o)
 		if err != nil {
 			t.Fatalf("nats server %s: %v", o.ServerName, err)
 		}
@@ -331,10 +331,10 @@ func TestComposeEndToEnd(t *testing.T) {
 	t.Parallel() // mostly waiting for the cluster: beside the other one
 	c := loadCompose(t)
 	vol := composeInit(t, c)
-	var confs []*server.Options
+	var confs []*natsserver.Options
 	for i := 1; i <= 3; i++ {
 		conf, fs := c.natsConfig(t, fmt.Sprintf("nats-%d", i), vol)
-		opts, err := server.ProcessConfigFile(fs.path(conf))
+		opts, err := natsserver.ProcessConfigFile(fs.path(conf))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -421,7 +421,7 @@ func TestK8sEndToEnd(t *testing.T) {
 	secrets := k8sSecrets(t, objs)
 	sts, _ := natsStatefulSet(t, objs)
 	n, _ := get(sts.doc, "spec", "replicas").(int)
-	var confs []*server.Options
+	var confs []*natsserver.Options
 	for i := range n {
 		path, _, env := natsPodConf(t, objs, secrets, i)
 		opts, err := processConfig(path, env)

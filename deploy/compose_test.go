@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
 // composeNATS is the --nats every toolgate service in compose.yaml gives.
@@ -364,7 +364,7 @@ func snapshot(t *testing.T, dir string) map[string][]byte {
 // account and the accounts it preloads.
 func trustOf(t *testing.T, path string) string {
 	t.Helper()
-	opts, err := server.ProcessConfigFile(path)
+	opts, err := natsserver.ProcessConfigFile(path)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

@@ -23,11 +23,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/toolgate/toolgate/api"
-	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/httpapi"
 )
 
 // ---------------------------------------------------------------------------
@@ -269,7 +269,7 @@ func checkRolesCovered(t *testing.T, where string, cmds []serveArgs) {
 // token.
 func checkTokens(t *testing.T, where string, data []byte) {
 	t.Helper()
-	tokens, err := api.ParseTokens(data)
+	tokens, err := httpapi.ParseTokens(data)
 	if err != nil {
 		t.Errorf("%s: %v", where, err)
 		return
@@ -665,7 +665,7 @@ var envMu sync.Mutex
 
 // processConfig parses a NATS configuration with env in the environment,
 // which the configuration's $VARIABLES read.
-func processConfig(path string, env map[string]string) (*server.Options, error) {
+func processConfig(path string, env map[string]string) (*natsserver.Options, error) {
 	envMu.Lock()
 	defer envMu.Unlock()
 	for k, v := range env {
@@ -679,14 +679,14 @@ func processConfig(path string, env map[string]string) (*server.Options, error) 
 			}
 		}()
 	}
-	return server.ProcessConfigFile(path)
+	return natsserver.ProcessConfigFile(path)
 }
 
 // natsConf parses a NATS configuration with nats-server's own parser, and
 // checks what every server of a toolgate cluster must have: JetStream, a
 // cluster, monitoring, and authentication by toolgate's operator alone.
 // env is the environment the configuration reads.
-func natsConf(t *testing.T, where, path string, env map[string]string, replicas int) *server.Options {
+func natsConf(t *testing.T, where, path string, env map[string]string, replicas int) *natsserver.Options {
 	t.Helper()
 	opts, err := processConfig(path, env)
 	if err != nil {

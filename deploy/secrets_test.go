@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/internal/httpapi"
 )
 
 var (
@@ -84,7 +84,7 @@ func checkNoToken(t *testing.T, path string, n int, line string) {
 		if len(strings.Fields(entry)) != 3 {
 			continue
 		}
-		if tokens, err := api.ParseTokens([]byte(entry)); err == nil && !tokens.Open() {
+		if tokens, err := httpapi.ParseTokens([]byte(entry)); err == nil && !tokens.Open() {
 			t.Errorf("%s:%d: a usable bearer token entry (%.8s…)", path, n, entry)
 		}
 	}

@@ -16,7 +16,7 @@ func TestHTTPAPI_NamesEveryRoute(t *testing.T) {
 	t.Parallel()
 	page, err := os.ReadFile("http-api.md")
 	require.NoError(t, err)
-	data, err := os.ReadFile("../api/openapi.json")
+	data, err := os.ReadFile("../internal/httpapi/openapi.json")
 	require.NoError(t, err)
 	var spec struct {
 		Paths map[string]json.RawMessage `json:"paths"`
@@ -35,7 +35,7 @@ func TestHTTPAPI_GeneratorIsThePinnedOne(t *testing.T) {
 	t.Parallel()
 	page, err := os.ReadFile("http-api.md")
 	require.NoError(t, err)
-	mod, err := os.ReadFile("../api/testdata/oapiclient/go.mod")
+	mod, err := os.ReadFile("../internal/httpapi/testdata/oapiclient/go.mod")
 	require.NoError(t, err)
 	pinned := regexp.MustCompile(`github.com/oapi-codegen/oapi-codegen/v2 (v[0-9.]+)`).FindSubmatch(mod)
 	require.NotNil(t, pinned, "api/testdata/oapiclient/go.mod pins no oapi-codegen")

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 )
 

@@ -18,10 +18,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/gate"
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/gate"
+	"github.com/toolgate/toolgate/internal/server"
 )
 
 // Options choose what the started toolgate runs and with what.

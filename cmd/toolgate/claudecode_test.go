@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/claudecode"
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/internal/claudecode"
+	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/internal/server"
 )
 
 // isolateTests makes the tests read nobody's own setup: no config file,

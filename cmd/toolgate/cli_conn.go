@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/toolgate/toolgate/bus"
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/server"
 )
 
 // credentials is how the verb connects, as the nats CLI would: the server

@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/toolgate/toolgate/auth"
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/wire"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/server"
 )
 
 // TestServe_ApproversSeeSecretsMaskedTheExecutorRunsThem: a call whose

@@ -21,9 +21,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus/bustest"
-	"github.com/toolgate/toolgate/mcpgateway"
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/mcpgateway"
+	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/toolgatetest"
 )
 

@@ -20,11 +20,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus/bustest"
-	"github.com/toolgate/toolgate/claudecode"
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/claudecode"
+	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -43,7 +43,7 @@ var (
 	upstreamErr  error
 )
 
-// upstreamServer builds mcpgateway/testdata/upstream, a real MCP server
+// upstreamServer builds internal/mcpgateway/testdata/upstream, a real MCP server
 // on stdio that logs every call it receives to $UPSTREAM_LOG.
 func upstreamServer(t *testing.T) string {
 	t.Helper()
@@ -54,7 +54,7 @@ func upstreamServer(t *testing.T) string {
 			return
 		}
 		upstreamBin = filepath.Join(dir, "upstream")
-		if out, err := exec.Command("go", "build", "-o", upstreamBin, "../../mcpgateway/testdata/upstream").CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-o", upstreamBin, "../../internal/mcpgateway/testdata/upstream").CombinedOutput(); err != nil {
 			upstreamErr = fmt.Errorf("go build upstream: %v\n%s", err, out)
 		}
 	})

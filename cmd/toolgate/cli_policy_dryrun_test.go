@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )

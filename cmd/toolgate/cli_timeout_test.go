@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/internal/server"
 )
 
 // TestCLI_ATimeoutSaysItsDeadlineAndWhatAResubmitWouldMeet: an agent

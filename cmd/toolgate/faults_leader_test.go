@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/wire"
 )
 

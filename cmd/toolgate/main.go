@@ -15,7 +15,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -113,7 +113,7 @@ func printVersion(w io.Writer) {
 			}
 		}
 	}
-	fmt.Fprintf(w, "toolgate %s%s (%s, nats-server %s)\n", version, rev, runtime.Version(), server.VERSION)
+	fmt.Fprintf(w, "toolgate %s%s (%s, nats-server %s)\n", version, rev, runtime.Version(), natsserver.VERSION)
 }
 
 // errUsage is returned for bad flags; the flag package has said why.

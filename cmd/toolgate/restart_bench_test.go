@@ -20,10 +20,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus/bustest"
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
-	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/wire"
 )
 

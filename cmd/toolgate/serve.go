@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/internal/server"
 )
 
 // serveConfig is what serve's flags fill: the server's Config, and what

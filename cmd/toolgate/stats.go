@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/analytics"
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/wire"
 )
 

@@ -1,0 +1,324 @@
+package claudecode
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/policy"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// The hook events handled.
+const (
+	EventPreToolUse         = "PreToolUse"
+	EventPermissionRequest  = "PermissionRequest"
+	EventPostToolUse        = "PostToolUse"
+	EventPostToolUseFailure = "PostToolUseFailure"
+)
+
+// Input is what Claude Code sends a hook, on stdin or as a POST body.
+type Input struct {
+	SessionID      string          `json:"session_id"`
+	TranscriptPath string          `json:"transcript_path,omitempty"`
+	Cwd            string          `json:"cwd,omitempty"`
+	PermissionMode string          `json:"permission_mode,omitempty"`
+	HookEventName  string          `json:"hook_event_name"`
+	ToolName       string          `json:"tool_name"`
+	ToolInput      json.RawMessage `json:"tool_input"`
+	ToolUseID      string          `json:"tool_use_id,omitempty"`
+	ToolResponse   json.RawMessage `json:"tool_response,omitempty"` // PostToolUse
+	Error          string          `json:"error,omitempty"`         // PostToolUseFailure
+}
+
+// ParseInput reads a hook's input, naming the field that is missing, too
+// long or bad.
+func ParseInput(data []byte) (Input, error) {
+	var in Input
+	if err := json.Unmarshal(data, &in); err != nil {
+		return in, fmt.Errorf("%w: hook input: %v", machine.ErrInvalid, err)
+	}
+	for _, f := range []struct{ name, value string }{
+		{"session_id", in.SessionID}, {"hook_event_name", in.HookEventName}, {"tool_name", in.ToolName},
+	} {
+		if f.value == "" {
+			return in, fmt.Errorf("%w: hook input: %s: required", machine.ErrInvalid, f.name)
+		}
+	}
+	// They become the call's conversation and toolCallId.
+	for _, f := range []struct{ name, value string }{{"session_id", in.SessionID}, {"tool_use_id", in.ToolUseID}} {
+		if len(f.value) > machine.MaxID {
+			return in, fmt.Errorf("%w: hook input: %s: at most %d bytes, got %d", machine.ErrInvalid, f.name, machine.MaxID, len(f.value))
+		}
+	}
+	if len(in.ToolInput) == 0 {
+		in.ToolInput = json.RawMessage("{}")
+	}
+	return in, nil
+}
+
+// Call is the tool call the input asks about: the session is the
+// conversation, and Claude Code's permission mode is passed to the policy.
+//
+// Its toolCallId is Claude Code's tool_use_id. A PermissionRequest has
+// none, and nothing else in it tells two identical requests apart: each is
+// a call of its own, under an id drawn here. So a caller makes the Call of
+// a request once and submits that: the SDK's repeated submits of it (while
+// toolgate does not answer) find the entry the first one made, and no later
+// request ever does, so an approval given once is never replayed to
+// another request, and a request withdrawn at its wait does not answer the
+// next.
+func (in Input) Call(caller, team string) machine.Call {
+	mode := in.PermissionMode
+	if !policy.Mode(mode).Valid() {
+		mode = "" // a mode toolgate does not know: the policy's own applies
+	}
+	id := in.ToolUseID
+	if id == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		id = "cc_" + hex.EncodeToString(b[:])
+	}
+	return machine.Call{
+		ToolCallID: id, ToolName: in.ToolName, Arguments: in.ToolInput,
+		CallerBotID: caller, ConversationID: in.SessionID, Team: team, PermissionMode: mode,
+	}
+}
+
+// Behavior is a permission answer, in Claude Code's words.
+type Behavior string
+
+// The answers. Ask hands the decision back to Claude Code's own prompt.
+const (
+	Allow Behavior = "allow"
+	Deny  Behavior = "deny"
+	Ask   Behavior = "ask"
+)
+
+// Decision is toolgate's answer to one call, before it is put in the shape
+// of the hook or tool that asked.
+type Decision struct {
+	Behavior     Behavior
+	Reason       string
+	UpdatedInput json.RawMessage // the input to run: edited by an approver, or the original
+	Edited       bool
+}
+
+// Decide turns what Await returned into a Decision. A refusal is a deny
+// with its reason; only a call toolgate lets run is allowed; anything else
+// (an error, an outcome it does not know) is denied, saying so: a gate that
+// cannot tell what toolgate decided does not let the call run.
+func Decide(o client.Outcome, err error) Decision {
+	var rej *client.RejectedError
+	switch {
+	case errors.As(err, &rej):
+		return Decision{Behavior: Deny, Reason: "toolgate: " + rej.Error()}
+	case err != nil:
+		return Decision{Behavior: Deny, Reason: "toolgate could not decide: " + err.Error()}
+	case o.Runnable(), o.Kind == client.Executed:
+		reason := "toolgate: allowed by " + o.By
+		if o.Reason != "" {
+			reason += " (" + o.Reason + ")"
+		}
+		return Decision{Behavior: Allow, Reason: reason, UpdatedInput: o.Arguments, Edited: o.Edited}
+	default:
+		return Decision{Behavior: Deny, Reason: fmt.Sprintf("toolgate: unexpected outcome %q: denied", o.Kind)}
+	}
+}
+
+// PreToolUseOutput is a PreToolUse hook's answer.
+type PreToolUseOutput struct {
+	HookSpecificOutput PreToolUseDecision `json:"hookSpecificOutput"`
+}
+
+// PreToolUseDecision is the hookSpecificOutput of PreToolUse.
+type PreToolUseDecision struct {
+	HookEventName            string          `json:"hookEventName"`
+	PermissionDecision       Behavior        `json:"permissionDecision"`
+	PermissionDecisionReason string          `json:"permissionDecisionReason"`
+	UpdatedInput             json.RawMessage `json:"updatedInput,omitempty"`
+}
+
+// PreToolUse puts d in PreToolUse's shape; updatedInput only when an
+// approver edited the input.
+func (d Decision) PreToolUse() PreToolUseOutput {
+	out := PreToolUseOutput{HookSpecificOutput: PreToolUseDecision{
+		HookEventName: EventPreToolUse, PermissionDecision: d.Behavior, PermissionDecisionReason: d.Reason,
+	}}
+	if d.Edited {
+		out.HookSpecificOutput.UpdatedInput = d.UpdatedInput
+	}
+	return out
+}
+
+// PermissionResult is the decision of a PermissionRequest hook, and the
+// text of the permission-prompt MCP tool's result.
+type PermissionResult struct {
+	Behavior     Behavior        `json:"behavior"`
+	UpdatedInput json.RawMessage `json:"updatedInput,omitempty"`
+	Message      string          `json:"message,omitempty"`
+}
+
+// PermissionRequestOutput is a PermissionRequest hook's answer.
+type PermissionRequestOutput struct {
+	HookSpecificOutput struct {
+		HookEventName string           `json:"hookEventName"`
+		Decision      PermissionResult `json:"decision"`
+	} `json:"hookSpecificOutput"`
+}
+
+// Permission puts d in the shape of a permission decision: allow with the
+// input to run (the original echoed when unedited), or deny with a
+// message. These have no "ask": an undecided call is denied, saying why.
+func (d Decision) Permission() PermissionResult {
+	if d.Behavior == Allow {
+		return PermissionResult{Behavior: Allow, UpdatedInput: d.UpdatedInput}
+	}
+	return PermissionResult{Behavior: Deny, Message: d.Reason}
+}
+
+// PermissionRequest puts d in PermissionRequest's shape.
+func (d Decision) PermissionRequest() PermissionRequestOutput {
+	var out PermissionRequestOutput
+	out.HookSpecificOutput.HookEventName = EventPermissionRequest
+	out.HookSpecificOutput.Decision = d.Permission()
+	return out
+}
+
+// Gate is what the hooks need of toolgate. The CLI's is a *client.Client
+// with Calls added (its List takes the request API's wire type); the HTTP
+// role's answers through the application layer in its own process.
+type Gate interface {
+	Submit(ctx context.Context, call machine.Call) (*machine.Entry, error)
+	Await(ctx context.Context, pendingID string, opts ...client.AwaitOption) (client.Outcome, error)
+	Get(ctx context.Context, pendingID string) (*machine.Entry, error)
+	Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error)
+	Started(ctx context.Context, pendingID, by string) (*machine.Entry, error)
+	Succeed(ctx context.Context, pendingID, by string, result json.RawMessage, cost float64) (*machine.Entry, error)
+	Fail(ctx context.Context, pendingID, by, errMsg string, cost float64) (*machine.Entry, error)
+	// Calls lists the calls of a conversation for one tool that the
+	// hook's identity may see, in any state, oldest first.
+	Calls(ctx context.Context, conversationID, toolName string) ([]*machine.Entry, error)
+}
+
+// Options configure the hooks.
+type Options struct {
+	// Caller is the callerBotId of the calls; empty, toolgate takes the
+	// name of the credential the hook connects with.
+	Caller string
+	Team   string
+	// Timeout is how long Claude Code waits for the hook (its "timeout"
+	// setting; for the MCP tool, MCP_TOOL_TIMEOUT): 0 is DefaultTimeout.
+	Timeout time.Duration
+	// Wait bounds how long the hook waits for toolgate's verdict, counted
+	// from Asked. It must leave the hook time to answer before Claude Code
+	// stops waiting (see WaitFor); 0 is the most Timeout allows. Past it the
+	// call is withdrawn and the decision handed back to Claude Code's own
+	// prompt, unless the call's approval deadline came first (see decide).
+	Wait time.Duration
+	// Asked is when Claude Code asked (the hook process started, the
+	// request arrived); zero is when Handle is called.
+	Asked time.Time
+	// OnError is the answer when toolgate cannot decide (it cannot be
+	// reached, say): Deny (the default) or Ask (Claude Code's prompt
+	// decides). A refusal of the call or of the hook's credential is a
+	// deny whatever it says (see Unreachable).
+	OnError Behavior
+}
+
+// Handle answers one hook input: the JSON to print or send back.
+func Handle(ctx context.Context, g Gate, in Input, opts Options) (any, error) {
+	switch in.HookEventName {
+	case EventPreToolUse, EventPermissionRequest:
+		return Answer(in, decide(ctx, g, in, opts, handedBack)), nil
+	case EventPostToolUse, EventPostToolUseFailure:
+		return struct{}{}, record(ctx, g, in, opts)
+	default:
+		return nil, fmt.Errorf("%w: hook_event_name: %q is not one toolgate handles (PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure)", machine.ErrInvalid, in.HookEventName)
+	}
+}
+
+// Answer puts d in the shape of the hook that asked. A PermissionRequest
+// without a decision answers nothing, so that Claude Code shows its own
+// permission dialog; a PostToolUse answers nothing at all.
+func Answer(in Input, d Decision) any {
+	switch {
+	case in.HookEventName == EventPreToolUse:
+		return d.PreToolUse()
+	case in.HookEventName == EventPermissionRequest && d.Behavior != Ask:
+		return d.PermissionRequest()
+	default:
+		return struct{}{}
+	}
+}
+
+// Unreachable is the decision when toolgate cannot be asked, or cannot
+// answer: opts.OnError (default Deny), saying why. When toolgate refused
+// what the hook asked instead (the hook's credential may not submit calls,
+// the call is not one it takes), the answer is a deny whatever OnError says:
+// that is no outage, and Claude Code's prompt would let the call run
+// without toolgate.
+func Unreachable(opts Options, err error) Decision {
+	if errors.Is(err, machine.ErrForbidden) || errors.Is(err, machine.ErrInvalid) {
+		return Decision{Behavior: Deny, Reason: "toolgate refused the hook's call: " + err.Error()}
+	}
+	return Decision{Behavior: cmp.Or(opts.OnError, Deny), Reason: "toolgate could not decide: " + err.Error()}
+}
+
+// Notice is a hook's answer that decides nothing and shows Claude Code's
+// user a message: what toolgate answers, when something went wrong, at an
+// event that blocks nothing (PostToolUse: the tool has run).
+type Notice struct {
+	SystemMessage string `json:"systemMessage"`
+}
+
+// Refuse is the answer to a hook toolgate will not take (it carries no
+// valid credential, its input cannot be read) in the shape of event, the
+// input's hook_event_name: a deny saying why for PreToolUse and
+// PermissionRequest, so the call does not run, and for any other event,
+// which nothing blocks, a Notice saying why.
+func Refuse(event, reason string) any {
+	d := Decision{Behavior: Deny, Reason: reason}
+	switch event {
+	case EventPreToolUse:
+		return d.PreToolUse()
+	case EventPermissionRequest:
+		return d.PermissionRequest()
+	default:
+		return Notice{SystemMessage: reason}
+	}
+}
+
+// Failed is the answer when toolgate could not be asked about in, or
+// failed to record it: Unreachable's decision at PreToolUse and
+// PermissionRequest, and at the other events a Notice saying what went
+// wrong.
+func Failed(in Input, opts Options, err error) any {
+	switch in.HookEventName {
+	case EventPreToolUse, EventPermissionRequest:
+		return Answer(in, Unreachable(opts, err))
+	case EventPostToolUse, EventPostToolUseFailure:
+		return Notice{SystemMessage: fmt.Sprintf("toolgate could not record how %s went: %v", in.ToolName, err)}
+	default:
+		return Notice{SystemMessage: "toolgate: " + err.Error()}
+	}
+}
+
+// EventOf returns the hook_event_name of a hook's input, or "" when data
+// is not a JSON object naming one: the shape of the answer to an input
+// ParseInput refuses.
+func EventOf(data []byte) string {
+	var in struct {
+		HookEventName string `json:"hook_event_name"`
+	}
+	if json.Unmarshal(data, &in) != nil {
+		return ""
+	}
+	return in.HookEventName
+}

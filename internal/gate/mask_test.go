@@ -1,0 +1,65 @@
+package gate_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/gate"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// TestMask_WhoSeesACallsSecrets: the agent that asked, executors and
+// admins read a call's arguments as they are; approvers and viewers read
+// them masked, in a read, a list, a decision's answer and a refusal's
+// entry; an approver's edit that leaves a secret as shown keeps its value,
+// and one that puts the placeholder into a changed value is refused.
+func TestMask_WhoSeesACallsSecrets(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	ask := machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, Reason: "ask"}, nil
+	})
+	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask})
+	bot := gate.Actor{Name: "bot", Roles: []wire.Role{wire.RoleAgent}}
+	args := `{"password":"hunter2","host":"db"}`
+	masked := `{"password":"[redacted]","host":"db"}`
+	e, err := g.Submit(ctx, bot, machine.Call{ToolCallID: "1", ToolName: "connect", Arguments: json.RawMessage(args), ConversationID: "m"})
+	require.NoError(t, err)
+
+	for name, want := range map[string]string{"agent": args, "executor": args, "admin": args, "approver": masked, "viewer": masked} {
+		a := gate.Actor{Name: name, Roles: []wire.Role{wire.Role(name)}}
+		if name == "agent" {
+			a = bot
+		}
+		got, err := g.Get(ctx, a, e.PendingID)
+		require.NoError(t, err, name)
+		assert.JSONEq(t, want, string(got.ToolArguments), name)
+		page, err := g.List(ctx, a, wire.ListRequest{ConversationID: "m"})
+		require.NoError(t, err, name)
+		require.Len(t, page.Items, 1, name)
+		assert.JSONEq(t, want, string(page.Items[0].ToolArguments), name)
+	}
+
+	alice := gate.Actor{Name: "alice", Roles: []wire.Role{wire.RoleApprover}}
+	_, err = g.Decide(ctx, alice, e.PendingID, machine.Decision{Approve: true, Arguments: json.RawMessage(`{"password":"[redacted] or not","host":"db2"}`)})
+	require.ErrorIs(t, err, machine.ErrInvalid, "a placeholder inside a changed value")
+	got, err := g.Decide(ctx, alice, e.PendingID, machine.Decision{Approve: true, Arguments: json.RawMessage(`{"password":"[redacted]","host":"db2"}`)})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"password":"[redacted]","host":"db2"}`, string(got.ToolArguments), "the answer, masked")
+	stored, err := g.Get(ctx, gate.System, e.PendingID)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"password":"hunter2","host":"db2"}`, string(stored.ToolArguments), "the secret the approver left as shown is kept")
+
+	_, err = g.Decide(ctx, alice, e.PendingID, machine.Decision{Approve: false})
+	var te *machine.TransitionError
+	require.ErrorAs(t, err, &te)
+	assert.JSONEq(t, `{"password":"[redacted]","host":"db2"}`, string(te.Entry.ToolArguments), "a refusal's entry, masked")
+}

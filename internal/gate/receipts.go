@@ -1,0 +1,150 @@
+package gate
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// A receipt key is an nkey with the server prefix (its public key starts
+// with N): an Ed25519 key whose encoding says what it is for and carries
+// a checksum. It is no operator, account or user key, so nothing of the
+// NATS trust chain would take a JWT signed with it, nor a receipt for a
+// credential.
+
+// ReceiptSigner is kp as the machine signs receipts with it. kp must be a
+// server nkey.
+func ReceiptSigner(kp nkeys.KeyPair) (machine.Signer, error) {
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	if !nkeys.IsValidPublicServerKey(pub) {
+		return nil, fmt.Errorf("receipt key %s: not a server nkey (N…)", pub)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, err
+	}
+	_, raw, err := nkeys.DecodeSeed(seed)
+	if err != nil {
+		return nil, err
+	}
+	// The private key derived once: an nkey derives it from its seed at
+	// every signature, which doubles the cost of each.
+	return nkeySigner{priv: ed25519.NewKeyFromSeed(raw), pub: pub}, nil
+}
+
+type nkeySigner struct {
+	priv ed25519.PrivateKey
+	pub  string
+}
+
+func (s nkeySigner) PublicKey() string               { return s.pub }
+func (s nkeySigner) Sign(msg []byte) ([]byte, error) { return ed25519.Sign(s.priv, msg), nil }
+
+// VerifyReceiptSignature reports whether sig is the Ed25519 signature of
+// msg by key, a server nkey's public key.
+func VerifyReceiptSignature(key string, msg, sig []byte) bool {
+	if !nkeys.IsValidPublicServerKey(key) {
+		return false
+	}
+	kp, err := nkeys.FromPublicKey(key)
+	return err == nil && kp.Verify(msg, sig) == nil
+}
+
+// ValidReceiptKey says what is wrong with key as a receipt key, if
+// anything.
+func ValidReceiptKey(key string) error {
+	if !nkeys.IsValidPublicServerKey(key) {
+		return fmt.Errorf("%q is not a receipt key: a server nkey's public key (56 characters, starting with N)", key)
+	}
+	return nil
+}
+
+// VerifyReceiptChain checks ch offline: its receipts, signed by one of
+// trusted, and its entry against them (machine.VerifyReceipts). It
+// returns the keys that signed.
+func VerifyReceiptChain(ch *wire.ReceiptChain, trusted []string) ([]string, error) {
+	if ch.Entry == nil {
+		return nil, errors.New("no entry: not a receipt chain (toolgate receipt ID --json writes one)")
+	}
+	if ch.PendingID != ch.Entry.PendingID {
+		return nil, fmt.Errorf("the chain is of %s, its entry of %s", ch.PendingID, ch.Entry.PendingID)
+	}
+	for _, k := range trusted {
+		if err := ValidReceiptKey(k); err != nil {
+			return nil, err
+		}
+	}
+	e := *ch.Entry
+	e.Receipts = ch.Receipts
+	return machine.VerifyReceipts(&e, machine.ReceiptCheck{Verify: VerifyReceiptSignature, Trusted: trusted, ArgumentsMasked: ch.ArgumentsMasked})
+}
+
+// Receipts returns a call's receipt chain, to whoever may read the call
+// (an agent only its own): the receipts, and the entry as the reader may
+// see it. Receipts hold digests only, so a reader shown masked arguments
+// still verifies the chain: by the arguments' digest.
+func (s *Service) Receipts(ctx context.Context, a Actor, r wire.GetRequest) (*wire.ReceiptChain, error) {
+	if r.PendingID == "" {
+		return nil, fmt.Errorf("%w: pendingId: required", machine.ErrInvalid)
+	}
+	e, _, err := s.read(ctx, a, r.PendingID)
+	if err != nil {
+		return nil, err
+	}
+	receipts := e.Receipts
+	if receipts == nil {
+		receipts = []machine.Receipt{}
+	}
+	shown := s.shown(a, e)
+	return &wire.ReceiptChain{PendingID: e.PendingID, Receipts: receipts, Entry: shown, ArgumentsMasked: masked(a, shown, receipts)}, nil
+}
+
+// masked reports whether the arguments of e, as a is shown them, had
+// secrets masked: they no longer match the digests recorded of them.
+func masked(a Actor, e *machine.Entry, receipts []machine.Receipt) bool {
+	if a.seesSecrets(e) {
+		return false
+	}
+	if machine.ArgumentsDigest(e.ToolArguments) != e.ArgumentsDigest {
+		return true
+	}
+	return len(e.OriginalArguments) > 0 && len(receipts) > 0 && machine.ArgumentsDigest(e.OriginalArguments) != receipts[0].ArgumentsDigest
+}
+
+// ReceiptKeys returns this process's receipt key and every one
+// registered. Anyone may ask: they are public keys.
+func (s *Service) ReceiptKeys(ctx context.Context, _ Actor, _ wire.ReceiptKeysRequest) (*wire.ReceiptKeys, error) {
+	keys, err := s.receiptKeys.Keys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &wire.ReceiptKeys{Keys: keys}
+	if s.signer != nil {
+		out.Key = s.signer.PublicKey()
+	}
+	return out, nil
+}
+
+// RegisterReceiptKey records this process's receipt key among the
+// published ones; a process calls it at start, before it signs.
+func (s *Service) RegisterReceiptKey(ctx context.Context) error {
+	if s.signer == nil {
+		return nil
+	}
+	return s.receiptKeys.Register(ctx, s.signer.PublicKey(), s.now())
+}
+
+// newReceiptKeyStore is the store of the published receipt keys.
+func newReceiptKeyStore(b *bus.Buckets) *bus.ReceiptKeyStore {
+	return bus.NewReceiptKeyStore(b.ReceiptKeys)
+}

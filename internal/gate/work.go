@@ -1,0 +1,388 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/metrics"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// WorkView is the queue of runnable calls TakeWork hands out, as a view of
+// the process's feed of tool_calls: a process that serves executors keeps
+// it.
+func (s *Service) WorkView() bus.CallsView { return s.work.View() }
+
+// RunnableCalls is how many calls this process's work queue holds ready
+// for an executor, not yet claimed (0 while it does not follow the
+// bucket).
+func (s *Service) RunnableCalls() int {
+	ready, _, _ := s.work.Ready()
+	return ready
+}
+
+// claimRetry is how long a call whose claim was refused, though the
+// queue had it as runnable (a lease renewed just now, toolgate's clocks a
+// little apart, the bucket ahead of the queue's view of it), waits at
+// first before it is offered again (bus.WorkQueue.Refused).
+const claimRetry = 100 * time.Millisecond
+
+// answerGrace is how long after a claim TakeWork takes its answer to
+// have reached the executor, if it ever does: a call claimed longer ago,
+// running under the executor's lease and not among those it says it has
+// in hand, is handed to it again.
+const answerGrace = 2 * time.Second
+
+// TakeWork claims runnable calls of r.Tools for an executor, the oldest
+// first: up to r.Max, waiting up to r.WaitMs for one when none is. Each
+// claim is the compare-and-set a claim through toolgate.started makes,
+// from the revision the queue holds, so a call that moved on meanwhile
+// (decided otherwise, cancelled, claimed through another process) is
+// skipped. What it answers is claimed: an answer lost on its way is
+// handed again to the same executor by a later request (r.Running), and
+// a call whose executor is gone waits out its lease and is offered again.
+func (s *Service) TakeWork(ctx context.Context, a Actor, r wire.WorkRequest) (*wire.WorkReply, error) {
+	if err := a.require("take work", wire.RoleExecutor); err != nil {
+		return nil, err
+	}
+	if len(r.Tools) == 0 {
+		return nil, fmt.Errorf("%w: tools: required", machine.ErrInvalid)
+	}
+	for _, tool := range r.Tools {
+		if !machine.ValidToolName(tool) {
+			return nil, fmt.Errorf("%w: tools: %q is not a tool name", machine.ErrInvalid, tool)
+		}
+	}
+	holder := a.holder(r.By)
+	if r.Withdraw {
+		return &wire.WorkReply{Calls: []wire.WorkClaim{}}, s.withdraw(wire.Withdrawal{Holder: holder, Tools: r.Tools})
+	}
+	if r.Max == 0 {
+		r.Max = 1
+	}
+	wait := time.Duration(r.WaitMs) * time.Millisecond
+	switch {
+	case r.Max < 0 || r.Max > wire.MaxWorkBatch:
+		return nil, fmt.Errorf("%w: max: %d: want 1 to %d", machine.ErrInvalid, r.Max, wire.MaxWorkBatch)
+	case wait < 0 || wait > wire.MaxWorkWait:
+		return nil, fmt.Errorf("%w: waitMs: %d: want 0 to %d", machine.ErrInvalid, r.WaitMs, wire.MaxWorkWait.Milliseconds())
+	case r.LeaseMs <= 0:
+		return nil, fmt.Errorf("%w: leaseMs: %d: a lease must be positive", machine.ErrInvalid, r.LeaseMs)
+	}
+	lease := time.Duration(r.LeaseMs) * time.Millisecond
+	t := s.takers.add(holder, r.Tools, lease)
+	reply, err := s.takeWork(ctx, a, r, t, wait)
+	// A call a command claimed for this request, in the write that made
+	// it runnable (claimer), is answered with the rest.
+	if e := s.takers.leave(ctx, t); e != nil {
+		if err != nil {
+			reply, err = &wire.WorkReply{}, nil
+		}
+		reply.Calls = append(reply.Calls, s.handedClaim(a, e))
+	}
+	return reply, err
+}
+
+// handedClaim is what an executor is answered of e, claimed for it in
+// the write that made it runnable: runnable since that write.
+func (s *Service) handedClaim(a Actor, e *machine.Entry) wire.WorkClaim {
+	return wire.WorkClaim{Entry: s.shown(a, e), RunnableSince: e.LastAttemptTime}
+}
+
+// takeWork is TakeWork for the waiting request t.
+func (s *Service) takeWork(ctx context.Context, a Actor, r wire.WorkRequest, t *taker, wait time.Duration) (*wire.WorkReply, error) {
+	holder, lease := t.holder, t.lease
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	wake := make(chan struct{}, 1)
+	defer s.work.Stop(r.Tools, wake)
+	reply := &wire.WorkReply{Calls: []wire.WorkClaim{}}
+	// Claims made for this executor whose answer it never had: handed
+	// again, before anything new.
+	for _, id := range s.work.Held(holder, r.Running, answerGrace) {
+		e, _, err := s.calls.Get(ctx, id)
+		if err == nil && e.Status == machine.StateExecuting && e.Lease != nil && e.Lease.Holder == holder && e.Lease.ExpiresAt > s.now().UnixMilli() {
+			reply.Calls = append(reply.Calls, wire.WorkClaim{Entry: s.shown(a, e), RunnableSince: e.LastAttemptTime, Again: true})
+		}
+	}
+	if len(reply.Calls) > 0 {
+		return reply, nil
+	}
+	for {
+		taken := s.work.Take(r.Tools, r.Max, wake)
+		if len(taken) == 0 {
+			s.takers.wait(t, true)
+			select {
+			case <-wake:
+				s.takers.wait(t, false)
+				continue
+			case e := <-t.handed:
+				reply.Calls = append(reply.Calls, s.handedClaim(a, e))
+			case <-timeout.C:
+			case <-t.withdrawn:
+			case <-ctx.Done():
+			}
+			return reply, nil
+		}
+		select {
+		case <-t.withdrawn:
+			// Its executor stopped: the calls are another's to claim.
+			for _, c := range taken {
+				s.work.Failed(c)
+			}
+			return reply, nil
+		default:
+		}
+		// Claimed at once, not one after another: the first would wait
+		// for the last.
+		entries, errs := make([]*machine.Entry, len(taken)), make([]error, len(taken))
+		var claims sync.WaitGroup
+		for i, c := range taken {
+			claims.Go(func() { entries[i], errs[i] = s.observe(s.m.ClaimAt(ctx, c.PendingID, c.Revision, holder, lease)) })
+		}
+		claims.Wait()
+		var failed error
+		for i, c := range taken {
+			e, err := entries[i], errs[i]
+			var te *machine.TransitionError
+			switch {
+			case err == nil:
+				if t := e.LastTransition; t != nil && t.Event == machine.EventReclaim && s.mx != nil {
+					s.mx.Requeues.WithLabelValues(metrics.RequeueLeaseExpired).Inc()
+				}
+				reply.Calls = append(reply.Calls, wire.WorkClaim{Entry: s.shown(a, e), RunnableSince: c.Since.UnixMilli()})
+			case errors.As(err, &te):
+				s.work.Refused(c, te.Entry, claimRetry)
+			case errors.Is(err, machine.ErrNotFound):
+				s.work.Refused(c, nil, claimRetry)
+			default:
+				s.work.Failed(c)
+				failed = err
+			}
+		}
+		switch {
+		case len(reply.Calls) > 0:
+			return reply, nil
+		case failed != nil:
+			return nil, failed
+		}
+		// Every one moved on: take others.
+	}
+}
+
+// claimer lets a command that makes a call runnable (a submit the policy
+// lets run, an approval) claim it, in its own write, for an executor's
+// request for work of its tool that waits at this process: the call
+// starts with no second write, nor a trip through the work queue,
+// between.
+type claimer struct {
+	s *Service
+	t *taker // the request reserved, once the command asked for one
+}
+
+func (s *Service) claimer() *claimer { return &claimer{s: s} }
+
+// claim is the command's machine.ClaimFunc: it reserves a waiting
+// request, the first time it is asked.
+func (c *claimer) claim(e *machine.Entry) (string, time.Duration, bool) {
+	if c.t == nil {
+		c.t = c.s.takers.reserve(e.ToolName)
+	}
+	if c.t == nil {
+		return "", 0, false
+	}
+	return c.t.holder, c.t.lease, true
+}
+
+// settle ends the reservation once the command is done: the request is
+// answered with e if the command wrote e (not another's write it found)
+// claimed for it, and waits on otherwise.
+func (c *claimer) settle(e *machine.Entry, wrote bool) {
+	if c.t == nil {
+		return
+	}
+	if wrote && e.PriorTransition != nil && e.Lease != nil && e.Lease.Holder == c.t.holder {
+		handed := *e // each answer masks its own copy
+		c.s.takers.handOver(c.t, &handed)
+		return
+	}
+	c.s.takers.handOver(c.t, nil)
+}
+
+// withdraw ends w's requests for work waiting on this process, and tells
+// the others (wire.WithdrawSubject): the executor's requests went to any
+// of them.
+func (s *Service) withdraw(w wire.Withdrawal) error {
+	s.takers.withdraw(w.Holder, w.Tools)
+	if s.nc == nil {
+		return nil
+	}
+	data, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	return s.nc.Publish(wire.WithdrawSubject, data)
+}
+
+// FollowWithdrawals ends the requests for work waiting on this process
+// whose executor withdrew them through another, until ctx ends. A process
+// that serves the request API runs it.
+func (s *Service) FollowWithdrawals(ctx context.Context) error {
+	sub, err := s.nc.Subscribe(wire.WithdrawSubject, func(msg *nats.Msg) {
+		var w wire.Withdrawal
+		if json.Unmarshal(msg.Data, &w) == nil {
+			s.takers.withdraw(w.Holder, w.Tools)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("withdrawals: %w", err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe() // gone with the connection, if it closed first
+	return nil
+}
+
+// takers are the requests for work that wait, by holder, so that their
+// executor can end them (wire.WorkRequest.Withdraw), and by tool, so
+// that a command looks only at those that may run its call: an executor
+// keeps up to 16 a tool.
+type takers struct {
+	mu     sync.Mutex
+	m      map[string]map[*taker]struct{}
+	byTool map[string]map[*taker]struct{}
+}
+
+// taker is one waiting request for work: its tools, and closed when its
+// executor withdraws it.
+type taker struct {
+	holder    string
+	tools     []string
+	lease     time.Duration
+	withdrawn chan struct{}
+	// handed brings the call a command claimed for this request in the
+	// write that made it runnable (claimer), or nil when the command
+	// claimed none and the request is answering.
+	handed chan *machine.Entry
+	// Under takers.mu: waiting while it waits with nothing taken;
+	// reserved while a command claims a call for it; done once it
+	// answers or has been handed a call, when no command may take it.
+	waiting, reserved, done bool
+}
+
+func (ts *takers) add(holder string, tools []string, lease time.Duration) *taker {
+	t := &taker{holder: holder, tools: tools, lease: lease, withdrawn: make(chan struct{}), handed: make(chan *machine.Entry, 1)}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.m == nil {
+		ts.m, ts.byTool = map[string]map[*taker]struct{}{}, map[string]map[*taker]struct{}{}
+	}
+	put(ts.m, holder, t)
+	for _, tool := range tools {
+		put(ts.byTool, tool, t)
+	}
+	return t
+}
+
+// remove forgets t, under ts.mu.
+func (ts *takers) remove(t *taker) {
+	drop(ts.m, t.holder, t)
+	for _, tool := range t.tools {
+		drop(ts.byTool, tool, t)
+	}
+}
+
+func put(m map[string]map[*taker]struct{}, key string, t *taker) {
+	if m[key] == nil {
+		m[key] = map[*taker]struct{}{}
+	}
+	m[key][t] = struct{}{}
+}
+
+func drop(m map[string]map[*taker]struct{}, key string, t *taker) {
+	delete(m[key], t)
+	if len(m[key]) == 0 {
+		delete(m, key)
+	}
+}
+
+// leave ends t: no command takes it afterwards. It returns the call a
+// command claimed for t and has not been taken from t.handed yet, if
+// any: handed already, or, when a command is claiming one now, handed
+// with that command's write (unless ctx ends first).
+func (ts *takers) leave(ctx context.Context, t *taker) *machine.Entry {
+	ts.mu.Lock()
+	ts.remove(t)
+	t.done = true
+	reserved := t.reserved
+	ts.mu.Unlock()
+	if reserved {
+		select {
+		case e := <-t.handed:
+			return e
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	select {
+	case e := <-t.handed:
+		return e
+	default:
+		return nil
+	}
+}
+
+// wait marks whether t waits with nothing taken: only then may a command
+// take it.
+func (ts *takers) wait(t *taker, waiting bool) {
+	ts.mu.Lock()
+	t.waiting = waiting
+	ts.mu.Unlock()
+}
+
+// reserve takes a request that waits for work of tool, for a command to
+// claim the call it makes runnable for: nil when none waits. The command
+// ends the reservation with handOver.
+func (ts *takers) reserve(tool string) *taker {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for t := range ts.byTool[tool] {
+		if t.waiting && !t.reserved && !t.done {
+			t.reserved = true
+			return t
+		}
+	}
+	return nil
+}
+
+// handOver ends t's reservation: e is the call claimed for it, or nil
+// when the command claimed none (t waits on, unless it is answering).
+func (ts *takers) handOver(t *taker, e *machine.Entry) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t.reserved = false
+	if e != nil || t.done {
+		t.done = true
+		t.handed <- e // the only send: done keeps t from another reservation
+	}
+}
+
+// withdraw ends holder's requests for work of any of tools.
+func (ts *takers) withdraw(holder string, tools []string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for t := range ts.m[holder] {
+		if slices.ContainsFunc(t.tools, func(tool string) bool { return slices.Contains(tools, tool) }) {
+			close(t.withdrawn)
+			ts.remove(t)
+		}
+	}
+}

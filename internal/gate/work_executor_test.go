@@ -1,0 +1,107 @@
+package gate_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/gate"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/toolgatetest"
+)
+
+// startDeployer runs a client.Executor of deploy with slots free slots
+// and lease against a toolgate that asks about every call; its handler
+// runs until the test ends.
+func startDeployer(t *testing.T, slots int, lease time.Duration) *toolgatetest.Gate {
+	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}, Policy: "default: {requiresApprovalTools: all}\n"})
+	_, ex := g.ConnectAs(t, "executor")
+	x, err := ex.NewExecutor(client.ExecutorOptions{Concurrency: slots, Lease: lease})
+	require.NoError(t, err)
+	release := make(chan struct{})
+	x.Handle("deploy", func(ctx context.Context, _ client.Call) (client.Result, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return client.Result{Output: json.RawMessage(`true`)}, nil
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = x.Run(ctx) })
+	t.Cleanup(func() { close(release); cancel(); wg.Wait() })
+	return g
+}
+
+// waitingRequests waits until exactly want requests for work of deploy
+// wait at g.
+func waitingRequests(t *testing.T, g *toolgatetest.Gate, want int) {
+	t.Helper()
+	bustest.Eventually(t, 10*time.Second, time.Millisecond, fmt.Sprintf("%d requests for work of deploy waiting", want), func() (bool, any) {
+		n := waiting(g.Service, "deploy")
+		return n == want, fmt.Sprintf("%d waiting", n)
+	})
+}
+
+// approve submits a call of deploy and approves it, and says whether the
+// approval claimed it for a request that waited, in its own write.
+func approve(t *testing.T, g *toolgatetest.Gate, id string) bool {
+	t.Helper()
+	e, err := g.Client.Submit(t.Context(), machine.Call{ToolCallID: id, ToolName: "deploy", CallerBotID: "agent", ConversationID: "c1"})
+	require.NoError(t, err)
+	decided, err := g.Service.Decide(t.Context(), gate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	require.NoError(t, err)
+	return decided.Status == machine.StateExecuting
+}
+
+// TestTakeWork_AnExecutorWaitsWithARequestForEachFreeSlot: an executor
+// with free slots keeps a request for work waiting at toolgate for each
+// (one call each), so that as many approvals made one after another
+// each find one to claim their call for in their own write; a request
+// asking for every free slot would leave one waiting, and the approvals
+// after the first would go through the work queue.
+func TestTakeWork_AnExecutorWaitsWithARequestForEachFreeSlot(t *testing.T) {
+	t.Parallel()
+	const slots = 3
+	g := startDeployer(t, slots, 0)
+	waitingRequests(t, g, slots)
+	for i := range slots {
+		require.True(t, approve(t, g, fmt.Sprint("slot-", i)), "approval %d claimed its call in its own write", i+1)
+	}
+}
+
+// TestTakeWork_AnIdleExecutorKeepsOneRequestWaiting: requests answered
+// with no call (their wait over) are not sent again while another
+// waits, so an idle executor asks once a wait, not once for each slot;
+// a call taken brings them back, one for each free slot.
+func TestTakeWork_AnIdleExecutorKeepsOneRequestWaiting(t *testing.T) {
+	t.Parallel()
+	const slots = 3
+	g := startDeployer(t, slots, 6*time.Second) // a wait of 2s
+	waitingRequests(t, g, slots)
+	// One left for half a second: the others' waits are over, and so was
+	// the last one's if the one waiting is the one sent after it, which
+	// waits 2s more. (Seen at the moment one is left, the last of the
+	// first three may be about to end too; an approval then would find
+	// none waiting.)
+	var since time.Time
+	bustest.Eventually(t, 10*time.Second, time.Millisecond, "one request for work of deploy waiting for half a second", func() (bool, any) {
+		n := waiting(g.Service, "deploy")
+		switch {
+		case n != 1:
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		}
+		return n == 1 && time.Since(since) >= 500*time.Millisecond, fmt.Sprintf("%d waiting", n)
+	})
+	require.True(t, approve(t, g, "after-idle"), "claimed for the request that waited")
+	waitingRequests(t, g, slots-1) // one slot runs the call
+}

@@ -1,0 +1,117 @@
+package httpapi
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/toolgate/toolgate/internal/gate"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Role is what a token may do.
+type Role = wire.Role
+
+// The roles a token can carry.
+const (
+	RoleAgent    = wire.RoleAgent
+	RoleExecutor = wire.RoleExecutor
+	RoleApprover = wire.RoleApprover
+	RoleViewer   = wire.RoleViewer
+	RoleAdmin    = wire.RoleAdmin
+)
+
+// User is who a request comes from: the application layer's actor.
+type User = gate.Actor
+
+// Tokens maps bearer tokens to users. The zero Tokens is open: every
+// request is an admin named by its X-Toolgate-User header (or "anonymous"),
+// for one machine on loopback only.
+type Tokens struct {
+	entries []tokenEntry
+}
+
+type tokenEntry struct {
+	sum  [32]byte // sha256 of the token: equal lengths for constant-time compares
+	user User
+}
+
+// Open reports whether no tokens are configured.
+func (t *Tokens) Open() bool { return t == nil || len(t.entries) == 0 }
+
+// ParseTokens reads tokens, one per line: TOKEN USER ROLE[,ROLE…]. Blank
+// lines and lines starting with # are skipped; ";" also ends an entry, so
+// a list fits in one environment variable.
+func ParseTokens(data []byte) (*Tokens, error) {
+	t := &Tokens{}
+	var entries []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "#") {
+			continue // a comment, ";" and all
+		}
+		entries = append(entries, strings.Split(line, ";")...)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	n := 0
+	for _, entry := range entries {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		n++
+		f := strings.Fields(entry)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("tokens: entry %d: want TOKEN USER ROLE[,ROLE…], got %d fields", n, len(f))
+		}
+		if len(f[0]) < 16 {
+			return nil, fmt.Errorf("tokens: entry %d (user %s): token must be at least 16 characters", n, f[1])
+		}
+		u := User{Name: f[1]}
+		for _, r := range strings.Split(f[2], ",") {
+			if !slices.Contains(wire.Roles, Role(r)) {
+				return nil, fmt.Errorf("tokens: entry %d (user %s): unknown role %q: want agent, executor, approver, viewer or admin", n, f[1], r)
+			}
+			u.Roles = append(u.Roles, Role(r))
+		}
+		t.entries = append(t.entries, tokenEntry{sum: sha256.Sum256([]byte(f[0])), user: u})
+	}
+	return t, nil
+}
+
+// authenticate returns the request's user, or false when the token is
+// missing or unknown. Every configured token is compared, in constant
+// time, so timing tells nothing about which one nearly matched.
+func (t *Tokens) authenticate(r *http.Request, queryToken bool) (User, bool) {
+	if t.Open() {
+		id := r.Header.Get("X-Toolgate-User")
+		if id == "" {
+			id = "anonymous"
+		}
+		return User{Name: id, Roles: []Role{RoleAdmin}}, true
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok && queryToken {
+		token = r.URL.Query().Get("access_token")
+	}
+	if token == "" {
+		return User{}, false
+	}
+	sum := sha256.Sum256([]byte(token))
+	var found User
+	match := 0
+	for _, e := range t.entries {
+		if subtle.ConstantTimeCompare(sum[:], e.sum[:]) == 1 {
+			found, match = e.user, 1
+		}
+	}
+	return found, match == 1
+}

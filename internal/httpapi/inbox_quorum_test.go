@@ -1,0 +1,55 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/internal/httpapi"
+	"github.com/toolgate/toolgate/machine"
+)
+
+// quorumPolicy needs two of alice, bob and carol to approve a payment,
+// and lets carol decide any call nobody decided in a minute.
+const quorumPolicy = inboxPolicy + `  approvers: [alice, bob]
+  quorum:
+    transfer_funds: {required: 2, of: [alice, bob, carol]}
+  escalate:
+    - {afterMs: 60000, to: [carol]}
+`
+
+// TestInbox_Quorum: a call under a quorum shows how far it is and who is
+// still needed, offers only approve and reject, takes the approver's
+// approval without closing, tells them they approved, and closes once a
+// second approver approves.
+func TestInbox_Quorum(t *testing.T) {
+	t.Parallel()
+	browser := startBrowser(t)
+	in := startInbox(t, quorumPolicy, tokens)
+	pay := in.call(transfer("quorum", "c1"))
+	require.NotNil(t, pay.Quorum)
+
+	p := openPage(t, browser, in.url)
+	p.signIn(aliceToken)
+	p.until(cardCount(1))
+	p.until(live)
+	q := card(pay.PendingID) + ` .quorum`
+	assert.Equal(t, "0 of 2 approvals · still needed: 2 of alice, bob, carol", p.text(q))
+	assert.Equal(t, 0, eval[int](p, `document.querySelectorAll('`+card(pay.PendingID)+` button[data-action="session"], `+card(pay.PendingID)+` button[data-action="edit"]').length`),
+		"no grant and no edit for a call under a quorum")
+
+	p.do(click(button(pay.PendingID, "approve")))
+	p.until(`(document.querySelector('` + q + `') || {}).textContent === '1 of 2 approvals (alice) · still needed: 1 of bob, carol'`)
+	assert.Contains(t, p.text(card(pay.PendingID)+` .card-note`), "You approved this call")
+	assert.Equal(t, machine.StatePendingApproval, in.entry(pay.PendingID).Status, "one approval of two")
+
+	yes := true
+	require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+pay.PendingID+"/decision", bobToken, httpapi.DecisionRequest{Approved: &yes}, nil))
+	p.do(chromedp.WaitNotPresent(chromedp.CSS(card(pay.PendingID))))
+	got := in.entry(pay.PendingID)
+	assert.Equal(t, machine.StateApproved, got.Status)
+	assert.Equal(t, 2, got.Approvals())
+}
