@@ -103,7 +103,7 @@ func TestAwait_CallJustSubmittedIsNotAnsweredNotFound(t *testing.T) {
 				behind[id]++
 				return nil, 0, fmt.Errorf("get %s: %w", id, machine.ErrNotFound)
 			}
-			return g.Read(ctx, appgate.System, id)
+			return g.Read(ctx, appgate.System, wire.GetRequest{PendingID: id})
 		}
 	}
 
@@ -113,7 +113,7 @@ func TestAwait_CallJustSubmittedIsNotAnsweredNotFound(t *testing.T) {
 		got <- result{out, err}
 	}()
 	bustest.Eventually(t, 10*time.Second, time.Millisecond, "the agent 3 behind", func() (bool, any) { mu.Lock(); defer mu.Unlock(); return behind[e.PendingID] == 3, behind[e.PendingID] })
-	_, err = g.Decide(ctx, appgate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	_, err = g.Decide(ctx, appgate.System, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice"})
 	require.NoError(t, err)
 	r := receive(t, got)
 	require.NoError(t, r.err)

@@ -14,6 +14,7 @@ import (
 	appgate "github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/internal/natsapi"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // TestAwait_AnswersWhenTheAnnouncementIsLost: with no relay running,
@@ -33,7 +34,7 @@ func TestAwait_AnswersWhenTheAnnouncementIsLost(t *testing.T) {
 	var once sync.Once
 	read := func(ctx context.Context, id string) (*machine.Entry, uint64, error) {
 		defer once.Do(func() { close(firstRead) })
-		return g.Read(ctx, appgate.System, id)
+		return g.Read(ctx, appgate.System, wire.GetRequest{PendingID: id})
 	}
 	got := make(chan result, 1)
 	go func() {
@@ -41,7 +42,7 @@ func TestAwait_AnswersWhenTheAnnouncementIsLost(t *testing.T) {
 		got <- result{out, err}
 	}()
 	<-firstRead
-	_, err = g.Decide(t.Context(), appgate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	_, err = g.Decide(t.Context(), appgate.System, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice"})
 	require.NoError(t, err)
 	r := receive(t, got)
 	require.NoError(t, r.err)
@@ -78,7 +79,7 @@ func TestSubmit_WaitsOutARestart(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the submit never got through")
 	}
-	e, err := g.Get(t.Context(), appgate.System, machine.PendingID("restart", "t1"))
+	e, err := g.Get(t.Context(), appgate.System, wire.GetRequest{PendingID: machine.PendingID("restart", "t1")})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, e.Status)
 }

@@ -70,7 +70,7 @@ func (s *Service) DecideMatching(ctx context.Context, a Actor, r wire.DecideMatc
 	g.SetLimit(16)
 	for i, e := range matched {
 		g.Go(func() error {
-			got, err := s.Decide(gctx, a, e.PendingID, machine.Decision{Approve: r.Approved, By: by, Reason: r.Reason})
+			got, err := s.decide(gctx, a, e.PendingID, machine.Decision{Approve: r.Approved, By: by, Reason: r.Reason})
 			mu.Lock()
 			defer mu.Unlock()
 			switch status, code := wire.ErrorStatus(err); {

@@ -68,7 +68,7 @@ func TestDecideMatching_RacesAnAgentsCancels(t *testing.T) {
 	})
 	eg.Go(func() error {
 		for i := calls - 1; i >= 0; i -= 3 { // from the end, to meet the batch halfway
-			_, err := g.Cancel(ectx, bot, ids[i], "", "changed my mind")
+			_, err := g.Cancel(ectx, bot, wire.CancelRequest{PendingID: ids[i], Reason: "changed my mind"})
 			if err == nil {
 				mu.Lock()
 				cancelled[ids[i]] = true
@@ -102,7 +102,7 @@ func TestDecideMatching_RacesAnAgentsCancels(t *testing.T) {
 	// Each call was approved at most once, and exactly when the answer
 	// says so; a cancel may follow an approval (the call had not started).
 	for _, id := range ids {
-		h, err := g.History(ctx, gate.System, id)
+		h, err := g.History(ctx, gate.System, wire.GetRequest{PendingID: id})
 		require.NoError(t, err)
 		approvals := 0
 		for _, item := range h {
@@ -113,7 +113,7 @@ func TestDecideMatching_RacesAnAgentsCancels(t *testing.T) {
 		assert.Equal(t, map[bool]int{true: 1, false: 0}[approved[id]], approvals, "%s: %v", id, h)
 	}
 	for _, e := range []*machine.Entry{other, elsewhere} {
-		got, err := g.Get(ctx, gate.System, e.PendingID)
+		got, err := g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
 		require.NoError(t, err)
 		assert.Equal(t, machine.StatePendingApproval, got.Status, "%s was not matched", e.PendingID)
 	}

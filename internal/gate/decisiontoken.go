@@ -122,7 +122,7 @@ func (s *Service) RedeemDecisionToken(ctx context.Context, token string) (*machi
 	if t.Approve {
 		reason = "approved with a one-time link"
 	}
-	return s.Decide(ctx, tokenActor(t), t.PendingID, machine.Decision{Approve: t.Approve, Scope: t.Scope, Reason: reason})
+	return s.decide(ctx, tokenActor(t), t.PendingID, machine.Decision{Approve: t.Approve, Scope: t.Scope, Reason: reason})
 }
 
 // tokenActor is the approver a token decides as.

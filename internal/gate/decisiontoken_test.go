@@ -83,7 +83,7 @@ func TestDecisionToken_WorksOnceThenRefused(t *testing.T) {
 
 	_, err = g.RedeemDecisionToken(ctx, toks.Reject)
 	require.ErrorIs(t, err, machine.ErrConflict, "the call is decided")
-	cur, err := g.Get(ctx, gate.System, e.PendingID)
+	cur, err := g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateApproved, cur.Status)
 	view, err = g.DecisionToken(ctx, toks.Approve)
@@ -111,7 +111,7 @@ func TestDecisionToken_RefusedAfterTheDeadline(t *testing.T) {
 	status, code := wire.ErrorStatus(err)
 	assert.Equal(t, 409, status)
 	assert.Equal(t, "expired", code)
-	cur, err := g.Get(ctx, gate.System, e.PendingID)
+	cur, err := g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.Empty(t, cur.ApprovedOrRejectedByUserID, "nobody decided")
 }
@@ -147,7 +147,7 @@ func TestDecisionToken_RacingRedemptionsDecideOnce(t *testing.T) {
 		assert.ErrorIs(t, err, bus.ErrTokenUsed, "racer %d", i)
 	}
 	assert.Equal(t, 1, won, "exactly one redemption decides: %v", errs)
-	cur, err := g.Get(ctx, gate.System, e.PendingID)
+	cur, err := g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateRejectedByUser, cur.Status)
 	assert.Equal(t, "bob", cur.ApprovedOrRejectedByUserID)
@@ -172,7 +172,7 @@ func TestDecisionToken_ForgedRefused(t *testing.T) {
 		_, err = g.DecisionToken(ctx, f)
 		assert.ErrorIs(t, err, machine.ErrNotFound, "%q", f)
 	}
-	cur, err := g.Get(ctx, gate.System, e.PendingID)
+	cur, err := g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, cur.Status)
 
@@ -187,7 +187,7 @@ func TestDecisionToken_ForgedRefused(t *testing.T) {
 	require.NoError(t, err)
 	_, err = g.RedeemDecisionToken(ctx, toks.Approve)
 	assert.ErrorIs(t, err, machine.ErrForbidden)
-	cur, err = g.Get(ctx, gate.System, e.PendingID)
+	cur, err = g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, cur.Status)
 }

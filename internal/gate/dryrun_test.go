@@ -142,7 +142,7 @@ func TestPolicyDryRun_ThousandRecordedCalls(t *testing.T) {
 	}
 	// An approver edits a git push into npm test and approves it: the
 	// dry run replays the push the agent asked for.
-	edited, err := g.Decide(ctx, alice, submitted[4].PendingID, machine.Decision{Approve: true, Arguments: json.RawMessage(`{"command":"npm test"}`)})
+	edited, err := g.Decide(ctx, alice, wire.DecideRequest{PendingID: submitted[4].PendingID, Approved: true, Arguments: json.RawMessage(`{"command":"npm test"}`)})
 	require.NoError(t, err)
 	require.NotEmpty(t, edited.OriginalArguments)
 

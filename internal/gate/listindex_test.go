@@ -185,7 +185,7 @@ func TestList_ReadsItsOwnWrites(t *testing.T) {
 				}
 				assert.True(t, listed(agent, wire.ListRequest{Status: machine.StatePendingApproval, CallerBotID: agent.Name}, e.PendingID),
 					"%s lists the call it just submitted", agent.Name)
-				_, err = s.Decide(ctx, System, e.PendingID, machine.Decision{Approve: i%2 == 0, By: "alice"})
+				_, err = s.Decide(ctx, System, wire.DecideRequest{PendingID: e.PendingID, Approved: i%2 == 0, By: "alice"})
 				if !assert.NoError(t, err) {
 					return
 				}

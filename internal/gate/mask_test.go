@@ -39,7 +39,7 @@ func TestMask_WhoSeesACallsSecrets(t *testing.T) {
 		if name == "agent" {
 			a = bot
 		}
-		got, err := g.Get(ctx, a, e.PendingID)
+		got, err := g.Get(ctx, a, wire.GetRequest{PendingID: e.PendingID})
 		require.NoError(t, err, name)
 		assert.JSONEq(t, want, string(got.ToolArguments), name)
 		page, err := g.List(ctx, a, wire.ListRequest{ConversationID: "m"})
@@ -49,16 +49,16 @@ func TestMask_WhoSeesACallsSecrets(t *testing.T) {
 	}
 
 	alice := gate.Actor{Name: "alice", Roles: []wire.Role{wire.RoleApprover}}
-	_, err = g.Decide(ctx, alice, e.PendingID, machine.Decision{Approve: true, Arguments: json.RawMessage(`{"password":"[redacted] or not","host":"db2"}`)})
+	_, err = g.Decide(ctx, alice, wire.DecideRequest{PendingID: e.PendingID, Approved: true, Arguments: json.RawMessage(`{"password":"[redacted] or not","host":"db2"}`)})
 	require.ErrorIs(t, err, machine.ErrInvalid, "a placeholder inside a changed value")
-	got, err := g.Decide(ctx, alice, e.PendingID, machine.Decision{Approve: true, Arguments: json.RawMessage(`{"password":"[redacted]","host":"db2"}`)})
+	got, err := g.Decide(ctx, alice, wire.DecideRequest{PendingID: e.PendingID, Approved: true, Arguments: json.RawMessage(`{"password":"[redacted]","host":"db2"}`)})
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"password":"[redacted]","host":"db2"}`, string(got.ToolArguments), "the answer, masked")
-	stored, err := g.Get(ctx, gate.System, e.PendingID)
+	stored, err := g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"password":"hunter2","host":"db2"}`, string(stored.ToolArguments), "the secret the approver left as shown is kept")
 
-	_, err = g.Decide(ctx, alice, e.PendingID, machine.Decision{Approve: false})
+	_, err = g.Decide(ctx, alice, wire.DecideRequest{PendingID: e.PendingID, Approved: false})
 	var te *machine.TransitionError
 	require.ErrorAs(t, err, &te)
 	assert.JSONEq(t, `{"password":"[redacted]","host":"db2"}`, string(te.Entry.ToolArguments), "a refusal's entry, masked")

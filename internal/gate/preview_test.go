@@ -53,14 +53,14 @@ func TestGrantPreview_IsTheGrantTheApprovalRecords(t *testing.T) {
 			assert.Equal(t, want, *p, "%s %s", a.Name, scope)
 		}
 	}
-	got, err := g.Get(ctx, gate.System, e.PendingID)
+	got, err := g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, got.Status, "a preview decides nothing")
 	grants, err := g.Grants(ctx, alice, wire.GrantsRequest{})
 	require.NoError(t, err)
 	assert.Empty(t, grants, "and grants nothing")
 
-	_, err = g.Decide(ctx, alice, e.PendingID, machine.Decision{Approve: true, Scope: machine.ScopeSession})
+	_, err = g.Decide(ctx, alice, wire.DecideRequest{PendingID: e.PendingID, Approved: true, Scope: machine.ScopeSession})
 	require.NoError(t, err)
 	grants, err = g.Grants(ctx, alice, wire.GrantsRequest{})
 	require.NoError(t, err)
@@ -77,7 +77,7 @@ func TestGrantPreview_IsTheGrantTheApprovalRecords(t *testing.T) {
 	assert.Equal(t, "Bash(deploy --token=s3cr3tvalue)", p.Pattern, "an admin sees it as it is")
 	// Granted, the pattern is listed as it was previewed: masked for
 	// approvers and viewers, as it is for an admin.
-	_, err = g.Decide(ctx, alice, secret.PendingID, machine.Decision{Approve: true, Scope: machine.ScopeSession})
+	_, err = g.Decide(ctx, alice, wire.DecideRequest{PendingID: secret.PendingID, Approved: true, Scope: machine.ScopeSession})
 	require.NoError(t, err)
 	listed := func(a gate.Actor) []string {
 		grants, err := g.Grants(ctx, a, wire.GrantsRequest{})
@@ -141,7 +141,7 @@ func TestDecideMatching_TheCallsNamed(t *testing.T) {
 		require.NoError(t, err)
 		ids = append(ids, e.PendingID)
 	}
-	_, err := g.Decide(ctx, bob, ids[1], machine.Decision{Approve: false, Reason: "not this one"})
+	_, err := g.Decide(ctx, bob, wire.DecideRequest{PendingID: ids[1], Approved: false, Reason: "not this one"})
 	require.NoError(t, err)
 	named := []string{ids[0], ids[1], "sel.gone", ids[2]}
 
@@ -150,7 +150,7 @@ func TestDecideMatching_TheCallsNamed(t *testing.T) {
 	assert.Len(t, dry.Decided, 2)
 	assert.Len(t, dry.Skipped, 2)
 	for _, id := range []string{ids[0], ids[2]} {
-		got, err := g.Get(ctx, alice, id)
+		got, err := g.Get(ctx, alice, wire.GetRequest{PendingID: id})
 		require.NoError(t, err)
 		assert.Equal(t, machine.StatePendingApproval, got.Status, "a dry run decides nothing")
 	}
@@ -174,7 +174,7 @@ func TestDecideMatching_TheCallsNamed(t *testing.T) {
 	assert.Equal(t, machine.StateRejectedByUser, skipped[ids[1]].Entry.Status)
 	assert.Equal(t, "not_found", skipped["sel.gone"].Code)
 	assert.Nil(t, skipped["sel.gone"].Entry)
-	got, err := g.Get(ctx, alice, ids[3])
+	got, err := g.Get(ctx, alice, wire.GetRequest{PendingID: ids[3]})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, got.Status, "a call not named is not decided")
 

@@ -82,7 +82,7 @@ func TestRetention_FinishedCallsLeaveTheBucketAndAreStillRead(t *testing.T) {
 	require.NoError(t, err, "read by id from the archive")
 	assert.Equal(t, machine.StateCompletedSuccess, got.Status)
 	assert.JSONEq(t, `{"ok":true}`, string(got.Result))
-	history, err := g.Service.History(ctx, gate.System, ran.PendingID)
+	history, err := g.Service.History(ctx, gate.System, wire.GetRequest{PendingID: ran.PendingID})
 	require.NoError(t, err)
 	var events []machine.Event
 	for _, h := range history {

@@ -210,8 +210,8 @@ func (s *Service) SubmitOnce(ctx context.Context, a Actor, c machine.Call) (*mac
 }
 
 // Get returns one entry.
-func (s *Service) Get(ctx context.Context, a Actor, pendingID string) (*machine.Entry, error) {
-	e, _, err := s.Read(ctx, a, pendingID)
+func (s *Service) Get(ctx context.Context, a Actor, r wire.GetRequest) (*machine.Entry, error) {
+	e, _, err := s.Read(ctx, a, r)
 	return e, err
 }
 
@@ -219,7 +219,15 @@ func (s *Service) Get(ctx context.Context, a Actor, pendingID string) (*machine.
 // awaiting the entry orders what it hears of it by revision. An agent
 // reads only its own calls; another's is not found, as if it were not
 // there.
-func (s *Service) Read(ctx context.Context, a Actor, pendingID string) (*machine.Entry, uint64, error) {
+func (s *Service) Read(ctx context.Context, a Actor, r wire.GetRequest) (*machine.Entry, uint64, error) {
+	if err := required("pendingId", r.PendingID); err != nil {
+		return nil, 0, err
+	}
+	return s.readShown(ctx, a, r.PendingID)
+}
+
+// readShown is Read of a pending id known to be set.
+func (s *Service) readShown(ctx context.Context, a Actor, pendingID string) (*machine.Entry, uint64, error) {
 	e, rev, err := s.read(ctx, a, pendingID)
 	if err != nil {
 		return nil, 0, err
@@ -254,15 +262,16 @@ func (s *Service) read(ctx context.Context, a Actor, pendingID string) (*machine
 // reads entries.
 func (s *Service) ReadReader(a Actor) func(context.Context, string) (*machine.Entry, uint64, error) {
 	return func(ctx context.Context, pendingID string) (*machine.Entry, uint64, error) {
-		return s.Read(ctx, a, pendingID)
+		return s.Read(ctx, a, wire.GetRequest{PendingID: pendingID})
 	}
 }
 
 // History returns the transitions an entry went through, oldest first.
-func (s *Service) History(ctx context.Context, a Actor, pendingID string) ([]wire.HistoryItem, error) {
-	if _, _, err := s.Read(ctx, a, pendingID); err != nil {
+func (s *Service) History(ctx context.Context, a Actor, r wire.GetRequest) ([]wire.HistoryItem, error) {
+	if _, _, err := s.Read(ctx, a, r); err != nil {
 		return nil, err
 	}
+	pendingID := r.PendingID
 	items, err := s.calls.History(ctx, pendingID)
 	if len(items) == 0 && (err == nil || isNotFound(err)) {
 		// Read found it, so it was retired: the archive has its history.
@@ -320,7 +329,19 @@ func (s *Service) listRead(ctx context.Context, a Actor, r wire.ListRequest) (wi
 // Decide approves or rejects a pending call. An approval with scope
 // task, session or always records a grant that later like calls match
 // (recordScope); an admin's always with PersistRule, an allow rule.
-func (s *Service) Decide(ctx context.Context, a Actor, pendingID string, d machine.Decision) (*machine.Entry, error) {
+func (s *Service) Decide(ctx context.Context, a Actor, r wire.DecideRequest) (*machine.Entry, error) {
+	if err := required("pendingId", r.PendingID); err != nil {
+		return nil, err
+	}
+	return s.decide(ctx, a, r.PendingID, machine.Decision{
+		Approve: r.Approved, By: r.By, Reason: r.Reason, Scope: r.Scope, Arguments: r.Arguments,
+		For: time.Duration(r.ForMs) * time.Millisecond, PersistRule: r.PersistRule, SingleUse: r.SingleUse,
+	})
+}
+
+// decide is Decide of a pending id known to be set, as the machine
+// takes a decision.
+func (s *Service) decide(ctx context.Context, a Actor, pendingID string, d machine.Decision) (*machine.Entry, error) {
 	if err := a.require("decide calls", wire.RoleApprover); err != nil {
 		return nil, err
 	}
@@ -508,8 +529,12 @@ func wireGrant(g policy.Grant) wire.Grant {
 
 // Cancel stops a call that has not started running: an approver any
 // call, an agent its own.
-func (s *Service) Cancel(ctx context.Context, a Actor, pendingID, by, reason string) (*machine.Entry, error) {
-	by, err := a.as(by)
+func (s *Service) Cancel(ctx context.Context, a Actor, r wire.CancelRequest) (*machine.Entry, error) {
+	if err := required("pendingId", r.PendingID); err != nil {
+		return nil, err
+	}
+	pendingID, reason := r.PendingID, r.Reason
+	by, err := a.as(r.By)
 	if err != nil {
 		return nil, err
 	}
@@ -517,7 +542,7 @@ func (s *Service) Cancel(ctx context.Context, a Actor, pendingID, by, reason str
 		return nil, err
 	}
 	if !a.Can(wire.RoleApprover) {
-		if _, _, err := s.Read(ctx, a, pendingID); err != nil {
+		if _, _, err := s.readShown(ctx, a, pendingID); err != nil {
 			return nil, err
 		}
 	}
@@ -529,8 +554,12 @@ func (s *Service) Cancel(ctx context.Context, a Actor, pendingID, by, reason str
 // started running (an agent's own calls only, an approver's all of them),
 // reading only its keys, and announces the cancel so that executors stop
 // the calls already running, which no transition can cancel.
-func (s *Service) CancelConversation(ctx context.Context, a Actor, conversationID, by, reason string) (*wire.CancelConversationReply, error) {
-	by, err := a.as(by)
+func (s *Service) CancelConversation(ctx context.Context, a Actor, r wire.CancelRequest) (*wire.CancelConversationReply, error) {
+	if err := required("conversationId", r.ConversationID); err != nil {
+		return nil, err
+	}
+	conversationID, reason := r.ConversationID, r.Reason
+	by, err := a.as(r.By)
 	if err != nil {
 		return nil, err
 	}
@@ -586,62 +615,104 @@ func (s *Service) runs(ctx context.Context, a Actor, pendingID string) error {
 		return err
 	}
 	if !a.Can(wire.RoleExecutor) {
-		_, _, err := s.Read(ctx, a, pendingID)
+		_, _, err := s.readShown(ctx, a, pendingID)
 		return err
 	}
 	return nil
 }
 
-// Claim hands a runnable call to holder (under a's name) for lease.
-func (s *Service) Claim(ctx context.Context, a Actor, pendingID, holder string, lease time.Duration) (*machine.Entry, error) {
-	return s.ClaimAt(ctx, a, pendingID, 0, holder, lease)
+// required refuses a request that leaves field empty.
+func required(field, value string) error {
+	if value == "" {
+		return fmt.Errorf("%w: %s: required", machine.ErrInvalid, field)
+	}
+	return nil
 }
 
-// ClaimAt is Claim from revision, as the claimant last saw the entry (0:
-// unknown): where this
-// process wrote the entry at that revision, the claim reads no entry
-// (machine.ClaimAt; an agent's claim still reads the call, to check it
-// is its own).
-func (s *Service) ClaimAt(ctx context.Context, a Actor, pendingID string, revision uint64, holder string, lease time.Duration) (*machine.Entry, error) {
-	if err := s.runs(ctx, a, pendingID); err != nil {
-		return nil, err
-	}
-	return s.answer(a)(s.observe(s.m.ClaimAt(ctx, pendingID, revision, a.holder(holder), lease)))
+// report checks a report on a call: its pending id is set.
+func report(r wire.ReportRequest) error {
+	return required("pendingId", r.PendingID)
 }
 
-// Retry starts another attempt of a call whose attempt failed, for the
-// holder of its lease.
-func (s *Service) Retry(ctx context.Context, a Actor, pendingID, holder string, failed int, lease time.Duration) (*machine.Entry, error) {
-	if err := s.runs(ctx, a, pendingID); err != nil {
-		return nil, err
+// leaseOf is how long the lease a claim, heartbeat or retry asks for
+// lasts: r.LeaseMs, or an hour when it names none.
+func leaseOf(r wire.ReportRequest) time.Duration {
+	if r.LeaseMs > 0 {
+		return time.Duration(r.LeaseMs) * time.Millisecond
 	}
-	return s.answer(a)(s.observe(s.m.Retry(ctx, pendingID, a.holder(holder), failed, lease)))
+	return time.Hour
 }
 
-// Heartbeat renews the lease of the executor running a call.
-func (s *Service) Heartbeat(ctx context.Context, a Actor, pendingID, holder string, lease time.Duration) (*machine.Entry, error) {
-	if err := s.runs(ctx, a, pendingID); err != nil {
-		return nil, err
-	}
-	return s.answer(a)(s.observe(s.m.Heartbeat(ctx, pendingID, a.holder(holder), lease)))
+// outcomeOf is the outcome a succeeded or failed report records.
+func outcomeOf(r wire.ReportRequest) machine.Outcome {
+	return machine.Outcome{Holder: r.By, Result: r.Result, Error: r.Error, Cost: r.Cost}
 }
 
-// Complete records a successful run.
-func (s *Service) Complete(ctx context.Context, a Actor, pendingID string, o machine.Outcome) (*machine.Entry, error) {
-	if err := s.runs(ctx, a, pendingID); err != nil {
+// ClaimAt hands a runnable call to r.By (under a's name) for its lease
+// (r.LeaseMs, default an hour), from r.Revision, as the claimant last saw
+// the entry (0: unknown): where this process wrote the entry at that
+// revision, the claim reads no entry (machine.ClaimAt; an agent's claim
+// still reads the call, to check it is its own).
+func (s *Service) ClaimAt(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
+	if err := report(r); err != nil {
 		return nil, err
 	}
+	if err := s.runs(ctx, a, r.PendingID); err != nil {
+		return nil, err
+	}
+	return s.answer(a)(s.observe(s.m.ClaimAt(ctx, r.PendingID, r.Revision, a.holder(r.By), leaseOf(r))))
+}
+
+// Retry starts another attempt of a call whose attempt r.Attempt failed,
+// for the holder of its lease, with a new lease (r.LeaseMs, default an
+// hour).
+func (s *Service) Retry(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
+	if err := report(r); err != nil {
+		return nil, err
+	}
+	if err := s.runs(ctx, a, r.PendingID); err != nil {
+		return nil, err
+	}
+	return s.answer(a)(s.observe(s.m.Retry(ctx, r.PendingID, a.holder(r.By), r.Attempt, leaseOf(r))))
+}
+
+// Heartbeat renews the lease of the executor running a call (r.LeaseMs
+// from now, default an hour), for tools that run longer than their claim
+// gave them.
+func (s *Service) Heartbeat(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
+	if err := report(r); err != nil {
+		return nil, err
+	}
+	if err := s.runs(ctx, a, r.PendingID); err != nil {
+		return nil, err
+	}
+	return s.answer(a)(s.observe(s.m.Heartbeat(ctx, r.PendingID, a.holder(r.By), leaseOf(r))))
+}
+
+// Complete records a successful run: r.Result and r.Cost.
+func (s *Service) Complete(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
+	if err := report(r); err != nil {
+		return nil, err
+	}
+	if err := s.runs(ctx, a, r.PendingID); err != nil {
+		return nil, err
+	}
+	o := outcomeOf(r)
 	o.Holder = a.holder(o.Holder)
-	return s.answer(a)(s.observe(s.m.Complete(ctx, pendingID, o)))
+	return s.answer(a)(s.observe(s.m.Complete(ctx, r.PendingID, o)))
 }
 
-// Fail records a failed run.
-func (s *Service) Fail(ctx context.Context, a Actor, pendingID string, o machine.Outcome) (*machine.Entry, error) {
-	if err := s.runs(ctx, a, pendingID); err != nil {
+// Fail records a failed run: r.Error and r.Cost.
+func (s *Service) Fail(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
+	if err := report(r); err != nil {
 		return nil, err
 	}
+	if err := s.runs(ctx, a, r.PendingID); err != nil {
+		return nil, err
+	}
+	o := outcomeOf(r)
 	o.Holder = a.holder(o.Holder)
-	return s.answer(a)(s.observe(s.m.Fail(ctx, pendingID, o)))
+	return s.answer(a)(s.observe(s.m.Fail(ctx, r.PendingID, o)))
 }
 
 // Expire handles a pending call whose approval deadline has passed.

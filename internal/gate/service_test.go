@@ -30,13 +30,13 @@ func TestDecide_AfterTheDeadlineExpiresTheCall(t *testing.T) {
 	require.NoError(t, err)
 
 	later := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask, Clock: func() time.Time { return time.Now().Add(2 * time.Hour) }})
-	_, err = later.Decide(ctx, gate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	_, err = later.Decide(ctx, gate.System, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice"})
 	require.ErrorIs(t, err, machine.ErrExpired)
 	status, code := wire.ErrorStatus(err)
 	assert.Equal(t, 409, status)
 	assert.Equal(t, "expired", code)
 
-	got, err := now.Get(ctx, gate.System, e.PendingID)
+	got, err := now.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateRejectedByTimeout, got.Status, "expired on the spot, with no timer running")
 	assert.Empty(t, got.ApprovedOrRejectedByUserID, "the late approver decided nothing")

@@ -148,7 +148,7 @@ func (s *Service) SlackInteraction(ctx context.Context, r SlackRequest) (SlackOu
 		return out, nil
 	}
 	a := Actor{Name: who, Roles: []wire.Role{wire.RoleApprover}}
-	e, err := s.Decide(ctx, a, act.Value, d)
+	e, err := s.decide(ctx, a, act.Value, d)
 	var te *machine.TransitionError
 	switch {
 	case err == nil:

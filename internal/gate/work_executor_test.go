@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // startDeployer runs a client.Executor of deploy with slots free slots
@@ -56,7 +57,7 @@ func approve(t *testing.T, g *toolgatetest.Gate, id string) bool {
 	t.Helper()
 	e, err := g.Client.Submit(t.Context(), machine.Call{ToolCallID: id, ToolName: "deploy", CallerBotID: "agent", ConversationID: "c1"})
 	require.NoError(t, err)
-	decided, err := g.Service.Decide(t.Context(), gate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	decided, err := g.Service.Decide(t.Context(), gate.System, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice"})
 	require.NoError(t, err)
 	return decided.Status == machine.StateExecuting
 }

@@ -81,7 +81,7 @@ func TestTakeWork_HandsEachRunnableCallOnce(t *testing.T) {
 	}
 	other := submitCall(t, a, "once", "other", "search")
 	cancelled := submitCall(t, a, "once", "cancelled", "deploy")
-	_, err := a.Cancel(t.Context(), gate.System, cancelled.PendingID, "ops", "changed")
+	_, err := a.Cancel(t.Context(), gate.System, wire.CancelRequest{PendingID: cancelled.PendingID, By: "ops", Reason: "changed"})
 	require.NoError(t, err)
 	asked := submitCall(t, workService(t, env, machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}), "once", "asked", "deploy")
 	denied := submitCall(t, workService(t, env, machine.Verdict{Action: machine.ActionDeny, Reason: "no"}), "once", "denied", "deploy")
@@ -118,7 +118,7 @@ func TestTakeWork_HandsEachRunnableCallOnce(t *testing.T) {
 		assert.Len(t, holders, 1, "%s handed to %v", id, holders)
 	}
 	for _, e := range []*machine.Entry{other, cancelled, asked, denied} {
-		cur, err := a.Get(t.Context(), gate.System, e.PendingID)
+		cur, err := a.Get(t.Context(), gate.System, wire.GetRequest{PendingID: e.PendingID})
 		require.NoError(t, err)
 		assert.NotEqual(t, machine.StateExecuting, cur.Status, e.PendingID)
 	}
@@ -146,7 +146,7 @@ func TestTakeWork_WaitsForAnApproval(t *testing.T) {
 		t.Fatalf("answered before the approval: %+v", got)
 	case <-time.After(100 * time.Millisecond):
 	}
-	_, err := s.Decide(t.Context(), gate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	_, err := s.Decide(t.Context(), gate.System, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice"})
 	require.NoError(t, err)
 	got := <-done
 	require.Len(t, got.calls, 1)
@@ -189,7 +189,7 @@ func TestTakeWork_ALostLeaseIsOfferedAgain(t *testing.T) {
 	assert.GreaterOrEqual(t, again[0].LastTransition.At, first[0].Lease.ExpiresAt, "reclaimed before the lease ran out")
 
 	// Its last attempt's lease runs out too: nobody gets it again.
-	_, err := s.Heartbeat(t.Context(), executor, e.PendingID, "next", 200*time.Millisecond)
+	_, err := s.Heartbeat(t.Context(), executor, wire.ReportRequest{PendingID: e.PendingID, By: "next", LeaseMs: (200 * time.Millisecond).Milliseconds()})
 	require.NoError(t, err)
 	assert.Empty(t, take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: 1000}), "a third attempt handed out")
 }
@@ -239,7 +239,7 @@ func TestTakeWork_Refusals(t *testing.T) {
 		assert.ErrorIs(t, err, machine.ErrInvalid, tc.want)
 		assert.ErrorContains(t, err, tc.want)
 	}
-	cur, err := s.Get(t.Context(), gate.System, e.PendingID)
+	cur, err := s.Get(t.Context(), gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.NotEqual(t, machine.StateExecuting, cur.Status, "nothing claimed")
 }
@@ -406,7 +406,7 @@ func TestTakeWork_AnApprovalClaimsForTheExecutorThatWaits(t *testing.T) {
 	}()
 	waitingRequest(t, s, "deploy")
 
-	decided, err := s.Decide(t.Context(), gate.System, e.PendingID, machine.Decision{Approve: true, By: "alice"})
+	decided, err := s.Decide(t.Context(), gate.System, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice"})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateExecuting, decided.Status, "claimed in the approval's write")
 	require.NotNil(t, decided.PriorTransition)

@@ -195,25 +195,25 @@ func (h hookGate) Await(ctx context.Context, pendingID string, opts ...client.Aw
 }
 
 func (h hookGate) Get(ctx context.Context, pendingID string) (*machine.Entry, error) {
-	return h.g.Get(ctx, h.a, pendingID)
+	return h.g.Get(ctx, h.a, wire.GetRequest{PendingID: pendingID})
 }
 
 func (h hookGate) Cancel(ctx context.Context, pendingID, by, reason string) (*machine.Entry, error) {
-	return h.g.Cancel(ctx, h.a, pendingID, by, reason)
+	return h.g.Cancel(ctx, h.a, wire.CancelRequest{PendingID: pendingID, By: by, Reason: reason})
 }
 
-// Started claims the call for Claude Code, which runs it itself; an hour,
-// as the request API's started gives an agent.
+// Started claims the call for Claude Code, which runs it itself, for the
+// lease the request API's started gives an agent that names none: an hour.
 func (h hookGate) Started(ctx context.Context, pendingID, by string) (*machine.Entry, error) {
-	return h.g.Claim(ctx, h.a, pendingID, by, time.Hour)
+	return h.g.ClaimAt(ctx, h.a, wire.ReportRequest{PendingID: pendingID, By: by})
 }
 
 func (h hookGate) Succeed(ctx context.Context, pendingID, by string, result json.RawMessage, cost float64) (*machine.Entry, error) {
-	return h.g.Complete(ctx, h.a, pendingID, machine.Outcome{Holder: by, Result: result, Cost: cost})
+	return h.g.Complete(ctx, h.a, wire.ReportRequest{PendingID: pendingID, By: by, Result: result, Cost: cost})
 }
 
 func (h hookGate) Fail(ctx context.Context, pendingID, by, errMsg string, cost float64) (*machine.Entry, error) {
-	return h.g.Fail(ctx, h.a, pendingID, machine.Outcome{Holder: by, Error: errMsg, Cost: cost})
+	return h.g.Fail(ctx, h.a, wire.ReportRequest{PendingID: pendingID, By: by, Error: errMsg, Cost: cost})
 }
 
 // Calls reads every page of the conversation's calls of the tool.

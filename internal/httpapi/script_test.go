@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Outcomes of a scripted call.
@@ -69,10 +70,10 @@ func (in *inboxServer) play(clk *toolgatetest.Clock, calls []scripted) {
 			t.Fatalf("outcome %q of %s", s.outcome, s.call.ToolCallID)
 		}
 		if s.outcome == outcomeApprove && s.cost > 0 {
-			_, err := in.gate.Claim(ctx, gate.System, e.PendingID, "executor-1", time.Minute)
+			_, err := in.gate.ClaimAt(ctx, gate.System, wire.ReportRequest{PendingID: e.PendingID, By: "executor-1", LeaseMs: time.Minute.Milliseconds()})
 			require.NoError(t, err)
 			clk.Set(s.decidedAt().Add(3 * time.Second))
-			_, err = in.gate.Complete(ctx, gate.System, e.PendingID, machine.Outcome{Holder: "executor-1", Cost: s.cost})
+			_, err = in.gate.Complete(ctx, gate.System, wire.ReportRequest{PendingID: e.PendingID, By: "executor-1", Cost: s.cost})
 			require.NoError(t, err)
 		}
 	}

@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -436,7 +435,7 @@ func (s *Server) eventsSeq(ctx context.Context) (uint64, error) {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, u User) error {
-	e, err := s.cfg.Gate.Get(r.Context(), u, r.PathValue("pendingId"))
+	e, err := s.cfg.Gate.Get(r.Context(), u, wire.GetRequest{PendingID: r.PathValue("pendingId")})
 	if err != nil {
 		return err
 	}
@@ -448,7 +447,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, u User) error {
 type HistoryItem = wire.HistoryItem
 
 func (s *Server) history(w http.ResponseWriter, r *http.Request, u User) error {
-	items, err := s.cfg.Gate.History(r.Context(), u, r.PathValue("pendingId"))
+	items, err := s.cfg.Gate.History(r.Context(), u, wire.GetRequest{PendingID: r.PathValue("pendingId")})
 	if err != nil {
 		return err
 	}
@@ -482,9 +481,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u User, id strin
 	if d.Approved == nil {
 		return fmt.Errorf("%w: approved: required, true or false", machine.ErrInvalid)
 	}
-	e, err := s.cfg.Gate.Decide(r.Context(), u, id, machine.Decision{
-		Approve: *d.Approved, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
-		For: time.Duration(d.ForMs) * time.Millisecond, PersistRule: d.PersistRule, SingleUse: d.SingleUse,
+	e, err := s.cfg.Gate.Decide(r.Context(), u, wire.DecideRequest{
+		PendingID: id, Approved: *d.Approved, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
+		ForMs: d.ForMs, PersistRule: d.PersistRule, SingleUse: d.SingleUse,
 	})
 	if err != nil {
 		return err
@@ -554,7 +553,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, u User) error {
 	if req.PendingID == "" || req.ConversationID == "" {
 		return fmt.Errorf("%w: conversationId and pendingId: required", machine.ErrInvalid)
 	}
-	e, err := s.cfg.Gate.Get(r.Context(), u, req.PendingID)
+	e, err := s.cfg.Gate.Get(r.Context(), u, wire.GetRequest{PendingID: req.PendingID})
 	if err != nil {
 		return err
 	}
@@ -585,7 +584,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, u User) error {
 	if err != nil {
 		return err
 	}
-	e, err := s.cfg.Gate.Cancel(r.Context(), u, r.PathValue("pendingId"), "", reason)
+	e, err := s.cfg.Gate.Cancel(r.Context(), u, wire.CancelRequest{PendingID: r.PathValue("pendingId"), Reason: reason})
 	if err != nil {
 		return err
 	}
@@ -598,7 +597,7 @@ func (s *Server) cancelConversation(w http.ResponseWriter, r *http.Request, u Us
 	if err != nil {
 		return err
 	}
-	reply, err := s.cfg.Gate.CancelConversation(r.Context(), u, r.PathValue("conversationId"), "", reason)
+	reply, err := s.cfg.Gate.CancelConversation(r.Context(), u, wire.CancelRequest{ConversationID: r.PathValue("conversationId"), Reason: reason})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 const slackSecret = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -122,7 +123,7 @@ func TestSlack_SignedClickDecidesOnceAndReplacesTheCard(t *testing.T) {
 	signed := func(body, ts string) int { return send(body, ts, gate.SignSlack(slackSecret, ts, []byte(body))) }
 	pending := func(what string) {
 		t.Helper()
-		cur, err := g.Service.Get(t.Context(), gate.System, e.PendingID)
+		cur, err := g.Service.Get(t.Context(), gate.System, wire.GetRequest{PendingID: e.PendingID})
 		require.NoError(t, err)
 		assert.Equal(t, machine.StatePendingApproval, cur.Status, what)
 		select {
@@ -174,7 +175,7 @@ func TestSlack_SignedClickDecidesOnceAndReplacesTheCard(t *testing.T) {
 	assert.Empty(t, r.ResponseType)
 	assert.Contains(t, r.Text, "deploy approved by alice (session)")
 	assert.NotContains(t, string(ans.body), "toolgate_approve", "no buttons left")
-	cur, err := g.Service.Get(t.Context(), gate.System, e.PendingID)
+	cur, err := g.Service.Get(t.Context(), gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateApproved, cur.Status)
 	assert.Equal(t, "alice", cur.ApprovedOrRejectedByUserID)
@@ -188,7 +189,7 @@ func TestSlack_SignedClickDecidesOnceAndReplacesTheCard(t *testing.T) {
 	require.NoError(t, json.Unmarshal(ans.body, &r))
 	assert.Equal(t, "ephemeral", r.ResponseType)
 	assert.Contains(t, r.Text, "Already decided by alice")
-	after, err := g.Service.Get(t.Context(), gate.System, e.PendingID)
+	after, err := g.Service.Get(t.Context(), gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.Equal(t, cur.DecisionTime, after.DecisionTime, "decided once")
 }

@@ -106,7 +106,7 @@ func BenchmarkSSEFanout(b *testing.B) {
 	b.StartTimer()
 	for i, id := range ids {
 		starts[i] = time.Since(f.base)
-		if _, err := m.Decide(ctx, gate.System, id, machine.Decision{Approve: true, By: "reviewer-7", Reason: "recipient checked"}); err != nil {
+		if _, err := m.Decide(ctx, gate.System, wire.DecideRequest{PendingID: id, Approved: true, By: "reviewer-7", Reason: "recipient checked"}); err != nil {
 			b.Fatalf("decide %s: %v", id, err)
 		}
 		select {

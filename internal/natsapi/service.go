@@ -173,73 +173,35 @@ func waiting(e endpoint) endpoint {
 func (s *Service) endpoints() map[string]endpoint {
 	g := s.gate // nil for WaitReady, which only counts them
 	return map[string]endpoint{
-		wire.EndpointSubmit: answer(g.Submit),
-		wire.EndpointGet:    {handle: s.get, request: reflect.TypeFor[wire.GetRequest](), reply: reflect.TypeFor[machine.Entry]()},
-		wire.EndpointList:   answer(g.List),
-		wire.EndpointDecide: answer(func(ctx context.Context, a gate.Actor, r wire.DecideRequest) (*machine.Entry, error) {
-			if err := required("pendingId", r.PendingID); err != nil {
-				return nil, err
-			}
-			return g.Decide(ctx, a, r.PendingID, machine.Decision{
-				Approve: r.Approved, By: r.By, Reason: r.Reason, Scope: r.Scope, Arguments: r.Arguments,
-				For: time.Duration(r.ForMs) * time.Millisecond, PersistRule: r.PersistRule, SingleUse: r.SingleUse,
-			})
-		}),
-		wire.EndpointDecideMatching: answer(g.DecideMatching),
-		wire.EndpointGrantsList:     answer(g.Grants),
-		wire.EndpointGrantsRevoke:   answer(g.RevokeGrant),
-		wire.EndpointGrantsPreview:  answer(g.GrantPreview),
-		wire.EndpointCancel: answer(func(ctx context.Context, a gate.Actor, r wire.CancelRequest) (*machine.Entry, error) {
-			if err := required("pendingId", r.PendingID); err != nil {
-				return nil, err
-			}
-			return g.Cancel(ctx, a, r.PendingID, r.By, r.Reason)
-		}),
-		wire.EndpointCancelConversation: answer(func(ctx context.Context, a gate.Actor, r wire.CancelRequest) (*wire.CancelConversationReply, error) {
-			if err := required("conversationId", r.ConversationID); err != nil {
-				return nil, err
-			}
-			return g.CancelConversation(ctx, a, r.ConversationID, r.By, r.Reason)
-		}),
-		wire.EndpointStarted: answer(func(ctx context.Context, a gate.Actor, r wire.ReportRequest) (*machine.Entry, error) {
-			lease, err := leaseOf(r)
-			if err != nil {
-				return nil, err
-			}
-			return g.ClaimAt(ctx, a, r.PendingID, r.Revision, r.By, lease)
-		}),
-		// heartbeat renews the lease of whoever runs a call, for tools that
-		// run longer than their claim gave them.
-		wire.EndpointHeartbeat: answer(func(ctx context.Context, a gate.Actor, r wire.ReportRequest) (*machine.Entry, error) {
-			lease, err := leaseOf(r)
-			if err != nil {
-				return nil, err
-			}
-			return g.Heartbeat(ctx, a, r.PendingID, r.By, lease)
-		}),
-		wire.EndpointRetry: answer(func(ctx context.Context, a gate.Actor, r wire.ReportRequest) (*machine.Entry, error) {
-			lease, err := leaseOf(r)
-			if err != nil {
-				return nil, err
-			}
-			return g.Retry(ctx, a, r.PendingID, r.By, r.Attempt, lease)
-		}),
-		wire.EndpointBudgets:       answer(g.Budgets),
-		wire.EndpointRateLimits:    answer(g.RateLimits),
-		wire.EndpointAnalytics:     answer(g.Analytics),
-		wire.EndpointPolicyGet:     answer(g.Policy),
-		wire.EndpointPolicySet:     answer(g.SetPolicy),
-		wire.EndpointDeniedTools:   answer(g.DeniedTools),
-		wire.EndpointWork:          waiting(answer(g.TakeWork)),
-		wire.EndpointCredsAdd:      answer(g.IssueCredential),
-		wire.EndpointCredsList:     answer(g.Credentials),
-		wire.EndpointCredsRevoke:   answer(g.RevokeCredential),
-		wire.EndpointReceipts:      answer(g.Receipts),
-		wire.EndpointReceiptsKey:   answer(g.ReceiptKeys),
-		wire.EndpointSucceeded:     answer(finish(g.Complete)),
-		wire.EndpointFailed:        answer(finish(g.Fail)),
-		wire.EndpointPolicyDryRun:  answer(g.PolicyDryRun),
-		wire.EndpointPolicyExplain: answer(g.PolicyExplain),
+		wire.EndpointSubmit:             answer(g.Submit),
+		wire.EndpointGet:                {handle: s.get, request: reflect.TypeFor[wire.GetRequest](), reply: reflect.TypeFor[machine.Entry]()},
+		wire.EndpointList:               answer(g.List),
+		wire.EndpointDecide:             answer(g.Decide),
+		wire.EndpointDecideMatching:     answer(g.DecideMatching),
+		wire.EndpointGrantsList:         answer(g.Grants),
+		wire.EndpointGrantsRevoke:       answer(g.RevokeGrant),
+		wire.EndpointGrantsPreview:      answer(g.GrantPreview),
+		wire.EndpointCancel:             answer(g.Cancel),
+		wire.EndpointCancelConversation: answer(g.CancelConversation),
+		wire.EndpointStarted:            answer(g.ClaimAt),
+		wire.EndpointHeartbeat:          answer(g.Heartbeat),
+		wire.EndpointRetry:              answer(g.Retry),
+		wire.EndpointBudgets:            answer(g.Budgets),
+		wire.EndpointRateLimits:         answer(g.RateLimits),
+		wire.EndpointAnalytics:          answer(g.Analytics),
+		wire.EndpointPolicyGet:          answer(g.Policy),
+		wire.EndpointPolicySet:          answer(g.SetPolicy),
+		wire.EndpointDeniedTools:        answer(g.DeniedTools),
+		wire.EndpointWork:               waiting(answer(g.TakeWork)),
+		wire.EndpointCredsAdd:           answer(g.IssueCredential),
+		wire.EndpointCredsList:          answer(g.Credentials),
+		wire.EndpointCredsRevoke:        answer(g.RevokeCredential),
+		wire.EndpointReceipts:           answer(g.Receipts),
+		wire.EndpointReceiptsKey:        answer(g.ReceiptKeys),
+		wire.EndpointSucceeded:          answer(g.Complete),
+		wire.EndpointFailed:             answer(g.Fail),
+		wire.EndpointPolicyDryRun:       answer(g.PolicyDryRun),
+		wire.EndpointPolicyExplain:      answer(g.PolicyExplain),
 	}
 }
 
@@ -250,10 +212,7 @@ func (s *Service) get(ctx context.Context, a gate.Actor, data []byte) (reply, er
 	if err := decode(data, &r); err != nil {
 		return reply{}, err
 	}
-	if err := required("pendingId", r.PendingID); err != nil {
-		return reply{}, err
-	}
-	e, rev, err := s.gate.Read(ctx, a, r.PendingID)
+	e, rev, err := s.gate.Read(ctx, a, r)
 	if err != nil {
 		return reply{}, err
 	}
@@ -314,34 +273,6 @@ func headerText(msg string) string {
 		cut--
 	}
 	return msg[:cut] + "…"
-}
-
-func required(field, value string) error {
-	if value == "" {
-		return fmt.Errorf("%w: %s: required", machine.ErrInvalid, field)
-	}
-	return nil
-}
-
-// leaseOf checks a claim's or heartbeat's request and says how long the
-// lease it asks for lasts.
-func leaseOf(r wire.ReportRequest) (time.Duration, error) {
-	if err := required("pendingId", r.PendingID); err != nil {
-		return 0, err
-	}
-	if r.LeaseMs > 0 {
-		return time.Duration(r.LeaseMs) * time.Millisecond, nil
-	}
-	return time.Hour, nil
-}
-
-func finish(record func(context.Context, gate.Actor, string, machine.Outcome) (*machine.Entry, error)) func(context.Context, gate.Actor, wire.ReportRequest) (*machine.Entry, error) {
-	return func(ctx context.Context, a gate.Actor, r wire.ReportRequest) (*machine.Entry, error) {
-		if err := required("pendingId", r.PendingID); err != nil {
-			return nil, err
-		}
-		return record(ctx, a, r.PendingID, machine.Outcome{Holder: r.By, Result: r.Result, Error: r.Error, Cost: r.Cost})
-	}
 }
 
 var semverRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
