@@ -455,7 +455,9 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, u User) error {
 	return nil
 }
 
-// DecisionRequest is the body of POST /v1/tool-calls/{pendingId}/decision.
+// DecisionRequest is the body of POST /v1/tool-calls/{pendingId}/decision:
+// wire.DecideRequest without the pending id (the path names it) or the
+// approver (the credential names them), and with approved required.
 type DecisionRequest struct {
 	Approved  *bool           `json:"approved"`
 	Reason    string          `json:"reason,omitempty"`
@@ -469,6 +471,17 @@ type DecisionRequest struct {
 	SingleUse bool `json:"singleUse,omitempty"`
 }
 
+// request is d as the request API takes it, deciding the call pendingID.
+func (d DecisionRequest) request(pendingID string) (wire.DecideRequest, error) {
+	if d.Approved == nil {
+		return wire.DecideRequest{}, fmt.Errorf("%w: approved: required, true or false", machine.ErrInvalid)
+	}
+	return wire.DecideRequest{
+		PendingID: pendingID, Approved: *d.Approved, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
+		ForMs: d.ForMs, PersistRule: d.PersistRule, SingleUse: d.SingleUse,
+	}, nil
+}
+
 func (s *Server) decision(w http.ResponseWriter, r *http.Request, u User) error {
 	var d DecisionRequest
 	if err := readJSON(w, r, &d); err != nil {
@@ -478,13 +491,11 @@ func (s *Server) decision(w http.ResponseWriter, r *http.Request, u User) error 
 }
 
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, u User, id string, d DecisionRequest) error {
-	if d.Approved == nil {
-		return fmt.Errorf("%w: approved: required, true or false", machine.ErrInvalid)
+	req, err := d.request(id)
+	if err != nil {
+		return err
 	}
-	e, err := s.cfg.Gate.Decide(r.Context(), u, wire.DecideRequest{
-		PendingID: id, Approved: *d.Approved, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
-		ForMs: d.ForMs, PersistRule: d.PersistRule, SingleUse: d.SingleUse,
-	})
+	e, err := s.cfg.Gate.Decide(r.Context(), u, req)
 	if err != nil {
 		return err
 	}
