@@ -112,6 +112,12 @@ func TestAPI_ErrorCodes(t *testing.T) {
 	check("400 approved missing", 400, "invalid", "approved: required", func(out any) int {
 		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "alice-token-000000001", map[string]any{"reason": "x"}, out)
 	})
+	check("400 a reason over 4 KiB", 400, "invalid", "reason: at most 4096 bytes, got 4097", func(out any) int {
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "alice-token-000000001", httpapi.DecisionRequest{Approved: &yes, Reason: strings.Repeat("r", 4097)}, out)
+	})
+	check("400 a caller id over 256 bytes", 400, "invalid", "conversationId: at most 256 bytes", func(out any) int {
+		return h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolName: "web_search", ConversationID: strings.Repeat("c", 300)}, out)
+	})
 	check("400 bad status filter", 400, "invalid", "status", func(out any) int {
 		return h.do("GET", "/v1/tool-calls?status=DONE", "viewer-token-00000001", nil, out)
 	})

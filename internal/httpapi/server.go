@@ -460,7 +460,7 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, u User) error {
 // approver (the credential names them), and with approved required.
 type DecisionRequest struct {
 	Approved  *bool           `json:"approved"`
-	Reason    string          `json:"reason,omitempty"`
+	Reason    string          `json:"reason,omitempty" max:"4096"`
 	Scope     machine.Scope   `json:"scope,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 	// ForMs bounds the grant a session or always approval records.
@@ -553,7 +553,7 @@ type RespondRequest struct {
 	ConversationID string `json:"conversationId"`
 	PendingID      string `json:"pendingId"`
 	Approved       *bool  `json:"approved"`
-	Reason         string `json:"reason,omitempty"`
+	Reason         string `json:"reason,omitempty" max:"4096"`
 }
 
 func (s *Server) respond(w http.ResponseWriter, r *http.Request, u User) error {
@@ -576,7 +576,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, u User) error {
 
 // CancelRequest is the optional body of a cancel.
 type CancelRequest struct {
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty" max:"4096"`
 }
 
 func (s *Server) cancelReason(w http.ResponseWriter, r *http.Request) (string, error) {
