@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -138,11 +137,6 @@ func (s *Service) listIndexed(ctx context.Context, a Actor, r wire.ListRequest) 
 
 // pageReads is how many finished entries of a page are read at once.
 const pageReads = 16
-
-// CallsView is the Service's index of tool_calls as a view of the
-// process's bus.CallsFeed. Processes that serve lists (intake, http) keep
-// it.
-func (s *Service) CallsView(log *slog.Logger) bus.CallsView { return s.index.View(log) }
 
 // jetStream is cfg's connection's JetStream, nil without one.
 func jetStream(cfg Config) jetstream.JetStream {

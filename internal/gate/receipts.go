@@ -135,15 +135,6 @@ func (s *Service) ReceiptKeys(ctx context.Context, _ Actor, _ wire.ReceiptKeysRe
 	return out, nil
 }
 
-// RegisterReceiptKey records this process's receipt key among the
-// published ones; a process calls it at start, before it signs.
-func (s *Service) RegisterReceiptKey(ctx context.Context) error {
-	if s.signer == nil {
-		return nil
-	}
-	return s.receiptKeys.Register(ctx, s.signer.PublicKey(), s.now())
-}
-
 // newReceiptKeyStore is the store of the published receipt keys.
 func newReceiptKeyStore(b *bus.Buckets) *bus.ReceiptKeyStore {
 	return bus.NewReceiptKeyStore(b.ReceiptKeys)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -128,15 +127,3 @@ func newArchive(cfg Config) *bus.Archive {
 	}
 	return bus.NewArchive(js, cfg.Buckets.Archive)
 }
-
-// FollowArchive follows the ids of the calls in the archive until ctx
-// ends, so that a submit asks the archive only about a call it may hold.
-// A process that submits calls runs it, with RetiredView on its feed of
-// tool_calls.
-func (s *Service) FollowArchive(ctx context.Context, log *slog.Logger) error {
-	return s.archivedIDs.Follow(ctx, log)
-}
-
-// RetiredView is the view of tool_calls that shows FollowArchive the
-// calls retired before it sees them archived.
-func (s *Service) RetiredView() bus.CallsView { return s.archivedIDs.View() }

@@ -58,8 +58,8 @@ type Config struct {
 type Service struct {
 	m           *machine.Machine
 	calls       *bus.KVStore
-	index       *bus.CallIndex // lists read it while it follows the bucket (CallsView)
-	work        *bus.WorkQueue // executors take work from it while it follows the bucket (WorkView)
+	index       *bus.CallIndex // lists read it while it follows the bucket (Runtime.CallsView)
+	work        *bus.WorkQueue // executors take work from it while it follows the bucket (Runtime.WorkView)
 	takers      takers         // the requests for work that wait, which their executor may withdraw
 	policies    *bus.PolicyStore
 	grants      *bus.GrantStore
@@ -68,7 +68,7 @@ type Service struct {
 	identities  *bus.IdentityStore
 	tokens      *bus.DecisionTokenStore
 	archive     *bus.Archive     // nil: finished calls are never retired
-	archivedIDs *bus.ArchivedIDs // which calls the archive may hold, while it follows it (FollowArchive)
+	archivedIDs *bus.ArchivedIDs // which calls the archive may hold, while it follows it (Runtime.FollowArchive)
 	analytics   func(ctx context.Context, hours int) (json.RawMessage, error)
 	issue       Issuer
 	clock       func() time.Time
@@ -283,7 +283,7 @@ func (s *Service) History(ctx context.Context, a Actor, r wire.GetRequest) ([]wi
 }
 
 // List returns one page of the entries r asks for. With a conversation,
-// only its keys are read; without, the index of the bucket (CallsView)
+// only its keys are read; without, the index of the bucket (Runtime.CallsView)
 // while it follows it, else the whole bucket. An agent lists only its own
 // calls.
 func (s *Service) List(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListReply, error) {

@@ -9,26 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
-
-// WorkView is the queue of runnable calls TakeWork hands out, as a view of
-// the process's feed of tool_calls: a process that serves executors keeps
-// it.
-func (s *Service) WorkView() bus.CallsView { return s.work.View() }
-
-// RunnableCalls is how many calls this process's work queue holds ready
-// for an executor, not yet claimed (0 while it does not follow the
-// bucket).
-func (s *Service) RunnableCalls() int {
-	ready, _, _ := s.work.Ready()
-	return ready
-}
 
 // claimRetry is how long a call whose claim was refused, though the
 // queue had it as runnable (a lease renewed just now, toolgate's clocks a
@@ -231,24 +215,6 @@ func (s *Service) withdraw(w wire.Withdrawal) error {
 		return err
 	}
 	return s.nc.Publish(wire.WithdrawSubject, data)
-}
-
-// FollowWithdrawals ends the requests for work waiting on this process
-// whose executor withdrew them through another, until ctx ends. A process
-// that serves the request API runs it.
-func (s *Service) FollowWithdrawals(ctx context.Context) error {
-	sub, err := s.nc.Subscribe(wire.WithdrawSubject, func(msg *nats.Msg) {
-		var w wire.Withdrawal
-		if json.Unmarshal(msg.Data, &w) == nil {
-			s.takers.withdraw(w.Holder, w.Tools)
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("withdrawals: %w", err)
-	}
-	<-ctx.Done()
-	_ = sub.Unsubscribe() // gone with the connection, if it closed first
-	return nil
 }
 
 // takers are the requests for work that wait, by holder, so that their

@@ -30,8 +30,8 @@ func workService(t *testing.T, env *bustest.Env, v machine.Verdict) *gate.Servic
 		return v, nil
 	})})
 	feed := bus.NewCallsFeed(env.JS, env.Buckets.Calls)
-	feed.Add(s.CallsView(bustest.Logger()))
-	feed.Add(s.WorkView())
+	feed.Add(s.Runtime().CallsView(bustest.Logger()))
+	feed.Add(s.Runtime().WorkView())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- feed.Run(ctx, bustest.Logger()) }()
@@ -344,7 +344,7 @@ func TestTakeWork_AWithdrawalReachesEveryProcess(t *testing.T) {
 	for _, s := range []*gate.Service{one, two} {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- s.FollowWithdrawals(ctx) }()
+		go func() { done <- s.Runtime().FollowWithdrawals(ctx) }()
 		t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })
 	}
 	answered := make(chan *wire.WorkReply, 1)

@@ -392,7 +392,7 @@ func (m *Main) startFeeds(ctx context.Context, g *errgroup.Group, d *deps) {
 		g.Go(func() error { return d.grants.Follow(ctx, m.Log) })
 		// And the archive is asked whether a call was retired only when
 		// it may hold it: follow which calls it holds.
-		g.Go(func() error { return d.gate.FollowArchive(ctx, m.Log) })
+		g.Go(func() error { return d.gate.Runtime().FollowArchive(ctx, m.Log) })
 	}
 	// The views of tool_calls the roles keep in memory are all in: one
 	// watch of the bucket feeds them.
@@ -623,7 +623,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		}
 	}
 	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Clock: m.Clock, Log: m.Log})
-	if err := m.gate.RegisterReceiptKey(ctx); err != nil {
+	if err := m.gate.Runtime().RegisterReceiptKey(ctx); err != nil {
 		return nil, err
 	}
 	version := m.Version

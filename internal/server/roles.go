@@ -111,11 +111,11 @@ func (v callsView) join(d *deps, log *slog.Logger) error {
 	case pendingView:
 		return buildRoleView(d, log, "analytics", prepareAnalytics)
 	case retiredView:
-		d.feed.Add(d.gate.RetiredView())
+		d.feed.Add(d.gate.Runtime().RetiredView())
 	case indexView:
-		d.feed.Add(d.gate.CallsView(log))
+		d.feed.Add(d.gate.Runtime().CallsView(log))
 	case workView:
-		d.feed.Add(d.gate.WorkView())
+		d.feed.Add(d.gate.Runtime().WorkView())
 	default:
 		return fmt.Errorf("no view of tool_calls numbered %d", v)
 	}
@@ -246,7 +246,7 @@ func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
 // prepareIntake exports how many calls wait for an executor in the work
 // queue the process keeps for the request API.
 func prepareIntake(d *deps, _ *slog.Logger) error {
-	return d.registry.Register(metrics.NewRunnableCalls(d.gate.RunnableCalls))
+	return d.registry.Register(metrics.NewRunnableCalls(d.gate.Runtime().RunnableCalls))
 }
 
 // runIntake serves the request API, evaluating calls against the policy
@@ -265,7 +265,7 @@ func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	// An executor withdraws its requests for work through any process
 	// that serves them: hear of those made through the others.
 	withdrawals := make(chan error, 1)
-	go func() { withdrawals <- d.gate.FollowWithdrawals(ctx) }()
+	go func() { withdrawals <- d.gate.Runtime().FollowWithdrawals(ctx) }()
 	err := svc.Run(ctx, d.nc, d.version)
 	cancel() // the service failed or stopped: stop following and settling too
 	return errors.Join(err, <-errc, <-settled, <-withdrawals)
