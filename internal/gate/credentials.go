@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -96,11 +95,4 @@ func (s *Service) RevokeCredential(ctx context.Context, a Actor, r wire.CredsReq
 		return reply, fmt.Errorf("%w: %s holds no live credential", machine.ErrNotFound, r.Name)
 	}
 	return reply, nil
-}
-
-func (s *Service) now() time.Time {
-	if s.clock != nil {
-		return s.clock()
-	}
-	return time.Now()
 }

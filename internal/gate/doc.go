@@ -7,4 +7,14 @@
 // Agents and executors never write toolgate's buckets: they submit,
 // claim, heartbeat and report through the request endpoints, so a NATS
 // permission model can keep them out of the buckets altogether.
+//
+// The Service's use cases are in one file per resource, each over the
+// Service's stores: calls.go (submit, read, history, list, decide, cancel,
+// and the timer's transitions), batch.go (deciding every call a filter
+// matches), work.go (taking work, claiming, heartbeats, retries and the
+// run's outcome), grants.go, policy.go with dryrun.go and explain.go,
+// credentials.go with decisiontoken.go, receipts.go, budgets.go (budgets
+// and rate limits), analytics.go, slack.go and retention.go. Runtime
+// (runtime.go) is what a process runs beside them: the views of
+// tool_calls on its feed, the followers, the receipt key it registers.
 package gate

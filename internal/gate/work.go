@@ -217,6 +217,105 @@ func (s *Service) withdraw(w wire.Withdrawal) error {
 	return s.nc.Publish(wire.WithdrawSubject, data)
 }
 
+// runs checks that a may run a call: an executor any, an agent (which
+// runs its own tools, as Claude Code does) its own.
+func (s *Service) runs(ctx context.Context, a Actor, pendingID string) error {
+	if err := a.require("run calls", wire.RoleExecutor, wire.RoleAgent); err != nil {
+		return err
+	}
+	if !a.Can(wire.RoleExecutor) {
+		_, _, err := s.readShown(ctx, a, pendingID)
+		return err
+	}
+	return nil
+}
+
+// report checks a report on a call: its pending id is set.
+func report(r wire.ReportRequest) error {
+	return required("pendingId", r.PendingID)
+}
+
+// leaseOf is how long the lease a claim, heartbeat or retry asks for
+// lasts: r.LeaseMs, or an hour when it names none.
+func leaseOf(r wire.ReportRequest) time.Duration {
+	if r.LeaseMs > 0 {
+		return time.Duration(r.LeaseMs) * time.Millisecond
+	}
+	return time.Hour
+}
+
+// outcomeOf is the outcome a succeeded or failed report records.
+func outcomeOf(r wire.ReportRequest) machine.Outcome {
+	return machine.Outcome{Holder: r.By, Result: r.Result, Error: r.Error, Cost: r.Cost}
+}
+
+// ClaimAt hands a runnable call to r.By (under a's name) for its lease
+// (r.LeaseMs, default an hour), from r.Revision, as the claimant last saw
+// the entry (0: unknown): where this process wrote the entry at that
+// revision, the claim reads no entry (machine.ClaimAt; an agent's claim
+// still reads the call, to check it is its own).
+func (s *Service) ClaimAt(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
+	if err := report(r); err != nil {
+		return nil, err
+	}
+	if err := s.runs(ctx, a, r.PendingID); err != nil {
+		return nil, err
+	}
+	return s.answer(a)(s.observe(s.m.ClaimAt(ctx, r.PendingID, r.Revision, a.holder(r.By), leaseOf(r))))
+}
+
+// Retry starts another attempt of a call whose attempt r.Attempt failed,
+// for the holder of its lease, with a new lease (r.LeaseMs, default an
+// hour).
+func (s *Service) Retry(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
+	if err := report(r); err != nil {
+		return nil, err
+	}
+	if err := s.runs(ctx, a, r.PendingID); err != nil {
+		return nil, err
+	}
+	return s.answer(a)(s.observe(s.m.Retry(ctx, r.PendingID, a.holder(r.By), r.Attempt, leaseOf(r))))
+}
+
+// Heartbeat renews the lease of the executor running a call (r.LeaseMs
+// from now, default an hour), for tools that run longer than their claim
+// gave them.
+func (s *Service) Heartbeat(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
+	if err := report(r); err != nil {
+		return nil, err
+	}
+	if err := s.runs(ctx, a, r.PendingID); err != nil {
+		return nil, err
+	}
+	return s.answer(a)(s.observe(s.m.Heartbeat(ctx, r.PendingID, a.holder(r.By), leaseOf(r))))
+}
+
+// Complete records a successful run: r.Result and r.Cost.
+func (s *Service) Complete(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
+	if err := report(r); err != nil {
+		return nil, err
+	}
+	if err := s.runs(ctx, a, r.PendingID); err != nil {
+		return nil, err
+	}
+	o := outcomeOf(r)
+	o.Holder = a.holder(o.Holder)
+	return s.answer(a)(s.observe(s.m.Complete(ctx, r.PendingID, o)))
+}
+
+// Fail records a failed run: r.Error and r.Cost.
+func (s *Service) Fail(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
+	if err := report(r); err != nil {
+		return nil, err
+	}
+	if err := s.runs(ctx, a, r.PendingID); err != nil {
+		return nil, err
+	}
+	o := outcomeOf(r)
+	o.Holder = a.holder(o.Holder)
+	return s.answer(a)(s.observe(s.m.Fail(ctx, r.PendingID, o)))
+}
+
 // takers are the requests for work that wait, by holder, so that their
 // executor can end them (wire.WorkRequest.Withdraw), and by tool, so
 // that a command looks only at those that may run its call: an executor

@@ -7,9 +7,38 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/wire"
 )
+
+// Budgets returns the budget ledger: what each team reserved and spent per
+// day, beside the daily limit its policy sets now. With a team, only that
+// team's days are read.
+func (s *Service) Budgets(ctx context.Context, a Actor, r wire.BudgetsRequest) (wire.BudgetsReply, error) {
+	if err := a.require("read budgets", wire.RoleViewer, wire.RoleApprover); err != nil {
+		return wire.BudgetsReply{}, err
+	}
+	var days []bus.DayBudget
+	var err error
+	if r.Team != nil {
+		days, err = s.budgets.ListTeam(ctx, *r.Team)
+	} else {
+		days, err = s.budgets.List(ctx)
+	}
+	if err != nil {
+		return wire.BudgetsReply{}, fmt.Errorf("budgets: %w", err)
+	}
+	reply := wire.BudgetsReply{Items: make([]wire.Budget, 0, len(days))}
+	for _, d := range days {
+		b := wire.Budget{Team: d.Team, Day: d.Day, Reserved: d.Reserved.Float64(), Spent: d.Spent.Float64()}
+		if s.limits != nil {
+			b.Limit = s.limits.Resolve(d.Team, "").DailyCostLimit
+		}
+		reply.Items = append(reply.Items, b)
+	}
+	return reply, nil
+}
 
 // rateRules is what of the policy RateLimits lists: *policy.Engine has it.
 type rateRules interface {

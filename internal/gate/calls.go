@@ -1,0 +1,351 @@
+package gate
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/policy"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Submit evaluates the policy for c and records its entry; submitting the
+// same call again returns the entry already there. An agent submits as
+// itself: it cannot ask on another's behalf, nor so make itself the
+// approver of its own call.
+func (s *Service) Submit(ctx context.Context, a Actor, c machine.Call) (*machine.Entry, error) {
+	e, _, err := s.SubmitOnce(ctx, a, c)
+	return e, err
+}
+
+// SubmitOnce is Submit, and reports whether this submit created the
+// entry (false: it answers with the entry an earlier one created).
+func (s *Service) SubmitOnce(ctx context.Context, a Actor, c machine.Call) (*machine.Entry, bool, error) {
+	if err := a.require("submit calls", wire.RoleAgent); err != nil {
+		return nil, false, err
+	}
+	if c.CallerBotID != "" && c.CallerBotID != a.Name && !a.Can(wire.RoleAdmin) {
+		return nil, false, fmt.Errorf("%w: callerBotId %q: %s submits as itself", machine.ErrForbidden, c.CallerBotID, a.Name)
+	}
+	c.CallerBotID = cmp.Or(c.CallerBotID, a.Name)
+	if c.ToolCallID != "" && c.ConversationID != "" {
+		// A retry of a call retired to the archive is that call, not a
+		// new one to run again (one read of the archive per submit that
+		// names its toolCallId of a call the archive may hold: a
+		// generated one is new, and a process that follows the
+		// archive's ids knows most others are too). The archive is a
+		// stream of its own, with a leader of its own: while it elects
+		// one, submits go on after a short wait rather than stall, since
+		// only a retry of a call finished --retention ago could be
+		// mistaken for a new one then.
+		pendingID := machine.PendingID(c.ConversationID, c.ToolCallID)
+		err := machine.ErrNotFound
+		var prev *wire.ArchivedCall
+		if s.archivedIDs.MayHold(pendingID) {
+			actx, cancel := context.WithTimeout(ctx, archiveCheckWait)
+			prev, err = s.archived(actx, pendingID)
+			cancel()
+		}
+		switch {
+		case err == nil:
+			e, err := machine.SameCall(prev.Entry, c)
+			if err != nil {
+				return nil, false, fmt.Errorf("submit %s: %w", prev.Entry.PendingID, err)
+			}
+			return s.shown(a, e), false, nil
+		case isNotFound(err):
+		case ctx.Err() != nil:
+			return nil, false, fmt.Errorf("submit: %w", ctx.Err())
+		default:
+			s.log.Warn("submit: the archive did not answer whether the call was retired; taking it as new", "toolCallId", c.ToolCallID, "err", err)
+		}
+	}
+	claimer := s.claimer()
+	e, created, err := s.m.SubmitAndClaim(ctx, c, claimer.claim)
+	claimer.settle(e, err == nil && created)
+	return s.shown(a, e), created, err
+}
+
+// Get returns one entry.
+func (s *Service) Get(ctx context.Context, a Actor, r wire.GetRequest) (*machine.Entry, error) {
+	e, _, err := s.Read(ctx, a, r)
+	return e, err
+}
+
+// Read returns one entry and the revision it was read at: an agent
+// awaiting the entry orders what it hears of it by revision. An agent
+// reads only its own calls; another's is not found, as if it were not
+// there.
+func (s *Service) Read(ctx context.Context, a Actor, r wire.GetRequest) (*machine.Entry, uint64, error) {
+	if err := required("pendingId", r.PendingID); err != nil {
+		return nil, 0, err
+	}
+	return s.readShown(ctx, a, r.PendingID)
+}
+
+// readShown is Read of a pending id known to be set.
+func (s *Service) readShown(ctx context.Context, a Actor, pendingID string) (*machine.Entry, uint64, error) {
+	e, rev, err := s.read(ctx, a, pendingID)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.shown(a, e), rev, nil
+}
+
+// read is Read, but the entry as it is stored.
+func (s *Service) read(ctx context.Context, a Actor, pendingID string) (*machine.Entry, uint64, error) {
+	if err := a.require("read calls", readers...); err != nil {
+		return nil, 0, err
+	}
+	e, rev, err := s.calls.Get(ctx, pendingID)
+	if isNotFound(err) {
+		// Finished and retired: the archive has it.
+		if c, aerr := s.archived(ctx, pendingID); aerr == nil {
+			e, rev, err = c.Entry, c.Revision, nil
+		} else if !isNotFound(aerr) {
+			err = aerr
+		}
+	}
+	if err == nil && !a.SeesAll() && !a.owns(e) {
+		err = machine.ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("get %s: %w", pendingID, err)
+	}
+	return e, rev, nil
+}
+
+// ReadReader is Read as one actor does it, in the shape client.AwaitWith
+// reads entries.
+func (s *Service) ReadReader(a Actor) func(context.Context, string) (*machine.Entry, uint64, error) {
+	return func(ctx context.Context, pendingID string) (*machine.Entry, uint64, error) {
+		return s.Read(ctx, a, wire.GetRequest{PendingID: pendingID})
+	}
+}
+
+// History returns the transitions an entry went through, oldest first.
+func (s *Service) History(ctx context.Context, a Actor, r wire.GetRequest) ([]wire.HistoryItem, error) {
+	if _, _, err := s.Read(ctx, a, r); err != nil {
+		return nil, err
+	}
+	pendingID := r.PendingID
+	items, err := s.calls.History(ctx, pendingID)
+	if len(items) == 0 && (err == nil || isNotFound(err)) {
+		// Read found it, so it was retired: the archive has its history.
+		if c, aerr := s.archived(ctx, pendingID); aerr == nil {
+			return archivedHistory(c), nil
+		}
+	}
+	return items, err
+}
+
+// List returns one page of the entries r asks for. With a conversation,
+// only its keys are read; without, the index of the bucket (Runtime.CallsView)
+// while it follows it, else the whole bucket. An agent lists only its own
+// calls.
+func (s *Service) List(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListReply, error) {
+	if err := a.require("list calls", readers...); err != nil {
+		return wire.ListReply{}, err
+	}
+	if !a.SeesAll() {
+		if r.CallerBotID != "" && r.CallerBotID != a.Name {
+			return wire.ListReply{}, fmt.Errorf("%w: callerBotId %q: %s lists only its own calls", machine.ErrForbidden, r.CallerBotID, a.Name)
+		}
+		r.CallerBotID = a.Name
+	}
+	if _, err := listPage(nil, r); err != nil {
+		return wire.ListReply{}, err // a bad filter, before anything is read
+	}
+	if page, ok, err := s.listIndexed(ctx, a, r); ok || err != nil {
+		return page, err
+	}
+	return s.listRead(ctx, a, r)
+}
+
+// listRead is List as it reads the bucket, while the index cannot
+// answer: a conversation's keys (and its archived calls), or all of it.
+func (s *Service) listRead(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListReply, error) {
+	var all []*machine.Entry
+	var err error
+	if r.ConversationID != "" {
+		// A conversation's calls, finished or not, retired or not.
+		all, err = s.calls.ListConversation(ctx, r.ConversationID)
+		if err == nil {
+			all, err = s.withArchived(ctx, r.ConversationID, all)
+		}
+	} else {
+		all, err = s.calls.ListAll(ctx)
+	}
+	if err != nil {
+		return wire.ListReply{}, err
+	}
+	s.shownAll(a, all)
+	return listPage(all, r)
+}
+
+// Decide approves or rejects a pending call. An approval with scope
+// task, session or always records a grant that later like calls match
+// (recordScope); an admin's always with PersistRule, an allow rule.
+func (s *Service) Decide(ctx context.Context, a Actor, r wire.DecideRequest) (*machine.Entry, error) {
+	if err := required("pendingId", r.PendingID); err != nil {
+		return nil, err
+	}
+	return s.decide(ctx, a, r.PendingID, machine.Decision{
+		Approve: r.Approved, By: r.By, Reason: r.Reason, Scope: r.Scope, Arguments: r.Arguments,
+		For: time.Duration(r.ForMs) * time.Millisecond, PersistRule: r.PersistRule, SingleUse: r.SingleUse,
+	})
+}
+
+// decide is Decide of a pending id known to be set, as the machine
+// takes a decision.
+func (s *Service) decide(ctx context.Context, a Actor, pendingID string, d machine.Decision) (*machine.Entry, error) {
+	if err := a.require("decide calls", wire.RoleApprover); err != nil {
+		return nil, err
+	}
+	by, err := a.as(d.By)
+	if err != nil {
+		return nil, err
+	}
+	d.By = by
+	if d.PersistRule && !a.Can(wire.RoleAdmin) {
+		return nil, fmt.Errorf("%w: persistRule: only an admin writes an approval into the policy; without it, \"always\" records a grant", machine.ErrForbidden)
+	}
+	if bytes.Contains(d.Arguments, []byte(policy.RedactedValue)) {
+		// An edit of arguments shown masked: what the approver left
+		// masked keeps its value.
+		if cur, _, err := s.calls.Get(ctx, pendingID); err == nil {
+			d.Arguments = policy.UnmaskEdit(d.Arguments, cur.ToolArguments)
+		}
+		if bytes.Contains(d.Arguments, []byte(policy.RedactedValue)) {
+			return nil, fmt.Errorf("%w: arguments: %s stands where a secret was, in a value changed around it: give the value, or leave the value as it was shown", machine.ErrInvalid, policy.RedactedValue)
+		}
+	}
+	c := s.claimer()
+	d.Claim = c.claim
+	e, err := s.observe(s.m.Decide(ctx, pendingID, d))
+	c.settle(e, err == nil)
+	if errors.Is(err, machine.ErrExpired) {
+		// The deadline passed and no timer has acted on it yet: act now,
+		// so the refused approver and the agent see the same outcome.
+		if _, xerr := s.Expire(ctx, pendingID); xerr != nil && !errors.Is(xerr, machine.ErrConflict) {
+			s.log.Warn("expiring a call past its deadline failed", "pendingId", pendingID, "err", xerr)
+		}
+	}
+	if err != nil {
+		return nil, s.shownErr(a, err)
+	}
+	if err := s.recordScope(ctx, e, d); err != nil {
+		// The decision stands; only its reach beyond this call failed.
+		s.log.Error("recording the decision's scope failed", "pendingId", e.PendingID, "scope", e.DecisionScope, "err", err)
+	}
+	return s.shown(a, e), nil
+}
+
+// Cancel stops a call that has not started running: an approver any
+// call, an agent its own.
+func (s *Service) Cancel(ctx context.Context, a Actor, r wire.CancelRequest) (*machine.Entry, error) {
+	if err := required("pendingId", r.PendingID); err != nil {
+		return nil, err
+	}
+	pendingID, reason := r.PendingID, r.Reason
+	by, err := a.as(r.By)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.require("cancel calls", wire.RoleAgent, wire.RoleApprover); err != nil {
+		return nil, err
+	}
+	if !a.Can(wire.RoleApprover) {
+		if _, _, err := s.readShown(ctx, a, pendingID); err != nil {
+			return nil, err
+		}
+	}
+	e, err := s.observe(s.m.Cancel(ctx, pendingID, by, reason))
+	return s.shown(a, e), s.shownErr(a, err)
+}
+
+// CancelConversation cancels every call of a conversation that has not
+// started running (an agent's own calls only, an approver's all of them),
+// reading only its keys, and announces the cancel so that executors stop
+// the calls already running, which no transition can cancel.
+func (s *Service) CancelConversation(ctx context.Context, a Actor, r wire.CancelRequest) (*wire.CancelConversationReply, error) {
+	if err := required("conversationId", r.ConversationID); err != nil {
+		return nil, err
+	}
+	conversationID, reason := r.ConversationID, r.Reason
+	by, err := a.as(r.By)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.require("cancel conversations", wire.RoleAgent, wire.RoleApprover); err != nil {
+		return nil, err
+	}
+	caller := ""
+	if !a.Can(wire.RoleApprover) {
+		caller = a.Name
+	}
+	entries, err := s.calls.ListConversation(ctx, conversationID)
+	if err != nil {
+		return nil, err
+	}
+	reply := &wire.CancelConversationReply{Cancelled: []*machine.Entry{}, Running: []*machine.Entry{}}
+	for _, e := range entries {
+		if e.Status.Terminal() || caller != "" && e.CallerBotID != caller {
+			continue
+		}
+		if e.Status == machine.StateExecuting {
+			reply.Running = append(reply.Running, e)
+			continue
+		}
+		got, err := s.m.Cancel(ctx, e.PendingID, by, reason)
+		var te *machine.TransitionError
+		switch {
+		case errors.As(err, &te):
+			// It moved on while we looked: running now, or finished.
+			if te.Entry.Status == machine.StateExecuting {
+				reply.Running = append(reply.Running, te.Entry)
+			}
+		case err != nil:
+			return nil, err
+		default:
+			reply.Cancelled = append(reply.Cancelled, got)
+		}
+	}
+	if len(reply.Running) > 0 {
+		data, _ := json.Marshal(reply)
+		if err := s.nc.Publish(wire.CancelSubject, data); err != nil {
+			return nil, fmt.Errorf("announce cancel of %s: %w", conversationID, err)
+		}
+	}
+	s.shownAll(a, reply.Cancelled)
+	s.shownAll(a, reply.Running)
+	return reply, nil
+}
+
+// Expire handles a pending call whose approval deadline has passed.
+func (s *Service) Expire(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	return s.observe(s.m.Expire(ctx, pendingID))
+}
+
+// Remind reminds the approvers of a call still pending before its
+// deadline (the timer's, at the call's reminderAt).
+func (s *Service) Remind(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	return s.observe(s.m.Remind(ctx, pendingID))
+}
+
+// Escalate widens who may decide a call nobody has decided by its next
+// escalation tier's time (the timer's, at that time).
+func (s *Service) Escalate(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	return s.observe(s.m.Escalate(ctx, pendingID))
+}
+
+// AbandonLease fails a running call whose executor's lease ran out on its
+// last allowed attempt.
+func (s *Service) AbandonLease(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	return s.observe(s.m.AbandonLease(ctx, pendingID))
+}

@@ -1,0 +1,156 @@
+package gate
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/toolgate/toolgate/internal/policy"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// recordScope records how far an approval reaches beyond its call: a
+// session grant for the conversation, or an "always" grant for the team
+// (both until revoked, or d.For), or with d.PersistRule an allow rule in
+// the team's policy.
+func (s *Service) recordScope(ctx context.Context, e *machine.Entry, d machine.Decision) error {
+	if e.Status != machine.StateApproved || e.DecisionScope == machine.ScopeOnce || e.DecisionScope == "" {
+		return nil
+	}
+	g, err := grantOf(e, e.DecisionScope)
+	if err != nil {
+		return err
+	}
+	if d.PersistRule {
+		return s.policies.AddAllowRule(ctx, e.Team, g.Pattern)
+	}
+	g.By, g.At = e.ApprovedOrRejectedByUserID, e.DecisionTime
+	if d.For > 0 {
+		g.ExpiresAt = e.DecisionTime + d.For.Milliseconds()
+	}
+	g.SingleUse = d.SingleUse
+	_, err = s.grants.Add(ctx, g, s.now())
+	return err
+}
+
+// grantOf is the grant an approval of e with scope (task, session or
+// always) records, but for who grants it and until when: what it covers
+// (the pattern policy.GrantPattern derives from the call) and what bounds
+// it. GrantPreview shows it before anyone grants; recordScope records it.
+func grantOf(e *machine.Entry, scope machine.Scope) (policy.Grant, error) {
+	pattern, err := policy.GrantPattern(e.Call())
+	if err != nil {
+		return policy.Grant{}, err
+	}
+	g := policy.Grant{Pattern: pattern, Team: e.Team, PendingID: e.PendingID}
+	switch scope {
+	case machine.ScopeTask:
+		g.ConversationID, g.TaskID = e.ConversationID, e.TaskID
+	case machine.ScopeSession:
+		g.ConversationID = e.ConversationID
+	}
+	return g, nil
+}
+
+// GrantPreview says what an approval of a call with r.Scope would grant,
+// before anyone grants it: the tool, the pattern derived from the call,
+// and what bounds the grant. It changes nothing. Approvers and viewers
+// see the pattern as they see the call's arguments: its secrets masked.
+func (s *Service) GrantPreview(ctx context.Context, a Actor, r wire.GrantPreviewRequest) (*wire.GrantPreview, error) {
+	if err := a.require("preview grants", wire.RoleViewer, wire.RoleApprover); err != nil {
+		return nil, err
+	}
+	switch r.Scope {
+	case machine.ScopeTask, machine.ScopeSession, machine.ScopeAlways:
+	case "", machine.ScopeOnce:
+		return nil, fmt.Errorf("%w: scope: an approval once records no grant; preview task, session or always", machine.ErrInvalid)
+	default:
+		return nil, fmt.Errorf("%w: scope: must be task, session or always, got %q", machine.ErrInvalid, r.Scope)
+	}
+	if r.PendingID == "" {
+		return nil, fmt.Errorf("%w: pendingId: required", machine.ErrInvalid)
+	}
+	e, _, err := s.calls.Get(ctx, r.PendingID)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", r.PendingID, err)
+	}
+	if r.Scope == machine.ScopeTask && e.TaskID == "" {
+		return nil, fmt.Errorf("%w: scope task: the call names no task (it was submitted without a taskId)", machine.ErrInvalid)
+	}
+	if e.Quorum != nil {
+		return nil, fmt.Errorf("%w: scope %s: a call under a quorum records no grant (later calls would skip the quorum); approve it once", machine.ErrInvalid, r.Scope)
+	}
+	shown := s.shown(a, e)
+	g, err := grantOf(e, r.Scope)
+	if err != nil {
+		if shown != e {
+			// The refusal quotes the call: quote it as a is shown it.
+			if _, serr := grantOf(shown, r.Scope); serr != nil {
+				err = serr
+			} else {
+				err = fmt.Errorf("%w: toolArguments: no pattern covers this %s call alone; approve it once", machine.ErrInvalid, e.ToolName)
+			}
+		}
+		return nil, fmt.Errorf("grant of %s: %w", r.PendingID, err)
+	}
+	if shown != e {
+		// Derived from the arguments as a is shown them: a secret in a
+		// command line stays masked here too.
+		g.Pattern = policy.ShownGrantPattern(shown.Call())
+	}
+	return &wire.GrantPreview{PendingID: e.PendingID, ToolName: e.ToolName, Scope: r.Scope, Pattern: g.Pattern,
+		ConversationID: g.ConversationID, TaskID: g.TaskID, Team: g.Team}, nil
+}
+
+// Grants lists the grants in force (a conversation's, when given): who
+// granted each, from which call, what it covers and until when.
+func (s *Service) Grants(ctx context.Context, a Actor, r wire.GrantsRequest) ([]wire.Grant, error) {
+	if err := a.require("list grants", wire.RoleViewer, wire.RoleApprover); err != nil {
+		return nil, err
+	}
+	all, err := s.grants.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	grants := []wire.Grant{}
+	for _, g := range all {
+		if g.Live(now) && (r.ConversationID == "" || g.ConversationID == r.ConversationID) {
+			w := wireGrant(g)
+			if !a.system && !a.Can(wire.RoleAdmin) {
+				// A pattern derived from a command line may quote a
+				// secret in it: masked as the call's arguments are.
+				if tool, inner, ok := strings.Cut(w.Pattern, "("); ok && strings.HasSuffix(inner, ")") {
+					w.Pattern = tool + "(" + s.maskText(g.Team, g.ConversationID, strings.TrimSuffix(inner, ")")) + ")"
+				}
+			}
+			grants = append(grants, w)
+		}
+	}
+	slices.SortFunc(grants, func(x, y wire.Grant) int { return cmp.Or(cmp.Compare(x.At, y.At), strings.Compare(x.ID, y.ID)) })
+	return grants, nil
+}
+
+// RevokeGrant ends a grant at once, on every process that matches grants.
+func (s *Service) RevokeGrant(ctx context.Context, a Actor, r wire.RevokeGrantRequest) (*wire.Grant, error) {
+	if err := a.require("revoke grants", wire.RoleApprover); err != nil {
+		return nil, err
+	}
+	if r.ID == "" {
+		return nil, fmt.Errorf("%w: id: required", machine.ErrInvalid)
+	}
+	g, err := s.grants.Revoke(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	w := wireGrant(g)
+	return &w, nil
+}
+
+func wireGrant(g policy.Grant) wire.Grant {
+	return wire.Grant{ID: g.ID, Pattern: g.Pattern, ConversationID: g.ConversationID, Team: g.Team, By: g.By, At: g.At,
+		TaskID: g.TaskID, PendingID: g.PendingID, ExpiresAt: g.ExpiresAt, SingleUse: g.SingleUse}
+}
