@@ -292,19 +292,17 @@ func (s *Service) Heartbeat(ctx context.Context, a Actor, r wire.ReportRequest) 
 
 // Complete records a successful run: r.Result and r.Cost.
 func (s *Service) Complete(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
-	if err := report(r); err != nil {
-		return nil, err
-	}
-	if err := s.runs(ctx, a, r.PendingID); err != nil {
-		return nil, err
-	}
-	o := outcomeOf(r)
-	o.Holder = a.holder(o.Holder)
-	return s.answer(a)(s.observe(s.m.Complete(ctx, r.PendingID, o)))
+	return s.finish(ctx, a, r, s.m.Complete)
 }
 
 // Fail records a failed run: r.Error and r.Cost.
 func (s *Service) Fail(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
+	return s.finish(ctx, a, r, s.m.Fail)
+}
+
+// finish records a run's outcome with record: the machine's Complete or
+// Fail.
+func (s *Service) finish(ctx context.Context, a Actor, r wire.ReportRequest, record func(context.Context, string, machine.Outcome) (*machine.Entry, error)) (*machine.Entry, error) {
 	if err := report(r); err != nil {
 		return nil, err
 	}
@@ -313,7 +311,7 @@ func (s *Service) Fail(ctx context.Context, a Actor, r wire.ReportRequest) (*mac
 	}
 	o := outcomeOf(r)
 	o.Holder = a.holder(o.Holder)
-	return s.answer(a)(s.observe(s.m.Fail(ctx, r.PendingID, o)))
+	return s.answer(a)(s.observe(record(ctx, r.PendingID, o)))
 }
 
 // takers are the requests for work that wait, by holder, so that their
