@@ -171,14 +171,9 @@ func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any)
 
 var errReconnected = errors.New("reconnected")
 
-// attemptUntilReconnect is one attempt of a request, bounded by timeout,
-// and ended early (reconnected) by a reconnect.
-func (c *Client) attemptUntilReconnect(ctx context.Context, reconnects <-chan nats.Status, timeout time.Duration, endpoint string, data []byte, out any) (*nats.Msg, error, bool) {
-	return c.attemptUntilChange(ctx, reconnects, nil, timeout, endpoint, data, out)
-}
-
-// attemptUntilChange is attemptUntilReconnect, also ended early (to be
-// sent again) by the connection going, when downs is not nil.
+// attemptUntilChange is one attempt of a request, bounded by timeout,
+// and ended early (reconnected, to be sent again) by a reconnect, and by
+// the connection going when downs is not nil.
 func (c *Client) attemptUntilChange(ctx context.Context, reconnects, downs <-chan nats.Status, timeout time.Duration, endpoint string, data []byte, out any) (*nats.Msg, error, bool) {
 	// A reconnect before this attempt is sent does not concern it.
 	for len(reconnects) > 0 {

@@ -336,7 +336,7 @@ func (x *Executor) takeWork(ctx context.Context, r wire.WorkRequest) (wire.WorkR
 	}
 	reconnects := x.c.nc.StatusChanged(nats.CONNECTED)
 	defer x.c.nc.RemoveStatusListener(reconnects)
-	_, err, _ = x.c.attemptUntilReconnect(ctx, reconnects, wait+reportAttemptTimeout, wire.EndpointWork, data, &reply)
+	_, err, _ = x.c.attemptUntilChange(ctx, reconnects, nil, wait+reportAttemptTimeout, wire.EndpointWork, data, &reply)
 	return reply, err
 }
 
