@@ -427,6 +427,40 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID, token: specViewer}, nil))
 	})
 
+	step("an agent running its own calls: claimed, renewed, reported", func(t *testing.T) {
+		report := func(id, what, token string, body any) int {
+			return s.do(specCall{method: "POST", path: "/v1/tool-calls/" + id + "/" + what, token: token, body: body}, nil)
+		}
+		approved := func(id string) machine.Entry {
+			c := webSearch(id, "run "+id)
+			c.ConversationID = "spec-run"
+			e := submit(c)
+			require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + e.PendingID + "/decision", token: specAlice,
+				body: httpapi.DecisionRequest{Approved: &yes}}, nil))
+			return e
+		}
+		ran, broke := approved("r1"), approved("r2")
+		assert.Equal(t, http.StatusForbidden, report(ran.PendingID, "started", specViewer, nil), "a viewer runs nothing")
+		var e machine.Entry
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + ran.PendingID + "/started", token: specAgent,
+			body: httpapi.RunReport{LeaseMs: 60_000}}, &e))
+		assert.Equal(t, machine.StateExecuting, e.Status)
+		assert.Equal(t, http.StatusConflict, report(ran.PendingID, "started", specAgent, nil), "claimed once")
+		assert.Equal(t, http.StatusOK, report(ran.PendingID, "heartbeat", specAgent, nil))
+		assert.Equal(t, http.StatusBadRequest, report(ran.PendingID, "heartbeat", specAgent, httpapi.RunReport{Result: json.RawMessage(`{}`)}), "a heartbeat takes no result")
+		assert.Equal(t, http.StatusBadRequest, report(ran.PendingID, "succeeded", specAgent, httpapi.RunReport{Cost: -1}))
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + ran.PendingID + "/succeeded", token: specAgent,
+			body: httpapi.RunReport{Result: json.RawMessage(`{"hits":3}`), Cost: 0.1}}, &e))
+		assert.Equal(t, machine.StateCompletedSuccess, e.Status)
+		assert.JSONEq(t, `{"hits":3}`, string(e.Result))
+		require.Equal(t, http.StatusOK, report(broke.PendingID, "started", specAgent, nil))
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + broke.PendingID + "/failed", token: specAgent,
+			body: httpapi.RunReport{Error: "the search engine is down"}}, &e))
+		assert.Equal(t, machine.StateCompletedFailure, e.Status)
+		assert.Equal(t, "the search engine is down", e.Error)
+		assert.Equal(t, http.StatusNotFound, report("spec.nope", "failed", specAgent, nil))
+	})
+
 	step("its receipts, verified with the published keys", func(t *testing.T) {
 		// Its receipts, verified with the published keys (open to anyone).
 		var chain wire.ReceiptChain

@@ -133,6 +133,7 @@ var (
 		"DecisionRequest":       reflect.TypeFor[httpapi.DecisionRequest](),
 		"RespondRequest":        reflect.TypeFor[httpapi.RespondRequest](),
 		"CancelRequest":         reflect.TypeFor[httpapi.CancelRequest](),
+		"RunReport":             reflect.TypeFor[httpapi.RunReport](),
 		"DecideMatchingRequest": reflect.TypeFor[wire.DecideMatchingRequest](),
 		"PolicyDryRunRequest":   reflect.TypeFor[wire.PolicyDryRunRequest](),
 		"PolicyExplainRequest":  reflect.TypeFor[wire.PolicyExplainRequest](),

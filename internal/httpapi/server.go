@@ -78,6 +78,10 @@ type route struct {
 
 var readers = []Role{RoleViewer, RoleAgent, RoleApprover}
 
+// runners may report on a call they run: an agent on its own calls (it
+// runs its own tools), an executor on any.
+var runners = []Role{RoleAgent, RoleExecutor}
+
 var routes = []route{
 	{"POST", "/v1/tool-calls", []Role{RoleAgent}, (*Server).submit},
 	{"GET", "/v1/tool-calls", readers, (*Server).list},
@@ -93,6 +97,10 @@ var routes = []route{
 	{"POST", "/v1/respond", []Role{RoleApprover}, (*Server).respond},
 	{"POST", "/v1/tool-calls/{pendingId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancel},
 	{"POST", "/v1/conversations/{conversationId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancelConversation},
+	{"POST", "/v1/tool-calls/{pendingId}/started", runners, (*Server).started},
+	{"POST", "/v1/tool-calls/{pendingId}/heartbeat", runners, (*Server).heartbeat},
+	{"POST", "/v1/tool-calls/{pendingId}/succeeded", runners, (*Server).succeeded},
+	{"POST", "/v1/tool-calls/{pendingId}/failed", runners, (*Server).failed},
 	{"GET", "/v1/events", readers, (*Server).events},
 	{"POST", claudeCodeHookPath, []Role{RoleAgent}, (*Server).claudeCodeHook},
 	{"GET", "/v1/analytics", []Role{RoleViewer, RoleApprover}, (*Server).analytics},
@@ -614,6 +622,87 @@ func (s *Server) cancelConversation(w http.ResponseWriter, r *http.Request, u Us
 	}
 	writeJSON(w, http.StatusOK, reply)
 	return nil
+}
+
+// RunReport is the body of a report on a call its caller runs (POST
+// /v1/tool-calls/{pendingId}/started, heartbeat, succeeded, failed):
+// wire.ReportRequest without the pending id (the path names it) or the
+// holder (the credential names it). Each route takes only its own fields.
+type RunReport struct {
+	// LeaseMs (started, heartbeat) is how long the claim lasts without a
+	// heartbeat: default an hour.
+	LeaseMs int64 `json:"leaseMs,omitempty"`
+	// Result (succeeded) is the tool's result, any JSON.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error (failed) is the tool's error.
+	Error string `json:"error,omitempty" max:"65536"`
+	// Cost (succeeded, failed) is what the run cost.
+	Cost float64 `json:"cost,omitempty"`
+}
+
+// runReport reads the body of a report on the call the path names,
+// refusing the fields the route does not take (each of "leaseMs",
+// "result", "error", "cost" is one of those or not).
+func runReport(w http.ResponseWriter, r *http.Request, takes ...string) (wire.ReportRequest, error) {
+	var b RunReport
+	if r.ContentLength != 0 {
+		if err := readJSON(w, r, &b); err != nil {
+			return wire.ReportRequest{}, err
+		}
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"leaseMs", b.LeaseMs != 0}, {"result", len(b.Result) > 0}, {"error", b.Error != ""}, {"cost", b.Cost != 0}} {
+		if f.set && !slices.Contains(takes, f.name) {
+			return wire.ReportRequest{}, fmt.Errorf("%w: %s: a report of %s takes only %s", machine.ErrInvalid, f.name, path.Base(r.URL.Path), strings.Join(takes, ", "))
+		}
+	}
+	if b.LeaseMs < 0 {
+		return wire.ReportRequest{}, fmt.Errorf("%w: leaseMs: want a positive number of milliseconds (or none: an hour), got %d", machine.ErrInvalid, b.LeaseMs)
+	}
+	if b.Cost < 0 {
+		return wire.ReportRequest{}, fmt.Errorf("%w: cost: want zero or more, got %v", machine.ErrInvalid, b.Cost)
+	}
+	return wire.ReportRequest{PendingID: r.PathValue("pendingId"), LeaseMs: b.LeaseMs, Result: b.Result, Error: b.Error, Cost: b.Cost}, nil
+}
+
+// reportWith answers a report on a call with the use case that records it.
+func (s *Server) reportWith(w http.ResponseWriter, r *http.Request, u User,
+	record func(context.Context, gate.Actor, wire.ReportRequest) (*machine.Entry, error), takes ...string) error {
+	req, err := runReport(w, r, takes...)
+	if err != nil {
+		return err
+	}
+	e, err := record(r.Context(), u, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
+// started claims a runnable call (approved, or scheduled and due) for the
+// caller, who runs it: EXECUTING, under a lease.
+func (s *Server) started(w http.ResponseWriter, r *http.Request, u User) error {
+	return s.reportWith(w, r, u, s.cfg.Gate.ClaimAt, "leaseMs")
+}
+
+// heartbeat renews the caller's lease on a call it runs.
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, u User) error {
+	return s.reportWith(w, r, u, s.cfg.Gate.Heartbeat, "leaseMs")
+}
+
+// succeeded records that the call the caller claimed ran: its result and
+// cost.
+func (s *Server) succeeded(w http.ResponseWriter, r *http.Request, u User) error {
+	return s.reportWith(w, r, u, s.cfg.Gate.Complete, "result", "cost")
+}
+
+// failed records that the call the caller claimed ran and failed: its
+// error and cost.
+func (s *Server) failed(w http.ResponseWriter, r *http.Request, u User) error {
+	return s.reportWith(w, r, u, s.cfg.Gate.Fail, "error", "cost")
 }
 
 // budgets serves the budget ledger; ?team=T narrows it to one team
