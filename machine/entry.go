@@ -94,7 +94,7 @@ type Entry struct {
 	// PriorTransition is the transition this revision made before
 	// LastTransition, when one write made two: an approval (or a submit
 	// the policy lets run) and the claim of the executor that was waiting
-	// for the call (ClaimFunc). The relay publishes it first.
+	// for the call (Claimant). The relay publishes it first.
 	PriorTransition *Transition `json:"priorTransition,omitempty"`
 }
 

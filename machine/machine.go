@@ -71,10 +71,10 @@ func (m *Machine) SubmitOnce(ctx context.Context, c Call) (*Entry, bool, error) 
 }
 
 // SubmitAndClaim is SubmitOnce for a call that, should the policy let it
-// run at once, claimFor may name an executor for: the entry is then
+// run at once, is claimed for claimant (when not nil): the entry is then
 // created claimed for it (scheduled and started, two receipts, one
 // write).
-func (m *Machine) SubmitAndClaim(ctx context.Context, c Call, claimFor ClaimFunc) (*Entry, bool, error) {
+func (m *Machine) SubmitAndClaim(ctx context.Context, c Call, claimant *Claimant) (*Entry, bool, error) {
 	if err := c.validate(); err != nil {
 		return nil, false, fmt.Errorf("submit: %w", err)
 	}
@@ -148,7 +148,7 @@ func (m *Machine) SubmitAndClaim(ctx context.Context, c Call, claimFor ClaimFunc
 	if err := m.seal(e); err != nil {
 		return nil, false, fmt.Errorf("submit %s: %w", id, err)
 	}
-	if st := claimStep(e, now, claimFor); st != nil {
+	if st := claimStep(e, now, claimant); st != nil {
 		if err := m.follow(e, now, st); err != nil {
 			return nil, false, fmt.Errorf("submit %s: %w", id, err)
 		}
@@ -253,29 +253,27 @@ type Decision struct {
 	// SingleUse makes the grant a session or always approval records
 	// good for one call.
 	SingleUse bool
-	// Claim, when set, is asked, once an approval has made the call
-	// runnable, whom to claim it for in the same write (ClaimFunc).
-	Claim ClaimFunc
+	// Claim, when set, is the executor an approval that makes the call
+	// runnable at once claims it for, in the same write.
+	Claim *Claimant
 }
 
-// ClaimFunc is asked, by a command that makes a call runnable, whom to
-// claim it for in the same write (as Claim would, to EXECUTING): an
-// executor waiting for the tool, so that the call starts with no second
-// write between. ok false, or a call not runnable at once, leaves it
-// runnable.
-type ClaimFunc func(e *Entry) (holder string, lease time.Duration, ok bool)
+// Claimant is an executor waiting for work that a command making a call
+// runnable claims the call for in its own write (as Claim would, to
+// EXECUTING), so that the call starts with no second write between.
+type Claimant struct {
+	Holder string
+	Lease  time.Duration
+}
 
-// claimStep is the claim, for whom claimFor names, of a call a command
-// has just made runnable at now: nil when there is none to make.
-func claimStep(e *Entry, now time.Time, claimFor ClaimFunc) *step {
-	if claimFor == nil || (e.Status != StateApproved && e.Status != StateScheduled) || !e.Runnable(now) {
+// claimStep is the claim for c of a call a command has just made
+// runnable at now: nil when there is none to make (no claimant, or a
+// call not runnable at once, which stays runnable).
+func claimStep(e *Entry, now time.Time, c *Claimant) *step {
+	if c == nil || c.Holder == "" || c.Lease <= 0 || (e.Status != StateApproved && e.Status != StateScheduled) || !e.Runnable(now) {
 		return nil
 	}
-	holder, lease, ok := claimFor(e)
-	if !ok || holder == "" || lease <= 0 {
-		return nil
-	}
-	return &step{ev: EventStart, actor: holder, apply: claim(holder, lease, func(*Entry) (Event, string) { return EventStart, "" })}
+	return &step{ev: EventStart, actor: c.Holder, apply: claim(c.Holder, c.Lease, func(*Entry) (Event, string) { return EventStart, "" })}
 }
 
 // Decide approves or rejects a pending call. Only the call's named approver,
@@ -679,9 +677,9 @@ const latestRemembered = ^uint64(0)
 // and anything the remembered entry refuses is asked again of a fresh
 // read, since a refusal takes no write to check it.
 //
-// claimFor, when set, is asked whom to claim the call for in the same
-// write, when the transition makes it runnable (ClaimFunc).
-func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uint64, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error, claimFor ClaimFunc) (*Entry, error) {
+// claimant, when set, is whom the transition claims the call for in the
+// same write, when it makes it runnable (Claimant).
+func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uint64, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error, claimant *Claimant) (*Entry, error) {
 	recent, _ := m.store.(RecentStore)
 	for {
 		var (
@@ -736,7 +734,7 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 		if err := m.seal(&next); err != nil {
 			return nil, err
 		}
-		if st := claimStep(&next, now, claimFor); st != nil {
+		if st := claimStep(&next, now, claimant); st != nil {
 			if err := m.follow(&next, now, st); err != nil {
 				return nil, err
 			}

@@ -268,7 +268,7 @@ func TestReceipts_QuorumVotes(t *testing.T) {
 // TestDecide_AnApprovalClaimsInTheSameWrite: a decision asked to claim
 // the call it approves writes the approval and the claim as one
 // revision, each with its receipt, and the chain verifies; a rejection
-// claims nothing, and a claim the decider declines leaves the call
+// claims nothing, and a claimant without a holder leaves the call
 // approved.
 func TestDecide_AnApprovalClaimsInTheSameWrite(t *testing.T) {
 	t.Parallel()
@@ -276,15 +276,11 @@ func TestDecide_AnApprovalClaimsInTheSameWrite(t *testing.T) {
 	ctx := t.Context()
 	s := newTestSigner(t)
 	m := machine.New(env.Store, machine.WithSigner(s), verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}))
-	claimFor := func(holder string) func(*machine.Entry) (string, time.Duration, bool) {
-		return func(e *machine.Entry) (string, time.Duration, bool) {
-			return holder, time.Minute, holder != ""
-		}
-	}
+	exec1 := &machine.Claimant{Holder: "exec-1", Lease: time.Minute}
 
 	e, err := m.Submit(ctx, call("claim-in-decision", "1"))
 	require.NoError(t, err)
-	got, err := m.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice", Claim: claimFor("exec-1")})
+	got, err := m.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice", Claim: exec1})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateExecuting, got.Status)
 	assert.Equal(t, "alice", got.ApprovedOrRejectedByUserID)
@@ -321,16 +317,14 @@ func TestDecide_AnApprovalClaimsInTheSameWrite(t *testing.T) {
 
 	rejected, err := m.Submit(ctx, call("claim-in-decision", "2"))
 	require.NoError(t, err)
-	got, err = m.Decide(ctx, rejected.PendingID, machine.Decision{By: "alice", Claim: func(*machine.Entry) (string, time.Duration, bool) {
-		t.Error("a rejection asked whom to claim for")
-		return "exec-1", time.Minute, true
-	}})
+	got, err = m.Decide(ctx, rejected.PendingID, machine.Decision{By: "alice", Claim: exec1})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateRejectedByUser, got.Status)
+	assert.Nil(t, got.Lease, "a rejection claims nothing")
 
 	declined, err := m.Submit(ctx, call("claim-in-decision", "3"))
 	require.NoError(t, err)
-	got, err = m.Decide(ctx, declined.PendingID, machine.Decision{Approve: true, By: "alice", Claim: claimFor("")})
+	got, err = m.Decide(ctx, declined.PendingID, machine.Decision{Approve: true, By: "alice", Claim: &machine.Claimant{Lease: time.Minute}})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateApproved, got.Status)
 	assert.Nil(t, got.PriorTransition)
@@ -346,11 +340,7 @@ func TestSubmitAndClaim_ACallLetRunIsCreatedClaimed(t *testing.T) {
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
 	s := newTestSigner(t)
-	asked := 0
-	claimFor := func(*machine.Entry) (string, time.Duration, bool) {
-		asked++
-		return "exec-1", time.Minute, true
-	}
+	claimFor := &machine.Claimant{Holder: "exec-1", Lease: time.Minute}
 
 	now := machine.New(env.Store, machine.WithSigner(s), verdict(machine.Verdict{Action: machine.ActionRun}))
 	e, created, err := now.SubmitAndClaim(ctx, call("created-claimed", "1"), claimFor)
@@ -371,8 +361,8 @@ func TestSubmitAndClaim_ACallLetRunIsCreatedClaimed(t *testing.T) {
 	again, created, err := now.SubmitAndClaim(ctx, call("created-claimed", "1"), claimFor)
 	require.NoError(t, err)
 	assert.False(t, created, "a retry creates nothing")
-	assert.Equal(t, e.Lease, again.Lease)
-	assert.Equal(t, 1, asked, "a retry claims nothing")
+	assert.Equal(t, e.Lease, again.Lease, "a retry claims nothing")
+	assert.Equal(t, e.Receipts, again.Receipts)
 
 	later := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun, Delay: time.Hour}))
 	e, _, err = later.SubmitAndClaim(ctx, call("created-claimed", "2"), claimFor)
@@ -382,5 +372,5 @@ func TestSubmitAndClaim_ACallLetRunIsCreatedClaimed(t *testing.T) {
 	e, _, err = ask.SubmitAndClaim(ctx, call("created-claimed", "3"), claimFor)
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, e.Status)
-	assert.Equal(t, 1, asked, "asked about none but the call let run at once")
+	assert.Nil(t, e.Lease, "a call asked about is not claimed")
 }

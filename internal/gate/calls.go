@@ -65,8 +65,8 @@ func (s *Service) SubmitOnce(ctx context.Context, a Actor, c machine.Call) (*mac
 			s.log.Warn("submit: the archive did not answer whether the call was retired; taking it as new", "toolCallId", c.ToolCallID, "err", err)
 		}
 	}
-	claimer := s.claimer()
-	e, created, err := s.m.SubmitAndClaim(ctx, c, claimer.claim)
+	claimer := s.claimer(c.ToolName)
+	e, created, err := s.m.SubmitAndClaim(ctx, c, claimer.claimant())
 	claimer.settle(e, err == nil && created)
 	return s.shown(a, e), created, err
 }
@@ -225,8 +225,8 @@ func (s *Service) decide(ctx context.Context, a Actor, pendingID string, d machi
 			return nil, fmt.Errorf("%w: arguments: %s stands where a secret was, in a value changed around it: give the value, or leave the value as it was shown", machine.ErrInvalid, policy.RedactedValue)
 		}
 	}
-	c := s.claimer()
-	d.Claim = c.claim
+	c := s.claimer(s.toolOf(ctx, pendingID))
+	d.Claim = c.claimant()
 	e, err := s.observe(s.m.Decide(ctx, pendingID, d))
 	c.settle(e, err == nil)
 	if errors.Is(err, machine.ErrExpired) {

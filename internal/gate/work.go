@@ -167,24 +167,24 @@ func (s *Service) takeWork(ctx context.Context, a Actor, r wire.WorkRequest, t *
 // lets run, an approval) claim it, in its own write, for an executor's
 // request for work of its tool that waits at this process: the call
 // starts with no second write, nor a trip through the work queue,
-// between.
+// between. The request is reserved before the command, and the command
+// is given its holder and lease (machine.Claimant).
 type claimer struct {
 	s *Service
-	t *taker // the request reserved, once the command asked for one
+	t *taker // the request reserved: nil when none waits for the tool
 }
 
-func (s *Service) claimer() *claimer { return &claimer{s: s} }
+// claimer reserves a request waiting for work of tool, if one waits.
+func (s *Service) claimer(tool string) *claimer {
+	return &claimer{s: s, t: s.takers.reserve(tool)}
+}
 
-// claim is the command's machine.ClaimFunc: it reserves a waiting
-// request, the first time it is asked.
-func (c *claimer) claim(e *machine.Entry) (string, time.Duration, bool) {
+// claimant is whom the command claims the call for: nil, none.
+func (c *claimer) claimant() *machine.Claimant {
 	if c.t == nil {
-		c.t = c.s.takers.reserve(e.ToolName)
+		return nil
 	}
-	if c.t == nil {
-		return "", 0, false
-	}
-	return c.t.holder, c.t.lease, true
+	return &machine.Claimant{Holder: c.t.holder, Lease: c.t.lease}
 }
 
 // settle ends the reservation once the command is done: the request is
@@ -200,6 +200,26 @@ func (c *claimer) settle(e *machine.Entry, wrote bool) {
 		return
 	}
 	c.s.takers.handOver(c.t, nil)
+}
+
+// toolOf is the tool of the call pendingID when an executor's request
+// waits here for some work: what a decision reserves a request for
+// (claimer). A call's tool never changes, so any revision tells: the
+// one this process's index or last write holds, or else one read. ""
+// when no request waits, or the call cannot be read, and the call goes
+// through the work queue.
+func (s *Service) toolOf(ctx context.Context, pendingID string) string {
+	if !s.takers.waiting() {
+		return ""
+	}
+	e, _, ok := s.calls.Latest(pendingID)
+	if !ok {
+		var err error
+		if e, _, err = s.calls.Get(ctx, pendingID); err != nil {
+			return ""
+		}
+	}
+	return e.ToolName
 }
 
 // withdraw ends w's requests for work waiting on this process, and tells
@@ -424,6 +444,13 @@ func (ts *takers) reserve(tool string) *taker {
 		}
 	}
 	return nil
+}
+
+// waiting reports whether any request for work waits here.
+func (ts *takers) waiting() bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return len(ts.m) > 0
 }
 
 // handOver ends t's reservation: e is the call claimed for it, or nil
