@@ -50,6 +50,20 @@ func (s *session) callTool(reqCtx context.Context, req *mcp.CallToolRequest) (mc
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tools/call: arguments must be a JSON object"}
 	}
 
+	call := machine.Call{
+		ToolCallID: callIDPrefix + randomHex(12), ToolName: ToolName(server, tool), Arguments: args,
+		ConversationID: s.conversation, Team: s.gw.opts.Team,
+	}
+	if s.declares(p.Meta) {
+		return s.callAsTask(reqCtx, req, u, tool, call)
+	}
+	return s.callHeld(reqCtx, req, u, tool, call)
+}
+
+// callHeld gates a call holding the client's request open until toolgate
+// decides it, within the wait, and runs it when it may.
+func (s *session) callHeld(reqCtx context.Context, req *mcp.CallToolRequest, u *upstream, tool string, call machine.Call) (mcp.Result, error) {
+	p := req.Params
 	// The call stops when the client cancels it or disconnects, or when
 	// its session ends.
 	ctx, cancel := context.WithCancelCause(reqCtx)
@@ -61,10 +75,6 @@ func (s *session) callTool(reqCtx context.Context, req *mcp.CallToolRequest) (mc
 		defer context.AfterFunc(hctx, func() { cancel(errClientDisconnected) })()
 	}
 
-	call := machine.Call{
-		ToolCallID: "mcp_" + randomHex(12), ToolName: ToolName(server, tool), Arguments: args,
-		ConversationID: s.conversation, Team: s.gw.opts.Team,
-	}
 	v := s.decide(ctx, call, p.GetProgressToken())
 	if v.entry == nil {
 		s.gw.log.Info("tools/call refused", "tool", call.ToolName, "pendingId", v.pendingID, "why", v.refusal)
@@ -239,7 +249,7 @@ func (s *session) run(ctx context.Context, u *upstream, tool string, meta mcp.Me
 		s.record(ctx, e, res, "")
 		return res, nil
 	case err == nil:
-		s.record(ctx, e, nil, "the tool answered an error: "+resultText(res))
+		s.record(ctx, e, nil, toolAnsweredError+resultText(res))
 		return res, nil
 	case ctx.Err() != nil:
 		why := stopped(ctx) + " while MCP server " + u.name + " ran the call"

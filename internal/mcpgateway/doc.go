@@ -20,7 +20,11 @@
 // without a request or an open stream. Its calls still waiting are then
 // withdrawn, and its upstream servers stopped. A call whose client stops
 // waiting (it cancels the request, or the request's connection drops) is
-// withdrawn at once. A call toolgate cannot be asked about (its
+// withdrawn at once. A client that declares the MCP tasks extension
+// (io.modelcontextprotocol/tasks) is answered at once, for a call that
+// waits on a human, with a task: the toolgate call, which it polls with
+// tasks/get and withdraws with tasks/cancel, and which any gateway with
+// the same credential answers for (see callAsTask). A call toolgate cannot be asked about (its
 // connection is down: see client.WithConnectWait) is refused, saying so,
 // and nothing is recorded of it.
 package mcpgateway

@@ -32,6 +32,7 @@ type Gate interface {
 	Succeed(ctx context.Context, pendingID, by string, result json.RawMessage, cost float64) (*machine.Entry, error)
 	Fail(ctx context.Context, pendingID, by, errMsg string, cost float64) (*machine.Entry, error)
 	DeniedTools(ctx context.Context, r wire.DeniedToolsRequest) (wire.DeniedToolsReply, error)
+	List(ctx context.Context, r wire.ListRequest) ([]*machine.Entry, error)
 }
 
 var _ Gate = (*client.Client)(nil)
@@ -74,6 +75,12 @@ type Options struct {
 	// Clock tells the time the idle timeout is measured on (default
 	// time.Now).
 	Clock func() time.Time
+	// PollInterval is how often a task asks its client to poll
+	// (pollIntervalMs; default DefaultPollInterval).
+	PollInterval time.Duration
+	// InboxURL, when set, is toolgate's inbox: a waiting task's status
+	// message links its call's page there (<InboxURL>/#/calls/<pendingId>).
+	InboxURL string
 }
 
 // DefaultIdleTimeout is how long an HTTP session may go without a request
@@ -101,6 +108,14 @@ type Gateway struct {
 	sdkLog     *slog.Logger // the SDK's own: warnings and errors only
 
 	metrics *gauges
+
+	// tasks speaks the tasks extension; createMu makes looking for a
+	// call's twin and submitting it one step, so that two identical
+	// calls at once get one task; outcomes keep what this process's runs
+	// of tasks answered.
+	tasks    taskProtocol
+	createMu sync.Mutex
+	outcomes outcomes
 
 	mu       sync.Mutex
 	sessions map[string]*session // by MCP session id: HTTP's
@@ -147,6 +162,9 @@ func New(cfg *Config, g Gate, opts Options) (*Gateway, error) {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
@@ -158,7 +176,7 @@ func New(cfg *Config, g Gate, opts Options) (*Gateway, error) {
 	return &Gateway{
 		cfg: cfg, gate: g, opts: opts, wait: wait, servers: servers, namespaced: len(servers) > 1,
 		log: log, sdkLog: slog.New(sdkHandler{log.Handler()}), sessions: map[string]*session{},
-		metrics: newGauges(), stop: make(chan struct{}),
+		metrics: newGauges(), stop: make(chan struct{}), tasks: jsonrpcTasks{},
 	}, nil
 }
 
@@ -167,7 +185,8 @@ func New(cfg *Config, g Gate, opts Options) (*Gateway, error) {
 // decision then are withdrawn.
 func (gw *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
 	s := gw.newSession()
-	err := s.srv.Run(ctx, t)
+	s.conn = &connTransport{Transport: t}
+	err := s.srv.Run(ctx, s.conn)
 	s.close(errGatewayStopped)
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil
@@ -306,10 +325,18 @@ type session struct {
 	conversation string
 	clientCaps   *mcp.ClientCapabilities
 	ups          map[string]*upstream
+	// conn carries the session's messages, where the gateway serves the
+	// transport itself (stdio): notifications/tasks go on it.
+	conn *connTransport
+	// life ends when the session does: the work of its tasks (watching
+	// a call, running it) stops then; the tasks live on in toolgate.
+	life    context.Context
+	endLife context.CancelFunc
 
-	mu     sync.Mutex
-	calls  map[*callCtx]struct{}
-	closed bool
+	mu       sync.Mutex
+	calls    map[*callCtx]struct{}
+	watching map[string]bool // the tasks' calls watched, by pendingId
+	closed   bool
 	// HTTP: the client's requests (and streams) open now, and when the
 	// last one ended or the session began.
 	open     int
@@ -321,10 +348,14 @@ type session struct {
 type callCtx struct{ cancel context.CancelCauseFunc }
 
 func (gw *Gateway) newSession() *session {
-	s := &session{gw: gw, calls: map[*callCtx]struct{}{}, ups: map[string]*upstream{}}
+	s := &session{gw: gw, calls: map[*callCtx]struct{}{}, watching: map[string]bool{}, ups: map[string]*upstream{}}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: "toolgate-mcp-gateway", Title: "toolgate MCP gateway", Version: gw.opts.Version},
 		&mcp.ServerOptions{Logger: gw.sdkLog, SupportedProtocolVersions: supportedVersions})
 	s.srv.AddReceivingMiddleware(s.middleware)
+	if err := gw.tasks.install(s.srv, s); err != nil {
+		panic(err) // the extension's methods shadow none of MCP's: a bug
+	}
 	for _, name := range gw.servers {
 		s.ups[name] = &upstream{name: name, cfg: gw.cfg.Servers[name], s: s}
 	}
@@ -439,7 +470,8 @@ func (s *session) initialize(ctx context.Context, method string, req mcp.Request
 // instructions. Tools are always offered; list changes are passed on.
 // Resource subscriptions are not forwarded.
 func (s *session) capabilities() (*mcp.ServerCapabilities, string) {
-	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true},
+		Extensions: map[string]any{TasksExtension: map[string]any{}}}
 	var instructions []string
 	for _, name := range s.gw.servers {
 		cs := s.ups[name].current()
@@ -540,6 +572,7 @@ func (s *session) close(cause error) {
 		return
 	}
 	s.closed = true
+	s.endLife()
 	if s.counted {
 		s.counted = false
 		s.gw.metrics.sessions.Dec()

@@ -1,0 +1,233 @@
+package mcpgateway
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The MCP tasks extension (io.modelcontextprotocol/tasks, the 2026-07-28
+// revision's SEP-2663), as the gateway speaks it: a client that declares
+// the extension may have its tools/call answered at once with a task
+// (resultType "task"), which it polls with tasks/get, withdraws with
+// tasks/cancel, and hears of in notifications/tasks where it listens. The
+// Go SDK has no tasks: the gateway implements the extension over the
+// SDK's custom methods and its own results, behind taskProtocol, which
+// the SDK's tasks can take the place of when it has them.
+
+// TasksExtension names the tasks extension, in capabilities' extensions.
+const TasksExtension = "io.modelcontextprotocol/tasks"
+
+// The statuses of a task.
+const (
+	TaskWorking       = "working"
+	TaskInputRequired = "input_required"
+	TaskCompleted     = "completed"
+	TaskFailed        = "failed"
+	TaskCancelled     = "cancelled"
+)
+
+// codeMissingCapability is the extension's error for a client that did
+// not declare it (Missing Required Client Capability).
+const codeMissingCapability = -32021
+
+// Task is a task as tasks/get answers it and notifications/tasks carries
+// it (the extension's DetailedTask): its id, status and times, and, once
+// it ends, the tool's result (completed) or the JSON-RPC error that
+// failed it (failed).
+type Task struct {
+	TaskID        string `json:"taskId"`
+	Status        string `json:"status"`
+	StatusMessage string `json:"statusMessage,omitempty"`
+	CreatedAt     string `json:"createdAt"`
+	LastUpdatedAt string `json:"lastUpdatedAt"`
+	// TTLMs is how long after its creation the task may be discarded;
+	// nil (null on the wire) for no limit.
+	TTLMs          *int64          `json:"ttlMs"`
+	PollIntervalMs int64           `json:"pollIntervalMs,omitempty"`
+	Result         json.RawMessage `json:"result,omitempty"`
+	Error          *TaskError      `json:"error,omitempty"`
+}
+
+// TaskError is the JSON-RPC error of a failed task.
+type TaskError struct {
+	Code    int64  `json:"code"`
+	Message string `json:"message"`
+}
+
+// taskResult is a Task as the result of a request: of tools/call
+// (resultType "task", the extension's CreateTaskResult) or of tasks/get
+// (resultType "complete").
+type taskResult struct {
+	mcp.ResultBase
+	ResultType string `json:"resultType"`
+	Task
+}
+
+// emptyTaskResult acknowledges tasks/cancel and tasks/update.
+type emptyTaskResult struct {
+	mcp.ResultBase
+	ResultType string `json:"resultType"`
+}
+
+// taskParams are the params of tasks/get, tasks/cancel and tasks/update
+// (whose inputResponses the gateway never asks for, so ignores).
+type taskParams struct {
+	mcp.ParamsBase
+	TaskID         string          `json:"taskId"`
+	InputResponses json.RawMessage `json:"inputResponses,omitempty"`
+}
+
+// taskHandler answers the extension's methods for one session.
+type taskHandler interface {
+	// getTask is the task id as it stands, to this session's client:
+	// an error wrapping errTaskNotFound when there is none it may see.
+	getTask(ctx context.Context, id string) (Task, error)
+	// cancelTask withdraws the task's call, if it still waits.
+	cancelTask(ctx context.Context, id string) error
+	// declares reports whether the client declared the extension, for a
+	// request whose _meta is meta.
+	declares(meta mcp.Meta) bool
+}
+
+// taskProtocol is how the extension reaches the wire: today the gateway's
+// own (jsonrpcTasks), over the SDK's custom methods.
+type taskProtocol interface {
+	// install has srv answer the extension's methods with h.
+	install(srv *mcp.Server, h taskHandler) error
+	// created is the tools/call result that hands the client task t.
+	created(t Task) mcp.Result
+	// notify tells the client of t's status over conn, which carries the
+	// session's messages.
+	notify(ctx context.Context, conn mcp.Connection, t Task) error
+}
+
+// jsonrpcTasks is the extension over the SDK's JSON-RPC layer.
+type jsonrpcTasks struct{}
+
+var _ taskProtocol = jsonrpcTasks{}
+
+// errTaskNotFound is a task this client may not see: none, or another
+// credential's (the task id is not authority: toolgate's answer is).
+var errTaskNotFound = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Failed to retrieve task: Task not found"}
+
+func (jsonrpcTasks) install(srv *mcp.Server, h taskHandler) error {
+	missing := func() error {
+		data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}})
+		return &jsonrpc.Error{Code: codeMissingCapability, Message: "Missing required client capability", Data: data}
+	}
+	check := func(p *taskParams) error {
+		if !h.declares(p.Meta) {
+			return missing()
+		}
+		if p.TaskID == "" {
+			return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "taskId: required (the id a tools/call answered with)"}
+		}
+		if len(p.TaskID) > maxTaskID {
+			return errTaskNotFound
+		}
+		return nil
+	}
+	if err := mcp.AddReceivingCustomMethod(srv, "tasks/get", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*taskResult, error) {
+		if err := check(p); err != nil {
+			return nil, err
+		}
+		t, err := h.getTask(ctx, p.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		return &taskResult{ResultType: "complete", Task: t}, nil
+	}); err != nil {
+		return err
+	}
+	if err := mcp.AddReceivingCustomMethod(srv, "tasks/cancel", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*emptyTaskResult, error) {
+		if err := check(p); err != nil {
+			return nil, err
+		}
+		if err := h.cancelTask(ctx, p.TaskID); err != nil {
+			return nil, err
+		}
+		return &emptyTaskResult{ResultType: "complete"}, nil
+	}); err != nil {
+		return err
+	}
+	// The gateway's tasks never ask the client for input: an update is
+	// acknowledged, its responses ignored, as the extension has a server
+	// do with responses to nothing outstanding.
+	return mcp.AddReceivingCustomMethod(srv, "tasks/update", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*emptyTaskResult, error) {
+		if err := check(p); err != nil {
+			return nil, err
+		}
+		if _, err := h.getTask(ctx, p.TaskID); err != nil {
+			return nil, err
+		}
+		return &emptyTaskResult{ResultType: "complete"}, nil
+	})
+}
+
+// maxTaskID bounds a task id a client sends: a toolgate pendingId.
+const maxTaskID = 1024
+
+func (jsonrpcTasks) created(t Task) mcp.Result {
+	r := &taskResult{ResultType: "task", Task: t}
+	r.Meta = mcp.Meta{MetaPendingID: t.TaskID}
+	return r
+}
+
+func (jsonrpcTasks) notify(ctx context.Context, conn mcp.Connection, t Task) error {
+	data, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	return conn.Write(ctx, &jsonrpc.Request{Method: "notifications/tasks", Params: data})
+}
+
+// declaresTasks reports whether a client declared the tasks extension for
+// a request: in the request's own capabilities (_meta's
+// io.modelcontextprotocol/clientCapabilities, the 2026-07-28 revision's
+// per-request declaration) when it carries them, else in those it
+// initialized its session with.
+func declaresTasks(meta mcp.Meta, initialized *mcp.ClientCapabilities) bool {
+	if caps, ok := meta[mcp.MetaKeyClientCapabilities]; ok {
+		m, _ := caps.(map[string]any)
+		exts, _ := m["extensions"].(map[string]any)
+		_, ok := exts[TasksExtension]
+		return ok
+	}
+	if initialized == nil {
+		return false
+	}
+	_, ok := initialized.Extensions[TasksExtension]
+	return ok
+}
+
+// connTransport is a transport whose connection the session keeps, to
+// send what the SDK has no call for (notifications/tasks).
+type connTransport struct {
+	mcp.Transport
+	mu   sync.Mutex
+	conn mcp.Connection
+}
+
+func (t *connTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err == nil {
+		t.mu.Lock()
+		t.conn = c
+		t.mu.Unlock()
+	}
+	return c, err
+}
+
+// connection is the connection, once connected.
+func (t *connTransport) connection() mcp.Connection {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.conn
+}

@@ -1,0 +1,335 @@
+package mcpgateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/mcpgateway"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// raw is an MCP client written by hand, on one stdio-like stream: JSON-RPC
+// lines, its responses by id, and the notifications it hears.
+type raw struct {
+	t       *testing.T
+	w       io.Writer
+	mu      sync.Mutex
+	next    int
+	waiting map[int]chan map[string]any
+	notes   chan map[string]any
+}
+
+// serveRaw serves one session of gw over a pipe and connects a raw client
+// to it, initialized with caps (nil: none) as client name.
+func serveRaw(t *testing.T, gw *mcpgateway.Gateway, name string, caps map[string]any) *raw {
+	t.Helper()
+	gwEnd, clientEnd := net.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- gw.Serve(ctx, &mcp.IOTransport{Reader: gwEnd, Writer: gwEnd}) }()
+	t.Cleanup(func() {
+		_ = clientEnd.Close()
+		cancel()
+		<-served
+	})
+	r := &raw{t: t, w: clientEnd, waiting: map[int]chan map[string]any{}, notes: make(chan map[string]any, 100)}
+	go func() {
+		sc := bufio.NewScanner(clientEnd)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var msg map[string]any
+			if json.Unmarshal(sc.Bytes(), &msg) != nil {
+				continue
+			}
+			id, isResponse := msg["id"].(float64)
+			if msg["method"] != nil {
+				if !isResponse {
+					select {
+					case r.notes <- msg:
+					default:
+					}
+				}
+				continue
+			}
+			r.mu.Lock()
+			ch := r.waiting[int(id)]
+			r.mu.Unlock()
+			if ch != nil {
+				ch <- msg
+			}
+		}
+	}()
+	if caps == nil {
+		caps = map[string]any{}
+	}
+	r.result("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": caps,
+		"clientInfo": map[string]any{"name": name, "version": "1"}})
+	r.send(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
+	return r
+}
+
+// withTasks are the capabilities of a client that declares the tasks
+// extension.
+var withTasks = map[string]any{"extensions": map[string]any{mcpgateway.TasksExtension: map[string]any{}}}
+
+func (r *raw) send(msg map[string]any) {
+	data, err := json.Marshal(msg)
+	require.NoError(r.t, err)
+	_, err = r.w.Write(append(data, '\n'))
+	require.NoError(r.t, err)
+}
+
+// call sends a request and waits for its response.
+func (r *raw) call(method string, params any) map[string]any {
+	r.t.Helper()
+	r.mu.Lock()
+	r.next++
+	id := r.next
+	ch := make(chan map[string]any, 1)
+	r.waiting[id] = ch
+	r.mu.Unlock()
+	r.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	select {
+	case msg := <-ch:
+		return msg
+	case <-time.After(30 * time.Second):
+		r.t.Fatalf("no response to %s within 30s", method)
+		return nil
+	}
+}
+
+// result is call's result, failing on an error response.
+func (r *raw) result(method string, params any) map[string]any {
+	r.t.Helper()
+	msg := r.call(method, params)
+	require.Nil(r.t, msg["error"], "%s: error response: %v", method, msg)
+	res, ok := msg["result"].(map[string]any)
+	require.True(r.t, ok, "%s: no result: %v", method, msg)
+	return res
+}
+
+// rpcError is call's error, failing on a result.
+func (r *raw) rpcError(method string, params any) map[string]any {
+	r.t.Helper()
+	msg := r.call(method, params)
+	e, ok := msg["error"].(map[string]any)
+	require.True(r.t, ok, "%s: want an error, got %v", method, msg)
+	return e
+}
+
+// task calls tool and returns the task it is answered with.
+func (r *raw) task(tool string, args map[string]any) map[string]any {
+	r.t.Helper()
+	res := r.result("tools/call", map[string]any{"name": tool, "arguments": args})
+	require.Equal(r.t, "task", res["resultType"], "a call that waits on a human is answered with a task: %v", res)
+	return res
+}
+
+// get polls a task.
+func (r *raw) get(id any) map[string]any {
+	r.t.Helper()
+	res := r.result("tasks/get", map[string]any{"taskId": id})
+	require.Equal(r.t, "complete", res["resultType"])
+	return res
+}
+
+// until polls a task until its status is status, and returns it.
+func (r *raw) until(id any, status string) map[string]any {
+	r.t.Helper()
+	var last map[string]any
+	bustest.Eventually(r.t, 30*time.Second, 20*time.Millisecond, fmt.Sprintf("task %v %s", id, status), func() (bool, any) {
+		last = r.get(id)
+		return last["status"] == status, last
+	})
+	return last
+}
+
+// note waits for a notifications/tasks about id in status.
+func (r *raw) note(id any, status string) map[string]any {
+	r.t.Helper()
+	deadline := time.After(30 * time.Second)
+	var seen []any
+	for {
+		select {
+		case n := <-r.notes:
+			p, _ := n["params"].(map[string]any)
+			if n["method"] == "notifications/tasks" && p["taskId"] == id && p["status"] == status {
+				return p
+			}
+			seen = append(seen, n)
+		case <-deadline:
+			r.t.Fatalf("no notifications/tasks for %v %s within 30s; heard %v", id, status, seen)
+			return nil
+		}
+	}
+}
+
+// resultText is the first text of a task's result, and its isError.
+func resultText(t *testing.T, task map[string]any) (string, bool) {
+	t.Helper()
+	res, ok := task["result"].(map[string]any)
+	require.True(t, ok, "no result: %v", task)
+	content, _ := res["content"].([]any)
+	require.NotEmpty(t, content, "result: %v", res)
+	isError, _ := res["isError"].(bool)
+	return content[0].(map[string]any)["text"].(string), isError
+}
+
+// TestTasks_ApprovalAnsweredWithATask: a client that declares the tasks
+// extension gets a task at once for a call that asks; the same call again
+// while it waits gets the same task; tasks/get says who must decide, then
+// the upstream's real result once approved, which ran once; the client
+// hears each end in notifications/tasks.
+func TestTasks_ApprovalAnsweredWithATask(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	gw := e.gateway(map[string]mcpgateway.Upstream{"files": e.files()}, mcpgateway.Options{
+		PollInterval: 500 * time.Millisecond, InboxURL: "https://toolgate.example/"})
+	r := serveRaw(t, gw, "tasks-test", withTasks)
+
+	init := r.result("tools/list", map[string]any{})
+	require.NotEmpty(t, init["tools"])
+	created := r.task("write_file", map[string]any{"path": "a.txt", "content": "x"})
+	id := created["taskId"]
+	pending := e.only("mcp__files__write_file", machine.StatePendingApproval)
+	assert.Equal(t, pending.PendingID, id, "the task is the toolgate call")
+	assert.Equal(t, "working", created["status"])
+	assert.EqualValues(t, 500, created["pollIntervalMs"])
+	assert.Contains(t, created["statusMessage"], "waiting for an approver to decide on "+pending.PendingID)
+	assert.Contains(t, created["statusMessage"], "decide at https://toolgate.example/#/calls/"+pending.PendingID)
+	require.NotZero(t, pending.ApprovalTimeoutAt)
+	assert.EqualValues(t, pending.ApprovalTimeoutAt-pending.RequestedAt+time.Hour.Milliseconds(), created["ttlMs"],
+		"the approval deadline, and the hour a claim gives the run")
+	assert.Contains(t, created["statusMessage"], ", by "+time.UnixMilli(pending.ApprovalTimeoutAt).UTC().Format(time.RFC3339Nano))
+
+	again := r.task("write_file", map[string]any{"content": "x", "path": "a.txt"})
+	assert.Equal(t, id, again["taskId"], "the same call while it waits: the same task")
+	other := r.task("write_file", map[string]any{"path": "b.txt", "content": "x"})
+	assert.NotEqual(t, id, other["taskId"], "other arguments: another task")
+
+	assert.Equal(t, "working", r.get(id)["status"])
+	assert.Empty(t, e.received(), "nothing reaches the upstream before the approval")
+	_, err := e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Approve: true, Reason: "fine"})
+	require.NoError(t, err)
+
+	heard := r.note(id, "completed")
+	text, isError := resultText(t, heard)
+	assert.False(t, isError)
+	assert.Equal(t, "wrote a.txt", text)
+	done := r.until(id, "completed")
+	text, isError = resultText(t, done)
+	assert.False(t, isError)
+	assert.Equal(t, "wrote a.txt", text, "the upstream's real result")
+	got := e.received()
+	require.Len(t, got, 1, "the upstream ran the call once")
+	assert.JSONEq(t, `{"path":"a.txt","content":"x"}`, string(got[0].Args))
+	entry, err := e.approver.Get(t.Context(), pending.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateCompletedSuccess, entry.Status)
+
+	// Rejected: the refusal, who and why, as a tool error.
+	_, err = e.approver.Decide(t.Context(), other["taskId"].(string), client.Decision{Approve: false, Reason: "not b"})
+	require.NoError(t, err)
+	refused := r.until(other["taskId"], "completed")
+	text, isError = resultText(t, refused)
+	assert.True(t, isError)
+	assert.Contains(t, text, "rejected by approver: not b")
+	assert.Len(t, e.received(), 1, "the rejected call never reached the upstream")
+}
+
+// TestTasks_CancelWithdrawsTheCall: tasks/cancel withdraws the call, which
+// the upstream never sees.
+func TestTasks_CancelWithdrawsTheCall(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	gw := e.gateway(map[string]mcpgateway.Upstream{"files": e.files()}, mcpgateway.Options{})
+	r := serveRaw(t, gw, "cancel-task", withTasks)
+
+	id := r.task("write_file", map[string]any{"path": "c.txt"})["taskId"]
+	ack := r.result("tasks/cancel", map[string]any{"taskId": id})
+	assert.Equal(t, "complete", ack["resultType"])
+	r.note(id, "cancelled")
+	assert.Equal(t, "cancelled", r.get(id)["status"])
+	e.ends(id.(string), machine.StateCancelled, "cancelled by the MCP client")
+	// Approving it now is refused: it is withdrawn.
+	_, err := e.approver.Decide(t.Context(), id.(string), client.Decision{Approve: true})
+	assert.Error(t, err)
+	assert.Equal(t, "cancelled", r.get(id)["status"])
+	assert.Empty(t, e.received(), "the upstream never saw the call")
+}
+
+// TestTasks_TheHandleIsNotAuthority: a client that did not declare the
+// extension is told so; a gateway with another credential finds no such
+// task; an unknown id is not found.
+func TestTasks_TheHandleIsNotAuthority(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	files := map[string]mcpgateway.Upstream{"files": e.files()}
+	r := serveRaw(t, e.gateway(files, mcpgateway.Options{}), "owner", withTasks)
+	id := r.task("write_file", map[string]any{"path": "d.txt"})["taskId"]
+
+	plain := serveRaw(t, e.gateway(files, mcpgateway.Options{}), "plain", nil)
+	err := plain.rpcError("tasks/get", map[string]any{"taskId": id})
+	assert.EqualValues(t, -32021, err["code"], "the extension was not declared: %v", err)
+
+	issued, ierr := e.g.Client.IssueCredential(t.Context(), "other-agent", wire.RoleAgent)
+	require.NoError(t, ierr)
+	path := filepath.Join(t.TempDir(), "other.creds")
+	require.NoError(t, os.WriteFile(path, []byte(issued.Creds), 0o600))
+	_, other := e.g.ConnectAs(t, path)
+	gw, nerr := mcpgateway.New(&mcpgateway.Config{Servers: files}, other, mcpgateway.Options{})
+	require.NoError(t, nerr)
+	stranger := serveRaw(t, gw, "stranger", withTasks)
+	for _, method := range []string{"tasks/get", "tasks/cancel"} {
+		err = stranger.rpcError(method, map[string]any{"taskId": id})
+		assert.EqualValues(t, -32602, err["code"], "%s: %v", method, err)
+		assert.Contains(t, err["message"], "Task not found")
+	}
+	err = r.rpcError("tasks/get", map[string]any{"taskId": "no-such-task"})
+	assert.EqualValues(t, -32602, err["code"])
+	assert.Equal(t, "working", r.get(id)["status"], "the stranger's cancel withdrew nothing")
+}
+
+// TestTasks_AnotherGatewayRunsTheApprovedCallOnce: the task lives in
+// toolgate: a second gateway (another replica, or the same restarted)
+// answers tasks/get for a task the first created, and whichever is asked
+// after the approval runs the call, once.
+func TestTasks_AnotherGatewayRunsTheApprovedCallOnce(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	files := map[string]mcpgateway.Upstream{"files": e.files()}
+	first := serveRaw(t, e.gateway(files, mcpgateway.Options{}), "first", withTasks)
+	id := first.task("write_file", map[string]any{"path": "e.txt"})["taskId"]
+	second := serveRaw(t, e.gateway(files, mcpgateway.Options{}), "second", withTasks)
+	assert.Equal(t, "working", second.get(id)["status"])
+
+	_, err := e.approver.Decide(t.Context(), id.(string), client.Decision{Approve: true})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for _, r := range []*raw{first, second} {
+		wg.Go(func() {
+			done := r.until(id, "completed")
+			text, isError := resultText(t, done)
+			assert.False(t, isError)
+			assert.Equal(t, "wrote e.txt", text)
+		})
+	}
+	wg.Wait()
+	assert.Len(t, e.received(), 1, "one gateway ran it, once")
+}
