@@ -108,6 +108,11 @@ type Decision struct {
 	Reason       string
 	UpdatedInput json.RawMessage // the input to run: edited by an approver, or the original
 	Edited       bool
+	// Context is for the model (a hook's additionalContext): what decided
+	// (the rule, grant or person, and why), the deadline of a call that
+	// waits for a human, and for a refusal how the call could be allowed;
+	// a few short lines.
+	Context string
 }
 
 // Decide turns what Await returned into a Decision. A refusal is a deny
@@ -118,19 +123,23 @@ func Decide(o client.Outcome, err error) Decision {
 	var rej *client.RejectedError
 	switch {
 	case errors.As(err, &rej):
-		return Decision{Behavior: Deny, Reason: "toolgate: " + rej.Error()}
+		return Decision{Behavior: Deny, Reason: "toolgate: " + rej.Error(), Context: refusedContext(rej)}
 	case err != nil:
-		return Decision{Behavior: Deny, Reason: "toolgate could not decide: " + err.Error()}
+		return Decision{Behavior: Deny, Reason: "toolgate could not decide: " + err.Error(), Context: unsureContext}
 	case o.Runnable(), o.Kind == client.Executed:
 		reason := "toolgate: allowed by " + o.By
 		if o.Reason != "" {
 			reason += " (" + o.Reason + ")"
 		}
-		return Decision{Behavior: Allow, Reason: reason, UpdatedInput: o.Arguments, Edited: o.Edited}
+		return Decision{Behavior: Allow, Reason: reason, UpdatedInput: o.Arguments, Edited: o.Edited, Context: allowedContext(o)}
 	default:
-		return Decision{Behavior: Deny, Reason: fmt.Sprintf("toolgate: unexpected outcome %q: denied", o.Kind)}
+		return Decision{Behavior: Deny, Reason: fmt.Sprintf("toolgate: unexpected outcome %q: denied", o.Kind), Context: unsureContext}
 	}
 }
+
+// unsureContext is the additionalContext of a call denied because toolgate
+// could not say what it decided.
+const unsureContext = "toolgate could not tell what was decided about this call, so it is denied; nothing was refused on its merits. Tell the user; asking again later may get an answer."
 
 // PreToolUseOutput is a PreToolUse hook's answer.
 type PreToolUseOutput struct {
@@ -143,6 +152,8 @@ type PreToolUseDecision struct {
 	PermissionDecision       Behavior        `json:"permissionDecision"`
 	PermissionDecisionReason string          `json:"permissionDecisionReason"`
 	UpdatedInput             json.RawMessage `json:"updatedInput,omitempty"`
+	// AdditionalContext reaches the model: Decision.Context.
+	AdditionalContext string `json:"additionalContext,omitempty"`
 }
 
 // PreToolUse puts d in PreToolUse's shape; updatedInput only when an
@@ -150,6 +161,7 @@ type PreToolUseDecision struct {
 func (d Decision) PreToolUse() PreToolUseOutput {
 	out := PreToolUseOutput{HookSpecificOutput: PreToolUseDecision{
 		HookEventName: EventPreToolUse, PermissionDecision: d.Behavior, PermissionDecisionReason: d.Reason,
+		AdditionalContext: d.Context,
 	}}
 	if d.Edited {
 		out.HookSpecificOutput.UpdatedInput = d.UpdatedInput
@@ -175,12 +187,18 @@ type PermissionRequestOutput struct {
 
 // Permission puts d in the shape of a permission decision: allow with the
 // input to run (the original echoed when unedited), or deny with a
-// message. These have no "ask": an undecided call is denied, saying why.
+// message, which reaches the model: the reason, then d.Context (a
+// permission decision has no additionalContext). These have no "ask": an
+// undecided call is denied, saying why.
 func (d Decision) Permission() PermissionResult {
 	if d.Behavior == Allow {
 		return PermissionResult{Behavior: Allow, UpdatedInput: d.UpdatedInput}
 	}
-	return PermissionResult{Behavior: Deny, Message: d.Reason}
+	msg := d.Reason
+	if d.Context != "" {
+		msg += "\n" + d.Context
+	}
+	return PermissionResult{Behavior: Deny, Message: msg}
 }
 
 // PermissionRequest puts d in PermissionRequest's shape.
@@ -266,9 +284,20 @@ func Answer(in Input, d Decision) any {
 // without toolgate.
 func Unreachable(opts Options, err error) Decision {
 	if errors.Is(err, machine.ErrForbidden) || errors.Is(err, machine.ErrInvalid) {
-		return Decision{Behavior: Deny, Reason: "toolgate refused the hook's call: " + err.Error()}
+		return Decision{Behavior: Deny, Reason: "toolgate refused the hook's call: " + err.Error(),
+			Context: "toolgate refused the hook itself (its credential, or what it sent), not this call on its merits: tell the user the toolgate hook needs fixing; the reason says how."}
 	}
-	return Decision{Behavior: cmp.Or(opts.OnError, Deny), Reason: "toolgate could not decide: " + err.Error()}
+	return Decision{Behavior: cmp.Or(opts.OnError, Deny), Reason: "toolgate could not decide: " + err.Error(),
+		Context: "toolgate could not be asked about this call, so it is " + fallback(opts.OnError) + ": nothing was decided on its merits. Tell the user; asking again later may get an answer."}
+}
+
+// fallback says what becomes of a call toolgate did not decide, under
+// OnError b.
+func fallback(b Behavior) string {
+	if b == Ask {
+		return "handed to Claude Code's own prompt"
+	}
+	return "denied"
 }
 
 // Notice is a hook's answer that decides nothing and shows Claude Code's

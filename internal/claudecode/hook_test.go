@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,8 @@ conversations:
   overdue-at-200ms:
     approvalTimeoutMs: 200
     autoRejectOnTimeout: false
+  alice-or-bob:
+    approvers: [alice, bob]
 `
 
 // gateClient is the hooks' Gate over the request API, as the CLI builds
@@ -82,8 +85,13 @@ func handle(t *testing.T, g claudecode.Gate, raw []byte, opts claudecode.Options
 	return append(data, '\n')
 }
 
+// stamps are the times an answer names (an ask's deadline), which a golden
+// file holds as <time>.
+var stamps = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
+	got = stamps.ReplaceAll(got, []byte("<time>"))
 	path := filepath.Join("testdata", name+".json")
 	if *update {
 		require.NoError(t, os.WriteFile(path, got, 0o644))

@@ -67,8 +67,10 @@ func decide(ctx context.Context, g Gate, in Input, opts Options, note string) De
 	if err != nil {
 		return Unreachable(opts, err)
 	}
+	var pending *machine.Entry // the call as it waited for a human, if it did
 	v := client.SubmitAndWaitWith(ctx, g, in.Call(opts.Caller, opts.Team), client.WaitOptions{
 		Asked: opts.Asked, Wait: wait, Timeout: opts.timeout(), By: opts.Caller, WithdrawNote: note, Stopped: stopped,
+		OnPending: func(e *machine.Entry) { pending = e },
 	})
 	switch v.Kind {
 	case client.VerdictRun, client.VerdictRefused:
@@ -79,17 +81,33 @@ func decide(ctx context.Context, g Gate, in Input, opts Options, note string) De
 		}
 		return Decide(v.Outcome, nil)
 	case client.VerdictExpired:
-		return Decision{Behavior: Deny, Reason: fmt.Sprintf("toolgate: %s: timed out: nobody decided within its approval timeout (%s), and its policy rejects it then (autoRejectOnTimeout)", v.PendingID, v.ApprovalTimeout)}
+		return Decision{Behavior: Deny, Reason: fmt.Sprintf("toolgate: %s: timed out: nobody decided within its approval timeout (%s), and its policy rejects it then (autoRejectOnTimeout)", v.PendingID, v.ApprovalTimeout),
+			Context: refusedContext(&client.RejectedError{Kind: client.RejectedByTimeout, Entry: v.Entry})}
 	case client.VerdictTimedOut, client.VerdictWithdrawn:
 		if v.Err != nil {
 			// The call may still be pending in toolgate, and be decided
 			// later: as when toolgate cannot be reached, OnError answers.
-			return Decision{Behavior: cmp.Or(opts.OnError, Deny), Reason: fmt.Sprintf("toolgate: %s: %s, and withdrawing it failed (%v)", v.PendingID, v.Why, v.Err)}
+			return Decision{Behavior: cmp.Or(opts.OnError, Deny), Reason: fmt.Sprintf("toolgate: %s: %s, and withdrawing it failed (%v)", v.PendingID, v.Why, v.Err),
+				Context: whileWaiting(pending, "toolgate stopped waiting for it and could not withdraw it, so it is "+fallback(opts.OnError)+".")}
 		}
-		return Decision{Behavior: Ask, Reason: "toolgate: " + v.PendingID + ": withdrawn: " + v.Why + note}
+		then := "Nobody decided within the hook's wait (" + v.Why + "): toolgate withdrew it."
+		if note == handedBack {
+			then += " Claude Code's own prompt decides now."
+		}
+		return Decision{Behavior: Ask, Reason: "toolgate: " + v.PendingID + ": withdrawn: " + v.Why + note, Context: whileWaiting(pending, then)}
 	default:
 		return Unreachable(opts, v.Err)
 	}
+}
+
+// whileWaiting is the context of a call the hook stopped waiting for:
+// who was asked and by when (when the call got that far), then what the
+// hook did.
+func whileWaiting(pending *machine.Entry, then string) string {
+	if pending == nil {
+		return then
+	}
+	return pendingContext(pending, then)
 }
 
 // handedBack is how the hooks' reasons end when Claude Code's own prompt
