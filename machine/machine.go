@@ -726,6 +726,11 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 				if cached {
 					continue
 				}
+				// A refusal names the entry as stored, not as the
+				// refused transition would have left it.
+				if te := (*TransitionError)(nil); errors.As(err, &te) && te.Entry == &next {
+					te.Entry = cur
+				}
 				return nil, err
 			}
 		}

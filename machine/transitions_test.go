@@ -566,3 +566,36 @@ func TestHeartbeat_NotOnALeaseThatRanOut(t *testing.T) {
 	_, err = late.Heartbeat(ctx, e.PendingID, "exec-1", time.Minute)
 	assert.ErrorIs(t, err, machine.ErrConflict, "the timer may have queued it elsewhere: the holder must stop")
 }
+
+// TestRefusal_NamesTheEntryAsStored: a report refused because another
+// executor holds the call names that executor, the holder as stored,
+// not the refused one the attempted transition would have named.
+func TestRefusal_NamesTheEntryAsStored(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun, MaxExecutionAttempts: 3}))
+	later := machine.New(env.Store, machine.WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
+	e, err := m.Submit(ctx, call("refusal-names", "c1"))
+	require.NoError(t, err)
+	_, err = m.Claim(ctx, e.PendingID, "exec-1", time.Minute)
+	require.NoError(t, err)
+	_, err = later.Claim(ctx, e.PendingID, "exec-2", time.Minute)
+	require.NoError(t, err, "exec-1's lease ran out: exec-2 reclaims")
+
+	for name, refused := range map[string]func() error{
+		"complete":  func() error { _, err := m.Complete(ctx, e.PendingID, machine.Outcome{Holder: "exec-1"}); return err },
+		"fail":      func() error { _, err := m.Fail(ctx, e.PendingID, machine.Outcome{Holder: "exec-1", Error: "x"}); return err },
+		"heartbeat": func() error { _, err := m.Heartbeat(ctx, e.PendingID, "exec-1", time.Minute); return err },
+		"retry":     func() error { _, err := m.Retry(ctx, e.PendingID, "exec-1", 1, time.Minute); return err },
+		"claim":     func() error { _, err := m.Claim(ctx, e.PendingID, "exec-3", time.Minute); return err },
+	} {
+		err := refused()
+		var te *machine.TransitionError
+		require.ErrorAs(t, err, &te, name)
+		assert.Equal(t, "exec-2", te.Entry.Lease.Holder, name)
+		assert.Equal(t, "exec-2", te.Entry.LastTransition.Actor, "%s: the refusal names the transition stored", name)
+		assert.Contains(t, err.Error(), "by exec-2", name)
+		assert.NotContains(t, err.Error(), "by exec-1", name)
+	}
+}
