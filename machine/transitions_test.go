@@ -584,8 +584,11 @@ func TestRefusal_NamesTheEntryAsStored(t *testing.T) {
 	require.NoError(t, err, "exec-1's lease ran out: exec-2 reclaims")
 
 	for name, refused := range map[string]func() error{
-		"complete":  func() error { _, err := m.Complete(ctx, e.PendingID, machine.Outcome{Holder: "exec-1"}); return err },
-		"fail":      func() error { _, err := m.Fail(ctx, e.PendingID, machine.Outcome{Holder: "exec-1", Error: "x"}); return err },
+		"complete": func() error { _, err := m.Complete(ctx, e.PendingID, machine.Outcome{Holder: "exec-1"}); return err },
+		"fail": func() error {
+			_, err := m.Fail(ctx, e.PendingID, machine.Outcome{Holder: "exec-1", Error: "x"})
+			return err
+		},
 		"heartbeat": func() error { _, err := m.Heartbeat(ctx, e.PendingID, "exec-1", time.Minute); return err },
 		"retry":     func() error { _, err := m.Retry(ctx, e.PendingID, "exec-1", 1, time.Minute); return err },
 		"claim":     func() error { _, err := m.Claim(ctx, e.PendingID, "exec-3", time.Minute); return err },
