@@ -50,6 +50,11 @@ type Result struct {
 // Handler runs one tool. An error fails the attempt; the call is tried
 // again, with backoff, until its policy's maxExecutionAttempts, unless the
 // error is Permanent. A Result returned with an error is recorded too.
+// ctx ends when the executor stops, the call's conversation is
+// cancelled, or the run stops being the call's run: its cause
+// (context.Cause) is then ErrLeaseLost, LeaseMargin before a lease the
+// executor could not renew would run out, so that the handler stops
+// before another executor may claim the call.
 type Handler func(ctx context.Context, call Call) (Result, error)
 
 type permanentError struct{ error }
@@ -70,9 +75,11 @@ type ExecutorOptions struct {
 	// restarted under its ID).
 	ID string
 	// Lease is how long a claim lasts without a heartbeat (default 30s);
-	// heartbeats renew it every third of that. It is also how long (30s at
-	// least) a report toolgate does not answer is sent again, so it should
-	// outlast a leader election (seconds) with room to spare.
+	// heartbeats renew it every third of that, and a handler whose lease
+	// no renewal carried further is stopped LeaseMargin before it would
+	// run out. It is also how long (30s at least) a report toolgate does
+	// not answer is sent again, so it should outlast a leader election
+	// (seconds) with room to spare.
 	Lease time.Duration
 	// Backoff is the wait before each retry; the last repeats (default
 	// 1s, 2s, 4s).
@@ -89,13 +96,16 @@ func DefaultConcurrency() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
 
 // Executor hosts tool handlers: it takes the runnable calls of the tools
 // it has from toolgate (toolgate.work), which claims each for it by
-// compare-and-set before answering it, and heartbeats from the claim until the result is recorded, and records it,
-// sending a report toolgate does not answer again for as long as the lease
-// lasts (30s at least). A call that is not approved or due, or already rejected,
-// cancelled, finished or claimed by a live executor, cannot be claimed, so
-// it is never run; a claimed one runs again elsewhere only when its
-// executor dies (or is cut off from toolgate for longer than a lease)
-// before recording it.
+// compare-and-set before answering it, and heartbeats from the claim
+// until the result is recorded, and records it, sending a report toolgate
+// does not answer again for as long as the lease lasts (30s at least). A
+// call that is not approved or due, or already rejected, cancelled,
+// finished or claimed by a live executor, cannot be claimed, so it is
+// never run; a claimed one runs again elsewhere only when its executor
+// dies (or is cut off from toolgate for longer than a lease) before
+// recording it. A handler cut off so is stopped (ErrLeaseLost) before its
+// lease runs out, so that two runs of a call do not overlap while the
+// handler heeds its context.
 type Executor struct {
 	c        *Client
 	opts     ExecutorOptions
@@ -435,7 +445,9 @@ func (x *Executor) is(name string) bool {
 // run runs a claimed call until it succeeds, fails for good, or this
 // executor stops or loses the lease. The lease is renewed from the claim
 // (made at claimed) until the outcome is recorded, retries and their
-// backoff included. queued is since when the call was runnable.
+// backoff included. A handler stopped because no renewal got through in
+// time failed its attempt, and says why. queued is since when the call
+// was runnable.
 func (x *Executor) run(ctx context.Context, e *machine.Entry, claimed, queued time.Time, h Handler) {
 	id := e.PendingID
 	log := x.opts.Log.With("pendingId", id, "tool", e.ToolName)
@@ -443,6 +455,11 @@ func (x *Executor) run(ctx context.Context, e *machine.Entry, claimed, queued ti
 	defer lease.stop()
 	for {
 		res, err, cause := x.attempt(ctx, e, queued, h, lease)
+		if err != nil && errors.Is(cause, errLeaseEnding) {
+			// Stopped before the lease could run out unrenewed: an
+			// attempt that failed, saying why (and Permanent if it was).
+			err = fmt.Errorf("stopped: %w: the handler returned %w", cause, err)
+		}
 		rec := wire.EndpointFailed
 		outcome := wire.ReportRequest{PendingID: id, By: x.opts.ID, Result: res.Output, Cost: res.Cost}
 		switch {
@@ -451,7 +468,7 @@ func (x *Executor) run(ctx context.Context, e *machine.Entry, claimed, queued ti
 			// meanwhile: recorded, it does not run again elsewhere. (Had
 			// another executor reclaimed the call, the record is refused.)
 			rec = wire.EndpointSucceeded
-		case errors.Is(cause, errLeaseLost), ctx.Err() != nil:
+		case errors.Is(cause, errLeaseRefused), ctx.Err() != nil:
 			// Another executor may hold the call now, or this one is
 			// stopping: leave it to the lease.
 			log.Info("stopped running", "cause", cause)
@@ -598,34 +615,70 @@ func (x *Executor) ask(ctx context.Context, endpoint string, r wire.ReportReques
 	}
 }
 
-var errLeaseLost = errors.New("lease lost")
+// ErrLeaseLost is the cause (context.Cause) of a handler's context that
+// ended because its run stopped being the call's run, or is about to:
+// toolgate refused to renew the lease (it ran out and another executor
+// claimed the call, or the call finished), or the executor could not
+// renew it and it runs out within its margin (LeaseMargin), after which
+// another executor may run the call.
+var ErrLeaseLost = errors.New("lease lost")
+
+var (
+	// errLeaseRefused is the cause when toolgate refused a renewal.
+	errLeaseRefused = fmt.Errorf("%w: toolgate refused to renew it (it ran out and another executor claimed the call, or the call finished)", ErrLeaseLost)
+	// errLeaseEnding is in the cause when no renewal was answered in
+	// time (leaseKeeper.watch).
+	errLeaseEnding = errors.New("not renewed in time")
+)
+
+// LeaseMargin is how long before a lease toolgate has not renewed would
+// run out an executor stops the handler running under it (its context
+// ends with ErrLeaseLost): a fifth of the lease, 5s at most (6s of the
+// default 30s lease would be more than a handler needs to stop, and
+// leave less time for renewals to get through). By then heartbeats,
+// every third of the lease and asked again when unanswered, have had
+// most of the lease to renew it. The end the executor counts to is the
+// lease counted from when the last renewal toolgate answered was sent,
+// before toolgate stamped it; the margin is the handler's time to see
+// its context end and stop before another executor may claim the call.
+func LeaseMargin(lease time.Duration) time.Duration { return min(lease/5, 5*time.Second) }
 
 // leaseKeeper renews an executor's lease on one call, from the claim until
 // the outcome is recorded, and knows how far the renewals toolgate
 // answered carry it: a renewal's expiry counts from when it was sent.
+// When none carries it past its margin, it stops the handler running.
 type leaseKeeper struct {
-	lease time.Duration
+	lease  time.Duration
+	margin time.Duration // LeaseMargin(lease)
 	// quiet holds renewals back (a report that renews or ends the lease
 	// is in flight).
 	quiet atomic.Bool
 	mu    sync.Mutex
 	until time.Time
-	// lost ends when toolgate refuses a renewal.
-	lost context.Context
-	lose context.CancelFunc
-	stop func()
+	// renewedAt is when the renewal that carries the lease to until was
+	// sent (the claim's request, at first).
+	renewedAt time.Time
+	// handler stops the handler running under the lease, if one is.
+	handler context.CancelCauseFunc
+	// renewal is signalled by each renewal toolgate answered.
+	renewal chan struct{}
+	// refused is set when toolgate refuses a renewal.
+	refused bool
+	stop    func()
 }
 
 // keepLease starts renewing the lease on pendingID, claimed at claimed,
 // every third of the lease (the first a third after claimed) until stop;
-// after a renewal that got no answer, again within a second.
+// after a renewal that got no answer, again within a second. It stops the
+// handler running under it (running) when no renewal carries the lease
+// past LeaseMargin.
 func (x *Executor) keepLease(ctx context.Context, pendingID string, claimed time.Time) *leaseKeeper {
-	k := &leaseKeeper{lease: x.opts.Lease, until: claimed.Add(x.opts.Lease)}
-	k.lost, k.lose = context.WithCancel(context.Background())
+	k := &leaseKeeper{lease: x.opts.Lease, margin: LeaseMargin(x.opts.Lease), until: claimed.Add(x.opts.Lease), renewedAt: claimed, renewal: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	k.stop = func() { cancel(); wg.Wait(); k.lose() }
+	k.stop = func() { cancel(); wg.Wait() }
 	every := x.opts.Lease / 3
+	wg.Go(func() { k.watch(ctx) })
 	wg.Go(func() {
 		t := time.NewTimer(max(time.Until(claimed.Add(every)), 0))
 		defer t.Stop()
@@ -655,7 +708,12 @@ func (x *Executor) keepLease(ctx context.Context, pendingID string, claimed time
 			case errors.Is(err, machine.ErrConflict) || errors.Is(err, machine.ErrNotFound):
 				// Run out, reclaimed, or finished (an outcome recorded
 				// whose answer was lost): nothing left to renew.
-				k.lose()
+				k.mu.Lock()
+				k.refused = true
+				if k.handler != nil {
+					k.handler(errLeaseRefused)
+				}
+				k.mu.Unlock()
 				return
 			default:
 				if ctx.Err() != nil {
@@ -671,9 +729,79 @@ func (x *Executor) keepLease(ctx context.Context, pendingID string, claimed time
 // renewed notes a renewal (a heartbeat, a retry's claim) sent at sent.
 func (k *leaseKeeper) renewed(sent time.Time) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if until := sent.Add(k.lease); until.After(k.until) {
-		k.until = until
+		k.until, k.renewedAt = until, sent
+	}
+	k.mu.Unlock()
+	select {
+	case k.renewal <- struct{}{}:
+	default:
+	}
+}
+
+// renewBy is when the lease must have been renewed by, as far as this
+// executor knows: its end less the margin.
+func (k *leaseKeeper) renewBy() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.until.Add(-k.margin)
+}
+
+// watch stops the handler running under the lease, with a cause that
+// says so, once no renewal carries the lease past its margin, until ctx
+// ends: toolgate may hand the call to another executor once the lease
+// runs out, and this run must have stopped by then. A renewal answered
+// later (the network back) carries the lease on for the runs after it.
+func (k *leaseKeeper) watch(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		if d := time.Until(k.renewBy()); d > 0 {
+			t.Reset(d)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		k.mu.Lock()
+		if k.handler != nil {
+			k.handler(k.endingCause())
+		}
+		k.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-k.renewal:
+		}
+	}
+}
+
+// endingCause says why the handler is stopped: no renewal in time. k.mu
+// is held.
+func (k *leaseKeeper) endingCause() error {
+	return fmt.Errorf("%w: %w: toolgate answered no renewal sent after %s, so the lease runs out by %s, and another executor may then run the call; stopped %s before",
+		ErrLeaseLost, errLeaseEnding, k.renewedAt.Format("15:04:05.000"), k.until.Format("15:04:05.000"), k.margin)
+}
+
+// during has stop end the handler's context while it runs under the
+// lease (until release): at once if the lease is lost already, or past
+// its margin.
+func (k *leaseKeeper) during(stop context.CancelCauseFunc) (release func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.handler = stop
+	switch {
+	case k.refused:
+		stop(errLeaseRefused)
+	case !time.Now().Before(k.until.Add(-k.margin)):
+		stop(k.endingCause())
+	}
+	return func() {
+		k.mu.Lock()
+		k.handler = nil
+		k.mu.Unlock()
 	}
 }
 
@@ -696,7 +824,8 @@ func later(a, b time.Time) time.Time {
 }
 
 // attempt runs the handler once under a context that ends when the
-// executor stops, the conversation is cancelled or the lease is lost.
+// executor stops, the conversation is cancelled, or the lease is lost or
+// about to be (ErrLeaseLost).
 func (x *Executor) attempt(ctx context.Context, e *machine.Entry, queued time.Time, h Handler, lease *leaseKeeper) (Result, error, error) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -708,8 +837,7 @@ func (x *Executor) attempt(ctx context.Context, e *machine.Entry, queued time.Ti
 		delete(x.running, e.PendingID)
 		x.mu.Unlock()
 	}()
-	stop := context.AfterFunc(lease.lost, func() { cancel(errLeaseLost) })
-	defer stop()
+	defer lease.during(cancel)()
 	res, err := h(hctx, Call{
 		PendingID: e.PendingID, ToolCallID: e.ToolCallID, ToolName: e.ToolName, Arguments: e.ToolArguments,
 		ConversationID: e.ConversationID, CallerBotID: e.CallerBotID, Attempt: e.ExecutionAttempts, Entry: e, Queued: queued,

@@ -1,0 +1,169 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// handlerRun is one run of a handler as the handler saw it.
+type handlerRun struct {
+	by      string // the executor's ID
+	attempt int
+	started time.Time
+	stopped time.Time // when its context ended, or it returned
+	cause   error     // context.Cause of its context when it returned
+}
+
+// runExecutor runs an executor with ID id on c, hosting tool with h,
+// until the test ends.
+func runExecutor(t *testing.T, c *client.Client, id string, lease time.Duration, tool string, h client.Handler) {
+	t.Helper()
+	x, err := c.NewExecutor(client.ExecutorOptions{ID: id, Lease: lease, Backoff: []time.Duration{10 * time.Millisecond}, Log: bustest.Logger()})
+	require.NoError(t, err)
+	x.Handle(tool, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { assert.NoError(t, x.Run(ctx)) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// connectThrough connects a client to g through link, with toolgate's
+// own credential.
+func connectThrough(t *testing.T, g *gate, link *natsLink, name string) *client.Client {
+	t.Helper()
+	nc, err := bus.Connect(bus.ConnConfig{URLs: link.URL, Name: name, CredsFile: g.Creds()})
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	c, err := client.New(nc)
+	require.NoError(t, err)
+	return c
+}
+
+// holding is a handler that reports each run on runs as it starts (with
+// its stop time zero) and again as it returns, holding the run until its
+// context ends when hold says so.
+func holding(by string, runs chan<- handlerRun, hold bool) client.Handler {
+	return func(ctx context.Context, c client.Call) (client.Result, error) {
+		r := handlerRun{by: by, attempt: c.Attempt, started: time.Now()}
+		runs <- r
+		if hold {
+			<-ctx.Done()
+		}
+		r.stopped, r.cause = time.Now(), context.Cause(ctx)
+		runs <- r
+		return client.Result{Output: json.RawMessage(`{}`)}, ctx.Err()
+	}
+}
+
+// next returns the next run reported on runs, failing the test after
+// wait.
+func next(t *testing.T, runs <-chan handlerRun, wait time.Duration, what string) handlerRun {
+	t.Helper()
+	select {
+	case r := <-runs:
+		return r
+	case <-time.After(wait):
+		t.Fatalf("%s: nothing after %s", what, wait)
+		return handlerRun{}
+	}
+}
+
+// leaseOf returns the last expiry of holder's lease on pendingID, from
+// the call's stored revisions.
+func leaseOf(t *testing.T, g *gate, pendingID, holder string) time.Time {
+	t.Helper()
+	kv, err := g.JS.KeyValue(t.Context(), wire.CallsBucket)
+	require.NoError(t, err)
+	revisions, err := kv.History(t.Context(), pendingID)
+	require.NoError(t, err)
+	var expires int64
+	for _, r := range revisions {
+		var e machine.Entry
+		require.NoError(t, json.Unmarshal(r.Value(), &e))
+		if e.Lease != nil && strings.HasSuffix(e.Lease.Holder, holder) {
+			expires = e.Lease.ExpiresAt
+		}
+	}
+	require.NotZero(t, expires, "%s never held %s", holder, pendingID)
+	return time.UnixMilli(expires)
+}
+
+// TestExecutor_StopsAHandlerCutOffBeforeItsLeaseRunsOut partitions an
+// executor from toolgate while its handler runs. Its heartbeats get no
+// answer, so before its lease can run out the executor ends the
+// handler's context, with ErrLeaseLost as its cause; only after that,
+// once the lease has run out, does another executor claim the call and
+// run it, as the next attempt.
+func TestExecutor_StopsAHandlerCutOffBeforeItsLeaseRunsOut(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "default: {requiresApprovalTools: none, maxExecutionAttempts: 3}")
+	link := startLink(t, g.NATSURL)
+	const lease = 3 * time.Second
+	runs := make(chan handlerRun, 8)
+	runExecutor(t, connectThrough(t, g, link, "cut-off"), "cut-off", lease, "job", holding("cut-off", runs, true))
+	e, err := g.c.Submit(t.Context(), call("partition", "p1", "job", `{}`))
+	require.NoError(t, err)
+	first := next(t, runs, 20*time.Second, "the first run started")
+	require.Equal(t, "cut-off", first.by)
+	// The other executor waits for work from now on: it gets the call
+	// once the first one's lease runs out.
+	runExecutor(t, newClient(t, g.Gate), "other", lease, "job", holding("other", runs, false))
+
+	link.partition()
+	partitioned := time.Now()
+	stopped := next(t, runs, 20*time.Second, "the cut-off run stopped")
+	require.Equal(t, "cut-off", stopped.by)
+	assert.ErrorIs(t, stopped.cause, client.ErrLeaseLost)
+	assert.Contains(t, stopped.cause.Error(), "not renewed in time")
+	second := next(t, runs, 20*time.Second, "the other executor's run started")
+	require.Equal(t, "other", second.by)
+	assert.Equal(t, 2, second.attempt)
+	expired := leaseOf(t, g, e.PendingID, "cut-off")
+	t.Logf("partitioned at %s; the cut-off run stopped at %s, its lease ran out at %s, the other run started at %s",
+		partitioned.Format("15:04:05.000"), stopped.stopped.Format("15:04:05.000"), expired.Format("15:04:05.000"), second.started.Format("15:04:05.000"))
+	assert.True(t, stopped.stopped.Before(expired), "the cut-off run stopped before its lease ran out")
+	assert.True(t, second.started.After(stopped.stopped), "the other run started after the cut-off one stopped")
+	assert.False(t, second.started.Before(expired), "the other run started once the lease had run out")
+
+	link.heal()
+	got := finished(t, g.c, e.PendingID)
+	assert.Equal(t, machine.StateCompletedSuccess, got.Status, got.Error)
+	assert.Equal(t, 2, got.ExecutionAttempts)
+	assert.Equal(t, "other", got.LastTransition.Actor)
+}
+
+// TestExecutor_ALeaseLostOnTheLastAttemptIsTheOutcome: a handler stopped
+// before its lease could run out unrenewed, on the call's last attempt,
+// fails the call, and the failure says why once the executor can report
+// it.
+func TestExecutor_ALeaseLostOnTheLastAttemptIsTheOutcome(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "default: {requiresApprovalTools: none, maxExecutionAttempts: 1}")
+	link := startLink(t, g.NATSURL)
+	runs := make(chan handlerRun, 4)
+	runExecutor(t, connectThrough(t, g, link, "cut-off"), "cut-off", 3*time.Second, "job", holding("cut-off", runs, true))
+	e, err := g.c.Submit(t.Context(), call("partition", "p1", "job", `{}`))
+	require.NoError(t, err)
+	next(t, runs, 20*time.Second, "the run started")
+	link.partition()
+	stopped := next(t, runs, 20*time.Second, "the run stopped")
+	assert.ErrorIs(t, stopped.cause, client.ErrLeaseLost)
+	link.heal()
+	got := finished(t, g.c, e.PendingID)
+	assert.Equal(t, machine.StateCompletedFailure, got.Status)
+	assert.Contains(t, got.Error, "lease lost: not renewed in time")
+	assert.Equal(t, 1, got.ExecutionAttempts)
+}
