@@ -1,7 +1,9 @@
-// Package python tests the Python examples (approver.py, analytics.py)
-// against a real toolgate: they read nothing of toolgate's Go, only the
-// HTTP API and the event contract (docs/events.md), so the test proves
-// the contract is enough.
+// Package python tests toolgate's Python package (sdk/python) and the
+// Python examples built on it (approver.py, analytics.py) against a real
+// toolgate: they read nothing of toolgate's Go, only the HTTP API and the
+// event contract (docs/events.md), so the tests prove the contract is
+// enough. The package is installed as a user installs it, with pip and
+// no network.
 package python
 
 import (
@@ -13,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -23,8 +26,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 const (
@@ -58,7 +63,7 @@ func TestPython_ApproverAndAnalyticsFollowTheContract(t *testing.T) {
 	require.NoError(t, err)
 	g := toolgatetest.Start(t, toolgatetest.Options{Tokens: tokens, Policy: string(policy)})
 	proxy := startProxy(t, strings.TrimPrefix(g.HTTPURL, "http://"))
-	ps := &processes{t: t, python: python}
+	ps := &processes{t: t, python: python, site: install(t, python)}
 
 	// An executor runs what may run; the agent waits for each call to end.
 	_, ex := g.ConnectAs(t, "executor")
@@ -182,6 +187,123 @@ func TestPython_ApproverAndAnalyticsFollowTheContract(t *testing.T) {
 	}
 }
 
+// sdkPolicy is the policy sdk/python/tests/test_gate.py says it runs
+// under: email, money and one tool nobody decides ask a person,
+// delete_everything is denied, and one conversation's calls expire fast.
+const sdkPolicy = `
+default:
+  requiresApprovalTools: [send_email, transfer_funds, wait_for_nobody]
+  approvalTimeoutMs: 300000
+  rules: {deny: [delete_everything]}
+conversations:
+  py-sdk-expiring: {approvalTimeoutMs: 1500}
+`
+
+const (
+	sdkAgentToken    = "python-sdk-agent-token-0001"
+	sdkApproverToken = "python-sdk-approver-token-01"
+	sdkTokens        = sdkAgentToken + " py-agent agent\n" + sdkApproverToken + " py-approver approver\n"
+)
+
+// TestPython_SDKAgainstToolgate installs sdk/python with pip, as a user
+// does, and runs its unittest tests against a real toolgate: the gate
+// decorator's allowed, approved (with edited arguments), rejected, denied,
+// withdrawn, expired and failing calls, the verdicts, and the typed
+// errors. It then reads the calls the tests made and checks how each
+// ended, from toolgate's side.
+func TestPython_SDKAgainstToolgate(t *testing.T) {
+	t.Parallel()
+	python := interpreter(t)
+	site := install(t, python)
+	g := toolgatetest.Start(t, toolgatetest.Options{Tokens: sdkTokens, Policy: sdkPolicy})
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*wait)
+	defer cancel()
+	tests, err := filepath.Abs("../../sdk/python/tests")
+	require.NoError(t, err)
+	cmd := exec.CommandContext(ctx, python, "-m", "unittest", "discover", "-v", "-s", tests, "-t", tests)
+	cmd.Dir = t.TempDir() // nothing of the source tree on sys.path: the installed package only
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+site, "PYTHONDONTWRITEBYTECODE=1", "TOOLGATE_URL="+g.HTTPURL,
+		"TOOLGATE_AGENT_TOKEN="+sdkAgentToken, "TOOLGATE_APPROVER_TOKEN="+sdkApproverToken)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "python3 -m unittest discover sdk/python/tests:\n%s", out)
+	t.Logf("%s", out)
+
+	// How each test's call ended, read from toolgate.
+	for conv, want := range map[string]machine.State{
+		"py-sdk-allow":    machine.StateCompletedSuccess,
+		"py-sdk-edit":     machine.StateCompletedSuccess,
+		"py-sdk-reject":   machine.StateRejectedByUser,
+		"py-sdk-deny":     machine.StateRejectedByPolicy,
+		"py-sdk-timeout":  machine.StateCancelled,
+		"py-sdk-expiring": machine.StateRejectedByTimeout,
+		"py-sdk-fail":     machine.StateCompletedFailure,
+		"py-sdk-retry":    machine.StateCompletedSuccess,
+		"py-sdk-async":    machine.StateCompletedSuccess,
+		"py-sdk-stop":     machine.StateCancelled,
+	} {
+		var entries []*machine.Entry
+		// The expiring call is rejected by toolgate's timer, at its
+		// deadline: the test may have ended a moment before.
+		bustest.Eventually(t, wait, 20*time.Millisecond, conv+" ends "+string(want), func() (bool, any) {
+			entries, err = g.Client.List(ctx, wire.ListRequest{ConversationID: conv})
+			require.NoError(t, err)
+			return len(entries) == 1 && entries[0].Status == want, entries
+		})
+		e := entries[0]
+		assert.Equal(t, "py-agent", e.CallerBotID, conv)
+		switch conv {
+		case "py-sdk-edit":
+			assert.JSONEq(t, `{"to":"team@example.com","subject":"weekly report"}`, string(e.ToolArguments))
+			assert.JSONEq(t, `{"to":"everyone@example.com","subject":"weekly"}`, string(e.OriginalArguments))
+			assert.JSONEq(t, `"sent to team@example.com"`, string(e.Result))
+			assert.Equal(t, "py-approver", e.ApprovedOrRejectedByUserID)
+		case "py-sdk-reject":
+			assert.Equal(t, "no money moves without a person", e.StatusReason)
+		case "py-sdk-timeout":
+			assert.Equal(t, "withdrawn: no decision within 1s", e.StatusReason)
+		case "py-sdk-fail":
+			assert.Equal(t, "ValueError: the search engine is down", e.Error)
+		}
+	}
+}
+
+// installed is where install put the package, once per test binary.
+var installed struct {
+	once sync.Once
+	dir  string
+	err  error
+	out  []byte
+}
+
+// install installs sdk/python with python's pip into a directory of its
+// own, as a user would (no network: the package's build backend is its
+// own, and it depends on nothing), and returns the directory, for
+// PYTHONPATH.
+func install(t *testing.T, python string) string {
+	installed.once.Do(func() {
+		installed.dir, installed.err = os.MkdirTemp("", "toolgate-python-")
+		if installed.err != nil {
+			return
+		}
+		cmd := exec.Command(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+			"--no-cache-dir", "--disable-pip-version-check", "--target", installed.dir, "../../sdk/python")
+		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PIP_ROOT_USER_ACTION=ignore")
+		installed.out, installed.err = cmd.CombinedOutput()
+	})
+	require.NoError(t, installed.err, "%s -m pip install --target DIR sdk/python (python3-pip; .ci/run installs it):\n%s", python, installed.out)
+	return installed.dir
+}
+
+// TestMain removes what install installed.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if installed.dir != "" {
+		_ = os.RemoveAll(installed.dir)
+	}
+	os.Exit(code)
+}
+
 // interpreter is the python3 on PATH, resolved past a wrapper (pyenv's
 // shims are shell scripts that take seconds to start on a busy machine).
 // Its absence fails the test: CI installs it.
@@ -276,6 +398,7 @@ func (ps *processes) runRound(ctx context.Context, agent *client.Client, round i
 type processes struct {
 	t      *testing.T
 	python string
+	site   string // where the toolgate package is installed
 	mu     sync.Mutex
 	all    []*process
 }
@@ -301,7 +424,7 @@ func (ps *processes) start(name, token, script string, args ...string) *process 
 	cmd := exec.Command(ps.python, append([]string{script}, args...)...)
 	// Nothing of the caller's environment chooses the server or the
 	// token, and no bytecode lands in the source tree.
-	cmd.Env = append(os.Environ(), "TOOLGATE_TOKEN="+token, "TOOLGATE_URL=", "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(os.Environ(), "TOOLGATE_TOKEN="+token, "TOOLGATE_URL=", "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+ps.site)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	stderr, err := cmd.StderrPipe()
