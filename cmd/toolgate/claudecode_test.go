@@ -68,6 +68,18 @@ func TestClaudeCodeHTTPHooks(t *testing.T) {
 	require.Equal(t, 200, status, string(body))
 	assert.JSONEq(t, `{}`, string(body))
 
+	// ?headless=true: a call that waits for a human is deferred, and
+	// stays pending; a value that is no boolean is refused, in a deny.
+	status, body = post("pre-tool-use?headless=true", in("PreToolUse", "git push", "t5"))
+	require.Equal(t, 200, status, string(body))
+	require.NoError(t, json.Unmarshal(body, &pre))
+	assert.Equal(t, claudecode.Defer, pre.HookSpecificOutput.PermissionDecision, string(body))
+	status, body = post("pre-tool-use?headless=maybe", in("PreToolUse", "git push", "t6"))
+	require.Equal(t, 200, status, string(body))
+	require.NoError(t, json.Unmarshal(body, &pre))
+	assert.Equal(t, claudecode.Deny, pre.HookSpecificOutput.PermissionDecision, string(body))
+	assert.Contains(t, pre.HookSpecificOutput.PermissionDecisionReason, `?headless=: want true or false, got "maybe"`)
+
 	// Refused, in a 200 Claude Code reads: it runs the call on any other
 	// status. Neither event blocks anything, so they are told.
 	status, body = post("pre-tool-use", in("PostToolUse", "npm test", "t3"))

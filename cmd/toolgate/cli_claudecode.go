@@ -87,6 +87,8 @@ func hookCmd(out cliOutput) *cliCmd {
 			"on stdin, submits the call to toolgate, waits for its verdict and prints Claude Code's answer.", out).connFlags()
 	hookFlags(c, &opts, `the hook's "timeout" in Claude Code's settings (default 600, Claude Code's own)`)
 	onError := c.fs.String("on-error", "deny", "the answer when toolgate cannot be reached or cannot decide: deny, or ask (Claude Code's own prompt decides)")
+	c.fs.BoolVar(&opts.Headless, "headless", false, "the session is non-interactive (claude -p): a PreToolUse call that waits for a human answers defer at once\n"+
+		"and stays pending in toolgate; resumed (claude -p --resume), the hook answers from the decision, or defers again")
 	c.run = func(ctx context.Context, args []string) error {
 		pos, err := c.parse(args, 1, 1, "the agent (claude-code)")
 		if err != nil {

@@ -219,3 +219,24 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A headless session (--headless) defers a call that waits for a human;
+// the resumed session's hook, the same input, answers from the decision
+// an approver gave through the CLI.
+func TestHookCommand_HeadlessDefersUntilDecided(t *testing.T) {
+	nats, _ := startWithHTTP(t, hookPolicy)
+	agent := server.CredsPath(dataDir(t, nats), "agent")
+	input := fmt.Sprintf(preToolUse, "git push", "headless1")
+
+	code, out, _ := runHook(t, input, "--nats", nats, "--nats-creds", agent, "--headless")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, claudecode.Defer, out.HookSpecificOutput.PermissionDecision)
+	assert.Contains(t, out.HookSpecificOutput.AdditionalContext, "deadline")
+
+	r := cli(t, nats, "approve", machine.PendingID("sess-1", "headless1"), "--reason", "ship it", as(t, nats, "alice"))
+	require.Equal(t, 0, r.code, r.stderr)
+	code, out, _ = runHook(t, input, "--nats", nats, "--nats-creds", agent, "--headless")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, claudecode.Allow, out.HookSpecificOutput.PermissionDecision)
+	assert.Contains(t, out.HookSpecificOutput.AdditionalContext, "approved by alice once: ship it")
+}

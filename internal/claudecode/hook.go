@@ -94,11 +94,14 @@ func (in Input) Call(caller, team string) machine.Call {
 // Behavior is a permission answer, in Claude Code's words.
 type Behavior string
 
-// The answers. Ask hands the decision back to Claude Code's own prompt.
+// The answers. Ask hands the decision back to Claude Code's own prompt;
+// Defer (PreToolUse only, honoured in a non-interactive session) ends the
+// session at the call, to be resumed once it is decided.
 const (
 	Allow Behavior = "allow"
 	Deny  Behavior = "deny"
 	Ask   Behavior = "ask"
+	Defer Behavior = "defer"
 )
 
 // Decision is toolgate's answer to one call, before it is put in the shape
@@ -248,12 +251,24 @@ type Options struct {
 	// decides). A refusal of the call or of the hook's credential is a
 	// deny whatever it says (see Unreachable).
 	OnError Behavior
+	// Headless says the session is non-interactive (claude -p): nobody is
+	// at Claude Code's prompt. A PreToolUse whose call waits for a human
+	// then answers Defer at once, and the call stays pending in toolgate;
+	// the hook of the resumed session (claude -p --resume, the same
+	// tool_use_id) answers from the decision, or defers again while
+	// nobody has decided (see deferUntilDecided).
+	Headless bool
 }
 
 // Handle answers one hook input: the JSON to print or send back.
 func Handle(ctx context.Context, g Gate, in Input, opts Options) (any, error) {
 	switch in.HookEventName {
-	case EventPreToolUse, EventPermissionRequest:
+	case EventPreToolUse:
+		if opts.Headless {
+			return Answer(in, deferUntilDecided(ctx, g, in, opts)), nil
+		}
+		return Answer(in, decide(ctx, g, in, opts, handedBack)), nil
+	case EventPermissionRequest:
 		return Answer(in, decide(ctx, g, in, opts, handedBack)), nil
 	case EventPostToolUse, EventPostToolUseFailure:
 		return struct{}{}, record(ctx, g, in, opts)

@@ -100,6 +100,39 @@ func decide(ctx context.Context, g Gate, in Input, opts Options, note string) De
 	}
 }
 
+// deferUntilDecided answers a headless session's PreToolUse: a call that
+// waits for a human is deferred at once (Claude Code ends the session at
+// it, and the caller resumes it once someone decided), and stays pending
+// in toolgate, never withdrawn. The resumed session's hook submits the
+// same call (its session and tool_use_id), finds it, and answers from
+// toolgate's decision as decide does; while nobody has decided, it defers
+// again. A call past an approval deadline at which its policy rejects it
+// is denied as timed out. Anything else (a rule's verdict, a decision)
+// answers as decide.
+func deferUntilDecided(ctx context.Context, g Gate, in Input, opts Options) Decision {
+	wait, err := WaitFor(opts.Wait, opts.Timeout)
+	if err != nil {
+		return Unreachable(opts, err)
+	}
+	asked := cmp.Or(opts.Asked, time.Now())
+	sctx, cancel := context.WithDeadline(ctx, asked.Add(wait))
+	defer cancel()
+	e, err := g.Submit(sctx, in.Call(opts.Caller, opts.Team))
+	if err != nil {
+		return Unreachable(opts, err)
+	}
+	if e.Status != machine.StatePendingApproval {
+		return decide(ctx, g, in, opts, handedBack)
+	}
+	if e.AutoRejectOnTimeout && e.ApprovalTimeoutAt > 0 && !time.Now().Before(time.UnixMilli(e.ApprovalTimeoutAt)) {
+		return Decision{Behavior: Deny, Reason: fmt.Sprintf("toolgate: %s: timed out: nobody decided by its deadline %s, and its policy rejects it then (autoRejectOnTimeout)", e.PendingID, stamp(e.ApprovalTimeoutAt)),
+			Context: refusedContext(&client.RejectedError{Kind: client.RejectedByTimeout, Entry: e})}
+	}
+	return Decision{Behavior: Defer,
+		Reason:  fmt.Sprintf("toolgate: %s waits for a human's decision: deferred; resume the session (claude -p --resume %s) once it is decided", e.PendingID, in.SessionID),
+		Context: pendingContext(e, "This session pauses at the call; when it is resumed after the decision, toolgate answers from it.")}
+}
+
 // whileWaiting is the context of a call the hook stopped waiting for:
 // who was asked and by when (when the call got that far), then what the
 // hook did.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,7 +43,8 @@ var errHookClientGone = errors.New("the HTTP hook's client closed the connection
 // hook's timeout in Claude Code's settings (seconds; default 30, Claude
 // Code's for HTTP hooks) and ?wait= how long to wait for a verdict within
 // it (default: the most the timeout allows), as the command hook's
-// --timeout and --wait.
+// --timeout and --wait; ?headless=true, as its --headless, defers a
+// non-interactive session's calls that wait for a human.
 //
 // Claude Code takes an answer other than a 2xx as a non-blocking error and
 // runs the call, so every answer here is a 200: a request toolgate will not
@@ -71,6 +73,13 @@ func (s *Server) claudeCodeHook(w http.ResponseWriter, r *http.Request, u User) 
 			}
 			*d = parsed
 		}
+	}
+	if v := r.URL.Query().Get("headless"); v != "" {
+		headless, err := strconv.ParseBool(v)
+		if err != nil {
+			return &hookError{event: event, err: fmt.Errorf("%w: ?headless=: want true or false, got %q", machine.ErrInvalid, v)}
+		}
+		opts.Headless = headless
 	}
 	if _, err := claudecode.WaitFor(opts.Wait, opts.Timeout); err != nil {
 		return &hookError{event: event, err: fmt.Errorf("%w (?wait=, ?timeout=)", err)}
