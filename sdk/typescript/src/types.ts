@@ -1,0 +1,279 @@
+// The contract's types: what toolgate's request API and events carry, as
+// wire/event.schema.json and the HTTP API's OpenAPI document describe
+// them. Times are epoch milliseconds. test/contract.test.ts holds every
+// field list below to both documents, so a field added, removed or made
+// optional on one side fails a test.
+
+/** A JSON value: tool arguments and results are any JSON. */
+export type JSONValue = null | boolean | number | string | JSONValue[] | { [key: string]: JSONValue };
+
+/** The states of a call (machine.State). */
+export const states = [
+  "PENDING_APPROVAL",
+  "SCHEDULED_FOR_EXECUTION",
+  "APPROVED_READY_FOR_EXECUTION",
+  "REJECTED_BY_USER",
+  "REJECTED_BY_TIMEOUT",
+  "REJECTED_BY_POLICY",
+  "EXECUTING",
+  "COMPLETED_SUCCESS",
+  "COMPLETED_FAILURE",
+  "CANCELLED_BY_SYSTEM",
+] as const;
+
+/** A state of a call. */
+export type State = (typeof states)[number];
+
+/** How far an approval reaches. */
+export type Scope = "once" | "task" | "session" | "always";
+
+/** One move of an entry: the event, where from, who made it and why. */
+export interface Transition {
+  event: string;
+  from?: State;
+  to: State;
+  actor?: string;
+  reason?: string;
+  at: number;
+  /** Set on an approval that edited the call's arguments. */
+  edit?: Edit;
+  write?: string;
+}
+
+/** What an approver changed of a call's arguments. */
+export interface Edit {
+  /** argumentsDigest before the edit. */
+  from: string;
+  /** argumentsDigest after the edit. */
+  to: string;
+  /** The top-level arguments that differ, sorted. */
+  changed: string[];
+}
+
+/** An executor's claim on a running call. */
+export interface Lease {
+  holder: string;
+  expiresAt: number;
+}
+
+/** How many distinct approvals a call needs (policy quorum). */
+export interface Quorum {
+  required: number;
+  of?: string[];
+  rejectWhen?: "any" | "majority";
+}
+
+/** One approver's say on a call under a quorum. */
+export interface Vote {
+  by: string;
+  approve: boolean;
+  at: number;
+  reason?: string;
+}
+
+/** An escalation tier: at its time, if nobody decided, its users may decide too. */
+export interface Escalation {
+  at: number;
+  to: string[];
+}
+
+/** A signed record of one transition (docs/receipts.md). */
+export interface Receipt {
+  vote?: boolean;
+  seq: number;
+  pendingId: string;
+  toolName: string;
+  caller: string;
+  event: string;
+  from?: State;
+  to: State;
+  actor: string;
+  at: number;
+  reason?: string;
+  scope?: Scope;
+  argumentsDigest: string;
+  resultDigest?: string;
+  prev?: string;
+  key: string;
+  sig?: string;
+}
+
+/** One tool call and everything that has happened to it. */
+export interface Entry {
+  pendingId: string;
+  toolCallId: string;
+  toolName: string;
+  /** The arguments that run: an approver's edit when there was one. */
+  toolArguments: JSONValue;
+  /** The agent's arguments, when an approver edited them. */
+  originalArguments?: JSONValue;
+  argumentsDigest?: string;
+  risk?: "high" | "medium" | "low";
+  policyRevision?: number;
+  callerBotId: string;
+  conversationId: string;
+  requestedAt: number;
+  status: State;
+  statusReason?: string;
+  executionAttempts: number;
+  lastAttemptTime?: number;
+  scheduledExecutionTime?: number;
+  approvalTimeoutAt?: number;
+  reminderAt?: number;
+  reminded?: boolean;
+  overdue?: boolean;
+  autoRejectOnTimeout?: boolean;
+  userIdToApprove?: string;
+  approvers?: string[];
+  quorum?: Quorum;
+  votes?: Vote[];
+  escalations?: Escalation[];
+  escalated?: number;
+  approvedOrRejectedByUserId?: string;
+  decisionTime?: number;
+  decisionScope?: Scope;
+  result?: JSONValue;
+  error?: string;
+  cost?: number;
+  team?: string;
+  taskId?: string;
+  estimatedCost?: number;
+  permissionMode?: string;
+  description?: string;
+  maxExecutionAttempts?: number;
+  costReserved?: number;
+  costDay?: string;
+  lease?: Lease;
+  receipts?: Receipt[];
+  lastTransition?: Transition;
+  priorTransition?: Transition;
+}
+
+/** The envelope published for every transition (wire.Event). */
+export interface Event {
+  v: number;
+  id: string;
+  type: string;
+  event: string;
+  from?: State;
+  to: State;
+  actor?: string;
+  reason?: string;
+  at: number;
+  revision: number;
+  receipt?: Receipt;
+  entry: Entry;
+}
+
+/** What an agent asks to run (machine.Call). */
+export interface Call {
+  /** The agent's id for the call; toolgate makes one when it is empty. Submitting the same one in the same conversation again returns the entry already there. */
+  toolCallId?: string;
+  toolName: string;
+  /** A JSON object; {} when absent. */
+  toolArguments?: JSONValue;
+  /** Ignored for an agent's credential: the caller is the credential's name. */
+  callerBotId?: string;
+  conversationId: string;
+  team?: string;
+  taskId?: string;
+  estimatedCost?: number;
+  permissionMode?: string;
+}
+
+/** Filters of list; every field is optional. */
+export interface ListRequest {
+  conversationId?: string;
+  toolName?: string;
+  callerBotId?: string;
+  status?: State;
+  limit?: number;
+  cursor?: string;
+}
+
+/** A human's answer to a pending call. */
+export interface Decision {
+  approve: boolean;
+  /** Who decides: toolgate records the credential's name, with this under it. */
+  by?: string;
+  reason?: string;
+  scope?: Scope;
+  /** On an approval: the arguments to run instead of the agent's. */
+  arguments?: JSONValue;
+  /** Bounds the grant a session or always approval records, in ms. */
+  forMs?: number;
+  persistRule?: boolean;
+  singleUse?: boolean;
+}
+
+/** What a conversation's cancel did. */
+export interface CancelConversationReply {
+  cancelled: Entry[];
+  /** Running calls cannot be cancelled; their executors see the cancel and stop them. */
+  running: Entry[];
+}
+
+/** One claimed call of a work request (wire.WorkClaim). */
+export interface WorkClaim {
+  entry: Entry;
+  runnableSince: number;
+  again?: boolean;
+}
+
+// The field lists the contract test compares with the schemas. Each is
+// checked by the compiler to name every field of its type (fieldsOf) or
+// every field the type requires (requiredOf), and no other.
+
+type RequiredKeys<T> = { [K in keyof T]-?: object extends Pick<T, K> ? never : K }[keyof T];
+
+/** Every field of Entry. */
+export const entryFields = Object.keys({
+  pendingId: 1, toolCallId: 1, toolName: 1, toolArguments: 1, originalArguments: 1, argumentsDigest: 1, risk: 1,
+  policyRevision: 1, callerBotId: 1, conversationId: 1, requestedAt: 1, status: 1, statusReason: 1,
+  executionAttempts: 1, lastAttemptTime: 1, scheduledExecutionTime: 1, approvalTimeoutAt: 1, reminderAt: 1,
+  reminded: 1, overdue: 1, autoRejectOnTimeout: 1, userIdToApprove: 1, approvers: 1, quorum: 1, votes: 1,
+  escalations: 1, escalated: 1, approvedOrRejectedByUserId: 1, decisionTime: 1, decisionScope: 1, result: 1,
+  error: 1, cost: 1, team: 1, taskId: 1, estimatedCost: 1, permissionMode: 1, description: 1,
+  maxExecutionAttempts: 1, costReserved: 1, costDay: 1, lease: 1, receipts: 1, lastTransition: 1, priorTransition: 1,
+} satisfies Record<keyof Entry, 1>);
+
+/** The fields every Entry has. */
+export const entryRequired = Object.keys({
+  pendingId: 1, toolCallId: 1, toolName: 1, toolArguments: 1, callerBotId: 1, conversationId: 1, requestedAt: 1,
+  status: 1, executionAttempts: 1,
+} satisfies Record<RequiredKeys<Entry>, 1>);
+
+/** Every field of Event. */
+export const eventFields = Object.keys({
+  v: 1, id: 1, type: 1, event: 1, from: 1, to: 1, actor: 1, reason: 1, at: 1, revision: 1, receipt: 1, entry: 1,
+} satisfies Record<keyof Event, 1>);
+
+/** The fields every Event has. */
+export const eventRequired = Object.keys({
+  v: 1, id: 1, type: 1, event: 1, to: 1, at: 1, revision: 1, entry: 1,
+} satisfies Record<RequiredKeys<Event>, 1>);
+
+/** Every field of Transition. */
+export const transitionFields = Object.keys({
+  event: 1, from: 1, to: 1, actor: 1, reason: 1, at: 1, edit: 1, write: 1,
+} satisfies Record<keyof Transition, 1>);
+
+/** The fields every Transition has. */
+export const transitionRequired = Object.keys({ event: 1, to: 1, at: 1 } satisfies Record<RequiredKeys<Transition>, 1>);
+
+/** Every field of Receipt. */
+export const receiptFields = Object.keys({
+  vote: 1, seq: 1, pendingId: 1, toolName: 1, caller: 1, event: 1, from: 1, to: 1, actor: 1, at: 1, reason: 1,
+  scope: 1, argumentsDigest: 1, resultDigest: 1, prev: 1, key: 1, sig: 1,
+} satisfies Record<keyof Receipt, 1>);
+
+/** The fields every Receipt has. */
+export const receiptRequired = Object.keys({
+  seq: 1, pendingId: 1, toolName: 1, caller: 1, event: 1, to: 1, actor: 1, at: 1, argumentsDigest: 1, key: 1,
+} satisfies Record<RequiredKeys<Receipt>, 1>);
+
+/** Every field of Call. */
+export const callFields = Object.keys({
+  toolCallId: 1, toolName: 1, toolArguments: 1, callerBotId: 1, conversationId: 1, team: 1, taskId: 1,
+  estimatedCost: 1, permissionMode: 1,
+} satisfies Record<keyof Call, 1>);

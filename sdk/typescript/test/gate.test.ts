@@ -1,0 +1,155 @@
+// gate and the client against a real toolgate: a call waits in toolgate
+// until an approver decides through the CLI, runs with the approved
+// (edited) arguments and is recorded; a refusal is a typed error naming
+// who and why; a call nobody decides in time is withdrawn.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  AlreadyRanError,
+  ConflictError,
+  ForbiddenError,
+  InvalidError,
+  NotDecidedError,
+  NotFoundError,
+  RejectedError,
+  gate,
+  pendingId,
+  submitAndWait,
+  type JSONValue,
+} from "../src/index.js";
+import { connectAs, conversation, pendingInToolgate, toolgate } from "./harness.js";
+
+test("an approved call runs once with the approver's edited arguments and ends COMPLETED_SUCCESS", async (t) => {
+  const agent = await connectAs(t, "agent");
+  const conv = conversation("gate-edit");
+  const ran: JSONValue[] = [];
+  const sendEmail = gate("send_email", async (args: { to: string; subject: string }, ctx) => {
+    ran.push(args);
+    ctx.cost = 0.25;
+    return { sent: true, to: args.to, edited: ctx.edited };
+  }, { client: agent, conversationId: conv, timeoutMs: 60_000 });
+
+  const result = sendEmail({ to: "all@example.com", subject: "weekly" }, { toolCallId: "email-1" });
+  result.catch(() => undefined); // awaited below, after the approval
+  const e = await pendingInToolgate(conv, "email-1");
+  assert.equal(e.status, "PENDING_APPROVAL");
+  assert.deepEqual(ran, [], "nothing runs before the decision");
+  await toolgate("approve", e.pendingId, "--args", JSON.stringify({ to: "team@example.com", subject: "weekly" }), "--reason", "only the team");
+
+  assert.deepEqual(await result, { sent: true, to: "team@example.com", edited: true });
+  assert.deepEqual(ran, [{ to: "team@example.com", subject: "weekly" }]);
+  const done = await agent.get(e.pendingId);
+  assert.equal(done.status, "COMPLETED_SUCCESS");
+  assert.deepEqual(done.result, { sent: true, to: "team@example.com", edited: true });
+  assert.deepEqual(done.originalArguments, { to: "all@example.com", subject: "weekly" });
+  assert.equal(done.cost, 0.25);
+  assert.equal(done.executionAttempts, 1);
+
+  // The same toolCallId again is the same call: its recorded result, not a second run.
+  assert.deepEqual(await sendEmail({ to: "all@example.com", subject: "weekly" }, { toolCallId: "email-1" }), done.result);
+  assert.equal(ran.length, 1);
+  const refusing = gate("send_email", () => ({ sent: true }), { client: agent, conversationId: conv, timeoutMs: 60_000, ranBefore: "refuse" });
+  await assert.rejects(refusing({ to: "all@example.com", subject: "weekly" }, { toolCallId: "email-1" }), AlreadyRanError);
+});
+
+test("a rejected call throws a RejectedError with the approver and reason, never runs, and ends REJECTED_BY_USER", async (t) => {
+  const agent = await connectAs(t, "agent");
+  const conv = conversation("gate-reject");
+  let ran = 0;
+  const transfer = gate("transfer_funds", () => {
+    ran++;
+    return { ok: true };
+  }, { client: agent, conversationId: conv, timeoutMs: 60_000 });
+  const result = transfer({ amount: 250, currency: "EUR" }, { toolCallId: "transfer-1" })
+    .then(() => assert.fail("a rejected call returned a result"), (err: unknown) => err);
+  const e = await pendingInToolgate(conv, "transfer-1");
+  await toolgate("reject", e.pendingId, "--reason", "no money moves without a person");
+
+  const err = await result;
+  assert.ok(err instanceof RejectedError, String(err));
+  assert.equal(err.kind, "rejected");
+  assert.equal(err.by, "approver");
+  assert.equal(err.reason, "no money moves without a person");
+  assert.match(err.message, /rejected by approver: no money moves without a person/);
+  assert.equal(ran, 0);
+  assert.equal((await agent.get(e.pendingId)).status, "REJECTED_BY_USER");
+});
+
+test("the policy lets a call run at once, or denies it naming the rule", async (t) => {
+  const agent = await connectAs(t, "agent");
+  const conv = conversation("gate-policy");
+  const search = gate("web_search", (args: { q: string }) => ({ hits: [args.q] }), { client: agent, conversationId: conv, timeoutMs: 30_000 });
+  assert.deepEqual(await search({ q: "toolgate" }, { toolCallId: "search-1" }), { hits: ["toolgate"] });
+  const done = await agent.get(pendingId(conv, "search-1"));
+  assert.equal(done.status, "COMPLETED_SUCCESS");
+  assert.equal(done.approvedOrRejectedByUserId, undefined, "nobody was asked");
+
+  let ran = 0;
+  const deleteRepo = gate("delete_repo", () => ran++, { client: agent, conversationId: conv, timeoutMs: 30_000 });
+  const err = await deleteRepo({ repo: "toolgate" }, { toolCallId: "delete-1" }).then(() => assert.fail("denied call ran"), (e: unknown) => e);
+  assert.ok(err instanceof RejectedError, String(err));
+  assert.equal(err.kind, "denied");
+  assert.equal(err.by, "policy");
+  assert.match(err.rule, /delete_repo/);
+  assert.equal(ran, 0);
+  assert.equal((await agent.get(pendingId(conv, "delete-1"))).status, "REJECTED_BY_POLICY");
+});
+
+test("a call nobody decides within the wait, or whose caller aborts, is withdrawn and does not run", async (t) => {
+  const agent = await connectAs(t, "agent");
+  const conv = conversation("gate-withdraw");
+  let ran = 0;
+  const sendEmail = gate("send_email", () => ran++, { client: agent, conversationId: conv, timeoutMs: 3_000 });
+  const err = await sendEmail({ to: "x@example.com" }, { toolCallId: "late-1" }).then(() => assert.fail("undecided call ran"), (e: unknown) => e);
+  assert.ok(err instanceof NotDecidedError, String(err));
+  assert.equal(err.verdict.kind, "timedOut");
+  const withdrawn = await agent.get(pendingId(conv, "late-1"));
+  assert.equal(withdrawn.status, "CANCELLED_BY_SYSTEM");
+  assert.match(withdrawn.statusReason ?? "", /^withdrawn: no decision within 1500 ms/);
+
+  const stop = new AbortController();
+  const slow = gate("send_email", () => ran++, { client: agent, conversationId: conv, timeoutMs: 60_000 });
+  const call = slow({ to: "y@example.com" }, { toolCallId: "abort-1", signal: stop.signal })
+    .then(() => assert.fail("aborted call ran"), (e: unknown) => e);
+  await pendingInToolgate(conv, "abort-1");
+  stop.abort(new Error("the user closed the chat"));
+  const aborted = await call;
+  assert.ok(aborted instanceof NotDecidedError, String(aborted));
+  assert.equal(aborted.verdict.kind, "withdrawn");
+  const gone = await agent.get(pendingId(conv, "abort-1"));
+  assert.equal(gone.status, "CANCELLED_BY_SYSTEM");
+  assert.match(gone.statusReason ?? "", /withdrawn: the user closed the chat/);
+  assert.equal(ran, 0);
+});
+
+test("submitAndWait's verdict, await after the decision, and toolgate's refusals as typed errors", async (t) => {
+  const agent = await connectAs(t, "agent");
+  const approver = await connectAs(t, "approver");
+  const conv = conversation("client");
+  const v = submitAndWait(agent, { toolCallId: "v-1", toolName: "publish_post", toolArguments: { title: "t" }, conversationId: conv }, { timeoutMs: 60_000 });
+  const e = await pendingInToolgate(conv, "v-1");
+  const decided = await approver.decide(e.pendingId, { approve: true, reason: "fine" });
+  assert.equal(decided.status, "APPROVED_READY_FOR_EXECUTION");
+  const verdict = await v;
+  assert.equal(verdict.kind, "run");
+  assert.equal(verdict.outcome?.kind, "approved");
+  assert.equal(verdict.outcome?.by, "approver");
+  assert.deepEqual(verdict.outcome?.arguments, { title: "t" });
+
+  // Another process awaiting the same call later gets the same answer.
+  const later = await connectAs(t, "agent");
+  assert.equal((await later.await(e.pendingId)).kind, "approved");
+
+  await assert.rejects(approver.decide(e.pendingId, { approve: false, reason: "too late" }), (err: unknown) =>
+    err instanceof ConflictError && err.code === "conflict" && err.status === 409 && err.entry?.status === "APPROVED_READY_FOR_EXECUTION");
+  await assert.rejects(agent.decide(e.pendingId, { approve: true }), ForbiddenError);
+  await assert.rejects(agent.get(pendingId(conv, "no-such-call")), NotFoundError);
+  await assert.rejects(agent.submit({ toolName: "", conversationId: conv }), (err: unknown) => err instanceof InvalidError && /toolName/.test(err.message));
+  await assert.rejects(agent.await("not a pending id"), NotFoundError);
+
+  // Listing the conversation finds the call, as toolgate holds it.
+  const listed = await agent.list({ conversationId: conv });
+  assert.deepEqual(listed.map((x) => x.pendingId), [e.pendingId]);
+});

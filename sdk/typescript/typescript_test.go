@@ -1,0 +1,157 @@
+// Package typescript tests the TypeScript SDK (@toolgate/client) against a
+// real toolgate: it installs the package's locked dependencies (npm ci,
+// only when node_modules does not hold what package-lock.json locks),
+// builds it with tsc, and runs its tests (node --test) under the Node its
+// own dev dependencies bring, with the toolgate CLI for the approvals.
+package typescript
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/toolgatetest"
+)
+
+// policy is what the TypeScript tests meet: send_email and transfer_funds
+// ask a person, delete_repo is denied, everything else runs at once.
+const policy = `default:
+  requiresApprovalTools: [send_email, transfer_funds, publish_post]
+  approvalTimeoutMs: 300000
+  rules:
+    deny: ["delete_repo"]
+`
+
+// TestTypeScript_SDKAgainstToolgate runs the package's tests (test/*.test.ts)
+// against one toolgate with the policy above: they submit, wait, decide
+// through the CLI, run executors and the AI SDK's agent loop with its mock
+// model, and check the entries toolgate ends with.
+func TestTypeScript_SDKAgainstToolgate(t *testing.T) {
+	t.Parallel()
+	npm, err := exec.LookPath("npm")
+	require.NoError(t, err, "the TypeScript SDK's test needs npm (apt-get install -y nodejs npm; .ci/run installs them)")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	installed := time.Now()
+	installModules(ctx, t, npm)
+	t.Logf("node_modules ready in %s", time.Since(installed).Round(time.Millisecond))
+
+	// The Node the package's dev dependencies bring: AI SDK 7 needs 22 or later.
+	node, err := filepath.Abs(filepath.Join("node_modules", ".bin", "node"))
+	require.NoError(t, err)
+	built := time.Now()
+	run(ctx, t, exec.CommandContext(ctx, node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", "."))
+	t.Logf("built in %s", time.Since(built).Round(time.Millisecond))
+
+	bin := filepath.Join(t.TempDir(), "toolgate")
+	run(ctx, t, exec.CommandContext(ctx, "go", "build", "-o", bin, "../../cmd/toolgate"))
+
+	g := toolgatetest.Start(t, toolgatetest.Options{Policy: policy})
+	tests, err := filepath.Glob(filepath.Join("dist", "test", "*.test.js"))
+	require.NoError(t, err)
+	require.NotEmpty(t, tests, "tsc built no tests into dist/test")
+	cmd := exec.CommandContext(ctx, node, append([]string{"--test", "--test-concurrency=" + concurrency(len(tests)), "--test-reporter=spec"}, tests...)...)
+	// Nothing of the caller's environment chooses toolgate or a credential.
+	cmd.Env = append(os.Environ(),
+		"TOOLGATE_TEST_NATS="+g.NATSURL,
+		"TOOLGATE_TEST_DATA="+g.Data,
+		"TOOLGATE_TEST_HTTP="+g.HTTPURL,
+		"TOOLGATE_TEST_BIN="+bin,
+		"TOOLGATE_TEST_SCHEMA="+mustAbs(t, filepath.Join("..", "..", "wire", "event.schema.json")),
+		"NATS_URL=", "NATS_CREDS=", "NATS_CONTEXT=", "XDG_CONFIG_HOME="+t.TempDir(),
+	)
+	ran := time.Now()
+	run(ctx, t, cmd)
+	t.Logf("node --test ran in %s", time.Since(ran).Round(time.Millisecond))
+}
+
+// concurrency runs the test files all at once: each mostly waits on
+// toolgate.
+func concurrency(files int) string { return strconv.Itoa(max(files, runtime.NumCPU())) }
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	abs, err := filepath.Abs(p)
+	require.NoError(t, err)
+	return abs
+}
+
+// run runs cmd in this directory and fails the test with its output if it
+// fails.
+func run(ctx context.Context, t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	if testing.Verbose() || err != nil {
+		t.Logf("%s:\n%s", strings.Join(cmd.Args, " "), out.String())
+	}
+	require.NoError(t, err, "%s (context: %v)", strings.Join(cmd.Args, " "), ctx.Err())
+}
+
+// installModules runs npm ci when node_modules does not hold what
+// package-lock.json locks: npm's record of what it installed
+// (node_modules/.package-lock.json) lists every package of the lock but
+// the root, as the lock does. A lock file in the temporary directory keeps
+// two test processes from installing at once.
+func installModules(ctx context.Context, t *testing.T, npm string) {
+	t.Helper()
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "toolgate-npm-"+strings.NewReplacer("/", "_", "\\", "_", ":", "_").Replace(dir)+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	require.NoError(t, err)
+	defer lock.Close()
+	require.NoError(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+	if installedMatchesLock(t) {
+		return
+	}
+	run(ctx, t, exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund"))
+	require.True(t, installedMatchesLock(t), "npm ci left node_modules/.package-lock.json unlike package-lock.json")
+}
+
+// installedMatchesLock reports whether node_modules/.package-lock.json
+// lists exactly the packages package-lock.json locks (its root entry
+// aside).
+func installedMatchesLock(t *testing.T) bool {
+	t.Helper()
+	type lockFile struct {
+		Packages map[string]json.RawMessage `json:"packages"`
+	}
+	read := func(path string) (map[string]any, bool) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, false
+		}
+		var l lockFile
+		require.NoError(t, json.Unmarshal(data, &l), path)
+		out := map[string]any{}
+		for k, v := range l.Packages {
+			if k == "" {
+				continue
+			}
+			var x any
+			require.NoError(t, json.Unmarshal(v, &x), "%s: %s", path, k)
+			out[k] = x
+		}
+		return out, true
+	}
+	want, ok := read("package-lock.json")
+	require.True(t, ok, "package-lock.json is missing")
+	got, ok := read(filepath.Join("node_modules", ".package-lock.json"))
+	return ok && reflect.DeepEqual(want, got)
+}
