@@ -35,6 +35,11 @@ import toolgate
 PREFIX = "analytics"
 
 
+def log(message):
+    """Says message on stderr, with the program's name."""
+    print("%s: %s" % (PREFIX, message), file=sys.stderr, flush=True)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("TOOLGATE_URL", "http://127.0.0.1:8080"),
@@ -105,7 +110,7 @@ class Analytics:
         if why is not None:
             self.skipped[why] = self.skipped.get(why, 0) + 1
             if self.skipped[why] == 1:
-                toolgate.log(PREFIX, "event %s skipped: %s" % (ev.id, why))
+                log("event %s skipped: %s" % (ev.id, why))
             return False
         if not self.seen.add(envelope["id"]):
             self.duplicates += 1
@@ -172,7 +177,7 @@ def read_events(client, since, idle_timeout, q):
     """Runs in a thread of its own, so the main one can stop at a deadline
     whatever the stream is doing."""
     try:
-        for ev in toolgate.follow(client, since, PREFIX, idle_timeout):
+        for ev in toolgate.follow(client, since, idle_timeout, log=log):
             q.put(ev)
     except toolgate.FatalStreamError as err:
         q.put(err)
@@ -201,7 +206,7 @@ def main(argv):
             except queue.Empty:
                 break
             if isinstance(item, Exception):
-                toolgate.log(PREFIX, str(item))
+                log(str(item))
                 status = 1
                 break
             analytics.add(item)

@@ -30,6 +30,11 @@ import toolgate
 
 PREFIX = "approver"
 
+
+def log(message):
+    """Says message on stderr, with the program's name."""
+    print("%s: %s" % (PREFIX, message), file=sys.stderr, flush=True)
+
 # Pauses between attempts at a decision toolgate did not answer.
 RETRY_PAUSES = [0.2, 0.5, 1.0, 2.0]
 
@@ -93,14 +98,14 @@ class Approver:
                     self.refused(err, pending_id, tool, verb, reason, attempt > 0)
                     return
                 failure = err
-            except OSError as err:
+            except toolgate.UnreachableError as err:
                 failure = err
             if pause is not None:
-                toolgate.log(PREFIX, "deciding %s: %s; again in %.1fs" % (pending_id, failure, pause))
+                log("deciding %s: %s; again in %.1fs" % (pending_id, failure, pause))
                 time.sleep(pause)
         # Still pending: a restart (its list of waiting calls) tries again.
-        self.decided.keys.pop(pending_id, None)
-        toolgate.log(PREFIX, "deciding %s failed: %s" % (pending_id, failure))
+        self.decided.discard(pending_id)
+        log("deciding %s failed: %s" % (pending_id, failure))
 
     def refused(self, err, pending_id, tool, verb, reason, retried):
         now = err.entry or {}
@@ -119,10 +124,10 @@ class Approver:
     def on_event(self, ev):
         envelope = ev.data
         if self.verbose:
-            toolgate.log(PREFIX, "event %s %s %s" % (ev.id, ev.type, (envelope or {}).get("id")))
+            log("event %s %s %s" % (ev.id, ev.type, (envelope or {}).get("id")))
         why = toolgate.check_envelope(envelope)
         if why is not None:
-            toolgate.log(PREFIX, "event %s skipped: %s" % (ev.id, why))
+            log("event %s skipped: %s" % (ev.id, why))
             return
         if envelope["type"] != "tool.approval_required" or not self.events.add(envelope["id"]):
             return
@@ -136,27 +141,27 @@ def say(line):
 def main(argv):
     args = parse_args(argv)
     if not args.patterns:
-        toolgate.log(PREFIX, "no --approve patterns: every call asked about is rejected")
+        log("no --approve patterns: every call asked about is rejected")
     client = toolgate.Client(args.url, args.token)
     approver = Approver(client, args.patterns, args.reason, args.verbose)
     # SIGTERM ends the process as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        approver.me = client.request("GET", "/v1/me").get("id")
-        toolgate.log(PREFIX, "deciding as %s" % approver.me)
+        approver.me = client.me().get("id")
+        log("deciding as %s" % approver.me)
         since = args.since
         if since is None:
             entries, since = client.pending()
-            toolgate.log(PREFIX, "%d calls waiting at start" % len(entries))
+            log("%d calls waiting at start" % len(entries))
             for entry in entries:
                 approver.consider(entry)
-        for ev in toolgate.follow(client, since, PREFIX, args.idle_timeout):
+        for ev in toolgate.follow(client, since, args.idle_timeout, log=log):
             approver.on_event(ev)
-    except (toolgate.APIError, OSError) as err:
-        toolgate.log(PREFIX, "%s: %s" % (args.url, err))
+    except (toolgate.APIError, toolgate.UnreachableError) as err:
+        log("%s: %s" % (args.url, err))
         return 1
     except toolgate.FatalStreamError as err:
-        toolgate.log(PREFIX, str(err))
+        log(str(err))
         return 1
     except KeyboardInterrupt:
         return 0
