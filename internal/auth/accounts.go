@@ -17,12 +17,12 @@ var Endpoints = map[wire.Role][]string{
 	wire.RoleAgent: {
 		wire.EndpointSubmit, wire.EndpointGet, wire.EndpointList, wire.EndpointCancel, wire.EndpointCancelConversation,
 		wire.EndpointStarted, wire.EndpointHeartbeat, wire.EndpointRetry, wire.EndpointSucceeded, wire.EndpointFailed,
-		wire.EndpointDeniedTools, wire.EndpointReceipts, wire.EndpointReceiptsKey,
+		wire.EndpointDeniedTools, wire.EndpointReceipts, wire.EndpointReceiptsKey, wire.EndpointRecheck,
 	},
 	wire.RoleExecutor: {
 		wire.EndpointGet, wire.EndpointList, wire.EndpointWork,
 		wire.EndpointStarted, wire.EndpointHeartbeat, wire.EndpointRetry, wire.EndpointSucceeded, wire.EndpointFailed,
-		wire.EndpointReceipts, wire.EndpointReceiptsKey,
+		wire.EndpointReceipts, wire.EndpointReceiptsKey, wire.EndpointRecheck,
 	},
 	wire.RoleApprover: {
 		wire.EndpointGet, wire.EndpointList, wire.EndpointDecide, wire.EndpointDecideMatching, wire.EndpointCancel, wire.EndpointCancelConversation,

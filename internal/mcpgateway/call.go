@@ -238,6 +238,10 @@ func (s *session) run(ctx context.Context, u *upstream, tool string, meta mcp.Me
 		s.record(ctx, e, nil, why)
 		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
 	}
+	if why := s.recheck(ctx, e); why != "" {
+		s.record(ctx, e, nil, why)
+		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
+	}
 	var res *mcp.CallToolResult
 	cs, err := u.session(ctx)
 	if err == nil {
@@ -263,6 +267,27 @@ func (s *session) run(ctx context.Context, u *upstream, tool string, meta mcp.Me
 		s.record(ctx, e, nil, why)
 		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
 	}
+}
+
+// recheck evaluates a call a human approved again through the policy in
+// force, before its server hears of it: "" when it may run, else why it
+// does not. A call the policy now denies (a deny rule added since the
+// approval) does not run, nor one toolgate cannot say of: the gate does
+// not open when it cannot decide.
+func (s *session) recheck(ctx context.Context, e *machine.Entry) string {
+	if e.ApprovedOrRejectedByUserID == "" {
+		return "" // the policy let it run when it was submitted, moments ago
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	r, err := s.gw.gate.Recheck(rctx, e.PendingID)
+	switch {
+	case err != nil:
+		return "not run: the policy in force could not be asked about it again before it ran: " + err.Error()
+	case r.Denied != "":
+		return fmt.Sprintf("not run: approved by %s, but the policy in force (revision %d) now denies it: %s", e.ApprovedOrRejectedByUserID, r.PolicyRevision, r.Denied)
+	}
+	return ""
 }
 
 // maxRecorded bounds the result recorded on the entry, which lives in a

@@ -33,6 +33,7 @@ type Gate interface {
 	Fail(ctx context.Context, pendingID, by, errMsg string, cost float64) (*machine.Entry, error)
 	DeniedTools(ctx context.Context, r wire.DeniedToolsRequest) (wire.DeniedToolsReply, error)
 	List(ctx context.Context, r wire.ListRequest) ([]*machine.Entry, error)
+	Recheck(ctx context.Context, pendingID string) (*wire.RecheckReply, error)
 }
 
 var _ Gate = (*client.Client)(nil)

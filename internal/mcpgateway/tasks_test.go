@@ -333,3 +333,44 @@ func TestTasks_AnotherGatewayRunsTheApprovedCallOnce(t *testing.T) {
 	wg.Wait()
 	assert.Len(t, e.received(), 1, "one gateway ran it, once")
 }
+
+// TestTasks_AnApprovalTheNewPolicyDeniesDoesNotRun: the policy is
+// evaluated again before the upstream call: an approved call that a deny
+// rule added since matches is not run, and its task says so; so for a
+// held call.
+func TestTasks_AnApprovalTheNewPolicyDeniesDoesNotRun(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	gw := e.gateway(map[string]mcpgateway.Upstream{"files": e.files()}, mcpgateway.Options{})
+	r := serveRaw(t, gw, "recheck-task", withTasks)
+	id := r.task("write_file", map[string]any{"path": "f.txt"})["taskId"]
+	cs := e.connect(gw, "recheck-held", nil)
+	held := callAsync(t.Context(), cs, "write_file", map[string]any{"path": "g.txt"})
+	heldCall := e.pendingIn("recheck-held")
+
+	_, err := e.g.Client.SetPolicy(t.Context(), `
+default:
+  requiresApprovalTools: all
+  rules:
+    allow: ["mcp__files__echo"]
+    deny: ["mcp__files__write_file", "mcp__files__delete_file"]
+`)
+	require.NoError(t, err)
+	for _, pid := range []string{id.(string), heldCall.PendingID} {
+		_, err = e.approver.Decide(t.Context(), pid, client.Decision{Approve: true, Reason: "before the rule"})
+		require.NoError(t, err)
+	}
+
+	done := r.until(id, "completed")
+	why, isError := resultText(t, done)
+	assert.True(t, isError)
+	assert.Contains(t, why, "not run: approved by approver, but the policy in force (revision ")
+	assert.Contains(t, why, `now denies it: rules.deny "mcp__files__write_file" (default)`)
+	a := await(t, held)
+	require.NoError(t, a.err)
+	assert.True(t, a.res.IsError)
+	assert.Contains(t, text(t, a.res), "now denies it")
+	assert.Empty(t, e.received(), "neither reached the upstream")
+	e.ends(id.(string), machine.StateCompletedFailure, "now denies it")
+	e.ends(heldCall.PendingID, machine.StateCompletedFailure, "now denies it")
+}

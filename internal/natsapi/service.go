@@ -202,6 +202,7 @@ func (s *Service) endpoints() map[string]endpoint {
 		wire.EndpointFailed:             answer(g.Fail),
 		wire.EndpointPolicyDryRun:       answer(g.PolicyDryRun),
 		wire.EndpointPolicyExplain:      answer(g.PolicyExplain),
+		wire.EndpointRecheck:            answer(g.Recheck),
 	}
 }
 
