@@ -25,10 +25,12 @@ import (
 	"github.com/toolgate/toolgate/toolgatetest"
 )
 
-// policy is what the TypeScript tests meet: send_email and transfer_funds
-// ask a person, delete_repo is denied, everything else runs at once.
+// policy is what the TypeScript tests meet: send_email, transfer_funds,
+// publish_post (the agents run these themselves) and deploy_service (an
+// executor runs it) ask a person, delete_repo is denied, everything else
+// runs at once.
 const policy = `default:
-  requiresApprovalTools: [send_email, transfer_funds, publish_post]
+  requiresApprovalTools: [send_email, transfer_funds, publish_post, deploy_service]
   approvalTimeoutMs: 300000
   rules:
     deny: ["delete_repo"]

@@ -66,6 +66,11 @@ export class InternalError extends ToolgateError {
   override name = "InternalError";
 }
 
+/** Every ErrorCode. */
+export const errorCodes = Object.keys({
+  invalid: 1, forbidden: 1, edit_denied: 1, not_found: 1, conflict: 1, expired: 1, idempotency_conflict: 1, internal: 1,
+} satisfies Record<ErrorCode, 1>) as ErrorCode[];
+
 const byCode: Record<ErrorCode, typeof ToolgateError> = {
   invalid: InvalidError,
   forbidden: ForbiddenError,

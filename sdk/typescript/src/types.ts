@@ -277,3 +277,6 @@ export const callFields = Object.keys({
   toolCallId: 1, toolName: 1, toolArguments: 1, callerBotId: 1, conversationId: 1, team: 1, taskId: 1,
   estimatedCost: 1, permissionMode: 1,
 } satisfies Record<keyof Call, 1>);
+
+/** The fields every Call has. */
+export const callRequired = Object.keys({ toolName: 1, conversationId: 1 } satisfies Record<RequiredKeys<Call>, 1>);
