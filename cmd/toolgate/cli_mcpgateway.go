@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,8 @@ func mcpGatewayCmd(out cliOutput) *cliCmd {
 	opts.IdleTimeout = mcpgateway.DefaultIdleTimeout
 	c.fs.Var(durationFlag{&opts.IdleTimeout}, "idle-timeout", "with --http: end a session that has had no request and no open stream for this long (its client went away\n"+
 		"without ending it): its waiting calls are withdrawn and its upstream servers stopped; seconds or a duration")
+	c.fs.StringVar(&opts.InboxURL, "inbox-url", "", "toolgate's inbox (serve --http's address, as its users reach it): a task waiting for a decision\n"+
+		"links its call's page there (<inbox-url>/#/calls/<pendingId>)")
 	connectTimeout := defaultConnectTimeout
 	c.fs.Var(durationFlag{&connectTimeout}, "connect-timeout", "how long a call waits for the connection to toolgate while it is down, before it is refused\n"+
 		"saying toolgate is unreachable; the connection is retried for as long as the gateway runs")
@@ -67,6 +70,11 @@ func mcpGatewayCmd(out cliOutput) *cliCmd {
 		}
 		if opts.IdleTimeout <= 0 {
 			return c.usagef("--idle-timeout: want a positive duration, got %s", opts.IdleTimeout)
+		}
+		if opts.InboxURL != "" {
+			if u, err := url.Parse(opts.InboxURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+				return c.usagef("--inbox-url: want an http or https URL without a query or fragment, got %q", opts.InboxURL)
+			}
 		}
 		if connectTimeout <= 0 {
 			return c.usagef("--connect-timeout: want a positive duration, got %s", connectTimeout)
