@@ -63,7 +63,7 @@ func TestPython_ApproverAndAnalyticsFollowTheContract(t *testing.T) {
 	require.NoError(t, err)
 	g := toolgatetest.Start(t, toolgatetest.Options{Tokens: tokens, Policy: string(policy)})
 	proxy := startProxy(t, strings.TrimPrefix(g.HTTPURL, "http://"))
-	ps := &processes{t: t, python: python, site: install(t, python)}
+	ps := &processes{t: t, python: python, site: install(t, python)()}
 
 	// An executor runs what may run; the agent waits for each call to end.
 	_, ex := g.ConnectAs(t, "executor")
@@ -196,7 +196,7 @@ default:
   approvalTimeoutMs: 300000
   rules: {deny: [delete_everything]}
 conversations:
-  py-sdk-expiring: {approvalTimeoutMs: 1500}
+  py-sdk-expiring: {approvalTimeoutMs: 1000}
 `
 
 const (
@@ -214,8 +214,9 @@ const (
 func TestPython_SDKAgainstToolgate(t *testing.T) {
 	t.Parallel()
 	python := interpreter(t)
-	site := install(t, python)
+	installed := install(t, python) // while toolgate starts
 	g := toolgatetest.Start(t, toolgatetest.Options{Tokens: sdkTokens, Policy: sdkPolicy})
+	site := installed()
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*wait)
 	defer cancel()
@@ -261,7 +262,7 @@ func TestPython_SDKAgainstToolgate(t *testing.T) {
 		case "py-sdk-reject":
 			assert.Equal(t, "no money moves without a person", e.StatusReason)
 		case "py-sdk-timeout":
-			assert.Equal(t, "withdrawn: no decision within 1s", e.StatusReason)
+			assert.Equal(t, "withdrawn: no decision within 0.5s", e.StatusReason)
 		case "py-sdk-fail":
 			assert.Equal(t, "ValueError: the search engine is down", e.Error)
 		}
@@ -270,36 +271,52 @@ func TestPython_SDKAgainstToolgate(t *testing.T) {
 
 // installed is where install put the package, once per test binary.
 var installed struct {
-	once sync.Once
-	dir  string
-	err  error
-	out  []byte
+	once    sync.Once
+	started bool          // set by the first install, before it returns
+	done    chan struct{} // closed once the install ended
+	dir     string
+	err     error
+	out     []byte
 }
 
-// install installs sdk/python with python's pip into a directory of its
-// own, as a user would (no network: the package's build backend is its
-// own, and it depends on nothing), and returns the directory, for
+func init() { installed.done = make(chan struct{}) }
+
+// install starts installing sdk/python with python's pip into a directory
+// of its own, as a user would (no network: the package's build backend is
+// its own, and it depends on nothing), once per test binary. The function
+// it returns waits for the install and returns the directory, for
 // PYTHONPATH.
-func install(t *testing.T, python string) string {
+func install(t *testing.T, python string) func() string {
 	installed.once.Do(func() {
-		installed.dir, installed.err = os.MkdirTemp("", "toolgate-python-")
-		if installed.err != nil {
-			return
-		}
-		cmd := exec.Command(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-			"--no-cache-dir", "--disable-pip-version-check", "--target", installed.dir, "../../sdk/python")
-		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PIP_ROOT_USER_ACTION=ignore")
-		installed.out, installed.err = cmd.CombinedOutput()
+		installed.started = true
+		go func() {
+			defer close(installed.done)
+			installed.dir, installed.err = os.MkdirTemp("", "toolgate-python-")
+			if installed.err != nil {
+				return
+			}
+			cmd := exec.Command(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+				"--no-cache-dir", "--disable-pip-version-check", "--target", installed.dir, "../../sdk/python")
+			cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PIP_ROOT_USER_ACTION=ignore")
+			installed.out, installed.err = cmd.CombinedOutput()
+		}()
 	})
-	require.NoError(t, installed.err, "%s -m pip install --target DIR sdk/python (python3-pip; .ci/run installs it):\n%s", python, installed.out)
-	return installed.dir
+	return func() string {
+		t.Helper()
+		<-installed.done
+		require.NoError(t, installed.err, "%s -m pip install --target DIR sdk/python (python3-pip; .ci/run installs it):\n%s", python, installed.out)
+		return installed.dir
+	}
 }
 
 // TestMain removes what install installed.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if installed.dir != "" {
-		_ = os.RemoveAll(installed.dir)
+	if installed.started {
+		<-installed.done
+		if installed.dir != "" {
+			_ = os.RemoveAll(installed.dir)
+		}
 	}
 	os.Exit(code)
 }

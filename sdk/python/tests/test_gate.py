@@ -8,7 +8,7 @@ runs these tests with the package installed as a user installs it:
       approvalTimeoutMs: 300000
       rules: {deny: [delete_everything]}
     conversations:
-      py-sdk-expiring: {approvalTimeoutMs: 1500}
+      py-sdk-expiring: {approvalTimeoutMs: 1000}
 
 The environment names the server (TOOLGATE_URL) and two tokens: an agent's
 (TOOLGATE_AGENT_TOKEN, user py-agent) and an approver's
@@ -148,7 +148,7 @@ class GateTest(unittest.TestCase):
     def test_unanswered_call_is_withdrawn_at_the_end_of_the_wait(self):
         ran = []
 
-        @toolgate.gate(AGENT, conversation_id="py-sdk-timeout", wait=1.0)
+        @toolgate.gate(AGENT, conversation_id="py-sdk-timeout", wait=0.5)
         def wait_for_nobody():
             ran.append(True)
 
@@ -158,7 +158,7 @@ class GateTest(unittest.TestCase):
         self.assertEqual([], ran)
         e = only_call("py-sdk-timeout")
         self.assertEqual("CANCELLED_BY_SYSTEM", e["status"])
-        self.assertEqual("withdrawn: no decision within 1s", e["statusReason"])
+        self.assertEqual("withdrawn: no decision within 0.5s", e["statusReason"])
 
     def test_call_past_its_approval_deadline_is_refused_as_timed_out(self):
         @toolgate.gate(AGENT, conversation_id="py-sdk-expiring", wait=WAIT)
@@ -217,7 +217,7 @@ class VerdictTest(unittest.TestCase):
 
     def test_stop_withdraws_the_call(self):
         stop = threading.Event()
-        timer = threading.Timer(0.5, stop.set)
+        timer = threading.Timer(0.2, stop.set)
         timer.start()
         v = AGENT.submit_and_wait("wait_for_nobody", {}, "py-sdk-stop", wait=WAIT, stop=stop)
         timer.cancel()
@@ -254,7 +254,7 @@ class ErrorsTest(unittest.TestCase):
     def test_await_is_bounded(self):
         e = AGENT.submit("wait_for_nobody", {}, "py-sdk-await")
         with self.assertRaises(toolgate.AwaitTimeoutError) as caught:
-            AGENT.await_call(e["pendingId"], timeout=0.5)
+            AGENT.await_call(e["pendingId"], timeout=0.2)
         self.assertEqual("PENDING_APPROVAL", caught.exception.entry["status"])
         AGENT.cancel(e["pendingId"], "done waiting")
 
