@@ -48,6 +48,8 @@ type benchReport struct {
 	Agents int    `json:"agents"`
 	Calls  int    `json:"calls"` // lifecycles a path
 	Target string `json:"target"`
+	// Sync is how the embedded server synced its writes (--sync).
+	Sync string `json:"sync,omitempty"`
 	// CASPerSec is the raw KV compare-and-set rate of the same server, in
 	// the same run, by as many writers as agents: the baseline, on a
 	// bucket of CASReplicas replicas, as many as toolgate's calls have.
@@ -106,7 +108,7 @@ type pcts struct {
 
 // benchCmd is `toolgate bench`.
 func benchCmd(out cliOutput) *cliCmd {
-	c := newCLICmd("bench", "bench [--embedded [--roles ROLES]] [--agents N] [--calls N] [--path approval|auto|both] [--cpuprofile FILE] [--json]",
+	c := newCLICmd("bench", "bench [--embedded [--roles ROLES] [--sync interval|always|both]] [--agents N] [--calls N] [--path approval|auto|both] [--cpuprofile FILE] [--json]",
 		"Measure toolgate: lifecycles per second and their latencies, against the raw KV\n"+
 			"compare-and-set rate of the same server measured in the same run (the ratio is the\n"+
 			"figure comparable across machines). An approval lifecycle is an agent submitting a\n"+
@@ -129,6 +131,7 @@ func benchCmd(out cliOutput) *cliCmd {
 	c.fs.Var(&roles, "roles", "with --embedded, the roles its toolgate runs: all, or a comma-separated list of "+strings.Join(server.RoleNames(), ","))
 	servePID := c.fs.Int("serve-pid", 0, "process ID of a toolgate serve on this machine, whose CPU time to report per lifecycle")
 	asJSON := c.fs.Bool("json", false, "print the report as JSON")
+	syncMode := c.fs.String("sync", server.SyncInterval, "with --embedded, when its server's writes reach the disk: interval, always, or both (the bench twice, and the cost of always against interval)")
 	cpuProfile := c.fs.String("cpuprofile", "", "write a CPU profile of the bench's process (with --embedded, toolgate's too) to this file, for go tool pprof")
 	c.run = func(ctx context.Context, args []string) error {
 		if _, err := c.parse(args, 0, 0, ""); err != nil {
@@ -163,50 +166,90 @@ func benchCmd(out cliOutput) *cliCmd {
 			return c.usagef("--roles: a lifecycle needs %s, got %s", strings.Join(need, ","), roles.String())
 		}
 
-		cfg, data := c.conn, c.data
-		cpu := func() time.Duration { return 0 }
-		msgs := func() int64 { return 0 }
-		target := cfg.URLs
-		if *embedded {
-			m, stop, err := startBenchToolgate(ctx, roles)
+		switch *syncMode {
+		case server.SyncInterval, server.SyncAlways, "both":
+		default:
+			return c.usagef("--sync: interval, always or both, got %q", *syncMode)
+		}
+		syncs := []string{*syncMode}
+		switch {
+		case *syncMode == "both":
+			syncs = []string{server.SyncInterval, server.SyncAlways}
+		case !*embedded && *syncMode != server.SyncInterval:
+			return c.usagef("--sync: with --embedded only (the servers at --nats sync as their own config says)")
+		}
+
+		// measure runs the bench once: against a toolgate of its own whose
+		// server syncs as sync says, with --embedded.
+		measure := func(sync string) (*benchReport, error) {
+			cfg, data := c.conn, c.data
+			cpu := func() time.Duration { return 0 }
+			msgs := func() int64 { return 0 }
+			target := cfg.URLs
+			if *embedded {
+				m, stop, err := startBenchToolgate(ctx, roles, sync)
+				if err != nil {
+					return nil, err
+				}
+				defer stop()
+				cfg = bus.ConnConfig{URLs: m.NATSURL()}
+				data, target = m.Config.Data, "embedded"
+				cpu = selfCPU
+				msgs = func() int64 {
+					in, out, _ := m.ServerMessages()
+					return in + out
+				}
+			} else {
+				if *servePID > 0 {
+					cpu = func() time.Duration { return processCPU(*servePID) }
+				}
+				// The servers' own count, read with a system credential made from
+				// --data's keys, where there are keys to make one.
+				if count, closeCount, err := serverMessages(cfg, data); err == nil {
+					defer closeCount()
+					msgs = count
+				}
+			}
+			b, err := newBench(cfg, data)
+			if err != nil {
+				return nil, err
+			}
+			defer b.close()
+			report, err := b.run(ctx, *agents, *calls, paths, cpu, msgs)
+			if err != nil {
+				return nil, err
+			}
+			report.Target = target
+			if *embedded {
+				report.Sync = sync
+			}
+			return report, nil
+		}
+		var reports []*benchReport
+		for _, sync := range syncs {
+			report, err := measure(sync)
 			if err != nil {
 				return err
 			}
-			defer stop()
-			cfg = bus.ConnConfig{URLs: m.NATSURL()}
-			data, target = m.Config.Data, "embedded"
-			cpu = selfCPU
-			msgs = func() int64 {
-				in, out, _ := m.ServerMessages()
-				return in + out
-			}
-		} else {
-			if *servePID > 0 {
-				cpu = func() time.Duration { return processCPU(*servePID) }
-			}
-			// The servers' own count, read with a system credential made from
-			// --data's keys, where there are keys to make one.
-			if count, closeCount, err := serverMessages(cfg, data); err == nil {
-				defer closeCount()
-				msgs = count
-			}
+			reports = append(reports, report)
 		}
-		b, err := newBench(cfg, data)
-		if err != nil {
-			return err
-		}
-		defer b.close()
-		report, err := b.run(ctx, *agents, *calls, paths, cpu, msgs)
-		if err != nil {
-			return err
-		}
-		report.Target = target
 		if *asJSON {
 			enc := json.NewEncoder(out.stdout)
 			enc.SetIndent("", "  ")
-			return enc.Encode(report)
+			if len(reports) == 1 {
+				return enc.Encode(reports[0])
+			}
+			return enc.Encode(reports)
 		}
-		report.print(out.stdout)
+		for i, r := range reports {
+			if i > 0 {
+				fmt.Fprintln(out.stdout)
+			}
+			r.print(out.stdout)
+		}
+		if len(reports) == 2 {
+			printSyncCost(out.stdout, reports[0], reports[1])
+		}
 		return nil
 	}
 	return c
@@ -216,14 +259,14 @@ func benchCmd(out cliOutput) *cliCmd {
 // server in a temporary directory, the bench's policy, the roles given
 // (by default those a lifecycle needs: the bench hosts the executor). An
 // http role serves on a free port.
-func startBenchToolgate(ctx context.Context, roles server.Roles) (*server.Main, func(), error) {
+func startBenchToolgate(ctx context.Context, roles server.Roles, sync string) (*server.Main, func(), error) {
 	dir, err := os.MkdirTemp("", "toolgate-bench-")
 	if err != nil {
 		return nil, nil, err
 	}
 	cfg := server.DefaultConfig()
 	cfg.Data, cfg.Listen, cfg.HTTP = filepath.Join(dir, "data"), "127.0.0.1:-1", ""
-	cfg.Roles = roles
+	cfg.Roles, cfg.Sync = roles, sync
 	if slices.Contains(roles.Resolve(), "http") {
 		cfg.HTTP = "127.0.0.1:0"
 	}
@@ -604,7 +647,11 @@ func percentiles(ds []time.Duration) pcts {
 }
 
 func (r *benchReport) print(w io.Writer) {
-	fmt.Fprintf(w, "toolgate bench: %s, %s, %s a path, %s, load %s\n\n", r.Target, counted(r.Agents, "agent", "agents"),
+	target := r.Target
+	if r.Sync != "" {
+		target += ", sync " + r.Sync
+	}
+	fmt.Fprintf(w, "toolgate bench: %s, %s, %s a path, %s, load %s\n\n", target, counted(r.Agents, "agent", "agents"),
 		counted(r.Calls, "lifecycle", "lifecycles"), counted(r.Host.CPUs, "CPU", "CPUs"), r.Host.Load)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEASURE\tPER SEC\tRATIO TO CAS\tSUBMIT→RESULT p50/p99\tDECISION→HANDLER p50/p99\tCPU/LIFECYCLE\tMESSAGES/LIFECYCLE\tCONSUMERS/LIFECYCLE")
@@ -637,6 +684,19 @@ func (r *benchReport) print(w io.Writer) {
 		}
 		tw.Flush()
 	}
+}
+
+// printSyncCost says what syncing every write cost, always's figures
+// against interval's, measured in the same run.
+func printSyncCost(w io.Writer, interval, always *benchReport) {
+	fmt.Fprintln(w, "\nsync always against interval, in this run:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  raw KV compare-and-set\t%.2f× the rate\n", always.CASPerSec/interval.CASPerSec)
+	for i, p := range always.Paths {
+		q := interval.Paths[i]
+		fmt.Fprintf(tw, "  %s lifecycles\t%.2f× the rate\tsubmit→result p50 %.2f×\n", p.Name, p.PerSec/q.PerSec, p.SubmitResult.P50/q.SubmitResult.P50)
+	}
+	tw.Flush()
 }
 
 func benchHost() benchHostEnv {

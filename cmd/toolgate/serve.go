@@ -45,6 +45,7 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&cfg.Retention, "retention", cfg.Retention, "how long a finished call stays in the tool_calls bucket before the timer moves it, with its history, to the archive (TOOL_ARCHIVE), where it is still read by id and conversation (0: it stays)")
 	fs.DurationVar(&cfg.ArchiveMaxAge, "archive-max-age", cfg.ArchiveMaxAge, "how long TOOL_ARCHIVE keeps a finished call (0: for ever)")
 	fs.DurationVar(&cfg.OutageLimit, "nats-outage-limit", cfg.OutageLimit, "how long serve reconnects to NATS before it exits non-zero for its supervisor to restart it (0: reconnect for ever); a connection NATS closes for good exits at once")
+	fs.StringVar(&cfg.Sync, "sync", cfg.Sync, "when the embedded server's writes reach the disk: interval (every 2 minutes; an acknowledged write survives a killed process) or always (before each is acknowledged; it survives a power cut, at a cost toolgate bench --sync both measures)")
 	fs.DurationVar(&cfg.Lease, "executor-lease", cfg.Lease, "how long the executor role's claim on a running call lasts without a heartbeat (a dead executor's calls run again elsewhere after it)")
 	fs.Func("tools", "built-in tools the executor role hosts: http, exec (comma-separated; none by default)", func(v string) error {
 		cfg.Tools = nil

@@ -71,7 +71,18 @@ type Config struct {
 	// before it exits for its supervisor to restart it (0: for ever). A
 	// connection NATS closes for good ends the process at once.
 	OutageLimit time.Duration
+	// Sync is when the embedded server's JetStream writes reach the disk:
+	// SyncInterval (or "": on an interval, 2 minutes) or SyncAlways
+	// (before each write is acknowledged). Servers toolgate does not
+	// start set it themselves (sync_interval in their jetstream block).
+	Sync string
 }
+
+// When the embedded server syncs its writes to disk (Config.Sync).
+const (
+	SyncInterval = "interval"
+	SyncAlways   = "always"
+)
 
 // DefaultConfig is `toolgate serve` without flags: an embedded server on
 // 127.0.0.1:4222 storing in ./toolgate-data, every role, the HTTP API on
@@ -89,6 +100,7 @@ func DefaultConfig() Config {
 		Lease:        30 * time.Second,
 		Retention:    DefaultRetention,
 		OutageLimit:  DefaultOutageLimit,
+		Sync:         SyncInterval,
 	}
 }
 
@@ -142,6 +154,12 @@ func (c Config) Validate() error {
 	}
 	if c.OutageLimit < 0 {
 		return fmt.Errorf("--nats-outage-limit: must be >= 0 (0: reconnect for ever), got %s", c.OutageLimit)
+	}
+	switch {
+	case c.Sync != "" && c.Sync != SyncInterval && c.Sync != SyncAlways:
+		return fmt.Errorf("--sync: %s or %s, got %q", SyncInterval, SyncAlways, c.Sync)
+	case c.Sync == SyncAlways && c.Conn.URLs != "":
+		return fmt.Errorf("--sync: applies to the embedded server; with --nats, set sync_interval: always in the jetstream block of each nats-server's config")
 	}
 	if c.ArchiveMaxAge < 0 {
 		return fmt.Errorf("--archive-max-age: must be >= 0 (0: for ever), got %s", c.ArchiveMaxAge)
@@ -669,7 +687,8 @@ func (m *Main) connect() (*nats.Conn, error) {
 	host, port, _ := splitHostPort(m.Config.Listen)
 	srv, err := embedded.StartServer(embedded.ServerConfig{
 		Host: host, Port: port, StoreDir: filepath.Join(m.Config.Data, "jetstream"),
-		Configure: func(o *natsserver.Options) error { return keys.Configure(o, nil) },
+		SyncAlways: m.Config.Sync == SyncAlways,
+		Configure:  func(o *natsserver.Options) error { return keys.Configure(o, nil) },
 	})
 	if err != nil {
 		return nil, err

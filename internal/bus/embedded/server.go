@@ -19,6 +19,10 @@ type ServerConfig struct {
 	Host     string // client listen host
 	Port     int    // client port; -1 picks a free one
 	StoreDir string // JetStream file storage
+	// SyncAlways has JetStream fsync every write before it acknowledges
+	// it, rather than on its interval (2 minutes): an acknowledged write
+	// then survives a power cut, not only a killed process.
+	SyncAlways bool
 
 	// User and Password, or Token, when set, are required of clients.
 	User, Password, Token string
@@ -52,6 +56,7 @@ func StartServer(cfg ServerConfig) (*natsserver.Server, error) {
 		JetStream:     true,
 		StoreDir:      cfg.StoreDir,
 		NoSigs:        true,
+		SyncAlways:    cfg.SyncAlways,
 		Username:      cfg.User,
 		Password:      cfg.Password,
 		Authorization: cfg.Token,
