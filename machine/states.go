@@ -47,6 +47,15 @@ func (s State) Terminal() bool {
 // Valid reports whether s is one of States.
 func (s State) Valid() bool { return slices.Contains(States, s) }
 
+// Next reports where ev leads from s, as the transition table says, and
+// false when ev may not follow s. The zero State is before an entry
+// exists: only the events that create one follow it. A checker of
+// recorded histories steps its model with it.
+func (s State) Next(ev Event) (State, bool) {
+	to, err := validate(s, ev)
+	return to, err == nil
+}
+
 // Event is a command that moves an entry from one state to the next.
 type Event string
 
