@@ -311,9 +311,13 @@ var errClientGone = errors.New("the MCP client went away")
 // request that carried it drops, or the stdio client's stream ends.
 var errClientDisconnected = errors.New("the MCP client disconnected")
 
-// supportedVersions are the protocol versions the gateway speaks: those
-// with sessions, since a session is the calls' conversation.
-var supportedVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+// supportedVersions are the protocol versions the gateway speaks to its
+// clients: the SDK's. A 2026-07-28 client has no initialize: its first
+// request, which carries its capabilities and name in _meta, opens the
+// session (over stdio: the connection is the session; the SDK's
+// streamable HTTP serves that revision to no client, and offers the older
+// ones). Toward each upstream server the SDK's client negotiates its own.
+var supportedVersions = mcp.SupportedProtocolVersions()
 
 // session is one client's MCP session and its upstream connections.
 type session struct {
@@ -325,6 +329,7 @@ type session struct {
 	id           string
 	conversation string
 	clientCaps   *mcp.ClientCapabilities
+	initialized  bool // by initialize: the client is on a revision before 2026-07-28
 	ups          map[string]*upstream
 	// conn carries the session's messages, where the gateway serves the
 	// transport itself (stdio): notifications/tasks go on it.
@@ -386,9 +391,29 @@ func internalError(err error) error {
 
 // handle answers the methods the gateway forwards.
 func (s *session) handle(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
+	if method != "initialize" {
+		// A 2026-07-28 client sends no initialize: the SDK takes its
+		// first request's _meta for it.
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+			if ip := ss.InitializeParams(); ip != nil && s.setup(ss, ip, false) {
+				s.connectAll(ctx)
+			}
+		}
+	}
 	switch method {
 	case "initialize":
 		return s.initialize(ctx, method, req, next)
+	case "server/discover":
+		res, err := next(ctx, method, req)
+		if dr, ok := res.(*mcp.DiscoverResult); ok && err == nil {
+			// The SDK has taken the request's _meta for the session's
+			// parameters now.
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss.InitializeParams() != nil && s.setup(ss, ss.InitializeParams(), false) {
+				s.connectAll(ctx)
+			}
+			dr.Capabilities, dr.Instructions = s.capabilities()
+		}
+		return res, err
 	case "tools/list":
 		return s.listTools(ctx)
 	case "tools/call":
@@ -421,9 +446,27 @@ func (s *session) handle(ctx context.Context, method string, req mcp.Request, ne
 func (s *session) initialize(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
 	params, _ := req.GetParams().(*mcp.InitializeParams)
 	ss, _ := req.GetSession().(*mcp.ServerSession)
+	if s.setup(ss, params, true) {
+		s.connectAll(ctx)
+	}
+	res, err := next(ctx, method, req)
+	if ir, ok := res.(*mcp.InitializeResult); ok && err == nil {
+		ir.Capabilities, ir.Instructions = s.capabilities()
+	}
+	return res, err
+}
+
+// setup opens the session, once, for the client params describe: its
+// name, for the conversation; what it can do (sampling, elicitation, the
+// tasks extension). It reports whether this call did: the caller then
+// connects the upstream servers. initialized says the client opened the
+// session with initialize (a revision before 2026-07-28), whose
+// connection is then where it listens for notifications.
+func (s *session) setup(ss *mcp.ServerSession, params *mcp.InitializeParams, initialized bool) bool {
 	first := false
 	s.once.Do(func() {
 		first = true
+		s.initialized = initialized
 		s.ss = ss
 		s.id = ss.ID()
 		if s.id == "" { // stdio: no transport session id
@@ -457,14 +500,7 @@ func (s *session) initialize(ctx context.Context, method string, req mcp.Request
 			s.close(errClientDisconnected)
 		}()
 	})
-	if first {
-		s.connectAll(ctx)
-	}
-	res, err := next(ctx, method, req)
-	if ir, ok := res.(*mcp.InitializeResult); ok && err == nil {
-		ir.Capabilities, ir.Instructions = s.capabilities()
-	}
-	return res, err
+	return first
 }
 
 // capabilities are what the upstream servers can do together, and their

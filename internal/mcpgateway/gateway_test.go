@@ -137,9 +137,10 @@ func (e *env) connectPipe(gw *mcpgateway.Gateway, name string, opts *mcp.ClientO
 
 // upstreamCall is a line of the upstream's log.
 type upstreamCall struct {
-	Tool string          `json:"tool"`
-	Args json.RawMessage `json:"args"`
-	PID  int             `json:"pid"`
+	Tool     string          `json:"tool"`
+	Args     json.RawMessage `json:"args"`
+	PID      int             `json:"pid"`
+	Protocol string          `json:"protocol"`
 }
 
 // received is what the upstream server received, in order.

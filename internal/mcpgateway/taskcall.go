@@ -264,11 +264,13 @@ func (s *session) upstreamOf(ctx context.Context, toolName string) (*upstream, s
 }
 
 // notifyTask tells the client how task id stands, on its session's
-// connection, when it declared the extension and listens there (stdio).
-// Over HTTP the client polls.
+// connection, when it declared the extension and listens there: a client
+// that initialized a session over stdio. Over HTTP, and on 2026-07-28
+// (where a client listens only on the subscriptions it opens, which the
+// SDK offers for no task), the client polls.
 func (s *session) notifyTask(id string) {
 	conn := s.conn.connection()
-	if conn == nil || !declaresTasks(nil, s.clientCaps) || s.life.Err() != nil {
+	if conn == nil || !s.initialized || !declaresTasks(nil, s.clientCaps) || s.life.Err() != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.life, 30*time.Second)

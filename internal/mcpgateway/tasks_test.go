@@ -78,6 +78,9 @@ func serveRaw(t *testing.T, gw *mcpgateway.Gateway, name string, caps map[string
 	if caps == nil {
 		caps = map[string]any{}
 	}
+	if name == "" {
+		return r // a 2026-07-28 client: no initialize
+	}
 	r.result("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": caps,
 		"clientInfo": map[string]any{"name": name, "version": "1"}})
 	r.send(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -373,4 +376,63 @@ default:
 	assert.Empty(t, e.received(), "neither reached the upstream")
 	e.ends(id.(string), machine.StateCompletedFailure, "now denies it")
 	e.ends(heldCall.PendingID, machine.StateCompletedFailure, "now denies it")
+}
+
+// stateless are the params of a 2026-07-28 request: p with the client's
+// revision, name and capabilities in _meta, as that revision has every
+// request carry them.
+func stateless(p map[string]any, caps map[string]any) map[string]any {
+	out := map[string]any{"_meta": map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "stateless", "version": "1"},
+		"io.modelcontextprotocol/clientCapabilities": caps,
+	}}
+	for k, v := range p {
+		out[k] = v
+	}
+	return out
+}
+
+// TestTasks_OnTheStatelessRevision: a client on 2026-07-28 sends no
+// initialize: server/discover offers the extension, a tools/call that
+// declares it in its _meta gets a task, which it polls to the upstream's
+// result; the gateway speaks 2026-07-28 to its stdio upstream too. The
+// same client's call that does not declare it is held, as today.
+func TestTasks_OnTheStatelessRevision(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	gw := e.gateway(map[string]mcpgateway.Upstream{"files": e.files()}, mcpgateway.Options{})
+	r := serveRaw(t, gw, "", nil)
+
+	found := r.result("server/discover", stateless(nil, withTasks))
+	assert.Contains(t, found["supportedVersions"], "2026-07-28")
+	caps, _ := found["capabilities"].(map[string]any)
+	assert.Contains(t, caps["extensions"], mcpgateway.TasksExtension, "discover offers the extension: %v", found)
+	assert.NotNil(t, caps["tools"])
+
+	res := r.result("tools/call", stateless(map[string]any{"name": "write_file", "arguments": map[string]any{"path": "s.txt"}}, withTasks))
+	require.Equal(t, "task", res["resultType"], "%v", res)
+	id := res["taskId"]
+	got := r.result("tasks/get", stateless(map[string]any{"taskId": id}, withTasks))
+	assert.Equal(t, "working", got["status"])
+	assert.Equal(t, "complete", got["resultType"])
+	err := r.rpcError("tasks/get", stateless(map[string]any{"taskId": id}, map[string]any{}))
+	assert.EqualValues(t, -32021, err["code"], "a request that does not declare the extension: %v", err)
+
+	_, derr := e.approver.Decide(t.Context(), id.(string), client.Decision{Approve: true})
+	require.NoError(t, derr)
+	var done map[string]any
+	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the task completes", func() (bool, any) {
+		done = r.result("tasks/get", stateless(map[string]any{"taskId": id}, withTasks))
+		return done["status"] == "completed", done
+	})
+	text, isError := resultText(t, done)
+	assert.False(t, isError)
+	assert.Equal(t, "wrote s.txt", text)
+
+	held := r.result("tools/call", stateless(map[string]any{"name": "echo", "arguments": map[string]any{"text": "hi"}}, map[string]any{}))
+	assert.Equal(t, "complete", held["resultType"])
+	got2 := e.received()
+	require.Len(t, got2, 2)
+	assert.Equal(t, "2026-07-28", got2[0].Protocol, "the gateway negotiates its own revision with the upstream")
 }

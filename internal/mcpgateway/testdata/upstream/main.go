@@ -22,11 +22,13 @@ type Call struct {
 	Tool string          `json:"tool"`
 	Args json.RawMessage `json:"args"`
 	PID  int             `json:"pid"`
+	// Protocol is the MCP revision the call came on.
+	Protocol string `json:"protocol"`
 }
 
 var mu sync.Mutex
 
-func record(tool string, args json.RawMessage) {
+func record(tool string, args json.RawMessage, protocol string) {
 	path := os.Getenv("UPSTREAM_LOG")
 	if path == "" {
 		return
@@ -38,7 +40,7 @@ func record(tool string, args json.RawMessage) {
 		log.Fatal(err)
 	}
 	defer f.Close()
-	line, _ := json.Marshal(Call{Tool: tool, Args: args, PID: os.Getpid()})
+	line, _ := json.Marshal(Call{Tool: tool, Args: args, PID: os.Getpid(), Protocol: protocol})
 	if _, err := f.Write(append(line, '\n')); err != nil {
 		log.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func main() {
 			schema = file
 		}
 		s.AddTool(&mcp.Tool{Name: name, Description: description, InputSchema: schema}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			record(name, req.Params.Arguments)
+			record(name, req.Params.Arguments, req.ProtocolVersion())
 			var args map[string]any
 			_ = json.Unmarshal(req.Params.Arguments, &args)
 			return h(ctx, args)
