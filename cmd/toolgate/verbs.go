@@ -99,6 +99,7 @@ it expires (approve --for 2h) or is revoked.
 			summary: "a Claude Code hook (PreToolUse, PermissionRequest, PostToolUse)", cmd: hookCmd,
 			subs: []verb{{name: "claude-code", summary: "a Claude Code hook (PreToolUse, PermissionRequest, PostToolUse)"}}},
 		{name: "mcp", column: 30, synopsis: "mcp", summary: "an MCP server on stdio: --permission-prompt-tool mcp__toolgate__approve", cmd: mcpCmd},
+		{name: "claude-channel", column: 30, synopsis: "claude-channel", summary: "a Claude Code channel on stdio that relays permission prompts to toolgate", cmd: claudeChannelCmd},
 		{name: "mcp-gateway", column: 30, synopsis: "mcp-gateway --config FILE",
 			summary: "an MCP gateway in front of MCP servers: every tool call through toolgate", cmd: mcpGatewayCmd},
 		{name: "policy", synopsis: "policy get|set FILE|validate FILE|dry-run FILE|explain TOOL ARGS",

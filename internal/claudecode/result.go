@@ -47,7 +47,9 @@ func record(ctx context.Context, g Gate, in Input, opts Options) error {
 			return err
 		}
 	}
-	return nil // a call toolgate was not asked about
+	// A prompt the channel relayed, answered first in Claude Code.
+	_, err = withdrawAnsweredLocally(ctx, g, in, opts, calls)
+	return err // else: a call toolgate was not asked about
 }
 
 // candidates are the calls a PostToolUse without a call of its own may
