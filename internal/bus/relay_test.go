@@ -334,9 +334,7 @@ func TestRelay_OneWriteOfTwoTransitionsPublishesBoth(t *testing.T) {
 	sub, err := env.NC.SubscribeSync(wire.EntrySubject(e.CallerBotID, e.PendingID))
 	require.NoError(t, err)
 	require.NoError(t, env.NC.Flush())
-	got, err := asker.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice", Claim: func(*machine.Entry) (string, time.Duration, bool) {
-		return "exec-1", time.Minute, true
-	}})
+	got, err := asker.Decide(ctx, e.PendingID, machine.Decision{Approve: true, By: "alice", Claim: &machine.Claimant{Holder: "exec-1", Lease: time.Minute}})
 	require.NoError(t, err)
 	require.Equal(t, machine.StateExecuting, got.Status)
 
