@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/client"
@@ -111,6 +112,10 @@ type Decision struct {
 	Reason       string
 	UpdatedInput json.RawMessage // the input to run: edited by an approver, or the original
 	Edited       bool
+	// Learn, on an approval for the session or always, is the rule it
+	// gave, for Claude Code's own permission rules to learn (a
+	// PermissionRequest answer's updatedPermissions); nil otherwise.
+	Learn *PermissionUpdate
 	// Context is for the model (a hook's additionalContext): what decided
 	// (the rule, grant or person, and why), the deadline of a call that
 	// waits for a human, and for a refusal how the call could be allowed;
@@ -134,7 +139,7 @@ func Decide(o client.Outcome, err error) Decision {
 		if o.Reason != "" {
 			reason += " (" + o.Reason + ")"
 		}
-		return Decision{Behavior: Allow, Reason: reason, UpdatedInput: o.Arguments, Edited: o.Edited, Context: allowedContext(o)}
+		return Decision{Behavior: Allow, Reason: reason, UpdatedInput: o.Arguments, Edited: o.Edited, Context: allowedContext(o), Learn: learned(o)}
 	default:
 		return Decision{Behavior: Deny, Reason: fmt.Sprintf("toolgate: unexpected outcome %q: denied", o.Kind), Context: unsureContext}
 	}
@@ -177,7 +182,56 @@ func (d Decision) PreToolUse() PreToolUseOutput {
 type PermissionResult struct {
 	Behavior     Behavior        `json:"behavior"`
 	UpdatedInput json.RawMessage `json:"updatedInput,omitempty"`
-	Message      string          `json:"message,omitempty"`
+	// UpdatedPermissions (a PermissionRequest's allow) are rules for
+	// Claude Code to add, as its own "don't ask again" adds them.
+	UpdatedPermissions []PermissionUpdate `json:"updatedPermissions,omitempty"`
+	Message            string             `json:"message,omitempty"`
+}
+
+// PermissionUpdate is a change to Claude Code's permission rules, as a
+// PermissionRequest hook answers it (and as its input's
+// permission_suggestions offer them): here, addRules.
+type PermissionUpdate struct {
+	Type        string           `json:"type"` // addRules
+	Rules       []PermissionRule `json:"rules"`
+	Behavior    Behavior         `json:"behavior"`    // allow
+	Destination string           `json:"destination"` // session, localSettings
+}
+
+// PermissionRule is a rule of Claude Code's: a tool, and what of its
+// input the rule covers (none: all of it).
+type PermissionRule struct {
+	ToolName    string `json:"toolName"`
+	RuleContent string `json:"ruleContent,omitempty"`
+}
+
+// learned is the rule a human's approval for the session (destination
+// session) or always (localSettings, where Claude Code's own "don't ask
+// again" writes) gave: the pattern toolgate's grant of it covers, in
+// Claude Code's words. Nil for an approval once, a policy's verdict, or a
+// call no pattern covers alone.
+func learned(o client.Outcome) *PermissionUpdate {
+	var dest string
+	switch o.Scope {
+	case machine.ScopeSession:
+		dest = "session"
+	case machine.ScopeAlways:
+		dest = "localSettings"
+	default:
+		return nil
+	}
+	if o.Kind != client.Approved || o.Entry == nil {
+		return nil
+	}
+	pattern, err := policy.GrantPattern(o.Entry.Call())
+	if err != nil {
+		return nil
+	}
+	rule := PermissionRule{ToolName: pattern}
+	if tool, content, ok := strings.Cut(pattern, "("); ok && strings.HasSuffix(content, ")") {
+		rule = PermissionRule{ToolName: tool, RuleContent: strings.TrimSuffix(content, ")")}
+	}
+	return &PermissionUpdate{Type: "addRules", Rules: []PermissionRule{rule}, Behavior: Allow, Destination: dest}
 }
 
 // PermissionRequestOutput is a PermissionRequest hook's answer.
@@ -195,7 +249,11 @@ type PermissionRequestOutput struct {
 // undecided call is denied, saying why.
 func (d Decision) Permission() PermissionResult {
 	if d.Behavior == Allow {
-		return PermissionResult{Behavior: Allow, UpdatedInput: d.UpdatedInput}
+		r := PermissionResult{Behavior: Allow, UpdatedInput: d.UpdatedInput}
+		if d.Learn != nil {
+			r.UpdatedPermissions = []PermissionUpdate{*d.Learn}
+		}
+		return r
 	}
 	msg := d.Reason
 	if d.Context != "" {
