@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/mcpgateway"
 	"github.com/toolgate/toolgate/internal/server"
@@ -105,6 +107,19 @@ func TestMCPGateway_DocsEverySnippetWorks(t *testing.T) {
 	}
 	httpAddrs := map[string]string{} // the page's --http address: the test's
 
+	// The page's replies of a JSON-RPC exchange (the tasks section), by
+	// id: its jsonl block's messages are checked against them.
+	replies := map[float64]map[string]any{}
+	for _, s := range sections(t, doc) {
+		var msg map[string]any
+		if s.lang == "json" && json.Unmarshal([]byte(s.text), &msg) == nil && msg["jsonrpc"] != nil {
+			id, ok := msg["id"].(float64)
+			require.True(t, ok, "docs/mcp-gateway.md:%d: a reply names its request's id", s.line)
+			replies[id] = msg
+		}
+	}
+	_, approver := g.ConnectAs(t, "approver")
+
 	seen := map[string]int{}
 	for _, s := range sections(t, doc) {
 		where := fmt.Sprintf("docs/mcp-gateway.md:%d (%s)", s.line, s.heading)
@@ -140,11 +155,16 @@ func TestMCPGateway_DocsEverySnippetWorks(t *testing.T) {
 					t.Errorf("%s: a shell line this test does not know: %s", where, line)
 				}
 			}
+		case "jsonl":
+			checkTasksExchange(t, where, s.text, replies, flags([]string{"mcp-gateway", "--config", "", "--nats", "", "--nats-creds", ""}), approver)
+			seen["tasks"]++
 		case "json":
 			var top map[string]json.RawMessage
 			require.NoError(t, json.Unmarshal([]byte(s.text), &top), "%s: parses", where)
 			var servers map[string]mcpServerEntry
 			switch {
+			case top["jsonrpc"] != nil:
+				continue // a reply, checked with its exchange
 			case top["mcpServers"] != nil:
 				require.Contains(t, []string{"Claude Desktop", "Cursor"}, s.heading, "%s: mcpServers is Claude Desktop's and Cursor's", where)
 				var cfg struct {
@@ -204,7 +224,7 @@ func TestMCPGateway_DocsEverySnippetWorks(t *testing.T) {
 			t.Errorf("%s: a %q block this test does not know", where, s.lang)
 		}
 	}
-	for _, kind := range []string{"config", "creds", "http", "Claude Desktop", "Cursor", "VS Code", "Codex"} {
+	for _, kind := range []string{"config", "creds", "http", "Claude Desktop", "Cursor", "VS Code", "Codex", "tasks"} {
 		assert.Positive(t, seen[kind], "the page shows a %s snippet, and the test checked it", kind)
 	}
 }
@@ -296,4 +316,91 @@ func runEcho(t *testing.T, where string, cs *mcp.ClientSession) {
 	require.NoError(t, err, where)
 	require.NotEmpty(t, res.Content, where)
 	assert.Equal(t, "echo: docs", res.Content[0].(*mcp.TextContent).Text, where)
+}
+
+// checkTasksExchange sends a gateway started with args, on stdio, the
+// client's messages of the page's exchange (one per line), and holds what
+// it answers to the page's replies: the same fields, and the same
+// resultType, status and result. A tasks/get whose page reply is
+// completed waits for an approver to approve the task's call, as the page
+// says, and polls until it is.
+func checkTasksExchange(t *testing.T, where, script string, replies map[float64]map[string]any, args []string, approver *client.Client) {
+	t.Helper()
+	cmd := exec.Command(toolgateBinary(t), args...)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err, where)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err, where)
+	var stderr bytes.Buffer
+	cmd.Stderr = &syncWriter{w: &stderr}
+	require.NoError(t, cmd.Start(), where)
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	r := newRPC(t, stdin, stdout)
+	var taskID any
+	checked := 0
+	for line := range strings.SplitSeq(strings.TrimSpace(script), "\n") {
+		var msg map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &msg), "%s: %s", where, line)
+		id, isCall := msg["id"].(float64)
+		if !isCall {
+			r.send(msg)
+			continue
+		}
+		method, _ := msg["method"].(string)
+		params, _ := msg["params"].(map[string]any)
+		if _, ok := params["taskId"]; ok {
+			require.NotNil(t, taskID, "%s: a task is polled after a call answered with one", where)
+			params["taskId"] = taskID // the page's stands for the one the call got
+		}
+		want := replies[id]
+		wantResult, _ := want["result"].(map[string]any)
+		var got map[string]any
+		if method == "tasks/get" && wantResult["status"] == "completed" {
+			_, err := approver.Decide(t.Context(), taskID.(string), client.Decision{Approve: true, Reason: "docs"})
+			require.NoError(t, err, where)
+			bustest.Eventually(t, 30*time.Second, 50*time.Millisecond, where+": the task completes", func() (bool, any) {
+				got = r.result(r.call(int(id), method, params))
+				return got["status"] == "completed", got
+			})
+		} else {
+			got = r.result(r.call(int(id), method, params))
+		}
+		if method == "tools/call" {
+			taskID = got["taskId"]
+		}
+		if want == nil {
+			continue
+		}
+		checked++
+		assert.ElementsMatch(t, slices.Collect(maps.Keys(wantResult)), slices.Collect(maps.Keys(got)), "%s: the reply to %s has the page's fields", where, method)
+		for _, k := range []string{"resultType", "status", "result"} {
+			assert.Equal(t, withoutServerInfo(wantResult[k]), withoutServerInfo(got[k]), "%s: %s's %s", where, method, k)
+		}
+		if msg, ok := wantResult["statusMessage"].(string); ok {
+			before, _, _ := strings.Cut(msg, " on ")
+			assert.True(t, strings.HasPrefix(got["statusMessage"].(string), before+" on "+taskID.(string)), "%s: %q, as the page's %q", where, got["statusMessage"], msg)
+		}
+	}
+	assert.Equal(t, len(replies), checked, "%s: every reply the page shows is one the exchange got: %s", where, &stderr)
+}
+
+// withoutServerInfo is a tool's result without the name its server gives
+// itself in _meta (the page's server is not the test's), which stays.
+func withoutServerInfo(v any) any {
+	res, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	out := maps.Clone(res)
+	if meta, ok := out["_meta"].(map[string]any); ok {
+		meta = maps.Clone(meta)
+		if _, named := meta["io.modelcontextprotocol/serverInfo"]; named {
+			meta["io.modelcontextprotocol/serverInfo"] = "(the server's)"
+		}
+		out["_meta"] = meta
+	}
+	return out
 }
