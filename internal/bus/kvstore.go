@@ -22,6 +22,10 @@ type KVStore struct {
 	recent recentEntries
 	index  *CallIndex // nil: none (WithIndex)
 	work   *WorkQueue // nil: none (WithWorkQueue)
+	// blind, set only by a test (BlindWrites), has Update write
+	// without its compare-and-set: the broken build the history checker
+	// must catch.
+	blind bool
 }
 
 var _ machine.RecentStore = (*KVStore)(nil)
@@ -188,7 +192,12 @@ func (s *KVStore) Update(ctx context.Context, e *machine.Entry, revision uint64)
 	if err != nil {
 		return 0, err
 	}
-	rev, err := write(ctx, s.js, s.kv, e.PendingID, data, revision)
+	var rev uint64
+	if s.blind && revision != 0 {
+		rev, err = s.kv.Put(ctx, e.PendingID, data)
+	} else {
+		rev, err = write(ctx, s.js, s.kv, e.PendingID, data, revision)
+	}
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, fmt.Errorf("%s at revision %d: %w", e.PendingID, revision, machine.ErrConflict)
 	}
