@@ -37,6 +37,11 @@ type Options struct {
 	// Clock replaces time.Now in the application layer, the policy
 	// engine and the timer: the one clock a test scripts history with.
 	Clock func() time.Time
+	// LocalClock, without Clock, is the machine's own clock, off as a
+	// machine's may be: toolgate tells deadlines and leases by the NATS
+	// server's clock instead, correcting this one (for tests of clock
+	// skew; default time.Now).
+	LocalClock func() time.Time
 	// Cluster runs toolgate on a 3-node cluster with replicas 3 instead
 	// of its embedded server.
 	Cluster bool
@@ -104,7 +109,7 @@ func Start(t testing.TB, opts Options) *Gate {
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
 	}
-	m := &server.Main{Config: cfg, Log: bustest.Logger(), Version: "0.0.1-test", Clock: opts.Clock}
+	m := &server.Main{Config: cfg, Log: bustest.Logger(), Version: "0.0.1-test", Clock: opts.Clock, LocalClock: opts.LocalClock}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()

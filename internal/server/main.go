@@ -199,8 +199,15 @@ type Main struct {
 	Version string
 	// Clock, when set, replaces time.Now in the application layer, the
 	// policy engine and the timer, for tests that script when calls
-	// happen and when their deadlines pass.
+	// happen and when their deadlines pass. When nil, they tell the time
+	// by the NATS server's clock (bus.ServerClock): LocalClock corrected
+	// by its offset to the server's, measured at start and every minute,
+	// so that processes whose machines' clocks disagree agree on when a
+	// deadline passes and a lease runs out.
 	Clock func() time.Time
+	// LocalClock is the machine's own clock (nil: time.Now), which the
+	// server's corrects; tests set it off to check that it does.
+	LocalClock func() time.Time
 
 	once  sync.Once
 	ready chan struct{}
@@ -298,6 +305,9 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	g.Go(func() error { return m.watchConn(ctx, nc) })
+	if d.serverClock != nil {
+		g.Go(func() error { return d.serverClock.Run(ctx, time.Minute, m.Log) })
+	}
 	if !m.startCredentials(ctx, g, d) {
 		return g.Wait()
 	}
@@ -561,9 +571,10 @@ type deps struct {
 	analytics *analytics.Analytics
 	// registry holds every Prometheus collector this process exports.
 	registry *prometheus.Registry
-	// clock is Main.Clock, which the timer tells the time by too (nil:
-	// time.Now).
-	clock func() time.Time
+	// clock is what the application layer, the policy engine and the
+	// timer tell the time by: Main.Clock, or serverClock's.
+	clock       func() time.Time
+	serverClock *bus.ServerClock // nil: Main.Clock is set
 	// The http role's, built before the roles start.
 	httpHandler  http.Handler
 	httpListener net.Listener
@@ -592,10 +603,15 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	}
 	grants := bus.NewGrantStore(js, b.Grants)
 	ledger := bus.NewBudgetLedger(js, b.Budgets)
-	opts := []policy.EngineOption{policy.WithRateCounter(bus.NewRateCounters(js, b.RateLimits))}
-	if m.Clock != nil {
-		opts = append(opts, policy.WithClock(m.Clock))
+	clock, sc := m.Clock, (*bus.ServerClock)(nil)
+	if clock == nil {
+		sc = bus.NewServerClock(b.Calls, m.LocalClock)
+		if err := sc.Sync(ctx, m.Log); err != nil {
+			m.Log.Warn("telling the time by this machine's clock until the NATS server's can be read", "err", err)
+		}
+		clock = sc.Now
 	}
+	opts := []policy.EngineOption{policy.WithRateCounter(bus.NewRateCounters(js, b.RateLimits)), policy.WithClock(clock)}
 	engine, err := policy.NewEngine(doc, grants, ledger, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("stored policy: %w", err)
@@ -640,7 +656,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 			return json.Marshal(r)
 		}
 	}
-	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Clock: m.Clock, Log: m.Log})
+	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Clock: clock, Log: m.Log})
 	if err := m.gate.Runtime().RegisterReceiptKey(ctx); err != nil {
 		return nil, err
 	}
@@ -648,7 +664,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry, clock: m.Clock}, nil
+	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry, clock: clock, serverClock: sc}, nil
 }
 
 // largeBucket is how many entries and revisions in tool_calls make its
