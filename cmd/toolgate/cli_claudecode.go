@@ -172,9 +172,10 @@ func hookAnswer(ctx context.Context, c *cliCmd, in claudecode.Input, opts claude
 // unreachable, and it reconnects by itself.
 func mcpCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("mcp", "mcp [flags]",
-		"An MCP server on stdio with one tool, approve, for Claude Code's\n--permission-prompt-tool mcp__toolgate__approve: it asks toolgate about each tool call and\n"+
+		"An MCP server on stdio with the tool approve, for Claude Code's\n--permission-prompt-tool mcp__toolgate__approve: it asks toolgate about each tool call and\n"+
 			"answers allow or deny. The tool has no \"ask\": a call nobody decides within --wait is withdrawn\n"+
-			"and denied, and so is a call toolgate cannot be asked about (it is unreachable).", out).connFlags()
+			"and denied, and so is a call toolgate cannot be asked about (it is unreachable). Its tool hook\n"+
+			"answers an mcp_tool hook handler as toolgate hook claude-code answers a command hook.", out).connFlags()
 	var opts claudecode.Options
 	hookFlags(c, &opts, "how long Claude Code waits for a tool (MCP_TOOL_TIMEOUT)")
 	c.fs.Lookup("wait").Usage = "how long to wait for toolgate's verdict before withdrawing the call and denying it;\n" +

@@ -37,7 +37,8 @@ var approveSchema = json.RawMessage(`{
   "required": ["tool_name", "input"]
 }`)
 
-// NewMCPServer returns an MCP server with the approve tool. Every call it
+// NewMCPServer returns an MCP server with the approve tool, and the hook
+// tool for an mcp_tool hook handler (see HookAnswer). Every call it
 // is asked about belongs to conversation (one server runs per Claude Code
 // session). Its result is one text block holding
 // {"behavior":"allow","updatedInput":{…}} (the input echoed when nobody
@@ -76,7 +77,67 @@ func NewMCPServer(g Gate, conversation, version string, opts Options) *mcp.Serve
 		text, _ := json.Marshal(d.Permission())
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(text)}}}, nil, nil
 	})
+	mcp.AddTool(s, &mcp.Tool{
+		Name: HookToolName,
+		Description: "Claude Code's hook for an mcp_tool hook handler: takes the hook's input (PreToolUse, PermissionRequest, PostToolUse, " +
+			"PostToolUseFailure) and answers, as text, the JSON the command hook `toolgate hook claude-code` prints.",
+		InputSchema: hookSchema,
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, raw map[string]any) (*mcp.CallToolResult, any, error) {
+		ctx, stop := said(ctx)
+		defer stop()
+		answer := HookAnswer(ctx, g, raw, opts)
+		text, _ := json.Marshal(answer)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(text)}}}, nil, nil
+	})
 	return s
+}
+
+// HookToolName is the hook tool's name: an mcp_tool hook handler calls it
+// as {"type": "mcp_tool", "server": "toolgate", "tool": "hook", "input": …}.
+const HookToolName = "hook"
+
+// hookSchema is the hook tool's input schema: the hook input's fields, as
+// an mcp_tool handler's input fills them in from it ("${tool_use_id}").
+// tool_input may come as an object or as its JSON in a string.
+var hookSchema = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "session_id": {"type": "string"},
+    "hook_event_name": {"type": "string", "description": "PreToolUse, PermissionRequest, PostToolUse or PostToolUseFailure"},
+    "tool_name": {"type": "string"},
+    "tool_input": {"type": ["object", "string"], "description": "the tool's input, or its JSON"},
+    "tool_use_id": {"type": "string"},
+    "permission_mode": {"type": "string"},
+    "tool_response": {"description": "PostToolUse: the tool's response"},
+    "error": {"type": "string", "description": "PostToolUseFailure: the tool's error"}
+  },
+  "required": ["session_id", "hook_event_name", "tool_name"]
+}`)
+
+// HookAnswer answers a hook input given as the hook tool's arguments (an
+// mcp_tool handler's input): what the command hook prints. An input it
+// cannot read is refused in the event's shape (a deny at PreToolUse and
+// PermissionRequest), and toolgate failing is answered as Failed says.
+func HookAnswer(ctx context.Context, g Gate, raw map[string]any, opts Options) any {
+	if s, ok := raw["tool_input"].(string); ok {
+		var v map[string]any
+		if json.Unmarshal([]byte(s), &v) == nil && v != nil {
+			raw["tool_input"] = v
+		}
+	}
+	data, _ := json.Marshal(raw)
+	in, err := ParseInput(data)
+	if err != nil {
+		return Refuse(EventOf(data), "toolgate refused the hook's input: "+err.Error())
+	}
+	if _, ok := raw["tool_input"].(string); ok {
+		return Refuse(in.HookEventName, `toolgate refused the hook's input: tool_input: want an object, or its JSON in a string ("${tool_input}")`)
+	}
+	answer, err := Handle(ctx, g, in, opts)
+	if err != nil {
+		return Failed(in, opts, err)
+	}
+	return answer
 }
 
 // errCancelled is why a request Claude Code cancelled, or whose

@@ -91,8 +91,14 @@ func TestMCPApprove_SchemaRequiresToolNameAndInput(t *testing.T) {
 	session := mcpSession(t, startGate(t), "mcp-schema", claudecode.Options{})
 	tools, err := session.ListTools(t.Context(), nil)
 	require.NoError(t, err)
-	require.Len(t, tools.Tools, 1)
-	schema, err := json.Marshal(tools.Tools[0].InputSchema)
+	var approve *mcp.Tool
+	for _, tool := range tools.Tools {
+		if tool.Name == claudecode.ApproveToolName {
+			approve = tool
+		}
+	}
+	require.NotNil(t, approve, "the approve tool is listed")
+	schema, err := json.Marshal(approve.InputSchema)
 	require.NoError(t, err)
 	var s struct {
 		Required []string `json:"required"`
@@ -161,4 +167,43 @@ func mcpSession(t *testing.T, g claudecode.Gate, conversation string, opts claud
 	require.NoError(t, err)
 	t.Cleanup(func() { session.Close() })
 	return session
+}
+
+// The hook tool answers an mcp_tool hook handler: the hook's input in (its
+// fields as the handler's input fills them in, tool_input as an object or
+// as its JSON in a string), the command hook's JSON out.
+func TestMCPHookTool_AnswersAsTheCommandHook(t *testing.T) {
+	t.Parallel()
+	c := startGate(t)
+	ctx := t.Context()
+	st, ct := mcp.NewInMemoryTransports()
+	_, err := claudecode.NewMCPServer(c, "unused", "0.0.1", claudecode.Options{}).Connect(ctx, st, nil)
+	require.NoError(t, err)
+	session, err := mcp.NewClient(&mcp.Implementation{Name: "claude-code"}, nil).Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { session.Close() })
+
+	hook := func(args map[string]any) claudecode.PreToolUseDecision {
+		t.Helper()
+		res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: claudecode.HookToolName, Arguments: args})
+		require.NoError(t, err)
+		require.False(t, res.IsError)
+		require.Len(t, res.Content, 1)
+		return preToolUse(t, []byte(res.Content[0].(*mcp.TextContent).Text))
+	}
+	in := func(toolInput any, id string) map[string]any {
+		return map[string]any{"session_id": "mcp-tool-hook", "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": toolInput, "tool_use_id": id}
+	}
+	allowed := hook(in(`{"command":"npm test"}`, "toolu_s"))
+	assert.Equal(t, claudecode.Allow, allowed.PermissionDecision, "tool_input as its JSON in a string")
+	assert.Contains(t, allowed.AdditionalContext, "by its policy")
+	denied := hook(in(map[string]any{"command": "rm -rf /"}, "toolu_o"))
+	assert.Equal(t, claudecode.Deny, denied.PermissionDecision, "tool_input as an object")
+	e, err := c.Get(ctx, machine.PendingID("mcp-tool-hook", "toolu_o"))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateRejectedByPolicy, e.Status, "the call is the hook input's: its session and tool_use_id")
+
+	bad := hook(in("rm -rf /", "toolu_b"))
+	assert.Equal(t, claudecode.Deny, bad.PermissionDecision, "an input it cannot read blocks the call")
+	assert.Contains(t, bad.PermissionDecisionReason, "tool_input: want an object")
 }
