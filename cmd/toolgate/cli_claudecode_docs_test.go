@@ -133,6 +133,8 @@ func TestClaudeCodeDocs_EverySnippetWorks(t *testing.T) {
 		creds       = agentCreds // until the page's `creds add` issues one
 		docCreds    string       // the path the page writes it to
 		mcpServers  []string
+		channels    []string
+		mcpToolHook []string // the servers mcp_tool hooks name
 		permissions []string
 		yamlRules   []string
 		seen        = map[string]int{}
@@ -154,12 +156,16 @@ func TestClaudeCodeDocs_EverySnippetWorks(t *testing.T) {
 					r := cli(t, nats, args[1:]...)
 					require.Equal(t, 0, r.code, "%s: %s", where, r.stderr)
 					creds = args[i+1]
-				case len(args) > 0 && args[0] == "claude":
+				case len(args) > 0 && args[0] == "claude" && slices.Contains(args, "--permission-prompt-tool"):
 					seen["claude"]++
 					i := slices.Index(args, "--permission-prompt-tool")
-					require.Positive(t, i, where)
 					require.NotEmpty(t, mcpServers, "%s: the MCP server block comes first", where)
-					assert.Equal(t, "mcp__"+mcpServers[0]+"__"+claudecode.ApproveToolName, args[i+1], "%s: names the server's tool", where)
+					assert.Equal(t, "mcp__"+mcpServers[len(mcpServers)-1]+"__"+claudecode.ApproveToolName, args[i+1], "%s: names the server's tool", where)
+				case len(args) == 3 && args[0] == "claude" && (args[1] == "--channels" || args[1] == "--dangerously-load-development-channels"):
+					seen["claude --channels"]++
+					name, ok := strings.CutPrefix(args[2], "server:")
+					require.True(t, ok, "%s: a channel of .mcp.json is server:NAME", where)
+					assert.Contains(t, channels, name, "%s: names the channel's server block, shown before", where)
 				default:
 					t.Errorf("%s: a shell line this test does not know: %s", where, line)
 				}
@@ -192,6 +198,9 @@ func TestClaudeCodeDocs_EverySnippetWorks(t *testing.T) {
 								return agentCreds
 							}, n)
 							seen[fmt.Sprint(h["type"])]++
+							if h["type"] == "mcp_tool" {
+								mcpToolHook = append(mcpToolHook, fmt.Sprint(h["server"]))
+							}
 						}
 					}
 				}
@@ -205,9 +214,16 @@ func TestClaudeCodeDocs_EverySnippetWorks(t *testing.T) {
 				}
 				require.NoError(t, strictly([]byte(b.text), &cfg), where)
 				for name, s := range cfg.MCPServers {
-					mcpServers = append(mcpServers, name)
 					require.Equal(t, "toolgate", s.Command, where)
-					checkMCP(t, where, replaceFlags(s.Args, map[string]string{"--nats": nats, "--nats-creds": agentCreds}))
+					args := replaceFlags(s.Args, map[string]string{"--nats": nats, "--nats-creds": agentCreds})
+					if len(args) > 0 && args[0] == "claude-channel" {
+						seen["channel"]++
+						channels = append(channels, name)
+						checkChannel(t, where, args)
+						continue
+					}
+					mcpServers = append(mcpServers, name)
+					checkMCP(t, where, args)
 				}
 			case top["hookSpecificOutput"] != nil:
 				seen["output"]++
@@ -217,6 +233,16 @@ func TestClaudeCodeDocs_EverySnippetWorks(t *testing.T) {
 					} `json:"hookSpecificOutput"`
 				}
 				require.NoError(t, json.Unmarshal([]byte(b.text), &out), where)
+				if out.HookSpecificOutput.HookEventName == claudecode.EventPreToolUse {
+					seen["PreToolUse output"]++
+					var pre claudecode.PreToolUseOutput
+					require.NoError(t, strictly([]byte(b.text), &pre), "%s: the shape the hook prints", where)
+					d := pre.HookSpecificOutput
+					assert.Contains(t, []claudecode.Behavior{claudecode.Allow, claudecode.Deny, claudecode.Ask, claudecode.Defer}, d.PermissionDecision, where)
+					assert.NotEmpty(t, d.PermissionDecisionReason, "%s: says why", where)
+					assert.NotEmpty(t, d.AdditionalContext, "%s: tells the model what decided", where)
+					continue
+				}
 				require.Equal(t, claudecode.EventPermissionRequest, out.HookSpecificOutput.HookEventName, "%s: the page shows PermissionRequest's", where)
 				var pr claudecode.PermissionRequestOutput
 				require.NoError(t, strictly([]byte(b.text), &pr), "%s: the shape the hook prints", where)
@@ -241,7 +267,11 @@ func TestClaudeCodeDocs_EverySnippetWorks(t *testing.T) {
 		}
 	}
 	assert.Equal(t, permissions, yamlRules, "the permissions block moves over as it is")
-	for _, kind := range []string{"creds", "claude", "yaml", "command", "http", "mcp", "output", "tool result", "permissions"} {
+	for _, server := range mcpToolHook {
+		assert.Contains(t, mcpServers, server, "an mcp_tool hook names a toolgate mcp server the page registers")
+	}
+	for _, kind := range []string{"creds", "claude", "yaml", "command", "http", "mcp_tool", "mcp", "channel", "claude --channels",
+		"output", "PreToolUse output", "tool result", "permissions"} {
 		assert.Positive(t, seen[kind], "the page shows a %s snippet, and the test checked it", kind)
 	}
 }
@@ -259,8 +289,42 @@ func replaceFlags(args []string, with map[string]string) []string {
 
 // hookKeys are the settings a hook handler of either type may have.
 var hookKeys = map[string][]string{
-	"command": {"type", "command", "timeout"},
-	"http":    {"type", "url", "headers", "allowedEnvVars", "timeout"},
+	"command":  {"type", "command", "timeout"},
+	"http":     {"type", "url", "headers", "allowedEnvVars", "timeout"},
+	"mcp_tool": {"type", "server", "tool", "input", "timeout"},
+}
+
+// substitution is a ${path} of an mcp_tool hook's input, which Claude Code
+// fills in from the hook's input.
+var substitution = regexp.MustCompile(`\$\{([A-Za-z_.]+)\}`)
+
+// substitute fills in the ${path}s of an mcp_tool hook's input from the
+// hook's input (an object as its JSON).
+func substitute(t *testing.T, input map[string]any, hookInput string) map[string]any {
+	t.Helper()
+	var in map[string]any
+	require.NoError(t, json.Unmarshal([]byte(hookInput), &in))
+	out := map[string]any{}
+	for k, v := range input {
+		s, ok := v.(string)
+		if !ok {
+			out[k] = v
+			continue
+		}
+		out[k] = substitution.ReplaceAllStringFunc(s, func(ref string) string {
+			var cur any = in
+			for _, part := range strings.Split(substitution.FindStringSubmatch(ref)[1], ".") {
+				m, _ := cur.(map[string]any)
+				cur = m[part]
+			}
+			if str, ok := cur.(string); ok {
+				return str
+			}
+			data, _ := json.Marshal(cur)
+			return string(data)
+		})
+	}
+	return out
 }
 
 var envRef = regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
@@ -313,7 +377,7 @@ func checkHook(t *testing.T, where string, g *toolgatetest.Gate, nats, event str
 		hook, ok := strings.CutPrefix(u.Path, "/v1/integrations/claude-code/")
 		require.True(t, ok, "%s: %s", where, u.Path)
 		for k := range u.Query() {
-			assert.Contains(t, []string{"timeout", "wait", "team"}, k, "%s: the hook takes no ?%s=", where, k)
+			assert.Contains(t, []string{"timeout", "wait", "team", "headless"}, k, "%s: the hook takes no ?%s=", where, k)
 		}
 		if waits {
 			settings := "30" // Claude Code's default for an HTTP hook
@@ -344,7 +408,51 @@ func checkHook(t *testing.T, where string, g *toolgatetest.Gate, nats, event str
 		resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s (%s)", where, body, hook)
 		checkAnswer(t, where, event, body)
+	case "mcp_tool":
+		input, _ := h["input"].(map[string]any)
+		args := []string{"mcp", "--nats", nats, "--nats-creds", creds("")}
+		if hasTimeout {
+			args = append(args, "--timeout", fmt.Sprint(timeout))
+		}
+		session, err := mcp.NewClient(&mcp.Implementation{Name: "docs-test"}, nil).Connect(t.Context(), &mcp.CommandTransport{Command: exec.Command(toolgateBinary(t), args...)}, nil)
+		require.NoError(t, err, where)
+		defer session.Close()
+		res, err := session.CallTool(t.Context(), &mcp.CallToolParams{Name: fmt.Sprint(h["tool"]), Arguments: substitute(t, input, sampleInput(event, n))})
+		require.NoError(t, err, where)
+		require.False(t, res.IsError, where)
+		require.Len(t, res.Content, 1, where)
+		checkAnswer(t, where, event, []byte(res.Content[0].(*mcp.TextContent).Text))
 	}
+}
+
+// checkChannel starts `toolgate` with args, as Claude Code starts a
+// channel, and relays it a permission prompt the policy allows.
+func checkChannel(t *testing.T, where string, args []string) {
+	t.Helper()
+	cmd := exec.Command(toolgateBinary(t), args...)
+	cmd.Env = append(os.Environ(), "CLAUDE_CODE_SESSION_ID=docs-channel")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err, where)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err, where)
+	require.NoError(t, cmd.Start(), where)
+	defer func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	}()
+	_, err = io.WriteString(stdin, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"docs-test","version":"1"}}}`+"\n"+
+		`{"jsonrpc":"2.0","method":"notifications/claude/channel/permission_request","params":{"request_id":"docsa","tool_name":"Bash","description":"Run the tests","input_preview":"{\"command\":\"npm test\"}"}}`+"\n")
+	require.NoError(t, err, where)
+	sc := bufio.NewScanner(stdout)
+	var lines []string
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.Contains(sc.Text(), `"docsa"`) {
+			assert.JSONEq(t, `{"jsonrpc":"2.0","method":"notifications/claude/channel/permission","params":{"request_id":"docsa","behavior":"allow"}}`, sc.Text(), where)
+			return
+		}
+	}
+	t.Errorf("%s: the channel did not answer the prompt: %q", where, lines)
 }
 
 // checkMCP starts `toolgate` with args, as Claude Code would, and asks
