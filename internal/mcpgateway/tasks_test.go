@@ -2,13 +2,17 @@ package mcpgateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -435,4 +439,96 @@ func TestTasks_OnTheStatelessRevision(t *testing.T) {
 	got2 := e.received()
 	require.Len(t, got2, 2)
 	assert.Equal(t, "2026-07-28", got2[0].Protocol, "the gateway negotiates its own revision with the upstream")
+}
+
+// post sends one JSON-RPC message to the gateway's streamable HTTP, in
+// session sid ("" before initialize), and returns the response's message
+// (from its body, JSON or an event stream) and the session id it names.
+func post(t *testing.T, url, sid string, msg map[string]any) (map[string]any, string) {
+	t.Helper()
+	data, err := json.Marshal(msg)
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(data))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	if p, ok := msg["params"].(map[string]any); ok && p["taskId"] != nil {
+		req.Header.Set("Mcp-Name", p["taskId"].(string)) // as the extension has a client route its tasks
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Less(t, resp.StatusCode, 300, "%s", body)
+	if msg["id"] == nil {
+		return nil, resp.Header.Get("Mcp-Session-Id")
+	}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		line = strings.TrimPrefix(strings.TrimSpace(line), "data:")
+		var out map[string]any
+		if json.Unmarshal([]byte(line), &out) == nil && out["id"] != nil {
+			return out, resp.Header.Get("Mcp-Session-Id")
+		}
+	}
+	t.Fatalf("no response in %s", body)
+	return nil, ""
+}
+
+// TestTasks_OverHTTP: over streamable HTTP a client declaring the
+// extension gets its task at once, polls it in its session, and gets the
+// result; a task survives the session that created it: after DELETE, a
+// new session polls it to its end.
+func TestTasks_OverHTTP(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	gw := e.gateway(map[string]mcpgateway.Upstream{"files": e.files()}, mcpgateway.Options{})
+	srv := httptest.NewServer(gw.Handler())
+	t.Cleanup(func() {
+		gw.Close()
+		srv.Close()
+	})
+	open := func(name string) string {
+		_, sid := post(t, srv.URL, "", map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{
+			"protocolVersion": "2025-11-25", "capabilities": withTasks, "clientInfo": map[string]any{"name": name, "version": "1"}}})
+		require.NotEmpty(t, sid)
+		post(t, srv.URL, sid, map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
+		return sid
+	}
+	sid := open("http-tasks")
+	res, _ := post(t, srv.URL, sid, map[string]any{"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+		"params": map[string]any{"name": "write_file", "arguments": map[string]any{"path": "h.txt"}}})
+	created, _ := res["result"].(map[string]any)
+	require.Equal(t, "task", created["resultType"], "%v", res)
+	id := created["taskId"]
+	res, _ = post(t, srv.URL, sid, map[string]any{"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": map[string]any{"taskId": id}})
+	assert.Equal(t, "working", res["result"].(map[string]any)["status"], "%v", res)
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodDelete, srv.URL, nil)
+	require.NoError(t, err)
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	entry, err := e.approver.Get(t.Context(), id.(string))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, entry.Status, "a task is not withdrawn with the session: %s", entry.StatusReason)
+
+	_, err = e.approver.Decide(t.Context(), id.(string), client.Decision{Approve: true})
+	require.NoError(t, err)
+	later := open("http-tasks-again")
+	var got map[string]any
+	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the task completes", func() (bool, any) {
+		res, _ := post(t, srv.URL, later, map[string]any{"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": map[string]any{"taskId": id}})
+		got, _ = res["result"].(map[string]any)
+		return got["status"] == "completed", res
+	})
+	text, isError := resultText(t, got)
+	assert.False(t, isError)
+	assert.Equal(t, "wrote h.txt", text)
+	assert.Len(t, e.received(), 1)
 }
