@@ -332,7 +332,7 @@ var envRef = regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
 // checkHook runs one hook handler of a settings block against g.
 func checkHook(t *testing.T, where string, g *toolgatetest.Gate, nats, event string, h map[string]any, creds func(string) string, n int) {
 	t.Helper()
-	handled := []string{claudecode.EventPreToolUse, claudecode.EventPermissionRequest, claudecode.EventPostToolUse, claudecode.EventPostToolUseFailure}
+	handled := []string{claudecode.EventPreToolUse, claudecode.EventPermissionRequest, claudecode.EventPostToolUse, claudecode.EventPostToolUseFailure, claudecode.EventPermissionDenied}
 	require.Contains(t, handled, event, where)
 	typ, _ := h["type"].(string)
 	known, ok := hookKeys[typ]
@@ -340,7 +340,7 @@ func checkHook(t *testing.T, where string, g *toolgatetest.Gate, nats, event str
 	for k := range h {
 		assert.Contains(t, known, k, "%s: a %s hook has no setting %q", where, typ, k)
 	}
-	waits := event == claudecode.EventPreToolUse || event == claudecode.EventPermissionRequest
+	waits := event == claudecode.EventPreToolUse || event == claudecode.EventPermissionRequest || event == claudecode.EventPermissionDenied
 	timeout, hasTimeout := h["timeout"].(float64)
 
 	switch typ {

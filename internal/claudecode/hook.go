@@ -22,6 +22,9 @@ const (
 	EventPermissionRequest  = "PermissionRequest"
 	EventPostToolUse        = "PostToolUse"
 	EventPostToolUseFailure = "PostToolUseFailure"
+	// EventPermissionDenied fires after Claude Code's classifier (its
+	// auto mode) denied a call; its answer may ask for a retry.
+	EventPermissionDenied = "PermissionDenied"
 )
 
 // Input is what Claude Code sends a hook, on stdin or as a POST body.
@@ -36,6 +39,7 @@ type Input struct {
 	ToolUseID      string          `json:"tool_use_id,omitempty"`
 	ToolResponse   json.RawMessage `json:"tool_response,omitempty"` // PostToolUse
 	Error          string          `json:"error,omitempty"`         // PostToolUseFailure
+	Reason         string          `json:"reason,omitempty"`        // PermissionDenied: the classifier's
 }
 
 // ParseInput reads a hook's input, naming the field that is missing, too
@@ -322,6 +326,9 @@ type Options struct {
 func Handle(ctx context.Context, g Gate, in Input, opts Options) (any, error) {
 	switch in.HookEventName {
 	case EventPreToolUse:
+		if d, ok := overruled(ctx, g, in, opts); ok {
+			return Answer(in, d), nil
+		}
 		if opts.Headless {
 			return Answer(in, deferUntilDecided(ctx, g, in, opts)), nil
 		}
@@ -330,8 +337,10 @@ func Handle(ctx context.Context, g Gate, in Input, opts Options) (any, error) {
 		return Answer(in, decide(ctx, g, in, opts, handedBack)), nil
 	case EventPostToolUse, EventPostToolUseFailure:
 		return struct{}{}, record(ctx, g, in, opts)
+	case EventPermissionDenied:
+		return permissionDenied(ctx, g, in, opts)
 	default:
-		return nil, fmt.Errorf("%w: hook_event_name: %q is not one toolgate handles (PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure)", machine.ErrInvalid, in.HookEventName)
+		return nil, fmt.Errorf("%w: hook_event_name: %q is not one toolgate handles (PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure, PermissionDenied)", machine.ErrInvalid, in.HookEventName)
 	}
 }
 
@@ -407,6 +416,8 @@ func Failed(in Input, opts Options, err error) any {
 		return Answer(in, Unreachable(opts, err))
 	case EventPostToolUse, EventPostToolUseFailure:
 		return Notice{SystemMessage: fmt.Sprintf("toolgate could not record how %s went: %v", in.ToolName, err)}
+	case EventPermissionDenied:
+		return Notice{SystemMessage: fmt.Sprintf("toolgate could not record Claude Code's denial of %s (it stands): %v", in.ToolName, err)}
 	default:
 		return Notice{SystemMessage: "toolgate: " + err.Error()}
 	}

@@ -93,7 +93,7 @@ func New(cfg Config) *Service {
 	calls := bus.NewKVStore(js, cfg.Buckets.Calls).WithIndex(index).WithWorkQueue(work)
 	opts := []machine.Option{}
 	if cfg.Policy != nil {
-		opts = append(opts, machine.WithEvaluator(cfg.Policy))
+		opts = append(opts, machine.WithEvaluator(withClassifier(cfg.Policy)))
 	}
 	if cfg.Clock != nil {
 		opts = append(opts, machine.WithClock(cfg.Clock))

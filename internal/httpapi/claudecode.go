@@ -30,6 +30,7 @@ var claudeCodeHooks = map[string][]string{
 	"pre-tool-use":       {claudecode.EventPreToolUse},
 	"permission-request": {claudecode.EventPermissionRequest},
 	"post-tool-use":      {claudecode.EventPostToolUse, claudecode.EventPostToolUseFailure},
+	"permission-denied":  {claudecode.EventPermissionDenied},
 }
 
 // errHookClientGone is why a call is withdrawn when Claude Code closes an
@@ -62,7 +63,7 @@ func (s *Server) claudeCodeHook(w http.ResponseWriter, r *http.Request, u User) 
 	events, ok := claudeCodeHooks[hook]
 	if !ok {
 		return &hookError{event: event, err: httpErr(http.StatusNotFound, "not_found",
-			fmt.Sprintf("no such Claude Code hook here: %s: the hooks are pre-tool-use, permission-request and post-tool-use", r.URL.Path))}
+			fmt.Sprintf("no such Claude Code hook here: %s: the hooks are pre-tool-use, permission-request, post-tool-use and permission-denied", r.URL.Path))}
 	}
 	opts := claudecode.Options{Caller: u.Name, Team: r.URL.Query().Get("team"), Timeout: claudecode.DefaultHTTPTimeout, Asked: asked}
 	for name, d := range map[string]*time.Duration{"timeout": &opts.Timeout, "wait": &opts.Wait} {
