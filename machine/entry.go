@@ -120,6 +120,10 @@ type Transition struct {
 	Actor  string `json:"actor,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	At     int64  `json:"at"`
+	// DecidedBy is what decided, on a transition that decides the call
+	// (the policy's verdict at submit, an approval or rejection, a
+	// timeout): Actor and Reason name who and which rule.
+	DecidedBy Decider `json:"decidedBy,omitempty"`
 	// Edit is set on an approval that edited the call's arguments.
 	Edit *Edit `json:"edit,omitempty"`
 	// Write is a random id of the write that made this revision. Two
@@ -129,6 +133,24 @@ type Transition struct {
 	// from the other's: exactly one of them is told it made the move.
 	Write string `json:"write,omitempty"`
 }
+
+// Decider is what decided a call: the kind of Transition.DecidedBy.
+type Decider string
+
+// What may decide a call.
+const (
+	DecidedByRule       Decider = "rule"       // an allow, ask or deny rule of the policy
+	DecidedByGrant      Decider = "grant"      // a grant an approver gave earlier
+	DecidedByPolicy     Decider = "policy"     // the policy's other settings: its tool lists, permission mode, costs, rate limits, defaults
+	DecidedByHuman      Decider = "human"      // an approver
+	DecidedByQuorum     Decider = "quorum"     // the approval that completed a quorum of approvers
+	DecidedByTimeout    Decider = "timeout"    // nobody decided by the deadline
+	DecidedByClassifier Decider = "classifier" // an agent's own classifier (Claude Code's auto mode)
+	DecidedByChannel    Decider = "channel"    // an answer in the agent's own prompt, relayed by a channel
+)
+
+// Deciders are every Decider.
+var Deciders = []Decider{DecidedByRule, DecidedByGrant, DecidedByPolicy, DecidedByHuman, DecidedByQuorum, DecidedByTimeout, DecidedByClassifier, DecidedByChannel}
 
 // writeID returns a new Transition.Write.
 func writeID() string {

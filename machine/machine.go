@@ -144,7 +144,7 @@ func (m *Machine) SubmitAndClaim(ctx context.Context, c Call, claimant *Claimant
 		return nil, false, fmt.Errorf("submit %s: policy gave unknown action %q", id, v.Action)
 	}
 	e.Status, _ = ev.Target()
-	e.LastTransition = &Transition{Event: ev, To: e.Status, Actor: "policy", Reason: v.Reason, At: now.UnixMilli(), Write: writeID()}
+	e.LastTransition = &Transition{Event: ev, To: e.Status, Actor: "policy", Reason: v.Reason, DecidedBy: cmp.Or(v.DecidedBy, DecidedByPolicy), At: now.UnixMilli(), Write: writeID()}
 	if err := m.seal(e); err != nil {
 		return nil, false, fmt.Errorf("submit %s: %w", id, err)
 	}
@@ -253,6 +253,9 @@ type Decision struct {
 	// SingleUse makes the grant a session or always approval records
 	// good for one call.
 	SingleUse bool
+	// DecidedBy is what decided, when not a human approver (the default):
+	// an agent's classifier or a channel relaying its own prompt.
+	DecidedBy Decider
 	// Claim, when set, is the executor an approval that makes the call
 	// runnable at once claims it for, in the same write.
 	Claim *Claimant
@@ -285,6 +288,11 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 	ev := EventReject
 	if d.Approve {
 		ev = EventApprove
+	}
+	switch d.DecidedBy {
+	case "", DecidedByHuman, DecidedByClassifier, DecidedByChannel:
+	default:
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("decidedBy: a human, a classifier or a channel decides, got %q", d.DecidedBy))
 	}
 	switch d.Scope {
 	case "", ScopeOnce, ScopeTask, ScopeSession, ScopeAlways:
@@ -341,6 +349,10 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		}
 		e.ApprovedOrRejectedByUserID = d.By
 		e.DecisionTime = now.UnixMilli()
+		e.LastTransition.DecidedBy = cmp.Or(d.DecidedBy, DecidedByHuman)
+		if e.Quorum != nil && d.Approve {
+			e.LastTransition.DecidedBy = DecidedByQuorum
+		}
 		if d.Approve {
 			e.DecisionScope = cmp.Or(d.Scope, ScopeOnce)
 		}
@@ -537,6 +549,7 @@ func (m *Machine) Expire(ctx context.Context, pendingID string) (*Entry, error) 
 		}
 		if ev == EventTimeout {
 			e.DecisionTime = now.UnixMilli()
+			e.LastTransition.DecidedBy = DecidedByTimeout
 			if again := m.resubmitted(ctx, e); again != "" {
 				e.LastTransition.Reason += "; " + again
 			}

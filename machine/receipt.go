@@ -39,6 +39,9 @@ type Receipt struct {
 	// At is when, in epoch milliseconds.
 	At     int64  `json:"at"`
 	Reason string `json:"reason,omitempty"`
+	// DecidedBy is what decided, on a receipt of a decision
+	// (Transition.DecidedBy).
+	DecidedBy Decider `json:"decidedBy,omitempty"`
 	// Scope is an approval's.
 	Scope Scope `json:"scope,omitempty"`
 	// ArgumentsDigest is the call's after the transition: an approval
@@ -83,7 +86,7 @@ func (m *Machine) seal(e *Entry) error {
 	}
 	r := Receipt{
 		Seq: len(e.Receipts) + 1, PendingID: e.PendingID, ToolName: e.ToolName, Caller: e.CallerBotID,
-		Event: t.Event, From: t.From, To: t.To, Actor: t.Actor, At: t.At, Reason: t.Reason,
+		Event: t.Event, From: t.From, To: t.To, Actor: t.Actor, At: t.At, Reason: t.Reason, DecidedBy: t.DecidedBy,
 		ArgumentsDigest: e.ArgumentsDigest, Key: m.signer.PublicKey(),
 	}
 	if t.Event == EventApprove {
@@ -185,6 +188,7 @@ func canonicalReceipt(r Receipt) ([]byte, error) {
 	field("at")
 	b.WriteString(strconv.FormatInt(r.At, 10))
 	str("caller", r.Caller, false)
+	str("decidedBy", string(r.DecidedBy), true)
 	str("event", string(r.Event), false)
 	str("from", string(r.From), true)
 	str("key", r.Key, false)

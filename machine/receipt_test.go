@@ -288,7 +288,7 @@ func TestDecide_AnApprovalClaimsInTheSameWrite(t *testing.T) {
 	require.NotNil(t, got.Lease)
 	assert.Equal(t, "exec-1", got.Lease.Holder)
 	require.NotNil(t, got.PriorTransition)
-	assert.Equal(t, machine.Transition{Event: machine.EventApprove, From: machine.StatePendingApproval, To: machine.StateApproved, Actor: "alice", At: got.PriorTransition.At, Write: got.PriorTransition.Write}, *got.PriorTransition)
+	assert.Equal(t, machine.Transition{Event: machine.EventApprove, From: machine.StatePendingApproval, To: machine.StateApproved, Actor: "alice", DecidedBy: machine.DecidedByHuman, At: got.PriorTransition.At, Write: got.PriorTransition.Write}, *got.PriorTransition)
 	assert.Equal(t, machine.EventStart, got.LastTransition.Event)
 	assert.Equal(t, machine.StateApproved, got.LastTransition.From)
 	assert.Equal(t, "exec-1", got.LastTransition.Actor)

@@ -37,8 +37,11 @@ type Verdict struct {
 	MaxExecutionAttempts int
 	// Description is one human sentence saying what the call will do.
 	Description string
-	// Reason names the rule or field that decided.
-	Reason string
+	// Reason names the rule or field that decided; DecidedBy, what kind
+	// of thing it is (DecidedByRule, DecidedByGrant or DecidedByPolicy,
+	// the default).
+	Reason    string
+	DecidedBy Decider
 	// CostReserved is what the policy reserved of the team's daily budget,
 	// on CostDay (UTC, 2006-01-02), for the call.
 	CostReserved float64

@@ -26,15 +26,18 @@ type Event struct {
 	// ID is <pendingId>:<revision>, also the Nats-Msg-Id; of the first
 	// of two transitions one revision made, <pendingId>:<revision>.<event>
 	// (EventsOf).
-	ID       string        `json:"id"`
-	Type     string        `json:"type"`
-	Event    machine.Event `json:"event"`
-	From     machine.State `json:"from,omitempty"`
-	To       machine.State `json:"to"`
-	Actor    string        `json:"actor,omitempty"`
-	Reason   string        `json:"reason,omitempty"`
-	At       int64         `json:"at"`
-	Revision uint64        `json:"revision"`
+	ID     string        `json:"id"`
+	Type   string        `json:"type"`
+	Event  machine.Event `json:"event"`
+	From   machine.State `json:"from,omitempty"`
+	To     machine.State `json:"to"`
+	Actor  string        `json:"actor,omitempty"`
+	Reason string        `json:"reason,omitempty"`
+	// DecidedBy is what decided, on an event of a decision
+	// (machine.Transition.DecidedBy).
+	DecidedBy machine.Decider `json:"decidedBy,omitempty"`
+	At        int64           `json:"at"`
+	Revision  uint64          `json:"revision"`
 	// Receipt is the signed receipt this transition appended to the
 	// entry's chain. The entry of an event leaves its receipts out (the
 	// chain grows with every transition, and every subscriber would
@@ -69,7 +72,7 @@ func EventsOf(e *machine.Entry, revision uint64) []Event {
 		}
 		evs = append(evs, Event{
 			V: EventVersion, ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
-			Actor: t.Actor, Reason: t.Reason, At: t.At, Revision: revision, Entry: e,
+			Actor: t.Actor, Reason: t.Reason, DecidedBy: t.DecidedBy, At: t.At, Revision: revision, Entry: e,
 		})
 	}
 	return evs

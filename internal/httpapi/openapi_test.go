@@ -143,6 +143,7 @@ var (
 	enumSchemas = map[string][]string{
 		"State":           strs(machine.States),
 		"TransitionEvent": strs(machine.Events()),
+		"Decider":         strs(machine.Deciders),
 		"Role":            strs(wire.Roles),
 		"Scope":           strs([]machine.Scope{machine.ScopeOnce, machine.ScopeTask, machine.ScopeSession, machine.ScopeAlways}),
 		"PermissionMode":  {"default", "acceptEdits", "plan", "bypassPermissions"},

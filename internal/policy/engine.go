@@ -200,7 +200,7 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 	tool := c.ToolName
 	call := newCallSubject(tool, args, r.ArgumentOf(tool))
 	if rule, ok := firstMatch(r.Rules.Deny, call, false); ok {
-		return verdict(machine.ActionDeny, ruleReason(rule, call)), nil
+		return ruleVerdict(machine.ActionDeny, ruleReason(rule, call)), nil
 	}
 	mode, modeFrom, err := r.mode(c.PermissionMode)
 	if err != nil {
@@ -227,20 +227,22 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 			return machine.Verdict{}, fmt.Errorf("grants: %w", err)
 		}
 		if ok {
-			return e.charge(ctx, r, c, dry, verdict(machine.ActionRun, g.String()))
+			v := verdict(machine.ActionRun, g.String())
+			v.DecidedBy = machine.DecidedByGrant
+			return e.charge(ctx, r, c, dry, v)
 		}
 	}
 	// Ask rules hold even under bypassPermissions, as in Claude Code:
 	// the mode skips the questions a policy asks by default, not the ones
 	// a rule names.
 	if rule, ok := firstMatch(r.Rules.Ask, call, false); ok {
-		return verdict(machine.ActionAsk, ruleReason(rule, call)), nil
+		return ruleVerdict(machine.ActionAsk, ruleReason(rule, call)), nil
 	}
 	if mode == ModeBypassPermissions {
 		return verdict(machine.ActionRun, fmt.Sprintf("permissionMode bypassPermissions (%s)", modeFrom)), nil
 	}
 	if rule, ok := firstMatch(r.Rules.Allow, call, true); ok {
-		return e.charge(ctx, r, c, dry, verdict(machine.ActionRun, rule.String()))
+		return e.charge(ctx, r, c, dry, ruleVerdict(machine.ActionRun, rule.String()))
 	}
 	if r.ReadOnly(tool) {
 		return e.charge(ctx, r, c, dry, verdict(machine.ActionRun, fmt.Sprintf("readOnlyTools (%s)", r.Sources["readOnlyTools"])))
@@ -263,6 +265,11 @@ const hiddenReason = "the command runs code no rule can check (eval, a shell, so
 
 func verdict(a machine.Action, reason string) machine.Verdict {
 	return machine.Verdict{Action: a, Reason: reason}
+}
+
+// ruleVerdict is the verdict of an allow, ask or deny rule.
+func ruleVerdict(a machine.Action, reason string) machine.Verdict {
+	return machine.Verdict{Action: a, Reason: reason, DecidedBy: machine.DecidedByRule}
 }
 
 // charge applies cost protection to a call about to run. The threshold is

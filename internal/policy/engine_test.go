@@ -263,6 +263,16 @@ func TestEvaluate_Grants(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tt.action, v.Action)
 			assert.Equal(t, tt.reason, v.Reason)
+			// What decided, as the entry records it: a grant, a rule,
+			// or the policy's other settings (the machine's default).
+			var by machine.Decider
+			switch {
+			case strings.HasPrefix(tt.reason, "grant "):
+				by = machine.DecidedByGrant
+			case strings.HasPrefix(tt.reason, "rules."):
+				by = machine.DecidedByRule
+			}
+			assert.Equal(t, by, v.DecidedBy)
 		})
 	}
 

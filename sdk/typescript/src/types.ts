@@ -27,6 +27,9 @@ export type State = (typeof states)[number];
 /** How far an approval reaches. */
 export type Scope = "once" | "task" | "session" | "always";
 
+/** What decided a call (machine.Decider), on a transition that decides it. */
+export type Decider = "rule" | "grant" | "policy" | "human" | "quorum" | "timeout" | "classifier" | "channel";
+
 /** One move of an entry: the event, where from, who made it and why. */
 export interface Transition {
   event: string;
@@ -34,6 +37,8 @@ export interface Transition {
   to: State;
   actor?: string;
   reason?: string;
+  /** On a decision: what decided (a rule, a grant, a human, a timeout…). */
+  decidedBy?: Decider;
   at: number;
   /** Set on an approval that edited the call's arguments. */
   edit?: Edit;
@@ -90,6 +95,7 @@ export interface Receipt {
   actor: string;
   at: number;
   reason?: string;
+  decidedBy?: Decider;
   scope?: Scope;
   argumentsDigest: string;
   resultDigest?: string;
@@ -159,6 +165,7 @@ export interface Event {
   to: State;
   actor?: string;
   reason?: string;
+  decidedBy?: Decider;
   at: number;
   revision: number;
   receipt?: Receipt;
@@ -245,7 +252,7 @@ export const entryRequired = Object.keys({
 
 /** Every field of Event. */
 export const eventFields = Object.keys({
-  v: 1, id: 1, type: 1, event: 1, from: 1, to: 1, actor: 1, reason: 1, at: 1, revision: 1, receipt: 1, entry: 1,
+  v: 1, id: 1, type: 1, event: 1, from: 1, to: 1, actor: 1, reason: 1, decidedBy: 1, at: 1, revision: 1, receipt: 1, entry: 1,
 } satisfies Record<keyof Event, 1>);
 
 /** The fields every Event has. */
@@ -255,7 +262,7 @@ export const eventRequired = Object.keys({
 
 /** Every field of Transition. */
 export const transitionFields = Object.keys({
-  event: 1, from: 1, to: 1, actor: 1, reason: 1, at: 1, edit: 1, write: 1,
+  event: 1, from: 1, to: 1, actor: 1, reason: 1, decidedBy: 1, at: 1, edit: 1, write: 1,
 } satisfies Record<keyof Transition, 1>);
 
 /** The fields every Transition has. */
@@ -264,7 +271,7 @@ export const transitionRequired = Object.keys({ event: 1, to: 1, at: 1 } satisfi
 /** Every field of Receipt. */
 export const receiptFields = Object.keys({
   vote: 1, seq: 1, pendingId: 1, toolName: 1, caller: 1, event: 1, from: 1, to: 1, actor: 1, at: 1, reason: 1,
-  scope: 1, argumentsDigest: 1, resultDigest: 1, prev: 1, key: 1, sig: 1,
+  decidedBy: 1, scope: 1, argumentsDigest: 1, resultDigest: 1, prev: 1, key: 1, sig: 1,
 } satisfies Record<keyof Receipt, 1>);
 
 /** The fields every Receipt has. */
