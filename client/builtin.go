@@ -14,6 +14,10 @@ import (
 	"time"
 )
 
+// FencingTokenHeader is the header in which the built-in http tool
+// sends a run's Call.FencingToken.
+const FencingTokenHeader = "Toolgate-Fencing-Token"
+
 // maxOutput bounds what a built-in tool keeps of a body or an output
 // stream: an entry is not the place for megabytes.
 const maxOutput = 256 << 10
@@ -21,6 +25,11 @@ const maxOutput = 256 << 10
 // HTTPTool is the built-in "http" tool. Arguments: {"url", "method",
 // "headers", "body"}; result: {"status", "headers", "body"}. Any HTTP
 // status is a result; only failing to get one is an error (retried).
+// Every request carries the call's ToolCallID as its Idempotency-Key,
+// the same for every run of the call, so that a server that keeps the
+// keys it has served answers a second run without doing it again; and
+// the run's FencingToken as Toolgate-Fencing-Token, so that a server can
+// refuse a run older than one it has seen.
 func HTTPTool(hc *http.Client) Handler {
 	if hc == nil {
 		hc = &http.Client{Timeout: time.Minute}
@@ -45,8 +54,10 @@ func HTTPTool(hc *http.Client) Handler {
 		for k, v := range args.Headers {
 			req.Header.Set(k, v)
 		}
-		// The agent's call id lets the far side drop a repeat.
+		// The agent's call id lets the far side drop a repeat; the
+		// fencing token, a run that is not the latest.
 		req.Header.Set("Idempotency-Key", call.ToolCallID)
+		req.Header.Set(FencingTokenHeader, call.FencingToken())
 		resp, err := hc.Do(req)
 		if err != nil {
 			return Result{}, fmt.Errorf("http: %w", err)
@@ -67,7 +78,8 @@ func HTTPTool(hc *http.Client) Handler {
 
 // ExecTool is the built-in "exec" tool. Arguments: {"command": [argv…],
 // "timeoutMs"}; result: {"exitCode", "stdout", "stderr"}. The command runs
-// without a shell. A non-zero exit fails the call at once, with the result
+// without a shell, with the call's ToolCallID in TOOLGATE_TOOL_CALL_ID and
+// the run's FencingToken in TOOLGATE_FENCING_TOKEN. A non-zero exit fails the call at once, with the result
 // recorded: running it again could repeat what it did.
 func ExecTool() Handler {
 	return func(ctx context.Context, call Call) (Result, error) {
@@ -89,7 +101,7 @@ func ExecTool() Handler {
 		var stdout, stderr cappedBuffer
 		cmd := exec.CommandContext(ctx, args.Command[0], args.Command[1:]...)
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		cmd.Env = append(cmd.Environ(), "TOOLGATE_TOOL_CALL_ID="+call.ToolCallID)
+		cmd.Env = append(cmd.Environ(), "TOOLGATE_TOOL_CALL_ID="+call.ToolCallID, "TOOLGATE_FENCING_TOKEN="+call.FencingToken())
 		err := cmd.Run()
 		code := 0
 		var exitErr *exec.ExitError

@@ -33,13 +33,27 @@ type Call struct {
 	Arguments      json.RawMessage // approved, possibly edited by the approver
 	ConversationID string
 	CallerBotID    string
-	Attempt        int // 1 for the first run
-	Entry          *machine.Entry
+	// Attempt is how many times the call has been claimed, this run's
+	// claim included: 1 for the first run. Every claim counts one more
+	// (the first, a retry after a failed attempt, another executor's
+	// after a lease ran out), and toolgate grants each by
+	// compare-and-set, so no two runs of a call share one.
+	Attempt int
+	Entry   *machine.Entry
 	// Queued is since when the call was runnable, by toolgate's clock:
 	// when it was approved (the approval's stored time, by the NATS
 	// server's clock), came due, or its last executor's lease ran out.
 	Queued time.Time
 }
+
+// FencingToken names this run of the call: its PendingID, a slash and
+// its Attempt ("conv-1.call-7/2"). A run that starts after another of
+// the same call (its executor cut off from toolgate past its lease, or
+// a retry) has a higher attempt, so whatever the tool changes can keep,
+// for each call, the highest attempt it has seen and refuse a request
+// with a lower one: from a run that stopped being the run. The built-in
+// tools send it (FencingTokenHeader, TOOLGATE_FENCING_TOKEN).
+func (c Call) FencingToken() string { return fmt.Sprintf("%s/%d", c.PendingID, c.Attempt) }
 
 // Result is what a Handler returns: Output must be JSON.
 type Result struct {

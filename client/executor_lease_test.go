@@ -22,6 +22,7 @@ import (
 type handlerRun struct {
 	by      string // the executor's ID
 	attempt int
+	token   string // its fencing token
 	started time.Time
 	stopped time.Time // when its context ended, or it returned
 	cause   error     // context.Cause of its context when it returned
@@ -57,7 +58,7 @@ func connectThrough(t *testing.T, g *gate, link *natsLink, name string) *client.
 // context ends when hold says so.
 func holding(by string, runs chan<- handlerRun, hold bool) client.Handler {
 	return func(ctx context.Context, c client.Call) (client.Result, error) {
-		r := handlerRun{by: by, attempt: c.Attempt, started: time.Now()}
+		r := handlerRun{by: by, attempt: c.Attempt, token: c.FencingToken(), started: time.Now()}
 		runs <- r
 		if hold {
 			<-ctx.Done()
@@ -106,7 +107,7 @@ func leaseOf(t *testing.T, g *gate, pendingID, holder string) time.Time {
 // answer, so before its lease can run out the executor ends the
 // handler's context, with ErrLeaseLost as its cause; only after that,
 // once the lease has run out, does another executor claim the call and
-// run it, as the next attempt.
+// run it, as the next attempt, under the next fencing token.
 func TestExecutor_StopsAHandlerCutOffBeforeItsLeaseRunsOut(t *testing.T) {
 	t.Parallel()
 	g := startGate(t, "default: {requiresApprovalTools: none, maxExecutionAttempts: 3}")
@@ -118,6 +119,7 @@ func TestExecutor_StopsAHandlerCutOffBeforeItsLeaseRunsOut(t *testing.T) {
 	require.NoError(t, err)
 	first := next(t, runs, 20*time.Second, "the first run started")
 	require.Equal(t, "cut-off", first.by)
+	assert.Equal(t, e.PendingID+"/1", first.token)
 	// The other executor waits for work from now on: it gets the call
 	// once the first one's lease runs out.
 	runExecutor(t, newClient(t, g.Gate), "other", lease, "job", holding("other", runs, false))
@@ -131,6 +133,7 @@ func TestExecutor_StopsAHandlerCutOffBeforeItsLeaseRunsOut(t *testing.T) {
 	second := next(t, runs, 20*time.Second, "the other executor's run started")
 	require.Equal(t, "other", second.by)
 	assert.Equal(t, 2, second.attempt)
+	assert.Equal(t, e.PendingID+"/2", second.token, "the second run's fencing token is not the first's")
 	expired := leaseOf(t, g, e.PendingID, "cut-off")
 	t.Logf("partitioned at %s; the cut-off run stopped at %s, its lease ran out at %s, the other run started at %s",
 		partitioned.Format("15:04:05.000"), stopped.stopped.Format("15:04:05.000"), expired.Format("15:04:05.000"), second.started.Format("15:04:05.000"))
@@ -167,3 +170,4 @@ func TestExecutor_ALeaseLostOnTheLastAttemptIsTheOutcome(t *testing.T) {
 	assert.Contains(t, got.Error, "lease lost: not renewed in time")
 	assert.Equal(t, 1, got.ExecutionAttempts)
 }
+

@@ -224,6 +224,7 @@ func TestBuiltinTools(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Key", r.Header.Get("Idempotency-Key"))
+		w.Header().Set("X-Token", r.Header.Get(client.FencingTokenHeader))
 		w.WriteHeader(http.StatusTeapot)
 		fmt.Fprint(w, r.Method+" hello")
 	}))
@@ -244,12 +245,19 @@ func TestBuiltinTools(t *testing.T) {
 	assert.Equal(t, 418, resp.Status)
 	assert.Equal(t, "POST hello", resp.Body)
 	assert.Equal(t, "h1", resp.Headers["X-Key"], "the call id is the idempotency key")
+	assert.Equal(t, e.PendingID+"/1", resp.Headers["X-Token"], "the run's fencing token")
 
 	e, err = g.c.Submit(ctx, call("tools", "e1", "exec", `{"command":["sh","-c","echo out; echo err >&2"]}`))
 	require.NoError(t, err)
 	got = finished(t, g.c, e.PendingID)
 	require.Equal(t, machine.StateCompletedSuccess, got.Status, got.Error)
 	assert.JSONEq(t, `{"exitCode":0,"stdout":"out\n","stderr":"err\n"}`, string(got.Result))
+
+	e, err = g.c.Submit(ctx, call("tools", "e4", "exec", `{"command":["sh","-c","echo $TOOLGATE_TOOL_CALL_ID $TOOLGATE_FENCING_TOKEN"]}`))
+	require.NoError(t, err)
+	got = finished(t, g.c, e.PendingID)
+	require.Equal(t, machine.StateCompletedSuccess, got.Status, got.Error)
+	assert.JSONEq(t, `{"exitCode":0,"stdout":"e4 `+e.PendingID+`/1\n","stderr":""}`, string(got.Result))
 
 	e, err = g.c.Submit(ctx, call("tools", "e2", "exec", `{"command":["sh","-c","exit 3"]}`))
 	require.NoError(t, err)
