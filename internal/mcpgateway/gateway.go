@@ -110,12 +110,12 @@ type Gateway struct {
 
 	metrics *gauges
 
-	// tasks speaks the tasks extension; createMu makes looking for a
+	// tasks speaks the tasks extension; creating makes looking for a
 	// call's twin and submitting it one step, so that two identical
 	// calls at once get one task; outcomes keep what this process's runs
 	// of tasks answered.
 	tasks    taskProtocol
-	createMu sync.Mutex
+	creating keyedMutex
 	outcomes outcomes
 
 	mu       sync.Mutex

@@ -47,13 +47,13 @@ const runAllowance = time.Hour
 // credential) while one waits gets that one's task.
 func (s *session) callAsTask(ctx context.Context, req *mcp.CallToolRequest, u *upstream, tool string, call machine.Call) (mcp.Result, error) {
 	gw := s.gw
-	gw.createMu.Lock()
+	unlock := gw.creating.lock(call.Team + " " + call.ToolName + " " + machine.ArgumentsDigest(call.Arguments))
 	e := s.pendingTwin(ctx, call)
 	var err error
 	if e == nil {
 		e, err = gw.gate.Submit(ctx, call)
 	}
-	gw.createMu.Unlock()
+	unlock()
 	if err != nil || e.Status != machine.StatePendingApproval {
 		return s.callHeld(ctx, req, u, tool, call)
 	}
@@ -459,4 +459,40 @@ func (o *outcomes) get(id string) (*mcp.CallToolResult, *TaskError, bool) {
 	defer o.mu.Unlock()
 	v, ok := o.m[id]
 	return v.res, v.err, ok
+}
+
+// keyedMutex locks by key: two identical calls at once are looked for and
+// submitted one after the other, and calls unlike each other do not wait.
+type keyedMutex struct {
+	mu   sync.Mutex
+	held map[string]*keyedLock
+}
+
+type keyedLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lock takes key's lock; the returned func releases it.
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.held == nil {
+		k.held = map[string]*keyedLock{}
+	}
+	l := k.held[key]
+	if l == nil {
+		l = &keyedLock{}
+		k.held[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.held, key)
+		}
+		k.mu.Unlock()
+	}
 }

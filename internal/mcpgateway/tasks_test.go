@@ -532,3 +532,23 @@ func TestTasks_OverHTTP(t *testing.T) {
 	assert.Equal(t, "wrote h.txt", text)
 	assert.Len(t, e.received(), 1)
 }
+
+// TestTasks_IdenticalCallsAtOnceGetOneTask: identical calls sent at once
+// are one call to decide, one task.
+func TestTasks_IdenticalCallsAtOnceGetOneTask(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	r := serveRaw(t, e.gateway(map[string]mcpgateway.Upstream{"files": e.files()}, mcpgateway.Options{}), "at-once", withTasks)
+	ids := make(chan any, 4)
+	var wg sync.WaitGroup
+	for range cap(ids) {
+		wg.Go(func() { ids <- r.task("write_file", map[string]any{"path": "same.txt"})["taskId"] })
+	}
+	wg.Wait()
+	close(ids)
+	first := <-ids
+	for id := range ids {
+		assert.Equal(t, first, id)
+	}
+	assert.Len(t, e.calls("mcp__files__write_file"), 1, "one call to decide")
+}
