@@ -70,6 +70,18 @@ export interface ExecutorOptions {
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
+/** How many attempts toolgate allows a call when its policy does not say (machine.DefaultMaxExecutionAttempts). */
+export const defaultMaxExecutionAttempts = 3;
+
+/** How many more times a call may be claimed (machine.Entry.AttemptsLeft). */
+function attemptsLeft(e: Entry): number {
+  const limit = e.maxExecutionAttempts && e.maxExecutionAttempts > 0 ? e.maxExecutionAttempts : defaultMaxExecutionAttempts;
+  return Math.max(limit - e.executionAttempts, 0);
+}
+
+/** How long an executor remembers the attempts it ran: longer than a claim it had in hand is handed to it again. */
+const ranForMs = 60_000;
+
 /** How long a request for work waits at toolgate for a call when there is none. */
 const takeWaitMs = 15_000;
 
@@ -89,6 +101,9 @@ export class Executor {
   private readonly handlers = new Map<string, Handler>();
   /** The calls in hand, from the claim until the outcome is recorded, and how to stop each. */
   private readonly busy = new Map<string, AbortController>();
+  /** The last attempt of each call this executor ran lately, and when it ended. */
+  private readonly ran = new Map<string, { attempt: number; ended: number }>();
+  private ranPruned = 0;
 
   constructor(private readonly c: Client, opts: ExecutorOptions = {}) {
     this.id = opts.id ?? `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
@@ -233,8 +248,12 @@ export class Executor {
   private async runClaimed(stopping: AbortSignal, claim: WorkClaim, h: Handler): Promise<void> {
     let e = claim.entry;
     const id = e.pendingId;
-    if (this.busy.has(id)) {
-      return; // running here already: its lease ran out under load and toolgate offered it again
+    // A call running here already is not run again (its lease ran out under
+    // load and toolgate offered it again), nor one whose attempt ran here
+    // already (a claim handed again because toolgate did not know).
+    if (this.busy.has(id) || (this.ran.get(id)?.attempt ?? 0) >= e.executionAttempts) {
+      this.log("claimed again while running here, or after", { pendingId: id, attempt: e.executionAttempts });
+      return;
     }
     const run = new AbortController();
     this.busy.set(id, run);
@@ -267,8 +286,7 @@ export class Executor {
           this.log("stopped running", { pendingId: id, cause: String(signal.reason) });
           return; // leave it to the lease
         }
-        const attemptsLeft = e.maxExecutionAttempts ? e.maxExecutionAttempts - e.executionAttempts : 1;
-        if (isPermanent(failure) || attemptsLeft <= 0) {
+        if (isPermanent(failure) || attemptsLeft(e) <= 0) {
           await this.record("failed", { ...body, error: failure instanceof Error ? failure.message : String(failure) });
           return;
         }
@@ -287,7 +305,20 @@ export class Executor {
     } finally {
       lease.stop();
       this.busy.delete(id);
+      this.noteRan(id, e.executionAttempts);
     }
+  }
+
+  /** Records that this executor ran attempt of pendingId, and forgets what it ran longer than a minute ago. */
+  private noteRan(pendingId: string, attempt: number): void {
+    const now = Date.now();
+    if (now - this.ranPruned > ranForMs) {
+      for (const [id, r] of this.ran) {
+        if (now - r.ended > ranForMs) this.ran.delete(id);
+      }
+      this.ranPruned = now;
+    }
+    this.ran.set(pendingId, { attempt, ended: now });
   }
 
   /** Records a finished run, sent again while toolgate does not answer for as long as a lease. */

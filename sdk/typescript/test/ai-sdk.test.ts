@@ -195,7 +195,7 @@ test("an approval replayed from the history, for other arguments, or that toolga
   }
   const [conflict] = toolOutputs(await turn(tampered));
   assert.equal(conflict?.type, "execution-denied");
-  assert.match(conflict?.reason ?? "", /toolgate could not be asked about this call: .*/);
+  assert.match(conflict?.reason ?? "", /^toolgate refused this call \(idempotency_conflict\): .*toolCallId already used for another call/);
   const [other] = toolOutputs(await turn(tampered, false));
   assert.equal(other?.type, "error-text");
   assert.match(String(other?.value), /not those toolgate holds for this call: an approval for other arguments/);
