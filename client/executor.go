@@ -550,11 +550,32 @@ func (x *Executor) record(ctx context.Context, log *slog.Logger, lease *leaseKee
 // instead of being waited for until the lease has run out. Each attempt
 // that gets no answer doubles the next one's, up to reportAttemptMax: an
 // answer that is only slow (a loaded toolgate) is then waited for rather
-// than asked for again and again.
+// than asked for again and again. But an attempt on a lease waits no more
+// than a third of what is left of the lease (shortened), so that the
+// report is asked again until the lease is about to end, not once a
+// doubled bound that outlasts it.
 const (
 	reportAttemptTimeout = 2 * time.Second
 	reportAttemptMax     = 8 * time.Second
+	// minReportAttempt is the least an attempt waits for its answer.
+	minReportAttempt = 250 * time.Millisecond
+	// minReportWait is the least an executor waits before asking again.
+	minReportWait = 20 * time.Millisecond
 )
+
+// shortened returns d, the bound of an attempt of a report on a lease
+// (or of the wait before the next), or less as by, when the lease must
+// be renewed or ends, draws near: at most a part of what is left until
+// by (a third for an attempt, a tenth for a wait), floor at least. Once
+// by has passed, d: the lease is as good as lost, and a slow answer is
+// waited for.
+func shortened(d, floor time.Duration, by time.Time, part time.Duration) time.Duration {
+	left := time.Until(by)
+	if left <= 0 {
+		return d
+	}
+	return max(min(d, left/part), min(floor, d))
+}
 
 // reportPatience is how long a report is sent again at least, however
 // short the lease: giving up is a second run once the lease runs out, and
@@ -562,9 +583,10 @@ const (
 // after it is refused only if another executor has reclaimed the call).
 const reportPatience = 30 * time.Second
 
-// ask sends an executor's report, each attempt bounded, again and again
-// while toolgate does not answer it or fails (5xx), and returns the entry
-// and when the attempt that got it was sent. A refusal ends it, except
+// ask sends an executor's report, each attempt bounded (shortened as the
+// lease's end draws near), again and again while toolgate does not answer
+// it or fails (5xx), and returns the entry and when the attempt that got
+// it was sent. A refusal ends it, except
 // one whose entry shows, by landed, that an earlier attempt whose answer
 // never came did what this one asks: then that entry is the answer, sent
 // when the first attempt was. It gives up reportPatience after it began,
@@ -575,8 +597,9 @@ const reportPatience = 30 * time.Second
 func (x *Executor) ask(ctx context.Context, endpoint string, r wire.ReportRequest, lease *leaseKeeper, landed func(*machine.Entry) bool) (*machine.Entry, time.Time, error) {
 	first := time.Now()
 	until := func() time.Time { return first.Add(max(x.opts.Lease, reportPatience)) }
+	ends := func() time.Time { return time.Time{} }
 	if lease != nil {
-		until = lease.giveUpAt(first)
+		until, ends = lease.giveUpAt(first), lease.ends
 		lease.quiet.Store(true)
 		defer lease.quiet.Store(false)
 	}
@@ -584,7 +607,7 @@ func (x *Executor) ask(ctx context.Context, endpoint string, r wire.ReportReques
 	timeout := reportAttemptTimeout
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		sent := time.Now()
-		actx, cancel := context.WithTimeout(ctx, timeout)
+		actx, cancel := context.WithTimeout(ctx, shortened(timeout, minReportAttempt, ends(), 3))
 		e, err := x.c.report(actx, endpoint, r)
 		timedOut := actx.Err() != nil && ctx.Err() == nil
 		cancel()
@@ -603,7 +626,9 @@ func (x *Executor) ask(ctx context.Context, endpoint string, r wire.ReportReques
 			return nil, sent, err
 		case ctx.Err() != nil:
 			return nil, sent, err
-		case time.Now().Add(wait).After(until()):
+		}
+		pause := shortened(wait, minReportWait, ends(), 10)
+		if time.Now().Add(pause).After(until()) {
 			return nil, sent, fmt.Errorf("%w (tried since %s)", err, first.Format(time.TimeOnly))
 		}
 		// No answer, or toolgate failed to write: either may have written.
@@ -611,15 +636,15 @@ func (x *Executor) ask(ctx context.Context, endpoint string, r wire.ReportReques
 		if lease != nil {
 			lease.quiet.Store(false)
 		}
-		x.opts.Log.Warn("no answer from toolgate, asking again", "endpoint", endpoint, "pendingId", r.PendingID, "err", err, "in", wait)
+		x.opts.Log.Warn("no answer from toolgate, asking again", "endpoint", endpoint, "pendingId", r.PendingID, "err", err, "in", pause)
 		select {
 		case <-ctx.Done():
 			return nil, sent, err
-		case <-time.After(wait):
+		case <-time.After(pause):
 		}
 		// Look before asking again: a claim asked again after its lease
 		// ran out would be granted anew, as another attempt.
-		rctx, cancel := context.WithTimeout(ctx, timeout)
+		rctx, cancel := context.WithTimeout(ctx, shortened(timeout, minReportAttempt, ends(), 3))
 		e, _, rerr := x.c.read(rctx, r.PendingID)
 		cancel()
 		if rerr == nil && landed(e) {
@@ -683,7 +708,9 @@ type leaseKeeper struct {
 
 // keepLease starts renewing the lease on pendingID, claimed at claimed,
 // every third of the lease (the first a third after claimed) until stop;
-// after a renewal that got no answer, again within a second. It stops the
+// after a renewal that got no answer, again within a second, and sooner,
+// each attempt shorter, as the time by which the lease must be renewed
+// (renewBy) draws near. It stops the
 // handler running under it (running) when no renewal carries the lease
 // past LeaseMargin.
 func (x *Executor) keepLease(ctx context.Context, pendingID string, claimed time.Time) *leaseKeeper {
@@ -708,7 +735,7 @@ func (x *Executor) keepLease(ctx context.Context, pendingID string, claimed time
 				continue
 			}
 			sent := time.Now()
-			actx, acancel := context.WithTimeout(ctx, timeout)
+			actx, acancel := context.WithTimeout(ctx, shortened(timeout, minReportAttempt, k.renewBy(), 3))
 			_, err := x.c.report(actx, wire.EndpointHeartbeat, wire.ReportRequest{PendingID: pendingID, By: x.opts.ID, LeaseMs: x.opts.Lease.Milliseconds()})
 			if actx.Err() != nil && ctx.Err() == nil {
 				timeout = min(2*timeout, reportAttemptMax)
@@ -733,7 +760,7 @@ func (x *Executor) keepLease(ctx context.Context, pendingID string, claimed time
 				if ctx.Err() != nil {
 					return
 				}
-				t.Reset(min(every, time.Second))
+				t.Reset(shortened(min(every, time.Second), minReportWait, k.renewBy(), 10))
 			}
 		}
 	})
@@ -751,6 +778,13 @@ func (k *leaseKeeper) renewed(sent time.Time) {
 	case k.renewal <- struct{}{}:
 	default:
 	}
+}
+
+// ends is when the lease runs out, as far as this executor knows.
+func (k *leaseKeeper) ends() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.until
 }
 
 // renewBy is when the lease must have been renewed by, as far as this

@@ -171,3 +171,66 @@ func TestExecutor_ALeaseLostOnTheLastAttemptIsTheOutcome(t *testing.T) {
 	assert.Equal(t, 1, got.ExecutionAttempts)
 }
 
+// TestExecutor_AHeartbeatWhoseAnswerIsLostIsAskedAgainWithinTheLease
+// loses toolgate's answers to an executor (its requests still get
+// through) from its second heartbeat on, and lets them through again from
+// the heartbeat it asks next: that one comes soon enough, each attempt
+// bounded by what is left of the lease, to be answered before the
+// executor would stop the handler, so the handler runs on and the call
+// completes on its first attempt. (Asked again only after a doubled
+// bound and a second's pause, it would come after the handler had been
+// stopped.)
+func TestExecutor_AHeartbeatWhoseAnswerIsLostIsAskedAgainWithinTheLease(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "default: {requiresApprovalTools: none}")
+	link := startLink(t, g.NATSURL)
+	var mu sync.Mutex
+	var heartbeats []time.Time // as the executor sent them
+	hook := func(subject string) {
+		if subject != wire.APISubject(wire.EndpointHeartbeat) {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		heartbeats = append(heartbeats, time.Now())
+		switch len(heartbeats) {
+		case 2:
+			link.dropDown.Store(true) // its answer lost, and every other
+		case 3:
+			link.dropDown.Store(false) // answered
+		}
+	}
+	link.onPublish.Store(&hook)
+	sent := func() int { mu.Lock(); defer mu.Unlock(); return len(heartbeats) }
+
+	runs := make(chan handlerRun, 4)
+	release := make(chan struct{})
+	handler := func(ctx context.Context, c client.Call) (client.Result, error) {
+		runs <- handlerRun{attempt: c.Attempt, started: time.Now()}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		runs <- handlerRun{attempt: c.Attempt, stopped: time.Now(), cause: context.Cause(ctx)}
+		return client.Result{Output: json.RawMessage(`{}`)}, ctx.Err()
+	}
+	runExecutor(t, connectThrough(t, g, link, "lossy"), "lossy", 6*time.Second, "job", handler)
+	e, err := g.c.Submit(t.Context(), call("lossy", "l1", "job", `{}`))
+	require.NoError(t, err)
+	next(t, runs, 20*time.Second, "the run started")
+	// The fourth heartbeat goes a third of the lease after the third was
+	// answered: past the time by which the lease had to be renewed had
+	// only the first been answered.
+	bustest.Eventually(t, 20*time.Second, 10*time.Millisecond, "the fourth heartbeat sent", func() (bool, any) { n := sent(); return n >= 4, n })
+	close(release)
+	end := next(t, runs, 20*time.Second, "the run ended")
+	assert.NoError(t, end.cause, "the handler ran on")
+	mu.Lock()
+	for i, at := range heartbeats {
+		t.Logf("heartbeat %d sent %s after the first", i+1, at.Sub(heartbeats[0]).Round(time.Millisecond))
+	}
+	mu.Unlock()
+	got := finished(t, g.c, e.PendingID)
+	assert.Equal(t, machine.StateCompletedSuccess, got.Status, got.Error)
+	assert.Equal(t, 1, got.ExecutionAttempts)
+}
