@@ -42,6 +42,7 @@ func TestHooks_PermissionDeniedRecordsTheClassifierAndAHumanMayOverrule(t *testi
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateRejectedByPolicy, e.Status)
 	assert.Contains(t, e.StatusReason, "claude-code:classifier denied it")
+	assert.Equal(t, machine.DecidedByClassifier, e.DecidedBy, "the classifier decided")
 
 	// The policy denies it: its rule stands.
 	assert.JSONEq(t, `{}`, string(handle(t, c, permissionDeniedInput(session, `{"command":"rm -rf /"}`, "toolu_rm"), opts)))

@@ -39,7 +39,7 @@ func allowedContext(o client.Outcome) string {
 	var c contextLines
 	e := o.Entry
 	switch {
-	case o.By == "policy" && strings.HasPrefix(o.Reason, "grant "):
+	case o.By == "policy" && (e != nil && e.DecidedBy == machine.DecidedByGrant || strings.HasPrefix(o.Reason, "grant ")):
 		c.add("toolgate allowed call %s by a grant given earlier: %s.", o.PendingID, o.Reason)
 	case o.By == "policy":
 		c.add("toolgate allowed call %s by its policy: %s.", o.PendingID, o.Reason)

@@ -26,7 +26,8 @@ const ClassifierProvenance = "claude-code:classifier"
 //   - the policy asks a human about it (the tool is one a human decides):
 //     the classifier's denial becomes that approval request, with the
 //     policy's approvers and deadline, for a human to overrule;
-//   - the policy would let it run: it is denied, the classifier deciding.
+//   - the policy would let it run: it is denied, the classifier deciding
+//     (machine.DecidedByClassifier).
 //
 // So a toolCallId an agent chooses can make its own call stricter, never
 // let it run. The policy is asked as it would be about a submit, changing
@@ -56,6 +57,7 @@ func (e classifierAware) Evaluate(ctx context.Context, c machine.Call) (machine.
 		return machine.Verdict{
 			Action:         machine.ActionDeny,
 			Reason:         ClassifierProvenance + " denied it (the policy alone would let it run: " + v.Reason + ")",
+			DecidedBy:      machine.DecidedByClassifier,
 			PolicyRevision: v.PolicyRevision,
 			Risk:           v.Risk,
 			Description:    v.Description,
