@@ -112,9 +112,10 @@ var repeatable = map[string]bool{
 
 // requestMsg is request, also returning the reply, for its headers. A
 // repeatable request is sent again while nothing answers it or toolgate
-// fails it (5xx: a write or read lost in a leader election), for up to
-// the client's unavailable wait, or an attempt times out, within the
-// caller's deadline.
+// fails it (5xx: a write or read lost in a leader election; not
+// storage_full, which waits for someone to make room), for up to the
+// client's unavailable wait, or an attempt times out, within the caller's
+// deadline.
 func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any) (*nats.Msg, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
@@ -156,7 +157,9 @@ func (c *Client) requestMsg(ctx context.Context, endpoint string, body, out any)
 			return msg, err // it has waited its connect wait already
 		}
 		var apiErr *wire.APIError
-		failed := errors.Is(err, ErrUnavailable) || errors.As(err, &apiErr) && apiErr.Status >= 500
+		// A full store (wire.ErrStorageFull) is an answer: it stays full
+		// until someone makes room.
+		failed := errors.Is(err, ErrUnavailable) || errors.As(err, &apiErr) && apiErr.Status >= 500 && !errors.Is(err, wire.ErrStorageFull)
 		unanswered := failed || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 		if !unanswered || ctx.Err() != nil || failed && time.Now().After(giveUp) {
 			return msg, err

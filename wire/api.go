@@ -208,7 +208,7 @@ type ErrorBody struct {
 }
 
 // ErrorDetail names a refusal: a code (invalid, not_found, conflict, expired,
-// idempotency_conflict, forbidden, internal), what was wrong, and the entry as it is now when
+// idempotency_conflict, forbidden, storage_full, internal), what was wrong, and the entry as it is now when
 // the refusal is a conflict with it.
 type ErrorDetail struct {
 	Code    string         `json:"code"`
@@ -233,6 +233,8 @@ func ErrorStatus(err error) (int, string) {
 		return 409, "idempotency_conflict"
 	case errors.Is(err, machine.ErrConflict), errors.Is(err, machine.ErrExists):
 		return 409, "conflict"
+	case errors.Is(err, ErrStorageFull):
+		return 507, "storage_full"
 	default:
 		return 500, "internal"
 	}
@@ -248,6 +250,7 @@ var codeErrors = map[string]error{
 	"conflict":             machine.ErrConflict,
 	"expired":              machine.ErrExpired,
 	"idempotency_conflict": machine.ErrIdempotencyConflict,
+	"storage_full":         ErrStorageFull,
 }
 
 // APIError is a refusal received from the service.

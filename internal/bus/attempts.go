@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
 // attempts runs f in attempts of at most per each, again while an attempt
@@ -51,8 +53,15 @@ func attempts[T any](ctx context.Context, per time.Duration, f func(context.Cont
 // unanswered reports whether err says a request got no answer (rather
 // than an answer that refused it): nothing can be concluded from it, and
 // asking again is the way to find out.
+//
+// A refusal for want of storage is an answer, though JetStream gives it
+// the status of "temporarily unavailable": only one that write still
+// asks again (storageFullError's again) counts as unanswered.
 func unanswered(err error) bool {
 	var apiErr *jetstream.APIError
+	if full := (*storageFullError)(nil); errors.As(err, &full) {
+		return full.again
+	}
 	return errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, errWriteInFlight) ||
 		errors.Is(err, nats.ErrTimeout) ||
@@ -82,9 +91,15 @@ func get(ctx context.Context, kv jetstream.KeyValue, key string) (jetstream.KeyV
 // writer may store the same bytes (an entry's transition and a budget
 // value carry a random id of their write). js is kv's JetStream, through
 // which that is asked of the bucket's stream leader.
+//
+// A write JetStream refuses for want of storage is asked again for
+// storageFullWait (a stream leader whose server's store is full steps
+// down, and a member with room may take over), then refused with an
+// error that matches wire.ErrStorageFull.
 func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, data []byte, revision uint64) (uint64, error) {
 	unsure := false
-	return attempts(ctx, storeAttempt, func(ctx context.Context) (uint64, error) {
+	var full time.Time // the first refusal for want of storage
+	rev, err := attempts(ctx, storeAttempt, func(ctx context.Context) (uint64, error) {
 		var rev uint64
 		var err error
 		if revision == 0 {
@@ -95,6 +110,14 @@ func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k
 		switch {
 		case err == nil:
 			return rev, nil
+		case storageFull(err):
+			if full.IsZero() {
+				full = time.Now()
+			}
+			if time.Since(full) < storageFullWait {
+				return 0, &storageFullError{err: err, again: true}
+			}
+			return 0, &storageFullError{err: err}
 		case refusedInFlight(err):
 			// Not a conflict: whichever write is in flight may yet be
 			// refused, an earlier one of this caller's even.
@@ -110,7 +133,47 @@ func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k
 		}
 		return 0, err
 	})
+	return rev, err
 }
+
+// storageFullWait is how long write asks again a write refused for want
+// of storage: long enough for a full stream leader to hand over to a
+// member with room, short enough that a caller hears of a full store in
+// seconds rather than at its deadline.
+const storageFullWait = 2 * time.Second
+
+// storageFull reports whether err is JetStream refusing a write for want
+// of storage: the server's store at its limit (insufficient resources,
+// 10023), the account's storage limit (10002, 10047), or a stream that
+// could not store the message for want of room (10077: maximum bytes
+// exceeded, or the disk out of space).
+func storageFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10002, 10023, 10047:
+		return true
+	case 10077:
+		return strings.Contains(apiErr.Description, "maximum bytes") || strings.Contains(apiErr.Description, "no space left")
+	}
+	return false
+}
+
+// storageFullError is a write JetStream refused for want of storage. It
+// matches wire.ErrStorageFull; again marks one refused within
+// storageFullWait of the first, which write asks again.
+type storageFullError struct {
+	err   error
+	again bool
+}
+
+func (e *storageFullError) Error() string {
+	return fmt.Sprintf("%v: JetStream refused the write (%v): make room in its store (raise the server's max_file_store or the account's storage limit, or free disk space)", wire.ErrStorageFull, e.err)
+}
+
+func (e *storageFullError) Unwrap() []error { return []error{wire.ErrStorageFull, e.err} }
 
 // update changes the value under key in kv by compare-and-set: it reads
 // the key's entry (nil when there is none) with get, asks f what to store
