@@ -672,14 +672,14 @@ var (
 
 // LeaseMargin is how long before a lease toolgate has not renewed would
 // run out an executor stops the handler running under it (its context
-// ends with ErrLeaseLost): a fifth of the lease, 5s at most (6s of the
-// default 30s lease would be more than a handler needs to stop, and
-// leave less time for renewals to get through). By then heartbeats,
-// every third of the lease and asked again when unanswered, have had
-// most of the lease to renew it. The end the executor counts to is the
-// lease counted from when the last renewal toolgate answered was sent,
-// before toolgate stamped it; the margin is the handler's time to see
-// its context end and stop before another executor may claim the call.
+// ends with ErrLeaseLost): a fifth of the lease, and 5s at most, which is
+// ample for a handler to stop and leaves the rest of a long lease to
+// renewals. By then heartbeats, every third of the lease and asked again
+// when unanswered, have had most of the lease to renew it. The end the
+// executor counts to is the lease counted from when the last renewal
+// toolgate answered was sent, before toolgate stamped it; the margin is
+// the handler's time to see its context end and stop before another
+// executor may claim the call.
 func LeaseMargin(lease time.Duration) time.Duration { return min(lease/5, 5*time.Second) }
 
 // leaseKeeper renews an executor's lease on one call, from the claim until
@@ -710,9 +710,8 @@ type leaseKeeper struct {
 // every third of the lease (the first a third after claimed) until stop;
 // after a renewal that got no answer, again within a second, and sooner,
 // each attempt shorter, as the time by which the lease must be renewed
-// (renewBy) draws near. It stops the
-// handler running under it (running) when no renewal carries the lease
-// past LeaseMargin.
+// (renewBy) draws near. It stops the handler running under it (during)
+// when no renewal carries the lease past LeaseMargin.
 func (x *Executor) keepLease(ctx context.Context, pendingID string, claimed time.Time) *leaseKeeper {
 	k := &leaseKeeper{lease: x.opts.Lease, margin: LeaseMargin(x.opts.Lease), until: claimed.Add(x.opts.Lease), renewedAt: claimed, renewal: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(ctx)
