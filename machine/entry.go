@@ -64,6 +64,10 @@ type Entry struct {
 	Escalated                  int          `json:"escalated,omitempty"`
 	ApprovedOrRejectedByUserID string       `json:"approvedOrRejectedByUserId,omitempty"`
 	DecisionTime               int64        `json:"decisionTime,omitempty"`
+	// DecidedBy is what made the call's latest decision: the policy at
+	// submit, then an approval, rejection or timeout (the DecidedBy of
+	// the transition that made it).
+	DecidedBy Decider `json:"decidedBy,omitempty"`
 	// DecisionScope is how far an approval reaches: once, session, always.
 	DecisionScope Scope `json:"decisionScope,omitempty"`
 

@@ -144,7 +144,8 @@ func (m *Machine) SubmitAndClaim(ctx context.Context, c Call, claimant *Claimant
 		return nil, false, fmt.Errorf("submit %s: policy gave unknown action %q", id, v.Action)
 	}
 	e.Status, _ = ev.Target()
-	e.LastTransition = &Transition{Event: ev, To: e.Status, Actor: "policy", Reason: v.Reason, DecidedBy: cmp.Or(v.DecidedBy, DecidedByPolicy), At: now.UnixMilli(), Write: writeID()}
+	e.DecidedBy = cmp.Or(v.DecidedBy, DecidedByPolicy)
+	e.LastTransition = &Transition{Event: ev, To: e.Status, Actor: "policy", Reason: v.Reason, DecidedBy: e.DecidedBy, At: now.UnixMilli(), Write: writeID()}
 	if err := m.seal(e); err != nil {
 		return nil, false, fmt.Errorf("submit %s: %w", id, err)
 	}
@@ -749,6 +750,7 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 		}
 		next.Status = to
 		next.StatusReason = next.LastTransition.Reason
+		next.DecidedBy = cmp.Or(next.LastTransition.DecidedBy, next.DecidedBy)
 		if err := m.seal(&next); err != nil {
 			return nil, err
 		}

@@ -66,6 +66,12 @@ func TestDecidedBy_EveryDecisionRecordsWhatDecided(t *testing.T) {
 	assert.Equal(t, machine.StateRejectedByTimeout, expired.Status)
 	assert.Equal(t, machine.DecidedByTimeout, expired.LastTransition.DecidedBy)
 
+	// The entry names its latest decision's, past the transitions after.
+	assert.Equal(t, machine.DecidedByPolicy, claimed.DecidedBy, "the claim keeps the policy's")
+	for _, e := range []*machine.Entry{approved, denied, done, expired} {
+		assert.Equal(t, e.LastTransition.DecidedBy, e.DecidedBy, e.PendingID)
+	}
+
 	// Each decision's receipt carries what decided, under the signature.
 	for _, e := range []*machine.Entry{approved, done, expired} {
 		last := e.Receipts[len(e.Receipts)-1]

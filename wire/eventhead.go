@@ -16,8 +16,10 @@ type EventHead struct {
 	To     machine.State `json:"to"`
 	Actor  string        `json:"actor"`
 	Reason string        `json:"reason"`
-	At     int64         `json:"at"`
-	Entry  *EntryHead    `json:"entry"`
+	// DecidedBy is what decided, on an event of a decision.
+	DecidedBy machine.Decider `json:"decidedBy"`
+	At        int64           `json:"at"`
+	Entry     *EntryHead      `json:"entry"`
 }
 
 // EntryHead is what EventHead holds of the event's entry.

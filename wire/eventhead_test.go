@@ -18,7 +18,7 @@ import (
 func TestEventHead_DecodesAsTheEvent(t *testing.T) {
 	full := wire.Event{
 		V: wire.EventVersion, ID: "p1:7", Type: "tool.approval_granted", Event: machine.EventVote,
-		From: machine.StatePendingApproval, To: machine.StatePendingApproval, Actor: "alice", Reason: "fine",
+		From: machine.StatePendingApproval, To: machine.StatePendingApproval, Actor: "alice", Reason: "fine", DecidedBy: machine.DecidedByQuorum,
 		At: 1_700_000_000_123, Revision: 7,
 		Receipt: &machine.Receipt{Seq: 2, PendingID: "p1", Event: machine.EventVote, Actor: "alice"},
 		Entry: &machine.Entry{

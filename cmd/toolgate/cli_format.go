@@ -167,6 +167,9 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 	if e.StatusReason != "" {
 		field("Reason", "%s", e.StatusReason)
 	}
+	if by := decidedBy(e); by != "" {
+		field("Decided by", "%s", by)
+	}
 	field("Caller", "%s", e.CallerBotID)
 	field("Conversation", "%s", e.ConversationID)
 	if e.Team != "" {
@@ -232,4 +235,16 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 		field("Last change", "%s by %s, %s", t.Event, t.Actor, when(t.At))
 	}
 	return tw.Flush()
+}
+
+// decidedBy says what made e's latest decision: the kind, and who where
+// a person or an agent's own answer decided.
+func decidedBy(e *machine.Entry) string {
+	switch e.DecidedBy {
+	case machine.DecidedByHuman, machine.DecidedByQuorum, machine.DecidedByClassifier, machine.DecidedByChannel:
+		if e.ApprovedOrRejectedByUserID != "" {
+			return fmt.Sprintf("%s (%s)", e.DecidedBy, e.ApprovedOrRejectedByUserID)
+		}
+	}
+	return string(e.DecidedBy)
 }

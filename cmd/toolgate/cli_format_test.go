@@ -115,6 +115,35 @@ default:
 	assert.Regexp(t, `Original arguments:\s+\{"to":"all@example.com","subject":"launch"\} \(edited by the approver\)`, r.stdout)
 }
 
+// TestCLI_ShowSaysWhatDecided: show names what made a call's latest
+// decision: a rule of the policy, or the approver who approved it (still
+// after the call ran).
+func TestCLI_ShowSaysWhatDecided(t *testing.T) {
+	t.Parallel()
+	url := startToolgate(t, `
+default:
+  requiresApprovalTools: [deploy]
+  rules: {deny: ["Bash(rm *)"]}
+`)
+	ctx := t.Context()
+	bot := agent(t, url)
+	denied, err := bot.Submit(ctx, machine.Call{ToolCallID: "rm", ToolName: "Bash", CallerBotID: "bot-1", ConversationID: "conv-decided",
+		Arguments: json.RawMessage(`{"command":"rm -rf /tmp/x"}`)})
+	require.NoError(t, err)
+	r := cli(t, url, "show", denied.PendingID)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^Decided by:\s+rule$`, r.stdout)
+
+	asked, err := bot.Submit(ctx, machine.Call{ToolCallID: "d", ToolName: "deploy", CallerBotID: "bot-1", ConversationID: "conv-decided"})
+	require.NoError(t, err)
+	r = cli(t, url, "show", asked.PendingID)
+	assert.Regexp(t, `(?m)^Decided by:\s+policy$`, r.stdout, "asked by requiresApprovalTools")
+	r = cli(t, url, "approve", asked.PendingID, as(t, url, "alice"))
+	require.Equal(t, 0, r.code, r.stderr)
+	r = cli(t, url, "show", asked.PendingID)
+	assert.Regexp(t, `(?m)^Decided by:\s+human \(alice\)$`, r.stdout)
+}
+
 // TestBenchReport_CountsAgreeWithTheirWords: one agent on one CPU is said
 // so, as two are "agents" and "CPUs".
 func TestBenchReport_CountsAgreeWithTheirWords(t *testing.T) {

@@ -59,6 +59,9 @@ type Stats struct {
 	Decide Durations `json:"decide"`
 	// Reasons counts the reasons humans gave for rejecting.
 	Reasons map[string]int64 `json:"reasons,omitempty"`
+	// DecidedBy counts the decisions by what made them (machine.Decider:
+	// rule, grant, policy, human, quorum, timeout, classifier, channel).
+	DecidedBy map[machine.Decider]int64 `json:"decidedBy,omitempty"`
 	// Cost and EstimatedCost are sums in micro-units, so that they are
 	// exact. An older version kept them as float64 sums, under "cost" and
 	// "estimatedCost": see MarshalJSON and UnmarshalJSON.
@@ -85,6 +88,12 @@ func (s *Stats) applied() *consumer.Applied { return &s.Applied }
 
 func (s *Stats) add(ev event) {
 	e := ev.Entry
+	if slices.Contains(machine.Deciders, ev.DecidedBy) {
+		if s.DecidedBy == nil {
+			s.DecidedBy = map[machine.Decider]int64{}
+		}
+		s.DecidedBy[ev.DecidedBy]++
+	}
 	switch ev.Event {
 	case machine.EventAsk, machine.EventSchedule, machine.EventDeny:
 		s.Calls++
@@ -219,6 +228,12 @@ func (s *Stats) merge(o *Stats) {
 			s.Reasons = map[string]int64{}
 		}
 		s.Reasons[r] += n
+	}
+	for d, n := range o.DecidedBy {
+		if s.DecidedBy == nil {
+			s.DecidedBy = map[machine.Decider]int64{}
+		}
+		s.DecidedBy[d] += n
 	}
 	s.Cost = s.Cost.Plus(o.Cost)
 	s.EstimatedCost = s.EstimatedCost.Plus(o.EstimatedCost)

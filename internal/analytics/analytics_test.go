@@ -199,6 +199,16 @@ func expect(calls []plannedCall) *expected {
 			}
 			r.Calls++
 			ms := c.decideAfter.Milliseconds()
+			if r.DecidedBy == nil {
+				r.DecidedBy = map[machine.Decider]int64{}
+			}
+			r.DecidedBy[machine.DecidedByPolicy]++ // the policy's verdict at submit
+			switch c.decision {
+			case "approve", "reject":
+				r.DecidedBy[machine.DecidedByHuman]++
+			case "timeout":
+				r.DecidedBy[machine.DecidedByTimeout]++
+			}
 			switch {
 			case c.tool == "read_file":
 				r.RanUnasked++
@@ -794,6 +804,9 @@ func TestAnalytics_EveryQuorumApproverIsCounted(t *testing.T) {
 	assert.Equal(t, map[string]int64{"alice": 1, "bob": 1}, approved)
 	require.Len(t, r.Tools, 1)
 	assert.EqualValues(t, 1, r.Tools[0].Approved, "the call is approved once")
+	assert.Equal(t, map[machine.Decider]int64{machine.DecidedByPolicy: 1, machine.DecidedByQuorum: 1}, r.Tools[0].DecidedBy,
+		"decisions by what made them: the policy asked, the quorum approved (a vote decides nothing)")
+	assert.Equal(t, r.Tools[0].DecidedBy, r.Totals.DecidedBy)
 }
 
 // TestAnalytics_AProcessWhoseAggregatesAnotherWroteSinceReadsThemAgain:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -14,8 +15,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/toolgate/toolgate/wire"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Report is what the analytics say: GET /v1/analytics and `toolgate stats`
@@ -58,11 +61,15 @@ type ToolReport struct {
 	// TimeToDecide is request to a human's decision.
 	TimeToDecide        DurationSummary `json:"timeToDecide"`
 	TopRejectionReasons []NameCount     `json:"topRejectionReasons,omitempty"`
-	Cost                float64         `json:"cost"`
-	EstimatedCost       float64         `json:"estimatedCost"`
-	ApprovalTimeoutMs   int64           `json:"approvalTimeoutMs,omitempty"` // the longest a call was given
-	Teams               []NameCount     `json:"teams,omitempty"`             // a tool's calls per team
-	LastAskedAt         int64           `json:"lastAskedAt,omitempty"`
+	// DecidedBy counts the decisions by what made them: the policy's
+	// rules, grants and other settings at submit, humans, quorums,
+	// timeouts, agents' classifiers and channels.
+	DecidedBy         map[machine.Decider]int64 `json:"decidedBy,omitempty"`
+	Cost              float64                   `json:"cost"`
+	EstimatedCost     float64                   `json:"estimatedCost"`
+	ApprovalTimeoutMs int64                     `json:"approvalTimeoutMs,omitempty"` // the longest a call was given
+	Teams             []NameCount               `json:"teams,omitempty"`             // a tool's calls per team
+	LastAskedAt       int64                     `json:"lastAskedAt,omitempty"`
 }
 
 // ApproverReport is one approver's decisions.
@@ -314,6 +321,7 @@ func (s *Stats) report() ToolReport {
 		TimeoutRate:         ratio(s.TimedOut+s.Overdue, s.Asked),
 		TimeToDecide:        s.Decide.Summary(),
 		TopRejectionReasons: top(s.Reasons, 5),
+		DecidedBy:           maps.Clone(s.DecidedBy),
 		Cost:                s.Cost.Float64(),
 		EstimatedCost:       s.EstimatedCost.Float64(),
 		ApprovalTimeoutMs:   s.TimeoutMs,

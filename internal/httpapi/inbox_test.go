@@ -565,6 +565,8 @@ func TestInbox(t *testing.T) {
 		for _, want := range []string{"ask", "reject", "bob", "Paid by card already", "Arguments"} {
 			assert.Contains(t, timeline, want)
 		}
+		assert.Equal(t, []string{"policy", "human"}, eval[[]string](p, `[...document.querySelectorAll('`+row+` .tl-decided')].map((el) => el.textContent)`),
+			"the timeline says what decided: the policy asked, a human rejected")
 		assert.Contains(t, p.text("#link-note"), "needs no decision any more: rejected by bob")
 		p.until(`document.querySelectorAll('li.row').length === 2`)
 		assert.Equal(t, machine.StateRejectedByUser, in.entry(pay.PendingID).Status)

@@ -512,10 +512,24 @@
     return e.approvedOrRejectedByUserId || (e.lastTransition && e.lastTransition.actor) || '';
   }
 
+  // byWhat says what made e's latest decision (e.decidedBy), in words
+  // that follow a verb: " by alice", " by a rule of the policy".
+  function byWhat(e) {
+    const who = decidedBy(e);
+    switch (e.decidedBy) {
+      case 'rule': return ' by a rule of the policy';
+      case 'grant': return ' by a grant';
+      case 'policy': return ' by the policy';
+      case 'quorum': return who ? ` by a quorum (the last: ${who})` : ' by a quorum';
+      case 'classifier': return who ? ` by the agent's own classifier (${who})` : " by the agent's own classifier";
+      case 'channel': return who ? ` in the agent's own prompt (${who})` : " in the agent's own prompt";
+      default: return who ? ` by ${who}` : '';
+    }
+  }
+
   // verdict says in a few words what became of e: "approved by alice".
   function verdict(e) {
-    const who = decidedBy(e);
-    const by = who ? ` by ${who}` : '';
+    const by = byWhat(e);
     if (e.decisionScope || e.status === 'APPROVED_READY_FOR_EXECUTION') {
       const scope = SCOPES[e.decisionScope] ? ` ${SCOPES[e.decisionScope]}` : '';
       return `approved${scope}${by}`;
@@ -524,7 +538,7 @@
       case 'REJECTED_BY_USER': return `rejected${by}`;
       case 'REJECTED_BY_TIMEOUT': return 'rejected: nobody answered in time';
       case 'CANCELLED_BY_SYSTEM': return `cancelled${by}`;
-      case 'REJECTED_BY_POLICY': return 'denied by policy';
+      case 'REJECTED_BY_POLICY': return e.decidedBy ? `denied${by}` : 'denied by policy';
       default: return (OUTCOMES[e.status] || [e.status])[0].toLowerCase() + by;
     }
   }
@@ -1329,6 +1343,7 @@
       h('span', { class: 'tl-event' }, it.event),
       h('span', { class: 'tl-to mono' }, it.to),
       it.actor ? h('span', { class: 'tl-actor' }, it.actor) : null,
+      it.decidedBy ? h('span', { class: 'tl-decided pill pill-muted', title: 'what decided' }, it.decidedBy) : null,
       it.reason ? h('span', { class: 'tl-reason' }, it.reason) : null))));
     const argBlock = (label, raw) => h('div', { class: 'args' }, h('div', { class: 'args-label' }, label), jsonView(prettyArgs(raw)));
     if (e.originalArguments) {

@@ -137,6 +137,8 @@ export interface Entry {
   escalated?: number;
   approvedOrRejectedByUserId?: string;
   decisionTime?: number;
+  /** What made the call's latest decision: the policy at submit, then an approval, rejection or timeout. */
+  decidedBy?: Decider;
   decisionScope?: Scope;
   result?: JSONValue;
   error?: string;
@@ -239,7 +241,7 @@ export const entryFields = Object.keys({
   policyRevision: 1, callerBotId: 1, conversationId: 1, requestedAt: 1, status: 1, statusReason: 1,
   executionAttempts: 1, lastAttemptTime: 1, scheduledExecutionTime: 1, approvalTimeoutAt: 1, reminderAt: 1,
   reminded: 1, overdue: 1, autoRejectOnTimeout: 1, userIdToApprove: 1, approvers: 1, quorum: 1, votes: 1,
-  escalations: 1, escalated: 1, approvedOrRejectedByUserId: 1, decisionTime: 1, decisionScope: 1, result: 1,
+  escalations: 1, escalated: 1, approvedOrRejectedByUserId: 1, decisionTime: 1, decidedBy: 1, decisionScope: 1, result: 1,
   error: 1, cost: 1, team: 1, taskId: 1, estimatedCost: 1, permissionMode: 1, description: 1,
   maxExecutionAttempts: 1, costReserved: 1, costDay: 1, lease: 1, receipts: 1, lastTransition: 1, priorTransition: 1,
 } satisfies Record<keyof Entry, 1>);
