@@ -18,7 +18,6 @@ import (
 // approval once teaches nothing.
 func TestHooks_PermissionRequestTeachesClaudeCodeTheGrant(t *testing.T) {
 	t.Parallel()
-	c := startGate(t)
 	for _, tc := range []struct {
 		scope machine.Scope
 		want  string
@@ -29,6 +28,7 @@ func TestHooks_PermissionRequestTeachesClaudeCodeTheGrant(t *testing.T) {
 	} {
 		t.Run(string(tc.scope), func(t *testing.T) {
 			t.Parallel()
+			c := startGate(t) // an always grant covers every session of the gate
 			session := "learn-" + string(tc.scope)
 			answer := handleAsync(t.Context(), c, hookInput(session, claudecode.EventPermissionRequest, "Bash", `{"command":"git push origin feature"}`, ""), claudecode.Options{})
 			e := newPending(t, c, session, "Bash")
