@@ -256,10 +256,12 @@ func (c *Channel) relay(ctx context.Context, p PermissionPrompt) {
 	case errors.As(err, &rej):
 		log.Info("refused", "by", rej.By, "reason", rej.Reason)
 		c.verdict(p.RequestID, Deny)
+	case err != nil && ctx.Err() != nil:
+		// The channel stopped while its call waited (before withdrawAll
+		// saw it, or with it): nobody is left to answer.
+		c.withdraw(ctx, e.PendingID, answeredLocally+": the channel stopped")
 	case err != nil:
-		if ctx.Err() == nil {
-			log.Warn("no verdict: Claude Code's dialog decides", "err", err)
-		}
+		log.Warn("no verdict: Claude Code's dialog decides", "err", err)
 	case o.Runnable(), o.Kind == client.Executed:
 		log.Info("allowed", "by", o.By)
 		c.verdict(p.RequestID, Allow)
