@@ -77,7 +77,7 @@ func (o *Op) String() string {
 	case !o.Answered():
 		fmt.Fprintf(&b, " → no answer (%s)", o.Err)
 	case o.Refused:
-		fmt.Fprintf(&b, " → refused, %s, at %s", cmpOr(string(o.Status), "entry not named"), o.Return.UTC().Format("15:04:05.000"))
+		fmt.Fprintf(&b, " → refused, %s, at %s: %s", cmpOr(string(o.Status), "entry not named"), o.Return.UTC().Format("15:04:05.000"), o.Err)
 	default:
 		fmt.Fprintf(&b, " → %s at %s", o.Status, o.Return.UTC().Format("15:04:05.000"))
 	}
