@@ -7,7 +7,7 @@
 import type { ModelMessage, Tool, ToolApprovalResponse, ToolApprovalStatus, ToolExecutionOptions, ToolSet } from "ai";
 
 import type { Client, Outcome } from "./client.js";
-import { ExecutionError, NotFoundError, RejectedError, ToolgateError, refusal } from "./errors.js";
+import { ExecutionError, NotFoundError, RejectedError, StorageFullError, ToolgateError, refusal } from "./errors.js";
 import { runClaimed } from "./gate.js";
 import { pendingId } from "./names.js";
 import type { Call, Entry, JSONValue } from "./types.js";
@@ -100,8 +100,8 @@ export class ToolgateAISDK {
     try {
       e = await this.c.submit(call);
     } catch (err) {
-      if (err instanceof ToolgateError && err.status < 500) {
-        // The same toolCallId with other arguments, a bound exceeded.
+      if (err instanceof ToolgateError && (err.status < 500 || err instanceof StorageFullError)) {
+        // The same toolCallId with other arguments, a bound exceeded, a full store.
         return { type: "denied", reason: `toolgate refused this call (${err.code}): ${err.message}` };
       }
       return { type: "denied", reason: `toolgate could not be asked about this call: ${(err as Error).message}` };

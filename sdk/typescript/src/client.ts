@@ -9,6 +9,7 @@ import {
   ExecutionError,
   ForbiddenError,
   NotFoundError,
+  StorageFullError,
   ToolgateError,
   UnavailableError,
   refusal,
@@ -271,8 +272,9 @@ export class Client {
   /**
    * Sends body to an endpoint and returns the reply's JSON and the message.
    * A repeatable request is sent again while nothing answers it or
-   * toolgate fails it (5xx), for up to the unavailable wait, each attempt
-   * bounded, within the signal.
+   * toolgate fails it (5xx; not storage_full, which waits for someone to
+   * make room), for up to the unavailable wait, each attempt bounded,
+   * within the signal.
    */
   async request<T>(endpoint: string, body: unknown, opts: RequestOptions = {}): Promise<{ value: T; msg: Msg }> {
     const data = encoder.encode(JSON.stringify(body));
@@ -285,7 +287,8 @@ export class Client {
       try {
         return await this.attempt<T>(endpoint, data, attemptTimeoutMs, signal);
       } catch (err) {
-        const failed = err instanceof UnavailableError || (err instanceof ToolgateError && err.status >= 500);
+        // A full store is an answer: it stays full until someone makes room.
+        const failed = err instanceof UnavailableError || (err instanceof ToolgateError && err.status >= 500 && !(err instanceof StorageFullError));
         const unanswered = failed || (err instanceof Error && err.name === "TimeoutError" && !signal.aborted);
         if (!unanswered || signal.aborted || (failed && Date.now() > giveUp)) {
           throw err;

@@ -13,6 +13,7 @@ export type ErrorCode =
   | "conflict"
   | "expired"
   | "idempotency_conflict"
+  | "storage_full"
   | "internal";
 
 /**
@@ -61,6 +62,10 @@ export class ExpiredError extends ToolgateError {
 export class IdempotencyConflictError extends ToolgateError {
   override name = "IdempotencyConflictError";
 }
+/** Toolgate's store is full (507): nothing was written, and asking again changes nothing until someone makes room. */
+export class StorageFullError extends ToolgateError {
+  override name = "StorageFullError";
+}
 /** Toolgate failed to do what it was asked (a 5xx): it may be asked again. */
 export class InternalError extends ToolgateError {
   override name = "InternalError";
@@ -68,7 +73,7 @@ export class InternalError extends ToolgateError {
 
 /** Every ErrorCode. */
 export const errorCodes = Object.keys({
-  invalid: 1, forbidden: 1, edit_denied: 1, not_found: 1, conflict: 1, expired: 1, idempotency_conflict: 1, internal: 1,
+  invalid: 1, forbidden: 1, edit_denied: 1, not_found: 1, conflict: 1, expired: 1, idempotency_conflict: 1, storage_full: 1, internal: 1,
 } satisfies Record<ErrorCode, 1>) as ErrorCode[];
 
 const byCode: Record<ErrorCode, typeof ToolgateError> = {
@@ -79,6 +84,7 @@ const byCode: Record<ErrorCode, typeof ToolgateError> = {
   conflict: ConflictError,
   expired: ExpiredError,
   idempotency_conflict: IdempotencyConflictError,
+  storage_full: StorageFullError,
   internal: InternalError,
 };
 

@@ -3,7 +3,7 @@
 // that a leader election does not lose an outcome.
 
 import type { Client } from "./client.js";
-import { ToolgateError, UnavailableError } from "./errors.js";
+import { StorageFullError, ToolgateError, UnavailableError } from "./errors.js";
 import type { Entry, State } from "./types.js";
 
 /** How long a report toolgate does not answer is sent again at least. */
@@ -11,7 +11,7 @@ export const reportPatienceMs = 30_000;
 
 /** Whether err says that toolgate did not answer, or failed to write: a report may be sent again. */
 export function unanswered(err: unknown): boolean {
-  return err instanceof UnavailableError || (err instanceof ToolgateError && err.status >= 500) ||
+  return err instanceof UnavailableError || (err instanceof ToolgateError && err.status >= 500 && !(err instanceof StorageFullError)) ||
     (err instanceof Error && err.name === "TimeoutError");
 }
 
@@ -34,7 +34,7 @@ export async function sendReport(
     try {
       return await c.report(endpoint, body, { signal: AbortSignal.timeout(2_000 * (again ? 4 : 1)) });
     } catch (err) {
-      if (err instanceof ToolgateError && err.status < 500) {
+      if (err instanceof ToolgateError && (err.status < 500 || err instanceof StorageFullError)) {
         if (again && err.entry && landed(err.entry)) {
           return err.entry;
         }

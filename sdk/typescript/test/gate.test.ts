@@ -153,3 +153,19 @@ test("submitAndWait's verdict, await after the decision, and toolgate's refusals
   const listed = await agent.list({ conversationId: conv });
   assert.deepEqual(listed.map((x) => x.pendingId), [e.pendingId]);
 });
+
+test("ids that are not plain tokens name the call as toolgate does, and list follows toolgate's pages", async (t) => {
+  const agent = await connectAs(t, "agent");
+  const conv = `ts team chat/#${conversation("ids")}`;
+  const search = gate("web_search", (args: { q: string }) => ({ hits: [args.q] }), { client: agent, conversationId: conv, timeoutMs: 30_000 });
+  for (const id of ["call:1 ü", "x".repeat(256)]) {
+    assert.deepEqual(await search({ q: id }, { toolCallId: id }), { hits: [id] });
+    const e = await agent.get(pendingId(conv, id));
+    assert.equal(e.toolCallId, id);
+    assert.equal(e.conversationId, conv);
+    assert.equal(e.status, "COMPLETED_SUCCESS");
+  }
+  assert.match(pendingId(conv, "call:1 ü"), /^=[A-Za-z0-9_-]+\.=[A-Za-z0-9_-]+$/);
+  const listed = await agent.list({ conversationId: conv, limit: 1 });
+  assert.deepEqual(listed.map((e) => e.toolCallId).sort(), ["call:1 ü", "x".repeat(256)].sort());
+});
