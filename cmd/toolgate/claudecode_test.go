@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -34,7 +35,7 @@ default:
 
 func TestClaudeCodeHTTPHooks(t *testing.T) {
 	t.Parallel()
-	_, base := startWithHTTP(t, hookPolicy)
+	nats, base := startWithHTTP(t, hookPolicy)
 	post := func(hook string, body string) (int, []byte) {
 		req, err := http.NewRequest("POST", base+"/v1/integrations/claude-code/"+hook, bytes.NewBufferString(body))
 		require.NoError(t, err)
@@ -79,6 +80,17 @@ func TestClaudeCodeHTTPHooks(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &pre))
 	assert.Equal(t, claudecode.Deny, pre.HookSpecificOutput.PermissionDecision, string(body))
 	assert.Contains(t, pre.HookSpecificOutput.PermissionDecisionReason, `?headless=: want true or false, got "maybe"`)
+
+	// PermissionDenied: the classifier's denial of a call the policy
+	// would let run stands, and is recorded.
+	status, body = post("permission-denied", `{"session_id":"s1","hook_event_name":"PermissionDenied","permission_mode":"auto","tool_name":"Bash",`+
+		`"tool_input":{"command":"npm test"},"tool_use_id":"t7","reason":"not asked for"}`)
+	require.Equal(t, 200, status, string(body))
+	assert.JSONEq(t, `{}`, string(body))
+	denied, err := agent(t, nats).Get(t.Context(), machine.PendingID("s1", "cc-classifier_t7"))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateRejectedByPolicy, denied.Status)
+	assert.Equal(t, machine.DecidedByClassifier, denied.DecidedBy)
 
 	// Refused, in a 200 Claude Code reads: it runs the call on any other
 	// status. Neither event blocks anything, so they are told.
