@@ -136,11 +136,12 @@ func (s *session) entryOf(ctx context.Context, id string) (*machine.Entry, error
 	return e, nil
 }
 
-// cancelTask withdraws the call of task id, when it still waits: toolgate
+// cancelTask withdraws the call of task id, when it has not started
+// (waiting for a decision, or approved and not yet claimed): toolgate
 // records it CANCELLED_BY_SYSTEM, "cancelled by the MCP client", and its
-// server never hears of it. A call already decided is left as it is: the
-// cancel is acknowledged, as the extension asks, and tasks/get says what
-// became of it.
+// server never hears of it. A call running or ended is left as it is:
+// the cancel is acknowledged, as the extension asks, and tasks/get says
+// what became of it.
 func (s *session) cancelTask(ctx context.Context, id string) error {
 	e, err := s.entryOf(ctx, id)
 	if err != nil {
@@ -152,7 +153,7 @@ func (s *session) cancelTask(ctx context.Context, id string) error {
 		case err == nil:
 			s.gw.log.Info("tasks/cancel: withdrawn", "pendingId", id)
 		case errors.Is(err, machine.ErrConflict):
-			// Decided between the read and the cancel: it stands.
+			// Claimed or ended between the read and the cancel: it stands.
 		default:
 			return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "toolgate could not withdraw task " + id + ": " + err.Error()}
 		}

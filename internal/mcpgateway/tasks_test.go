@@ -552,3 +552,29 @@ func TestTasks_IdenticalCallsAtOnceGetOneTask(t *testing.T) {
 	}
 	assert.Len(t, e.calls("mcp__files__write_file"), 1, "one call to decide")
 }
+
+// TestTasks_CancelAnApprovedCallNobodyRan: a call approved while no
+// gateway looked at it has not started: tasks/cancel withdraws it, and
+// the upstream never sees it.
+func TestTasks_CancelAnApprovedCallNobodyRan(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	files := map[string]mcpgateway.Upstream{"files": e.files()}
+	gw := e.gateway(files, mcpgateway.Options{})
+	first := serveRaw(t, gw, "gone", withTasks)
+	id := first.task("write_file", map[string]any{"path": "late.txt"})["taskId"]
+	require.NoError(t, first.w.(net.Conn).Close()) // the client, and its session, are gone
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the first session ended", func() (bool, any) {
+		rec := httptest.NewRecorder()
+		gw.Metrics().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return strings.Contains(rec.Body.String(), "\ntoolgate_gateway_sessions 0\n"), rec.Body.String()
+	})
+	_, err := e.approver.Decide(t.Context(), id.(string), client.Decision{Approve: true})
+	require.NoError(t, err)
+
+	second := serveRaw(t, e.gateway(files, mcpgateway.Options{}), "second", withTasks)
+	second.result("tasks/cancel", map[string]any{"taskId": id})
+	assert.Equal(t, "cancelled", second.get(id)["status"])
+	e.ends(id.(string), machine.StateCancelled, "cancelled by the MCP client")
+	assert.Empty(t, e.received())
+}
