@@ -70,7 +70,8 @@ func (g clientGate) Calls(ctx context.Context, conversationID, toolName string) 
 }
 
 // hookCmd is `toolgate hook claude-code`: a Claude Code command hook for
-// PreToolUse, PermissionRequest, PostToolUse and PostToolUseFailure. It
+// PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure and
+// PermissionDenied. It
 // prints the hook's JSON answer and exits 0 whatever toolgate said; when
 // it cannot ask toolgate (unreachable, a credential toolgate refuses) that
 // answer is a deny saying why (--on-error ask hands an outage to Claude
@@ -83,8 +84,8 @@ func (g clientGate) Calls(ctx context.Context, conversationID, toolName string) 
 func hookCmd(out cliOutput) *cliCmd {
 	opts := claudecode.Options{Asked: time.Now()}
 	c := newCLICmd("hook", "hook claude-code [flags] < hook-input.json",
-		"A Claude Code hook (PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure): reads the hook's JSON\n"+
-			"on stdin, submits the call to toolgate, waits for its verdict and prints Claude Code's answer.", out).connFlags()
+		"A Claude Code hook (PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure, PermissionDenied): reads\n"+
+			"the hook's JSON on stdin, submits the call to toolgate, waits for its verdict and prints Claude Code's answer.", out).connFlags()
 	hookFlags(c, &opts, `the hook's "timeout" in Claude Code's settings (default 600, Claude Code's own)`)
 	onError := c.fs.String("on-error", "deny", "the answer when toolgate cannot be reached or cannot decide: deny, or ask (Claude Code's own prompt decides)")
 	c.fs.BoolVar(&opts.Headless, "headless", false, "the session is non-interactive (claude -p): a PreToolUse call that waits for a human answers defer at once\n"+

@@ -1,9 +1,12 @@
 // Package claudecode plugs Claude Code into toolgate. Claude Code hands a
-// permission decision to an outside service in two documented ways: hooks
-// (PreToolUse or PermissionRequest to decide, PostToolUse and
-// PostToolUseFailure to record the result), run as a command or called
-// over HTTP, and a permission-prompt MCP tool. This package reads their
-// JSON, submits the call, waits for toolgate's verdict within the time
-// Claude Code gives the hook (withdrawing the call when that runs out or
-// Claude Code stops waiting) and answers in the shape each one expects.
+// permission decision to an outside service in several documented ways:
+// hooks (PreToolUse or PermissionRequest to decide, PostToolUse and
+// PostToolUseFailure to record the result, PermissionDenied to record a
+// denial by its own classifier), run as a command, called over HTTP or
+// as an MCP tool (an mcp_tool handler); a permission-prompt MCP tool; and
+// a channel that relays the session's permission prompts. This package
+// reads their JSON, submits the call, waits for toolgate's verdict within
+// the time Claude Code gives it (withdrawing the call when that runs out
+// or Claude Code stops waiting; deferring it, in a headless session) and
+// answers in the shape each one expects, telling the model what decided.
 package claudecode
