@@ -109,7 +109,9 @@ var hookSchema = json.RawMessage(`{
     "tool_use_id": {"type": "string"},
     "permission_mode": {"type": "string"},
     "tool_response": {"description": "PostToolUse: the tool's response"},
-    "error": {"type": "string", "description": "PostToolUseFailure: the tool's error"}
+    "error": {"type": "string", "description": "PostToolUseFailure: the tool's error"},
+    "reason": {"type": "string", "description": "PermissionDenied: the classifier's reason"},
+    "headless": {"type": "boolean", "description": "true: the session is non-interactive: a PreToolUse call that waits for a human is deferred (the command hook's --headless)"}
   },
   "required": ["session_id", "hook_event_name", "tool_name"]
 }`)
@@ -118,7 +120,12 @@ var hookSchema = json.RawMessage(`{
 // mcp_tool handler's input): what the command hook prints. An input it
 // cannot read is refused in the event's shape (a deny at PreToolUse and
 // PermissionRequest), and toolgate failing is answered as Failed says.
+// "headless": true is the command hook's --headless.
 func HookAnswer(ctx context.Context, g Gate, raw map[string]any, opts Options) any {
+	if headless, ok := raw["headless"].(bool); ok {
+		opts.Headless = headless
+		delete(raw, "headless")
+	}
 	if s, ok := raw["tool_input"].(string); ok {
 		var v map[string]any
 		if json.Unmarshal([]byte(s), &v) == nil && v != nil {

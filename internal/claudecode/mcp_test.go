@@ -203,6 +203,10 @@ func TestMCPHookTool_AnswersAsTheCommandHook(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateRejectedByPolicy, e.Status, "the call is the hook input's: its session and tool_use_id")
 
+	deferred := in(`{"command":"git push"}`, "toolu_h")
+	deferred["headless"] = true
+	assert.Equal(t, claudecode.Defer, hook(deferred).PermissionDecision, "headless: as the command hook's --headless")
+
 	bad := hook(in("rm -rf /", "toolu_b"))
 	assert.Equal(t, claudecode.Deny, bad.PermissionDecision, "an input it cannot read blocks the call")
 	assert.Contains(t, bad.PermissionDecisionReason, "tool_input: want an object")
