@@ -3,6 +3,9 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -233,4 +236,63 @@ func TestExecutor_AHeartbeatWhoseAnswerIsLostIsAskedAgainWithinTheLease(t *testi
 	got := finished(t, g.c, e.PendingID)
 	assert.Equal(t, machine.StateCompletedSuccess, got.Status, got.Error)
 	assert.Equal(t, 1, got.ExecutionAttempts)
+}
+
+// TestHTTPTool_ARunAfterALeaseLossCarriesTheNextToken runs the built-in
+// http tool on an executor that is partitioned from toolgate while its
+// request waits at the far side: that request is abandoned before the
+// lease runs out, and the run another executor makes then sends the same
+// Idempotency-Key with the next fencing token, so the far side can tell
+// the second run from the first.
+func TestHTTPTool_ARunAfterALeaseLossCarriesTheNextToken(t *testing.T) {
+	t.Parallel()
+	type request struct {
+		key, token string
+		at         time.Time
+	}
+	requests := make(chan request, 4)
+	abandoned := make(chan time.Time, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := r.Header.Get(client.FencingTokenHeader)
+		requests <- request{key: r.Header.Get("Idempotency-Key"), token: token, at: time.Now()}
+		if strings.HasSuffix(token, "/1") {
+			<-r.Context().Done() // the first run's request waits until it is abandoned
+			abandoned <- time.Now()
+			return
+		}
+		fmt.Fprint(w, "done")
+	}))
+	t.Cleanup(srv.Close)
+	g := startGate(t, "default: {requiresApprovalTools: none, maxExecutionAttempts: 3}")
+	link := startLink(t, g.NATSURL)
+	const lease = 3 * time.Second
+	runExecutor(t, connectThrough(t, g, link, "cut-off"), "cut-off", lease, "http", client.HTTPTool(nil))
+	e, err := g.c.Submit(t.Context(), call("fenced", "h1", "http", `{"url":"`+srv.URL+`","method":"post"}`))
+	require.NoError(t, err)
+	first := <-requests
+	runExecutor(t, newClient(t, g.Gate), "other", lease, "http", client.HTTPTool(nil))
+
+	link.partition()
+	var second request
+	select {
+	case second = <-requests:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no second run's request after 20s")
+	}
+	select {
+	case at := <-abandoned:
+		assert.True(t, at.Before(second.at), "the first run's request was abandoned (%s) before the second run's came (%s)",
+			at.Format("15:04:05.000"), second.at.Format("15:04:05.000"))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first run's request still waits, 20s after the second run's came")
+	}
+	assert.Equal(t, "h1", first.key)
+	assert.Equal(t, first.key, second.key, "every run of a call has its idempotency key")
+	assert.Equal(t, e.PendingID+"/1", first.token)
+	assert.Equal(t, e.PendingID+"/2", second.token)
+
+	link.heal()
+	got := finished(t, g.c, e.PendingID)
+	assert.Equal(t, machine.StateCompletedSuccess, got.Status, got.Error)
+	assert.Equal(t, 2, got.ExecutionAttempts)
 }
