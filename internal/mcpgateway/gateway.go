@@ -113,10 +113,12 @@ type Gateway struct {
 	// tasks speaks the tasks extension; creating makes looking for a
 	// call's twin and submitting it one step, so that two identical
 	// calls at once get one task; outcomes keep what this process's runs
-	// of tasks answered.
+	// of tasks answered; offered, the tasks whose client answered the
+	// offer of the decision page.
 	tasks    taskProtocol
 	creating keyedMutex
 	outcomes outcomes
+	offered  recentIDs
 
 	mu       sync.Mutex
 	sessions map[string]*session // by MCP session id: HTTP's

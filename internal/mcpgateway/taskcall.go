@@ -59,7 +59,7 @@ func (s *session) callAsTask(ctx context.Context, req *mcp.CallToolRequest, u *u
 	}
 	s.watch(e.PendingID)
 	gw.log.Info("tools/call answered with a task", "tool", call.ToolName, "pendingId", e.PendingID)
-	return gw.tasks.created(gw.taskOf(ctx, e)), nil
+	return gw.tasks.created(gw.taskOf(ctx, e, false)), nil
 }
 
 // pendingTwin is the call of the gateway's credential that waits for a
@@ -104,7 +104,14 @@ const callIDPrefix = "mcp_"
 // getTask is the task id as it stands. A call approved and not yet
 // claimed is claimed, and run, here; a call still waiting is watched, so
 // that this session runs it once approved and tells its client.
-func (s *session) getTask(ctx context.Context, id string) (Task, error) {
+//
+// A client on 2026-07-28 that opens URLs (its request declares
+// elicitation.url) is offered the call's page in the inbox (with
+// --inbox-url) while the call waits, as the task's one input request
+// (input_required), until it answers it with tasks/update; then the task
+// is working again until the call is decided. The page signs its user in
+// and lets decide only whom the policy names.
+func (s *session) getTask(ctx context.Context, id string, meta mcp.Meta) (Task, error) {
 	e, err := s.entryOf(ctx, id)
 	if err != nil {
 		return Task{}, err
@@ -117,7 +124,22 @@ func (s *session) getTask(ctx context.Context, id string) (Task, error) {
 	case e.Status == machine.StatePendingApproval || e.Status == machine.StateScheduled:
 		s.watch(id)
 	}
-	return s.gw.taskOf(ctx, e), nil
+	return s.gw.taskOf(ctx, e, declaresURLElicitation(meta)), nil
+}
+
+// answered notes the client's answer to the task's offer of its decision
+// page, if responses hold one: the offer is not made again.
+func (s *session) answered(ctx context.Context, id string, responses json.RawMessage) error {
+	if _, err := s.entryOf(ctx, id); err != nil {
+		return err
+	}
+	var r map[string]json.RawMessage
+	if json.Unmarshal(responses, &r) == nil {
+		if _, ok := r[decisionKey]; ok {
+			s.gw.offered.add(id)
+		}
+	}
+	return nil
 }
 
 // entryOf is the call of task id, when this client may see it.
@@ -280,13 +302,14 @@ func (s *session) notifyTask(id string) {
 	if err != nil {
 		return
 	}
-	if err := s.gw.tasks.notify(ctx, conn, s.gw.taskOf(ctx, e)); err != nil {
+	if err := s.gw.tasks.notify(ctx, conn, s.gw.taskOf(ctx, e, false)); err != nil {
 		s.gw.log.Warn("notifications/tasks not sent", "taskId", id, "err", err)
 	}
 }
 
-// taskOf is the call e as a task.
-func (gw *Gateway) taskOf(ctx context.Context, e *machine.Entry) Task {
+// taskOf is the call e as a task; offer says the client opens URLs, so
+// that a call waiting for a decision offers its page (see getTask).
+func (gw *Gateway) taskOf(ctx context.Context, e *machine.Entry, offer bool) Task {
 	t := Task{
 		TaskID: e.PendingID, CreatedAt: rfc3339(e.RequestedAt), LastUpdatedAt: rfc3339(e.RequestedAt),
 		PollIntervalMs: gw.opts.PollInterval.Milliseconds(),
@@ -301,6 +324,11 @@ func (gw *Gateway) taskOf(ctx context.Context, e *machine.Entry) Task {
 	switch e.Status {
 	case machine.StatePendingApproval:
 		t.Status, t.StatusMessage = TaskWorking, gw.waiting(e)
+		if offer && gw.opts.InboxURL != "" && !gw.offered.has(e.PendingID) {
+			t.Status = TaskInputRequired
+			t.InputRequests = map[string]inputRequest{decisionKey: {Method: "elicitation/create", Params: urlElicitParams{
+				Mode: "url", Message: t.StatusMessage, URL: gw.page(e.PendingID)}}}
+		}
 	case machine.StateScheduled:
 		t.Status, t.StatusMessage = TaskWorking, "toolgate: "+e.PendingID+" runs at "+rfc3339(e.ScheduledExecutionTime)
 	case machine.StateApproved:
@@ -389,9 +417,14 @@ func (gw *Gateway) waiting(e *machine.Entry) string {
 		}
 	}
 	if gw.opts.InboxURL != "" {
-		msg += "; decide at " + strings.TrimSuffix(gw.opts.InboxURL, "/") + "/#/calls/" + e.PendingID
+		msg += "; decide at " + gw.page(e.PendingID)
 	}
 	return msg
+}
+
+// page is the call's page in the inbox.
+func (gw *Gateway) page(pendingID string) string {
+	return strings.TrimSuffix(gw.opts.InboxURL, "/") + "/#/calls/" + pendingID
 }
 
 // refusal says who refused the call e and why, as the held path would.
@@ -496,4 +529,14 @@ func (k *keyedMutex) lock(key string) func() {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// recentIDs are the latest maxOutcomes ids added.
+type recentIDs struct{ o outcomes }
+
+func (r *recentIDs) add(id string) { r.o.put(id, nil, nil) }
+
+func (r *recentIDs) has(id string) bool {
+	_, _, ok := r.o.get(id)
+	return ok
 }

@@ -50,6 +50,38 @@ type Task struct {
 	PollIntervalMs int64           `json:"pollIntervalMs,omitempty"`
 	Result         json.RawMessage `json:"result,omitempty"`
 	Error          *TaskError      `json:"error,omitempty"`
+	// InputRequests (input_required) are what the task asks of the
+	// client, by key: here only the decision page, offered to a client
+	// that opens URLs (decisionKey).
+	InputRequests map[string]inputRequest `json:"inputRequests,omitempty"`
+}
+
+// inputRequest is a request of the server's to the client, carried by a
+// task: the gateway's is an elicitation/create of mode url.
+type inputRequest struct {
+	Method string          `json:"method"`
+	Params urlElicitParams `json:"params"`
+}
+
+// urlElicitParams are a URL-mode elicitation's (2026-07-28): the page to
+// open, and why.
+type urlElicitParams struct {
+	Mode    string `json:"mode"`
+	Message string `json:"message"`
+	URL     string `json:"url"`
+}
+
+// decisionKey keys a task's one input request, the decision page.
+const decisionKey = "toolgate-decision-page"
+
+// declaresURLElicitation reports whether a request's own capabilities
+// (a 2026-07-28 client's _meta) say the client opens URLs it is asked to
+// (elicitation.url).
+func declaresURLElicitation(meta mcp.Meta) bool {
+	m, _ := meta[mcp.MetaKeyClientCapabilities].(map[string]any)
+	e, _ := m["elicitation"].(map[string]any)
+	_, ok := e["url"]
+	return ok
 }
 
 // TaskError is the JSON-RPC error of a failed task.
@@ -83,9 +115,13 @@ type taskParams struct {
 
 // taskHandler answers the extension's methods for one session.
 type taskHandler interface {
-	// getTask is the task id as it stands, to this session's client:
-	// an error wrapping errTaskNotFound when there is none it may see.
-	getTask(ctx context.Context, id string) (Task, error)
+	// getTask is the task id as it stands, to this session's client,
+	// for a request whose _meta is meta: errTaskNotFound when there is
+	// none it may see.
+	getTask(ctx context.Context, id string, meta mcp.Meta) (Task, error)
+	// answered records that the client answered the task's input
+	// requests named in responses (tasks/update's inputResponses).
+	answered(ctx context.Context, id string, responses json.RawMessage) error
 	// cancelTask withdraws the task's call, if it still waits.
 	cancelTask(ctx context.Context, id string) error
 	// declares reports whether the client declared the extension, for a
@@ -135,7 +171,7 @@ func (jsonrpcTasks) install(srv *mcp.Server, h taskHandler) error {
 		if err := check(p); err != nil {
 			return nil, err
 		}
-		t, err := h.getTask(ctx, p.TaskID)
+		t, err := h.getTask(ctx, p.TaskID, p.Meta)
 		if err != nil {
 			return nil, err
 		}
@@ -154,14 +190,14 @@ func (jsonrpcTasks) install(srv *mcp.Server, h taskHandler) error {
 	}); err != nil {
 		return err
 	}
-	// The gateway's tasks never ask the client for input: an update is
-	// acknowledged, its responses ignored, as the extension has a server
-	// do with responses to nothing outstanding.
+	// The one thing a task asks of its client is to open the decision
+	// page: an answer to it is noted, any other ignored, as the extension
+	// has a server do with responses to nothing outstanding.
 	return mcp.AddReceivingCustomMethod(srv, "tasks/update", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*emptyTaskResult, error) {
 		if err := check(p); err != nil {
 			return nil, err
 		}
-		if _, err := h.getTask(ctx, p.TaskID); err != nil {
+		if err := h.answered(ctx, p.TaskID, p.InputResponses); err != nil {
 			return nil, err
 		}
 		return &emptyTaskResult{ResultType: "complete"}, nil

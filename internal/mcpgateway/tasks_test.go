@@ -578,3 +578,51 @@ func TestTasks_CancelAnApprovedCallNobodyRan(t *testing.T) {
 	e.ends(id.(string), machine.StateCancelled, "cancelled by the MCP client")
 	assert.Empty(t, e.received())
 }
+
+// TestTasks_ADecisionPageOfferedToAClientThatOpensURLs: a 2026-07-28
+// client that opens URLs (elicitation.url) is offered its waiting call's
+// page in the inbox, as the task's input request; once it answers, the
+// task works on until the call is decided.
+func TestTasks_ADecisionPageOfferedToAClientThatOpensURLs(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	gw := e.gateway(map[string]mcpgateway.Upstream{"files": e.files()}, mcpgateway.Options{InboxURL: "https://toolgate.example/inbox/"})
+	r := serveRaw(t, gw, "", nil)
+	caps := map[string]any{"extensions": withTasks["extensions"], "elicitation": map[string]any{"url": map[string]any{}}}
+
+	res := r.result("tools/call", stateless(map[string]any{"name": "write_file", "arguments": map[string]any{"path": "u.txt"}}, caps))
+	require.Equal(t, "task", res["resultType"], "%v", res)
+	id := res["taskId"].(string)
+	got := r.result("tasks/get", stateless(map[string]any{"taskId": id}, caps))
+	require.Equal(t, "input_required", got["status"], "%v", got)
+	asks, _ := got["inputRequests"].(map[string]any)
+	require.Len(t, asks, 1, "%v", got)
+	for _, ask := range asks {
+		req := ask.(map[string]any)
+		assert.Equal(t, "elicitation/create", req["method"])
+		params := req["params"].(map[string]any)
+		assert.Equal(t, "url", params["mode"])
+		assert.Equal(t, "https://toolgate.example/inbox/#/calls/"+id, params["url"])
+		assert.Contains(t, params["message"], "waiting for an approver to decide on "+id)
+	}
+	plain := r.result("tasks/get", stateless(map[string]any{"taskId": id}, withTasks))
+	assert.Equal(t, "working", plain["status"], "a request that does not open URLs is offered nothing")
+
+	var key string
+	for k := range asks {
+		key = k
+	}
+	ack := r.result("tasks/update", stateless(map[string]any{"taskId": id, "inputResponses": map[string]any{key: map[string]any{"action": "accept"}}}, caps))
+	assert.Equal(t, "complete", ack["resultType"])
+	assert.Equal(t, "working", r.result("tasks/get", stateless(map[string]any{"taskId": id}, caps))["status"], "answered: not offered again")
+
+	_, err := e.approver.Decide(t.Context(), id, client.Decision{Approve: true})
+	require.NoError(t, err)
+	var done map[string]any
+	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the task completes", func() (bool, any) {
+		done = r.result("tasks/get", stateless(map[string]any{"taskId": id}, caps))
+		return done["status"] == "completed", done
+	})
+	text, _ := resultText(t, done)
+	assert.Equal(t, "wrote u.txt", text)
+}
