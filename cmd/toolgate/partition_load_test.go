@@ -67,6 +67,7 @@ type partitionLoad struct {
 	tokens               chan int
 	let                  int
 	submitted, answered  atomic.Int64
+	acked                atomic.Int64 // submits answered with the call's entry
 	agents, approverDone sync.WaitGroup
 	toDecide             chan *loadCall
 
@@ -158,6 +159,7 @@ func (l *partitionLoad) run(ctx context.Context, who string, c *client.Client, l
 	if !l.record(op, e, err, "", "", 1) {
 		return
 	}
+	l.acked.Add(1)
 	if e.Status == machine.StatePendingApproval {
 		switch lcall.kind {
 		case kindApprove, kindReject:
