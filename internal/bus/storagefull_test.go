@@ -1,0 +1,50 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// A bucket whose stream is at its maximum bytes refuses a write within
+// seconds with an error that matches wire.ErrStorageFull (storage_full on
+// the wire) and says how to make room, and stores nothing of it.
+// (cmd/toolgate's TestResource_FullDisk fills a server's whole store.)
+func TestKVStore_AStreamAtItsLimitRefusesWithStorageFull(t *testing.T) {
+	t.Parallel()
+	_, js := bustest.Connect(t, bustest.Server(t).ClientURL())
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "small", MaxBytes: 8 << 10})
+	require.NoError(t, err)
+	store := bus.NewKVStore(js, kv)
+
+	var took time.Duration
+	var id string
+	for i := 0; err == nil && i < 100; i++ {
+		id = fmt.Sprintf("full.c%d", i)
+		from := time.Now()
+		_, err = store.Create(ctx, &machine.Entry{PendingID: id, ToolName: strings.Repeat("x", 500)})
+		took = time.Since(from)
+	}
+	require.ErrorIs(t, err, wire.ErrStorageFull)
+	assert.Less(t, took, 5*time.Second, "refused late: %v", err)
+	assert.Contains(t, err.Error(), "maximum bytes exceeded")
+	assert.Contains(t, err.Error(), "make room")
+	status, code := wire.ErrorStatus(fmt.Errorf("submit %s: %w", id, err))
+	assert.Equal(t, 507, status)
+	assert.Equal(t, "storage_full", code)
+	_, err = kv.Get(ctx, id)
+	assert.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the refused write is stored")
+}
