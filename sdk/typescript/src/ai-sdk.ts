@@ -6,44 +6,13 @@
 
 import type { ModelMessage, Tool, ToolApprovalResponse, ToolApprovalStatus, ToolExecutionOptions, ToolSet } from "ai";
 
-import type { Client, Outcome } from "./client.js";
-import { ExecutionError, NotFoundError, RejectedError, StorageFullError, ToolgateError, refusal } from "./errors.js";
-import { runClaimed } from "./gate.js";
-import { pendingId } from "./names.js";
-import type { Call, Entry, JSONValue } from "./types.js";
+import type { Client } from "./client.js";
+import { ask, decision, pendingIdOf, runApproved, type AdapterOptions } from "./adapter.js";
+
+export { ApprovalRefusedError, type ApprovalRefusal } from "./adapter.js";
 
 /** How the agent's calls reach toolgate. */
-export interface ToolgateAISDKOptions {
-  client: Client;
-  /** The conversation the agent's calls belong to: with the SDK's toolCallId it names each call in toolgate (its pendingId). */
-  conversationId: string;
-  team?: string;
-  taskId?: string;
-}
-
-/** Why a tool's execute refused an approval the message history holds. */
-export type ApprovalRefusal =
-  /** Toolgate has no entry for the call: it never went through toolApproval. */
-  | "unknown_call"
-  /** The history's arguments are not those toolgate holds for the call. */
-  | "other_arguments"
-  /** Toolgate has not approved the call (it is still pending): the approval is not toolgate's. */
-  | "not_approved"
-  /** The call ran already: the approval is replayed. */
-  | "replayed";
-
-/** An approval in the message history that toolgate's entry does not back: the tool did not run. */
-export class ApprovalRefusedError extends Error {
-  override name = "ApprovalRefusedError";
-  constructor(
-    readonly refusal: ApprovalRefusal,
-    readonly pendingId: string,
-    why: string,
-    readonly entry?: Entry,
-  ) {
-    super(`tool call ${pendingId} refused: ${why}`);
-  }
-}
+export type ToolgateAISDKOptions = AdapterOptions;
 
 /** The parts of a message's content this adapter reads. */
 interface Part {
@@ -51,14 +20,6 @@ interface Part {
   approvalId?: string;
   toolCallId?: string;
   isAutomatic?: boolean;
-}
-
-/** JSON with object keys sorted, to compare two values however their keys are ordered. */
-function canonical(v: unknown): string {
-  return JSON.stringify(v, (_k, x: unknown) =>
-    x && typeof x === "object" && !Array.isArray(x)
-      ? Object.fromEntries(Object.entries(x as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
-      : x);
 }
 
 /**
@@ -76,7 +37,7 @@ export class ToolgateAISDK {
 
   /** The pendingId toolgate gives the SDK's tool call toolCallId. */
   pendingIdOf(toolCallId: string): string {
-    return pendingId(this.opts.conversationId, toolCallId);
+    return pendingIdOf(this.opts, toolCallId);
   }
 
   /**
@@ -90,34 +51,14 @@ export class ToolgateAISDK {
    */
   readonly toolApproval = async (options: { toolCall: { toolCallId: string; toolName: string; input: unknown } }): Promise<ToolApprovalStatus> => {
     const { toolCall } = options;
-    const call: Call = {
-      toolCallId: toolCall.toolCallId, toolName: toolCall.toolName, toolArguments: (toolCall.input ?? {}) as JSONValue,
-      conversationId: this.opts.conversationId,
-      ...(this.opts.team ? { team: this.opts.team } : {}),
-      ...(this.opts.taskId ? { taskId: this.opts.taskId } : {}),
-    };
-    let e: Entry;
-    try {
-      e = await this.c.submit(call);
-    } catch (err) {
-      if (err instanceof ToolgateError && (err.status < 500 || err instanceof StorageFullError)) {
-        // The same toolCallId with other arguments, a bound exceeded, a full store.
-        return { type: "denied", reason: `toolgate refused this call (${err.code}): ${err.message}` };
-      }
-      return { type: "denied", reason: `toolgate could not be asked about this call: ${(err as Error).message}` };
-    }
-    const rej = refusal(e);
-    if (rej) {
-      return { type: "denied", reason: rej.message };
-    }
-    switch (e.status) {
-      case "PENDING_APPROVAL":
-        return { type: "user-approval", reason: `waiting in toolgate as ${e.pendingId}${e.description ? `: ${e.description}` : ""}` };
-      case "APPROVED_READY_FOR_EXECUTION":
-      case "SCHEDULED_FOR_EXECUTION":
-        return { type: "approved", reason: `allowed by toolgate${e.statusReason ? `: ${e.statusReason}` : ""}` };
+    const v = await ask(this.opts, toolCall.toolCallId, toolCall.toolName, toolCall.input);
+    switch (v.kind) {
+      case "run":
+        return { type: "approved", reason: v.reason };
+      case "ask":
+        return { type: "user-approval", reason: v.reason };
       default:
-        return { type: "denied", reason: `toolgate has this call ${e.status} already: it does not run again` };
+        return { type: "denied", reason: v.reason };
     }
   };
 
@@ -144,20 +85,8 @@ export class ToolgateAISDK {
     }
     const open = requests.filter((r) => !answered.has(r.approvalId));
     return Promise.all(open.map(async (r): Promise<ToolApprovalResponse> => {
-      let o: Outcome;
-      try {
-        o = await this.c.await(this.pendingIdOf(r.toolCallId), opts.signal ? { signal: opts.signal } : {});
-      } catch (err) {
-        if (err instanceof RejectedError || err instanceof ExecutionError) {
-          return { type: "tool-approval-response", approvalId: r.approvalId, approved: false, reason: err.message };
-        }
-        throw err;
-      }
-      if (o.kind === "executed") {
-        return { type: "tool-approval-response", approvalId: r.approvalId, approved: false, reason: `tool call ${o.pendingId} ran already` };
-      }
-      const how = o.kind === "scheduled" ? "allowed by toolgate" : `approved by ${o.by}${o.edited ? " with edited arguments" : ""}`;
-      return { type: "tool-approval-response", approvalId: r.approvalId, approved: true, reason: o.reason ? `${how}: ${o.reason}` : how };
+      const d = await decision(this.c, this.pendingIdOf(r.toolCallId), opts.signal);
+      return { type: "tool-approval-response", approvalId: r.approvalId, approved: d.approved, reason: d.reason };
     }));
   }
 
@@ -188,40 +117,8 @@ export class ToolgateAISDK {
   }
 
   /** Runs one call of a wrapped tool as tools describes. */
-  private async run(input: unknown, options: ToolExecutionOptions<unknown>, execute: (args: unknown) => unknown): Promise<unknown> {
-    const id = this.pendingIdOf(options.toolCallId);
-    const signal = options.abortSignal;
-    let e: Entry;
-    try {
-      e = await this.c.get(id, signal ? { signal } : {});
-    } catch (err) {
-      if (err instanceof NotFoundError) {
-        throw new ApprovalRefusedError("unknown_call", id, "toolgate has no such call: it did not go through toolgate's toolApproval");
-      }
-      throw err;
-    }
-    const agents = e.originalArguments ?? e.toolArguments;
-    if (canonical(input ?? {}) !== canonical(agents)) {
-      throw new ApprovalRefusedError("other_arguments", id, "the arguments in the message history are not those toolgate holds for this call: an approval for other arguments", e);
-    }
-    const rej = refusal(e);
-    if (rej) {
-      throw rej;
-    }
-    switch (e.status) {
-      case "PENDING_APPROVAL":
-        throw new ApprovalRefusedError("not_approved", id, "toolgate has not approved it (it is PENDING_APPROVAL): the approval in the message history is not toolgate's", e);
-      case "EXECUTING":
-      case "COMPLETED_SUCCESS":
-      case "COMPLETED_FAILURE":
-        throw new ApprovalRefusedError("replayed", id, `it ran already (${e.status}): the approval in the message history is replayed`, e);
-    }
-    // Approved, or scheduled: await waits out a scheduled call's delay.
-    const o = await this.c.await(id, signal ? { signal, start: e } : { start: e });
-    if (o.kind === "executed") {
-      throw new ApprovalRefusedError("replayed", id, "it ran already: the approval in the message history is replayed", o.entry);
-    }
-    return runClaimed(this.c, o.entry, async (args: unknown) => lastOf(await execute(args)), signal, o.by);
+  private run(input: unknown, options: ToolExecutionOptions<unknown>, execute: (args: unknown) => unknown): Promise<unknown> {
+    return runApproved(this.c, this.pendingIdOf(options.toolCallId), input, async (args) => lastOf(await execute(args)), options.abortSignal);
   }
 }
 
