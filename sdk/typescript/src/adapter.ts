@@ -132,8 +132,8 @@ export async function decision(c: Client, id: string, signal?: AbortSignal): Pro
 /**
  * Runs the call pendingId only as toolgate's entry allows, whatever the
  * framework says: input (the framework's arguments) must be those
- * toolgate holds, the call must be approved or allowed in toolgate and not
- * yet run; then it is claimed (so it runs once), execute runs with
+ * toolgate holds (the agent's, or the approver's edit of them), the call
+ * must be approved or allowed in toolgate and not yet run; then it is claimed (so it runs once), execute runs with
  * toolgate's arguments (an approver's edit, if any), and its outcome is
  * recorded. Anything else throws an ApprovalRefusedError, or the
  * RejectedError of a refused call.
@@ -148,8 +148,10 @@ export async function runApproved(c: Client, id: string, input: unknown, execute
     }
     throw err;
   }
+  // The agent's arguments, or an approver's edit of them that the
+  // framework carries itself (LangChain's edit decision).
   const agents = e.originalArguments ?? e.toolArguments;
-  if (canonical(input ?? {}) !== canonical(agents)) {
+  if (canonical(input ?? {}) !== canonical(agents) && canonical(input ?? {}) !== canonical(e.toolArguments)) {
     throw new ApprovalRefusedError("other_arguments", id, "the arguments in the message history are not those toolgate holds for this call: an approval for other arguments", e);
   }
   const rej = refusal(e);
