@@ -99,7 +99,7 @@ func get(ctx context.Context, kv jetstream.KeyValue, key string) (jetstream.KeyV
 func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, data []byte, revision uint64) (uint64, error) {
 	unsure := false
 	var full time.Time // the first refusal for want of storage
-	rev, err := attempts(ctx, storeAttempt, func(ctx context.Context) (uint64, error) {
+	return attempts(ctx, storeAttempt, func(ctx context.Context) (uint64, error) {
 		var rev uint64
 		var err error
 		if revision == 0 {
@@ -133,7 +133,6 @@ func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k
 		}
 		return 0, err
 	})
-	return rev, err
 }
 
 // storageFullWait is how long write asks again a write refused for want
