@@ -100,7 +100,7 @@ teams:
 	approverNC, _ := cluster.connectTo(t, server.CredsPath(cluster.auth, "approver"), cluster.servers[1])
 	approver, err := client.New(approverNC)
 	require.NoError(t, err)
-	script := fmt.Sprintf(`echo "start $TOOLGATE_TOOL_CALL_ID $PPID" >> %[1]s; sleep 0.3; echo "end $TOOLGATE_TOOL_CALL_ID $PPID" >> %[1]s`, runsLog)
+	script := fmt.Sprintf(`echo "start $TOOLGATE_TOOL_CALL_ID $PPID" >> %[1]s; sleep 0.5; echo "end $TOOLGATE_TOOL_CALL_ID $PPID" >> %[1]s`, runsLog)
 	execArgs, _ := json.Marshal(map[string]any{"command": []string{"sh", "-c", script}})
 	teams := map[string]string{"auto": "auto", "short": "short"}
 
@@ -225,10 +225,15 @@ teams:
 		return n >= 15, n
 	})
 
-	// Just before the stop: calls held for a decision until after the
-	// restart, and calls whose approval times out while the cluster is
-	// down.
+	// Just before the stop, once the executor runs a call: calls held
+	// for a decision until after the restart, and calls whose approval
+	// times out while the cluster is down.
+	probes := &probeLog{mu: &mu}
+	prober := newProber(t, cluster, probes, "restart")
 	holder := newClusterAgent(t, cluster, 2)
+	waitFor(t, 60*time.Second, func() (bool, string) {
+		return openRunBy(t, runsLog, executorRole.pids()[0]), fmt.Sprintf("%d runs logged", len(readRuns(t, runsLog)))
+	}, "the executor runs no call")
 	var held []*restartCall
 	for i := range 6 {
 		rc := &restartCall{toolCallID: fmt.Sprintf("held-%d", i), kind: "approve", held: true}
@@ -254,11 +259,6 @@ teams:
 	})
 
 	// Every member SIGKILLed at once, while the executor runs a call.
-	probes := &probeLog{mu: &mu}
-	prober := newProber(t, cluster, probes, "restart")
-	waitFor(t, 60*time.Second, func() (bool, string) {
-		return openRunBy(t, runsLog, executorRole.pids()[0]), fmt.Sprintf("%d runs logged", len(readRuns(t, runsLog)))
-	}, "the executor runs no call")
 	mark("%d calls answered; SIGKILLing every nats-server", answered.Load())
 	var killing sync.WaitGroup
 	for _, s := range cluster.servers {
