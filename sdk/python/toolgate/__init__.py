@@ -48,6 +48,7 @@ from .errors import (
     MisdirectedRequestError,
     NotFoundError,
     RejectedError,
+    StorageFullError,
     TooLargeError,
     ToolgateError,
     UnauthorizedError,

@@ -83,6 +83,12 @@ class IdempotencyConflictError(ConflictError):
     conversation for another caller, tool or arguments."""
 
 
+class StorageFullError(APIError):
+    """507 storage_full: toolgate's store has no room for the write, and
+    nothing of it was stored; the message says how to make room. Asking
+    again helps only once there is room."""
+
+
 class TooLargeError(APIError):
     """413 too_large: the request body is over the API's bound."""
 
@@ -110,6 +116,7 @@ ERRORS_BY_CODE = {
     "conflict": ConflictError,
     "expired": ExpiredError,
     "idempotency_conflict": IdempotencyConflictError,
+    "storage_full": StorageFullError,
     "too_large": TooLargeError,
     "unsupported_media_type": UnsupportedMediaTypeError,
     "misdirected_request": MisdirectedRequestError,
