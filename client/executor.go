@@ -632,11 +632,17 @@ func (x *Executor) ask(ctx context.Context, endpoint string, r wire.ReportReques
 			return nil, sent, fmt.Errorf("%w (tried since %s)", err, first.Format(time.TimeOnly))
 		}
 		// No answer, or toolgate failed to write: either may have written.
-		unanswered = true
+		// (A store without room wrote nothing, and is asked again for when
+		// room is made.)
+		unanswered = unanswered || !errors.Is(err, wire.ErrStorageFull)
 		if lease != nil {
 			lease.quiet.Store(false)
 		}
-		x.opts.Log.Warn("no answer from toolgate, asking again", "endpoint", endpoint, "pendingId", r.PendingID, "err", err, "in", pause)
+		what := "no answer from toolgate, asking again"
+		if errors.Is(err, wire.ErrStorageFull) {
+			what = "toolgate's store is full, asking again"
+		}
+		x.opts.Log.Warn(what, "endpoint", endpoint, "pendingId", r.PendingID, "err", err, "in", pause)
 		select {
 		case <-ctx.Done():
 			return nil, sent, err
