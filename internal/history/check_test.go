@@ -226,3 +226,25 @@ func TestCheck_CatchesACallNotFinishedOrAnAgentNotAnswered(t *testing.T) {
 	assert.Equal(t, []string{history.RuleAnswered}, rules(r), r.String())
 	assert.True(t, strings.Contains(r.String(), "agent-1 submitted at 03:04:05.000 had no final answer within 5s"), r.String())
 }
+
+// A submit whose answer was lost is asked again, and answered with the
+// entry as it is by then: run and finished by toolgate, not decided by
+// anyone, since nobody did.
+func TestCheck_ASubmitAskedAgainIsAnsweredWithTheEntryAsItIs(t *testing.T) {
+	t.Parallel()
+	s := newStore().
+		write("", machine.EventSchedule, "policy", "").
+		write(machine.StateScheduled, machine.EventStart, "executor-1", "").
+		write(machine.StateExecuting, machine.EventSucceed, "executor-1", "")
+	ops := []*history.Op{
+		op("agent-1", history.Submit, 0, 5000, machine.StateCompletedSuccess),
+		op("executor-1", history.Run, 220, 280, ""),
+		op("agent-1", history.Read, 5001, 5002, machine.StateCompletedSuccess),
+	}
+	r := history.Check(ops, s.facts())
+	assert.False(t, r.Failed(), r.String())
+
+	ops[0].Status = machine.StateRejectedByUser
+	r = history.Check(ops, s.facts())
+	assert.Contains(t, rules(r), history.RuleLinearizable, r.String())
+}

@@ -81,10 +81,31 @@ func effects(s machine.State, op *Op) []machine.State {
 	return out
 }
 
-// step is the model's step: every state the entry may be in after op,
-// given it was in s after the operation before (none when op, answered
+// input is what the model is stepped with: an operation, or one part of
+// an answered submit.
+type input struct {
+	op *Op
+	// part splits an answered submit in two, each anywhere within its
+	// interval: the write that created the entry (partCreate), and the
+	// answer, which says the entry as it was when the answer was made
+	// (partAnswer). The client's Submit asks again, with the same
+	// identity, when an answer is lost, and the request asked again is
+	// answered with the entry as it is by then: created by the first,
+	// possibly run and finished since.
+	part int
+}
+
+const (
+	partWhole = iota
+	partCreate
+	partAnswer
+)
+
+// step is the model's step: every state the entry may be in after in,
+// given it was in s after the operation before (none when in, answered
 // as it was, could not have happened).
-func step(s machine.State, op *Op) []machine.State {
+func step(s machine.State, in input) []machine.State {
+	op := in.op
 	var next []machine.State
 	add := func(st machine.State) {
 		if !slices.Contains(next, st) {
@@ -93,6 +114,19 @@ func step(s machine.State, op *Op) []machine.State {
 	}
 	for _, c := range reachable(s) {
 		switch {
+		case in.part == partCreate:
+			// The entry is created, or was already (a submit sent
+			// again): either way the answer part says what it is.
+			if c != "" {
+				add(c)
+			}
+			for _, e := range effects(c, op) {
+				add(e)
+			}
+		case in.part == partAnswer:
+			if op.Status == c {
+				add(c)
+			}
 		case op.Kind == Read:
 			if !op.Answered() || op.Status == c {
 				add(c)
@@ -116,10 +150,6 @@ func step(s machine.State, op *Op) []machine.State {
 			if slices.Contains(effects(c, op), op.Status) {
 				add(op.Status)
 			}
-			// A submit sent again answers with the entry as it is.
-			if op.Kind == Submit && c != "" && op.Status == c {
-				add(c)
-			}
 		}
 	}
 	return next
@@ -129,27 +159,43 @@ func step(s machine.State, op *Op) []machine.State {
 // table, stepped by step.
 var model = (&porcupine.NondeterministicModel{
 	Init: func() []any { return []any{machine.State("")} },
-	Step: func(state, input, _ any) []any {
+	Step: func(state, in, _ any) []any {
 		var out []any
-		for _, s := range step(state.(machine.State), input.(*Op)) {
+		for _, s := range step(state.(machine.State), in.(input)) {
 			out = append(out, s)
 		}
 		return out
 	},
-	DescribeOperation: func(input, _ any) string { return input.(*Op).String() },
-	DescribeState:     func(state any) string { return string(state.(machine.State)) },
+	DescribeOperation: func(in, _ any) string {
+		i := in.(input)
+		switch i.part {
+		case partCreate:
+			return i.op.String() + " (its write)"
+		case partAnswer:
+			return i.op.String() + " (its answer)"
+		}
+		return i.op.String()
+	},
+	DescribeState: func(state any) string { return string(state.(machine.State)) },
 }).ToModel()
 
-// linearizable checks one call's operations (Input is the *Op, Output
-// unused) against model, within timeout, and returns porcupine's verdict.
+// linearizable checks one call's operations (each an input, an answered
+// submit two; Output unused) against model, within timeout, and returns
+// porcupine's verdict.
 func linearizable(ops []*Op, timeout time.Duration) porcupine.CheckResult {
-	history := make([]porcupine.Operation, len(ops))
-	for i, op := range ops {
+	var history []porcupine.Operation
+	for _, op := range ops {
 		ret := int64(math.MaxInt64) // no answer: it may take effect any time after
 		if op.Answered() {
 			ret = op.Return.UnixNano()
 		}
-		history[i] = porcupine.Operation{Input: op, Call: op.Invoke.UnixNano(), Return: ret}
+		parts := []int{partWhole}
+		if op.Kind == Submit && op.Answered() && !op.Refused {
+			parts = []int{partCreate, partAnswer}
+		}
+		for _, part := range parts {
+			history = append(history, porcupine.Operation{Input: input{op: op, part: part}, Call: op.Invoke.UnixNano(), Return: ret})
+		}
 	}
 	return porcupine.CheckOperationsTimeout(model, history, timeout)
 }
