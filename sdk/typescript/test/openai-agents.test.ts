@@ -16,7 +16,12 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
+import { Agent, Runner } from "@openai/agents";
+import { z } from "zod";
+
 import { runAgent } from "../examples/openai-agents-agent.js";
+import { pendingId } from "../src/index.js";
+import { toolgate } from "../src/openai-agents.js";
 import { connectAs, conversation, eventually, pendingInToolgate, toolgate as cli } from "./harness.js";
 import { lastToolOutput, scriptedModel } from "./openai-agents-model.js";
 
@@ -70,6 +75,34 @@ test("openai-agents: a rejection through the CLI reaches the model as the SDK's 
   assert.match(lastToolOutput(model.lastCall?.request.input) ?? "", /rejected by approver: not to the whole company/);
   assert.match(text, /^the tool said .*rejected by approver: not to the whole company/);
   assert.equal((await agent.get(e.pendingId)).status, "REJECTED_BY_USER");
+});
+
+test("openai-agents: the policy's allow runs the tool without an interruption; its deny reaches the model naming the rule", async (t) => {
+  const agent = await connectAs(t, "agent");
+  const ran: string[] = [];
+  const runOne = async (name: string, conv: string) => {
+    const gate = toolgate({ client: agent, conversationId: conv });
+    const parameters = z.object({ q: z.string() });
+    const tools = [
+      gate.tool({ name: "web_search", description: "Search the web", parameters, execute: async () => (ran.push("web_search"), "found it") }),
+      gate.tool({ name: "delete_repo", description: "Delete a repository", parameters, execute: async () => (ran.push("delete_repo"), "deleted") }),
+    ];
+    const a = new Agent({ name: "policy", instructions: "Go.", model: scriptedModel(name, { q: "toolgate" }), tools });
+    let interrupted = 0;
+    const result = await gate.run(a, "Go.", { runner: new Runner({ tracingDisabled: true }), onInterruption: () => void interrupted++ });
+    return { text: String(result.finalOutput), interrupted };
+  };
+
+  const searchConv = conversation("oa-allow");
+  assert.deepEqual(await runOne("web_search", searchConv), { text: "the tool said found it", interrupted: 0 });
+  assert.equal((await agent.get(pendingId(searchConv, "call-1"))).status, "COMPLETED_SUCCESS");
+
+  const deleteConv = conversation("oa-deny");
+  const denied = await runOne("delete_repo", deleteConv);
+  assert.equal(denied.interrupted, 1);
+  assert.match(denied.text, /^the tool said .*denied by policy: .*delete_repo/);
+  assert.deepEqual(ran, ["web_search"], "the denied tool did not run");
+  assert.equal((await agent.get(pendingId(deleteConv, "call-1"))).status, "REJECTED_BY_POLICY");
 });
 
 /** Runs test/openai-agents-process.js with args; resolves with its exit code, signal and output. */
