@@ -12,7 +12,7 @@ import { readFile } from "node:fs/promises";
 import { test } from "node:test";
 
 import { MemorySaver } from "@langchain/langgraph";
-import { AIMessage, createAgent, fakeModel, tool, ToolMessage, type BaseMessage } from "langchain";
+import { AIMessage, createAgent, fakeModel, tool, ToolMessage, type BaseMessage, type HITLRequest } from "langchain";
 import { z } from "zod";
 
 import { toolgate } from "../src/langchain.js";
@@ -92,22 +92,25 @@ test("langchain: the policy's allow runs the tool without an interrupt; its deny
   const runOne = async (name: string, conv: string) => {
     const gate = toolgate({ client: agent, conversationId: conv });
     const a = createAgent({ model: scriptedModel({ q: "toolgate" }, name), tools, middleware: gate.middleware(["web_search", "delete_repo"]), checkpointer: new MemorySaver() });
-    let interrupted = 0;
-    const result = await gate.run(
-      { invoke: async (input: unknown, config: unknown) => { const r = await a.invoke(input as never, config as never); if ((r as { __interrupt__?: unknown[] }).__interrupt__?.length) interrupted++; return r; } },
-      { messages: [{ role: "user", content: "Go." }] },
-    );
-    return { text: String(result.messages.at(-1)?.content), interrupted };
+    // What the middleware's interrupts asked: each action request's description.
+    const asked: string[] = [];
+    const invoke = async (input: unknown, config: unknown) => {
+      const r = (await a.invoke(input as never, config as never)) as { __interrupt__?: { value: HITLRequest }[] };
+      for (const i of r.__interrupt__ ?? []) asked.push(...i.value.actionRequests.map((x) => x.description ?? ""));
+      return r;
+    };
+    const result = await gate.run({ invoke }, { messages: [{ role: "user", content: "Go." }] });
+    return { text: String(result.messages.at(-1)?.content), asked };
   };
 
   const searchConv = conversation("lc-allow");
   const allowed = await runOne("web_search", searchConv);
-  assert.deepEqual(allowed, { text: "the tool said found it", interrupted: 0 });
+  assert.deepEqual(allowed, { text: "the tool said found it", asked: [] });
   assert.equal((await agent.get(pendingId(searchConv, "call-1"))).status, "COMPLETED_SUCCESS");
 
   const deleteConv = conversation("lc-deny");
   const denied = await runOne("delete_repo", deleteConv);
-  assert.equal(denied.interrupted, 1);
+  assert.deepEqual(denied.asked, [`delete_repo: waiting in toolgate as ${pendingId(deleteConv, "call-1")}`], "the interrupt names toolgate's call");
   assert.match(denied.text, /^the tool said .*denied by policy: .*delete_repo/);
   assert.deepEqual(ran, ["web_search"], "the denied tool did not run");
   assert.equal((await agent.get(pendingId(deleteConv, "call-1"))).status, "REJECTED_BY_POLICY");
