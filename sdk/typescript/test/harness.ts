@@ -26,9 +26,24 @@ export function credsOf(role: string): string {
   return join(env("TOOLGATE_TEST_DATA"), "creds", `${role}.creds`);
 }
 
-/** A client connected with a role's credential, closed when the test ends. */
+/**
+ * A client connected with a role's credential. A connect that times out
+ * (the NATS client gives up after 20 s, which a starved machine can take)
+ * is tried again, up to three times.
+ */
+export async function connectRole(role: string): Promise<Client> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await Client.connect({ servers: natsURL(), creds: credsOf(role) });
+    } catch (err) {
+      if (attempt === 3 || (err as Error).name !== "TimeoutError") throw err;
+    }
+  }
+}
+
+/** A client connected with a role's credential (connectRole), closed when the test ends. */
 export async function connectAs(t: { after(fn: () => Promise<void> | void): void }, role: string): Promise<Client> {
-  const c = await Client.connect({ servers: natsURL(), creds: credsOf(role) });
+  const c = await connectRole(role);
   t.after(() => c.close());
   return c;
 }

@@ -6,13 +6,12 @@
 
 import { appendFile, readFile, rename, writeFile } from "node:fs/promises";
 
-import { Client } from "../src/index.js";
 import { runAgent } from "../examples/openai-agents-agent.js";
-import { credsOf, natsURL } from "./harness.js";
+import { connectRole } from "./harness.js";
 import { scriptedModel } from "./openai-agents-model.js";
 
 const [conversationId, stateFile, runsFile, resume] = process.argv.slice(2) as [string, string, string, string?];
-const client = await Client.connect({ servers: natsURL(), creds: credsOf("agent") });
+const client = await connectRole("agent");
 const text = await runAgent({
   client, conversationId,
   model: scriptedModel("send_email", { to: "ops@example.com", subject: "restart" }),
