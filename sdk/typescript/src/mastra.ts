@@ -10,6 +10,7 @@ import { createTool } from "@mastra/core/tools";
 
 import { ask, decision, pendingIdOf, runApproved, type AdapterOptions, type Decision } from "./adapter.js";
 import type { Client } from "./client.js";
+import { NotFoundError } from "./errors.js";
 
 export { ApprovalRefusedError, type ApprovalRefusal } from "./adapter.js";
 
@@ -28,6 +29,12 @@ interface MastraAgent<R extends Suspended> {
   generate(messages: any, options?: any): Promise<R>;
   approveToolCallGenerate(options: { runId: string; toolCallId?: string } & Record<string, unknown>): Promise<R>;
   declineToolCallGenerate(options: { runId: string; toolCallId?: string; reason?: string } & Record<string, unknown>): Promise<R>;
+}
+
+/** A suspended run as Mastra's listSuspendedRuns lists it. */
+interface SuspendedRun {
+  runId: string;
+  toolCalls: { toolCallId?: string; toolName?: string; args?: unknown; requiresApproval: boolean }[];
 }
 
 /**
@@ -92,7 +99,7 @@ export class ToolgateMastra {
    * resumed run's output (which may be suspended again). It throws the
    * signal's abort; the call stays pending in toolgate.
    */
-  async resolve<R extends Suspended>(agent: MastraAgent<R>, output: R, opts: { signal?: AbortSignal; options?: Record<string, unknown> } = {}): Promise<R> {
+  async resolve<R extends Suspended>(agent: MastraAgent<R>, output: Suspended, opts: { signal?: AbortSignal; options?: Record<string, unknown> } = {}): Promise<R> {
     const p = output.suspendPayload;
     const runId = output.runId ?? "";
     const toolCallId = p?.toolCallId ?? "";
@@ -105,6 +112,39 @@ export class ToolgateMastra {
     }
     const resume = { ...opts.options, runId, toolCallId, requireToolApproval: this.requireToolApproval, ...(opts.signal ? { abortSignal: opts.signal } : {}) };
     return d.approved ? agent.approveToolCallGenerate(resume) : agent.declineToolCallGenerate({ ...resume, reason: d.reason });
+  }
+
+  /**
+   * Resolves the runs of agent that Mastra's storage holds suspended for
+   * the approval of a call toolgate has in this conversation, as
+   * generate does, and returns their outputs: what a process that
+   * restarted (with a durable store) calls to finish the runs it left.
+   * A suspended run whose call toolgate has no entry for in this
+   * conversation is left alone. threadId narrows the runs to one memory
+   * thread.
+   */
+  async resumeSuspended<R extends Suspended>(
+    agent: MastraAgent<R> & { listSuspendedRuns(o?: { threadId?: string }): Promise<{ runs: SuspendedRun[] }> },
+    opts: { signal?: AbortSignal; options?: Record<string, unknown>; threadId?: string } = {},
+  ): Promise<R[]> {
+    const { runs } = await agent.listSuspendedRuns(opts.threadId ? { threadId: opts.threadId } : {});
+    const outs: R[] = [];
+    for (const run of runs) {
+      const call = run.toolCalls.find((c) => c.requiresApproval && c.toolCallId);
+      if (!call?.toolCallId) continue;
+      try {
+        await this.c.get(this.pendingIdOf(call.toolCallId), opts.signal ? { signal: opts.signal } : {});
+      } catch (err) {
+        if (err instanceof NotFoundError) continue; // not this conversation's, or never asked
+        throw err;
+      }
+      let out = await this.resolve(agent, { runId: run.runId, suspendPayload: call }, opts);
+      while (out.finishReason === "suspended") {
+        out = await this.resolve(agent, out, opts);
+      }
+      outs.push(out);
+    }
+    return outs;
   }
 
   /**

@@ -125,6 +125,43 @@ test("mastra: the policy's allow approves the suspended call at once; its deny d
   assert.equal((await agent.get(pendingId(deleteConv, "call-1"))).status, "REJECTED_BY_POLICY");
 });
 
+test("mastra: a run left suspended while its call waits is resumed by a new agent on the same store, and the tool runs once", async (t) => {
+  const agent = await connectAs(t, "agent");
+  const conv = conversation("ma-restart");
+  const store = new InMemoryStore();
+  const ran: unknown[] = [];
+  // One "process": an agent on the store, a gate, and the tool.
+  const start = () => {
+    const gate = toolgate({ client: agent, conversationId: conv });
+    const sendEmail = gate.tool({
+      id: "send_email", description: "Send an email", inputSchema: z.object({ to: z.string(), subject: z.string() }),
+      execute: async (args: unknown) => (ran.push(args), "sent"),
+    });
+    const a = new Agent({ id: "restart", name: "restart", instructions: "Go.", model: scriptedModel({ to: "ops@example.com", subject: "restart" }).model, tools: { send_email: sendEmail } });
+    new Mastra({ agents: { restart: a }, storage: store, logger: false });
+    return { gate, a };
+  };
+
+  const first = start();
+  const suspended = await first.a.generate("Email ops.", { requireToolApproval: first.gate.requireToolApproval });
+  assert.equal(suspended.finishReason, "suspended");
+  const stop = new AbortController();
+  const waiting = first.gate.resolve(first.a, suspended, { signal: stop.signal });
+  const e = await pendingInToolgate(conv, "call-1");
+  stop.abort(new Error("the process stops"));
+  await assert.rejects(waiting);
+  assert.equal((await agent.get(e.pendingId)).status, "PENDING_APPROVAL", "the call still waits in toolgate");
+
+  await cli("approve", e.pendingId);
+  const second = start();
+  const outs = await second.gate.resumeSuspended(second.a);
+  assert.equal(outs.length, 1);
+  assert.match(outs[0]!.text, /^the tool said .*sent/);
+  assert.deepEqual(ran, [{ to: "ops@example.com", subject: "restart" }], "the tool ran once");
+  assert.equal((await agent.get(e.pendingId)).status, "COMPLETED_SUCCESS");
+  assert.deepEqual(await second.gate.resumeSuspended(second.a), [], "no run is left suspended");
+});
+
 test("docs/sdk-typescript.md shows the Mastra example the tests run", async () => {
   const example = await readFile(new URL("../../examples/mastra-agent.ts", import.meta.url), "utf8");
   const doc = await readFile(new URL("../../../../docs/sdk-typescript.md", import.meta.url), "utf8");
