@@ -220,6 +220,16 @@ func (r *partitionRig) check(t *testing.T, l *partitionLoad, js jetstream.JetStr
 			revs[id] = append(revs[id], history.Revision{Seq: rv.seq, Entry: rv.entry})
 		}
 	}
+	finals := map[machine.State]int{}
+	for _, rs := range revs {
+		finals[rs[len(rs)-1].Entry.Status]++
+	}
+	var byState []string
+	for st, k := range finals {
+		byState = append(byState, fmt.Sprintf("%s %d", st, k))
+	}
+	slices.Sort(byState)
+	t.Logf("figure: %s: final states: %s", l.scenario, strings.Join(byState, ", "))
 	events := map[string]int{}
 	for id, k := range allEventIDs(t, js) {
 		if strings.HasPrefix(id, prefix) {
