@@ -225,7 +225,11 @@ func (s *Service) decide(ctx context.Context, a Actor, pendingID string, d machi
 			return nil, fmt.Errorf("%w: arguments: %s stands where a secret was, in a value changed around it: give the value, or leave the value as it was shown", machine.ErrInvalid, policy.RedactedValue)
 		}
 	}
-	c := s.claimer(s.toolOf(ctx, pendingID))
+	tool := ""
+	if d.Approve {
+		tool = s.toolOf(ctx, pendingID) // only an approval makes a call runnable
+	}
+	c := s.claimer(tool)
 	d.Claim = c.claimant()
 	e, err := s.observe(s.m.Decide(ctx, pendingID, d))
 	c.settle(e, err == nil)
