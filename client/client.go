@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -323,9 +325,11 @@ type Decision = machine.Decision
 // decide it, with machine.ErrForbidden.
 func (c *Client) Decide(ctx context.Context, pendingID string, d Decision) (*machine.Entry, error) {
 	var e machine.Entry
+	// One request id for every time the decision is sent: one sent again
+	// after its answer was lost is answered with what the first wrote.
 	err := c.request(ctx, wire.EndpointDecide, wire.DecideRequest{
 		PendingID: pendingID, Approved: d.Approve, By: d.By, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
-		ForMs: d.For.Milliseconds(), PersistRule: d.PersistRule, SingleUse: d.SingleUse,
+		ForMs: d.For.Milliseconds(), PersistRule: d.PersistRule, SingleUse: d.SingleUse, RequestID: requestID(),
 	}, &e)
 	if err != nil {
 		return nil, err
@@ -542,4 +546,11 @@ func redactedURL(nc *nats.Conn) string {
 	}
 	u.User = nil
 	return u.String()
+}
+
+// requestID returns a new request id (wire.DecideRequest.RequestID).
+func requestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -156,6 +156,35 @@ const (
 // Deciders are every Decider.
 var Deciders = []Decider{DecidedByRule, DecidedByGrant, DecidedByPolicy, DecidedByHuman, DecidedByQuorum, DecidedByTimeout, DecidedByClassifier, DecidedByChannel}
 
+// WrittenBy reports whether the write that made e (its last transition,
+// or the one before it in the same write) is the request requestID of
+// actor (Decision.RequestID).
+func (e *Entry) WrittenBy(requestID, actor string) bool {
+	if requestID == "" {
+		return false
+	}
+	for _, t := range []*Transition{e.LastTransition, e.PriorTransition} {
+		if t != nil && t.Write == requestID && t.Actor == actor {
+			return true
+		}
+	}
+	return false
+}
+
+// validRequestID reports whether id is empty or at most 64 letters,
+// digits, '-' and '_'.
+func validRequestID(id string) bool {
+	if len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // writeID returns a new Transition.Write.
 func writeID() string {
 	var b [8]byte

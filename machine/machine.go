@@ -257,6 +257,10 @@ type Decision struct {
 	// DecidedBy is what decided, when not a human approver (the default):
 	// an agent's classifier or a channel relaying its own prompt.
 	DecidedBy Decider
+	// RequestID, when set, is the decision's write id (Transition.Write)
+	// whatever the times it is sent, so that one sent again after its
+	// answer was lost can tell the write it made (Entry.WrittenBy).
+	RequestID string
 	// Claim, when set, is the executor an approval that makes the call
 	// runnable at once claims it for, in the same write.
 	Claim *Claimant
@@ -289,6 +293,9 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 	ev := EventReject
 	if d.Approve {
 		ev = EventApprove
+	}
+	if !validRequestID(d.RequestID) {
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("requestId: at most 64 letters, digits, '-' or '_', got %q", d.RequestID))
 	}
 	switch d.DecidedBy {
 	case "", DecidedByHuman, DecidedByClassifier, DecidedByChannel:
@@ -330,6 +337,9 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 	e, err := m.transitionFrom(ctx, pendingID, latestRemembered, choose, d.By, func(e *Entry, now time.Time) error {
 		if err := e.mayDecide(d.By); err != nil {
 			return err
+		}
+		if d.RequestID != "" {
+			e.LastTransition.Write = d.RequestID
 		}
 		if d.Scope == ScopeTask && e.TaskID == "" {
 			return invalidf("scope task: the call names no task (it was submitted without a taskId)")
@@ -695,6 +705,10 @@ const latestRemembered = ^uint64(0)
 // same write, when it makes it runnable (Claimant).
 func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uint64, choose func(cur *Entry) (Event, string), actor string, apply func(e *Entry, now time.Time) error, claimant *Claimant) (*Entry, error) {
 	recent, _ := m.store.(RecentStore)
+	// attempted is the write id of a write refused as a conflict: one
+	// whose first answer was lost, and that was asked again, may have
+	// landed after all, which the entry read again tells.
+	attempted := ""
 	for {
 		var (
 			cur    *Entry
@@ -715,6 +729,10 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 			if cur, rev, err = m.store.Get(ctx, pendingID); err != nil {
 				return nil, err
 			}
+		}
+		if attempted != "" && cur.LastTransition != nil && cur.LastTransition.Write == attempted {
+			m.observe(ctx, cur)
+			return cur, nil
 		}
 		ev, reason := choose(cur)
 		to, err := validate(cur.Status, ev)
@@ -760,6 +778,7 @@ func (m *Machine) transitionFrom(ctx context.Context, pendingID string, hint uin
 			}
 		}
 		if _, err := m.store.Update(ctx, &next, rev); errors.Is(err, ErrConflict) {
+			attempted = next.LastTransition.Write
 			continue
 		} else if err != nil {
 			return nil, err

@@ -602,3 +602,40 @@ func TestRefusal_NamesTheEntryAsStored(t *testing.T) {
 		assert.NotContains(t, err.Error(), "by exec-1", name)
 	}
 }
+
+// lostAnswerStore is a Store whose next Update is written but answered
+// with a conflict, as a write asked again after its first answer was
+// lost finds the key moved on: by itself.
+type lostAnswerStore struct {
+	machine.Store
+	lose bool
+}
+
+func (s *lostAnswerStore) Update(ctx context.Context, e *machine.Entry, revision uint64) (uint64, error) {
+	rev, err := s.Store.Update(ctx, e, revision)
+	if err == nil && s.lose {
+		s.lose = false
+		return 0, fmt.Errorf("%s at revision %d: %w", e.PendingID, revision, machine.ErrConflict)
+	}
+	return rev, err
+}
+
+// TestTransition_AWriteThatLandedDespiteAConflictIsItsOwn: a transition
+// whose write landed though it was answered as a conflict reads the
+// entry again, finds its own write there, and answers with it rather
+// than refusing the command as one that came too late.
+func TestTransition_AWriteThatLandedDespiteAConflictIsItsOwn(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	store := &lostAnswerStore{Store: env.Store}
+	m := machine.New(store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}))
+	e, err := m.Submit(ctx, call("lost-answer", "c1"))
+	require.NoError(t, err)
+	store.lose = true
+	got, err := m.Decide(ctx, e.PendingID, machine.Decision{By: "alice", Reason: "no"})
+	require.NoError(t, err, "the rejection landed: it is the answer")
+	assert.Equal(t, machine.StateRejectedByUser, got.Status)
+	assert.Equal(t, "alice", got.LastTransition.Actor)
+	assert.False(t, store.lose)
+}

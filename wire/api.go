@@ -81,6 +81,11 @@ type DecideRequest struct {
 	PersistRule bool `json:"persistRule,omitempty"`
 	// SingleUse makes the grant good for one call.
 	SingleUse bool `json:"singleUse,omitempty"`
+	// RequestID, when set, names this decision across the times it is
+	// sent: a decision sent again after its answer was lost is answered
+	// with the entry it wrote, not refused as a conflict with itself.
+	// Letters, digits, '-' and '_'.
+	RequestID string `json:"requestId,omitempty" max:"64"`
 }
 
 // Grant is a standing yes an approval recorded: a session grant

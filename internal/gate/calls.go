@@ -198,6 +198,7 @@ func (s *Service) Decide(ctx context.Context, a Actor, r wire.DecideRequest) (*m
 	return s.decide(ctx, a, r.PendingID, machine.Decision{
 		Approve: r.Approved, By: r.By, Reason: r.Reason, Scope: r.Scope, Arguments: r.Arguments,
 		For: time.Duration(r.ForMs) * time.Millisecond, PersistRule: r.PersistRule, SingleUse: r.SingleUse,
+		RequestID: r.RequestID,
 	})
 }
 
@@ -233,6 +234,13 @@ func (s *Service) decide(ctx context.Context, a Actor, pendingID string, d machi
 	d.Claim = c.claimant()
 	e, err := s.observe(s.m.Decide(ctx, pendingID, d))
 	c.settle(e, err == nil)
+	if err != nil && d.RequestID != "" {
+		// Sent again after its answer was lost: the answer is the
+		// entry the first one wrote.
+		if cur, _, gerr := s.calls.Get(ctx, pendingID); gerr == nil && cur.WrittenBy(d.RequestID, d.By) {
+			e, err = cur, nil
+		}
+	}
 	if errors.Is(err, machine.ErrExpired) {
 		// The deadline passed and no timer has acted on it yet: act now,
 		// so the refused approver and the agent see the same outcome.

@@ -41,3 +41,50 @@ func TestDecide_AfterTheDeadlineExpiresTheCall(t *testing.T) {
 	assert.Equal(t, machine.StateRejectedByTimeout, got.Status, "expired on the spot, with no timer running")
 	assert.Empty(t, got.ApprovedOrRejectedByUserID, "the late approver decided nothing")
 }
+
+// TestDecide_SentAgainIsAnsweredWithWhatItWrote: a decision sent again
+// with its request id (its first answer lost) is answered with the entry
+// it wrote, a vote under a quorum too; the same id from another
+// approver, or the same approver's new decision, is still refused.
+func TestDecide_SentAgainIsAnsweredWithWhatItWrote(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	quorum := false
+	ask := machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+		v := machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}
+		if quorum {
+			v.Quorum = &machine.Quorum{Required: 2}
+		}
+		return v, nil
+	})
+	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask})
+	e, err := g.Submit(ctx, gate.System, machine.Call{ToolCallID: "t1", ToolName: "deploy", CallerBotID: "bot", ConversationID: "again"})
+	require.NoError(t, err)
+
+	reject := wire.DecideRequest{PendingID: e.PendingID, By: "alice", Reason: "no", RequestID: "req-1"}
+	first, err := g.Decide(ctx, gate.System, reject)
+	require.NoError(t, err)
+	again, err := g.Decide(ctx, gate.System, reject)
+	require.NoError(t, err, "the same decision sent again")
+	assert.Equal(t, first.LastTransition, again.LastTransition)
+	assert.Equal(t, machine.StateRejectedByUser, again.Status)
+
+	reject.By = "bob"
+	_, err = g.Decide(ctx, gate.System, reject)
+	assert.ErrorIs(t, err, machine.ErrConflict, "another approver's decision under the same id")
+	_, err = g.Decide(ctx, gate.System, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice", RequestID: "req-2"})
+	assert.ErrorIs(t, err, machine.ErrConflict, "a new decision of a decided call")
+	_, err = g.Decide(ctx, gate.System, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice", RequestID: "no spaces"})
+	assert.ErrorIs(t, err, machine.ErrInvalid)
+
+	quorum = true
+	q, err := g.Submit(ctx, gate.System, machine.Call{ToolCallID: "t2", ToolName: "deploy", CallerBotID: "bot", ConversationID: "again"})
+	require.NoError(t, err)
+	vote := wire.DecideRequest{PendingID: q.PendingID, Approved: true, By: "alice", RequestID: "vote-1"}
+	_, err = g.Decide(ctx, gate.System, vote)
+	require.NoError(t, err)
+	voted, err := g.Decide(ctx, gate.System, vote)
+	require.NoError(t, err, "the same vote sent again")
+	assert.Equal(t, 1, voted.Approvals(), "counted once")
+}

@@ -477,6 +477,9 @@ type DecisionRequest struct {
 	PersistRule bool `json:"persistRule,omitempty"`
 	// SingleUse makes the grant good for one call.
 	SingleUse bool `json:"singleUse,omitempty"`
+	// RequestID names the decision across the times it is sent
+	// (wire.DecideRequest.RequestID).
+	RequestID string `json:"requestId,omitempty" max:"64"`
 }
 
 // request is d as the request API takes it, deciding the call pendingID.
@@ -486,7 +489,7 @@ func (d DecisionRequest) request(pendingID string) (wire.DecideRequest, error) {
 	}
 	return wire.DecideRequest{
 		PendingID: pendingID, Approved: *d.Approved, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
-		ForMs: d.ForMs, PersistRule: d.PersistRule, SingleUse: d.SingleUse,
+		ForMs: d.ForMs, PersistRule: d.PersistRule, SingleUse: d.SingleUse, RequestID: d.RequestID,
 	}, nil
 }
 
