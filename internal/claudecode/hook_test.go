@@ -157,7 +157,7 @@ func TestHooks_Golden(t *testing.T) {
 func TestHooks_UnreachableDenies(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0]) // NATS, but no toolgate on it
-	c, err := client.New(env.NC, client.WithRequestTimeout(500*time.Millisecond))
+	c, err := client.New(env.NC, client.WithRequestTimeout(500*time.Millisecond), client.WithUnavailableWait(time.Second))
 	require.NoError(t, err)
 	for _, event := range []string{claudecode.EventPreToolUse, claudecode.EventPermissionRequest} {
 		got := handle(t, gateClient{c}, input(event, "Bash", `{"command":"rm -rf /"}`, "toolu_1"), claudecode.Options{})
