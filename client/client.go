@@ -104,9 +104,10 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 }
 
 // repeatable are the endpoints a request may be sent to again when its
-// answer did not come: asking twice does what asking once does.
+// answer did not come: asking twice does what asking once does (a
+// decision, by its requestId).
 var repeatable = map[string]bool{
-	wire.EndpointSubmit: true, wire.EndpointGet: true, wire.EndpointList: true,
+	wire.EndpointSubmit: true, wire.EndpointGet: true, wire.EndpointList: true, wire.EndpointDecide: true,
 	wire.EndpointBudgets: true, wire.EndpointRateLimits: true, wire.EndpointAnalytics: true, wire.EndpointPolicyGet: true, wire.EndpointDeniedTools: true,
 	wire.EndpointGrantsPreview: true, wire.EndpointReceipts: true, wire.EndpointReceiptsKey: true,
 	wire.EndpointPolicyDryRun: true, wire.EndpointPolicyExplain: true,

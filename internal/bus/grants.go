@@ -123,6 +123,12 @@ func (s *GrantStore) Add(ctx context.Context, g policy.Grant, now time.Time) (po
 	key := grantKey(g.ConversationID)
 	err := s.change(ctx, key, func(grants []policy.Grant) ([]policy.Grant, error) {
 		live := slices.DeleteFunc(grants, func(o policy.Grant) bool { return !o.Live(now) })
+		// The same approval recorded again (its decision sent again after
+		// the answer was lost) keeps the grant it recorded.
+		if i := slices.IndexFunc(live, func(o policy.Grant) bool { return g.PendingID != "" && o.PendingID == g.PendingID && o.Pattern == g.Pattern }); i >= 0 {
+			g = live[i]
+			return live, nil
+		}
 		return append(live, g), nil
 	})
 	return g, err

@@ -78,6 +78,18 @@ func TestDecide_SentAgainIsAnsweredWithWhatItWrote(t *testing.T) {
 	_, err = g.Decide(ctx, gate.System, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice", RequestID: "no spaces"})
 	assert.ErrorIs(t, err, machine.ErrInvalid)
 
+	// A session approval sent again records its grant once.
+	s, err := g.Submit(ctx, gate.System, machine.Call{ToolCallID: "t3", ToolName: "deploy", CallerBotID: "bot", ConversationID: "again"})
+	require.NoError(t, err)
+	session := wire.DecideRequest{PendingID: s.PendingID, Approved: true, By: "alice", Scope: machine.ScopeSession, RequestID: "session-1"}
+	for range 2 {
+		_, err = g.Decide(ctx, gate.System, session)
+		require.NoError(t, err)
+	}
+	grants, err := g.Grants(ctx, gate.System, wire.GrantsRequest{ConversationID: "again"})
+	require.NoError(t, err)
+	assert.Len(t, grants, 1, "one grant for one approval: %+v", grants)
+
 	quorum = true
 	q, err := g.Submit(ctx, gate.System, machine.Call{ToolCallID: "t2", ToolName: "deploy", CallerBotID: "bot", ConversationID: "again"})
 	require.NoError(t, err)
