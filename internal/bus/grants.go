@@ -125,7 +125,9 @@ func (s *GrantStore) Add(ctx context.Context, g policy.Grant, now time.Time) (po
 		live := slices.DeleteFunc(grants, func(o policy.Grant) bool { return !o.Live(now) })
 		// The same approval recorded again (its decision sent again after
 		// the answer was lost) keeps the grant it recorded.
-		if i := slices.IndexFunc(live, func(o policy.Grant) bool { return g.PendingID != "" && o.PendingID == g.PendingID && o.Pattern == g.Pattern }); i >= 0 {
+		if i := slices.IndexFunc(live, func(o policy.Grant) bool {
+			return g.PendingID != "" && o.PendingID == g.PendingID && o.Pattern == g.Pattern
+		}); i >= 0 {
 			g = live[i]
 			return live, nil
 		}
