@@ -322,7 +322,7 @@ func isolateLeader(t *testing.T, r *partitionRig, l *partitionLoad) {
 }
 
 // isolateFollower cuts a follower of the calls' stream (not the meta
-// leader, when it can) off from the others and its clients, for 10s.
+// leader, when it can) off from the others and its clients, for 6s.
 func isolateFollower(t *testing.T, r *partitionRig, l *partitionLoad) {
 	leader := kvLeader(t, r.admin)
 	meta := r.c.waitMetaLeader(t)
@@ -339,14 +339,14 @@ func isolateFollower(t *testing.T, r *partitionRig, l *partitionLoad) {
 	p.start(from)
 	r.mark(t, "isolated nats-server %s, a follower (leader %s, meta leader %s)", r.c.servers[k].Name, leader, meta)
 	r.c.waitIsolated(t, r.c.servers[k], 10*time.Second)
-	outage := holdFor(t, r, l, from, 10*time.Second, p)
+	outage := holdFor(t, r, l, from, 6*time.Second, p)
 	t.Logf("figure: follower isolated: write outage %s", outage.Round(time.Millisecond))
 	heal(links)
 	r.c.waitHealthy(t)
 }
 
 // flapRoute cuts and heals the routes between the leader and a follower
-// every second, for 10s.
+// every second, for 6s.
 func flapRoute(t *testing.T, r *partitionRig, l *partitionLoad) {
 	leader := kvLeader(t, r.admin)
 	k := r.c.index(leader)
@@ -359,7 +359,7 @@ func flapRoute(t *testing.T, r *partitionRig, l *partitionLoad) {
 	from := time.Now()
 	p.start(from)
 	r.mark(t, "flapping the routes between %s (leader) and %s every 1s", leader, r.c.servers[j].Name)
-	holdFor(t, r, l, from, 10*time.Second, p)
+	holdFor(t, r, l, from, 6*time.Second, p)
 	heal(links)
 	r.c.waitHealthy(t)
 }
