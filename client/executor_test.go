@@ -278,7 +278,7 @@ func TestBuiltinTools(t *testing.T) {
 // runs twice.
 func TestExecutor_TwoTimersThreeExecutorsUnderLoad(t *testing.T) {
 	t.Parallel()
-	const calls = 600
+	const calls = 300
 	g := startGate(t, `
 default:
   requiresApprovalTools: [approved_job]
