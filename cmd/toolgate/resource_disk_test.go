@@ -1,6 +1,6 @@
 package main
 
-// Resource faults (issue 37, item 3): JetStream's store full under load.
+// Resource faults: JetStream's store full under load.
 // docs/faults.md says what it does and what it measured.
 
 import (

@@ -1,6 +1,6 @@
 package main
 
-// Resource faults (issue 37, item 3): the whole NATS cluster stopped and
+// Resource faults: the whole NATS cluster stopped and
 // started again under load. docs/faults.md says what it does and what it
 // measured.
 
