@@ -270,16 +270,14 @@ func TestPython_SDKAgainstToolgate(t *testing.T) {
 }
 
 // installed is where install put the package, once per test binary.
-var installed struct {
+var installed = &struct {
 	once    sync.Once
 	started bool          // set by the first install, before it returns
 	done    chan struct{} // closed once the install ended
 	dir     string
 	err     error
 	out     []byte
-}
-
-func init() { installed.done = make(chan struct{}) }
+}{done: make(chan struct{})}
 
 // install starts installing sdk/python with python's pip into a directory
 // of its own, as a user would (no network: the package's build backend is
