@@ -296,10 +296,7 @@ teams:
 		outages         []leaderKill
 		followerOutages []time.Duration
 	)
-	mark := func(format string, args ...any) {
-		now := time.Now()
-		t.Logf("%7s  %s  %s", now.Sub(began).Round(10*time.Millisecond), now.UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-	}
+	mark := func(format string, args ...any) { logMark(t, began, format, args...) }
 	killRole := func(r *faultRole) {
 		pid := r.proc.cmd.Process.Pid
 		r.proc.kill()
@@ -656,4 +653,12 @@ func grepLevels(log string) string {
 		}
 	}
 	return strings.Join(keep, "\n")
+}
+
+// logMark logs a step of a long test, with the time since it began and
+// the clock's time (to find the step in the processes' logs).
+func logMark(t *testing.T, began time.Time, format string, args ...any) {
+	t.Helper()
+	now := time.Now()
+	t.Logf("%7s  %s  %s", now.Sub(began).Round(10*time.Millisecond), now.UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }

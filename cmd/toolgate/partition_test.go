@@ -64,8 +64,8 @@ type partitionRig struct {
 }
 
 func (r *partitionRig) mark(t *testing.T, format string, args ...any) {
-	now := time.Now()
-	t.Logf("%7s  %s  %s", now.Sub(r.began).Round(10*time.Millisecond), now.UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	t.Helper()
+	logMark(t, r.began, format, args...)
 }
 
 // TestPartitions runs each partition scenario in turn on one cluster,

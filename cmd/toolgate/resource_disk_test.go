@@ -59,9 +59,7 @@ type diskCall struct {
 func TestResource_FullDisk(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
-	mark := func(format string, args ...any) {
-		t.Logf("%7s  %s", time.Since(began).Round(10*time.Millisecond), fmt.Sprintf(format, args...))
-	}
+	mark := func(format string, args ...any) { logMark(t, began, format, args...) }
 	nats := startNATSStandalone(t, "16MB")
 	srv := nats.servers[0]
 

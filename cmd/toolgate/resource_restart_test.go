@@ -63,9 +63,7 @@ type restartCall struct {
 func TestResource_WholeClusterRestart(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
-	mark := func(format string, args ...any) {
-		t.Logf("%7s  %s", time.Since(began).Round(10*time.Millisecond), fmt.Sprintf(format, args...))
-	}
+	mark := func(format string, args ...any) { logMark(t, began, format, args...) }
 	cluster := startNATSCluster(t, 3)
 	mark("cluster up")
 
