@@ -138,6 +138,15 @@ cluster {
 		c.servers = append(c.servers, s)
 		urls = append(urls, s.URL)
 	}
+	c.launch(t, bin, urls)
+	return c
+}
+
+// launch starts the cluster's servers, whose configurations are written,
+// kills them when the test ends, and waits for JetStream's meta leader;
+// urls are their client URLs.
+func (c *natsCluster) launch(t *testing.T, bin string, urls []string) {
+	t.Helper()
 	c.URLs = strings.Join(urls, ",")
 	remember(t, c.URLs, c.auth)
 	t.Cleanup(func() {
@@ -149,7 +158,6 @@ cluster {
 		s.start(t, bin)
 	}
 	c.waitMetaLeader(t)
-	return c
 }
 
 // start runs the server's process (again) and waits until it takes clients.

@@ -100,17 +100,7 @@ cluster {
 		c.servers = append(c.servers, s)
 		urls = append(urls, s.URL)
 	}
-	c.URLs = strings.Join(urls, ",")
-	remember(t, c.URLs, c.auth)
-	t.Cleanup(func() {
-		for _, s := range c.servers {
-			s.kill()
-		}
-	})
-	for _, s := range c.servers {
-		s.start(t, bin)
-	}
-	c.waitMetaLeader(t)
+	c.launch(t, bin, urls)
 	return c
 }
 
