@@ -59,6 +59,8 @@ type partitionRig struct {
 	runsLog string
 	args    []byte
 	pids    map[int]string // executor pid → its role's name
+	procs   map[string]*process
+	metrics map[string]string // role's name → its /metrics address
 	probes  *probeLog
 	began   time.Time
 }
@@ -78,7 +80,17 @@ func (r *partitionRig) mark(t *testing.T, format string, args ...any) {
 // holds and the rest after it heals.
 func TestPartitions(t *testing.T) {
 	t.Parallel()
-	rig := &partitionRig{began: time.Now(), pids: map[int]string{}, probes: &probeLog{mu: &sync.Mutex{}}}
+	n := partitionCalls(t)
+	rig := startPartitionRig(t, n)
+	for _, sc := range partitionScenarios {
+		rig.run(t, sc.name, sc.slug, n, sc.fault)
+	}
+}
+
+// startPartitionRig starts the cluster, toolgate's roles as processes
+// (each serving /metrics) and load clients enough for n calls a scenario.
+func startPartitionRig(t *testing.T, n int) *partitionRig {
+	rig := &partitionRig{began: time.Now(), pids: map[int]string{}, probes: &probeLog{mu: &sync.Mutex{}}, procs: map[string]*process{}, metrics: map[string]string{}}
 	c := startPartitionCluster(t)
 	rig.c = c
 	dir := t.TempDir()
@@ -87,9 +99,9 @@ func TestPartitions(t *testing.T) {
 	rig.runsLog = filepath.Join(dir, "runs.log")
 	rig.args = execScript(rig.runsLog)
 	creds := server.CredsPath(c.auth, "toolgate")
-	procs := map[string]*process{}
 	serve := func(name string, args ...string) {
-		procs[name] = startServe(t, slices.Concat([]string{"--nats", c.dialer(t, name), "--nats-creds", creds, "--replicas", "3"}, args)...)
+		rig.metrics[name] = freeAddr(t)
+		rig.procs[name] = startServe(t, slices.Concat([]string{"--nats", c.dialer(t, name), "--nats-creds", creds, "--replicas", "3", "--metrics", rig.metrics[name]}, args)...)
 	}
 	own := func(name string) []string { return []string{"--data", filepath.Join(dir, name)} }
 	serve("intake", "--roles", "intake", "--data", c.auth, "--policy", policyFile)
@@ -97,13 +109,13 @@ func TestPartitions(t *testing.T) {
 	serve("timer", slices.Concat(own("timer"), []string{"--roles", "timer"})...)
 	for _, x := range []string{"executor-1", "executor-2"} {
 		serve(x, slices.Concat(own(x), []string{"--roles", "executor", "--tools", "exec", "--executor-lease", partitionLease.String()})...)
-		rig.pids[procs[x].cmd.Process.Pid] = x
+		rig.pids[rig.procs[x].cmd.Process.Pid] = x
 	}
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		for name, p := range procs {
+		for name, p := range rig.procs {
 			t.Logf("--- %s: warnings and errors:\n%s", name, grepLevels(p.output()))
 		}
 		for _, s := range c.servers {
@@ -116,17 +128,18 @@ func TestPartitions(t *testing.T) {
 		nc, js := c.connectTo(t, "", s)
 		rig.admin[s.Name] = &adminView{nc: nc, js: js}
 	}
-	n := partitionCalls(t)
 	rig.lc = newLoadClients(t, c, min(max(n/64, 6), 32))
 	rig.mark(t, "cluster and roles up")
+	return rig
+}
 
-	for _, sc := range partitionScenarios {
-		if !t.Run(sc.name, func(t *testing.T) { rig.scenario(t, sc.slug, n, sc.fault) }) {
-			// A scenario that failed may leave the network broken:
-			// heal it, so that the next one starts whole.
-			c.healAll()
-			c.waitHealthy(t)
-		}
+// run runs one scenario as a subtest, conversation slug, of n calls.
+func (r *partitionRig) run(t *testing.T, name, slug string, n int, fault func(*testing.T, *partitionRig, *partitionLoad)) {
+	if !t.Run(name, func(t *testing.T) { r.scenario(t, slug, n, fault) }) {
+		// A scenario that failed may leave the network broken: heal
+		// it, so that the next one starts whole.
+		r.c.healAll()
+		r.c.waitHealthy(t)
 	}
 }
 
