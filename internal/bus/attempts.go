@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -95,11 +96,15 @@ func get(ctx context.Context, kv jetstream.KeyValue, key string) (jetstream.KeyV
 // A write JetStream refuses for want of storage is asked again for
 // storageFullWait (a stream leader whose server's store is full steps
 // down, and a member with room may take over), then refused with an
-// error that matches wire.ErrStorageFull.
+// error that matches wire.ErrStorageFull. So is one unanswered for
+// storageFullWait since the bucket's last write was refused that way:
+// when every member's store is full, the leader that refused steps down
+// and no member takes its place, so nobody answers.
 func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, data []byte, revision uint64) (uint64, error) {
 	unsure := false
+	began := time.Now()
 	var full time.Time // the first refusal for want of storage
-	return attempts(ctx, storeAttempt, func(ctx context.Context) (uint64, error) {
+	v, err := attempts(ctx, storeAttempt, func(ctx context.Context) (uint64, error) {
 		var rev uint64
 		var err error
 		if revision == 0 {
@@ -114,6 +119,7 @@ func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k
 			if full.IsZero() {
 				full = time.Now()
 			}
+			lastFull.Store(kv, full)
 			if time.Since(full) < storageFullWait {
 				return 0, &storageFullError{err: err, again: true}
 			}
@@ -124,6 +130,10 @@ func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k
 			return 0, errWriteInFlight
 		case unanswered(err):
 			unsure = true
+			if at, ok := lastFull.Load(kv); ok && time.Since(began) >= storageFullWait {
+				return 0, &storageFullError{err: fmt.Errorf("no stream leader has answered since a write was refused for want of storage %s ago, so every member's store may be full: %w",
+					time.Since(at.(time.Time)).Round(time.Second), err)}
+			}
 		case unsure && (errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)):
 			if rev, ok, lerr := storedAt(ctx, js, kv.Bucket(), key, data, revision); lerr != nil {
 				return 0, lerr
@@ -133,7 +143,16 @@ func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k
 		}
 		return 0, err
 	})
+	if err == nil {
+		lastFull.Delete(kv)
+	}
+	return v, err
 }
+
+// lastFull holds, per bucket (its jetstream.KeyValue), when JetStream
+// last refused a write of it for want of storage, until a write of it
+// succeeds.
+var lastFull sync.Map
 
 // storageFullWait is how long write asks again a write refused for want
 // of storage: long enough for a full stream leader to hand over to a

@@ -99,6 +99,13 @@ func Server(t testing.TB) *natsserver.Server {
 // blocks until its deadline.
 func Cluster(t testing.TB, n int) []*natsserver.Server {
 	t.Helper()
+	return ClusterConfigured(t, n, nil)
+}
+
+// ClusterConfigured is Cluster, with configure (if not nil) changing
+// each server's options last, as embedded.ServerConfig.Configure does.
+func ClusterConfigured(t testing.TB, n int, configure func(*natsserver.Options) error) []*natsserver.Server {
+	t.Helper()
 	routePorts := make([]int, n)
 	routes := make([]string, n)
 	for i := range routePorts {
@@ -109,11 +116,12 @@ func Cluster(t testing.TB, n int) []*natsserver.Server {
 	servers := make([]*natsserver.Server, n)
 	for i := range servers {
 		s, err := embedded.StartServer(embedded.ServerConfig{
-			Name:     fmt.Sprintf("%s-%d", name, i),
-			Host:     "127.0.0.1",
-			Port:     -1,
-			StoreDir: filepath.Join(t.TempDir(), fmt.Sprint(i)),
-			Cluster:  &embedded.ClusterConfig{Name: name, Host: "127.0.0.1", Port: routePorts[i], Routes: routes},
+			Name:      fmt.Sprintf("%s-%d", name, i),
+			Host:      "127.0.0.1",
+			Port:      -1,
+			StoreDir:  filepath.Join(t.TempDir(), fmt.Sprint(i)),
+			Cluster:   &embedded.ClusterConfig{Name: name, Host: "127.0.0.1", Port: routePorts[i], Routes: routes},
+			Configure: configure,
 		})
 		require.NoError(t, err)
 		t.Cleanup(s.Shutdown)
