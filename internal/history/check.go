@@ -41,7 +41,7 @@ const (
 	RuleTable        = "transitions follow"     // each stored write follows the one before, as the table allows
 	RuleOneTerminal  = "one terminal state"     // the call ends in a terminal state, written once
 	RuleNoRun        = "no run unless runnable" // no handler of a call rejected, cancelled or never claimed
-	RuleRunPerLease  = "one run per lease"      // no more runs than claims; one per fencing token
+	RuleRunPerLease  = "one run per lease"      // no more runs than claims; one per fencing token; none while another goes on
 	RuleOneEvent     = "one event per transition"
 	RuleAnswered     = "every agent answered"
 )
@@ -96,7 +96,7 @@ const linearizeTimeout = 10 * time.Second
 // one terminal state; no handler ran for a call that was never claimed
 // or ended rejected or cancelled; no call ran more often than it was
 // claimed (a lost lease or a retry each allow one run more), nor twice
-// under one fencing token; every transition that has an event has
+// under one fencing token, nor again while an earlier run went on; every transition that has an event has
 // exactly one, and there is no other; and each agent's call was answered
 // finally within AnswerWithin of its submit.
 func Check(ops []*Op, f Facts) *Report {
@@ -256,6 +256,8 @@ func checkRuns(revs []Revision, runs []*Op, r *Report, broke func(rule, format s
 		for _, earlier := range runs[:i] {
 			if !earlier.Answered() || earlier.Return.After(runs[i].Invoke) {
 				r.Overlapping++
+				broke(RuleRunPerLease, "%s ran the handler again (token %q) while %s's run (token %q) went on: the earlier run was not stopped before its lease ran out",
+					runs[i].Client, runs[i].Token, earlier.Client, earlier.Token)
 				break
 			}
 		}

@@ -167,25 +167,35 @@ func TestCheck_CatchesARunOfARejectedCall(t *testing.T) {
 func TestCheck_ASecondRunNeedsALostLease(t *testing.T) {
 	t.Parallel()
 	s, ops := approvedAndRun()
-	twice := append(ops, op("executor-2", history.Run, 330, 390, ""))
+	twice := append(ops, op("executor-2", history.Run, 385, 420, ""))
 	r := history.Check(twice, s.facts())
 	assert.Equal(t, []string{history.RuleRunPerLease}, rules(r), r.String())
 
-	// With the first executor's lease lost and the call reclaimed, the
-	// second run is allowed, and counted.
+	// With the first executor's lease lost and the call reclaimed, a
+	// second run started after the first one stopped is allowed, and
+	// counted.
 	s = newStore().
 		write("", machine.EventAsk, "policy", "").
 		write(machine.StatePendingApproval, machine.EventApprove, "approver", "").
 		write(machine.StateApproved, machine.EventStart, "executor-1", "").
 		write(machine.StateExecuting, machine.EventReclaim, "executor-2", "").
 		write(machine.StateExecuting, machine.EventSucceed, "executor-2", "")
+	twice[2].Token, twice[4].Token = call+"/1", call+"/2"
 	r = history.Check(twice, s.facts())
 	assert.False(t, r.Failed(), r.String())
 	assert.Equal(t, 1, r.Reruns)
+	assert.Zero(t, r.Overlapping)
+
+	// One started while the first went on (the first executor's handler
+	// not stopped before its lease ran out) is not.
+	twice[4].Invoke = at(330)
+	r = history.Check(twice, s.facts())
+	assert.Equal(t, []string{history.RuleRunPerLease}, rules(r), r.String())
 	assert.Equal(t, 1, r.Overlapping)
+	assert.Contains(t, r.String(), "while executor-1's run")
 
 	// Two runs under one fencing token are one lease run twice.
-	twice[2].Token, twice[4].Token = call+"/1", call+"/1"
+	twice[4].Invoke, twice[4].Token = at(385), call+"/1"
 	r = history.Check(twice, s.facts())
 	assert.Equal(t, []string{history.RuleRunPerLease}, rules(r), r.String())
 }
