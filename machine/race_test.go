@@ -22,7 +22,7 @@ import (
 )
 
 // TestRace_DecisionsTimeoutsAndCancels races 16 goroutines (approve, reject,
-// time out, cancel: four of each) on every one of 400 entries, with the
+// time out, cancel: four of each) on every one of 200 entries, with the
 // relay running. Every command either moves the entry or is refused with a
 // conflict; afterwards each entry is in exactly the state its winning
 // commands lead to, and TOOL_EVENTS holds exactly one event per transition.
@@ -31,13 +31,11 @@ func TestRace_DecisionsTimeoutsAndCancels(t *testing.T) {
 	for _, topo := range bustest.Topologies {
 		t.Run(topo.Name, func(t *testing.T) {
 			t.Parallel()
-			// 6,400 commands racing, on each topology: the 16-way race
-			// 400 times over (under -race, 800 entries took 40 s a
-			// topology, too much of the suite's time).
-			entries := 400
-			if testing.Short() {
-				entries = 200 // still races every pair of commands
-			}
+			// 3,200 commands racing on each topology, the 16-way race
+			// 200 times over, which races every pair of commands many
+			// times (under -race, each 200 entries cost a topology
+			// about 5 s of the suite's CPU).
+			entries := 200
 			raceEntries(t, topo, entries)
 		})
 	}
