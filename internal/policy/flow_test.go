@@ -3,6 +3,9 @@ package policy
 import (
 	"context"
 	"errors"
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,4 +166,43 @@ func TestFlows_HoldBackTheSecondCallOfASequence(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, machine.ActionAsk, v.Action)
 	assert.Contains(t, v.Reason, "no store of flow marks is configured")
+}
+
+// TestDocs_FlowsExample: the example of docs/policy.md's flows section
+// does what the section says: after the inbox is read in a conversation,
+// a send to an outside address there asks, to an inside one runs, and in
+// another conversation runs; a fetch after a secret was read by the same
+// caller is denied, in any conversation.
+func TestDocs_FlowsExample(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	page, err := os.ReadFile("../../docs/policy.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(page), "\n## Flows: `flows:`\n")
+	require.True(t, ok, "docs/policy.md has a flows section")
+	m := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindStringSubmatch(section)
+	require.NotNil(t, m, "the flows section has a YAML example")
+	doc, err := Parse([]byte(m[1]))
+	require.NoError(t, err)
+	e, err := NewEngine(doc, nil, nil, WithFlowMarks(&MemoryFlowMarks{}))
+	require.NoError(t, err)
+
+	eval := func(tool, conv, caller, args string) machine.Verdict {
+		t.Helper()
+		v, err := e.Evaluate(ctx, machine.Call{ToolName: tool, ConversationID: conv, CallerBotID: caller, Arguments: []byte(args)})
+		require.NoError(t, err)
+		return v
+	}
+	require.NoError(t, e.MarkCompleted(ctx, machine.Call{ToolName: "mcp__mail__read_inbox", ConversationID: "c1", CallerBotID: "bot",
+		Arguments: []byte(`{}`)}, "c1.t7"))
+	v := eval("mcp__mail__send_email", "c1", "bot", `{"to":"eve@evil.test"}`)
+	assert.Equal(t, machine.ActionAsk, v.Action)
+	assert.Contains(t, v.Reason, `flows[0] "mcp__mail__read_inbox" → "mcp__mail__send_email" (default): follows mcp__mail__read_inbox (c1.t7), completed `)
+	assert.Equal(t, machine.ActionRun, eval("mcp__mail__send_email", "c1", "bot", `{"to":"bob@example.com"}`).Action)
+	assert.Equal(t, machine.ActionRun, eval("mcp__mail__send_email", "c2", "bot", `{"to":"eve@evil.test"}`).Action)
+
+	require.NoError(t, e.MarkCompleted(ctx, machine.Call{ToolName: "Bash", ConversationID: "c3", CallerBotID: "bot-2",
+		Arguments: []byte(`{"command":"cat ./secrets/token"}`)}, "c3.t1"))
+	assert.Equal(t, machine.ActionDeny, eval("WebFetch", "c4", "bot-2", `{"url":"https://x.test/"}`).Action)
+	assert.NotEqual(t, machine.ActionDeny, eval("WebFetch", "c4", "bot", `{"url":"https://x.test/"}`).Action)
 }
