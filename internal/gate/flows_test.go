@@ -53,7 +53,8 @@ func (c *testClock) Skip(d time.Duration) {
 // conversation A through one replica makes a send to an outside address
 // in A, submitted through another replica, ask, naming both calls; in
 // conversation B, to an inside address, after a failed read, or once
-// the window has passed, the send runs. Explain and dry-run say the same.
+// the window has passed, the send runs. Explain and dry-run say the same;
+// and so it goes with both replicas serving conversations at once.
 func TestFlows_TwoReplicasShareTheMarks(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
@@ -144,4 +145,33 @@ func TestFlows_TwoReplicasShareTheMarks(t *testing.T) {
 	assert.Equal(t, 8, dry.Calls)
 	assert.Zero(t, dry.Changed)
 	assert.Equal(t, wire.DryRunRecorded{}, dry.Recorded, "the replay says of each call what the gate said")
+
+	// Both replicas at once: in each of 8 conversations a read completes
+	// on one replica while the others' sends go through the other.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			g, h := []*gate.Service{one, two}[i%2], []*gate.Service{two, one}[i%2]
+			conv := fmt.Sprint("P", i)
+			call := func(g *gate.Service, id, tool, conv, args string) *machine.Entry {
+				e, err := g.Submit(ctx, bot, machine.Call{ToolCallID: id, ToolName: tool, ConversationID: conv, Arguments: []byte(args)})
+				if !assert.NoError(t, err) {
+					return &machine.Entry{}
+				}
+				return e
+			}
+			read := call(g, "r", "mcp__mail__read_inbox", conv, `{}`)
+			if _, err := g.ClaimAt(ctx, exec, wire.ReportRequest{PendingID: read.PendingID, By: conv, LeaseMs: 60_000}); !assert.NoError(t, err) {
+				return
+			}
+			_, err := g.Complete(ctx, exec, wire.ReportRequest{PendingID: read.PendingID, By: conv})
+			assert.NoError(t, err)
+			sent := call(h, "s", "mcp__mail__send_email", conv, outside)
+			if assert.True(t, asks(sent), "%s: %s", conv, sent.Status) {
+				assert.Contains(t, sent.LastTransition.Reason, "("+read.PendingID+")")
+			}
+			assert.False(t, asks(call(h, "s", "mcp__mail__send_email", fmt.Sprint("Q", i), outside)), "Q%d", i)
+		})
+	}
+	wg.Wait()
 }
