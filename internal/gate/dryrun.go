@@ -21,10 +21,10 @@ import (
 // auto-run spend under either policy against its dailyCostLimit. Both
 // policies evaluate dry (no grant consulted, no budget counted or
 // reserved), each call as its agent submitted it (the original arguments,
-// not an approver's edit), in the order the calls were submitted; the
-// flows see the calls that completed (from a day before the window)
-// complete, in order among the submits. Nothing is written: no bucket, no event.
-// Viewers and approvers may, as they read every call anyway.
+// not an approver's edit), in the order the calls were submitted, and
+// the flows see each call that completed (from a day before the window
+// on) complete in its place among them. Nothing is written: no bucket,
+// no event. Viewers and approvers may, as they read every call anyway.
 func (s *Service) PolicyDryRun(ctx context.Context, a Actor, r wire.PolicyDryRunRequest) (*wire.PolicyDryRunReply, error) {
 	if err := a.require("dry-run a policy", wire.RoleViewer, wire.RoleApprover); err != nil {
 		return nil, err

@@ -12,11 +12,12 @@ import (
 // PolicyExplain evaluates one call, as r describes it, through the policy
 // in force and says how it is decided: the verdict and its reason, the
 // argument the tool's rules read and its value, and each rule of the tool
-// with whether it matched and why. The evaluation is dry (no grant
-// consulted, no budget or rate slot taken; the flows' marks read, not
-// written) and nothing is written: no
-// bucket, no event. Viewers and approvers may, as they may read the
-// policy; the call's arguments are the caller's own.
+// with whether it matched and why, and each flow that holds back calls
+// of the tool, after which earlier call. The evaluation is dry (no grant
+// consulted, no budget or rate slot taken; the flows' marks are read)
+// and nothing is written: no bucket, no event. Viewers and approvers
+// may, as they may read the policy; the call's arguments are the
+// caller's own.
 func (s *Service) PolicyExplain(ctx context.Context, a Actor, r wire.PolicyExplainRequest) (*wire.PolicyExplainReply, error) {
 	if err := a.require("explain the policy", wire.RoleViewer, wire.RoleApprover); err != nil {
 		return nil, err
