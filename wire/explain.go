@@ -19,6 +19,10 @@ type PolicyExplainRequest struct {
 	Team           string          `json:"team,omitempty"`
 	ConversationID string          `json:"conversationId,omitempty"`
 	PermissionMode string          `json:"permissionMode,omitempty"`
+
+	// CallerBotID is the agent the call would come from, which flows
+	// scoped to the caller read ("" for none).
+	CallerBotID string `json:"callerBotId,omitempty"`
 }
 
 // PolicyExplainReply is how the policy in force decides the call: its
@@ -43,6 +47,10 @@ type PolicyExplainReply struct {
 	// Rules are the rules in force that name the call's tool, in the
 	// order they are checked.
 	Rules []ExplainedRule `json:"rules"`
+
+	// Flows are the flows in force whose then names the call's tool, in
+	// the order they are checked (ExplainedFlow).
+	Flows []ExplainedFlow `json:"flows,omitempty"`
 }
 
 // ExplainedRule is one rule and whether it matched the explained call.

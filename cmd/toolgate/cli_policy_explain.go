@@ -15,15 +15,17 @@ import (
 // policyExplainCmd is `toolgate policy explain TOOL [ARGS]`: how the
 // policy in force decides one call, rule by rule, changing nothing.
 func policyExplainCmd(out cliOutput) *cliCmd {
-	c := newCLICmd("policy explain", "policy explain TOOL [ARGS] [--team T] [--conversation C] [--mode M] [--json] [flags]",
+	c := newCLICmd("policy explain", "policy explain TOOL [ARGS] [--team T] [--conversation C] [--caller A] [--mode M] [--json] [flags]",
 		"Evaluate a call of TOOL with ARGS (a JSON object; {} when left out) through the policy in\n"+
 			"force and print its verdict, the argument the tool's rules read and its value, and each\n"+
-			"rule naming the tool: whether it matched and why, or why it could not read the argument.\n"+
+			"rule naming the tool: whether it matched and why, or why it could not read the argument,\n"+
+			"and each flow whose then names the tool: which earlier call makes it apply, if any.\n"+
 			"The evaluation is dry (no grant consulted, no budget or rate limit counted) and nothing is\n"+
 			"submitted or written. Viewers, approvers and admins.", out).connFlags().jsonFlag("the explanation")
 	var r wire.PolicyExplainRequest
 	c.fs.StringVar(&r.Team, "team", "", "the call's team")
 	c.fs.StringVar(&r.ConversationID, "conversation", "", "the call's conversation")
+	c.fs.StringVar(&r.CallerBotID, "caller", "", "the agent the call would come from (for flows scoped to the caller)")
 	c.fs.StringVar(&r.PermissionMode, "mode", "", "the call's permission mode: default, acceptEdits, plan or bypassPermissions (default: the policy's)")
 	c.run = func(ctx context.Context, args []string) error {
 		pos, err := c.parse(args, 1, 2, "the TOOL, and its ARGS as a JSON object")
@@ -74,6 +76,9 @@ func printExplain(w io.Writer, tool string, r *wire.PolicyExplainReply) error {
 	case r.Argument != "":
 		fmt.Fprintf(w, "  argument: %s = %s\n", r.Argument, strconv.Quote(r.Value))
 	}
+	if err := printExplainedFlows(w, tool, r.Flows); err != nil {
+		return err
+	}
 	if len(r.Rules) == 0 {
 		fmt.Fprintf(w, "no rule names %s\n", tool)
 		return nil
@@ -90,6 +95,31 @@ func printExplain(w io.Writer, tool string, r *wire.PolicyExplainReply) error {
 			matched += ", decided"
 		}
 		fmt.Fprintf(tw, "  %s[%d]\t%s\t%s\t%s\t%s\n", rule.Kind, rule.Index, rule.Scope, strconv.Quote(rule.Pattern), matched, rule.Why)
+	}
+	return tw.Flush()
+}
+
+// printExplainedFlows prints the flows whose then names tool: whether
+// each holds the call back, and after which earlier call.
+func printExplainedFlows(w io.Writer, tool string, flows []wire.ExplainedFlow) error {
+	if len(flows) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "flows whose then names %s, in the order they are checked:\n", tool)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  FLOW\tAPPLIES\tWHY")
+	for _, f := range flows {
+		applies := "no"
+		switch {
+		case f.After != nil:
+			applies = "yes (" + f.Action + ")"
+		case f.Decided:
+			applies = "yes (ask)" // its mark could not be read: Why says why
+		}
+		if f.Decided {
+			applies += ", decided"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Flow, applies, f.Why)
 	}
 	return tw.Flush()
 }

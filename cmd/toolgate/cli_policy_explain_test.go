@@ -17,8 +17,9 @@ import (
 // read, and each rule naming the tool, matched or not and why; a write to
 // /etc whose content looks like /tmp is not allowed, a call without the
 // argument is denied by the rule that cannot read it. --team picks the
-// team's rules; a viewer may ask, an agent may not; ARGS that are not a
-// JSON object are a usage error.
+// team's rules; each flow whose then names the tool says whether an
+// earlier call of the caller makes it apply; a viewer may ask, an agent
+// may not; ARGS that are not a JSON object are a usage error.
 func TestCLI_PolicyExplain(t *testing.T) {
 	t.Parallel()
 	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"intake"}, Policy: `
@@ -27,13 +28,14 @@ default:
     deny: ["mcp__files__write_file(/srv/secret/**)"]
     allow: ["mcp__files__write_file(/tmp/**)"]
   matchArgument: {mcp__files: path}
+  flows: [{after: mcp__files__read_file, then: mcp__files__write_file, within: 1h, scope: caller}]
 teams:
   ops:
     rules: {ask: ["mcp__files__write_file(/tmp/ops/**)"]}
 `})
 	url := served(t, g)
 
-	r := cli(t, url, "policy", "explain", "mcp__files__write_file", `{"path":"/etc/cron.d/evil","content":"/tmp/x"}`)
+	r := cli(t, url, "policy", "explain", "mcp__files__write_file", `{"path":"/etc/cron.d/evil","content":"/tmp/x"}`, "--caller", "bot-1")
 	require.Equal(t, 0, r.code, r.stderr)
 	for _, line := range []string{
 		`(?m)^mcp__files__write_file under the policy in force \(revision \d+\): ask$`,
@@ -41,6 +43,8 @@ teams:
 		`(?m)^  argument: path = "/etc/cron\.d/evil"$`,
 		`(?m)^  deny\[0\]\s+default\s+"mcp__files__write_file\(/srv/secret/\*\*\)"\s+no\s+it does not match path$`,
 		`(?m)^  allow\[0\]\s+default\s+"mcp__files__write_file\(/tmp/\*\*\)"\s+no\s+it does not match path$`,
+		`(?m)^  flows\[0\] "mcp__files__read_file" → "mcp__files__write_file" \(default\)\s+no\s+` +
+			`no call of "mcp__files__read_file" completed in caller bot-1 within the last 1h$`,
 	} {
 		assert.Regexp(t, line, r.stdout)
 	}

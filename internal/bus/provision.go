@@ -49,6 +49,9 @@ type Buckets struct {
 	Archive jetstream.Stream
 	// ReceiptKeys holds the public receipt keys (ReceiptKeyStore).
 	ReceiptKeys jetstream.KeyValue
+
+	// Flows holds the marks of the policy's flows (FlowMarks).
+	Flows jetstream.KeyValue
 }
 
 // Provision creates or updates the buckets and streams toolgate needs. It
@@ -73,6 +76,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		// for longer counts nothing, and goes.
 		{&b.RateLimits, jetstream.KeyValueConfig{Bucket: wire.RateLimitsBucket, Description: "toolgate rate rules' counters: the slots taken in each window", TTL: policy.MaxRatePer + time.Hour}},
 		{&b.ReceiptKeys, jetstream.KeyValueConfig{Bucket: wire.ReceiptKeysBucket, Description: "toolgate public receipt keys, one per process that signs receipts"}},
+		// A flow's window is at most policy.MaxFlowWithin long: a mark
+		// untouched for longer holds nothing back, and goes.
+		{&b.Flows, jetstream.KeyValueConfig{Bucket: wire.FlowsBucket, Description: "toolgate flows' marks: the latest completed call each flow's after matched, per conversation or caller", TTL: policy.MaxFlowWithin + time.Hour}},
 	} {
 		kv.cfg.Storage = jetstream.FileStorage
 		kv.cfg.Replicas = t.Replicas

@@ -14,7 +14,8 @@
 // matches), work.go (taking work, claiming, heartbeats, retries and the
 // run's outcome), grants.go, policy.go with dryrun.go and explain.go,
 // credentials.go with decisiontoken.go, receipts.go, budgets.go (budgets
-// and rate limits), analytics.go, slack.go and retention.go. Runtime
+// and rate limits), flows.go (the flows' marks of completed calls, and
+// their replay in a dry run), analytics.go, slack.go and retention.go. Runtime
 // (runtime.go) is what a process runs beside them: the views of
 // tool_calls on its feed, the followers, the receipt key it registers.
 package gate

@@ -21,8 +21,10 @@ import (
 // auto-run spend under either policy against its dailyCostLimit. Both
 // policies evaluate dry (no grant consulted, no budget counted or
 // reserved), each call as its agent submitted it (the original arguments,
-// not an approver's edit). Nothing is written: no bucket, no event.
-// Viewers and approvers may, as they read every call anyway.
+// not an approver's edit), in the order the calls were submitted, and
+// the flows see each call that completed (from a day before the window
+// on) complete in its place among them. Nothing is written: no bucket,
+// no event. Viewers and approvers may, as they read every call anyway.
 func (s *Service) PolicyDryRun(ctx context.Context, a Actor, r wire.PolicyDryRunRequest) (*wire.PolicyDryRunReply, error) {
 	if err := a.require("dry-run a policy", wire.RoleViewer, wire.RoleApprover); err != nil {
 		return nil, err
@@ -46,7 +48,8 @@ func (s *Service) PolicyDryRun(ctx context.Context, a Actor, r wire.PolicyDryRun
 	if err != nil {
 		return nil, fmt.Errorf("candidate %w", err) // "candidate policy: <field>: …"
 	}
-	candidate, err := policy.NewEngine(candDoc, nil, nil)
+	fr := &flowReplay{} // flows.go
+	candidate, err := policy.NewEngine(candDoc, nil, nil, fr.options(1)...)
 	if err != nil {
 		return nil, fmt.Errorf("candidate %w", err)
 	}
@@ -54,25 +57,40 @@ func (s *Service) PolicyDryRun(ctx context.Context, a Actor, r wire.PolicyDryRun
 	if err != nil {
 		return nil, fmt.Errorf("the policy in force: %w", err)
 	}
-	current, err := policy.NewEngine(curDoc, nil, nil)
+	current, err := policy.NewEngine(curDoc, nil, nil, fr.options(0)...)
 	if err != nil {
 		return nil, fmt.Errorf("the policy in force: %w", err)
 	}
-	entries, err := s.recordedCalls(ctx, since, until)
+	// Flows replay the calls that completed before the window too, as
+	// far back as the longest window: a call of the window may follow one.
+	flows := current.HasFlows() || candidate.HasFlows()
+	from := since
+	if flows {
+		from = max(0, since-policy.MaxFlowWithin.Milliseconds())
+	}
+	entries, err := s.recordedCalls(ctx, from, until)
 	if err != nil {
 		return nil, err
 	}
 	d := newDryRun(examples)
 	d.reply.Since, d.reply.Until, d.reply.Team, d.reply.PolicyRevision = since, until, r.Team, rev
-	for _, e := range entries {
-		if r.Team != nil && e.Team != *r.Team {
-			continue
-		}
+	for _, st := range replaySteps(entries, since, flows) {
+		e := st.e
 		// The call as a is shown it: replayed as it is, a candidate's
 		// rules could probe a secret a's view masks, a character at a
 		// time, by which calls change verdict.
 		if !a.seesSecrets(e) {
 			e = s.Mask(e)
+		}
+		fr.at = st.at
+		if st.completed {
+			if err := fr.mark(ctx, e, current, candidate); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if r.Team != nil && e.Team != *r.Team {
+			continue
 		}
 		if err := d.replay(ctx, e, current, candidate); err != nil {
 			return nil, err

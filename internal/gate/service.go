@@ -75,6 +75,12 @@ type Service struct {
 	// signer signs receipts; receiptKeys publishes the keys.
 	signer      machine.Signer
 	receiptKeys *bus.ReceiptKeyStore
+
+	// flows marks completed calls for the policy's flows (flows.go);
+	// nil when the policy is not an Engine. flowMarks reads the marks,
+	// for explaining a call.
+	flows     flowMarker
+	flowMarks *bus.FlowMarks
 }
 
 // limits is what of the policy Budgets shows and DeniedTools asks:
@@ -107,6 +113,7 @@ func New(cfg Config) *Service {
 	}
 	lim, _ := cfg.Policy.(limits)
 	mk, _ := cfg.Policy.(masker)
+	fm, _ := cfg.Policy.(flowMarker)
 	grants := cfg.Grants
 	if grants == nil {
 		grants = bus.NewGrantStore(js, cfg.Buckets.Grants)
@@ -135,6 +142,8 @@ func New(cfg Config) *Service {
 
 		signer:      cfg.Signer,
 		receiptKeys: newReceiptKeyStore(cfg.Buckets),
+		flows:       fm,
+		flowMarks:   newFlowMarks(js, cfg.Buckets),
 	}
 }
 

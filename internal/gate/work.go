@@ -312,7 +312,7 @@ func (s *Service) Heartbeat(ctx context.Context, a Actor, r wire.ReportRequest) 
 
 // Complete records a successful run: r.Result and r.Cost.
 func (s *Service) Complete(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
-	return s.finish(ctx, a, r, s.m.Complete)
+	return s.finish(ctx, a, r, s.complete) // the machine's, after the flows' marks (flows.go)
 }
 
 // Fail records a failed run: r.Error and r.Cost.

@@ -127,6 +127,8 @@ var (
 		"DryRunRecorded":          reflect.TypeFor[wire.DryRunRecorded](),
 		"PolicyExplainReply":      reflect.TypeFor[wire.PolicyExplainReply](),
 		"ExplainedRule":           reflect.TypeFor[wire.ExplainedRule](),
+		"ExplainedFlow":           reflect.TypeFor[wire.ExplainedFlow](),
+		"FlowCall":                reflect.TypeFor[wire.FlowCall](),
 	}
 	requestSchemas = map[string]reflect.Type{
 		"Call":                  reflect.TypeFor[machine.Call](),

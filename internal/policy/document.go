@@ -108,6 +108,12 @@ type Policy struct {
 	// InboxURL is the web inbox's base URL, which notifications link to
 	// (<inboxUrl>/#/calls/<pendingId>). Without it they carry no links.
 	InboxURL *string `yaml:"inboxUrl,omitempty" json:"inboxUrl,omitempty"`
+
+	// Flows are rules over sequences of calls: a call that follows
+	// another within a window, in the same conversation or of the same
+	// caller, is asked about or denied (see flow.go). The scopes' lists
+	// add up.
+	Flows []Flow `yaml:"flows,omitempty" json:"flows,omitempty"`
 }
 
 // Channel is somewhere notifications go.

@@ -35,6 +35,7 @@ type Engine struct {
 	grants Grants
 	budget Budget
 	rates  RateCounter
+	flows  FlowMarks
 	now    func() time.Time
 }
 
@@ -109,6 +110,8 @@ func (e *Engine) Resolve(team, conversationID string) Resolved {
 //     read-only: deny;
 //     then a rate rule with no slot left in its window: its then, ask or
 //     deny (every rate rule the call matches takes a slot: ratelimit.go);
+//     then a flow that holds the call back after an earlier call
+//     completed within its window: its action, ask or deny (flow.go);
 //  3. a Bash line whose code no rule can see: ask;
 //  4. a grant: run;
 //  5. an ask rule: ask;
@@ -212,6 +215,9 @@ func (e *Engine) decide(ctx context.Context, r *Resolved, c machine.Call, args m
 	}
 	if v, limited, err := e.rateLimit(ctx, r, c, call, dry); err != nil || limited {
 		return v, err
+	}
+	if v, held := e.flow(ctx, r, c, call); held {
+		return v, nil
 	}
 	if call.hidden {
 		// No rule can see what this line runs (eval, a shell reading a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/toolgate/toolgate/machine"
 )
@@ -22,6 +23,24 @@ type Explanation struct {
 	// tool (or its MCP server, or its family), in the order they are
 	// checked: deny, ask, allow, each narrowest scope first.
 	Rules []RuleCheck
+	// Flows are the flows in force whose then names the call's tool, in
+	// the order they are checked.
+	Flows []FlowExplained
+}
+
+// FlowExplained is one flow as it applies to the explained call.
+type FlowExplained struct {
+	Flow FlowRule
+	// Held: then matches the call and no unless pattern exempts it.
+	Held bool
+	// Marked: a call after matches completed within the window before
+	// the call, in its conversation or of its caller: Mark is the latest.
+	Marked bool
+	Mark   FlowMark
+	// Decided: the verdict is this flow's.
+	Decided bool
+	// Why says in a few words what the flow found.
+	Why string
 }
 
 // RuleCheck is one rule as it applies to the explained call.
@@ -65,7 +84,45 @@ func (e *Engine) Explain(ctx context.Context, c machine.Call) (Explanation, erro
 			x.Rules = append(x.Rules, rc)
 		}
 	}
+	x.Flows = e.explainFlows(ctx, r, c, cs, v)
 	return x, nil
+}
+
+// explainFlows says, of each flow whose then names c's tool, whether it
+// holds c back and which earlier call, if any, makes it apply.
+func (e *Engine) explainFlows(ctx context.Context, r *Resolved, c machine.Call, cs callSubject, v machine.Verdict) []FlowExplained {
+	var out []FlowExplained
+	decided := false
+	now := e.now()
+	for _, f := range r.Flows {
+		if !f.Then.matchesTool(c.ToolName) {
+			continue
+		}
+		fx := FlowExplained{Flow: f, Held: f.holds(cs)}
+		switch {
+		case !f.Then.matchCall(cs, false):
+			fx.Why = "then does not match the call"
+		case !fx.Held:
+			fx.Why = "an unless pattern exempts the call"
+		default:
+			fc := e.checkFlow(ctx, f, c, now)
+			fx.Mark, fx.Marked = fc.mark, fc.marked
+			switch {
+			case fc.err != nil:
+				fx.Why = "cannot read its mark, so it asks: " + fc.err.Error()
+			case fc.marked:
+				fx.Why = fmt.Sprintf("follows %s (%s), completed %s in %s, within %s", fc.mark.ToolName, fc.mark.PendingID,
+					fc.mark.At.UTC().Format(time.RFC3339), fc.key.Who(), f.WithinText)
+			default:
+				fx.Why = fmt.Sprintf("no call of %q completed in %s within the last %s", f.After.String(), fc.key.Who(), f.WithinText)
+			}
+		}
+		if fx.Held && !decided && strings.HasPrefix(v.Reason, f.String()) {
+			fx.Decided, decided = true, true
+		}
+		out = append(out, fx)
+	}
+	return out
 }
 
 // whyMatch says why rule matched cs or did not.

@@ -64,6 +64,13 @@ func (c *compiled) checkReadable(errs *errorList) {
 		for _, rr := range l.rates {
 			need(fmt.Sprintf("%s.rateLimits[%d].match", l.scope, rr.Index), rr.Pattern)
 		}
+		for _, f := range l.flows {
+			need(fmt.Sprintf("%s.flows[%d].after", l.scope, f.Index), f.After)
+			need(fmt.Sprintf("%s.flows[%d].then", l.scope, f.Index), f.Then)
+			for j, u := range f.Unless {
+				need(fmt.Sprintf("%s.flows[%d].unless[%d]", l.scope, f.Index, j), u)
+			}
+		}
 	}
 }
 

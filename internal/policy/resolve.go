@@ -73,6 +73,8 @@ type Resolved struct {
 	Notify []Channel
 	// InboxURL is the base of the links in notifications; "" for none.
 	InboxURL string
+	// Flows are every scope's flows, the narrowest scope's first.
+	Flows []FlowRule
 
 	// Sources names the scope each value came from ("default",
 	// "teams.finance", "conversations.c1", or BuiltIn), keyed by the field's
@@ -153,6 +155,7 @@ type layer struct {
 	risks     map[string]RiskRule
 	quorums   map[string]compiledQuorum
 	rates     []RateRule
+	flows     []FlowRule
 	templates map[string]*template.Template
 }
 
@@ -260,6 +263,7 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 	}
 	l.risks = compileRisk(errs, scope, p.Risk)
 	l.rates = compileRateLimits(errs, scope, p.RateLimits)
+	l.flows = compileFlows(errs, scope, p.Flows)
 	checkCost(errs, at("requireApprovalAboveCost"), p.RequireApprovalAboveCost)
 	checkCost(errs, at("dailyCostLimit"), p.DailyCostLimit)
 	checkUsers(errs, at("approvers"), p.Approvers)
@@ -464,6 +468,10 @@ func (p *Policy) clone() Policy {
 		c.Notify[i].SlackUsers = maps.Clone(c.Notify[i].SlackUsers)
 	}
 	c.InboxURL = clonePtr(p.InboxURL)
+	c.Flows = slices.Clone(p.Flows)
+	for i := range c.Flows {
+		c.Flows[i].Unless = slices.Clone(c.Flows[i].Unless)
+	}
 	return c
 }
 
@@ -578,6 +586,7 @@ func (r *Resolved) merge(l *layer) {
 	}
 	r.Redact = append(r.Redact, p.Redact...)
 	r.RateLimits = append(slices.Clone(l.rates), r.RateLimits...) // narrowest first
+	r.Flows = append(slices.Clone(l.flows), r.Flows...)           // narrowest first
 	for tool, ok := range p.Editable {
 		r.Editable[tool] = ok
 		r.Sources[index("editable", tool)] = s

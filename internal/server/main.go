@@ -612,6 +612,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		clock = sc.Now
 	}
 	opts := []policy.EngineOption{policy.WithRateCounter(bus.NewRateCounters(js, b.RateLimits)), policy.WithClock(clock)}
+	opts = append(opts, policy.WithFlowMarks(bus.NewFlowMarks(js, b.Flows)))
 	engine, err := policy.NewEngine(doc, grants, ledger, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("stored policy: %w", err)
