@@ -49,10 +49,11 @@ func interruptError(text, pendingID string) *mcp.CallToolResult {
 // an object; _meta names the call and who supplied it.
 func respondedResult(e *machine.Entry) *mcp.CallToolResult {
 	var res mcp.CallToolResult
-	if json.Unmarshal(e.Result, &res) != nil || res.Content == nil {
+	var obj map[string]any
+	_ = json.Unmarshal(e.Result, &obj)
+	if _, isResult := obj["content"]; !isResult || json.Unmarshal(e.Result, &res) != nil {
 		res = mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(e.Result)}}}
-		var obj map[string]any
-		if json.Unmarshal(e.Result, &obj) == nil && obj != nil {
+		if obj != nil {
 			res.StructuredContent = obj
 		}
 	}
