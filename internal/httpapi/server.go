@@ -481,8 +481,8 @@ type DecisionRequest struct {
 	// (wire.DecideRequest.RequestID).
 	RequestID string `json:"requestId,omitempty" max:"64"`
 	// Result answers a respondable call with the tool's result instead
-	// of approving or rejecting it (wire.DecideRequest.Result); approved
-	// may then be left out.
+	// of approving or rejecting it (wire.DecideRequest.Result), with
+	// approved false (which may then be left out).
 	Result json.RawMessage `json:"result,omitempty"`
 	// Interrupt, on a rejection, asks the agent to stop its turn.
 	Interrupt bool `json:"interrupt,omitempty"`
