@@ -52,6 +52,10 @@ type Outcome struct {
 	// Result and Cost of a call that ran (Executed, Failed).
 	Result json.RawMessage
 	Cost   float64
+	// RespondedBy names the approver who answered the call with Result
+	// instead of it running (Executed, of a respondable call): the result
+	// is theirs, not the tool's.
+	RespondedBy string
 	// Entry is the entry as Await last saw it.
 	Entry *machine.Entry
 }
@@ -447,7 +451,7 @@ func answer(e *machine.Entry, cfg awaitConfig, now time.Time) step {
 	}
 	switch e.Status {
 	case machine.StateCompletedSuccess:
-		o.Kind, o.Result, o.Cost = Executed, e.Result, e.Cost
+		o.Kind, o.Result, o.Cost, o.RespondedBy = Executed, e.Result, e.Cost, e.RespondedBy
 		return step{done: true, out: o}
 	case machine.StateCompletedFailure:
 		o.Kind, o.Result, o.Cost = Failed, e.Result, e.Cost

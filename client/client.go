@@ -331,6 +331,7 @@ func (c *Client) Decide(ctx context.Context, pendingID string, d Decision) (*mac
 	err := c.request(ctx, wire.EndpointDecide, wire.DecideRequest{
 		PendingID: pendingID, Approved: d.Approve, By: d.By, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
 		ForMs: d.For.Milliseconds(), PersistRule: d.PersistRule, SingleUse: d.SingleUse, RequestID: requestID(),
+		Result: d.Result, Interrupt: d.Interrupt,
 	}, &e)
 	if err != nil {
 		return nil, err

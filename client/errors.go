@@ -14,6 +14,12 @@ import (
 // policy denied it.
 var ErrRejected = errors.New("tool call rejected")
 
+// ErrInterrupted matches a *RejectedError whose rejection also asks the
+// agent to stop its turn (a human's reject --interrupt): the agent should
+// not go on to other calls, but stop and hand back to its user. It
+// matches ErrRejected too.
+var ErrInterrupted = errors.New("tool call rejected: stop the turn")
+
 // ErrUnavailable matches the error of a request nobody answered: no
 // toolgate serves its request API on the NATS the client is connected to.
 var ErrUnavailable = errors.New("toolgate is not reachable")
@@ -66,6 +72,9 @@ type RejectedError struct {
 	// (DeniedByPolicy only), e.g. rules.deny "Bash(rm -rf *)" (default).
 	Rule  string
 	Entry *machine.Entry // the entry as it was refused
+	// Interrupt says the rejection asks the agent to stop its turn, not
+	// only this call; such an error matches ErrInterrupted.
+	Interrupt bool
 }
 
 func (e *RejectedError) Error() string {
@@ -98,11 +107,17 @@ func (e *RejectedError) Error() string {
 	if e.Reason != "" {
 		b.WriteString(": " + e.Reason)
 	}
+	if e.Interrupt {
+		b.WriteString("; stop this turn and hand back to the user")
+	}
 	return b.String()
 }
 
-// Is makes errors.Is(err, ErrRejected) hold.
-func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+// Is makes errors.Is(err, ErrRejected) hold, and errors.Is(err,
+// ErrInterrupted) for a rejection that interrupts.
+func (e *RejectedError) Is(target error) bool {
+	return target == ErrRejected || (e.Interrupt && target == ErrInterrupted)
+}
 
 // ExecutionError is a call that ran and failed. It is not a rejection: the
 // call was allowed, and the tool's own error is in Message.
@@ -127,7 +142,7 @@ func refusal(e *machine.Entry) *RejectedError {
 	if !ok {
 		return nil
 	}
-	r := &RejectedError{Kind: kind, Reason: e.StatusReason, Entry: e}
+	r := &RejectedError{Kind: kind, Reason: e.StatusReason, Entry: e, Interrupt: e.Interrupt}
 	if t := e.LastTransition; t != nil {
 		r.By = t.Actor
 	}

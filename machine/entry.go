@@ -100,6 +100,19 @@ type Entry struct {
 	// the policy lets run) and the claim of the executor that was waiting
 	// for the call (Claimant). The relay publishes it first.
 	PriorTransition *Transition `json:"priorTransition,omitempty"`
+
+	// OnTimeout is what the timer does with the call at its deadline
+	// when it is not to reject it: cancel, or approve (decisions.go).
+	// Absent: rejected when AutoRejectOnTimeout, else flagged overdue.
+	OnTimeout TimeoutOutcome `json:"onTimeout,omitempty"`
+	// Respondable says an approver may answer the call with the tool's
+	// result instead of running it; RespondedBy names the approver who
+	// did, whose result is then Result.
+	Respondable bool   `json:"respondable,omitempty"`
+	RespondedBy string `json:"respondedBy,omitempty"`
+	// Interrupt is set on a call whose rejection asked its agent to stop
+	// its turn, not only this call.
+	Interrupt bool `json:"interrupt,omitempty"`
 }
 
 // Transitions returns the transitions that wrote this revision, in the
@@ -130,6 +143,9 @@ type Transition struct {
 	DecidedBy Decider `json:"decidedBy,omitempty"`
 	// Edit is set on an approval that edited the call's arguments.
 	Edit *Edit `json:"edit,omitempty"`
+	// Interrupt is set on a rejection that asks the agent to stop its
+	// turn.
+	Interrupt bool `json:"interrupt,omitempty"`
 	// Write is a random id of the write that made this revision. Two
 	// commands alike (two timers expiring a call in the same millisecond)
 	// still write different values, so a store that resends a write whose

@@ -127,7 +127,8 @@ func (m *Machine) SubmitAndClaim(ctx context.Context, c Call, claimant *Claimant
 		if r := v.ApprovalReminder; r > 0 && r < timeout {
 			e.ReminderAt = now.Add(r).UnixMilli()
 		}
-		e.AutoRejectOnTimeout = v.AutoRejectOnTimeout
+		e.AutoRejectOnTimeout = v.AutoRejectOnTimeout || v.OnTimeout == TimeoutReject
+		e.OnTimeout, e.Respondable = v.timeoutOutcome(), v.Respondable
 		e.UserIDToApprove = v.Approver
 		e.Approvers = v.Approvers
 		e.Quorum = v.Quorum
@@ -264,6 +265,14 @@ type Decision struct {
 	// Claim, when set, is the executor an approval that makes the call
 	// runnable at once claims it for, in the same write.
 	Claim *Claimant
+
+	// Result, when set, answers the call with the tool's result instead
+	// of deciding whether it runs (a respondable call's, decisions.go):
+	// the call ends COMPLETED_SUCCESS with it, and never runs.
+	Result json.RawMessage
+	// Interrupt, on a rejection, asks the agent to stop its turn, not
+	// only this call.
+	Interrupt bool
 }
 
 // Claimant is an executor waiting for work that a command making a call
@@ -319,6 +328,12 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 	case d.PersistRule && d.For > 0:
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("persistRule: a rule in the policy has no expiry; leave out for"))
 	}
+	if err := d.checkAnswer(); err != nil {
+		return nil, fmt.Errorf("decide %s: %w", pendingID, err)
+	}
+	if len(d.Result) > 0 {
+		ev = EventRespond
+	}
 	if len(d.Arguments) > 0 {
 		if !d.Approve {
 			return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("arguments: only an approval may edit them"))
@@ -329,7 +344,7 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 	}
 	// Under a quorum, a decision that does not settle the call is a vote.
 	choose := func(cur *Entry) (Event, string) {
-		if cur.Quorum == nil || (d.Approve && cur.Approvals()+1 >= cur.Quorum.Required) || (!d.Approve && cur.rejectsNow()) {
+		if cur.Quorum == nil || ev == EventRespond || (d.Approve && cur.Approvals()+1 >= cur.Quorum.Required) || (!d.Approve && cur.rejectsNow()) {
 			return ev, d.Reason
 		}
 		return EventVote, d.Reason
@@ -347,8 +362,11 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		// A decision after the deadline of a call its policy rejects then
 		// is refused, timer or no timer: the agent may already have been
 		// told it timed out, or is about to be.
-		if e.AutoRejectOnTimeout && e.ApprovalTimeoutAt > 0 && now.UnixMilli() >= e.ApprovalTimeoutAt {
+		if e.decidedAtDeadline() && e.ApprovalTimeoutAt > 0 && now.UnixMilli() >= e.ApprovalTimeoutAt {
 			return fmt.Errorf("%w at %s", ErrExpired, time.UnixMilli(e.ApprovalTimeoutAt).UTC().Format(time.RFC3339))
+		}
+		if e.LastTransition.Event == EventRespond {
+			return e.respond(d, now)
 		}
 		if e.Quorum != nil {
 			if err := e.castVote(d, now); err != nil {
@@ -366,6 +384,9 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		}
 		if d.Approve {
 			e.DecisionScope = cmp.Or(d.Scope, ScopeOnce)
+		}
+		if d.Interrupt && e.LastTransition.Event == EventReject {
+			e.Interrupt, e.LastTransition.Interrupt = true, true
 		}
 		if len(d.Arguments) > 0 {
 			risk, description, err := m.checkEdit(ctx, e, d)
@@ -543,10 +564,22 @@ func (m *Machine) Cancel(ctx context.Context, pendingID, by, reason string) (*En
 
 // Expire handles a pending call whose approval deadline has passed: it is
 // rejected (REJECTED_BY_TIMEOUT) when its policy says autoRejectOnTimeout,
-// and otherwise flagged overdue, once, and left pending.
+// cancelled or approved when its onTimeout says so (an approval only when
+// the call may still be approved so, else rejected, saying why: see
+// timeoutApproval), and otherwise flagged overdue, once, and left
+// pending. Each outcome but the flag is the timer's decision
+// (DecidedByTimeout).
 func (m *Machine) Expire(ctx context.Context, pendingID string) (*Entry, error) {
 	expireEvent := func(cur *Entry) (Event, string) {
-		if cur.AutoRejectOnTimeout {
+		switch {
+		case cur.OnTimeout == TimeoutCancel:
+			return EventCancel, "approval timed out: cancelled (onTimeout cancel)"
+		case cur.OnTimeout == TimeoutApprove:
+			if why := m.timeoutApproval(ctx, cur); why != "" {
+				return EventTimeout, "approval timed out: rejected, not approved as onTimeout says, because " + why
+			}
+			return EventApprove, "approval timed out: approved (onTimeout approve)"
+		case cur.AutoRejectOnTimeout:
 			return EventTimeout, "approval timed out"
 		}
 		return EventOverdue, "approval overdue, kept pending"
@@ -554,16 +587,21 @@ func (m *Machine) Expire(ctx context.Context, pendingID string) (*Entry, error) 
 	e, err := m.transitionBy(ctx, pendingID, expireEvent, "timer", func(e *Entry, now time.Time) error {
 		// A timer whose clock runs ahead must not reject what a human
 		// still has time to answer; a call is flagged overdue only once.
-		ev, _ := expireEvent(e)
-		if now.UnixMilli() < e.ApprovalTimeoutAt || (ev == EventOverdue && e.Overdue) {
+		ev := e.LastTransition.Event
+		if now.UnixMilli() < e.ApprovalTimeoutAt || (ev == EventOverdue && e.Overdue) || e.Status != StatePendingApproval {
 			return &TransitionError{Event: ev, Entry: e}
 		}
-		if ev == EventTimeout {
+		if ev != EventOverdue {
 			e.DecisionTime = now.UnixMilli()
 			e.LastTransition.DecidedBy = DecidedByTimeout
+		}
+		switch ev {
+		case EventTimeout:
 			if again := m.resubmitted(ctx, e); again != "" {
 				e.LastTransition.Reason += "; " + again
 			}
+		case EventApprove:
+			e.DecisionScope = ScopeOnce
 		}
 		e.Overdue = true
 		return nil

@@ -95,7 +95,7 @@ func (m *Machine) seal(e *Entry) error {
 	if n := len(e.Votes); t.Event == EventVote && n > 0 {
 		r.Vote = voteWord(e.Votes[n-1].Approve)
 	}
-	if t.Event == EventSucceed || t.Event == EventFail {
+	if t.Event == EventSucceed || t.Event == EventFail || t.Event == EventRespond {
 		r.ResultDigest = OutcomeDigest(e.Result, e.Error, e.Cost)
 	}
 	if n := len(e.Receipts); n > 0 {
@@ -374,11 +374,13 @@ func entryMatchesReceipts(e *Entry, c ReceiptCheck) error {
 	// The decision: the last receipt that decided the call.
 	var decided, byUser *Receipt
 	for i := range rs {
-		switch rs[i].Event {
-		case EventApprove, EventReject:
-			decided, byUser = &rs[i], &rs[i]
-		case EventTimeout, EventDeny:
+		switch {
+		case rs[i].DecidedBy == DecidedByTimeout || rs[i].Event == EventDeny:
+			// The timer's decision (a timeout's reject, cancel or
+			// approval), or the policy's.
 			decided = &rs[i]
+		case rs[i].Event == EventApprove || rs[i].Event == EventReject || rs[i].Event == EventRespond:
+			decided, byUser = &rs[i], &rs[i]
 		}
 	}
 	switch {
@@ -409,7 +411,7 @@ func entryMatchesReceipts(e *Entry, c ReceiptCheck) error {
 		}
 	}
 	// The outcome.
-	if last.Event == EventSucceed || last.Event == EventFail {
+	if last.Event == EventSucceed || last.Event == EventFail || last.Event == EventRespond {
 		if d := OutcomeDigest(e.Result, e.Error, e.Cost); d != last.ResultDigest {
 			return fail(last, "result, error or cost do not match the outcome %s records", last)
 		}

@@ -88,6 +88,10 @@ const (
 	EventHeartbeat Event = "heartbeat"
 	EventSucceed   Event = "succeed"
 	EventFail      Event = "fail"
+	// EventRespond ends a pending call with a result an approver
+	// supplied instead of running the tool (a respondable tool's): the
+	// executor never sees it.
+	EventRespond Event = "respond"
 )
 
 // transition is one row of the table: ev moves an entry in any of From to
@@ -138,6 +142,7 @@ var transitions = []transition{
 	{EventHeartbeat, []State{StateExecuting}, StateExecuting, "lease renewed", "", silent},
 	{EventSucceed, []State{StateExecuting}, StateCompletedSuccess, "tool succeeded", "execution_succeeded", 0},
 	{EventFail, []State{StateExecuting}, StateCompletedFailure, "tool failed", "execution_failed", 0},
+	{EventRespond, []State{StatePendingApproval}, StateCompletedSuccess, "an approver answers with the result", "approval_responded", notify},
 }
 
 // Events lists every event in table order.

@@ -61,6 +61,9 @@ var commands = []command{
 	{"fail", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
 		return m.Fail(ctx, id, machine.Outcome{Holder: "exec-1", Error: "boom"})
 	}},
+	{"respond", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
+		return earlier(m).Decide(ctx, id, machine.Decision{By: "alice", Result: json.RawMessage(`{"answer":42}`)})
+	}},
 	{"heartbeat", func(ctx context.Context, m *machine.Machine, id string) (*machine.Entry, error) {
 		// The seeded lease ran out an hour ago; a heartbeat is on time
 		// only before that.
@@ -92,6 +95,7 @@ var legal = map[string]map[machine.State]machine.State{
 	"complete":  {machine.StateExecuting: machine.StateCompletedSuccess},
 	"fail":      {machine.StateExecuting: machine.StateCompletedFailure},
 	"heartbeat": {machine.StateExecuting: machine.StateExecuting},
+	"respond":   {machine.StatePendingApproval: machine.StateCompletedSuccess},
 }
 
 // seed stores an entry directly in state s, with every deadline passed and
@@ -103,7 +107,7 @@ func seed(t *testing.T, ctx context.Context, store machine.Store, s machine.Stat
 	e := &machine.Entry{
 		PendingID: machine.PendingID("table", id), ToolCallID: id, ToolName: "web_search",
 		ToolArguments: json.RawMessage(`{}`), CallerBotID: "bot-1", ConversationID: "table",
-		RequestedAt: past, Status: s, ApprovalTimeoutAt: past, ScheduledExecutionTime: past, AutoRejectOnTimeout: true,
+		RequestedAt: past, Status: s, ApprovalTimeoutAt: past, ScheduledExecutionTime: past, AutoRejectOnTimeout: true, Respondable: true,
 		LastTransition: &machine.Transition{Event: "seed", To: s, Actor: "test", At: past},
 	}
 	if s == machine.StateExecuting {

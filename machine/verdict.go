@@ -52,6 +52,14 @@ type Verdict struct {
 	// Risk is what the policy says of the call's risk, for the approver
 	// to see first ("" when it says nothing).
 	Risk Risk
+
+	// OnTimeout (ActionAsk) is what the timer does with the call at its
+	// deadline when the policy says more than AutoRejectOnTimeout: cancel
+	// it, or approve it. "" (or reject): as AutoRejectOnTimeout says.
+	OnTimeout TimeoutOutcome
+	// Respondable (ActionAsk) lets an approver answer the call with the
+	// tool's result instead of running it (Decision.Result).
+	Respondable bool
 }
 
 // Risk is how risky a policy says a call is: high, medium or low.

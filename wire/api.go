@@ -86,6 +86,15 @@ type DecideRequest struct {
 	// with the entry it wrote, not refused as a conflict with itself.
 	// Letters, digits, '-' and '_'.
 	RequestID string `json:"requestId,omitempty" max:"64"`
+
+	// Result, when set, answers a respondable call with the tool's
+	// result instead of approving or rejecting it: the call ends
+	// COMPLETED_SUCCESS with it and never runs. Any JSON value, at most
+	// machine.MaxResponse bytes; approved is then false.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Interrupt, on a rejection, asks the agent to stop its turn, not
+	// only this call.
+	Interrupt bool `json:"interrupt,omitempty"`
 }
 
 // Grant is a standing yes an approval recorded: a session grant

@@ -36,8 +36,11 @@ type Event struct {
 	// DecidedBy is what decided, on an event of a decision
 	// (machine.Transition.DecidedBy).
 	DecidedBy machine.Decider `json:"decidedBy,omitempty"`
-	At        int64           `json:"at"`
-	Revision  uint64          `json:"revision"`
+	// Interrupt is set on a rejection that asks the agent to stop its
+	// turn (machine.Transition.Interrupt).
+	Interrupt bool   `json:"interrupt,omitempty"`
+	At        int64  `json:"at"`
+	Revision  uint64 `json:"revision"`
 	// Receipt is the signed receipt this transition appended to the
 	// entry's chain. The entry of an event leaves its receipts out (the
 	// chain grows with every transition, and every subscriber would
@@ -72,7 +75,7 @@ func EventsOf(e *machine.Entry, revision uint64) []Event {
 		}
 		evs = append(evs, Event{
 			V: EventVersion, ID: id, Type: subject, Event: t.Event, From: t.From, To: t.To,
-			Actor: t.Actor, Reason: t.Reason, DecidedBy: t.DecidedBy, At: t.At, Revision: revision, Entry: e,
+			Actor: t.Actor, Reason: t.Reason, DecidedBy: t.DecidedBy, Interrupt: t.Interrupt, At: t.At, Revision: revision, Entry: e,
 		})
 	}
 	return evs

@@ -50,6 +50,9 @@ const (
 	SubjectExecutionStarted   = "tool.execution_started"
 	SubjectExecutionSucceeded = "tool.execution_succeeded"
 	SubjectExecutionFailed    = "tool.execution_failed"
+	// SubjectApprovalResponded: an approver answered the call with the
+	// tool's result instead of running it.
+	SubjectApprovalResponded = "tool.approval_responded"
 )
 
 // eventPrefix is the contract's namespace for events: the table names only

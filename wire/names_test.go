@@ -30,6 +30,7 @@ func TestEventSubject_TheContract(t *testing.T) {
 		machine.EventReclaim:  "tool.execution_started",
 		machine.EventSucceed:  "tool.execution_succeeded",
 		machine.EventFail:     "tool.execution_failed",
+		machine.EventRespond:  "tool.approval_responded",
 	}
 	for _, ev := range machine.Events() {
 		got, ok := wire.EventSubject(ev)
@@ -46,7 +47,7 @@ func TestEventSubject_TheContract(t *testing.T) {
 		wire.SubjectApprovalRequired, wire.SubjectScheduledExecution, wire.SubjectPolicyDenied,
 		wire.SubjectApprovalGranted, wire.SubjectApprovalProgress, wire.SubjectApprovalRejected, wire.SubjectApprovalEscalated, wire.SubjectApprovalTimeout,
 		wire.SubjectApprovalOverdue, wire.SubjectApprovalReminder, wire.SubjectCancelled, wire.SubjectExecutionStarted, wire.SubjectExecutionSucceeded,
-		wire.SubjectExecutionFailed,
+		wire.SubjectExecutionFailed, wire.SubjectApprovalResponded,
 	}, wire.EventSubjects(), "TOOL_EVENTS' subjects, each once, in table order")
 }
 

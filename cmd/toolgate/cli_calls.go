@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 
@@ -331,6 +334,7 @@ func rejectCmd(out cliOutput) *cliCmd {
 			"With --match, reject every call pending approval that the pattern covers (see approve).", out).connFlags().jsonFlag("the entry")
 	var d client.Decision
 	c.fs.StringVar(&d.Reason, "reason", "", "why (required: the agent is told)")
+	c.fs.BoolVar(&d.Interrupt, "interrupt", false, "ask the agent to stop its turn, not only this call (Claude Code: the turn ends)")
 	m := c.matchFlags()
 	c.run = func(ctx context.Context, args []string) error {
 		pos, err := c.parse(args, 0, 1, "the call's ID (its pendingId)")
@@ -341,6 +345,9 @@ func rejectCmd(out cliOutput) *cliCmd {
 			return c.usagef("--reason: required: say why, the agent is told")
 		}
 		if m.req.Match != "" {
+			if d.Interrupt {
+				return c.usagef("--interrupt: stops one agent's turn: give the call's ID, not --match")
+			}
 			return m.decide(ctx, c, pos, false, d.Reason)
 		}
 		if len(pos) == 0 {
@@ -349,6 +356,52 @@ func rejectCmd(out cliOutput) *cliCmd {
 		if m.req.DryRun {
 			return c.usagef("--dry-run: with --match only (a rejection records no grant to preview)")
 		}
+		return decide(ctx, c, pos[0], d, false)
+	}
+	return c
+}
+
+// respondCmd is `toolgate respond`.
+func respondCmd(out cliOutput) *cliCmd {
+	c := newCLICmd("respond", "respond ID --result JSON|@FILE [--reason R] [flags]",
+		"Answer a pending call with the tool's result instead of running it: the call\n"+
+			"ends COMPLETED_SUCCESS with that result, recorded as yours, and no executor\n"+
+			"sees it. Only a call of a tool the policy lists under respondable may be\n"+
+			"answered so. The result is any JSON value, at most 64 KiB; @FILE reads it\n"+
+			"from a file (@- from standard input).", out).connFlags().jsonFlag("the entry")
+	var (
+		d      client.Decision
+		result string
+	)
+	c.fs.StringVar(&result, "result", "", "the tool's result to hand the agent: JSON, or @FILE")
+	c.fs.StringVar(&d.Reason, "reason", "", "why (recorded with the call)")
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
+		if err != nil {
+			return err
+		}
+		if result == "" {
+			return c.usagef("--result: required: the JSON the agent gets as the tool's result, or @FILE")
+		}
+		raw := []byte(result)
+		if name, ok := strings.CutPrefix(result, "@"); ok {
+			if name == "-" {
+				raw, err = io.ReadAll(io.LimitReader(os.Stdin, machine.MaxResponse+1))
+			} else {
+				raw, err = os.ReadFile(name)
+			}
+			if err != nil {
+				return c.usagef("--result: %v", err)
+			}
+		}
+		raw = bytes.TrimSpace(raw)
+		switch {
+		case len(raw) > machine.MaxResponse:
+			return c.usagef("--result: at most %d bytes of JSON, got %d", machine.MaxResponse, len(raw))
+		case !json.Valid(raw):
+			return c.usagef("--result: not valid JSON (a string is quoted: '\"done\"')")
+		}
+		d.Result = raw
 		return decide(ctx, c, pos[0], d, false)
 	}
 	return c
@@ -481,7 +534,14 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision, dryRun
 		}
 		return nil
 	}
+	if len(d.Result) > 0 {
+		fmt.Fprintf(w, "answered %s (%s) as %s with the result you gave: the tool does not run\n", e.PendingID, e.ToolName, e.RespondedBy)
+		return nil
+	}
 	fmt.Fprintf(w, "rejected %s (%s) as %s: %s\n", e.PendingID, e.ToolName, e.ApprovedOrRejectedByUserID, d.Reason)
+	if e.Interrupt {
+		fmt.Fprintln(w, "the agent is asked to stop its turn")
+	}
 	return nil
 }
 

@@ -179,7 +179,12 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 	field("Requested", "%s", when(e.RequestedAt))
 	if e.Status == machine.StatePendingApproval && e.ApprovalTimeoutAt > 0 {
 		what := "rejected"
-		if !e.AutoRejectOnTimeout {
+		switch {
+		case e.OnTimeout == machine.TimeoutCancel:
+			what = "cancelled"
+		case e.OnTimeout == machine.TimeoutApprove:
+			what = "approved, unless the policy then says otherwise"
+		case !e.AutoRejectOnTimeout:
 			what = "flagged overdue"
 		}
 		field("Deadline", "%s, then %s", when(e.ApprovalTimeoutAt), what)

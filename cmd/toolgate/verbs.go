@@ -78,8 +78,9 @@ func verbTable() []verb {
 		{name: "list", synopsis: "list", summary: "list calls in any state (--status S)", cmd: listCmd},
 		{name: "show", synopsis: "show ID", summary: "show one call", cmd: showCmd},
 		{name: "approve", synopsis: "approve ID", summary: "approve a call (--scope once|session|always, --for D, --args JSON)", cmd: approveCmd},
-		{name: "reject", synopsis: "reject ID --reason R", summary: "reject a call; the agent is told why", cmd: rejectCmd,
+		{name: "reject", synopsis: "reject ID --reason R", summary: "reject a call; the agent is told why (--interrupt: and stops its turn)", cmd: rejectCmd,
 			also: []usageLine{{"approve|reject --match PATTERN [--dry-run]", "decide every pending call the pattern covers"}}},
+		{name: "respond", synopsis: "respond ID --result JSON", summary: "answer a respondable call with its result; the tool does not run", cmd: respondCmd},
 		{name: "grants", synopsis: "grants list|revoke ID", summary: "the grants approvals recorded; end one",
 			subsColumn: 53,
 			subs: []verb{

@@ -232,16 +232,17 @@ func TestPython_SDKAgainstToolgate(t *testing.T) {
 
 	// How each test's call ended, read from toolgate.
 	for conv, want := range map[string]machine.State{
-		"py-sdk-allow":    machine.StateCompletedSuccess,
-		"py-sdk-edit":     machine.StateCompletedSuccess,
-		"py-sdk-reject":   machine.StateRejectedByUser,
-		"py-sdk-deny":     machine.StateRejectedByPolicy,
-		"py-sdk-timeout":  machine.StateCancelled,
-		"py-sdk-expiring": machine.StateRejectedByTimeout,
-		"py-sdk-fail":     machine.StateCompletedFailure,
-		"py-sdk-retry":    machine.StateCompletedSuccess,
-		"py-sdk-async":    machine.StateCompletedSuccess,
-		"py-sdk-stop":     machine.StateCancelled,
+		"py-sdk-allow":     machine.StateCompletedSuccess,
+		"py-sdk-edit":      machine.StateCompletedSuccess,
+		"py-sdk-reject":    machine.StateRejectedByUser,
+		"py-sdk-deny":      machine.StateRejectedByPolicy,
+		"py-sdk-timeout":   machine.StateCancelled,
+		"py-sdk-expiring":  machine.StateRejectedByTimeout,
+		"py-sdk-fail":      machine.StateCompletedFailure,
+		"py-sdk-retry":     machine.StateCompletedSuccess,
+		"py-sdk-async":     machine.StateCompletedSuccess,
+		"py-sdk-stop":      machine.StateCancelled,
+		"py-sdk-interrupt": machine.StateRejectedByUser,
 	} {
 		var entries []*machine.Entry
 		// The expiring call is rejected by toolgate's timer, at its

@@ -125,6 +125,10 @@ type Decision struct {
 	// waits for a human, and for a refusal how the call could be allowed;
 	// a few short lines.
 	Context string
+	// Interrupt, on a deny, asks Claude Code to stop the turn, not only
+	// this call: a human rejected it so (PermissionRequest's interrupt,
+	// PreToolUse's continue false).
+	Interrupt bool
 }
 
 // Decide turns what Await returned into a Decision. A refusal is a deny
@@ -135,9 +139,11 @@ func Decide(o client.Outcome, err error) Decision {
 	var rej *client.RejectedError
 	switch {
 	case errors.As(err, &rej):
-		return Decision{Behavior: Deny, Reason: "toolgate: " + rej.Error(), Context: refusedContext(rej)}
+		return Decision{Behavior: Deny, Reason: "toolgate: " + rej.Error(), Context: refusedContext(rej), Interrupt: rej.Interrupt}
 	case err != nil:
 		return Decision{Behavior: Deny, Reason: "toolgate could not decide: " + err.Error(), Context: unsureContext}
+	case o.Kind == client.Executed && o.RespondedBy != "":
+		return responded(o)
 	case o.Runnable(), o.Kind == client.Executed:
 		reason := "toolgate: allowed by " + o.By
 		if o.Reason != "" {
@@ -153,8 +159,28 @@ func Decide(o client.Outcome, err error) Decision {
 // could not say what it decided.
 const unsureContext = "toolgate could not tell what was decided about this call, so it is denied; nothing was refused on its merits. Tell the user; asking again later may get an answer."
 
-// PreToolUseOutput is a PreToolUse hook's answer.
+// responded is the answer to a call an approver answered with its
+// result instead of it running: Claude Code must not run the tool, so
+// it is denied, and the denial's reason (which reaches the model as the
+// call's result) carries the result, with the context saying who
+// supplied it.
+func responded(o client.Outcome) Decision {
+	why := ""
+	if o.Entry != nil {
+		why = o.Entry.StatusReason
+	}
+	return Decision{Behavior: Deny,
+		Reason: fmt.Sprintf("toolgate: %s was answered by %s instead of running; the tool's result is: %s", o.PendingID, o.RespondedBy, o.Result),
+		Context: fmt.Sprintf("toolgate: the tool did not run: approver %s supplied its result (above) in its place%s. Use it as the tool's result; do not run the call again to get it.",
+			o.RespondedBy, because(why)),
+	}
+}
+
+// PreToolUseOutput is a PreToolUse hook's answer. Continue false (with
+// StopReason, shown to the user) stops the turn: a deny that interrupts.
 type PreToolUseOutput struct {
+	Continue           *bool              `json:"continue,omitempty"`
+	StopReason         string             `json:"stopReason,omitempty"`
 	HookSpecificOutput PreToolUseDecision `json:"hookSpecificOutput"`
 }
 
@@ -178,6 +204,10 @@ func (d Decision) PreToolUse() PreToolUseOutput {
 	if d.Edited {
 		out.HookSpecificOutput.UpdatedInput = d.UpdatedInput
 	}
+	if d.Interrupt && d.Behavior == Deny {
+		stop := false
+		out.Continue, out.StopReason = &stop, d.Reason
+	}
 	return out
 }
 
@@ -190,6 +220,8 @@ type PermissionResult struct {
 	// Claude Code to add, as its own "don't ask again" adds them.
 	UpdatedPermissions []PermissionUpdate `json:"updatedPermissions,omitempty"`
 	Message            string             `json:"message,omitempty"`
+	// Interrupt (a deny's) stops the turn, not only this call.
+	Interrupt bool `json:"interrupt,omitempty"`
 }
 
 // PermissionUpdate is a change to Claude Code's permission rules, as a
@@ -263,7 +295,7 @@ func (d Decision) Permission() PermissionResult {
 	if d.Context != "" {
 		msg += "\n" + d.Context
 	}
-	return PermissionResult{Behavior: Deny, Message: msg}
+	return PermissionResult{Behavior: Deny, Message: msg, Interrupt: d.Interrupt}
 }
 
 // PermissionRequest puts d in PermissionRequest's shape.

@@ -198,7 +198,7 @@ func (s *Service) Decide(ctx context.Context, a Actor, r wire.DecideRequest) (*m
 	return s.decide(ctx, a, r.PendingID, machine.Decision{
 		Approve: r.Approved, By: r.By, Reason: r.Reason, Scope: r.Scope, Arguments: r.Arguments,
 		For: time.Duration(r.ForMs) * time.Millisecond, PersistRule: r.PersistRule, SingleUse: r.SingleUse,
-		RequestID: r.RequestID,
+		RequestID: r.RequestID, Result: r.Result, Interrupt: r.Interrupt,
 	})
 }
 
@@ -224,6 +224,13 @@ func (s *Service) decide(ctx context.Context, a Actor, pendingID string, d machi
 		}
 		if bytes.Contains(d.Arguments, []byte(policy.RedactedValue)) {
 			return nil, fmt.Errorf("%w: arguments: %s stands where a secret was, in a value changed around it: give the value, or leave the value as it was shown", machine.ErrInvalid, policy.RedactedValue)
+		}
+	}
+	if d.Result != nil {
+		// An answer completes the call as a run would: the flows in
+		// force mark it first (see complete).
+		if err := s.markFlows(ctx, pendingID); err != nil {
+			return nil, err
 		}
 	}
 	tool := ""

@@ -175,3 +175,45 @@ func TestFlows_TwoReplicasShareTheMarks(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestFlows_AnAnsweredCallCompletesAsARunWould: an approver's answer to
+// the read, in place of running it, gives the agent what was read: the
+// send after it in the conversation asks, as after a run.
+func TestFlows_AnAnsweredCallCompletesAsARunWould(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	const doc = `
+default:
+  matchArgument: {mcp__mail__send_email: to}
+  rules:
+    ask: [mcp__mail__read_inbox]
+    allow: [mcp__mail__send_email]
+  respondable: [mcp__mail__read_inbox]
+  flows:
+    - after: mcp__mail__read_inbox
+      then: mcp__mail__send_email
+      within: 1h
+`
+	d, err := policy.Parse([]byte(doc))
+	require.NoError(t, err)
+	engine, err := policy.NewEngine(d, nil, nil, policy.WithFlowMarks(bus.NewFlowMarks(env.JS, env.Buckets.Flows)))
+	require.NoError(t, err)
+	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine})
+	bot := actor("bot", wire.RoleAgent)
+	submit := func(id, tool string) *machine.Entry {
+		t.Helper()
+		e, err := g.Submit(ctx, bot, machine.Call{ToolCallID: id, ToolName: tool, ConversationID: "A", Arguments: []byte(`{"to":"eve@evil.test"}`)})
+		require.NoError(t, err)
+		return e
+	}
+	require.Equal(t, machine.StateScheduled, submit("t1", "mcp__mail__send_email").Status, "nothing read yet")
+	read := submit("t2", "mcp__mail__read_inbox")
+	require.Equal(t, machine.StatePendingApproval, read.Status)
+	answered, err := g.Decide(ctx, actor("alice", wire.RoleApprover), wire.DecideRequest{PendingID: read.PendingID, Result: []byte(`{"messages":[]}`)})
+	require.NoError(t, err)
+	require.Equal(t, machine.StateCompletedSuccess, answered.Status)
+	held := submit("t3", "mcp__mail__send_email")
+	assert.Equal(t, machine.StatePendingApproval, held.Status, "%s", held.LastTransition.Reason)
+	assert.Contains(t, held.LastTransition.Reason, read.PendingID)
+}

@@ -480,16 +480,23 @@ type DecisionRequest struct {
 	// RequestID names the decision across the times it is sent
 	// (wire.DecideRequest.RequestID).
 	RequestID string `json:"requestId,omitempty" max:"64"`
+	// Result answers a respondable call with the tool's result instead
+	// of approving or rejecting it (wire.DecideRequest.Result), with
+	// approved false (which may then be left out).
+	Result json.RawMessage `json:"result,omitempty"`
+	// Interrupt, on a rejection, asks the agent to stop its turn.
+	Interrupt bool `json:"interrupt,omitempty"`
 }
 
 // request is d as the request API takes it, deciding the call pendingID.
 func (d DecisionRequest) request(pendingID string) (wire.DecideRequest, error) {
-	if d.Approved == nil {
-		return wire.DecideRequest{}, fmt.Errorf("%w: approved: required, true or false", machine.ErrInvalid)
+	if d.Approved == nil && len(d.Result) == 0 {
+		return wire.DecideRequest{}, fmt.Errorf("%w: approved: required, true or false (or a result, to answer the call with it)", machine.ErrInvalid)
 	}
 	return wire.DecideRequest{
-		PendingID: pendingID, Approved: *d.Approved, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
+		PendingID: pendingID, Approved: d.Approved != nil && *d.Approved, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
 		ForMs: d.ForMs, PersistRule: d.PersistRule, SingleUse: d.SingleUse, RequestID: d.RequestID,
+		Result: d.Result, Interrupt: d.Interrupt,
 	}, nil
 }
 

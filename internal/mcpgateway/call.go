@@ -76,7 +76,13 @@ func (s *session) callHeld(reqCtx context.Context, req *mcp.CallToolRequest, u *
 	}
 
 	v := s.decide(ctx, call, p.GetProgressToken())
-	if v.entry == nil {
+	switch {
+	case v.answer != nil:
+		return v.answer, nil
+	case v.entry == nil && v.interrupt:
+		s.gw.log.Info("tools/call refused, the turn to stop", "tool", call.ToolName, "pendingId", v.pendingID, "why", v.refusal)
+		return interruptError(v.refusal, v.pendingID), nil
+	case v.entry == nil:
 		s.gw.log.Info("tools/call refused", "tool", call.ToolName, "pendingId", v.pendingID, "why", v.refusal)
 		return toolError(v.refusal, v.pendingID), nil
 	}
@@ -107,6 +113,10 @@ type verdict struct {
 	entry     *machine.Entry
 	refusal   string
 	pendingID string
+	// interrupt marks a refusal that asks the agent to stop its turn;
+	// answer, the result of a call an approver answered with its result.
+	interrupt bool
+	answer    *mcp.CallToolResult
 }
 
 func refused(pendingID, why string) verdict { return verdict{refusal: why, pendingID: pendingID} }
@@ -137,8 +147,13 @@ func (s *session) verdict(ctx context.Context, toolName string, v client.Verdict
 	case client.VerdictRun:
 		return s.claim(ctx, toolName, v.Outcome, opts)
 	case client.VerdictRefused:
-		return refused(v.PendingID, "toolgate: "+v.Err.Error())
+		r := refused(v.PendingID, "toolgate: "+v.Err.Error())
+		r.interrupt = interrupted(v.Err)
+		return r
 	case client.VerdictRanElsewhere:
+		if v.Err == nil && v.Outcome.RespondedBy != "" && v.Outcome.Entry != nil {
+			return verdict{pendingID: v.PendingID, answer: respondedResult(v.Outcome.Entry)}
+		}
 		if v.Err != nil {
 			return refused(v.PendingID, "toolgate: "+v.Err.Error()+" (it ran elsewhere, not through this gateway)")
 		}

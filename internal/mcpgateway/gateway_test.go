@@ -32,10 +32,12 @@ import (
 )
 
 // testPolicy: echo and hang run, delete_file is denied outright, the rest
-// asks a human; team "quick" rejects what nobody decided within 300ms.
+// asks a human (who may answer write_file with its result); team "quick"
+// rejects what nobody decided within 300ms.
 const testPolicy = `
 default:
   requiresApprovalTools: all
+  respondable: [mcp__files__write_file]
   rules:
     allow: ["mcp__files__echo", "mcp__files__hang", "mcp__files__fail"]
     deny: ["mcp__files__delete_file"]
@@ -315,6 +317,47 @@ func TestGateway_AskThenRejectNeverReachesTheUpstream(t *testing.T) {
 	assert.Equal(t, pending.PendingID, a.res.Meta[mcpgateway.MetaPendingID])
 	assert.Empty(t, e.received(), "the upstream never heard of the call")
 	e.only("mcp__files__write_file", machine.StateRejectedByUser)
+}
+
+// TestGateway_AnsweredAndInterrupted: a call an approver answered with
+// its result gets that result as the tool's, and never reaches the
+// upstream; a rejection that stops the turn is an error result marked so.
+func TestGateway_AnsweredAndInterrupted(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	cs := e.connect(e.gateway(map[string]mcpgateway.Upstream{"files": e.files()}, mcpgateway.Options{}), "answer-test", nil)
+
+	answered := callAsync(t.Context(), cs, "write_file", map[string]any{"path": "a.txt", "content": "x"})
+	pending := e.only("mcp__files__write_file", machine.StatePendingApproval)
+	_, err := e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Result: json.RawMessage(`{"bytes":1}`), Reason: "pretend"})
+	require.NoError(t, err)
+	a := await(t, answered)
+	require.NoError(t, a.err)
+	assert.False(t, a.res.IsError, text(t, a.res))
+	assert.JSONEq(t, `{"bytes":1}`, text(t, a.res))
+	assert.Equal(t, map[string]any{"bytes": float64(1)}, a.res.StructuredContent)
+	assert.Equal(t, "approver", a.res.Meta[mcpgateway.MetaRespondedBy])
+	assert.Empty(t, e.received(), "the upstream never heard of the call")
+	e.only("mcp__files__write_file", machine.StateCompletedSuccess)
+
+	stopped := callAsync(t.Context(), cs, "write_file", map[string]any{"path": "b.txt", "content": "y"})
+	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the second write_file pending", func() (bool, any) {
+		for _, c := range e.calls("mcp__files__write_file") {
+			if c.Status == machine.StatePendingApproval {
+				pending = c
+				return true, nil
+			}
+		}
+		return false, describe(e.calls("mcp__files__write_file"))
+	})
+	_, err = e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Reason: "stop here", Interrupt: true})
+	require.NoError(t, err)
+	a = await(t, stopped)
+	require.NoError(t, a.err)
+	assert.True(t, a.res.IsError)
+	assert.True(t, strings.HasPrefix(text(t, a.res), mcpgateway.InterruptMarker), text(t, a.res))
+	assert.Contains(t, text(t, a.res), "stop here")
+	assert.Equal(t, true, a.res.Meta[mcpgateway.MetaInterrupt])
 }
 
 func TestGateway_ApprovedWithEditedArgumentsRunsTheEdit(t *testing.T) {

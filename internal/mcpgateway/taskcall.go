@@ -365,6 +365,10 @@ func (gw *Gateway) finished(e *machine.Entry, t *Task) {
 		t.Result = mustJSON(res)
 		return
 	}
+	if e.Status == machine.StateCompletedSuccess && e.RespondedBy != "" {
+		t.Result = mustJSON(respondedResult(e))
+		return
+	}
 	if e.Status == machine.StateCompletedSuccess {
 		var res mcp.CallToolResult
 		if json.Unmarshal(e.Result, &res) == nil && res.Content != nil {

@@ -114,6 +114,18 @@ type Policy struct {
 	// caller, is asked about or denied (see flow.go). The scopes' lists
 	// add up.
 	Flows []Flow `yaml:"flows,omitempty" json:"flows,omitempty"`
+	// The decisions beside approve and reject (decisions.go).
+	//
+	// OnTimeout says, per pattern in rule syntax, what the timer does
+	// with an asked call nobody decided by its deadline: reject, cancel,
+	// or approve (never a call a deny rule, a quorum or a high risk
+	// covers). Merged per key; where several patterns match a call, the
+	// safest outcome wins (reject, then cancel, then approve).
+	OnTimeout map[string]machine.TimeoutOutcome `yaml:"onTimeout,omitempty" json:"onTimeout,omitempty"`
+	// Respondable lists the patterns whose asked calls an approver may
+	// answer with the tool's result instead of running them. The
+	// narrowest scope that sets it replaces the wider ones' list.
+	Respondable Names `yaml:"respondable,omitempty" json:"respondable,omitzero"`
 }
 
 // Channel is somewhere notifications go.

@@ -195,6 +195,7 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 		v.Approvers = slices.Clone(r.Approvers)
 		v.Quorum = r.quorum(cs)
 		v.Escalate = r.tiers()
+		v.OnTimeout, v.Respondable = r.onTimeout(cs), r.respondable(cs)
 	}
 	return v, nil
 }

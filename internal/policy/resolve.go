@@ -75,6 +75,11 @@ type Resolved struct {
 	InboxURL string
 	// Flows are every scope's flows, the narrowest scope's first.
 	Flows []FlowRule
+	// OnTimeout is, by pattern, what the timer does with the asked calls
+	// it matches at their deadline; Respondable, the patterns whose asked
+	// calls an approver may answer with a result (decisions.go).
+	OnTimeout   map[string]TimeoutRule
+	Respondable []Pattern
 
 	// Sources names the scope each value came from ("default",
 	// "teams.finance", "conversations.c1", or BuiltIn), keyed by the field's
@@ -154,6 +159,8 @@ type layer struct {
 	rules     RuleSet
 	risks     map[string]RiskRule
 	quorums   map[string]compiledQuorum
+	timeouts  map[string]TimeoutRule // onTimeout, compiled
+	respond   []Pattern              // respondable, compiled
 	rates     []RateRule
 	flows     []FlowRule
 	templates map[string]*template.Template
@@ -185,6 +192,7 @@ func compile(d *Document) (*compiled, error) {
 		checkName(&errs, scope, "conversation id", id)
 		c.convs[id] = compileLayer(&errs, scope, d.Conversations[id])
 	}
+	checkTimeoutApprovals(&errs, c)
 	return c, errs.err()
 }
 
@@ -277,6 +285,7 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 		}
 	}
 	l.quorums = compileQuorum(errs, scope, p)
+	l.timeouts, l.respond = compileDecisions(errs, scope, p)
 	checkTiers(errs, at("escalate"), p.Escalate)
 	if n := p.MaxExecutionAttempts; n != nil && (*n < 1 || *n > 100) {
 		errs.add(at("maxExecutionAttempts"), "must be 1 to 100, got %d", *n)
@@ -472,6 +481,8 @@ func (p *Policy) clone() Policy {
 	for i := range c.Flows {
 		c.Flows[i].Unless = slices.Clone(c.Flows[i].Unless)
 	}
+	c.OnTimeout = maps.Clone(p.OnTimeout)
+	c.Respondable = slices.Clone(p.Respondable)
 	return c
 }
 
@@ -522,6 +533,7 @@ func (c *compiled) resolve(team, conversationID string) *Resolved {
 		Editable:                map[string]bool{},
 		Risks:                   map[string]RiskRule{},
 		Quorums:                 map[string]compiledQuorum{},
+		OnTimeout:               map[string]TimeoutRule{},
 		MaxExecutionAttempts:    DefaultMaxExecutionAttempts,
 		PermissionMode:          ModeDefault,
 		Sources:                 map[string]string{},
@@ -599,6 +611,11 @@ func (r *Resolved) merge(l *layer) {
 		r.Quorums[key] = q
 		r.Sources[index("quorum", key)] = s
 	}
+	for key, tr := range l.timeouts {
+		r.OnTimeout[key] = tr
+		r.Sources[index("onTimeout", key)] = s
+	}
+	set("respondable", p.Respondable != nil, func() { r.Respondable = l.respond })
 }
 
 func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }

@@ -293,6 +293,8 @@ func newSummary(ev *wire.Event, inbox string) summary {
 		if ev.Actor != "" {
 			s.headline += " by " + ev.Actor
 		}
+	case machine.EventRespond:
+		s.headline = s.tool + " answered by " + by + " (the tool did not run)"
 	default:
 		s.headline = s.tool + ": " + string(ev.Event)
 	}

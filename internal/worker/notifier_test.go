@@ -641,6 +641,7 @@ func TestNotifier_TellsOfWhatAHumanWaitsOn(t *testing.T) {
 		machine.EventOverdue:  {pending},
 		machine.EventRemind:   {pending},
 		machine.EventCancel:   {pending},
+		machine.EventRespond:  {pending},
 	}
 	untold := map[machine.Event][]machine.State{
 		machine.EventSchedule:  {""},
@@ -665,6 +666,7 @@ func TestNotifier_TellsOfWhatAHumanWaitsOn(t *testing.T) {
 	assert.Equal(t, []string{
 		wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectApprovalProgress, wire.SubjectApprovalRejected,
 		wire.SubjectApprovalEscalated, wire.SubjectApprovalTimeout, wire.SubjectApprovalOverdue, wire.SubjectApprovalReminder, wire.SubjectCancelled,
+		wire.SubjectApprovalResponded,
 	}, worker.NotifySubjects)
 }
 

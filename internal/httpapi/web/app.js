@@ -20,7 +20,7 @@
     'tool.approval_required', 'tool.scheduled_execution', 'tool.policy_denied',
     'tool.approval_granted', 'tool.approval_progress', 'tool.approval_rejected', 'tool.approval_escalated', 'tool.approval_timeout',
     'tool.approval_overdue', 'tool.approval_reminder', 'tool.cancelled', 'tool.execution_started', 'tool.execution_succeeded',
-    'tool.execution_failed',
+    'tool.execution_failed', 'tool.approval_responded',
   ];
 
   // How each state reads to a person, and its colour.
@@ -530,6 +530,7 @@
   // verdict says in a few words what became of e: "approved by alice".
   function verdict(e) {
     const by = byWhat(e);
+    if (e.respondedBy) return `answered by ${e.respondedBy}`;
     if (e.decisionScope || e.status === 'APPROVED_READY_FOR_EXECUTION') {
       const scope = SCOPES[e.decisionScope] ? ` ${SCOPES[e.decisionScope]}` : '';
       return `approved${scope}${by}`;
@@ -669,6 +670,9 @@
     always.addEventListener('click', () => decide(card, e, { approved: true, scope: 'always' }));
     reject.addEventListener('click', () => openReject(card, e));
     edit.addEventListener('click', () => openEdit(card, e, args));
+    // A respondable call may be answered with the tool's result instead.
+    const respond = e.respondable && !e.quorum ? btn('respond', 'Answer…', 'btn-secondary', 'Give the agent the tool\'s result yourself: the tool does not run') : null;
+    if (respond) respond.addEventListener('click', () => openRespond(card, e));
     if (e.quorum) {
       // Each of its approvers approves this call as submitted, once: no
       // grant (later calls would skip the quorum), no edit.
@@ -679,7 +683,7 @@
     const hint = h('p', { class: 'grant-hint', 'data-state': 'loading', role: 'status' }, 'grants: …');
     previewGrant(e, session, always, hint);
     return h('div', { class: 'actions' },
-      h('div', { class: 'actions-main' }, approve, session, always, edit),
+      h('div', { class: 'actions-main' }, approve, session, always, edit, ...(respond ? [respond] : [])),
       reject,
       hint);
   }
@@ -749,18 +753,49 @@
   function openReject(card, e) {
     const id = `reason-${e.pendingId}`;
     const input = h('input', { id, class: 'reason', name: 'reason', maxlength: 500, autocomplete: 'off', placeholder: 'e.g. Use the staging account instead' });
+    const stop = h('input', { type: 'checkbox', id: `${id}-stop`, name: 'interrupt', 'data-action': 'interrupt' });
     const form = h('form', { class: 'panel panel-reject' },
       h('label', { for: id }, 'Why reject it? The agent is told.'),
       input,
+      h('label', { for: `${id}-stop`, class: 'check' }, stop, ' Also stop the agent\'s turn'),
       h('div', { class: 'panel-actions' },
         h('button', { type: 'submit', class: 'btn btn-danger', 'data-action': 'confirm-reject' }, 'Reject call'),
         h('button', { type: 'button', class: 'btn btn-quiet', 'data-action': 'cancel', onclick: () => closePanels(card) }, 'Cancel')));
     form.addEventListener('submit', (ev) => {
       ev.preventDefault();
       const reason = input.value.trim();
-      decide(card, e, reason ? { approved: false, reason } : { approved: false });
+      const body = reason ? { approved: false, reason } : { approved: false };
+      if (stop.checked) body.interrupt = true;
+      decide(card, e, body);
     });
     openPanel(card, form, input);
+  }
+
+  // openRespond answers a respondable call with a result the approver
+  // gives (any JSON): the call ends with it, and the tool does not run.
+  function openRespond(card, e) {
+    const id = `respond-${e.pendingId}`;
+    const area = h('textarea', { id, class: 'edit-args mono', spellcheck: 'false', rows: 6, 'aria-describedby': `${id}-err`, placeholder: '{"hits": []}' });
+    const err = h('p', { class: 'field-error', id: `${id}-err`, role: 'alert', hidden: true });
+    const form = h('form', { class: 'panel panel-respond' },
+      h('label', { for: id }, 'The tool\'s result, as JSON. The agent gets it as the call\'s result, as yours; the tool does not run.'),
+      area, err,
+      h('div', { class: 'panel-actions' },
+        h('button', { type: 'submit', class: 'btn btn-approve', 'data-action': 'confirm-respond' }, 'Answer call'),
+        h('button', { type: 'button', class: 'btn btn-quiet', 'data-action': 'cancel', onclick: () => closePanels(card) }, 'Cancel')));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      let result;
+      try {
+        result = JSON.parse(area.value);
+      } catch (ex) {
+        err.textContent = 'Not valid JSON: ' + String(ex.message || ex).replace(/^JSON\.parse: /, '');
+        err.hidden = false;
+        return;
+      }
+      decide(card, e, { result });
+    });
+    openPanel(card, form, area);
   }
 
   // parseArgs checks edited arguments: the API takes a JSON object only.

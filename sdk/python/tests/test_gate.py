@@ -38,22 +38,22 @@ class Approver:
     conversation's events from before the call is made, and decides the
     call toolgate asks about with the decision given."""
 
-    def __init__(self, conversation_id, approved, reason="", arguments=None):
+    def __init__(self, conversation_id, approved, reason="", arguments=None, interrupt=False):
         self.decided = None
         self.error = None
         self.stream = APPROVER.open_events(None, WAIT, conversation_id=conversation_id)
         self.events = parse(self.stream, comments=True)
         # The greeting: every event from here on reaches this stream.
         assert next(self.events) is GREETING
-        self.thread = threading.Thread(target=self.run, args=(approved, reason, arguments), daemon=True)
+        self.thread = threading.Thread(target=self.run, args=(approved, reason, arguments, interrupt), daemon=True)
         self.thread.start()
 
-    def run(self, approved, reason, arguments):
+    def run(self, approved, reason, arguments, interrupt):
         try:
             with self.stream:
                 for ev in self.events:
                     if ev.type == "tool.approval_required":
-                        self.decided = APPROVER.decide(ev.data["entry"]["pendingId"], approved, reason, arguments)
+                        self.decided = APPROVER.decide(ev.data["entry"]["pendingId"], approved, reason, arguments, interrupt=interrupt)
                         return
         except Exception as err:  # reported by join
             self.error = err
@@ -128,6 +128,21 @@ class GateTest(unittest.TestCase):
         self.assertIn("rejected by py-approver: no money moves without a person", str(err))
         self.assertEqual([], ran)
         self.assertEqual("REJECTED_BY_USER", only_call("py-sdk-reject")["status"])
+        self.assertNotIsInstance(err, toolgate.TurnInterruptedError)
+
+    def test_rejection_that_interrupts_raises_turn_interrupted(self):
+        @toolgate.gate(AGENT, conversation_id="py-sdk-interrupt", wait=WAIT)
+        def transfer_funds(amount, currency):
+            return "moved"
+
+        person = Approver("py-sdk-interrupt", False, "stop and ask me", interrupt=True)
+        with self.assertRaises(toolgate.TurnInterruptedError) as caught:
+            transfer_funds(900, "EUR")
+        person.join()
+        err = caught.exception
+        self.assertIsInstance(err, toolgate.RejectedError)
+        self.assertIn("stop and ask me; stop this turn and hand back to the user", str(err))
+        self.assertTrue(only_call("py-sdk-interrupt")["interrupt"])
 
     def test_denied_call_raises_the_rule_and_does_not_run(self):
         ran = []

@@ -51,6 +51,7 @@ from .errors import (
     StorageFullError,
     TooLargeError,
     ToolgateError,
+    TurnInterruptedError,
     UnauthorizedError,
     UnreachableError,
     UnsupportedMediaTypeError,

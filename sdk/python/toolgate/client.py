@@ -329,10 +329,11 @@ class Client:
         position read before them: (entries, events_seq)."""
         return self.list(status="PENDING_APPROVAL", timeout=timeout)
 
-    def decide(self, pending_id, approved, reason="", arguments=None, scope=None, timeout=None):
+    def decide(self, pending_id, approved, reason="", arguments=None, scope=None, timeout=None, interrupt=False):
         """Approves or rejects a pending call as the token's user (an
         approver), with edited arguments when approving; returns the entry
-        decided. Raises ConflictError when someone decided first (.entry
+        decided. interrupt, on a rejection, asks the agent to stop its
+        turn. Raises ConflictError when someone decided first (.entry
         says who), ExpiredError past the deadline, ForbiddenError when the
         call's policy names other approvers, EditDeniedError for an edit a
         rule forbids."""
@@ -343,6 +344,8 @@ class Client:
             body["arguments"] = arguments
         if scope:
             body["scope"] = scope
+        if interrupt:
+            body["interrupt"] = True
         return self.request("POST", "/v1/tool-calls/%s/decision" % _path(pending_id), body, timeout)
 
     def cancel(self, pending_id, reason=None, timeout=None):

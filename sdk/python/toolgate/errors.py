@@ -199,7 +199,18 @@ class RejectedError(ToolgateError):
             by = entry.get("approvedOrRejectedByUserId") or by
         elif kind == DENIED_BY_POLICY:
             by, rule = "policy", reason
+        if entry.get("interrupt") and cls is RejectedError:
+            cls = TurnInterruptedError
         return cls(kind, by, reason, entry, rule)
+
+
+class TurnInterruptedError(RejectedError):
+    """A rejection that also asks the agent to stop its turn (a human's
+    reject --interrupt): stop, and hand back to the user, rather than go
+    on to other calls. It is a RejectedError too."""
+
+    def _describe(self):
+        return super()._describe() + "; stop this turn and hand back to the user"
 
 
 class ExecutionError(ToolgateError):

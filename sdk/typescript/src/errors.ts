@@ -168,9 +168,25 @@ function rejectionMessage(e: Entry, kind: Rejection, by: string, reason: string,
   }
 }
 
-/** The RejectedError of an entry in a refusing state, or undefined for any other. */
+/**
+ * A rejection that also asks the agent to stop its turn (a human's
+ * reject --interrupt): stop, and hand back to the user, rather than go on
+ * to other calls. It is a RejectedError too.
+ */
+export class InterruptedError extends RejectedError {
+  override name = "InterruptedError";
+  constructor(entry: Entry) {
+    super(entry);
+    this.message += "; stop this turn and hand back to the user";
+  }
+}
+
+/** The RejectedError (an InterruptedError when it stops the turn) of an entry in a refusing state, or undefined for any other. */
 export function refusal(e: Entry): RejectedError | undefined {
-  return rejections[e.status] ? new RejectedError(e) : undefined;
+  if (!rejections[e.status]) {
+    return undefined;
+  }
+  return e.interrupt ? new InterruptedError(e) : new RejectedError(e);
 }
 
 /** A call that ran and failed. It is not a rejection: the call was allowed, and the tool's own error is in message. */

@@ -42,6 +42,8 @@ export interface Transition {
   at: number;
   /** Set on an approval that edited the call's arguments. */
   edit?: Edit;
+  /** Set on a rejection that asks the agent to stop its turn. */
+  interrupt?: boolean;
   write?: string;
 }
 
@@ -155,6 +157,14 @@ export interface Entry {
   receipts?: Receipt[];
   lastTransition?: Transition;
   priorTransition?: Transition;
+  /** What the timer does at the deadline when it does not reject the call (policy onTimeout). */
+  onTimeout?: "cancel" | "approve";
+  /** An approver may answer the call with the tool's result instead of running it (policy respondable). */
+  respondable?: boolean;
+  /** The approver who answered the call with its result: result is theirs, not the tool's. */
+  respondedBy?: string;
+  /** The call's rejection asked its agent to stop its turn. */
+  interrupt?: boolean;
 }
 
 /** The envelope published for every transition (wire.Event). */
@@ -168,6 +178,8 @@ export interface Event {
   actor?: string;
   reason?: string;
   decidedBy?: Decider;
+  /** Set on a rejection that asks the agent to stop its turn. */
+  interrupt?: boolean;
   at: number;
   revision: number;
   receipt?: Receipt;
@@ -213,6 +225,10 @@ export interface Decision {
   forMs?: number;
   persistRule?: boolean;
   singleUse?: boolean;
+  /** Answers a respondable call with the tool's result instead (approve false): it ends COMPLETED_SUCCESS and never runs. */
+  result?: JSONValue;
+  /** On a rejection: asks the agent to stop its turn, not only this call. */
+  interrupt?: boolean;
 }
 
 /** What a conversation's cancel did. */
@@ -244,6 +260,7 @@ export const entryFields = Object.keys({
   escalations: 1, escalated: 1, approvedOrRejectedByUserId: 1, decisionTime: 1, decidedBy: 1, decisionScope: 1, result: 1,
   error: 1, cost: 1, team: 1, taskId: 1, estimatedCost: 1, permissionMode: 1, description: 1,
   maxExecutionAttempts: 1, costReserved: 1, costDay: 1, lease: 1, receipts: 1, lastTransition: 1, priorTransition: 1,
+  onTimeout: 1, respondable: 1, respondedBy: 1, interrupt: 1,
 } satisfies Record<keyof Entry, 1>);
 
 /** The fields every Entry has. */
@@ -254,7 +271,7 @@ export const entryRequired = Object.keys({
 
 /** Every field of Event. */
 export const eventFields = Object.keys({
-  v: 1, id: 1, type: 1, event: 1, from: 1, to: 1, actor: 1, reason: 1, decidedBy: 1, at: 1, revision: 1, receipt: 1, entry: 1,
+  v: 1, id: 1, type: 1, event: 1, from: 1, to: 1, actor: 1, reason: 1, decidedBy: 1, interrupt: 1, at: 1, revision: 1, receipt: 1, entry: 1,
 } satisfies Record<keyof Event, 1>);
 
 /** The fields every Event has. */
@@ -264,7 +281,7 @@ export const eventRequired = Object.keys({
 
 /** Every field of Transition. */
 export const transitionFields = Object.keys({
-  event: 1, from: 1, to: 1, actor: 1, reason: 1, decidedBy: 1, at: 1, edit: 1, write: 1,
+  event: 1, from: 1, to: 1, actor: 1, reason: 1, decidedBy: 1, at: 1, edit: 1, interrupt: 1, write: 1,
 } satisfies Record<keyof Transition, 1>);
 
 /** The fields every Transition has. */

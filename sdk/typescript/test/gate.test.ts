@@ -10,6 +10,7 @@ import {
   AlreadyRanError,
   ConflictError,
   ForbiddenError,
+  InterruptedError,
   InvalidError,
   NotDecidedError,
   NotFoundError,
@@ -75,6 +76,19 @@ test("a rejected call throws a RejectedError with the approver and reason, never
   assert.match(err.message, /rejected by approver: no money moves without a person/);
   assert.equal(ran, 0);
   assert.equal((await agent.get(e.pendingId)).status, "REJECTED_BY_USER");
+  assert.ok(!(err instanceof InterruptedError), "a plain rejection does not stop the turn");
+
+  // A rejection with --interrupt is an InterruptedError: still a RejectedError.
+  const stopped = transfer({ amount: 900, currency: "EUR" }, { toolCallId: "transfer-2" })
+    .then(() => assert.fail("a rejected call returned a result"), (err: unknown) => err);
+  const e2 = await pendingInToolgate(conv, "transfer-2");
+  await toolgate("reject", e2.pendingId, "--reason", "stop and ask me", "--interrupt");
+  const err2 = await stopped;
+  assert.ok(err2 instanceof InterruptedError, String(err2));
+  assert.ok(err2 instanceof RejectedError);
+  assert.match(err2.message, /stop and ask me; stop this turn and hand back to the user/);
+  assert.equal((await agent.get(e2.pendingId)).interrupt, true);
+  assert.equal(ran, 0);
 });
 
 test("the policy lets a call run at once, or denies it naming the rule", async (t) => {
