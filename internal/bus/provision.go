@@ -52,6 +52,9 @@ type Buckets struct {
 
 	// Flows holds the marks of the policy's flows (FlowMarks).
 	Flows jetstream.KeyValue
+	// Shadow is TOOL_SHADOW, what submits compared against the shadow
+	// policy (ShadowLog).
+	Shadow jetstream.Stream
 }
 
 // Provision creates or updates the buckets and streams toolgate needs. It
@@ -133,14 +136,27 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		Storage:           jetstream.FileStorage,
 		Replicas:          t.Replicas,
 		Duplicates:        duplicateWindow,
+	}, {
+		Name:        wire.ShadowStream,
+		Description: "toolgate: what submits compared against the shadow policy, one tally per process and moment",
+		Subjects:    []string{wire.ShadowSubject},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      wire.ShadowMaxAgeMs * time.Millisecond,
+		MaxBytes:    wire.ShadowMaxBytes,
+		Discard:     jetstream.DiscardOld,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
 	}}
 	for _, cfg := range streams {
 		st, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
 		if err != nil {
 			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
-		if cfg.Name == wire.ArchiveStream {
+		switch cfg.Name {
+		case wire.ArchiveStream:
 			b.Archive = st
+		case wire.ShadowStream:
+			b.Shadow = st
 		}
 	}
 	// Executors took work from a stream of their own, TOOL_WORK, before

@@ -68,6 +68,9 @@ func (s *Service) SubmitOnce(ctx context.Context, a Actor, c machine.Call) (*mac
 	claimer := s.claimer(c.ToolName)
 	e, created, err := s.m.SubmitAndClaim(ctx, c, claimer.claimant())
 	claimer.settle(e, err == nil && created)
+	if err == nil && created {
+		s.compareShadow(ctx, e) // enforces nothing, changes nothing
+	}
 	return s.shown(a, e), created, err
 }
 

@@ -81,6 +81,8 @@ type Service struct {
 	// for explaining a call.
 	flows     flowMarker
 	flowMarks *bus.FlowMarks
+	// shadow is the shadow policy submits are compared against (shadow.go).
+	shadow *shadow
 }
 
 // limits is what of the policy Budgets shows and DeniedTools asks:
@@ -144,6 +146,7 @@ func New(cfg Config) *Service {
 		receiptKeys: newReceiptKeyStore(cfg.Buckets),
 		flows:       fm,
 		flowMarks:   newFlowMarks(js, cfg.Buckets),
+		shadow:      newShadow(cfg),
 	}
 }
 

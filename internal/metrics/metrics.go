@@ -75,6 +75,10 @@ type Metrics struct {
 	TransitionConflicts *prometheus.CounterVec   // event
 	Requeues            *prometheus.CounterVec   // reason
 
+	// The shadow policy's comparisons (shadow.go).
+	ShadowCompared    prometheus.Counter
+	ShadowDifferences *prometheus.CounterVec // change
+
 	// labels bounds the tool and team label values to the policy's names.
 	labels labels
 }
@@ -125,8 +129,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Calls this process handed an executor again, by reason: lease_expired (the executor that ran it stopped heartbeating). Per process: sum across instances.",
 		}, []string{"reason"}),
 	}
+	m.ShadowCompared, m.ShadowDifferences = newShadow()
 	for _, c := range []prometheus.Collector{m.ToolCalls, m.Transitions, m.ApprovalResponse, m.ApprovalTimeouts,
-		m.Execution, m.ExecutionAttempts, m.Cost, m.Notifications, m.TransitionConflicts, m.Requeues} {
+		m.Execution, m.ExecutionAttempts, m.Cost, m.Notifications, m.TransitionConflicts, m.Requeues,
+		m.ShadowCompared, m.ShadowDifferences} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -163,6 +169,9 @@ func (m *Metrics) initialize() {
 	}
 	m.Notifications.WithLabelValues(NotificationNoChannel, NotificationSkipped)
 	m.Requeues.WithLabelValues(RequeueLeaseExpired)
+	for _, c := range ShadowChanges() {
+		m.ShadowDifferences.WithLabelValues(c)
+	}
 }
 
 // initializeNames starts at 0 the counters of the tools and teams given,

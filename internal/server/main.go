@@ -421,6 +421,8 @@ func (m *Main) startFeeds(ctx context.Context, g *errgroup.Group, d *deps) {
 		// And the archive is asked whether a call was retired only when
 		// it may hold it: follow which calls it holds.
 		g.Go(func() error { return d.gate.Runtime().FollowArchive(ctx, m.Log) })
+		// And each is compared against the shadow policy, when one is set.
+		g.Go(func() error { return d.gate.Runtime().FollowShadow(ctx, m.Log) })
 	}
 	// The views of tool_calls the roles keep in memory are all in: one
 	// watch of the bucket feeds them.
