@@ -111,6 +111,7 @@ var repeatable = map[string]bool{
 	wire.EndpointBudgets: true, wire.EndpointRateLimits: true, wire.EndpointAnalytics: true, wire.EndpointPolicyGet: true, wire.EndpointDeniedTools: true,
 	wire.EndpointGrantsPreview: true, wire.EndpointReceipts: true, wire.EndpointReceiptsKey: true,
 	wire.EndpointPolicyDryRun: true, wire.EndpointPolicyExplain: true,
+	wire.EndpointPolicyShadowGet: true, wire.EndpointPolicyShadowReport: true,
 }
 
 // requestMsg is request, also returning the reply, for its headers. A

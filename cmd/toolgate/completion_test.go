@@ -114,7 +114,7 @@ func TestCompletion_Bash(t *testing.T) {
 		{"toolgate p", "pending policy"},
 		{"toolgate pending --j", "--json"},
 		{"toolgate pending --nats-c", "--nats-creds"},
-		{"toolgate policy ", "get set validate dry-run explain"},
+		{"toolgate policy ", "get set validate dry-run explain shadow"},
 		{"toolgate policy get --sh", "--show-secrets"},
 		{"toolgate creds ", "add list revoke init nats-config"},
 		{"toolgate creds init --", "--config --data"},
@@ -206,7 +206,7 @@ func TestCompletion_ZshAndFish(t *testing.T) {
 		want []string
 	}{
 		{"toolgate pen", []string{"pending"}},
-		{"toolgate policy ", []string{"dry-run", "explain", "get", "set", "validate"}},
+		{"toolgate policy ", []string{"dry-run", "explain", "get", "set", "shadow", "validate"}},
 		{"toolgate policy get --sh", []string{"--show-secrets"}},
 		{"toolgate --nats nats://127.0.0.1:4222 pen", []string{"pending"}},
 		{"toolgate approve --rea", []string{"--reason"}},

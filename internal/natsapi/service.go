@@ -203,6 +203,12 @@ func (s *Service) endpoints() map[string]endpoint {
 		wire.EndpointPolicyDryRun:       answer(g.PolicyDryRun),
 		wire.EndpointPolicyExplain:      answer(g.PolicyExplain),
 		wire.EndpointRecheck:            answer(g.Recheck),
+		// The shadow policy.
+		wire.EndpointPolicyShadowGet:     answer(g.PolicyShadow),
+		wire.EndpointPolicyShadowSet:     answer(g.SetPolicyShadow),
+		wire.EndpointPolicyShadowClear:   answer(g.ClearPolicyShadow),
+		wire.EndpointPolicyShadowPromote: answer(g.PromotePolicyShadow),
+		wire.EndpointPolicyShadowReport:  answer(g.PolicyShadowReport),
 	}
 }
 
