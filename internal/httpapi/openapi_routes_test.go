@@ -614,6 +614,49 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 			body: wire.PolicyExplainRequest{ToolName: "web_search"}}, nil))
 	})
 
+	step("the shadow policy", func(t *testing.T) {
+		// A shadow policy the same as the one in force, so that promoting
+		// it changes nothing the steps after rely on.
+		assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "GET", path: "/v1/policy/shadow", token: specViewer}, nil))
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/policy/shadow", token: specAlice,
+			body: wire.PolicyDocument{Document: specPolicy}}, nil))
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/policy/shadow", token: specRoot,
+			body: wire.PolicyDocument{Document: "default: {approvalTimeoutMs: -1}"}}, nil))
+		var set, got wire.PolicyDocument
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/shadow", token: specRoot,
+			body: wire.PolicyDocument{Document: specPolicy}}, &set))
+		require.NotZero(t, set.Revision)
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/policy/shadow", token: specViewer}, &got))
+		assert.Equal(t, set, got)
+		require.Equal(t, http.StatusCreated, s.do(specCall{method: "POST", path: "/v1/tool-calls", token: specAgent, body: webSearch("shadow1", "q")}, nil))
+		var report wire.PolicyShadowReport
+		bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the shadow's report counts the call", func() (bool, any) {
+			require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/policy/shadow/report?examples=1", token: specViewer}, &report))
+			return report.Calls >= 1, report
+		})
+		assert.Equal(t, set.Revision, report.ShadowRevision)
+		assert.Zero(t, report.Changed, "the same policy")
+		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: fmt.Sprintf("/v1/policy/shadow/report?since=1&revision=%d", set.Revision), token: specAlice}, nil))
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/policy/shadow/report?examples=soon", token: specViewer, badRequest: true}, nil))
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "GET", path: "/v1/policy/shadow/report", token: specAgent}, nil))
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/policy/shadow/promote", token: specAlice,
+			body: wire.PolicyShadowPromoteRequest{Revision: set.Revision}}, nil))
+		assert.Equal(t, http.StatusConflict, s.do(specCall{method: "POST", path: "/v1/policy/shadow/promote", token: specRoot,
+			body: wire.PolicyShadowPromoteRequest{Revision: set.Revision + 1000}}, nil))
+		var inForce wire.PolicyDocument
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/shadow/promote", token: specRoot,
+			body: wire.PolicyShadowPromoteRequest{Revision: set.Revision}}, &inForce))
+		assert.Greater(t, inForce.Revision, set.Revision)
+		assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "POST", path: "/v1/policy/shadow/promote", token: specRoot,
+			body: wire.PolicyShadowPromoteRequest{Revision: set.Revision}}, nil))
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/shadow", token: specRoot,
+			body: wire.PolicyDocument{Document: specPolicy}}, &set))
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/policy/shadow/clear", token: specAlice, body: struct{}{}}, nil))
+		var cleared wire.PolicyShadowCleared
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/policy/shadow/clear", token: specRoot, body: struct{}{}}, &cleared))
+		assert.Equal(t, set.Revision, cleared.Revision)
+	})
+
 	step("what anyone may ask", func(t *testing.T) {
 		for _, path := range []string{"/v1/openapi.json", "/v1/schemas/event.json", "/healthz", "/readyz", "/metrics"} {
 			assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: path}, nil), path)

@@ -129,16 +129,21 @@ var (
 		"ExplainedRule":           reflect.TypeFor[wire.ExplainedRule](),
 		"ExplainedFlow":           reflect.TypeFor[wire.ExplainedFlow](),
 		"FlowCall":                reflect.TypeFor[wire.FlowCall](),
+		"PolicyDocument":          reflect.TypeFor[wire.PolicyDocument](),
+		"PolicyShadowCleared":     reflect.TypeFor[wire.PolicyShadowCleared](),
+		"PolicyShadowReport":      reflect.TypeFor[wire.PolicyShadowReport](),
 	}
 	requestSchemas = map[string]reflect.Type{
-		"Call":                  reflect.TypeFor[machine.Call](),
-		"DecisionRequest":       reflect.TypeFor[httpapi.DecisionRequest](),
-		"RespondRequest":        reflect.TypeFor[httpapi.RespondRequest](),
-		"CancelRequest":         reflect.TypeFor[httpapi.CancelRequest](),
-		"RunReport":             reflect.TypeFor[httpapi.RunReport](),
-		"DecideMatchingRequest": reflect.TypeFor[wire.DecideMatchingRequest](),
-		"PolicyDryRunRequest":   reflect.TypeFor[wire.PolicyDryRunRequest](),
-		"PolicyExplainRequest":  reflect.TypeFor[wire.PolicyExplainRequest](),
+		"Call":                       reflect.TypeFor[machine.Call](),
+		"DecisionRequest":            reflect.TypeFor[httpapi.DecisionRequest](),
+		"RespondRequest":             reflect.TypeFor[httpapi.RespondRequest](),
+		"CancelRequest":              reflect.TypeFor[httpapi.CancelRequest](),
+		"RunReport":                  reflect.TypeFor[httpapi.RunReport](),
+		"DecideMatchingRequest":      reflect.TypeFor[wire.DecideMatchingRequest](),
+		"PolicyDryRunRequest":        reflect.TypeFor[wire.PolicyDryRunRequest](),
+		"PolicyExplainRequest":       reflect.TypeFor[wire.PolicyExplainRequest](),
+		"PolicyShadowPromoteRequest": reflect.TypeFor[wire.PolicyShadowPromoteRequest](),
+		"Empty":                      reflect.TypeFor[struct{}](),
 	}
 	// enumSchemas are the document's string enums and the values the
 	// code has.

@@ -117,6 +117,12 @@ var routes = []route{
 	{"GET", "/metrics", nil, (*Server).metrics},
 	{"POST", "/v1/policy/dry-run", []Role{RoleViewer, RoleApprover}, (*Server).policyDryRun},
 	{"POST", "/v1/policy/explain", []Role{RoleViewer, RoleApprover}, (*Server).policyExplain},
+	// The shadow policy (shadow.go).
+	{"GET", "/v1/policy/shadow", []Role{RoleViewer, RoleApprover}, (*Server).shadowPolicy},
+	{"POST", "/v1/policy/shadow", []Role{RoleAdmin}, (*Server).setShadowPolicy},
+	{"POST", "/v1/policy/shadow/clear", []Role{RoleAdmin}, (*Server).clearShadowPolicy},
+	{"POST", "/v1/policy/shadow/promote", []Role{RoleAdmin}, (*Server).promoteShadowPolicy},
+	{"GET", "/v1/policy/shadow/report", []Role{RoleViewer, RoleApprover}, (*Server).shadowPolicyReport},
 }
 
 // New returns the API server.
