@@ -34,6 +34,7 @@ import (
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // These tests drive the web inbox in a real headless Chromium against a
@@ -800,11 +801,19 @@ func TestInbox_Analytics(t *testing.T) {
 		for {
 			clk = new(toolgatetest.Clock)
 			in = startInboxWith(t, analyticsPolicy, tokens, inboxOptions{now: clk.Now, analytics: true})
+			// A shadow policy the same as the one in force: every call
+			// compared, none decided otherwise.
+			require.Equal(t, http.StatusOK, in.do("POST", "/v1/policy/shadow", adminToken, wire.PolicyDocument{Document: analyticsPolicy}, nil))
 			hour = time.Now().Truncate(time.Hour)
 			plan = analyticsScript(hour)
 			in.play(clk, plan)
 			in.analytics(func(r *analytics.Report) bool {
 				return r.Totals.Decided == int64(len(plan)) && r.Totals.Succeeded == 12
+			})
+			bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the shadow's report counts every call", func() (bool, any) {
+				var r wire.PolicyShadowReport
+				in.do("GET", "/v1/policy/shadow/report", viewerToken, nil, &r)
+				return r.Calls == len(plan), r.Calls
 			})
 
 			// A viewer sees the analytics too.
@@ -826,6 +835,8 @@ func TestInbox_Analytics(t *testing.T) {
 			return eval[float64](p, `Number(document.querySelector('`+sel+`').dataset.raw)`)
 		}
 		assert.Equal(t, "21", p.text(`[data-kpi="calls"] .kpi-value`))
+		assert.Regexp(t, `^Revision \d+ \(set now\): 21 calls compared, 0 would be decided otherwise\.`, p.text(`#an-shadow-sub`))
+		assert.Equal(t, "21", p.text(`#an-shadow-verdicts tr[data-name="ask (unchanged)"] [data-col="calls"]`))
 		assert.Equal(t, "12", p.text(cell("tools", "web_search", "calls")))
 		assert.Equal(t, "100%", p.text(cell("tools", "web_search", "approvalRate")))
 		assert.Equal(t, "0%", p.text(cell("tools", "web_search", "timeoutRate")))

@@ -1416,6 +1416,7 @@
     lagTries: 0,
     dirty: false, // calls changed while a read was under way
     width: 0,
+    shadow: null, // the shadow policy's report (loadShadow)
   };
 
   async function loadAnalytics() {
@@ -1452,6 +1453,7 @@
     $('an-refresh').disabled = false;
     an.ticket = null;
     renderAnalytics();
+    loadShadow();
     if (an.dirty && next) next = Math.min(next, 1500);
     if (next && state.view === 'analytics') an.timer = setTimeout(loadAnalytics, next);
   }
@@ -1511,6 +1513,40 @@
     $('an-teams').replaceChildren(statsTable(r.teams, 'Team', 'team'));
     $('an-approvers').replaceChildren(approversTable(r.approvers));
     renderReasons(r);
+  }
+
+  // ---- the shadow policy ----
+
+  // The shadow policy's report, from /v1/policy/shadow/report: how many
+  // submits were compared against the candidate and how many it would
+  // decide otherwise, per change of verdict. Shown while there is one to
+  // report on; a failure to read it hides it.
+  async function loadShadow() {
+    try {
+      an.shadow = await api('GET', 'v1/policy/shadow/report?examples=1');
+    } catch (err) {
+      an.shadow = null;
+    }
+    renderShadow();
+  }
+
+  function renderShadow() {
+    const s = an.shadow;
+    const section = $('an-shadow');
+    section.hidden = !s || !s.shadowRevision;
+    if (section.hidden) return;
+    const set = s.set ? 'set now' : 'no longer set';
+    $('an-shadow-sub').textContent = `Revision ${s.shadowRevision} (${set}): ${num(s.calls)} ${s.calls === 1 ? 'call' : 'calls'} compared, ${num(s.changed)} would be decided otherwise. Nothing it says is enforced.`;
+    if (!s.verdicts.length) {
+      $('an-shadow-verdicts').replaceChildren(h('p', { class: 'muted' }, 'No call submitted since it was set.'));
+      return;
+    }
+    const cols = [
+      { key: 'name', label: 'In force → shadow', value: (v) => v.name },
+      { key: 'calls', label: 'Calls', num: true, value: (v) => num(v.calls), raw: (v) => v.calls },
+    ];
+    const rows = s.verdicts.map((v) => ({ name: v.from === v.to ? `${v.from} (unchanged)` : `${v.from} → ${v.to}`, calls: v.calls }));
+    $('an-shadow-verdicts').replaceChildren(table(cols, rows, 'Shadow policy: calls per change of verdict'));
   }
 
   // ---- numbers as people read them ----
