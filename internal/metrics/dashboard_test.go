@@ -44,6 +44,7 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 	m.Notification("c", "r")
 	m.TransitionConflict("e")
 	m.Requeues.WithLabelValues("r").Inc()
+	m.ShadowComparison("allow", "ask")
 	pending := NewPendingApprovals()
 	pending.counts["team"] = &teamPending{team: "team", n: 1}
 	reg.MustRegister(pending)
@@ -75,7 +76,7 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 		}
 		known[mf.GetName()] = labels
 	}
-	require.Len(t, mfs, 16, "every metric of the package is in the list")
+	require.Len(t, mfs, 18, "every metric of the package is in the list")
 	return known
 }
 
