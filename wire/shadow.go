@@ -32,14 +32,15 @@ const ShadowSubject = internalPrefix + "shadow.tally"
 
 // Bounds of the shadow policy's records.
 const (
-	// ShadowMaxAgeMs is how long TOOL_SHADOW keeps a tally: 30 days.
-	ShadowMaxAgeMs = 30 * 24 * 60 * 60 * 1000
-	// ShadowMaxBytes bounds TOOL_SHADOW; past it the oldest tallies go.
-	ShadowMaxBytes = 64 << 20
-	// ShadowExamplesPerTally bounds the examples of each change of verdict
-	// one tally keeps: every difference is counted, and up to this many of
-	// each change per process and flush are kept with their call.
-	ShadowExamplesPerTally = 20
+	// ShadowMaxAgeMs is how long TOOL_SHADOW keeps a tally: 7 days.
+	ShadowMaxAgeMs = 7 * 24 * 60 * 60 * 1000
+	// ShadowMaxTallies bounds TOOL_SHADOW; past it the oldest tallies go.
+	// (A bound in bytes would reserve that much of the JetStream store.)
+	ShadowMaxTallies = 50_000
+	// ShadowExamplesPerMinute bounds the examples a process keeps: every
+	// difference is counted, and up to this many of each change of
+	// verdict per process and minute are kept with their call.
+	ShadowExamplesPerMinute = 5
 )
 
 // PolicyShadowPromoteRequest asks to put the shadow policy stored at

@@ -135,7 +135,7 @@ func policyShadowReportCmd(out cliOutput) *cliCmd {
 			"and per team, and examples of each change with both policies' reasons. Each call is\n"+
 			"evaluated when it is submitted through both policies, dry, as `policy dry-run` replays\n"+
 			"it, so the counts are what a dry run of the same file says of the same calls. By\n"+
-			"default the shadow set now (or, with none, the last one), over all that is kept (30\n"+
+			"default the shadow set now (or, with none, the last one), over all that is kept (7\n"+
 			"days); --since narrows it (a duration back from now, 7d, 36h, 90m, or a date). The last\n"+
 			"second's calls are counted a moment later. Viewers, approvers and admins.", out).connFlags().jsonFlag("the report")
 	since := c.fs.String("since", "", "the window: a duration back from now (7d, 36h, 90m) or a date (2025-03-01, RFC 3339); default: all kept")

@@ -142,7 +142,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		Subjects:    []string{wire.ShadowSubject},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      wire.ShadowMaxAgeMs * time.Millisecond,
-		MaxBytes:    wire.ShadowMaxBytes,
+		MaxMsgs:     wire.ShadowMaxTallies,
 		Discard:     jetstream.DiscardOld,
 		Storage:     jetstream.FileStorage,
 		Replicas:    t.Replicas,

@@ -98,7 +98,7 @@ func (s *PolicyStore) FollowShadow(ctx context.Context, set func(doc *policy.Doc
 
 // ShadowLog is TOOL_SHADOW: what the processes that serve submits
 // compared against the shadow policy, one wire.ShadowTally per process
-// and moment, kept wire.ShadowMaxAgeMs and at most wire.ShadowMaxBytes.
+// and moment, kept wire.ShadowMaxAgeMs, at most wire.ShadowMaxTallies of them.
 type ShadowLog struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream

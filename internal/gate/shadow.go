@@ -47,6 +47,10 @@ type shadow struct {
 	cur     atomic.Pointer[shadowEngine]
 	mu      sync.Mutex
 	pending map[uint64]*shadowTally // by shadow revision
+	// exampled counts the examples kept of each change since
+	// exampledSince, at most wire.ShadowExamplesPerMinute a minute.
+	exampled      map[pair]int
+	exampledSince time.Time
 }
 
 // shadowEngine is the shadow policy stored at rev; engine nil: none set.
@@ -133,7 +137,11 @@ func (s *Service) compareShadow(ctx context.Context, e *machine.Entry) {
 	if s.mx != nil {
 		s.mx.ShadowComparison(p.from, p.to)
 	}
-	if p.from != p.to && len(t.examples[p]) < wire.ShadowExamplesPerTally {
+	if now := s.now(); now.Sub(sh.exampledSince) >= time.Minute || now.Before(sh.exampledSince) {
+		sh.exampled, sh.exampledSince = map[pair]int{}, now
+	}
+	if p.from != p.to && sh.exampled[p] < wire.ShadowExamplesPerMinute {
+		sh.exampled[p]++
 		t.examples[p] = append(t.examples[p], wire.DryRunExample{
 			From: p.from, To: p.to, PendingID: e.PendingID, ToolName: e.ToolName, Team: e.Team,
 			CallerBotID: e.CallerBotID, RequestedAt: e.RequestedAt, Description: clip(e.Description, maxExampleDescription),
@@ -185,7 +193,7 @@ func (sh *shadow) keep(rev uint64, t *shadowTally) {
 		cur.counts[k] += n
 	}
 	for p, ex := range t.examples {
-		cur.examples[p] = append(ex, cur.examples[p]...)[:min(len(ex)+len(cur.examples[p]), wire.ShadowExamplesPerTally)]
+		cur.examples[p] = append(ex, cur.examples[p]...)
 	}
 	cur.skipped += t.skipped
 }
