@@ -71,6 +71,9 @@ func (s *PolicyStore) ClearShadow(ctx context.Context, revision uint64) error {
 func (s *PolicyStore) FollowShadow(ctx context.Context, set func(doc *policy.Document, revision uint64), log *slog.Logger) error {
 	w, err := s.kv.Watch(ctx, shadowKey)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return err
 	}
 	defer w.Stop()

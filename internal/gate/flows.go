@@ -32,6 +32,7 @@ func (s *Service) complete(ctx context.Context, pendingID string, o machine.Outc
 	if err := s.markFlows(ctx, pendingID); err != nil {
 		return nil, err
 	}
+	s.markShadowFlows(ctx, pendingID) // shadow.go: best effort, nothing in force reads it
 	return s.m.Complete(ctx, pendingID, o)
 }
 

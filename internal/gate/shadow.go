@@ -44,6 +44,9 @@ type shadow struct {
 	// without a policy engine): nothing is compared.
 	inForce machine.EditChecker
 	log     *bus.ShadowLog // nil: nothing is recorded
+	// opts are the shadow engine's: the flows' marks, shared with the
+	// policy in force, and the Service's clock.
+	opts    []policy.EngineOption
 	cur     atomic.Pointer[shadowEngine]
 	mu      sync.Mutex
 	pending map[uint64]*shadowTally // by shadow revision
@@ -76,10 +79,17 @@ type shadowTally struct {
 func newShadow(cfg Config) *shadow {
 	sh := &shadow{pending: map[uint64]*shadowTally{}}
 	sh.inForce, _ = cfg.Policy.(machine.EditChecker)
-	if cfg.NC != nil && cfg.Buckets.Shadow != nil {
-		if js, err := jetstream.New(cfg.NC); err == nil {
-			sh.log = bus.NewShadowLog(js, cfg.Buckets.Shadow)
+	js := jetStream(cfg)
+	if js != nil && cfg.Buckets.Shadow != nil {
+		sh.log = bus.NewShadowLog(js, cfg.Buckets.Shadow)
+	}
+	if js != nil {
+		if fm := newFlowMarks(js, cfg.Buckets); fm != nil {
+			sh.opts = append(sh.opts, policy.WithFlowMarks(fm))
 		}
+	}
+	if cfg.Clock != nil {
+		sh.opts = append(sh.opts, policy.WithClock(cfg.Clock))
 	}
 	return sh
 }
@@ -91,7 +101,7 @@ func newShadow(cfg Config) *shadow {
 func (sh *shadow) set(doc *policy.Document, revision uint64) error {
 	next := &shadowEngine{rev: revision}
 	if doc != nil {
-		e, err := policy.NewEngine(doc, nil, nil)
+		e, err := policy.NewEngine(doc, nil, nil, sh.opts...)
 		if err != nil {
 			return err
 		}
@@ -147,6 +157,34 @@ func (s *Service) compareShadow(ctx context.Context, e *machine.Entry) {
 			CallerBotID: e.CallerBotID, RequestedAt: e.RequestedAt, Description: clip(e.Description, maxExampleDescription),
 			CurrentReason: clip(was.Reason, maxShadowReason), CandidateReason: clip(will.Reason, maxShadowReason),
 		})
+	}
+}
+
+// markShadowFlows marks the call pendingID, about to be recorded
+// completed, for the shadow policy's flows, as markFlows does for the
+// flows in force, so that the shadow's flows see what completed as a dry
+// run's replay does. A mark is a flow's (its after and scope, in its
+// scope), so a flow in force reads only the marks it writes itself: these
+// change nothing in force. Failing, it is logged and the call completes
+// as it would without a shadow.
+func (s *Service) markShadowFlows(ctx context.Context, pendingID string) {
+	cur := s.shadow.cur.Load()
+	if cur == nil || cur.engine == nil || !cur.engine.HasFlows() {
+		return
+	}
+	e, _, ok := s.calls.Latest(pendingID)
+	if !ok {
+		var err error
+		if e, _, err = s.calls.Get(ctx, pendingID); err != nil {
+			s.log.Warn("marking a completed call for the shadow policy's flows failed", "pendingId", pendingID, "err", err)
+			return
+		}
+	}
+	if e.Status.Terminal() {
+		return
+	}
+	if err := cur.engine.MarkCompleted(ctx, e.Call(), e.PendingID); err != nil {
+		s.log.Warn("marking a completed call for the shadow policy's flows failed", "pendingId", pendingID, "err", err)
 	}
 }
 

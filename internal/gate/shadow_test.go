@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/internal/metrics"
@@ -182,4 +184,64 @@ func TestPolicyShadow_ReportIsTheDryRunOfTheSameCalls(t *testing.T) {
 	assert.Zero(t, cleared.Revision, "none was set")
 	_, err = g.PromotePolicyShadow(ctx, admin, wire.PolicyShadowPromoteRequest{Revision: again.Revision})
 	require.ErrorIs(t, err, machine.ErrNotFound)
+}
+
+// TestPolicyShadow_FlowsAsTheDryRunReplaysThem: a shadow policy's flows
+// see the calls that completed, as a dry run's replay does, though the
+// policy in force has none: a send after a read in the same
+// conversation would be asked about under the shadow, and is run, and
+// the report counts what a dry run of the shadow's document counts.
+func TestPolicyShadow_FlowsAsTheDryRunReplaysThem(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	clock := &testClock{now: time.Now().UTC().Truncate(time.Millisecond)}
+	noFlows := strings.Split(flowsPolicy, "  flows:")[0]
+	doc, err := policy.Parse([]byte(noFlows))
+	require.NoError(t, err)
+	engine, err := policy.NewEngine(doc, nil, nil, policy.WithClock(clock.Now), policy.WithFlowMarks(bus.NewFlowMarks(env.JS, env.Buckets.Flows)))
+	require.NoError(t, err)
+	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine, Clock: clock.Now})
+	_, err = g.SetPolicy(ctx, gate.System, wire.PolicyDocument{Document: noFlows})
+	require.NoError(t, err)
+	shadowDoc, err := g.SetPolicyShadow(ctx, gate.System, wire.PolicyDocument{Document: flowsPolicy})
+	require.NoError(t, err)
+	bot, exec, vic := actor("bot", wire.RoleAgent), actor("exec", wire.RoleExecutor), actor("vic", wire.RoleViewer)
+
+	n := 0
+	submit := func(conv, tool, args string) *machine.Entry {
+		t.Helper()
+		n++
+		clock.Skip(time.Second)
+		e, err := g.Submit(ctx, bot, machine.Call{ToolCallID: fmt.Sprint("t", n), ToolName: tool, ConversationID: conv, Arguments: []byte(args)})
+		require.NoError(t, err)
+		require.Equal(t, machine.StateScheduled, e.Status, "%s runs: the policy in force has no flows", tool)
+		return e
+	}
+	outside := `{"to":"eve@evil.test"}`
+	read := submit("A", "mcp__mail__read_inbox", `{}`)
+	_, err = g.ClaimAt(ctx, exec, wire.ReportRequest{PendingID: read.PendingID, By: "w", LeaseMs: time.Minute.Milliseconds()})
+	require.NoError(t, err)
+	clock.Skip(time.Second)
+	_, err = g.Complete(ctx, exec, wire.ReportRequest{PendingID: read.PendingID, By: "w"})
+	require.NoError(t, err)
+	submit("A", "mcp__mail__send_email", outside)
+	submit("B", "mcp__mail__send_email", outside)
+	submit("A", "mcp__mail__send_email", `{"to":"bob@example.com"}`)
+
+	fctx, stop := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() { followed <- g.Runtime().FollowShadow(fctx, slog.New(slog.DiscardHandler)) }()
+	stop() // records what was compared, then returns
+	require.NoError(t, <-followed)
+	report, err := g.PolicyShadowReport(ctx, vic, wire.PolicyShadowReportRequest{})
+	require.NoError(t, err)
+	dry, err := g.PolicyDryRun(ctx, vic, wire.PolicyDryRunRequest{Document: flowsPolicy, Since: clock.Now().Add(-time.Hour).UnixMilli()})
+	require.NoError(t, err)
+	assert.Equal(t, shadowDoc.Revision, report.ShadowRevision)
+	assert.Equal(t, []wire.VerdictCount{{From: "allow", To: "ask", Calls: 1}, {From: "allow", To: "allow", Calls: 3}}, report.Verdicts)
+	assert.Equal(t, dry.Verdicts, report.Verdicts)
+	assert.Equal(t, dry.ByTool, report.ByTool)
+	require.Len(t, report.Examples, 1)
+	assert.Contains(t, report.Examples[0].CandidateReason, "follows mcp__mail__read_inbox ("+read.PendingID+")")
 }
