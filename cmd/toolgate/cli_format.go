@@ -246,7 +246,7 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 // a person or an agent's own answer decided.
 func decidedBy(e *machine.Entry) string {
 	switch e.DecidedBy {
-	case machine.DecidedByHuman, machine.DecidedByQuorum, machine.DecidedByClassifier, machine.DecidedByChannel:
+	case machine.DecidedByHuman, machine.DecidedByQuorum, machine.DecidedByClassifier, machine.DecidedByChannel, machine.DecidedByReviewer:
 		if e.ApprovedOrRejectedByUserID != "" {
 			return fmt.Sprintf("%s (%s)", e.DecidedBy, e.ApprovedOrRejectedByUserID)
 		}

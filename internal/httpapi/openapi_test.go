@@ -88,6 +88,7 @@ var (
 		"Lease":                   reflect.TypeFor[machine.Lease](),
 		"Quorum":                  reflect.TypeFor[machine.Quorum](),
 		"Vote":                    reflect.TypeFor[machine.Vote](),
+		"Review":                  reflect.TypeFor[machine.Review](),
 		"Escalation":              reflect.TypeFor[machine.Escalation](),
 		"Receipt":                 reflect.TypeFor[machine.Receipt](),
 		"ReceiptChain":            reflect.TypeFor[wire.ReceiptChain](),

@@ -20,7 +20,7 @@
     'tool.approval_required', 'tool.scheduled_execution', 'tool.policy_denied',
     'tool.approval_granted', 'tool.approval_progress', 'tool.approval_rejected', 'tool.approval_escalated', 'tool.approval_timeout',
     'tool.approval_overdue', 'tool.approval_reminder', 'tool.cancelled', 'tool.execution_started', 'tool.execution_succeeded',
-    'tool.execution_failed', 'tool.approval_responded',
+    'tool.execution_failed', 'tool.approval_responded', 'tool.approval_reviewed',
   ];
 
   // How each state reads to a person, and its colour.

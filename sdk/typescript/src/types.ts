@@ -28,7 +28,7 @@ export type State = (typeof states)[number];
 export type Scope = "once" | "task" | "session" | "always";
 
 /** What decided a call (machine.Decider), on a transition that decides it. */
-export type Decider = "rule" | "grant" | "policy" | "human" | "quorum" | "timeout" | "classifier" | "channel";
+export type Decider = "rule" | "grant" | "policy" | "human" | "quorum" | "timeout" | "classifier" | "channel" | "reviewer";
 
 /** One move of an entry: the event, where from, who made it and why. */
 export interface Transition {
