@@ -1,11 +1,14 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/machine"
 )
 
 // A scope's reviewers list names automated reviewers of the calls the
@@ -205,19 +208,27 @@ func checkReviewerSecret(errs *errorList, at func(string) string, r Reviewer) bo
 	return false
 }
 
-// Reviews reports whether the reviewer reviews a call of tool with args
-// (its match covers it, as an ask rule would: any command of a Bash
-// line).
-func (r *Resolved) Reviews(rv CompiledReviewer, tool string, args map[string]any) bool {
+// Reviews reports whether the reviewer reviews a call of tool with
+// arguments raw (its match covers it, as an ask rule would: any command
+// of a Bash line; a specifier that cannot read its argument matches).
+func (r *Resolved) Reviews(rv CompiledReviewer, tool string, raw json.RawMessage) bool {
+	args, err := callArguments(machine.Call{ToolName: tool, Arguments: raw})
+	if err != nil {
+		args = map[string]any{}
+	}
 	cs := newCallSubject(tool, args, r.ArgumentOf(tool))
 	return slices.ContainsFunc(rv.match, func(p Pattern) bool { return p.matchCall(cs, false) })
 }
 
 // MayApprove returns the mayApprove pattern of rv that lets it approve a
-// call of tool with args, matched as an allow rule is (every command of
-// a Bash line, never a line no rule can see through), and false when
-// none does.
-func (r *Resolved) MayApprove(rv CompiledReviewer, tool string, args map[string]any) (string, bool) {
+// call of tool with arguments raw, matched as an allow rule is (every
+// command of a Bash line, never a line no rule can see through, nor
+// arguments that are not a JSON object), and false when none does.
+func (r *Resolved) MayApprove(rv CompiledReviewer, tool string, raw json.RawMessage) (string, bool) {
+	args, err := callArguments(machine.Call{ToolName: tool, Arguments: raw})
+	if err != nil {
+		return "", false
+	}
 	cs := newCallSubject(tool, args, r.ArgumentOf(tool))
 	if cs.hidden {
 		return "", false

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -65,9 +66,9 @@ teams:
 	assert.Equal(t, 2*time.Second, rv.Timeout)
 	assert.Empty(t, doc.Resolve("quiet", "").Reviewers, "reviewers: [] turns them off")
 
-	bash := func(cmd string) map[string]any { return map[string]any{"command": cmd} }
+	bash := func(cmd string) json.RawMessage { b, _ := json.Marshal(map[string]any{"command": cmd}); return b }
 	assert.True(t, r.Reviews(rv, "Bash", bash("rm -rf /")))
-	assert.False(t, r.Reviews(rv, "Write", map[string]any{"file_path": "/x"}))
+	assert.False(t, r.Reviews(rv, "Write", json.RawMessage(`{"file_path": "/x"}`)))
 	for cmd, want := range map[string]bool{
 		"git status":               true,
 		"git status --short":       true,
@@ -78,9 +79,9 @@ teams:
 		_, got := r.MayApprove(rv, "Bash", bash(cmd))
 		assert.Equal(t, want, got, cmd)
 	}
-	_, ok = r.MayApprove(rv, "WebFetch", map[string]any{"url": "https://docs.python.org/3/"})
+	_, ok = r.MayApprove(rv, "WebFetch", json.RawMessage(`{"url": "https://docs.python.org/3/"}`))
 	assert.True(t, ok)
-	_, ok = r.MayApprove(rv, "WebFetch", map[string]any{"url": "https://evil.example/"})
+	_, ok = r.MayApprove(rv, "WebFetch", json.RawMessage(`{"url": "https://evil.example/"}`))
 	assert.False(t, ok)
 
 	red := Redacted(doc)
