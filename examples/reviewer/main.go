@@ -141,7 +141,7 @@ type handler struct {
 func newHandler(secret string, now func() time.Time) (http.Handler, error) {
 	enc, ok := strings.CutPrefix(secret, "whsec_")
 	if !ok {
-		return nil, errors.New("want a whsec_ secret (toolgate webhook secret makes one)")
+		return nil, errors.New("want a whsec_ secret (toolgate webhook-secret makes one)")
 	}
 	key, err := base64.StdEncoding.DecodeString(enc)
 	if err != nil {

@@ -187,7 +187,7 @@ func compileReviewers(errs *errorList, scope string, list Reviewers) []CompiledR
 func checkReviewerSecret(errs *errorList, at func(string) string, r Reviewer) bool {
 	switch {
 	case r.Secret == "":
-		errs.add(at("secret"), "required for a url reviewer: each request is signed with it (webhook-signature), so the reviewer knows toolgate sent it; `toolgate webhook secret` makes one")
+		errs.add(at("secret"), "required for a url reviewer: each request is signed with it (webhook-signature), so the reviewer knows toolgate sent it; `toolgate webhook-secret` makes one")
 	case r.Secret == RedactedValue:
 		errs.add(at("secret"), "%s", redactedMsg)
 	case IsSecretRef(r.Secret):
