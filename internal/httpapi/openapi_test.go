@@ -112,6 +112,7 @@ var (
 		"AnalyticsReport":         reflect.TypeFor[analytics.Report](),
 		"ToolReport":              reflect.TypeFor[analytics.ToolReport](),
 		"ApproverReport":          reflect.TypeFor[analytics.ApproverReport](),
+		"ReviewerReport":          reflect.TypeFor[analytics.ReviewerReport](),
 		"Recommendation":          reflect.TypeFor[analytics.Recommendation](),
 		"Evidence":                reflect.TypeFor[analytics.Evidence](),
 		"DurationSummary":         reflect.TypeFor[analytics.DurationSummary](),
