@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -347,20 +348,81 @@ type asked struct {
 	late       bool // asked after the reviewer was killed
 }
 
-var answerLine = regexp.MustCompile(`(?m)^toolgate_reviewer_answers_total\{answer="([a-z]+)",reviewer="rules"\} (\d+)$`)
+var answerLine = regexp.MustCompile(`(?m)^toolgate_reviewer_answers_total\{answer="([a-z]+)",reviewer="([a-z]+)"\} (\d+)$`)
 
 // answers is toolgate_reviewer_answers_total{reviewer="rules",answer}.
-func answers(t *testing.T, httpURL, answer string) int {
+func answers(t *testing.T, httpURL, answer string) int { return count(t, httpURL, "rules", answer) }
+
+// count is toolgate_reviewer_answers_total{reviewer,answer}.
+func count(t *testing.T, httpURL, reviewer, answer string) int {
 	t.Helper()
 	resp, err := http.Get(httpURL + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, m := range answerLine.FindAllStringSubmatch(string(body), -1) {
-		if m[1] == answer {
-			n, _ := strconv.Atoi(m[2])
+		if m[1] == answer && m[2] == reviewer {
+			n, _ := strconv.Atoi(m[3])
 			return n
 		}
 	}
 	return 0
+}
+
+// TestReviewer_OverNATSAndThoseThatGiveNoAnswer: the reviewers of a call
+// are asked in the policy's order: one that answers too late is counted
+// as a timeout, one that answers garbage as invalid, each leaving the
+// call to the next, and one on a NATS subject approves it.
+func TestReviewer_OverNATSAndThoseThatGiveNoAnswer(t *testing.T) {
+	t.Parallel()
+	g := toolgatetest.Start(t, toolgatetest.Options{Policy: `
+default:
+  reviewers:
+    - {name: slow, match: [Bash], nats: reviewers.slow, timeoutMs: 200, mayApprove: [Bash]}
+    - {name: garbage, match: [Bash], nats: reviewers.garbage, mayApprove: [Bash]}
+    - {name: good, match: [Bash], nats: reviewers.good, mayApprove: ["Bash(git status*)"]}
+`})
+	ctx := t.Context()
+	seen := make(chan wire.ReviewRequest, 3)
+	answer := func(subject string, wait time.Duration, reply string) {
+		_, err := g.NC.Subscribe(subject, func(m *nats.Msg) {
+			var req wire.ReviewRequest
+			if json.Unmarshal(m.Data, &req) == nil {
+				seen <- req
+			}
+			time.Sleep(wait)
+			_ = m.Respond([]byte(reply))
+		})
+		require.NoError(t, err)
+	}
+	answer("reviewers.slow", 2*time.Second, `{"decision": "approve"}`)
+	answer("reviewers.garbage", 0, `{"decision": "yes please"}`)
+	answer("reviewers.good", 0, `{"decision": "approve", "reason": "read-only git"}`)
+	require.NoError(t, g.NC.Flush())
+	bustest.Eventually(t, 20*time.Second, 20*time.Millisecond, "the reviewer role's consumer", func() (bool, any) {
+		_, err := g.JS.Consumer(ctx, wire.EventsStream, worker.ReviewerDurable)
+		return err == nil, err
+	})
+
+	e, err := g.Client.Submit(ctx, machine.Call{ToolName: "Bash", Arguments: json.RawMessage(`{"command": "git status"}`), CallerBotID: "agent", ConversationID: "nats"})
+	require.NoError(t, err)
+	require.Equal(t, machine.StatePendingApproval, e.Status)
+	bustest.Eventually(t, 15*time.Second, 20*time.Millisecond, "approved by reviewer:good", func() (bool, any) {
+		got, err := g.Client.Get(ctx, e.PendingID)
+		return err == nil && got.Status == machine.StateApproved, got
+	})
+	got, err := g.Client.Get(ctx, e.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, "reviewer:good", got.ApprovedOrRejectedByUserID)
+	assert.Equal(t, machine.DecidedByReviewer, got.DecidedBy)
+	assert.Empty(t, got.Reviews, "timeouts and garbage record nothing")
+	for _, want := range []string{"slow", "garbage", "good"} {
+		req := <-seen
+		assert.Equal(t, want, req.Reviewer)
+		assert.Equal(t, e.PendingID, req.Call.PendingID)
+		assert.Positive(t, req.Deadline)
+	}
+	for reviewer, answer := range map[string]string{"slow": "timeout", "garbage": "invalid", "good": "approve"} {
+		assert.Equal(t, 1, count(t, g.HTTPURL, reviewer, answer), "%s %s", reviewer, answer)
+	}
 }
