@@ -1,6 +1,7 @@
 package machine_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 // TestReviewer_NarrowsOnly: a reviewer's approval and rejection are its
 // own decisions (decidedBy reviewer, the actor reviewer:<name>, signed in
 // the receipt); it may reject a call under a quorum outright, but not
-// approve one, nor a high-risk call, nor grant or edit; and a review that
+// approve one, nor a high-risk call, nor grant, edit, answer with a
+// result or stop the agent's turn; and a review that
 // leaves a call to humans is recorded on it and changes nothing else.
 func TestReviewer_NarrowsOnly(t *testing.T) {
 	t.Parallel()
@@ -57,6 +59,14 @@ func TestReviewer_NarrowsOnly(t *testing.T) {
 	grant.Scope = machine.ScopeSession
 	_, err = m.Decide(ctx, submitted(ask, "grant").PendingID, grant)
 	assert.ErrorIs(t, err, machine.ErrForbidden, "a reviewer grants nothing")
+	answer := reject // a result answers the call: no approval
+	answer.Result = json.RawMessage(`"clean"`)
+	_, err = m.Decide(ctx, submitted(ask, "respond").PendingID, answer)
+	assert.Error(t, err, "a reviewer answers no call with a result")
+	stop := reject
+	stop.Interrupt = true
+	_, err = m.Decide(ctx, submitted(ask, "interrupt").PendingID, stop)
+	assert.Error(t, err, "a reviewer stops no agent's turn")
 	_, err = m.Decide(ctx, submitted(ask, "posing").PendingID, machine.Decision{Approve: true, By: "alice", DecidedBy: machine.DecidedByReviewer})
 	assert.ErrorIs(t, err, machine.ErrInvalid, "a reviewer acts as reviewer:<name>")
 
