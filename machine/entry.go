@@ -113,6 +113,12 @@ type Entry struct {
 	// Interrupt is set on a call whose rejection asked its agent to stop
 	// its turn, not only this call.
 	Interrupt bool `json:"interrupt,omitempty"`
+	// Reviews are what automated reviewers said of the call that left it
+	// to humans (review.go): an escalation, or an approval refused as
+	// beyond what the reviewer may approve. A reviewer's approval or
+	// rejection that decided the call is its decision (DecidedBy), not a
+	// review.
+	Reviews []Review `json:"reviews,omitempty"`
 }
 
 // Transitions returns the transitions that wrote this revision, in the
@@ -167,10 +173,14 @@ const (
 	DecidedByTimeout    Decider = "timeout"    // nobody decided by the deadline
 	DecidedByClassifier Decider = "classifier" // an agent's own classifier (Claude Code's auto mode)
 	DecidedByChannel    Decider = "channel"    // an answer in the agent's own prompt, relayed by a channel
+	// DecidedByReviewer is an automated reviewer the policy names
+	// (reviewers:), acting as reviewer:<name> (ReviewerPrefix).
+	DecidedByReviewer Decider = "reviewer"
 )
 
 // Deciders are every Decider.
-var Deciders = []Decider{DecidedByRule, DecidedByGrant, DecidedByPolicy, DecidedByHuman, DecidedByQuorum, DecidedByTimeout, DecidedByClassifier, DecidedByChannel}
+var Deciders = []Decider{DecidedByRule, DecidedByGrant, DecidedByPolicy, DecidedByHuman, DecidedByQuorum, DecidedByTimeout, DecidedByClassifier, DecidedByChannel,
+	DecidedByReviewer}
 
 // WrittenBy reports whether the write that made e (its last transition,
 // or the one before it in the same write) is the request requestID of

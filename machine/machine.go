@@ -307,10 +307,13 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("requestId: at most 64 letters, digits, '-' or '_', got %q", d.RequestID))
 	}
 	switch d.DecidedBy {
-	case "", DecidedByHuman, DecidedByClassifier, DecidedByChannel:
+	case "", DecidedByHuman, DecidedByClassifier, DecidedByChannel, DecidedByReviewer:
 	default:
-		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("decidedBy: a human, a classifier or a channel decides, got %q", d.DecidedBy))
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("decidedBy: a human, a classifier, a channel or a reviewer decides, got %q", d.DecidedBy))
 	}
+	// A reviewer's decision settles the call or is refused: it is no
+	// vote of a quorum, and no approver list names it (mayReview).
+	reviewer := d.DecidedBy == DecidedByReviewer
 	switch d.Scope {
 	case "", ScopeOnce, ScopeTask, ScopeSession, ScopeAlways:
 	default:
@@ -344,13 +347,17 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 	}
 	// Under a quorum, a decision that does not settle the call is a vote.
 	choose := func(cur *Entry) (Event, string) {
-		if cur.Quorum == nil || ev == EventRespond || (d.Approve && cur.Approvals()+1 >= cur.Quorum.Required) || (!d.Approve && cur.rejectsNow()) {
+		if cur.Quorum == nil || ev == EventRespond || reviewer || (d.Approve && cur.Approvals()+1 >= cur.Quorum.Required) || (!d.Approve && cur.rejectsNow()) {
 			return ev, d.Reason
 		}
 		return EventVote, d.Reason
 	}
 	e, err := m.transitionFrom(ctx, pendingID, latestRemembered, choose, d.By, func(e *Entry, now time.Time) error {
-		if err := e.mayDecide(d.By); err != nil {
+		if reviewer {
+			if err := e.mayReview(d); err != nil {
+				return err
+			}
+		} else if err := e.mayDecide(d.By); err != nil {
 			return err
 		}
 		if d.RequestID != "" {
@@ -368,7 +375,7 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		if e.LastTransition.Event == EventRespond {
 			return e.respond(d, now)
 		}
-		if e.Quorum != nil {
+		if e.Quorum != nil && !reviewer {
 			if err := e.castVote(d, now); err != nil {
 				return err
 			}

@@ -92,6 +92,11 @@ const (
 	// supplied instead of running the tool (a respondable tool's): the
 	// executor never sees it.
 	EventRespond Event = "respond"
+
+	// EventReview records an automated reviewer leaving a pending call
+	// to humans (it escalated, or its approval was refused): the call
+	// stays pending.
+	EventReview Event = "review"
 )
 
 // transition is one row of the table: ev moves an entry in any of From to
@@ -143,6 +148,7 @@ var transitions = []transition{
 	{EventSucceed, []State{StateExecuting}, StateCompletedSuccess, "tool succeeded", "execution_succeeded", 0},
 	{EventFail, []State{StateExecuting}, StateCompletedFailure, "tool failed", "execution_failed", 0},
 	{EventRespond, []State{StatePendingApproval}, StateCompletedSuccess, "an approver answers with the result", "approval_responded", notify},
+	{EventReview, []State{StatePendingApproval}, StatePendingApproval, "a reviewer leaves it to humans", "approval_reviewed", 0},
 }
 
 // Events lists every event in table order.

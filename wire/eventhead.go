@@ -37,6 +37,16 @@ type EntryHead struct {
 	CostReserved               float64    `json:"costReserved"`
 	CostDay                    string     `json:"costDay"`
 	Votes                      []VoteHead `json:"votes"`
+	// Reviews are what automated reviewers said that left the call to
+	// humans (machine.Review).
+	Reviews []ReviewHead `json:"reviews"`
+}
+
+// ReviewHead is what EntryHead holds of a machine.Review.
+type ReviewHead struct {
+	By     string `json:"by"`
+	Answer string `json:"answer"`
+	Lean   string `json:"lean"`
 }
 
 // VoteHead is what EntryHead holds of a machine.Vote.

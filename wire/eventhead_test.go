@@ -29,6 +29,7 @@ func TestEventHead_DecodesAsTheEvent(t *testing.T) {
 			Votes:           []machine.Vote{{By: "carol", Approve: false, At: 1_700_000_000_050, Reason: "no"}, {By: "alice", Approve: true, At: 1_700_000_000_120}},
 			Result:          json.RawMessage(`{"r":2}`), Cost: 1.5, Team: "ops", EstimatedCost: 2.5, Description: "deploys",
 			CostReserved: 2.5, CostDay: "2023-11-14",
+			Reviews: []machine.Review{{By: "reviewer:bot", Answer: machine.ReviewEscalate, Lean: machine.ReviewReject, Reason: ".env", At: 1_700_000_000_060}},
 		},
 	}
 	data, err := json.Marshal(full)

@@ -53,6 +53,9 @@ const (
 	// SubjectApprovalResponded: an approver answered the call with the
 	// tool's result instead of running it.
 	SubjectApprovalResponded = "tool.approval_responded"
+	// SubjectApprovalReviewed: an automated reviewer left a pending call
+	// to humans (machine.EventReview).
+	SubjectApprovalReviewed = "tool.approval_reviewed"
 )
 
 // eventPrefix is the contract's namespace for events: the table names only

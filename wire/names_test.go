@@ -31,6 +31,7 @@ func TestEventSubject_TheContract(t *testing.T) {
 		machine.EventSucceed:  "tool.execution_succeeded",
 		machine.EventFail:     "tool.execution_failed",
 		machine.EventRespond:  "tool.approval_responded",
+		machine.EventReview:   "tool.approval_reviewed",
 	}
 	for _, ev := range machine.Events() {
 		got, ok := wire.EventSubject(ev)
@@ -47,7 +48,7 @@ func TestEventSubject_TheContract(t *testing.T) {
 		wire.SubjectApprovalRequired, wire.SubjectScheduledExecution, wire.SubjectPolicyDenied,
 		wire.SubjectApprovalGranted, wire.SubjectApprovalProgress, wire.SubjectApprovalRejected, wire.SubjectApprovalEscalated, wire.SubjectApprovalTimeout,
 		wire.SubjectApprovalOverdue, wire.SubjectApprovalReminder, wire.SubjectCancelled, wire.SubjectExecutionStarted, wire.SubjectExecutionSucceeded,
-		wire.SubjectExecutionFailed, wire.SubjectApprovalResponded,
+		wire.SubjectExecutionFailed, wire.SubjectApprovalResponded, wire.SubjectApprovalReviewed,
 	}, wire.EventSubjects(), "TOOL_EVENTS' subjects, each once, in table order")
 }
 

@@ -209,6 +209,9 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 		}
 		field(map[bool]string{true: "Escalation"}[i == 0], "%s %s: %s", reached, when(t.At), strings.Join(t.To, ", "))
 	}
+	for i, r := range e.Reviews {
+		field(map[bool]string{true: "Reviewed"}[i == 0], "%s", reviewLine(r, when))
+	}
 	if e.ScheduledExecutionTime > 0 {
 		field("Scheduled for", "%s", when(e.ScheduledExecutionTime))
 	}
@@ -242,11 +245,29 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 	return tw.Flush()
 }
 
+// reviewLine says what an automated reviewer said of a call it left to
+// humans: "reviewer:bot escalated, leaning reject, 10:02:03: it touches
+// a .env file".
+func reviewLine(r machine.Review, when func(int64) string) string {
+	said := "escalated"
+	if r.Refused != "" {
+		said = "approved, refused (" + r.Refused + ")"
+	}
+	if r.Lean != "" && r.Refused == "" {
+		said += ", leaning " + r.Lean
+	}
+	line := fmt.Sprintf("%s %s, %s", r.By, said, when(r.At))
+	if r.Reason != "" {
+		line += ": " + oneLine(r.Reason, 200)
+	}
+	return line
+}
+
 // decidedBy says what made e's latest decision: the kind, and who where
 // a person or an agent's own answer decided.
 func decidedBy(e *machine.Entry) string {
 	switch e.DecidedBy {
-	case machine.DecidedByHuman, machine.DecidedByQuorum, machine.DecidedByClassifier, machine.DecidedByChannel:
+	case machine.DecidedByHuman, machine.DecidedByQuorum, machine.DecidedByClassifier, machine.DecidedByChannel, machine.DecidedByReviewer:
 		if e.ApprovedOrRejectedByUserID != "" {
 			return fmt.Sprintf("%s (%s)", e.DecidedBy, e.ApprovedOrRejectedByUserID)
 		}

@@ -155,3 +155,21 @@ func TestBenchReport_CountsAgreeWithTheirWords(t *testing.T) {
 	(&benchReport{Agents: 2, Calls: 2000, Target: "embedded", Host: benchHostEnv{CPUs: 2, Load: "0.5"}}).print(&b)
 	assert.Contains(t, b.String(), "toolgate bench: embedded, 2 agents, 2000 lifecycles a path, 2 CPUs, load 0.5\n")
 }
+
+// TestPrintEntry_ShowsWhatReviewersSaid: each review that left the call
+// to humans, and a reviewer's decision as who decided.
+func TestPrintEntry_ShowsWhatReviewersSaid(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	require.NoError(t, printEntry(&b, &machine.Entry{PendingID: "p", ToolName: "Bash", Status: machine.StatePendingApproval, Reviews: []machine.Review{
+		{By: "reviewer:bot", Answer: machine.ReviewEscalate, Lean: machine.ReviewReject, Reason: "it touches a .env file", At: 1},
+		{By: "reviewer:ops", Answer: machine.ReviewApprove, Lean: machine.ReviewApprove, Refused: "the policy denies it", At: 2},
+	}}, time.Now()))
+	assert.Regexp(t, `(?m)^Reviewed:\s+reviewer:bot escalated, leaning reject, .*: it touches a \.env file$`, b.String())
+	assert.Regexp(t, `(?m)^:?\s+reviewer:ops approved, refused \(the policy denies it\), `, b.String())
+
+	b.Reset()
+	require.NoError(t, printEntry(&b, &machine.Entry{PendingID: "p", ToolName: "Bash", Status: machine.StateApproved,
+		DecidedBy: machine.DecidedByReviewer, ApprovedOrRejectedByUserID: "reviewer:bot"}, time.Now()))
+	assert.Regexp(t, `(?m)^Decided by:\s+reviewer \(reviewer:bot\)$`, b.String())
+}

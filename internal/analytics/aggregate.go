@@ -251,6 +251,10 @@ type ApproverStats struct {
 	// RejectedTools counts this approver's rejections per tool.
 	RejectedTools map[string]int64 `json:"rejectedTools,omitempty"`
 
+	// An automated reviewer's (reviewer:<name>) reviews that left a call
+	// to humans, and how humans then decided it (reviewers.go).
+	Reviews ReviewerStats `json:"reviews,omitzero"`
+
 	Applied consumer.Applied `json:"applied"`
 }
 
@@ -258,6 +262,9 @@ func (a *ApproverStats) applied() *consumer.Applied { return &a.Applied }
 
 func (a *ApproverStats) add(ev event) {
 	e := ev.Entry
+	if a.Reviews.add(a.Name, ev) {
+		return
+	}
 	switch ev.Event {
 	case machine.EventApprove:
 		a.Approved++

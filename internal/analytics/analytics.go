@@ -527,6 +527,9 @@ func forKeys(prefix string, ev *wire.EventHead, f func(key string, id aggregateI
 		}
 		f(prefix+"approver."+machine.KeyToken(by), aggregateID{kind: 'a', name: by})
 	}
+	for _, by := range reviewersOf(ev) {
+		f(prefix+"approver."+machine.KeyToken(by), aggregateID{kind: 'a', name: by})
+	}
 }
 
 // hourKey is the key of hour's aggregate under prefix, its generation's.

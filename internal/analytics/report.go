@@ -81,6 +81,9 @@ type ApproverReport struct {
 	ApprovalRate      float64         `json:"approvalRate"`
 	ResponseTime      DurationSummary `json:"responseTime"`
 	MostRejectedTools []NameCount     `json:"mostRejectedTools,omitempty"`
+	// Reviews, of an automated reviewer (reviewer:<name>): the calls it
+	// left to humans, and how often they overruled it.
+	Reviews *ReviewerReport `json:"reviews,omitempty"`
 }
 
 // Series is activity over time, for charts.
@@ -341,6 +344,7 @@ func (a *ApproverStats) report() ApproverReport {
 		ApprovalRate:      ratio(a.Approved, a.Approved+a.Rejected),
 		ResponseTime:      a.Response.Summary(),
 		MostRejectedTools: top(a.RejectedTools, 5),
+		Reviews:           a.Reviews.report(),
 	}
 }
 

@@ -24,6 +24,9 @@ type Actor struct {
 	// requests from its own NATS identity. It may act under any name (an
 	// executor role names each of its executors).
 	system bool
+	// reviewer marks toolgate's own reviewer role (Reviewer): it may
+	// answer for the policy's automated reviewers, and nothing else.
+	reviewer bool
 }
 
 // System is toolgate acting on its own behalf.

@@ -49,6 +49,9 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 	pending.counts["team"] = &teamPending{team: "team", n: 1}
 	reg.MustRegister(pending)
 	reg.MustRegister(NewRunnableCalls(func() int { return 1 }))
+	answers := NewReviewerAnswers()
+	reg.MustRegister(answers.Collector())
+	answers.ReviewerAnswer("r", ReviewerTimeout)
 	reg.MustRegister(NewAnalyticsLag(func(context.Context) (uint64, error) { return 1, nil }, slog.New(slog.DiscardHandler)))
 	lag := NewConsumerLag(nil, slog.New(slog.DiscardHandler))
 	reg.MustRegister(collectorFunc{describe: lag.Describe, collect: func(ch chan<- prometheus.Metric) {
@@ -76,7 +79,7 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 		}
 		known[mf.GetName()] = labels
 	}
-	require.Len(t, mfs, 18, "every metric of the package is in the list")
+	require.Len(t, mfs, 19, "every metric of the package is in the list")
 	return known
 }
 

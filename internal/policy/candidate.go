@@ -6,7 +6,7 @@ import "errors"
 // dry run): as Parse, except that secrets left as RedactedValue, as
 // `policy get` shows the document to all but admins, are accepted. No
 // secret decides a verdict, so such a document is evaluated without its
-// notify lists (which only the secrets were wrong in). Anything else
+// notify and reviewers lists (which only the secrets were wrong in). Anything else
 // wrong is refused as Parse refuses it, every field at fault named, the
 // placeholders too.
 func ParseCandidate(data []byte) (*Document, error) {
@@ -24,6 +24,7 @@ func ParseCandidate(data []byte) (*Document, error) {
 	muted := doc.Clone()
 	for _, p := range muted.scopes() {
 		p.Notify = nil
+		p.Reviewers = nil
 	}
 	if muted.Validate() != nil {
 		return nil, verr

@@ -49,6 +49,7 @@ var (
 	namesType     = reflect.TypeFor[Names]()
 	channelsType  = reflect.TypeFor[Channels]()
 	tiersType     = reflect.TypeFor[Tiers]()
+	reviewersType = reflect.TypeFor[Reviewers]()
 )
 
 func (d *decoder) document(root *yaml.Node, doc *Document) {
@@ -212,7 +213,7 @@ func (d *decoder) sequence(path *fieldPath, n *yaml.Node, v reflect.Value) {
 	}
 	t := v.Type()
 	if len(n.Content) == 0 {
-		if t == namesType || t == channelsType || t == tiersType {
+		if t == namesType || t == channelsType || t == tiersType || t == reviewersType {
 			v.Set(reflect.MakeSlice(t, 0, 0)) // an explicit empty list overrides
 		}
 		return

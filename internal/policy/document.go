@@ -126,6 +126,11 @@ type Policy struct {
 	// answer with the tool's result instead of running them. The
 	// narrowest scope that sets it replaces the wider ones' list.
 	Respondable Names `yaml:"respondable,omitempty" json:"respondable,omitzero"`
+
+	// Reviewers are automated reviewers of the calls the policy asks
+	// about (reviewers.go). Like notify, the narrowest scope that sets
+	// the list wins.
+	Reviewers Reviewers `yaml:"reviewers,omitempty" json:"reviewers,omitzero"`
 }
 
 // Channel is somewhere notifications go.

@@ -80,6 +80,9 @@ type Resolved struct {
 	// calls an approver may answer with a result (decisions.go).
 	OnTimeout   map[string]TimeoutRule
 	Respondable []Pattern
+	// Reviewers are the automated reviewers of asked calls (none by
+	// default), from the narrowest scope that names any.
+	Reviewers []CompiledReviewer
 
 	// Sources names the scope each value came from ("default",
 	// "teams.finance", "conversations.c1", or BuiltIn), keyed by the field's
@@ -164,6 +167,7 @@ type layer struct {
 	rates     []RateRule
 	flows     []FlowRule
 	templates map[string]*template.Template
+	reviewers []CompiledReviewer
 }
 
 // compiled is a document ready to resolve.
@@ -301,6 +305,7 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 			errs.add(at("inboxUrl"), "must not have a query: links append #/calls/<pendingId> to it")
 		}
 	}
+	l.reviewers = compileReviewers(errs, scope, p.Reviewers)
 	return l
 }
 
@@ -483,6 +488,7 @@ func (p *Policy) clone() Policy {
 	}
 	c.OnTimeout = maps.Clone(p.OnTimeout)
 	c.Respondable = slices.Clone(p.Respondable)
+	c.Reviewers = cloneReviewers(p.Reviewers)
 	return c
 }
 
@@ -541,7 +547,7 @@ func (c *compiled) resolve(team, conversationID string) *Resolved {
 	}
 	for _, f := range []string{"requiresApprovalTools", "defaultDelayMs", "approvalTimeoutMs", "autoRejectOnTimeout", "approvalReminderPercent",
 		"readOnlyTools", "editTools", "maxExecutionAttempts", "permissionMode", "disableBypassPermissionsMode",
-		"notify", "inboxUrl"} {
+		"notify", "inboxUrl", "reviewers"} {
 		r.Sources[f] = BuiltIn
 	}
 	layers := c.layers(team, conversationID)
@@ -583,6 +589,7 @@ func (r *Resolved) merge(l *layer) {
 	})
 	set("notify", p.Notify != nil, func() { r.Notify = p.Notify })
 	set("inboxUrl", p.InboxURL != nil, func() { r.InboxURL = *p.InboxURL })
+	set("reviewers", p.Reviewers != nil, func() { r.Reviewers = l.reviewers })
 	for tool, v := range p.ToolSpecificDelays {
 		r.ToolSpecificDelays[tool] = ms(v)
 		r.Sources[index("toolSpecificDelays", tool)] = s

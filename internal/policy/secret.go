@@ -212,6 +212,11 @@ func Redacted(d *Document) *Document {
 				ch.URL = RedactedValue
 			}
 		}
+		for i := range p.Reviewers {
+			if rv := &p.Reviewers[i]; rv.Secret != "" && !IsSecretRef(rv.Secret) {
+				rv.Secret = RedactedValue
+			}
+		}
 	}
 	redact(c.Default)
 	for _, p := range c.Teams {

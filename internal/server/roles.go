@@ -69,6 +69,7 @@ var roles = []role{
 	{name: "timer", views: []callsView{deadlinesView, indexView}, run: runTimer},
 	{name: "executor", run: runExecutor},
 	{name: "notifier", run: runNotifier},
+	{name: "reviewer", run: runReviewer},
 	{name: "analytics", views: []callsView{pendingView}, readsEvents: true, run: runAnalytics},
 	{
 		name: "http", evaluates: true, servesReport: true, readsEvents: true,

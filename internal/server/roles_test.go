@@ -11,7 +11,7 @@ import (
 
 func TestRoles_FlagNamesTheRoles(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t, []string{"relay", "intake", "timer", "executor", "notifier", "analytics", "http"}, RoleNames())
+	assert.Equal(t, []string{"relay", "intake", "timer", "executor", "notifier", "reviewer", "analytics", "http"}, RoleNames())
 
 	for _, tc := range []struct {
 		flag string
@@ -23,7 +23,7 @@ func TestRoles_FlagNamesTheRoles(t *testing.T) {
 		{flag: "timer", want: []string{"timer"}},
 		{flag: "", err: "no role given"},
 		{flag: "all,relay", err: `"all" stands alone`},
-		{flag: "relay,janitor", err: `unknown role "janitor": want all, or any of relay,intake,timer,executor,notifier,analytics,http`},
+		{flag: "relay,janitor", err: `unknown role "janitor": want all, or any of relay,intake,timer,executor,notifier,reviewer,analytics,http`},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			var r Roles
@@ -53,6 +53,7 @@ func TestRoles_TableSaysWhatEachRoleNeeds(t *testing.T) {
 		"timer":     {views: []callsView{deadlinesView, indexView}},
 		"executor":  {},
 		"notifier":  {},
+		"reviewer":  {},
 		"analytics": {events: true, views: []callsView{pendingView}},
 		"http":      {evaluation: true, report: true, events: true, views: []callsView{retiredView, indexView}},
 	}

@@ -652,6 +652,8 @@ func TestNotifier_TellsOfWhatAHumanWaitsOn(t *testing.T) {
 		machine.EventHeartbeat: {executing},
 		machine.EventSucceed:   {executing},
 		machine.EventFail:      {executing},
+		// A reviewer left the call to the humans already told of it.
+		machine.EventReview: {pending},
 	}
 	for _, ev := range machine.Events() {
 		to, _ := ev.Target()

@@ -20,7 +20,7 @@
     'tool.approval_required', 'tool.scheduled_execution', 'tool.policy_denied',
     'tool.approval_granted', 'tool.approval_progress', 'tool.approval_rejected', 'tool.approval_escalated', 'tool.approval_timeout',
     'tool.approval_overdue', 'tool.approval_reminder', 'tool.cancelled', 'tool.execution_started', 'tool.execution_succeeded',
-    'tool.execution_failed', 'tool.approval_responded',
+    'tool.execution_failed', 'tool.approval_responded', 'tool.approval_reviewed',
   ];
 
   // How each state reads to a person, and its colour.
@@ -198,6 +198,15 @@
       s += ` · still needed: ${left} more`;
     }
     return s;
+  }
+
+  // reviewText says what an automated reviewer said of a call it left to
+  // the humans: "reviewer:bot escalated, leaning reject: it touches a
+  // .env file".
+  function reviewText(r) {
+    let s = `${r.by} ${r.refused ? `approved, refused (${r.refused})` : 'escalated'}`;
+    if (r.lean && !r.refused) s += `, leaning ${r.lean}`;
+    return r.reason ? `${s}: ${r.reason}` : s;
   }
 
   function joinNames(names) {
@@ -523,6 +532,7 @@
       case 'quorum': return who ? ` by a quorum (the last: ${who})` : ' by a quorum';
       case 'classifier': return who ? ` by the agent's own classifier (${who})` : " by the agent's own classifier";
       case 'channel': return who ? ` in the agent's own prompt (${who})` : " in the agent's own prompt";
+      case 'reviewer': return who ? ` by the automated reviewer ${who.replace(/^reviewer:/, '')}` : ' by an automated reviewer';
       default: return who ? ` by ${who}` : '';
     }
   }
@@ -630,6 +640,7 @@
         ? h('p', { class: 'description' }, e.description)
         : '',
       e.quorum ? h('p', { class: 'quorum', role: 'status' }) : '',
+      h('ul', { class: 'reviews', hidden: true }),
       h('div', { class: 'card-body' },
         h('div', { class: 'card-info' },
           h('dl', { class: 'meta' },
@@ -910,6 +921,11 @@
   function updateCard(card, e) {
     const q = card.querySelector('.quorum');
     if (q && e.quorum) q.textContent = quorumText(e);
+    const rv = card.querySelector('.reviews');
+    if (rv) {
+      rv.replaceChildren(...(e.reviews || []).map((r) => h('li', {}, reviewText(r))));
+      rv.hidden = !(e.reviews || []).length;
+    }
     const pill = card.querySelector('.status-pill');
     if (pill) {
       pill.textContent = e.overdue ? 'Overdue' : 'Waiting';

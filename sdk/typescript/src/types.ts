@@ -28,7 +28,7 @@ export type State = (typeof states)[number];
 export type Scope = "once" | "task" | "session" | "always";
 
 /** What decided a call (machine.Decider), on a transition that decides it. */
-export type Decider = "rule" | "grant" | "policy" | "human" | "quorum" | "timeout" | "classifier" | "channel";
+export type Decider = "rule" | "grant" | "policy" | "human" | "quorum" | "timeout" | "classifier" | "channel" | "reviewer";
 
 /** One move of an entry: the event, where from, who made it and why. */
 export interface Transition {
@@ -76,6 +76,20 @@ export interface Vote {
   approve: boolean;
   at: number;
   reason?: string;
+}
+
+/** What an automated reviewer said of a call it left to humans: an escalation, or an approval refused as beyond its reach. */
+export interface Review {
+  /** reviewer:<name> */
+  by: string;
+  /** escalate, or approve when refused */
+  answer: string;
+  /** approve or reject: what it would have decided, when it says */
+  lean?: string;
+  reason?: string;
+  /** why its approval was refused */
+  refused?: string;
+  at: number;
 }
 
 /** An escalation tier: at its time, if nobody decided, its users may decide too. */
@@ -165,6 +179,8 @@ export interface Entry {
   respondedBy?: string;
   /** The call's rejection asked its agent to stop its turn. */
   interrupt?: boolean;
+  /** What automated reviewers said of the call that left it to humans. */
+  reviews?: Review[];
 }
 
 /** The envelope published for every transition (wire.Event). */
@@ -261,6 +277,7 @@ export const entryFields = Object.keys({
   error: 1, cost: 1, team: 1, taskId: 1, estimatedCost: 1, permissionMode: 1, description: 1,
   maxExecutionAttempts: 1, costReserved: 1, costDay: 1, lease: 1, receipts: 1, lastTransition: 1, priorTransition: 1,
   onTimeout: 1, respondable: 1, respondedBy: 1, interrupt: 1,
+  reviews: 1,
 } satisfies Record<keyof Entry, 1>);
 
 /** The fields every Entry has. */

@@ -1,0 +1,49 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/toolgate/toolgate/internal/gate"
+	"github.com/toolgate/toolgate/internal/metrics"
+	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// runReviewer sends each asked call to the automated reviewers its policy
+// names (reviewers:) and hands their answers to gate as toolgate's own
+// reviewer role (gate.Reviewer). Any number of processes may run it: they
+// share its consumer, so each ask is reviewed once.
+//
+// The reviewers come from the policy engine, which the intake role keeps
+// current; in a process without intake the role follows the stored policy
+// itself.
+func runReviewer(ctx context.Context, d *deps, log *slog.Logger) error {
+	answers := metrics.NewReviewerAnswers()
+	if err := d.registry.Register(answers.Collector()); err != nil {
+		return err
+	}
+	r := worker.NewReviewer(d.js, d.engine, reviewGate{d.gate}, answers, log)
+	if d.roles.keepsPolicy() {
+		return r.Run(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	followed := make(chan error, 1)
+	go func() { followed <- d.policies.Follow(ctx, d.engine, log) }()
+	err := r.Run(ctx)
+	cancel() // Run may have failed with ctx still live: stop following too
+	return errors.Join(err, <-followed)
+}
+
+// reviewGate is gate as the reviewer role reaches it: as gate.Reviewer.
+type reviewGate struct{ s *gate.Service }
+
+func (g reviewGate) ReviewCall(ctx context.Context, r wire.ReviewCallRequest) (*wire.ReviewRequest, error) {
+	return g.s.ReviewCall(ctx, gate.Reviewer, r)
+}
+
+func (g reviewGate) Review(ctx context.Context, r wire.ReviewDecision) (*wire.ReviewReply, error) {
+	return g.s.Review(ctx, gate.Reviewer, r)
+}
