@@ -126,6 +126,9 @@ func (s *PolicyStore) LoadFile(ctx context.Context, data []byte) (bool, error) {
 func (s *PolicyStore) Follow(ctx context.Context, engine *policy.Engine, log *slog.Logger) error {
 	w, err := s.kv.Watch(ctx, policyKey)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it began
+		}
 		return err
 	}
 	defer w.Stop()

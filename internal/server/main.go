@@ -410,11 +410,17 @@ func (m *Main) prepareViews(d *deps) error {
 	return nil
 }
 
-// startFeeds starts what the roles read together: the grants and the
-// archive's calls for the roles that submit calls, the one watch of
+// startFeeds starts what the roles read together: the policy in force;
+// the grants, the archive's calls and the shadow policy for the roles
+// that submit calls; the one watch of
 // tool_calls that feeds every view of it, and the one reader of
 // TOOL_EVENTS.
 func (m *Main) startFeeds(ctx context.Context, g *errgroup.Group, d *deps) {
+	// Every role that reads the policy engine (submits, the hooks, the
+	// relay's masks, the notifier's channels, the reviewers, the timer's
+	// approvals at a deadline) sees the policy in force: a change reaches
+	// every process at once, whatever roles it runs.
+	g.Go(func() error { return d.policies.Follow(ctx, d.engine, m.Log) })
 	if d.roles.needsEvaluation() {
 		// Calls submitted here are matched against grants in memory.
 		g.Go(func() error { return d.grants.Follow(ctx, m.Log) })

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 
 	"github.com/toolgate/toolgate/internal/gate"
@@ -16,25 +15,13 @@ import (
 // reviewer role (gate.Reviewer). Any number of processes may run it: they
 // share its consumer, so each ask is reviewed once.
 //
-// The reviewers come from the policy engine, which the intake role keeps
-// current; in a process without intake the role follows the stored policy
-// itself.
+// The reviewers come from the policy in force (the process's engine).
 func runReviewer(ctx context.Context, d *deps, log *slog.Logger) error {
 	answers := metrics.NewReviewerAnswers()
 	if err := d.registry.Register(answers.Collector()); err != nil {
 		return err
 	}
-	r := worker.NewReviewer(d.js, d.engine, reviewGate{d.gate}, answers, log)
-	if d.roles.keepsPolicy() {
-		return r.Run(ctx)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	followed := make(chan error, 1)
-	go func() { followed <- d.policies.Follow(ctx, d.engine, log) }()
-	err := r.Run(ctx)
-	cancel() // Run may have failed with ctx still live: stop following too
-	return errors.Join(err, <-followed)
+	return worker.NewReviewer(d.js, d.engine, reviewGate{d.gate}, answers, log).Run(ctx)
 }
 
 // reviewGate is gate as the reviewer role reaches it: as gate.Reviewer.

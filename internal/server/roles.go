@@ -25,11 +25,6 @@ type role struct {
 	// memory, and which calls the archive holds, to ask it whether a call
 	// was retired only when it may hold it.
 	evaluates bool
-	// keepsPolicy: the role keeps the policy engine current with the
-	// stored policy. The other roles that read the engine (the relay's
-	// masks, the notifier's channels) follow the stored policy themselves
-	// in a process without such a role.
-	keepsPolicy bool
 	// servesReport: the role serves the analytics report, which the
 	// process then opens for it.
 	servesReport bool
@@ -62,7 +57,7 @@ type role struct {
 var roles = []role{
 	{name: "relay", run: runRelay},
 	{
-		name: "intake", evaluates: true, keepsPolicy: true, servesReport: true, servesRequests: true,
+		name: "intake", evaluates: true, servesReport: true, servesRequests: true,
 		views:   []callsView{retiredView, indexView, workView},
 		prepare: prepareIntake, run: runIntake,
 	},
@@ -150,10 +145,6 @@ func (rs running) any(f func(r role) bool) bool { return slices.ContainsFunc(rs,
 // needsEvaluation says whether a role submits calls (role.evaluates).
 func (rs running) needsEvaluation() bool { return rs.any(func(r role) bool { return r.evaluates }) }
 
-// keepsPolicy says whether a role keeps the policy engine current
-// (role.keepsPolicy).
-func (rs running) keepsPolicy() bool { return rs.any(func(r role) bool { return r.keepsPolicy }) }
-
 // needsReport says whether a role serves the analytics report.
 func (rs running) needsReport() bool { return rs.any(func(r role) bool { return r.servesReport }) }
 
@@ -227,21 +218,9 @@ func (r Roles) rows() running {
 }
 
 // runRelay publishes every revision's event with the call's secrets
-// masked (the policy's redact patterns, which the intake role keeps
-// current; in a process without intake the relay follows the stored
-// policy itself).
+// masked (the policy's redact patterns).
 func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
-	relay := bus.NewRelay(d.js, bus.RelayConfig{AckWait: d.cfg.RelayAckWait, Mask: d.gate.MaskedOrNil}, log)
-	if d.roles.keepsPolicy() {
-		return relay.Run(ctx)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	followed := make(chan error, 1)
-	go func() { followed <- d.policies.Follow(ctx, d.engine, log) }()
-	err := relay.Run(ctx)
-	cancel()
-	return errors.Join(err, <-followed)
+	return bus.NewRelay(d.js, bus.RelayConfig{AckWait: d.cfg.RelayAckWait, Mask: d.gate.MaskedOrNil}, log).Run(ctx)
 }
 
 // prepareIntake exports how many calls wait for an executor in the work
@@ -251,14 +230,12 @@ func prepareIntake(d *deps, _ *slog.Logger) error {
 }
 
 // runIntake serves the request API, evaluating calls against the policy
-// kept in KV, and settles the budgets the policy reserves when the calls
+// in force, and settles the budgets the policy reserves when the calls
 // end.
 func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	svc := natsapi.New(d.gate, log)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- d.policies.Follow(ctx, d.engine, log) }()
 	settled := make(chan error, 1)
 	go func() {
 		settled <- worker.NewBudgetSettler(d.js, bus.NewBudgetLedger(d.js, d.buckets.Budgets), log).Run(ctx)
@@ -268,6 +245,6 @@ func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	withdrawals := make(chan error, 1)
 	go func() { withdrawals <- d.gate.Runtime().FollowWithdrawals(ctx) }()
 	err := svc.Run(ctx, d.nc, d.version)
-	cancel() // the service failed or stopped: stop following and settling too
-	return errors.Join(err, <-errc, <-settled, <-withdrawals)
+	cancel() // the service failed or stopped: stop settling too
+	return errors.Join(err, <-settled, <-withdrawals)
 }

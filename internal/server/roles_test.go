@@ -44,12 +44,12 @@ func TestRoles_FlagNamesTheRoles(t *testing.T) {
 func TestRoles_TableSaysWhatEachRoleNeeds(t *testing.T) {
 	t.Parallel()
 	type needs struct {
-		evaluation, keepsPolicy, report, events, requestAPI bool
-		views                                               []callsView
+		evaluation, report, events, requestAPI bool
+		views                                  []callsView
 	}
 	want := map[string]needs{
 		"relay":     {},
-		"intake":    {evaluation: true, keepsPolicy: true, report: true, requestAPI: true, views: []callsView{retiredView, indexView, workView}},
+		"intake":    {evaluation: true, report: true, requestAPI: true, views: []callsView{retiredView, indexView, workView}},
 		"timer":     {views: []callsView{deadlinesView, indexView}},
 		"executor":  {},
 		"notifier":  {},
@@ -63,7 +63,7 @@ func TestRoles_TableSaysWhatEachRoleNeeds(t *testing.T) {
 		rs := Roles{name}.rows()
 		require.Len(t, rs, 1)
 		got := needs{
-			evaluation: rs.needsEvaluation(), keepsPolicy: rs.keepsPolicy(), report: rs.needsReport(),
+			evaluation: rs.needsEvaluation(), report: rs.needsReport(),
 			events: rs.needsEvents(), requestAPI: rs.needsRequestAPI(),
 		}
 		for v := range callsViews {
