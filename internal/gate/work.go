@@ -342,7 +342,19 @@ type takers struct {
 	mu     sync.Mutex
 	m      map[string]map[*taker]struct{}
 	byTool map[string]map[*taker]struct{}
+	// gone holds, by holder and tool, when a withdrawal came. Each
+	// request is handled on a goroutine of its own, so an executor's
+	// request for work sent before its withdrawal may begin after it:
+	// one that begins within withdrawalEcho of it is withdrawn at once,
+	// and no call is claimed for an executor that stopped.
+	gone map[string]map[string]time.Time
 }
+
+// withdrawalEcho is how long after a withdrawal a request for work of its
+// holder and tools that begins is taken for one sent before it. A new
+// executor of the same name that asks within it is answered with nothing
+// once, and asks again.
+const withdrawalEcho = 5 * time.Second
 
 // taker is one waiting request for work: its tools, and closed when its
 // executor withdraws it.
@@ -365,6 +377,12 @@ func (ts *takers) add(holder string, tools []string, lease time.Duration) *taker
 	t := &taker{holder: holder, tools: tools, lease: lease, withdrawn: make(chan struct{}), handed: make(chan *machine.Entry, 1)}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	if ts.echoed(holder, tools) {
+		// Withdrawn already: no command may take it.
+		close(t.withdrawn)
+		t.done = true
+		return t
+	}
 	if ts.m == nil {
 		ts.m, ts.byTool = map[string]map[*taker]struct{}{}, map[string]map[*taker]struct{}{}
 	}
@@ -465,10 +483,48 @@ func (ts *takers) handOver(t *taker, e *machine.Entry) {
 	}
 }
 
-// withdraw ends holder's requests for work of any of tools.
+// echoed reports whether a withdrawal of holder's requests for any of
+// tools came within withdrawalEcho, and forgets it: it answers one late
+// request. Under ts.mu.
+func (ts *takers) echoed(holder string, tools []string) bool {
+	echoed := false
+	for _, tool := range tools {
+		if at, ok := ts.gone[holder][tool]; ok {
+			delete(ts.gone[holder], tool)
+			echoed = echoed || time.Since(at) < withdrawalEcho
+		}
+	}
+	if len(ts.gone[holder]) == 0 {
+		delete(ts.gone, holder)
+	}
+	return echoed
+}
+
+// withdraw ends holder's requests for work of any of tools, and any that
+// begins within withdrawalEcho.
 func (ts *takers) withdraw(holder string, tools []string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	now := time.Now()
+	for h, byTool := range ts.gone {
+		for tool, at := range byTool {
+			if now.Sub(at) >= withdrawalEcho {
+				delete(byTool, tool)
+			}
+		}
+		if len(byTool) == 0 {
+			delete(ts.gone, h)
+		}
+	}
+	if ts.gone == nil {
+		ts.gone = map[string]map[string]time.Time{}
+	}
+	if ts.gone[holder] == nil {
+		ts.gone[holder] = map[string]time.Time{}
+	}
+	for _, tool := range tools {
+		ts.gone[holder][tool] = now
+	}
 	for t := range ts.m[holder] {
 		if slices.ContainsFunc(t.tools, func(tool string) bool { return slices.Contains(tools, tool) }) {
 			close(t.withdrawn)

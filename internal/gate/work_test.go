@@ -333,6 +333,39 @@ func TestTakeWork_AWithdrawalEndsOnlyItsExecutorsWaits(t *testing.T) {
 	assert.Equal(t, "withdraw.second", got[0].PendingID)
 }
 
+// TestTakeWork_ARequestThatBeginsAfterItsWithdrawalClaimsNothing: an
+// executor's last request for work, sent before its withdrawal, may
+// begin after it (each request is handled on a goroutine of its own): it
+// ends at once with nothing, and the call that comes after goes to
+// another executor. The next request of that name waits as any does.
+func TestTakeWork_ARequestThatBeginsAfterItsWithdrawalClaimsNothing(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	s := workService(t, env, machine.Verdict{Action: machine.ActionRun})
+	_, err := s.TakeWork(t.Context(), executor, wire.WorkRequest{Tools: []string{"deploy"}, LeaseMs: 1, By: "x1", Withdraw: true})
+	require.NoError(t, err)
+	from := time.Now()
+	late := take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: wire.MaxWorkWait.Milliseconds(), By: "x1"})
+	assert.Empty(t, late)
+	assert.Less(t, time.Since(from), wire.MaxWorkWait/2, "the late request waited")
+	submitCall(t, s, "late", "first", "deploy")
+	got := take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: 5000, By: "x2"})
+	require.Len(t, got, 1, "the call waits for another executor")
+	assert.Equal(t, "late.first", got[0].PendingID)
+
+	next := make(chan []*machine.Entry, 1)
+	go func() {
+		next <- take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: wire.MaxWorkWait.Milliseconds(), By: "x1"})
+	}()
+	submitCall(t, s, "late", "second", "deploy")
+	select {
+	case got := <-next:
+		require.Len(t, got, 1, "a later request of x1 waits, and takes the call")
+	case <-time.After(wire.MaxWorkWait + 5*time.Second):
+		t.Fatal("x1's next request never answered")
+	}
+}
+
 // TestTakeWork_AWithdrawalReachesEveryProcess: an executor's requests
 // wait on whichever process they reached; its withdrawal, through any
 // one, ends them on every one that hears of withdrawals.
