@@ -573,6 +573,8 @@ type deps struct {
 	events *bus.EventsFeed
 	// Built as their views of tool_calls join the feed, before it starts.
 	timer    *worker.Timer
+	notifier *worker.Notifier // made by the notifier role's prepare
+	reviewer *worker.Reviewer // made by the reviewer role's prepare
 	exporter *metrics.Exporter
 	// analytics reads the analytics bucket (reports; the analytics role
 	// keeps it).

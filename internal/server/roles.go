@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/metrics"
@@ -51,6 +52,10 @@ type role struct {
 	run     func(ctx context.Context, d *deps, log *slog.Logger) error
 }
 
+// prepareWait bounds what a role's prepare asks of NATS (creating a
+// consumer): a process that cannot has it refused, and does not serve.
+const prepareWait = 30 * time.Second
+
 // roles are every role, in the order a process starts them. One explicit
 // table, so that what a build can run, and what each role needs, is read
 // in one place rather than gathered from init functions.
@@ -63,8 +68,8 @@ var roles = []role{
 	},
 	{name: "timer", views: []callsView{deadlinesView, indexView}, run: runTimer},
 	{name: "executor", run: runExecutor},
-	{name: "notifier", run: runNotifier},
-	{name: "reviewer", run: runReviewer},
+	{name: "notifier", prepare: prepareNotifier, run: runNotifier},
+	{name: "reviewer", prepare: prepareReviewer, run: runReviewer},
 	{name: "analytics", views: []callsView{pendingView}, readsEvents: true, run: runAnalytics},
 	{
 		name: "http", evaluates: true, servesReport: true, readsEvents: true,

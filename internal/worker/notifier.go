@@ -272,7 +272,22 @@ func (n *Notifier) run(ctx context.Context) error {
 	if err := names.Err(); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("notifier: consumers of %s: %w", NotifyStream, err)
 	}
-	fanOut := consumer.NewRunner(n.js, consumer.ConsumerConfig{
+	return n.fanOutRunner().Run(ctx)
+}
+
+// CreateConsumer creates the notifier's consumer of the events, or brings
+// it up to date, as Run does when it starts. The consumer delivers only
+// what comes after it: a process creates it before it serves, so that
+// no call asked from then on goes untold.
+func (n *Notifier) CreateConsumer(ctx context.Context) error {
+	_, err := n.fanOutRunner().CreateConsumer(ctx)
+	return err
+}
+
+// fanOutRunner reads the events that notify, and queues each one's
+// deliveries (fanOut).
+func (n *Notifier) fanOutRunner() *consumer.Runner {
+	return consumer.NewRunner(n.js, consumer.ConsumerConfig{
 		Stream:         wire.EventsStream,
 		Durable:        NotifierDurable,
 		FilterSubjects: notifySubjects,
@@ -287,7 +302,6 @@ func (n *Notifier) run(ctx context.Context) error {
 		Concurrency: 1,
 		Prefetch:    64,
 	}, n.log, n.fanOut)
-	return fanOut.Run(ctx)
 }
 
 // notifies reports whether ev is one a human is told of: its kind is, and

@@ -75,7 +75,18 @@ func NewReviewer(js jetstream.JetStream, engine *policy.Engine, g ReviewGate, co
 }
 
 // Run reviews until ctx ends.
-func (r *Reviewer) Run(ctx context.Context) error {
+func (r *Reviewer) Run(ctx context.Context) error { return r.runner().Run(ctx) }
+
+// CreateConsumer creates the reviewers' consumer of the asks, or brings
+// it up to date, as Run does when it starts. The consumer delivers only
+// what comes after it: a process creates it before it serves, so that
+// no call asked from then on goes unreviewed.
+func (r *Reviewer) CreateConsumer(ctx context.Context) error {
+	_, err := r.runner().CreateConsumer(ctx)
+	return err
+}
+
+func (r *Reviewer) runner() *consumer.Runner {
 	return consumer.NewRunner(r.js, consumer.ConsumerConfig{
 		Stream:         wire.EventsStream,
 		Durable:        ReviewerDurable,
@@ -88,7 +99,7 @@ func (r *Reviewer) Run(ctx context.Context) error {
 		// many at once, so that one slow reviewer holds up no other call.
 		Concurrency:   32,
 		MaxAckPending: 256,
-	}, r.log, r.review).Run(ctx)
+	}, r.log, r.review)
 }
 
 // review sends one asked call to its reviewers.
