@@ -134,9 +134,37 @@ func changesOf(counts []wire.VerdictCount) string {
 	return strings.Join(parts, ", ")
 }
 
+// stamp is an epoch-milliseconds time as a report prints it.
+func stamp(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04 UTC") }
+
+// printVerdicts writes a report's tables of verdicts: the calls per pair,
+// then per tool and per team (a dry run's, a shadow policy's).
+func printVerdicts(tw *tabwriter.Writer, verdicts []wire.VerdictCount, byTool, byTeam []wire.DryRunGroup) {
+	fmt.Fprintln(tw, "\nVERDICT\tCALLS")
+	for _, v := range verdicts {
+		what := arrow(v.From, v.To)
+		if v.From == v.To {
+			what = v.From + " (unchanged)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\n", what, v.Calls)
+	}
+	for _, g := range []struct {
+		title  string
+		groups []wire.DryRunGroup
+	}{{"TOOL", byTool}, {"TEAM", byTeam}} {
+		fmt.Fprintf(tw, "\n%s\tCALLS\tCHANGED\tCHANGES\n", g.title)
+		for _, x := range g.groups {
+			name := x.Name
+			if g.title == "TEAM" {
+				name = teamName(name)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", name, x.Calls, x.Changed, changesOf(x.Verdicts))
+		}
+	}
+}
+
 // printDryRun prints a dry run's report for a person.
 func printDryRun(w io.Writer, file string, r *wire.PolicyDryRunReply) error {
-	stamp := func(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04 UTC") }
 	against := "the built-in defaults (no policy stored)"
 	if r.PolicyRevision != 0 {
 		against = fmt.Sprintf("the policy in force (revision %d)", r.PolicyRevision)
@@ -154,27 +182,7 @@ func printDryRun(w io.Writer, file string, r *wire.PolicyDryRunReply) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nVERDICT\tCALLS")
-	for _, v := range r.Verdicts {
-		what := arrow(v.From, v.To)
-		if v.From == v.To {
-			what = v.From + " (unchanged)"
-		}
-		fmt.Fprintf(tw, "%s\t%d\n", what, v.Calls)
-	}
-	for _, g := range []struct {
-		title  string
-		groups []wire.DryRunGroup
-	}{{"TOOL", r.ByTool}, {"TEAM", r.ByTeam}} {
-		fmt.Fprintf(tw, "\n%s\tCALLS\tCHANGED\tCHANGES\n", g.title)
-		for _, x := range g.groups {
-			name := x.Name
-			if g.title == "TEAM" {
-				name = teamName(name)
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", name, x.Calls, x.Changed, changesOf(x.Verdicts))
-		}
-	}
+	printVerdicts(tw, r.Verdicts, r.ByTool, r.ByTeam)
 	fmt.Fprintln(tw, "\nBUDGET: estimated cost of the calls run without asking")
 	fmt.Fprintln(tw, "TEAM\tIN FORCE\tCANDIDATE\tCANDIDATE'S DAILY LIMIT\tOVER IT ON")
 	for _, b := range r.Budgets {

@@ -176,7 +176,6 @@ func policyShadowReportCmd(out cliOutput) *cliCmd {
 
 // printShadowReport prints a shadow policy's report for a person.
 func printShadowReport(w io.Writer, r *wire.PolicyShadowReport) error {
-	stamp := func(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04 UTC") }
 	switch {
 	case r.ShadowRevision == 0:
 		fmt.Fprintln(w, "no shadow policy is set, and none was recorded: toolgate policy shadow set FILE sets one")
@@ -194,27 +193,7 @@ func printShadowReport(w io.Writer, r *wire.PolicyShadowReport) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nVERDICT\tCALLS")
-	for _, v := range r.Verdicts {
-		what := arrow(v.From, v.To)
-		if v.From == v.To {
-			what = v.From + " (unchanged)"
-		}
-		fmt.Fprintf(tw, "%s\t%d\n", what, v.Calls)
-	}
-	for _, g := range []struct {
-		title  string
-		groups []wire.DryRunGroup
-	}{{"TOOL", r.ByTool}, {"TEAM", r.ByTeam}} {
-		fmt.Fprintf(tw, "\n%s\tCALLS\tCHANGED\tCHANGES\n", g.title)
-		for _, x := range g.groups {
-			name := x.Name
-			if g.title == "TEAM" {
-				name = teamName(name)
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", name, x.Calls, x.Changed, changesOf(x.Verdicts))
-		}
-	}
+	printVerdicts(tw, r.Verdicts, r.ByTool, r.ByTeam)
 	if err := tw.Flush(); err != nil {
 		return err
 	}

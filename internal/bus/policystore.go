@@ -124,7 +124,24 @@ func (s *PolicyStore) LoadFile(ctx context.Context, data []byte) (bool, error) {
 // to load (it could only get there past Set, by hand) is logged and the
 // engine keeps the last good one.
 func (s *PolicyStore) Follow(ctx context.Context, engine *policy.Engine, log *slog.Logger) error {
-	w, err := s.kv.Watch(ctx, policyKey)
+	return s.follow(ctx, policyKey, "policy", log, func(doc *policy.Document, revision uint64) {
+		if doc == nil {
+			doc = &policy.Document{} // deleted: the built-in defaults
+		}
+		if err := engine.SetStored(doc, revision); err != nil {
+			log.Error("stored policy is invalid; keeping the previous one", "revision", revision, "err", err)
+			return
+		}
+		log.Info("policy in force", "revision", revision)
+	})
+}
+
+// follow watches key until ctx ends, calling set with the document stored
+// under it when the watch starts and each time it changes (nil: none
+// stored). A document that does not load, what (policy, shadow policy)
+// names in the log, and set is not called.
+func (s *PolicyStore) follow(ctx context.Context, key, what string, log *slog.Logger, set func(doc *policy.Document, revision uint64)) error {
+	w, err := s.kv.Watch(ctx, key)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before it began
@@ -140,18 +157,16 @@ func (s *PolicyStore) Follow(ctx context.Context, engine *policy.Engine, log *sl
 			if kve == nil {
 				continue // the initial value is in
 			}
-			doc := &policy.Document{}
-			if kve.Operation() == jetstream.KeyValuePut {
-				if doc, err = policy.ParseStored(kve.Value()); err != nil {
-					log.Error("stored policy does not load; keeping the previous one", "revision", kve.Revision(), "err", err)
-					continue
-				}
-			}
-			if err := engine.SetStored(doc, kve.Revision()); err != nil {
-				log.Error("stored policy is invalid; keeping the previous one", "revision", kve.Revision(), "err", err)
+			if kve.Operation() != jetstream.KeyValuePut {
+				set(nil, kve.Revision())
 				continue
 			}
-			log.Info("policy in force", "revision", kve.Revision())
+			doc, err := policy.ParseStored(kve.Value())
+			if err != nil {
+				log.Error("stored "+what+" does not load; keeping the previous one", "revision", kve.Revision(), "err", err)
+				continue
+			}
+			set(doc, kve.Revision())
 		}
 	}
 }

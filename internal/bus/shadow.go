@@ -69,34 +69,7 @@ func (s *PolicyStore) ClearShadow(ctx context.Context, revision uint64) error {
 // once with the one stored when it starts (nil: none set), until ctx
 // ends. A stored shadow that does not load is logged and passed over.
 func (s *PolicyStore) FollowShadow(ctx context.Context, set func(doc *policy.Document, revision uint64), log *slog.Logger) error {
-	w, err := s.kv.Watch(ctx, shadowKey)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped before it started
-		}
-		return err
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case kve := <-w.Updates():
-			if kve == nil {
-				continue // the initial value is in
-			}
-			if kve.Operation() != jetstream.KeyValuePut {
-				set(nil, kve.Revision())
-				continue
-			}
-			doc, err := policy.ParseStored(kve.Value())
-			if err != nil {
-				log.Error("stored shadow policy does not load; passing it over", "revision", kve.Revision(), "err", err)
-				continue
-			}
-			set(doc, kve.Revision())
-		}
-	}
+	return s.follow(ctx, shadowKey, "shadow policy", log, set)
 }
 
 // ShadowLog is TOOL_SHADOW: what the processes that serve submits

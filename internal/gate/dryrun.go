@@ -30,20 +30,11 @@ func (s *Service) PolicyDryRun(ctx context.Context, a Actor, r wire.PolicyDryRun
 		return nil, err
 	}
 	until := s.now().UnixMilli()
-	since := r.Since
-	switch {
-	case since == 0:
-		since = until - wire.DefaultDryRunWindowMs
-	case since < 0:
-		return nil, fmt.Errorf("%w: since: epoch milliseconds, got %d", machine.ErrInvalid, r.Since)
-	case since > until:
-		return nil, fmt.Errorf("%w: since: %s is in the future (now is %s)", machine.ErrInvalid,
-			time.UnixMilli(since).UTC().Format(time.RFC3339), time.UnixMilli(until).UTC().Format(time.RFC3339))
+	examples, err := reportBounds(r.Since, until, r.Examples)
+	if err != nil {
+		return nil, err
 	}
-	examples := cmp.Or(r.Examples, wire.DefaultDryRunExamples)
-	if examples < 1 || examples > wire.MaxDryRunExamples {
-		return nil, fmt.Errorf("%w: examples: must be 1 to %d, got %d", machine.ErrInvalid, wire.MaxDryRunExamples, r.Examples)
-	}
+	since := cmp.Or(r.Since, until-wire.DefaultDryRunWindowMs)
 	candDoc, err := policy.ParseCandidate([]byte(r.Document))
 	if err != nil {
 		return nil, fmt.Errorf("candidate %w", err) // "candidate policy: <field>: …"
@@ -167,15 +158,15 @@ type tally struct {
 	pairs          map[pair]int
 }
 
-func (t *tally) add(p pair) {
+func (t *tally) add(p pair, n int) {
 	if t.pairs == nil {
 		t.pairs = map[pair]int{}
 	}
-	t.calls++
+	t.calls += n
 	if p.from != p.to {
-		t.changed++
+		t.changed += n
 	}
-	t.pairs[p]++
+	t.pairs[p] += n
 }
 
 // counts lists the pairs counted, changes first, each in verdict order.
@@ -225,6 +216,52 @@ func newDryRun(examples int) *dryRun {
 		examples: map[pair][]wire.DryRunExample{}, examplesPerPair: examples}
 }
 
+// count counts n calls of tool and team whose verdicts are p: overall,
+// per tool and per team.
+func (d *dryRun) count(p pair, tool, team string, n int) {
+	d.all.add(p, n)
+	for _, g := range []struct {
+		m   map[string]*tally
+		key string
+	}{{d.tools, tool}, {d.teams, team}} {
+		if g.m[g.key] == nil {
+			g.m[g.key] = &tally{}
+		}
+		g.m[g.key].add(p, n)
+	}
+}
+
+// examplesOf is the examples of each change of verdicts, oldest first, at
+// most examplesPerPair of each.
+func (d *dryRun) examplesOf(verdicts []wire.VerdictCount) []wire.DryRunExample {
+	out := []wire.DryRunExample{}
+	for _, c := range verdicts {
+		ex := d.examples[pair{c.From, c.To}]
+		slices.SortFunc(ex, func(x, y wire.DryRunExample) int {
+			return cmp.Or(cmp.Compare(x.RequestedAt, y.RequestedAt), strings.Compare(x.PendingID, y.PendingID))
+		})
+		out = append(out, ex[:min(len(ex), d.examplesPerPair)]...)
+	}
+	return out
+}
+
+// reportBounds checks a report's since (epoch milliseconds; 0 for its
+// default) against until, and its examples a change, which it defaults.
+func reportBounds(since, until int64, examples int) (int, error) {
+	switch {
+	case since < 0:
+		return 0, fmt.Errorf("%w: since: epoch milliseconds, got %d", machine.ErrInvalid, since)
+	case since > until:
+		return 0, fmt.Errorf("%w: since: %s is in the future (now is %s)", machine.ErrInvalid,
+			time.UnixMilli(since).UTC().Format(time.RFC3339), time.UnixMilli(until).UTC().Format(time.RFC3339))
+	}
+	n := cmp.Or(examples, wire.DefaultDryRunExamples)
+	if n < 1 || n > wire.MaxDryRunExamples {
+		return 0, fmt.Errorf("%w: examples: must be 1 to %d, got %d", machine.ErrInvalid, wire.MaxDryRunExamples, examples)
+	}
+	return n, nil
+}
+
 // replay evaluates e through both policies and counts the verdicts.
 func (d *dryRun) replay(ctx context.Context, e *machine.Entry, current, candidate *policy.Engine) error {
 	c := e.Call()
@@ -244,16 +281,7 @@ func (d *dryRun) replay(ctx context.Context, e *machine.Entry, current, candidat
 		return nil
 	}
 	p := pair{verdictOf(was.Action), verdictOf(will.Action)}
-	d.all.add(p)
-	for _, g := range []struct {
-		m   map[string]*tally
-		key string
-	}{{d.tools, e.ToolName}, {d.teams, e.Team}} {
-		if g.m[g.key] == nil {
-			g.m[g.key] = &tally{}
-		}
-		g.m[g.key].add(p)
-	}
+	d.count(p, e.ToolName, e.Team, 1)
 	rec := recordedVerdict(e)
 	if rec != p.from {
 		d.recordedCurrent++
@@ -288,14 +316,7 @@ func (d *dryRun) finish(current, candidate *policy.Engine) *wire.PolicyDryRunRep
 	r.Calls, r.Changed, r.Verdicts = d.all.calls, d.all.changed, d.all.counts()
 	r.ByTool, r.ByTeam = groups(d.tools), groups(d.teams)
 	r.Recorded = wire.DryRunRecorded{Current: d.recordedCurrent, Candidate: d.recordedCandidate}
-	r.Examples = []wire.DryRunExample{}
-	for _, c := range r.Verdicts {
-		ex := d.examples[pair{c.From, c.To}]
-		slices.SortFunc(ex, func(x, y wire.DryRunExample) int {
-			return cmp.Or(cmp.Compare(x.RequestedAt, y.RequestedAt), strings.Compare(x.PendingID, y.PendingID))
-		})
-		r.Examples = append(r.Examples, ex[:min(len(ex), d.examplesPerPair)]...)
-	}
+	r.Examples = d.examplesOf(r.Verdicts)
 	r.Budgets = []wire.DryRunBudget{}
 	for _, team := range slices.Sorted(maps.Keys(d.spent)) {
 		sp := d.spent[team]

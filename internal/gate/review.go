@@ -42,17 +42,8 @@ func (s *Service) ReviewCall(ctx context.Context, a Actor, r wire.ReviewCallRequ
 	if err := a.mayReview("read calls for review"); err != nil {
 		return nil, err
 	}
-	if err := required("pendingId", r.PendingID); err != nil {
-		return nil, err
-	}
-	e, _, err := s.calls.Get(ctx, r.PendingID)
+	e, _, _, err := s.reviewing(ctx, r.PendingID, r.Reviewer)
 	if err != nil {
-		return nil, err
-	}
-	if e.Status != machine.StatePendingApproval {
-		return nil, &machine.TransitionError{Event: machine.EventReview, Entry: s.Mask(e)}
-	}
-	if _, _, err := s.reviewerOf(e, r.Reviewer); err != nil {
 		return nil, err
 	}
 	recent, err := s.calls.ListConversation(ctx, e.ConversationID)
@@ -93,20 +84,10 @@ func (s *Service) Review(ctx context.Context, a Actor, r wire.ReviewDecision) (*
 	if err := a.mayReview("decide as a reviewer"); err != nil {
 		return nil, err
 	}
-	if err := required("pendingId", r.PendingID); err != nil {
-		return nil, err
-	}
 	if err := r.Answer.Check(); err != nil {
 		return nil, err
 	}
-	e, _, err := s.calls.Get(ctx, r.PendingID)
-	if err != nil {
-		return nil, err
-	}
-	if e.Status != machine.StatePendingApproval {
-		return nil, &machine.TransitionError{Event: machine.EventReview, Entry: s.Mask(e)}
-	}
-	res, rv, err := s.reviewerOf(e, r.Reviewer)
+	e, res, rv, err := s.reviewing(ctx, r.PendingID, r.Reviewer)
 	if err != nil {
 		return nil, err
 	}
@@ -147,24 +128,36 @@ func (s *Service) Review(ctx context.Context, a Actor, r wire.ReviewDecision) (*
 	return reply(wire.ReviewApproved, "", got, err)
 }
 
-// reviewerOf is the policy in force for e and its reviewer named name,
-// which must review e (its match covers the call), or ErrNotReviewed.
-func (s *Service) reviewerOf(e *machine.Entry, name string) (*policy.Resolved, policy.CompiledReviewer, error) {
+// reviewing reads the pending call pendingID, and the policy in force
+// for it and its reviewer named name, which must review it (its match
+// covers the call), or ErrNotReviewed.
+func (s *Service) reviewing(ctx context.Context, pendingID, name string) (*machine.Entry, *policy.Resolved, policy.CompiledReviewer, error) {
+	var none policy.CompiledReviewer
+	if err := required("pendingId", pendingID); err != nil {
+		return nil, nil, none, err
+	}
 	if err := required("reviewer", name); err != nil {
-		return nil, policy.CompiledReviewer{}, err
+		return nil, nil, none, err
+	}
+	e, _, err := s.calls.Get(ctx, pendingID)
+	if err != nil {
+		return nil, nil, none, err
+	}
+	if e.Status != machine.StatePendingApproval {
+		return nil, nil, none, &machine.TransitionError{Event: machine.EventReview, Entry: s.Mask(e)}
 	}
 	if s.limits == nil {
-		return nil, policy.CompiledReviewer{}, fmt.Errorf("%w: this toolgate has no policy, so no reviewers", ErrNotReviewed)
+		return nil, nil, none, fmt.Errorf("%w: this toolgate has no policy, so no reviewers", ErrNotReviewed)
 	}
 	res := s.limits.Resolve(e.Team, e.ConversationID)
 	rv, ok := res.Reviewer(name)
 	if !ok {
-		return nil, policy.CompiledReviewer{}, fmt.Errorf("%w: the call's policy names no reviewer %.64q", ErrNotReviewed, name)
+		return nil, nil, none, fmt.Errorf("%w: the call's policy names no reviewer %.64q", ErrNotReviewed, name)
 	}
 	if !res.Reviews(rv, e.ToolName, e.ToolArguments) {
-		return nil, policy.CompiledReviewer{}, fmt.Errorf("%w: %s's match does not cover %s", ErrNotReviewed, name, e.ToolName)
+		return nil, nil, none, fmt.Errorf("%w: %s's match does not cover %s", ErrNotReviewed, name, e.ToolName)
 	}
-	return &res, rv, nil
+	return e, &res, rv, nil
 }
 
 // reservedForHumans says why the reviewer rv may not approve e, or ""

@@ -402,18 +402,10 @@ func (s *Service) PolicyShadowReport(ctx context.Context, a Actor, r wire.Policy
 	if err := a.require("read the shadow policy's report", wire.RoleViewer, wire.RoleApprover); err != nil {
 		return nil, err
 	}
-	until := s.now().UnixMilli()
-	since := r.Since
-	switch {
-	case since < 0:
-		return nil, fmt.Errorf("%w: since: epoch milliseconds, got %d", machine.ErrInvalid, r.Since)
-	case since > until:
-		return nil, fmt.Errorf("%w: since: %s is in the future (now is %s)", machine.ErrInvalid,
-			time.UnixMilli(since).UTC().Format(time.RFC3339), time.UnixMilli(until).UTC().Format(time.RFC3339))
-	}
-	examples := cmp.Or(r.Examples, wire.DefaultDryRunExamples)
-	if examples < 1 || examples > wire.MaxDryRunExamples {
-		return nil, fmt.Errorf("%w: examples: must be 1 to %d, got %d", machine.ErrInvalid, wire.MaxDryRunExamples, r.Examples)
+	until, since := s.now().UnixMilli(), r.Since
+	examples, err := reportBounds(since, until, r.Examples)
+	if err != nil {
+		return nil, err
 	}
 	if s.shadow.log == nil {
 		return nil, fmt.Errorf("%s is not provisioned", wire.ShadowStream)
@@ -444,17 +436,7 @@ func (s *Service) PolicyShadowReport(ctx context.Context, a Actor, r wire.Policy
 		}
 		skipped += t.Skipped
 		for _, c := range t.Counts {
-			p := pair{c.From, c.To}
-			d.all.addN(p, c.Calls)
-			for _, g := range []struct {
-				m   map[string]*tally
-				key string
-			}{{d.tools, c.Tool}, {d.teams, c.Team}} {
-				if g.m[g.key] == nil {
-					g.m[g.key] = &tally{}
-				}
-				g.m[g.key].addN(p, c.Calls)
-			}
+			d.count(pair{c.From, c.To}, c.Tool, c.Team, c.Calls)
 		}
 		for _, ex := range t.Examples {
 			p := pair{ex.From, ex.To}
@@ -465,26 +447,7 @@ func (s *Service) PolicyShadowReport(ctx context.Context, a Actor, r wire.Policy
 		since = until - wire.ShadowMaxAgeMs
 	}
 	reply := &wire.PolicyShadowReport{Since: since, Until: until, ShadowRevision: rev, Set: rev != 0 && rev == setRev, Skipped: skipped,
-		Calls: d.all.calls, Changed: d.all.changed, Verdicts: d.all.counts(), ByTool: groups(d.tools), ByTeam: groups(d.teams),
-		Examples: []wire.DryRunExample{}}
-	for _, c := range reply.Verdicts {
-		ex := d.examples[pair{c.From, c.To}]
-		slices.SortFunc(ex, func(x, y wire.DryRunExample) int {
-			return cmp.Or(cmp.Compare(x.RequestedAt, y.RequestedAt), strings.Compare(x.PendingID, y.PendingID))
-		})
-		reply.Examples = append(reply.Examples, ex[:min(len(ex), examples)]...)
-	}
+		Calls: d.all.calls, Changed: d.all.changed, Verdicts: d.all.counts(), ByTool: groups(d.tools), ByTeam: groups(d.teams)}
+	reply.Examples = d.examplesOf(reply.Verdicts)
 	return reply, nil
-}
-
-// addN counts n calls of the pair p.
-func (t *tally) addN(p pair, n int) {
-	if t.pairs == nil {
-		t.pairs = map[pair]int{}
-	}
-	t.calls += n
-	if p.from != p.to {
-		t.changed += n
-	}
-	t.pairs[p] += n
 }
