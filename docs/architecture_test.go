@@ -107,7 +107,7 @@ func TestArchitecture_ImportRules(t *testing.T) {
 // neither talk to NATS nor serve HTTP, not even through what they import.
 func TestArchitecture_DomainHasNoTransport(t *testing.T) {
 	t.Parallel()
-	for _, pkg := range []string{"machine", "internal/policy"} {
+	for _, pkg := range []string{"machine", "policy"} {
 		for _, dep := range goList(t, "-deps", "./"+pkg) {
 			for _, banned := range []string{"github.com/nats-io/", "net/http"} {
 				assert.False(t, strings.HasPrefix(dep, banned), "%s depends on %s", pkg, dep)

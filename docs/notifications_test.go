@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/internal/policy"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // TestNotifications_ExamplesParse: every YAML example of notifications.md

@@ -14,11 +14,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/analytics"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
-	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )

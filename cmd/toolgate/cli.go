@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/server"
 )
 

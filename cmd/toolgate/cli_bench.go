@@ -28,8 +28,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"

@@ -14,8 +14,8 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 

@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/internal/claudecode"
-	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
 )
 

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/server"
 )
 

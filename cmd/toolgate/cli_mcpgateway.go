@@ -14,8 +14,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/mcpgateway"
 	"github.com/toolgate/toolgate/machine"
 )

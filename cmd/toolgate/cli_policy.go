@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/policy"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/gate"
-	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 

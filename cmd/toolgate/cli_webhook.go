@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/toolgate/toolgate/internal/policy"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // webhookSecretCmd is `toolgate webhook-secret`. It talks to no toolgate:

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/consumer"
-	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 

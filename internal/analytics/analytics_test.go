@@ -19,11 +19,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/analytics"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
-	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )

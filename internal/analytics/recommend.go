@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // The kinds of recommendation.

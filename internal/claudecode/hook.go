@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // The hook events handled.

@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )

@@ -9,10 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/internal/metrics"
-	"github.com/toolgate/toolgate/internal/policy"
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // Config is what a Service is built from.

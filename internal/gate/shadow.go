@@ -15,9 +15,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/internal/policy"
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/wire"
 )
 

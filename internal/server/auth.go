@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/auth"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/wire"
 )

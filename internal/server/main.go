@@ -29,16 +29,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/auth"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/internal/gate"
-	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/internal/natsapi"
-	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/internal/analytics"
-	"github.com/toolgate/toolgate/internal/metrics"
+	"github.com/toolgate/toolgate/metrics"
 )
 
 // prepareAnalytics builds the exporter behind the toolgate_* Prometheus

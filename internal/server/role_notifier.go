@@ -5,8 +5,8 @@ import (
 	"log/slog"
 
 	"github.com/toolgate/toolgate/internal/gate"
-	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/metrics"
 )
 
 // prepareNotifier makes the process's notifier and its consumer of the

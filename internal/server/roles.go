@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/internal/metrics"
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/natsapi"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/metrics"
 )
 
 // role is one thing a toolgate process can run, and what running it

@@ -13,11 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
-	tgpolicy "github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/machine"
+	tgpolicy "github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 

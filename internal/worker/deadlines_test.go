@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
 )
 

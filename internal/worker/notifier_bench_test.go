@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/internal/bus/bustest"
-	tgpolicy "github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/machine"
+	tgpolicy "github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 

@@ -19,8 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 

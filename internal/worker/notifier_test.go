@@ -26,9 +26,9 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/consumer"
-	tgpolicy "github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/machine"
+	tgpolicy "github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	tgpolicy "github.com/toolgate/toolgate/internal/policy"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/machine"
+	tgpolicy "github.com/toolgate/toolgate/policy"
 )
 
 // These tests check toolgate's webhook signatures with the Standard

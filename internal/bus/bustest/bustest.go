@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/wire"
 )

@@ -1,0 +1,187 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const dashboardFile = "../deploy/grafana/toolgate.json"
+
+// collectorFunc adapts functions to prometheus.Collector.
+type collectorFunc struct {
+	describe func(chan<- *prometheus.Desc)
+	collect  func(chan<- prometheus.Metric)
+}
+
+func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) { c.describe(ch) }
+func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
+
+// exportedMetrics gathers one series of every metric this package exports
+// and returns the names a query may use (histograms' _bucket, _count and
+// _sum) with their label names.
+func exportedMetrics(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := New(reg)
+	require.NoError(t, err)
+	m.ToolCalls.WithLabelValues("t", "o").Inc()
+	m.Transitions.WithLabelValues("f", "t").Inc()
+	m.ApprovalResponse.WithLabelValues("t", "d").Observe(1)
+	m.ApprovalTimeouts.WithLabelValues("t").Inc()
+	m.Execution.WithLabelValues("t", "o").Observe(1)
+	m.ExecutionAttempts.WithLabelValues("t").Inc()
+	m.Cost.WithLabelValues("team", "t").Inc()
+	m.Notification("c", "r")
+	m.TransitionConflict("e")
+	m.Requeues.WithLabelValues("r").Inc()
+	m.ShadowComparison("allow", "ask")
+	pending := NewPendingApprovals()
+	pending.counts["team"] = &teamPending{team: "team", n: 1}
+	reg.MustRegister(pending)
+	reg.MustRegister(NewRunnableCalls(func() int { return 1 }))
+	answers := NewReviewerAnswers()
+	reg.MustRegister(answers.Collector())
+	answers.ReviewerAnswer("r", ReviewerTimeout)
+	reg.MustRegister(NewAnalyticsLag(func(context.Context) (uint64, error) { return 1, nil }, slog.New(slog.DiscardHandler)))
+	lag := NewConsumerLag(nil, slog.New(slog.DiscardHandler))
+	reg.MustRegister(collectorFunc{describe: lag.Describe, collect: func(ch chan<- prometheus.Metric) {
+		for _, d := range []*prometheus.Desc{lag.pending, lag.ackPending, lag.redelivered} {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, 0, "s", "c")
+		}
+	}})
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	known := map[string]map[string]bool{}
+	for _, mf := range mfs {
+		labels := map[string]bool{}
+		for _, l := range mf.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = true
+		}
+		if mf.GetType() == dto.MetricType_HISTOGRAM {
+			known[mf.GetName()+"_count"] = labels
+			known[mf.GetName()+"_sum"] = labels
+			bucket := map[string]bool{"le": true}
+			for l := range labels {
+				bucket[l] = true
+			}
+			known[mf.GetName()+"_bucket"] = bucket
+			continue
+		}
+		known[mf.GetName()] = labels
+	}
+	require.Len(t, mfs, 19, "every metric of the package is in the list")
+	return known
+}
+
+type dashboardPanel struct {
+	ID         int              `json:"id"`
+	Type       string           `json:"type"`
+	Title      string           `json:"title"`
+	GridPos    map[string]int   `json:"gridPos"`
+	Datasource map[string]any   `json:"datasource"`
+	Panels     []dashboardPanel `json:"panels"`
+	Targets    []struct {
+		RefID        string `json:"refId"`
+		Expr         string `json:"expr"`
+		LegendFormat string `json:"legendFormat"`
+	} `json:"targets"`
+}
+
+var (
+	metricRE   = regexp.MustCompile(`\btoolgate_[a-zA-Z0-9_]+`)
+	selectorRE = regexp.MustCompile(`(toolgate_[a-zA-Z0-9_]+)\{([^}]*)\}`)
+	matcherRE  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)`)
+	groupingRE = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
+	legendRE   = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
+)
+
+// TestDashboard_QueriesNameOnlyExportedMetrics reads the Grafana dashboard
+// and checks that every panel queries metrics this package exports, with
+// labels they have.
+func TestDashboard_QueriesNameOnlyExportedMetrics(t *testing.T) {
+	data, err := os.ReadFile(dashboardFile)
+	require.NoError(t, err)
+	var dash struct {
+		UID           string           `json:"uid"`
+		Title         string           `json:"title"`
+		SchemaVersion int              `json:"schemaVersion"`
+		Panels        []dashboardPanel `json:"panels"`
+		Templating    struct {
+			List []struct {
+				Name, Type, Query string
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	require.NoError(t, json.Unmarshal(data, &dash), "valid JSON")
+	assert.Equal(t, "toolgate", dash.UID)
+	assert.NotEmpty(t, dash.Title)
+	assert.Positive(t, dash.SchemaVersion)
+	require.NotEmpty(t, dash.Templating.List)
+	assert.Equal(t, "datasource", dash.Templating.List[0].Name)
+	assert.Equal(t, "prometheus", dash.Templating.List[0].Query)
+
+	known := exportedMetrics(t)
+	used := map[string]bool{}
+	ids := map[int]bool{}
+	var walk func([]dashboardPanel)
+	walk = func(panels []dashboardPanel) {
+		for _, p := range panels {
+			assert.False(t, ids[p.ID], "panel id %d is unique", p.ID)
+			ids[p.ID] = true
+			for _, k := range []string{"h", "w", "x", "y"} {
+				assert.Contains(t, p.GridPos, k, "panel %q gridPos", p.Title)
+			}
+			if p.Type == "row" {
+				walk(p.Panels)
+				continue
+			}
+			assert.Equal(t, "${datasource}", p.Datasource["uid"], "panel %q uses the datasource variable", p.Title)
+			require.NotEmpty(t, p.Targets, "panel %q has queries", p.Title)
+			for _, tg := range p.Targets {
+				what := p.Title + " " + tg.RefID
+				names := metricRE.FindAllString(tg.Expr, -1)
+				require.NotEmpty(t, names, "%s queries a toolgate metric: %s", what, tg.Expr)
+				labels := map[string]bool{}
+				for _, n := range names {
+					l, ok := known[n]
+					if assert.True(t, ok, "%s: %s is not a metric of package metrics", what, n) {
+						used[strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(n, "_bucket"), "_count"), "_sum")] = true
+						for k := range l {
+							labels[k] = true
+						}
+					}
+				}
+				for _, sel := range selectorRE.FindAllStringSubmatch(tg.Expr, -1) {
+					for _, m := range matcherRE.FindAllStringSubmatch(sel[2], -1) {
+						assert.True(t, known[sel[1]][m[1]], "%s: %s has no label %q", what, sel[1], m[1])
+					}
+				}
+				for _, g := range groupingRE.FindAllStringSubmatch(tg.Expr, -1) {
+					for _, l := range strings.Split(g[1], ",") {
+						if l = strings.TrimSpace(l); l != "" {
+							assert.True(t, labels[l], "%s: grouping by %q, a label none of %v has", what, l, names)
+						}
+					}
+				}
+				for _, m := range legendRE.FindAllStringSubmatch(tg.LegendFormat, -1) {
+					assert.True(t, labels[m[1]], "%s: legend names label %q", what, m[1])
+				}
+				assert.Equal(t, strings.Count(tg.Expr, "("), strings.Count(tg.Expr, ")"), "%s: balanced parentheses", what)
+			}
+		}
+	}
+	walk(dash.Panels)
+	for _, want := range []string{NamePendingApprovals, NameApprovalResponse, NameApprovalTimeouts, NameToolCalls, NameCost, NameExecution} {
+		assert.True(t, used[want], "the dashboard shows %s", want)
+	}
+}
