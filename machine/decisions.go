@@ -1,11 +1,207 @@
 package machine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
+
+// Decision is a human's answer to a pending call.
+type Decision struct {
+	Approve bool
+	By      string // the user deciding
+	Reason  string
+	// Scope of an approval; empty means once.
+	Scope Scope
+	// Arguments, when set on an approval, replace the call's arguments;
+	// the original ones are kept in OriginalArguments.
+	Arguments json.RawMessage
+	// For bounds the grant a session or always approval records: it
+	// expires this long after the decision (0: until revoked).
+	For time.Duration
+	// PersistRule writes an always approval into the team's policy as an
+	// allow rule instead of recording a grant (only an admin may ask).
+	PersistRule bool
+	// SingleUse makes the grant a session or always approval records
+	// good for one call.
+	SingleUse bool
+	// DecidedBy is what decided, when not a human approver (the default):
+	// an agent's classifier or a channel relaying its own prompt.
+	DecidedBy Decider
+	// RequestID, when set, is the decision's write id (Transition.Write)
+	// whatever the times it is sent, so that one sent again after its
+	// answer was lost can tell the write it made (Entry.WrittenBy).
+	RequestID string
+	// Claim, when set, is the executor an approval that makes the call
+	// runnable at once claims it for, in the same write.
+	Claim *Claimant
+
+	// Result, when set, answers the call with the tool's result instead
+	// of deciding whether it runs (a respondable call's, decisions.go):
+	// the call ends COMPLETED_SUCCESS with it, and never runs.
+	Result json.RawMessage
+	// Interrupt, on a rejection, asks the agent to stop its turn, not
+	// only this call.
+	Interrupt bool
+}
+
+// Decide approves or rejects a pending call. Only the call's named approver,
+// if it has one, may decide, and never the agent that asked.
+func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*Entry, error) {
+	if d.By == "" {
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("by: who decides is required"))
+	}
+	ev := EventReject
+	if d.Approve {
+		ev = EventApprove
+	}
+	if !validRequestID(d.RequestID) {
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("requestId: at most 64 letters, digits, '-' or '_', got %q", d.RequestID))
+	}
+	switch d.DecidedBy {
+	case "", DecidedByHuman, DecidedByClassifier, DecidedByChannel, DecidedByReviewer:
+	default:
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("decidedBy: a human, a classifier, a channel or a reviewer decides, got %q", d.DecidedBy))
+	}
+	// A reviewer's decision settles the call or is refused: it is no
+	// vote of a quorum, and no approver list names it (mayReview).
+	reviewer := d.DecidedBy == DecidedByReviewer
+	switch d.Scope {
+	case "", ScopeOnce, ScopeTask, ScopeSession, ScopeAlways:
+	default:
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("scope: must be once, task, session or always, got %q", d.Scope))
+	}
+	switch {
+	case d.For < 0:
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("for: must be positive, got %v", d.For))
+	case d.For > 0 && (d.Scope == "" || d.Scope == ScopeOnce):
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("for: bounds a task, session or always grant; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
+	case d.PersistRule && d.Scope != ScopeAlways:
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("persistRule: writes an always approval into the policy; scope is %s", cmp.Or(d.Scope, ScopeOnce)))
+	case d.SingleUse && (d.Scope == "" || d.Scope == ScopeOnce || d.PersistRule):
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("singleUse: makes a task, session or always grant good for one call; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
+	case d.PersistRule && d.For > 0:
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("persistRule: a rule in the policy has no expiry; leave out for"))
+	}
+	if err := d.checkAnswer(); err != nil {
+		return nil, fmt.Errorf("decide %s: %w", pendingID, err)
+	}
+	if len(d.Result) > 0 {
+		ev = EventRespond
+	}
+	if len(d.Arguments) > 0 {
+		if !d.Approve {
+			return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("arguments: only an approval may edit them"))
+		}
+		if err := validArguments(d.Arguments); err != nil {
+			return nil, fmt.Errorf("decide %s: %w", pendingID, err)
+		}
+	}
+	// Under a quorum, a decision that does not settle the call is a vote.
+	choose := func(cur *Entry) (Event, string) {
+		if cur.Quorum == nil || ev == EventRespond || reviewer || (d.Approve && cur.Approvals()+1 >= cur.Quorum.Required) || (!d.Approve && cur.rejectsNow()) {
+			return ev, d.Reason
+		}
+		return EventVote, d.Reason
+	}
+	e, err := m.transitionFrom(ctx, pendingID, latestRemembered, choose, d.By, func(e *Entry, now time.Time) error {
+		if reviewer {
+			if err := e.mayReview(d); err != nil {
+				return err
+			}
+		} else if err := e.mayDecide(d.By); err != nil {
+			return err
+		}
+		if d.RequestID != "" {
+			e.LastTransition.Write = d.RequestID
+		}
+		if d.Scope == ScopeTask && e.TaskID == "" {
+			return invalidf("scope task: the call names no task (it was submitted without a taskId)")
+		}
+		// A decision after the deadline of a call its policy rejects then
+		// is refused, timer or no timer: the agent may already have been
+		// told it timed out, or is about to be.
+		if e.decidedAtDeadline() && e.ApprovalTimeoutAt > 0 && now.UnixMilli() >= e.ApprovalTimeoutAt {
+			return fmt.Errorf("%w at %s", ErrExpired, time.UnixMilli(e.ApprovalTimeoutAt).UTC().Format(time.RFC3339))
+		}
+		if e.LastTransition.Event == EventRespond {
+			return e.respond(d, now)
+		}
+		if e.Quorum != nil && !reviewer {
+			if err := e.castVote(d, now); err != nil {
+				return err
+			}
+			if e.LastTransition.Event == EventVote {
+				return nil // pending still: nobody has decided the call yet
+			}
+		}
+		e.ApprovedOrRejectedByUserID = d.By
+		e.DecisionTime = now.UnixMilli()
+		e.LastTransition.DecidedBy = cmp.Or(d.DecidedBy, DecidedByHuman)
+		if e.Quorum != nil && d.Approve {
+			e.LastTransition.DecidedBy = DecidedByQuorum
+		}
+		if d.Approve {
+			e.DecisionScope = cmp.Or(d.Scope, ScopeOnce)
+		}
+		if d.Interrupt && e.LastTransition.Event == EventReject {
+			e.Interrupt, e.LastTransition.Interrupt = true, true
+		}
+		if len(d.Arguments) > 0 {
+			risk, description, err := m.checkEdit(ctx, e, d)
+			if err != nil {
+				return err
+			}
+			// The entry describes the call that runs: the edited one's risk
+			// and description.
+			e.Risk, e.Description = risk, description
+			if e.OriginalArguments == nil {
+				e.OriginalArguments = e.ToolArguments
+			}
+			e.ToolArguments = d.Arguments
+			e.ArgumentsDigest = ArgumentsDigest(d.Arguments)
+			e.LastTransition.Edit = e.Edited()
+		}
+		return nil
+	}, d.Claim)
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
+// checkEdit asks the policy what the call e would need with the edited
+// arguments of d: one a deny rule matches (or whose tool may not be
+// edited) is refused, and one that would be asked about needs an approver
+// its policy names, as the call submitted so would. It returns the
+// edited call's risk and description. Without an EditChecker, it returns
+// the entry's risk as it was and no description: the one the entry has
+// tells of the arguments before the edit.
+func (m *Machine) checkEdit(ctx context.Context, e *Entry, d Decision) (Risk, string, error) {
+	ec, ok := m.eval.(EditChecker)
+	if !ok {
+		return e.Risk, "", nil
+	}
+	c := e.Call()
+	c.Arguments = d.Arguments
+	v, err := ec.CheckEdit(ctx, c)
+	if err != nil {
+		return "", "", err
+	}
+	switch {
+	case v.Action == ActionDeny:
+		return "", "", fmt.Errorf("%w: the edited call is denied by %s", ErrEditDenied, v.Reason)
+	case v.Action != ActionAsk:
+	case v.Approver != "" && v.Approver != d.By:
+		return "", "", fmt.Errorf("%w: the edited call may be approved only by %s, not %s (%s)", ErrForbidden, v.Approver, d.By, v.Reason)
+	case len(v.Approvers) > 0 && !slices.Contains(v.Approvers, d.By):
+		return "", "", fmt.Errorf("%w: the edited call may be approved only by one of %v, not %s (%s)", ErrForbidden, v.Approvers, d.By, v.Reason)
+	}
+	return v.Risk, v.Description, nil
+}
 
 // The decisions beside approve and reject: what the timer does at a
 // call's deadline (TimeoutOutcome), an approver's answer with the tool's
