@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -166,4 +167,45 @@ func TestArchitecture_OnlyGateBuildsAMachine(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// TestArchitecture_PackageCommentsNameFilesThatExist holds each package
+// comment to the code: a file it names (a word ending in .go, .js, .json,
+// .md or .yaml, taken from its own folder, or from the module's root when
+// it has a slash) must exist (nats.go, the client library, is no file of
+// toolgate's), so a comment that walks its package's files
+// cannot be left describing an older layout.
+func TestArchitecture_PackageCommentsNameFilesThatExist(t *testing.T) {
+	named := regexp.MustCompile(`[\w./-]*\w\.(go|js|json|md|yaml)\b`)
+	dirs := goList(t, "-f", "{{.Dir}}", "./...")
+	checked := 0
+	for _, dir := range dirs {
+		pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi os.FileInfo) bool {
+			return !strings.HasSuffix(fi.Name(), "_test.go")
+		}, parser.ParseComments|parser.PackageClauseOnly)
+		require.NoError(t, err, dir)
+		for _, pkg := range pkgs {
+			for path, file := range pkg.Files {
+				if file.Doc == nil {
+					continue
+				}
+				checked++
+				for _, name := range named.FindAllString(file.Doc.Text(), -1) {
+					name = strings.TrimPrefix(name, "./")
+					if name == "nats.go" {
+						continue
+					}
+					at := filepath.Join(dir, name)
+					if strings.Contains(name, "/") {
+						if _, err := os.Stat(at); err != nil {
+							at = filepath.Join("..", name)
+						}
+					}
+					_, err := os.Stat(at)
+					assert.NoError(t, err, "%s: the package comment names %s, which does not exist", path, name)
+				}
+			}
+		}
+	}
+	require.NotZero(t, checked, "no package comment read")
 }

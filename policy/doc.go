@@ -1,8 +1,10 @@
 // Package policy decides what a tool call needs before it runs: run it now,
 // run it after a delay, ask a human, or deny it. It is pure domain logic:
 // policy documents, permission-rule patterns and the Engine that evaluates a
-// machine.Call to a machine.Verdict. Grants and cost budgets, which need
-// storage, come in through two small interfaces that bus implements.
+// machine.Call to a machine.Verdict. What needs storage comes in through
+// four small interfaces that bus implements: Grants, Budget (cost
+// budgets), RateCounter (rate rules' windows) and FlowMarks (the flows'
+// marks of completed calls).
 //
 // # Documents and scopes
 //

@@ -2,8 +2,8 @@
 // (Runner): acks after the handler succeeds, redelivery with backoff when
 // it fails (or after the delay a RetryAfter error asks for), dead letters
 // after the last delivery (at once for a Permanent error), and restarts
-// after JetStream errors. The notifier's fan-out and deliveries and the
-// budget settler are Runners.
+// after JetStream errors. The notifier's fan-out and deliveries, the
+// reviewer role and the budget settler are Runners.
 //
 // Its other pieces serve every long-running loop of toolgate's server
 // over JetStream, Runner or not: RunRestarting runs one again after a
