@@ -105,31 +105,31 @@ class Analytics:
     def add(self, ev):
         """Counts one server-sent event; returns whether it was new."""
         self.last_event_id = ev.id
-        envelope = ev.data
-        why = toolgate.check_envelope(envelope)
-        if why is not None:
+        envelope = ev.envelope
+        if envelope is None:
+            why = ev.unreadable
             self.skipped[why] = self.skipped.get(why, 0) + 1
             if self.skipped[why] == 1:
                 log("event %s skipped: %s" % (ev.id, why))
             return False
-        if not self.seen.add(envelope["id"]):
+        if not self.seen.add(envelope.id):
             self.duplicates += 1
             return False
         self.events += 1
-        kind, entry = envelope["type"], envelope["entry"]
-        tool = entry.get("toolName", "?")
+        kind, entry = envelope.type, envelope.entry
+        tool = entry.tool_name or "?"
         self.by_type[kind] = self.by_type.get(kind, 0) + 1
         if kind in ("tool.approval_granted", "tool.approval_rejected"):
             approved = kind == "tool.approval_granted"
-            decided = entry.get("decisionTime") or envelope.get("at") or 0
-            ms = max(decided - entry.get("requestedAt", decided), 0)
+            decided = entry.decision_time or envelope.at
+            ms = max(decided - (entry.requested_at or decided), 0)
             t = self.decisions.setdefault(tool, Timing())
             t.add(ms, approved)
-            actor = envelope.get("actor") or entry.get("approvedOrRejectedByUserId") or "?"
+            actor = envelope.actor or entry.approved_or_rejected_by_user_id or "?"
             self.decided_by[actor] = self.decided_by.get(actor, 0) + 1
             self.line("decided  %-16s %-8s in %6d ms by %s  (mean %.0f ms over %d)" % (
                 tool, "approved" if approved else "rejected", ms, actor, t.mean(), t.count))
-        to = envelope["to"]
+        to = envelope.to
         if to in toolgate.TERMINAL_STATES:
             per_tool = self.outcomes.setdefault(tool, {})
             per_tool[to] = per_tool.get(to, 0) + 1

@@ -80,7 +80,7 @@ class Approver:
         return False, self.reason.format(tool=tool)
 
     def consider(self, entry):
-        pending_id, tool = entry["pendingId"], entry.get("toolName", "")
+        pending_id, tool = entry.pending_id, entry.tool_name
         if not self.decided.add(pending_id):
             return
         approve, reason = self.rule(tool)
@@ -108,30 +108,29 @@ class Approver:
         log("deciding %s failed: %s" % (pending_id, failure))
 
     def refused(self, err, pending_id, tool, verb, reason, retried):
-        now = err.entry or {}
-        by = now.get("approvedOrRejectedByUserId") or "?"
+        now = err.entry
+        by = (now.approved_or_rejected_by_user_id if now else "") or "?"
         if err.status == 409 and err.code == "expired":
             say("expired %s (%s): %s" % (pending_id, tool, err.message))
         elif err.status == 409 and retried and by == self.me:
             say("%s %s (%s): %s (an earlier attempt landed)" % (verb, pending_id, tool, reason))
         elif err.status == 409:
-            say("already decided %s (%s): %s by %s" % (pending_id, tool, now.get("status", "?"), by))
+            say("already decided %s (%s): %s by %s" % (pending_id, tool, now.status if now else "?", by))
         else:
             # 403: the call's policy names other approvers; 404: gone.
             # Nothing this process can do about either.
             say("skipped %s (%s): %s" % (pending_id, tool, err))
 
     def on_event(self, ev):
-        envelope = ev.data
+        envelope = ev.envelope
         if self.verbose:
-            log("event %s %s %s" % (ev.id, ev.type, (envelope or {}).get("id")))
-        why = toolgate.check_envelope(envelope)
-        if why is not None:
-            log("event %s skipped: %s" % (ev.id, why))
+            log("event %s %s %s" % (ev.id, ev.type, envelope.id if envelope else None))
+        if envelope is None:
+            log("event %s skipped: %s" % (ev.id, ev.unreadable))
             return
-        if envelope["type"] != "tool.approval_required" or not self.events.add(envelope["id"]):
+        if envelope.type != "tool.approval_required" or not self.events.add(envelope.id):
             return
-        self.consider(envelope["entry"])
+        self.consider(envelope.entry)
 
 
 def say(line):
@@ -147,7 +146,7 @@ def main(argv):
     # SIGTERM ends the process as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        approver.me = client.me().get("id")
+        approver.me = client.me().id
         log("deciding as %s" % approver.me)
         since = args.since
         if since is None:

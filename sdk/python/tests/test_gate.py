@@ -52,8 +52,8 @@ class Approver:
         try:
             with self.stream:
                 for ev in self.events:
-                    if ev.type == "tool.approval_required":
-                        self.decided = APPROVER.decide(ev.data["entry"]["pendingId"], approved, reason, arguments, interrupt=interrupt)
+                    if ev.type == "tool.approval_required" and ev.envelope is not None:
+                        self.decided = APPROVER.decide(ev.envelope.entry.pending_id, approved, reason, arguments, interrupt=interrupt)
                         return
         except Exception as err:  # reported by join
             self.error = err
@@ -69,7 +69,7 @@ def only_call(conversation_id):
     """The one call of a conversation, as the agent reads it now."""
     entries, _ = AGENT.list(conversation_id=conversation_id)
     assert len(entries) == 1, entries
-    return AGENT.get(entries[0]["pendingId"])
+    return AGENT.get(entries[0].pending_id)
 
 
 class GateTest(unittest.TestCase):
@@ -84,10 +84,10 @@ class GateTest(unittest.TestCase):
         self.assertEqual({"hits": ["a", "b"], "query": "toolgate"}, web_search("toolgate"))
         self.assertEqual([("toolgate", 3)], ran)
         e = only_call("py-sdk-allow")
-        self.assertEqual("COMPLETED_SUCCESS", e["status"])
-        self.assertEqual({"query": "toolgate", "limit": 3}, e["toolArguments"])
-        self.assertEqual({"hits": ["a", "b"], "query": "toolgate"}, e["result"])
-        self.assertNotIn("approvedOrRejectedByUserId", e, "nobody was asked")
+        self.assertEqual("COMPLETED_SUCCESS", e.status)
+        self.assertEqual({"query": "toolgate", "limit": 3}, e.tool_arguments)
+        self.assertEqual({"hits": ["a", "b"], "query": "toolgate"}, e.result)
+        self.assertEqual("", e.approved_or_rejected_by_user_id, "nobody was asked")
 
     def test_approved_call_runs_with_the_approvers_edited_arguments(self):
         ran = []
@@ -100,14 +100,14 @@ class GateTest(unittest.TestCase):
         person = Approver("py-sdk-edit", True, "to the team list instead",
                           {"to": "team@example.com", "subject": "weekly report"})
         self.assertEqual("sent to team@example.com", send_email("everyone@example.com", "weekly"))
-        self.assertEqual("py-approver", person.join()["approvedOrRejectedByUserId"])
+        self.assertEqual("py-approver", person.join().approved_or_rejected_by_user_id)
         self.assertEqual([("team@example.com", "weekly report")], ran, "it ran once, as edited")
         e = only_call("py-sdk-edit")
-        self.assertEqual("COMPLETED_SUCCESS", e["status"])
-        self.assertEqual({"to": "everyone@example.com", "subject": "weekly"}, e["originalArguments"])
-        self.assertEqual({"to": "team@example.com", "subject": "weekly report"}, e["toolArguments"])
-        self.assertEqual("sent to team@example.com", e["result"])
-        self.assertEqual("py-approver", e["approvedOrRejectedByUserId"])
+        self.assertEqual("COMPLETED_SUCCESS", e.status)
+        self.assertEqual({"to": "everyone@example.com", "subject": "weekly"}, e.original_arguments)
+        self.assertEqual({"to": "team@example.com", "subject": "weekly report"}, e.tool_arguments)
+        self.assertEqual("sent to team@example.com", e.result)
+        self.assertEqual("py-approver", e.approved_or_rejected_by_user_id)
 
     def test_rejected_call_raises_who_and_why_and_does_not_run(self):
         ran = []
@@ -127,7 +127,7 @@ class GateTest(unittest.TestCase):
         self.assertEqual("no money moves without a person", err.reason)
         self.assertIn("rejected by py-approver: no money moves without a person", str(err))
         self.assertEqual([], ran)
-        self.assertEqual("REJECTED_BY_USER", only_call("py-sdk-reject")["status"])
+        self.assertEqual("REJECTED_BY_USER", only_call("py-sdk-reject").status)
         self.assertNotIsInstance(err, toolgate.TurnInterruptedError)
 
     def test_rejection_that_interrupts_raises_turn_interrupted(self):
@@ -142,7 +142,7 @@ class GateTest(unittest.TestCase):
         err = caught.exception
         self.assertIsInstance(err, toolgate.RejectedError)
         self.assertIn("stop and ask me; stop this turn and hand back to the user", str(err))
-        self.assertTrue(only_call("py-sdk-interrupt")["interrupt"])
+        self.assertTrue(only_call("py-sdk-interrupt").interrupt)
 
     def test_denied_call_raises_the_rule_and_does_not_run(self):
         ran = []
@@ -158,7 +158,7 @@ class GateTest(unittest.TestCase):
         self.assertEqual("policy", err.by)
         self.assertIn("delete_everything", err.rule)
         self.assertEqual([], ran)
-        self.assertEqual("REJECTED_BY_POLICY", only_call("py-sdk-deny")["status"])
+        self.assertEqual("REJECTED_BY_POLICY", only_call("py-sdk-deny").status)
 
     def test_unanswered_call_is_withdrawn_at_the_end_of_the_wait(self):
         ran = []
@@ -172,8 +172,8 @@ class GateTest(unittest.TestCase):
         self.assertIsNone(caught.exception.withdraw_error)
         self.assertEqual([], ran)
         e = only_call("py-sdk-timeout")
-        self.assertEqual("CANCELLED_BY_SYSTEM", e["status"])
-        self.assertEqual("withdrawn: no decision within 0.5s", e["statusReason"])
+        self.assertEqual("CANCELLED_BY_SYSTEM", e.status)
+        self.assertEqual("withdrawn: no decision within 0.5s", e.status_reason)
 
     def test_call_past_its_approval_deadline_is_refused_as_timed_out(self):
         @toolgate.gate(AGENT, conversation_id="py-sdk-expiring", wait=WAIT)
@@ -193,8 +193,8 @@ class GateTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             web_search("x")
         e = only_call("py-sdk-fail")
-        self.assertEqual("COMPLETED_FAILURE", e["status"])
-        self.assertEqual("ValueError: the search engine is down", e["error"])
+        self.assertEqual("COMPLETED_FAILURE", e.status)
+        self.assertEqual("ValueError: the search engine is down", e.error)
 
     def test_the_same_tool_call_id_again_runs_once_and_returns_the_recorded_result(self):
         ran = []
@@ -215,7 +215,7 @@ class GateTest(unittest.TestCase):
             return query.upper()
 
         self.assertEqual("ASYNC", asyncio.run(web_search("async")))
-        self.assertEqual("COMPLETED_SUCCESS", only_call("py-sdk-async")["status"])
+        self.assertEqual("COMPLETED_SUCCESS", only_call("py-sdk-async").status)
 
 
 class VerdictTest(unittest.TestCase):
@@ -228,7 +228,7 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual("py-approver", v.outcome.by)
         self.assertEqual("fine", v.outcome.reason)
         AGENT.started(v.pending_id)
-        self.assertEqual("COMPLETED_SUCCESS", AGENT.succeeded(v.pending_id, {"ok": True})["status"])
+        self.assertEqual("COMPLETED_SUCCESS", AGENT.succeeded(v.pending_id, {"ok": True}).status)
 
     def test_stop_withdraws_the_call(self):
         stop = threading.Event()
@@ -239,8 +239,34 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual(toolgate.WITHDRAWN, v.kind)
         self.assertEqual("the caller stopped waiting", v.why)
         e = AGENT.get(v.pending_id)
-        self.assertEqual("CANCELLED_BY_SYSTEM", e["status"])
-        self.assertEqual("withdrawn: the caller stopped waiting", e["statusReason"])
+        self.assertEqual("CANCELLED_BY_SYSTEM", e.status)
+        self.assertEqual("withdrawn: the caller stopped waiting", e.status_reason)
+
+
+class TypedResultsTest(unittest.TestCase):
+    def test_answers_are_typed_with_snake_case_names(self):
+        self.assertEqual(toolgate.Me(id="py-agent", roles=["agent"], open=False), AGENT.me())
+        e = AGENT.submit("send_email", {"to": "a@example.com"}, "py-sdk-typed", "t1", task_id="task-7")
+        self.assertIsInstance(e, toolgate.Entry)
+        self.assertEqual(toolgate.pending_id("py-sdk-typed", "t1"), e.pending_id)
+        self.assertEqual(("t1", "send_email", "py-agent", "task-7"), (e.tool_call_id, e.tool_name, e.caller_bot_id, e.task_id))
+        self.assertEqual({"to": "a@example.com"}, e.tool_arguments)
+        self.assertEqual(300000, e.approval_timeout_at - e.requested_at)
+        decided = APPROVER.decide(e.pending_id, False, "not today")
+        self.assertEqual(("REJECTED_BY_USER", "not today"), (decided.status, decided.status_reason))
+        self.assertIsInstance(decided.last_transition, toolgate.Transition)
+        self.assertEqual(("PENDING_APPROVAL", "REJECTED_BY_USER", "py-approver"),
+                         (decided.last_transition.from_, decided.last_transition.to, decided.last_transition.actor))
+
+        history = AGENT.history(e.pending_id)
+        self.assertEqual(["", "PENDING_APPROVAL"], [h.from_ for h in history])
+        self.assertEqual(["PENDING_APPROVAL", "REJECTED_BY_USER"], [h.to for h in history])
+        self.assertLess(history[0].revision, history[1].revision)
+        page = AGENT.list_page(conversation_id="py-sdk-typed")
+        self.assertIsInstance(page, toolgate.Page)
+        self.assertEqual([e.pending_id], [x.pending_id for x in page.items])
+        self.assertEqual("", page.next_cursor)
+        self.assertGreater(page.events_seq, 0)
 
 
 class ErrorsTest(unittest.TestCase):
@@ -256,22 +282,23 @@ class ErrorsTest(unittest.TestCase):
 
         e = AGENT.submit("send_email", {"to": "a"}, "py-sdk-errors", "c1")
         with self.assertRaises(toolgate.ForbiddenError):
-            AGENT.decide(e["pendingId"], True, "an agent approves nothing")
-        APPROVER.decide(e["pendingId"], False, "first")
+            AGENT.decide(e.pending_id, True, "an agent approves nothing")
+        APPROVER.decide(e.pending_id, False, "first")
         with self.assertRaises(toolgate.ConflictError) as conflict:
-            APPROVER.decide(e["pendingId"], True, "second")
-        self.assertEqual("py-approver", conflict.exception.entry["approvedOrRejectedByUserId"])
+            APPROVER.decide(e.pending_id, True, "second")
+        self.assertIsNotNone(conflict.exception.entry)
+        self.assertEqual("py-approver", conflict.exception.entry.approved_or_rejected_by_user_id)
         with self.assertRaises(toolgate.IdempotencyConflictError):
             AGENT.submit("send_email", {"to": "b"}, "py-sdk-errors", "c1")
         with self.assertRaises(toolgate.ConflictError):
-            AGENT.started(e["pendingId"])
+            AGENT.started(e.pending_id)
 
     def test_await_is_bounded(self):
         e = AGENT.submit("wait_for_nobody", {}, "py-sdk-await")
         with self.assertRaises(toolgate.AwaitTimeoutError) as caught:
-            AGENT.await_call(e["pendingId"], timeout=0.2)
-        self.assertEqual("PENDING_APPROVAL", caught.exception.entry["status"])
-        AGENT.cancel(e["pendingId"], "done waiting")
+            AGENT.await_call(e.pending_id, timeout=0.2)
+        self.assertEqual("PENDING_APPROVAL", caught.exception.entry.status)
+        AGENT.cancel(e.pending_id, "done waiting")
 
     def test_unreachable(self):
         with self.assertRaises(toolgate.UnreachableError) as caught:

@@ -10,24 +10,20 @@
 
 Client submits, reads, lists, awaits, decides and cancels calls, and
 reports on the calls its caller runs; submit_and_wait returns a Verdict;
-gate wraps a function so that it runs only when toolgate lets it. Errors
-are typed (errors.py). docs/sdk-python.md is the guide.
+gate wraps a function so that it runs only when toolgate lets it. What
+toolgate answers is typed, with snake_case names (model.py: Entry, ...),
+and so are errors (errors.py). docs/sdk-python.md is the guide.
 """
 
 from .client import (
-    APPROVED,
     DEFAULT_AWAIT,
     DEFAULT_TIMEOUT,
-    EXECUTED,
-    FAILED,
-    SCHEDULED,
     Client,
-    Outcome,
-    answer,
-    key_token,
-    pending_id,
 )
-from .decorator import ReportError, gate
+from .decorator import (
+    ReportError,
+    gate,
+)
 from .errors import (
     CANCELLED,
     DENIED_BY_POLICY,
@@ -60,13 +56,41 @@ from .errors import (
 )
 from .events import (
     DEFAULT_IDLE_TIMEOUT,
-    SCHEMA_VERSION,
+    GREETING,
     TERMINAL_STATES,
     Event,
+    EventStream,
     FatalStreamError,
     Seen,
-    check_envelope,
     follow,
+    parse,
+)
+from .model import (
+    Edit,
+    Entry,
+    Envelope,
+    Escalation,
+    HistoryItem,
+    Lease,
+    Me,
+    Page,
+    Quorum,
+    Receipt,
+    Review,
+    Transition,
+    Vote,
+)
+from .names import (
+    key_token,
+    pending_id,
+)
+from .outcome import (
+    APPROVED,
+    EXECUTED,
+    FAILED,
+    SCHEDULED,
+    Outcome,
+    answer,
 )
 from .verdict import (
     EXPIRED,
@@ -79,5 +103,84 @@ from .verdict import (
     Verdict,
     submit_and_wait,
 )
+from ._wire import (
+    SCHEMA_VERSION,
+)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_AWAIT",
+    "DEFAULT_TIMEOUT",
+    "Client",
+    "ReportError",
+    "gate",
+    "CANCELLED",
+    "DENIED_BY_POLICY",
+    "REJECTED_BY_TIMEOUT",
+    "REJECTED_BY_USER",
+    "APIError",
+    "AwaitStoppedError",
+    "AwaitTimeoutError",
+    "ConflictError",
+    "EditDeniedError",
+    "ExecutionError",
+    "ExpiredError",
+    "ForbiddenError",
+    "IdempotencyConflictError",
+    "InternalError",
+    "InvalidError",
+    "MethodNotAllowedError",
+    "MisdirectedRequestError",
+    "NotFoundError",
+    "RejectedError",
+    "StorageFullError",
+    "TooLargeError",
+    "ToolgateError",
+    "TurnInterruptedError",
+    "UnauthorizedError",
+    "UnreachableError",
+    "UnsupportedMediaTypeError",
+    "WaitTimeoutError",
+    "WithdrawnError",
+    "DEFAULT_IDLE_TIMEOUT",
+    "GREETING",
+    "TERMINAL_STATES",
+    "Event",
+    "EventStream",
+    "FatalStreamError",
+    "Seen",
+    "follow",
+    "parse",
+    "Edit",
+    "Entry",
+    "Envelope",
+    "Escalation",
+    "HistoryItem",
+    "Lease",
+    "Me",
+    "Page",
+    "Quorum",
+    "Receipt",
+    "Review",
+    "Transition",
+    "Vote",
+    "key_token",
+    "pending_id",
+    "APPROVED",
+    "EXECUTED",
+    "FAILED",
+    "SCHEDULED",
+    "Outcome",
+    "answer",
+    "EXPIRED",
+    "RAN_ELSEWHERE",
+    "REFUSED",
+    "RUN",
+    "TIMED_OUT",
+    "UNREACHABLE",
+    "WITHDRAWN",
+    "Verdict",
+    "submit_and_wait",
+    "SCHEMA_VERSION",
+]

@@ -6,8 +6,8 @@ bounded by a timeout, and so is every wait: nothing here waits on
 toolgate for ever.
 """
 
-import base64
-import hashlib
+from __future__ import annotations
+
 import http.client
 import json
 import re
@@ -16,17 +16,22 @@ import ssl
 import threading
 import time
 import urllib.parse
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import _wire
+from ._checks import check_id, check_reason, check_timeout
 from .errors import (
     AwaitStoppedError,
     AwaitTimeoutError,
-    ExecutionError,
     InternalError,
     NotFoundError,
-    RejectedError,
     UnreachableError,
-    api_error,
 )
+from .events import DEFAULT_IDLE_TIMEOUT, GREETING, EventStream, parse
+from .model import JSON, Entry, HistoryItem, Me, Page
+from .names import is_pending_id
+from .outcome import Outcome, answer
+from .verdict import WITHDRAW_TIMEOUT, Verdict, submit_and_wait
 
 # DEFAULT_TIMEOUT bounds one request, in seconds.
 DEFAULT_TIMEOUT = 30.0
@@ -34,155 +39,7 @@ DEFAULT_TIMEOUT = 30.0
 # DEFAULT_AWAIT bounds await_call when the caller names no timeout.
 DEFAULT_AWAIT = 300.0
 
-# How long a wait on the event stream hears nothing before it takes the
-# connection for dead (toolgate sends a comment every 15 s).
-_IDLE_TIMEOUT = 45.0
-
-# The bounds the API puts on what a caller sends (wire.MaxString, MaxID):
-# checked here too, so that a bad input is named before it is sent.
-MAX_ID = 256
-MAX_REASON = 4096
-
-# The kinds of Outcome (client.Kind).
-APPROVED = "approved"  # a human approved the call: run it (started first)
-SCHEDULED = "scheduled"  # nobody had to approve it and it is due: run it
-EXECUTED = "executed"  # it ran and succeeded; result and cost say how
-FAILED = "failed"  # it ran and failed (raised as an ExecutionError)
-
-
-class Outcome:
-    """What became of a call that was not refused.
-
-    kind: approved or scheduled (run it now, with arguments), executed
-    (it ran: result, cost). arguments are what to run: the approver's when
-    they edited the agent's (edited is then True), else the agent's own.
-    by is who let it run (the approver, or "policy"), reason why, scope
-    how far a human's approval reaches; entry is the call as last read.
-    """
-
-    def __init__(self, kind, entry):
-        self.kind = kind
-        self.entry = entry
-        self.pending_id = entry.get("pendingId", "")
-        self.arguments = entry.get("toolArguments")
-        if self.arguments is None:
-            self.arguments = {}
-        self.edited = bool(entry.get("originalArguments"))
-        self.by = entry.get("approvedOrRejectedByUserId") or "policy"
-        self.reason = entry.get("statusReason", "")
-        self.scope = entry.get("decisionScope", "")
-        self.result = entry.get("result")
-        self.cost = entry.get("cost", 0.0)
-        if kind == SCHEDULED:
-            self.by = "policy"
-
-    @property
-    def runnable(self):
-        """Whether the caller should run the tool now (started first)."""
-        return self.kind in (APPROVED, SCHEDULED)
-
-    def __repr__(self):
-        return "Outcome(kind=%r, pending_id=%r, by=%r, edited=%r)" % (self.kind, self.pending_id, self.by, self.edited)
-
-
-def answer(entry, until_finished=False, now_ms=None):
-    """What an entry says to a caller waiting on it (client's answer):
-    (outcome, error, wake_ms). An outcome or an error is the answer; with
-    neither, wait for the next change, or (wake_ms) until a scheduled call
-    is due."""
-    rejected = RejectedError.from_entry(entry)
-    if rejected is not None:
-        return None, rejected, None
-    status = entry.get("status")
-    if status == "COMPLETED_SUCCESS":
-        return Outcome(EXECUTED, entry), None, None
-    if status == "COMPLETED_FAILURE":
-        return None, ExecutionError(entry.get("error", ""), entry, entry.get("cost", 0.0)), None
-    if until_finished:
-        return None, None, None
-    if status == "APPROVED_READY_FOR_EXECUTION":
-        return Outcome(APPROVED, entry), None, None
-    if status == "SCHEDULED_FOR_EXECUTION":
-        due = entry.get("scheduledExecutionTime") or 0
-        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-        if now_ms < due:
-            return None, None, due
-        return Outcome(SCHEDULED, entry), None, None
-    # Pending approval, or running: the answer is still to come.
-    return None, None, None
-
-
-_PLAIN_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def key_token(s):
-    """One token of a key, as toolgate makes it (machine.KeyToken): s when
-    it is plain, else "=" and its unpadded base64url, or "==" and that of
-    its SHA-256 when that would be longer than 512 characters."""
-    if len(s) <= 512 and _PLAIN_TOKEN.match(s):
-        return s
-    raw = s.encode("utf-8")
-    enc = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-    if len(enc) < 512:
-        return "=" + enc
-    return "==" + base64.urlsafe_b64encode(hashlib.sha256(raw).digest()).rstrip(b"=").decode()
-
-
-def pending_id(conversation_id, tool_call_id):
-    """The pendingId toolgate gives the call tool_call_id of
-    conversation_id (machine.PendingID)."""
-    return key_token(conversation_id) + "." + key_token(tool_call_id)
-
-
-_PENDING_ID = re.compile(r"^(=?[A-Za-z0-9_-]+|==[A-Za-z0-9_-]+)\.(=?[A-Za-z0-9_-]+|==[A-Za-z0-9_-]+)$")
-
-
-def _check_id(name, value, required=True):
-    if value is None or value == "":
-        if required:
-            raise ValueError("%s: required, 1 to %d bytes" % (name, MAX_ID))
-        return
-    if not isinstance(value, str):
-        raise TypeError("%s: want a str, got %s" % (name, type(value).__name__))
-    if len(value.encode("utf-8")) > MAX_ID:
-        raise ValueError("%s: at most %d bytes, got %d" % (name, MAX_ID, len(value.encode("utf-8"))))
-
-
-def _check_timeout(name, value):
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0 or value != value or value == float("inf"):
-        raise ValueError("%s: want a finite number of seconds above 0, got %r" % (name, value))
-    return float(value)
-
-
-class _Stream:
-    """An open event stream: readline() reads it, close() ends it, and
-    interrupt() (from another thread) makes a reader blocked on it return
-    at once, at the end of the stream or with an error."""
-
-    def __init__(self, conn, resp):
-        self.conn = conn
-        self.resp = resp
-
-    def readline(self):
-        return self.resp.readline()
-
-    def interrupt(self):
-        sock = self.conn.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self):
-        self.interrupt()
-        self.conn.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 class Client:
@@ -191,13 +48,13 @@ class Client:
     timeout bounds each request, in seconds. It is safe to share between
     threads: each request has its own connection."""
 
-    def __init__(self, url, token=None, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, url: str, token: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError("url: want http://HOST[:PORT] or https://HOST[:PORT], got %r" % url)
         self.url = url.rstrip("/")
         self.token = token
-        self.timeout = _check_timeout("timeout", timeout)
+        self.timeout = check_timeout("timeout", timeout)
         self._scheme = parsed.scheme
         self._host = parsed.hostname
         self._port = parsed.port
@@ -205,18 +62,19 @@ class Client:
 
     # -- the requests ------------------------------------------------------
 
-    def headers(self, accept="application/json"):
+    def _headers(self, accept: str = "application/json") -> Dict[str, str]:
         h = {"Accept": accept, "User-Agent": "toolgate-python"}
         if self.token:
             h["Authorization"] = "Bearer " + self.token
         return h
 
-    def _connect(self, timeout):
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
         if self._scheme == "https":
             return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=ssl.create_default_context())
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
-    def _send(self, method, path, body, headers, timeout):
+    def _send(self, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
+              timeout: float) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """Sends a request; returns (connection, response). Raises
         UnreachableError when nothing answered."""
         conn = self._connect(timeout)
@@ -233,13 +91,14 @@ class Client:
                 why = "no answer within %gs" % timeout
             raise UnreachableError(self.url, why, sent=sent) from None
 
-    def request(self, method, path, body=None, timeout=None):
+    def _request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
+                 timeout: Optional[float] = None) -> Any:
         """Sends one JSON request (a POST always carries a JSON body, {} when
-        none is given) and returns the decoded answer. Raises the APIError
-        of a refusal, UnreachableError when nothing answered within
-        timeout (default: the client's)."""
-        timeout = self.timeout if timeout is None else _check_timeout("timeout", timeout)
-        headers = self.headers()
+        none is given) and returns the answer's JSON, for _wire to read.
+        Raises the APIError of a refusal, UnreachableError when nothing
+        answered within timeout (default: the client's)."""
+        timeout = self.timeout if timeout is None else check_timeout("timeout", timeout)
+        headers = self._headers()
         data = None
         if method == "POST":
             data = json.dumps({} if body is None else body).encode()
@@ -252,84 +111,89 @@ class Client:
         finally:
             conn.close()
         if resp.status >= 400:
-            raise _refusal(resp.status, resp.reason, raw)
+            raise _wire.refusal(resp.status, resp.reason, raw)
         if not raw:
             return None
         return json.loads(raw)
 
-    def me(self):
-        """Who the token says the caller is: {"id", "roles", "open"}."""
-        return self.request("GET", "/v1/me")
+    def _entry(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
+               timeout: Optional[float] = None) -> Entry:
+        """_request for an answer that is a call's entry."""
+        return _wire.decode(Entry, self._request(method, path, body, timeout))
 
-    def submit(self, tool_name, arguments=None, conversation_id=None, tool_call_id=None, team=None,
-               task_id=None, estimated_cost=None, permission_mode=None, timeout=None):
+    def me(self) -> Me:
+        """Who the token says the caller is."""
+        return _wire.decode(Me, self._request("GET", "/v1/me"))
+
+    def submit(self, tool_name: str, arguments: Optional[JSON] = None, conversation_id: Optional[str] = None,
+               tool_call_id: Optional[str] = None, team: Optional[str] = None, task_id: Optional[str] = None,
+               estimated_cost: Optional[float] = None, permission_mode: Optional[str] = None,
+               timeout: Optional[float] = None) -> Entry:
         """Submits a call (POST /v1/tool-calls) as the token's user and
         returns its entry: pending approval, scheduled, or refused by policy
         (REJECTED_BY_POLICY). The same tool_call_id again in the
         conversation answers the entry the first submit made."""
-        _check_id("conversation_id", conversation_id)
-        _check_id("tool_call_id", tool_call_id, required=False)
-        _check_id("team", team, required=False)
-        _check_id("task_id", task_id, required=False)
-        if not isinstance(tool_name, str) or not re.match(r"^[A-Za-z0-9_-]{1,128}$", tool_name):
+        check_id("conversation_id", conversation_id)
+        check_id("tool_call_id", tool_call_id, required=False)
+        check_id("team", team, required=False)
+        check_id("task_id", task_id, required=False)
+        if not isinstance(tool_name, str) or not _TOOL_NAME.match(tool_name):
             raise ValueError("tool_name: must be 1 to 128 letters, digits, '_' or '-', got %r" % (tool_name,))
-        call = {"toolName": tool_name, "conversationId": conversation_id, "toolArguments": {} if arguments is None else arguments}
-        if tool_call_id:
-            call["toolCallId"] = tool_call_id
-        if team:
-            call["team"] = team
-        if task_id:
-            call["taskId"] = task_id
-        if estimated_cost:
-            call["estimatedCost"] = estimated_cost
-        if permission_mode:
-            call["permissionMode"] = permission_mode
-        return self.request("POST", "/v1/tool-calls", call, timeout)
+        call = _wire.body(tool_name=tool_name, conversation_id=conversation_id,
+                          tool_arguments={} if arguments is None else arguments,
+                          tool_call_id=tool_call_id or None, team=team or None, task_id=task_id or None,
+                          estimated_cost=estimated_cost or None, permission_mode=permission_mode or None)
+        return self._entry("POST", "/v1/tool-calls", call, timeout)
 
-    def get(self, pending_id, timeout=None):
+    def get(self, pending_id: str, timeout: Optional[float] = None) -> Entry:
         """The call pending_id as it is now."""
-        return self.request("GET", "/v1/tool-calls/" + _path(pending_id), timeout=timeout)
+        return self._entry("GET", "/v1/tool-calls/" + _path(pending_id), timeout=timeout)
 
-    def history(self, pending_id, timeout=None):
+    def history(self, pending_id: str, timeout: Optional[float] = None) -> List[HistoryItem]:
         """Every transition of the call, with who and why."""
-        return self.request("GET", "/v1/tool-calls/%s/history" % _path(pending_id), timeout=timeout)
+        raw = self._request("GET", "/v1/tool-calls/%s/history" % _path(pending_id), timeout=timeout)
+        return _wire.decode_list(HistoryItem, raw)
 
-    def list_page(self, status=None, conversation_id=None, tool_name=None, caller_bot_id=None, limit=None, cursor=None, timeout=None):
-        """One page of calls, oldest first: {"items", "nextCursor"?,
-        "eventsSeq"} (eventsSeq: the event stream's position read before
-        the page; following the stream after it misses nothing)."""
-        query = {}
-        for k, v in (("status", status), ("conversationId", conversation_id), ("toolName", tool_name),
-                     ("callerBotId", caller_bot_id), ("limit", limit), ("cursor", cursor)):
-            if v is not None and v != "":
-                query[k] = v
+    def list_page(self, status: Optional[str] = None, conversation_id: Optional[str] = None,
+                  tool_name: Optional[str] = None, caller_bot_id: Optional[str] = None, limit: Optional[int] = None,
+                  cursor: Optional[str] = None, timeout: Optional[float] = None) -> Page:
+        """One page of calls, oldest first, and the event stream's position
+        read before the page (following the stream after it misses
+        nothing)."""
+        query = _wire.body(status=status or None, conversation_id=conversation_id or None, tool_name=tool_name or None,
+                           caller_bot_id=caller_bot_id or None, limit=limit, cursor=cursor or None)
         path = "/v1/tool-calls"
         if query:
             path += "?" + urllib.parse.urlencode(query)
-        return self.request("GET", path, timeout=timeout)
+        return _wire.decode(Page, self._request("GET", path, timeout=timeout))
 
-    def list(self, status=None, conversation_id=None, tool_name=None, caller_bot_id=None, max_items=10000, timeout=None):
+    def list(self, status: Optional[str] = None, conversation_id: Optional[str] = None, tool_name: Optional[str] = None,
+             caller_bot_id: Optional[str] = None, max_items: int = 10000,
+             timeout: Optional[float] = None) -> Tuple[List[Entry], str]:
         """Every call matching the filters given, oldest first, page after
         page, and the event stream's position read before the first page:
         (entries, events_seq). Raises ValueError past max_items calls."""
-        entries, events_seq, cursor = [], None, None
+        entries: List[Entry] = []
+        events_seq: Optional[int] = None
+        cursor = ""
         while True:
             page = self.list_page(status, conversation_id, tool_name, caller_bot_id, cursor=cursor, timeout=timeout)
             if events_seq is None:
-                events_seq = page.get("eventsSeq", 0)
-            entries.extend(page.get("items") or [])
+                events_seq = page.events_seq
+            entries.extend(page.items)
             if len(entries) > max_items:
                 raise ValueError("list: more than max_items=%d calls match; narrow the filters or raise it" % max_items)
-            cursor = page.get("nextCursor")
+            cursor = page.next_cursor
             if not cursor:
                 return entries, str(events_seq)
 
-    def pending(self, timeout=None):
+    def pending(self, timeout: Optional[float] = None) -> Tuple[List[Entry], str]:
         """Every call waiting for a decision, and the event stream's
         position read before them: (entries, events_seq)."""
         return self.list(status="PENDING_APPROVAL", timeout=timeout)
 
-    def decide(self, pending_id, approved, reason="", arguments=None, scope=None, timeout=None, interrupt=False):
+    def decide(self, pending_id: str, approved: bool, reason: str = "", arguments: Optional[JSON] = None,
+               scope: Optional[str] = None, timeout: Optional[float] = None, interrupt: bool = False) -> Entry:
         """Approves or rejects a pending call as the token's user (an
         approver), with edited arguments when approving; returns the entry
         decided. interrupt, on a rejection, asks the agent to stop its
@@ -337,83 +201,69 @@ class Client:
         says who), ExpiredError past the deadline, ForbiddenError when the
         call's policy names other approvers, EditDeniedError for an edit a
         rule forbids."""
-        if len(reason.encode("utf-8")) > MAX_REASON:
-            raise ValueError("reason: at most %d bytes, got %d" % (MAX_REASON, len(reason.encode("utf-8"))))
-        body = {"approved": bool(approved), "reason": reason}
-        if arguments is not None:
-            body["arguments"] = arguments
-        if scope:
-            body["scope"] = scope
-        if interrupt:
-            body["interrupt"] = True
-        return self.request("POST", "/v1/tool-calls/%s/decision" % _path(pending_id), body, timeout)
+        check_reason(reason)
+        body = _wire.body(approved=bool(approved), reason=reason, arguments=arguments, scope=scope or None,
+                          interrupt=True if interrupt else None)
+        return self._entry("POST", "/v1/tool-calls/%s/decision" % _path(pending_id), body, timeout)
 
-    def cancel(self, pending_id, reason=None, timeout=None):
+    def cancel(self, pending_id: str, reason: Optional[str] = None, timeout: Optional[float] = None) -> Entry:
         """Cancels a call that has not started running (an agent: its own);
         returns the entry. ConflictError when it is past cancelling."""
-        body = {}
         if reason:
-            if len(reason.encode("utf-8")) > MAX_REASON:
-                raise ValueError("reason: at most %d bytes, got %d" % (MAX_REASON, len(reason.encode("utf-8"))))
-            body["reason"] = reason
-        return self.request("POST", "/v1/tool-calls/%s/cancel" % _path(pending_id), body, timeout)
+            check_reason(reason)
+        return self._entry("POST", "/v1/tool-calls/%s/cancel" % _path(pending_id), _wire.body(reason=reason or None), timeout)
 
-    def started(self, pending_id, lease_ms=None, timeout=None):
+    def started(self, pending_id: str, lease_ms: Optional[int] = None, timeout: Optional[float] = None) -> Entry:
         """Claims a runnable call (approved, or scheduled and due) to run it
         here: EXECUTING, held for lease_ms (default an hour). ConflictError
         when it may not run or someone claimed it first: do not run it."""
-        return self._report("started", pending_id, {"leaseMs": lease_ms} if lease_ms else {}, timeout)
+        return self._report("started", pending_id, _wire.body(lease_ms=lease_ms or None), timeout)
 
-    def heartbeat(self, pending_id, lease_ms=None, timeout=None):
+    def heartbeat(self, pending_id: str, lease_ms: Optional[int] = None, timeout: Optional[float] = None) -> Entry:
         """Renews the claim on a call this caller runs, for lease_ms from now."""
-        return self._report("heartbeat", pending_id, {"leaseMs": lease_ms} if lease_ms else {}, timeout)
+        return self._report("heartbeat", pending_id, _wire.body(lease_ms=lease_ms or None), timeout)
 
-    def succeeded(self, pending_id, result=None, cost=None, timeout=None):
+    def succeeded(self, pending_id: str, result: JSON = None, cost: Optional[float] = None,
+                  timeout: Optional[float] = None) -> Entry:
         """Records that the call this caller claimed ran: its result (any
         JSON) and cost. COMPLETED_SUCCESS."""
-        body = {}
-        if result is not None:
-            body["result"] = result
-        if cost:
-            body["cost"] = cost
-        return self._report("succeeded", pending_id, body, timeout)
+        return self._report("succeeded", pending_id, _wire.body(result=result, cost=cost or None), timeout)
 
-    def failed(self, pending_id, error, cost=None, timeout=None):
+    def failed(self, pending_id: str, error: str, cost: Optional[float] = None, timeout: Optional[float] = None) -> Entry:
         """Records that the call this caller claimed ran and failed, with its
         error. COMPLETED_FAILURE."""
-        body = {"error": error} if error else {}
-        if cost:
-            body["cost"] = cost
-        return self._report("failed", pending_id, body, timeout)
+        return self._report("failed", pending_id, _wire.body(error=error or None, cost=cost or None), timeout)
 
-    def _report(self, what, pending_id, body, timeout):
-        return self.request("POST", "/v1/tool-calls/%s/%s" % (_path(pending_id), what), body, timeout)
+    def _report(self, what: str, pending_id: str, body: Dict[str, Any], timeout: Optional[float]) -> Entry:
+        return self._entry("POST", "/v1/tool-calls/%s/%s" % (_path(pending_id), what), body, timeout)
 
     # -- the event stream -------------------------------------------------
 
-    def open_events(self, last_event_id=None, idle_timeout=_IDLE_TIMEOUT, conversation_id=None, tool_name=None):
+    def open_events(self, last_event_id: Optional[str] = None, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+                    conversation_id: Optional[str] = None, tool_name: Optional[str] = None) -> EventStream:
         """Opens GET /v1/events after last_event_id (None: the events to
         come), narrowed to a conversation or tool when given. A read that
         hears nothing for idle_timeout seconds raises socket.timeout.
         Returns a stream to read with events.parse and to close."""
-        headers = self.headers("text/event-stream")
+        headers = self._headers("text/event-stream")
         if last_event_id is not None:
             headers["Last-Event-ID"] = str(last_event_id)
-        query = {k: v for k, v in (("conversationId", conversation_id), ("toolName", tool_name)) if v}
+        query = _wire.body(conversation_id=conversation_id or None, tool_name=tool_name or None)
         path = "/v1/events" + ("?" + urllib.parse.urlencode(query) if query else "")
-        conn, resp = self._send("GET", path, None, headers, _check_timeout("idle_timeout", idle_timeout))
+        conn, resp = self._send("GET", path, None, headers, check_timeout("idle_timeout", idle_timeout))
         if resp.status >= 400:
             try:
                 raw = resp.read()
             except (OSError, http.client.HTTPException):
                 raw = b""
             conn.close()
-            raise _refusal(resp.status, resp.reason, raw)
-        return _Stream(conn, resp)
+            raise _wire.refusal(resp.status, resp.reason, raw)
+        return EventStream(conn, resp)
 
     # -- waiting -----------------------------------------------------------
 
-    def await_call(self, pending_id, timeout=DEFAULT_AWAIT, until_finished=False, stop=None):
+    def await_call(self, pending_id: str, timeout: float = DEFAULT_AWAIT, until_finished: bool = False,
+                   stop: Optional[threading.Event] = None) -> Outcome:
         """Waits until the call pending_id reaches a state the caller acts
         on, and returns its Outcome (approved or scheduled: run it; with
         until_finished, only once it ran: executed). Raises RejectedError
@@ -429,8 +279,8 @@ class Client:
         again and the call read again: a lost event costs time, never the
         answer. It never hands back a running call (EXECUTING) as one to
         run: somebody claimed it; it waits for that run to finish."""
-        timeout = _check_timeout("timeout", timeout)
-        if not isinstance(pending_id, str) or not _PENDING_ID.match(pending_id):
+        timeout = check_timeout("timeout", timeout)
+        if not is_pending_id(pending_id):
             raise NotFoundError(404, "not_found", "await %r: not a toolgate pendingId" % (pending_id,))
         deadline = time.monotonic() + timeout
         entry = self.get(pending_id, timeout=min(self.timeout, timeout))
@@ -466,22 +316,22 @@ class Client:
                 except (UnreachableError, InternalError):
                     pass
 
-    def _follow_call(self, pending_id, entry, wake, until_finished, stop):
+    def _follow_call(self, pending_id: str, entry: Entry, wake: float, until_finished: bool,
+                     stop: Optional[threading.Event]) -> Entry:
         """Follows the call's conversation from now until the call has an
         answer or wake (a monotonic time) comes, reading the call once
         the stream is open and at each of its events; returns the call as
         last read."""
-        from .events import GREETING, parse
-
-        idle = max(0.05, min(_IDLE_TIMEOUT, wake - time.monotonic()))
-        stream = self.open_events(None, idle, conversation_id=entry.get("conversationId"))
+        idle = max(0.05, min(DEFAULT_IDLE_TIMEOUT, wake - time.monotonic()))
+        stream = self.open_events(None, idle, conversation_id=entry.conversation_id)
         watcher = None
+        done = threading.Event()
         if stop is not None:
-            done = threading.Event()
+            halt = stop
 
-            def watch():
+            def watch() -> None:
                 while not done.is_set():
-                    if stop.wait(0.05):
+                    if halt.wait(0.05):
                         stream.interrupt()
                         return
 
@@ -490,7 +340,7 @@ class Client:
         try:
             with stream:
                 for ev in parse(stream, comments=True):
-                    about = ev is GREETING or (isinstance(ev.data, dict) and (ev.data.get("entry") or {}).get("pendingId") == pending_id)
+                    about = ev is GREETING or (ev.envelope is not None and ev.envelope.entry.pending_id == pending_id)
                     if about:
                         remaining = wake - time.monotonic()
                         entry = self.get(pending_id, timeout=max(0.1, min(self.timeout, remaining if remaining > 0 else 1.0)))
@@ -513,23 +363,19 @@ class Client:
             return entry
         raise UnreachableError(self.url, "the event stream ended", sent=True)
 
-    def submit_and_wait(self, tool_name, arguments=None, conversation_id=None, tool_call_id=None, wait=60.0, **options):
+    def submit_and_wait(self, tool_name: str, arguments: Optional[JSON] = None, conversation_id: Optional[str] = None,
+                        tool_call_id: Optional[str] = None, wait: float = 60.0, team: Optional[str] = None,
+                        task_id: Optional[str] = None, estimated_cost: Optional[float] = None,
+                        permission_mode: Optional[str] = None, stop: Optional[threading.Event] = None,
+                        on_pending: Optional[Callable[[Entry], None]] = None,
+                        withdraw_timeout: float = WITHDRAW_TIMEOUT) -> Verdict:
         """Submits the call and waits for its verdict within wait seconds:
         see verdict.submit_and_wait."""
-        from .verdict import submit_and_wait
+        return submit_and_wait(self, tool_name, arguments, conversation_id, tool_call_id, wait, team, task_id,
+                               estimated_cost, permission_mode, stop, on_pending, withdraw_timeout)
 
-        return submit_and_wait(self, tool_name, arguments, conversation_id, tool_call_id, wait, **options)
 
-
-def _path(pending_id):
+def _path(pending_id: str) -> str:
     if not isinstance(pending_id, str) or not pending_id:
         raise ValueError("pending_id: required, the call's pendingId")
     return urllib.parse.quote(pending_id, safe="")
-
-
-def _refusal(status, reason, raw):
-    try:
-        body = json.loads(raw)["error"]
-        return api_error(status, body.get("code", ""), body.get("message", ""), body.get("entry"))
-    except (ValueError, KeyError, TypeError):
-        return api_error(status, "", raw.decode("utf-8", "replace").strip() or reason)

@@ -9,7 +9,18 @@ RejectedError, one that ran and failed an ExecutionError: errors, never
 results, so that a refusal cannot be passed on as if the tool had run.
 """
 
+from __future__ import annotations
+
 import datetime
+from typing import Dict, Optional, Type
+
+from .model import (
+    CANCELLED_BY_SYSTEM,
+    REJECTED_BY_POLICY,
+    REJECTED_BY_TIMEOUT as STATE_REJECTED_BY_TIMEOUT,
+    REJECTED_BY_USER as STATE_REJECTED_BY_USER,
+    Entry,
+)
 
 
 class ToolgateError(Exception):
@@ -23,7 +34,7 @@ class UnreachableError(ToolgateError):
     toolgate before its answer was lost (a timeout after sending): a
     submit that may have landed is withdrawn by its tool call id."""
 
-    def __init__(self, url, why, sent=False):
+    def __init__(self, url: str, why: str, sent: bool = False) -> None:
         super().__init__("toolgate is not reachable at %s: %s" % (url, why))
         self.url = url
         self.why = why
@@ -34,10 +45,7 @@ class APIError(ToolgateError):
     """A refusal from the HTTP API: its status and its error body's code,
     message and (on a 409) the entry as it is now."""
 
-    status = 0
-    code = ""
-
-    def __init__(self, status, code, message, entry=None):
+    def __init__(self, status: int, code: str, message: str, entry: Optional[Entry] = None) -> None:
         super().__init__("%d %s: %s" % (status, code or "?", message))
         self.status = status
         self.code = code
@@ -106,7 +114,7 @@ class InternalError(APIError):
 
 
 # The error body's codes, and the class each is raised as.
-ERRORS_BY_CODE = {
+ERRORS_BY_CODE: Dict[str, Type[APIError]] = {
     "invalid": InvalidError,
     "unauthorized": UnauthorizedError,
     "forbidden": ForbiddenError,
@@ -124,7 +132,7 @@ ERRORS_BY_CODE = {
 }
 
 
-def api_error(status, code, message, entry=None):
+def api_error(status: int, code: str, message: str, entry: Optional[Entry] = None) -> APIError:
     """The APIError for a refusal: the class of its code, else of its
     status (a 5xx is an InternalError), else APIError itself."""
     cls = ERRORS_BY_CODE.get(code)
@@ -140,10 +148,10 @@ CANCELLED = "cancelled"  # CANCELLED_BY_SYSTEM: cancelled before it ran
 DENIED_BY_POLICY = "denied"  # REJECTED_BY_POLICY: a policy rule forbids it
 
 REJECTIONS = {
-    "REJECTED_BY_USER": REJECTED_BY_USER,
-    "REJECTED_BY_TIMEOUT": REJECTED_BY_TIMEOUT,
-    "CANCELLED_BY_SYSTEM": CANCELLED,
-    "REJECTED_BY_POLICY": DENIED_BY_POLICY,
+    STATE_REJECTED_BY_USER: REJECTED_BY_USER,
+    STATE_REJECTED_BY_TIMEOUT: REJECTED_BY_TIMEOUT,
+    CANCELLED_BY_SYSTEM: CANCELLED,
+    REJECTED_BY_POLICY: DENIED_BY_POLICY,
 }
 
 
@@ -153,25 +161,26 @@ class RejectedError(ToolgateError):
     reason (as they said it), rule (the policy rule that denied it, for
     denied) and entry (the call as it was refused)."""
 
-    def __init__(self, kind, by, reason, entry, rule=""):
+    def __init__(self, kind: str, by: str, reason: str, entry: Entry, rule: str = "") -> None:
         self.kind = kind
         self.by = by
         self.reason = reason
         self.rule = rule
-        self.entry = entry or {}
+        self.entry = entry
         super().__init__(self._describe())
 
     @property
-    def pending_id(self):
-        return self.entry.get("pendingId", "")
+    def pending_id(self) -> str:
+        """The call's pendingId."""
+        return self.entry.pending_id
 
-    def _describe(self):
-        head = "tool call %s (%s) " % (self.entry.get("pendingId", "?"), self.entry.get("toolName", "?"))
+    def _describe(self) -> str:
+        head = "tool call %s (%s) " % (self.entry.pending_id or "?", self.entry.tool_name or "?")
         if self.kind == REJECTED_BY_USER:
             text = head + "rejected by " + (self.by or "?")
         elif self.kind == REJECTED_BY_TIMEOUT:
             text = head + "timed out: nobody decided"
-            at = self.entry.get("approvalTimeoutAt")
+            at = self.entry.approval_timeout_at
             if at:
                 when = datetime.datetime.fromtimestamp(at / 1000, datetime.timezone.utc)
                 text += " by " + when.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -186,21 +195,21 @@ class RejectedError(ToolgateError):
             text += ": " + self.reason
         return text
 
-    @classmethod
-    def from_entry(cls, entry):
-        """The RejectedError of an entry in a refusing state, or None."""
-        kind = REJECTIONS.get(entry.get("status"))
+    @staticmethod
+    def from_entry(entry: Entry) -> Optional[RejectedError]:
+        """The RejectedError of an entry in a refusing state (a
+        TurnInterruptedError when its rejection stops the turn), or None."""
+        kind = REJECTIONS.get(entry.status)
         if kind is None:
             return None
-        reason = entry.get("statusReason", "")
-        by = (entry.get("lastTransition") or {}).get("actor", "")
+        reason = entry.status_reason
+        by = entry.last_transition.actor if entry.last_transition is not None else ""
         rule = ""
         if kind == REJECTED_BY_USER:
-            by = entry.get("approvedOrRejectedByUserId") or by
+            by = entry.approved_or_rejected_by_user_id or by
         elif kind == DENIED_BY_POLICY:
             by, rule = "policy", reason
-        if entry.get("interrupt") and cls is RejectedError:
-            cls = TurnInterruptedError
+        cls = TurnInterruptedError if entry.interrupt else RejectedError
         return cls(kind, by, reason, entry, rule)
 
 
@@ -209,7 +218,7 @@ class TurnInterruptedError(RejectedError):
     reject --interrupt): stop, and hand back to the user, rather than go
     on to other calls. It is a RejectedError too."""
 
-    def _describe(self):
+    def _describe(self) -> str:
         return super()._describe() + "; stop this turn and hand back to the user"
 
 
@@ -217,12 +226,12 @@ class ExecutionError(ToolgateError):
     """A call that ran and failed (COMPLETED_FAILURE): the tool's error as
     reported, and what the run cost. Not a refusal: the call was allowed."""
 
-    def __init__(self, message, entry, cost=0.0):
+    def __init__(self, message: str, entry: Entry, cost: float = 0.0) -> None:
         self.message = message
         self.cost = cost
-        self.entry = entry or {}
+        self.entry = entry
         super().__init__("tool call %s (%s) failed: %s" % (
-            self.entry.get("pendingId", "?"), self.entry.get("toolName", "?"), message or "no error message reported"))
+            entry.pending_id or "?", entry.tool_name or "?", message or "no error message reported"))
 
 
 class WaitTimeoutError(ToolgateError):
@@ -230,7 +239,7 @@ class WaitTimeoutError(ToolgateError):
     (CANCELLED_BY_SYSTEM, "withdrawn: " and why) unless withdraw_error is
     set: then withdrawing it failed, and it may still be pending."""
 
-    def __init__(self, pending_id, why, withdraw_error=None):
+    def __init__(self, pending_id: str, why: str, withdraw_error: Optional[Exception] = None) -> None:
         text = "tool call %s withdrawn: %s" % (pending_id, why)
         if withdraw_error is not None:
             text = "tool call %s: %s, and withdrawing it failed (it may still be pending): %s" % (pending_id, why, withdraw_error)
@@ -249,8 +258,8 @@ class AwaitTimeoutError(ToolgateError, TimeoutError):
     """Client.await_call's timeout passed before the call reached a state
     the caller acts on; .entry is the call as last read (None if never)."""
 
-    def __init__(self, pending_id, timeout, entry=None):
-        state = "still " + entry.get("status", "?") if entry else "not read yet"
+    def __init__(self, pending_id: str, timeout: float, entry: Optional[Entry] = None) -> None:
+        state = "still " + (entry.status or "?") if entry is not None else "not read yet"
         super().__init__("await %s (%s): no answer within %gs" % (pending_id, state, timeout))
         self.pending_id = pending_id
         self.timeout = timeout
@@ -261,8 +270,8 @@ class AwaitStoppedError(ToolgateError):
     """Client.await_call's stop event was set before the call reached a
     state the caller acts on; .entry is the call as last read."""
 
-    def __init__(self, pending_id, entry=None):
-        state = "still " + entry.get("status", "?") if entry else "not read yet"
+    def __init__(self, pending_id: str, entry: Optional[Entry] = None) -> None:
+        state = "still " + (entry.status or "?") if entry is not None else "not read yet"
         super().__init__("await %s (%s): stopped" % (pending_id, state))
         self.pending_id = pending_id
         self.entry = entry

@@ -6,26 +6,37 @@ that reconnects with `Last-Event-ID: <id>` gets everything after it, so
 follow() misses nothing across a lost connection or a toolgate restart.
 """
 
+from __future__ import annotations
+
 import collections
 import http.client
-import json
+import socket
 import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Callable, Iterator, List, Optional, Protocol, Type
 
+from ._wire import envelope
 from .errors import APIError, ToolgateError, UnreachableError
-
-# SCHEMA_VERSION is the envelope's `v` this package understands. Fields are
-# added without a new version; a removed or changed one raises it.
-SCHEMA_VERSION = 1
+from .model import (
+    CANCELLED_BY_SYSTEM,
+    COMPLETED_FAILURE,
+    COMPLETED_SUCCESS,
+    REJECTED_BY_POLICY,
+    REJECTED_BY_TIMEOUT,
+    REJECTED_BY_USER,
+    Envelope,
+)
 
 # The states a call ends in (docs/events.md, the state diagram).
 TERMINAL_STATES = frozenset(
     [
-        "COMPLETED_SUCCESS",
-        "COMPLETED_FAILURE",
-        "REJECTED_BY_USER",
-        "REJECTED_BY_TIMEOUT",
-        "REJECTED_BY_POLICY",
-        "CANCELLED_BY_SYSTEM",
+        COMPLETED_SUCCESS,
+        COMPLETED_FAILURE,
+        REJECTED_BY_USER,
+        REJECTED_BY_TIMEOUT,
+        REJECTED_BY_POLICY,
+        CANCELLED_BY_SYSTEM,
     ]
 )
 
@@ -39,36 +50,82 @@ class FatalStreamError(ToolgateError):
     not read events, a malformed Last-Event-ID): reconnecting would only
     be refused again. .error is the APIError."""
 
-    def __init__(self, error):
+    def __init__(self, error: APIError) -> None:
         super().__init__("GET /v1/events: %s" % error)
         self.error = error
 
 
+@dataclass
 class Event:
-    """One server-sent event: `id` (the stream position to resume after),
-    `type` (the subject, as the SSE event name) and `data` (the envelope,
-    a dict, or None when it was not JSON)."""
+    """One server-sent event: id (the stream position to resume after),
+    type (the subject, as the SSE event name) and envelope (its data, as
+    version SCHEMA_VERSION of the envelope). When the data cannot be read
+    so, envelope is None and unreadable says why."""
 
-    def __init__(self, id, type, data):
-        self.id = id
-        self.type = type
-        self.data = data
-
-    def __repr__(self):
-        return "Event(id=%r, type=%r)" % (self.id, self.type)
+    id: Optional[str]
+    type: str
+    envelope: Optional[Envelope] = None
+    unreadable: str = ""
 
 
 # A comment line the parser hands on: the server's greeting, sent once it
 # follows the stream (every event after it reaches this client).
-GREETING = Event(None, "greeting", None)
+GREETING = Event(None, "greeting", unreadable="the greeting carries no envelope")
 
 
-def parse(lines, comments=False):
+class _Lines(Protocol):
+    def readline(self) -> bytes: ...
+
+
+class EventStream:
+    """An open event stream: readline() reads it, close() ends it, and
+    interrupt() (from another thread) makes a reader blocked on it return
+    at once, at the end of the stream or with an error."""
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        self.conn = conn
+        self.resp = resp
+
+    def readline(self) -> bytes:
+        return self.resp.readline()
+
+    def interrupt(self) -> None:
+        sock = self.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.interrupt()
+        self.conn.close()
+
+    def __enter__(self) -> EventStream:
+        return self
+
+    def __exit__(self, kind: Optional[Type[BaseException]], err: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        self.close()
+
+
+class EventSource(Protocol):
+    """What follow reads events from: a Client."""
+
+    @property
+    def url(self) -> str: ...
+
+    def open_events(self, last_event_id: Optional[str] = None, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+                    conversation_id: Optional[str] = None, tool_name: Optional[str] = None) -> EventStream: ...
+
+
+def parse(lines: _Lines, comments: bool = False) -> Iterator[Event]:
     """Parses a text/event-stream (the WHATWG format: fields, comments, a
     blank line ending each event) read line by line from `lines` (a binary
-    file-like object) into Events with JSON data. With comments, the
-    stream's first comment (its greeting) is yielded as GREETING."""
-    id, type, data = None, None, []
+    file-like object) into Events. With comments, the stream's first
+    comment (its greeting) is yielded as GREETING."""
+    id: Optional[str] = None
+    type: Optional[str] = None
+    data: List[str] = []
     greeted = False
     while True:
         raw = lines.readline()
@@ -77,11 +134,8 @@ def parse(lines, comments=False):
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if line == "":
             if data:
-                try:
-                    envelope = json.loads("\n".join(data))
-                except ValueError:
-                    envelope = None  # check_envelope says why it is unread
-                yield Event(id, type or "message", envelope)
+                env, why = envelope("\n".join(data))
+                yield Event(id, type or "message", env, why)
             id, type, data = None, None, []
             continue
         if line.startswith(":"):
@@ -100,21 +154,9 @@ def parse(lines, comments=False):
             data.append(value)
 
 
-def check_envelope(envelope):
-    """Returns why an envelope cannot be read as version 1 (None when it
-    can). A subscriber that must not misread an envelope checks `v`."""
-    if not isinstance(envelope, dict):
-        return "not a JSON object"
-    if envelope.get("v") != SCHEMA_VERSION:
-        return "schema version v=%r, this code reads v=%d" % (envelope.get("v"), SCHEMA_VERSION)
-    for field in ("id", "type", "to", "entry"):
-        if field not in envelope:
-            return "no %r field" % field
-    return None
-
-
-def follow(client, last_event_id=None, idle_timeout=DEFAULT_IDLE_TIMEOUT, log=None,
-           conversation_id=None, tool_name=None):
+def follow(source: EventSource, last_event_id: Optional[str] = None, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+           log: Optional[Callable[[str], None]] = None, conversation_id: Optional[str] = None,
+           tool_name: Optional[str] = None) -> Iterator[Event]:
     """Yields every event of GET /v1/events after last_event_id (None: only
     events from now on; "0": everything the stream still holds), narrowed
     to a conversation or a tool when given, reconnecting for ever with
@@ -124,7 +166,7 @@ def follow(client, last_event_id=None, idle_timeout=DEFAULT_IDLE_TIMEOUT, log=No
     backoff = 0.1
     while True:
         try:
-            stream = client.open_events(last_event_id, idle_timeout, conversation_id, tool_name)
+            stream = source.open_events(last_event_id, idle_timeout, conversation_id, tool_name)
         except APIError as err:
             if 400 <= err.status < 500 and err.status not in (408, 429):
                 raise FatalStreamError(err) from None
@@ -135,7 +177,7 @@ def follow(client, last_event_id=None, idle_timeout=DEFAULT_IDLE_TIMEOUT, log=No
             backoff = 0.1
             if log is not None:
                 where = "after event %s" % last_event_id if last_event_id is not None else "from now on"
-                log("following %s/v1/events %s" % (client.url, where))
+                log("following %s/v1/events %s" % (source.url, where))
             try:
                 with stream:
                     for ev in parse(stream):
@@ -156,11 +198,11 @@ class Seen:
     """The last `size` keys seen, oldest forgotten first: de-duplication
     for a process that runs for ever in bounded memory."""
 
-    def __init__(self, size=100000):
+    def __init__(self, size: int = 100000) -> None:
         self.size = size
-        self.keys = collections.OrderedDict()
+        self.keys: collections.OrderedDict[str, None] = collections.OrderedDict()
 
-    def add(self, key):
+    def add(self, key: str) -> bool:
         """Records key; returns False if it was already there."""
         if key in self.keys:
             self.keys.move_to_end(key)
@@ -170,6 +212,6 @@ class Seen:
             self.keys.popitem(last=False)
         return True
 
-    def discard(self, key):
+    def discard(self, key: str) -> None:
         """Forgets key, so that it counts as new again."""
         self.keys.pop(key, None)

@@ -16,10 +16,15 @@ A decision that lands while the call is being withdrawn stands, and is the
 verdict. It never fails open: only RUN lets the call run.
 """
 
+from __future__ import annotations
+
+import threading
 import time
 import uuid
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol
 
-from .client import EXECUTED, _check_timeout, answer, pending_id
+from ._checks import check_timeout
 from .errors import (
     APIError,
     AwaitStoppedError,
@@ -31,6 +36,9 @@ from .errors import (
     RejectedError,
     UnreachableError,
 )
+from .model import JSON, PENDING_APPROVAL, Entry
+from .names import pending_id
+from .outcome import EXECUTED, Outcome, answer
 
 # The kinds of Verdict (client.VerdictKind).
 RUN = "run"  # toolgate let the call run: .outcome holds the arguments (started first)
@@ -46,6 +54,24 @@ UNREACHABLE = "unreachable"  # toolgate could not be asked, or refused the reque
 WITHDRAW_TIMEOUT = 5.0
 
 
+class Waiter(Protocol):
+    """What submit_and_wait needs of toolgate: a Client has it."""
+
+    @property
+    def timeout(self) -> float: ...
+
+    def submit(self, tool_name: str, arguments: Optional[JSON], conversation_id: Optional[str],
+               tool_call_id: Optional[str], *, team: Optional[str], task_id: Optional[str],
+               estimated_cost: Optional[float], permission_mode: Optional[str], timeout: Optional[float]) -> Entry: ...
+
+    def get(self, pending_id: str, *, timeout: Optional[float]) -> Entry: ...
+
+    def await_call(self, pending_id: str, *, timeout: float, stop: Optional[threading.Event] = None) -> Outcome: ...
+
+    def cancel(self, pending_id: str, reason: Optional[str], *, timeout: Optional[float]) -> Entry: ...
+
+
+@dataclass(repr=False)
 class Verdict:
     """What became of a call submit_and_wait submitted and waited for.
 
@@ -60,27 +86,29 @@ class Verdict:
     approval_timeout how long it waited for a human, in seconds (EXPIRED).
     """
 
-    def __init__(self, kind, pending_id="", outcome=None, error=None, why="", entry=None, approval_timeout=0.0):
-        self.kind = kind
-        self.pending_id = pending_id
-        self.outcome = outcome
-        self.error = error
-        self.why = why
-        self.entry = entry
-        self.approval_timeout = approval_timeout
+    kind: str
+    pending_id: str = ""
+    outcome: Optional[Outcome] = None
+    error: Optional[Exception] = None
+    why: str = ""
+    entry: Optional[Entry] = None
+    approval_timeout: float = 0.0
 
     @property
-    def runnable(self):
+    def runnable(self) -> bool:
         """Whether the caller may run the call now (RUN)."""
         return self.kind == RUN
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Verdict(kind=%r, pending_id=%r, why=%r, error=%r)" % (self.kind, self.pending_id, self.why, self.error)
 
 
-def submit_and_wait(client, tool_name, arguments=None, conversation_id=None, tool_call_id=None, wait=60.0,
-                    team=None, task_id=None, estimated_cost=None, permission_mode=None, stop=None,
-                    on_pending=None, withdraw_timeout=WITHDRAW_TIMEOUT):
+def submit_and_wait(client: Waiter, tool_name: str, arguments: Optional[JSON] = None,
+                    conversation_id: Optional[str] = None, tool_call_id: Optional[str] = None, wait: float = 60.0,
+                    team: Optional[str] = None, task_id: Optional[str] = None, estimated_cost: Optional[float] = None,
+                    permission_mode: Optional[str] = None, stop: Optional[threading.Event] = None,
+                    on_pending: Optional[Callable[[Entry], None]] = None,
+                    withdraw_timeout: float = WITHDRAW_TIMEOUT) -> Verdict:
     """Submits the call through client and waits for its verdict within wait
     seconds; returns a Verdict (see the module's documentation for what
     ends the wait). tool_call_id names the call in its conversation (a
@@ -90,8 +118,8 @@ def submit_and_wait(client, tool_name, arguments=None, conversation_id=None, too
     (WITHDRAWN). on_pending(entry) is called once the call waits for a
     human. Withdrawing, or reading a decision that came first, takes at
     most withdraw_timeout seconds more."""
-    wait = _check_timeout("wait", wait)
-    spare = _check_timeout("withdraw_timeout", withdraw_timeout)
+    wait = check_timeout("wait", wait)
+    spare = check_timeout("withdraw_timeout", withdraw_timeout)
     asked = time.monotonic()
     deadline = asked + wait
     if tool_call_id is None:
@@ -99,7 +127,7 @@ def submit_and_wait(client, tool_name, arguments=None, conversation_id=None, too
     pid = pending_id(conversation_id or "", tool_call_id)
     wait_over = "no decision within %gs" % wait
 
-    def left():
+    def left() -> float:
         return max(0.05, deadline - time.monotonic())
 
     try:
@@ -114,13 +142,13 @@ def submit_and_wait(client, tool_name, arguments=None, conversation_id=None, too
         return _withdraw(client, pid, TIMED_OUT, wait_over, spare)
     except APIError as err:
         return Verdict(UNREACHABLE, error=err)
-    pid = entry["pendingId"]
+    pid = entry.pending_id
 
     until, deadline_decides = deadline, False
-    if entry.get("status") == "PENDING_APPROVAL":
+    if entry.status == PENDING_APPROVAL:
         if on_pending is not None:
             on_pending(entry)
-        if entry.get("autoRejectOnTimeout") and entry.get("approvalTimeoutAt"):
+        if entry.auto_reject_on_timeout and entry.approval_timeout_at:
             # Both stamps are toolgate's: the approval timeout is measured
             # on one clock, and counted from after the submit returned, so
             # the caller's deadline is not before toolgate's.
@@ -129,9 +157,9 @@ def submit_and_wait(client, tool_name, arguments=None, conversation_id=None, too
             if t <= wait and d <= deadline + spare:
                 until, deadline_decides = d, True
 
-    outcome, err, _ = answer(entry)
-    if outcome is not None or err is not None:
-        return _decided(pid, outcome, err)
+    outcome, answered, _ = answer(entry)
+    if outcome is not None or answered is not None:
+        return _decided(pid, outcome, answered)
     try:
         outcome = client.await_call(pid, timeout=max(0.001, until - time.monotonic()), stop=stop)
         return _decided(pid, outcome, None)
@@ -147,24 +175,26 @@ def submit_and_wait(client, tool_name, arguments=None, conversation_id=None, too
         return Verdict(UNREACHABLE, pid, error=err)
 
 
-def _approval_timeout(entry):
+def _approval_timeout(entry: Entry) -> float:
     """How long entry waits for a human's decision, in seconds."""
-    return (entry.get("approvalTimeoutAt", 0) - entry.get("requestedAt", 0)) / 1000.0
+    return (entry.approval_timeout_at - entry.requested_at) / 1000.0
 
 
-def _decided(pid, outcome, err):
-    """The verdict of an answer: a decision, or a run."""
+def _decided(pid: str, outcome: Optional[Outcome], err: Optional[Exception]) -> Verdict:
+    """The verdict of an answer (an outcome, or the RejectedError or
+    ExecutionError it raised): a decision, or a run."""
     if isinstance(err, RejectedError):
         return Verdict(REFUSED, pid, error=err, entry=err.entry)
     if isinstance(err, ExecutionError):
         return Verdict(RAN_ELSEWHERE, pid, error=err, entry=err.entry)
+    assert outcome is not None, "an answer is an outcome or an error"
     if outcome.runnable:
         return Verdict(RUN, pid, outcome=outcome, entry=outcome.entry)
     # Executed, or a kind this package does not know: not to run.
     return Verdict(RAN_ELSEWHERE, pid, outcome=outcome, entry=outcome.entry)
 
 
-def _withdraw(client, pid, kind, why, spare):
+def _withdraw(client: Waiter, pid: str, kind: str, why: str, spare: float) -> Verdict:
     """Cancels the call pid, saying why, and answers kind; a decision that
     landed first stands, and is the verdict."""
     try:
@@ -187,19 +217,19 @@ def _withdraw(client, pid, kind, why, spare):
         return Verdict(kind, pid, why=why, error=err)
 
 
-def _expired(client, entry, spare):
+def _expired(client: Waiter, entry: Entry, spare: float) -> Verdict:
     """The verdict of a call whose approval deadline passed while the caller
     waited, under a policy that rejects unanswered calls then: toolgate
     refuses any decision from the deadline on, so what the entry says now
     is final, and a call still pending is refused whether or not the timer
     has written it yet."""
-    pid = entry["pendingId"]
+    pid = entry.pending_id
     v = Verdict(EXPIRED, pid, entry=entry, approval_timeout=_approval_timeout(entry))
     try:
         cur = client.get(pid, timeout=spare)
     except (UnreachableError, APIError):
         return v
-    if cur.get("status") == "PENDING_APPROVAL":
+    if cur.status == PENDING_APPROVAL:
         return v
     # Decided before the deadline: that decision stands. A run that failed,
     # or an answer that cannot be read, leaves it refused.
