@@ -29,12 +29,14 @@ import (
 // policy is what the TypeScript tests meet: send_email, transfer_funds,
 // publish_post (the agents run these themselves) and deploy_service (an
 // executor runs it) ask a person, delete_repo is denied, everything else
-// runs at once.
+// runs at once. One conversation's calls wait 1.5 s for a person.
 const policy = `default:
   requiresApprovalTools: [send_email, transfer_funds, publish_post, deploy_service]
   approvalTimeoutMs: 300000
   rules:
     deny: ["delete_repo"]
+conversations:
+  ts-gate-expiring: {approvalTimeoutMs: 1500}
 `
 
 // TestTypeScript_SDKAgainstToolgate runs the package's tests (test/*.test.ts)

@@ -16,8 +16,11 @@ export interface GateOptions {
   client: Client;
   /** The conversation the calls belong to (a gated call may name another). */
   conversationId: string;
-  /** How long the caller waits for the tool at most, in ms: the wait for a decision is this less the time to withdraw the call (waitMargin). */
-  timeoutMs: number;
+  /**
+   * How long the caller waits for the tool at most, in ms: the wait for a decision is this less the time to withdraw the call (waitMargin).
+   * Default: waitMs and that margin, or, with no waitMs either, the call's own approval timeout and the margin (defaultTimeoutMs), so that a call waits as long as toolgate lets a human decide it.
+   */
+  timeoutMs?: number;
   /** How long to wait for a decision, in ms (default: the most timeoutMs allows). */
   waitMs?: number;
   team?: string;
@@ -77,8 +80,9 @@ export class AlreadyRanError extends Error {
 
 /**
  * gate wraps fn, the tool named tool, so that a call is submitted to
- * toolgate, waited for within the caller's deadline (options.timeoutMs
- * and the call's signal), and run only when toolgate lets it run: with
+ * toolgate, waited for within the caller's deadline (options.timeoutMs,
+ * by default the call's approval timeout and a margin, and the call's
+ * signal), and run only when toolgate lets it run: with
  * the approved arguments (an approver's edit, if any), claimed first (so
  * no executor runs it too), and its outcome recorded (COMPLETED_SUCCESS
  * with the result fn returns, COMPLETED_FAILURE with the error it

@@ -16,6 +16,6 @@ export {
   type OutcomeKind,
   type RequestOptions,
 } from "./client.js";
-export { submitAndWait, withdraw, waitMargin, waitWithin, type Verdict, type VerdictKind, type WaitOptions } from "./verdict.js";
+export { defaultTimeoutMs, submitAndWait, timeoutFor, withdraw, waitMargin, waitWithin, type Verdict, type VerdictKind, type WaitOptions } from "./verdict.js";
 export { gate, runClaimed, AlreadyRanError, NotDecidedError, type GateCallOptions, type GateContext, type GateOptions, type GatedTool } from "./gate.js";
 export { Executor, permanent, type ExecutorCall, type ExecutorOptions, type ExecutorResult, type Handler } from "./executor.js";

@@ -9,8 +9,11 @@ import type { Call, Entry } from "./types.js";
 
 /** How long a call waits for a verdict and how it is withdrawn when the wait ends. */
 export interface WaitOptions {
-  /** How long whoever waits on the caller waits, in ms from asked. What it keeps back from the wait (waitMargin) is the time to withdraw the call and answer. */
-  timeoutMs: number;
+  /**
+   * How long whoever waits on the caller waits, in ms from asked. What it keeps back from the wait (waitMargin) is the time to withdraw the call and answer.
+   * Absent: waitMs and the margin (timeoutFor), or with no waitMs either, the call's own wait and the margin, as toolgate answers the submit (defaultTimeoutMs).
+   */
+  timeoutMs?: number;
   /** How long to wait for a decision, in ms from asked; 0 or absent: the most timeoutMs allows (waitWithin). */
   waitMs?: number;
   /** When the caller was asked about the call (epoch ms); default: now. */
@@ -58,7 +61,33 @@ export interface Verdict {
 
 /** What a caller's timeout keeps back from the wait for withdrawing the call and answering: 10 s, or half a timeout shorter than 20 s. */
 export function waitMargin(timeoutMs: number): number {
-  return Math.min(10_000, timeoutMs / 2);
+  return Math.min(maxWaitMarginMs, timeoutMs / 2);
+}
+
+/** The most waitMargin keeps back. */
+const maxWaitMarginMs = 10_000;
+
+/** The timeout that allows a wait of waitMs and no more (waitWithin(0, timeoutFor(w)) is w): waitMs and the margin kept back from it. */
+export function timeoutFor(waitMs: number): number {
+  return waitMs + Math.min(maxWaitMarginMs, waitMs);
+}
+
+/**
+ * The timeout of a caller that names neither a timeout nor a wait: the
+ * call's own wait, as toolgate recorded it in e, and the margin
+ * (timeoutFor). A call that waits for a human waits its approval timeout
+ * (approvalTimeoutAt less requestedAt), a scheduled call its delay; one
+ * that waits for neither (toolgate answered it, or it runs elsewhere),
+ * or one not yet recorded (no e), is given the margin's most, 10 s.
+ */
+export function defaultTimeoutMs(e?: Entry): number {
+  let wait = 0;
+  if (e?.status === "PENDING_APPROVAL" && e.approvalTimeoutAt) {
+    wait = e.approvalTimeoutAt - e.requestedAt;
+  } else if (e?.status === "SCHEDULED_FOR_EXECUTION" && e.scheduledExecutionTime) {
+    wait = e.scheduledExecutionTime - e.requestedAt;
+  }
+  return timeoutFor(wait > 0 ? wait : maxWaitMarginMs);
 }
 
 /** How long a call waits for a verdict when its caller gives up after timeoutMs: waitMs, or when 0 the most it allows. A longer wait is refused. */
@@ -106,7 +135,9 @@ async function settle(p: Promise<Outcome>): Promise<{ o?: Outcome; err?: unknown
 
 /**
  * Submits call and waits for its verdict within opts.waitMs, for a caller
- * that must answer before opts.timeoutMs. The call needs its toolCallId: a
+ * that must answer before opts.timeoutMs (absent: see WaitOptions, and
+ * defaultTimeoutMs for a caller that names no wait: it waits until the
+ * call's approval deadline). The call needs its toolCallId: a
  * submit cut short is withdrawn by it. When the call's approval deadline
  * comes within the wait and its policy rejects unanswered calls then, the
  * deadline decides (expired); otherwise, at the end of the wait, the call
@@ -118,37 +149,47 @@ async function settle(p: Promise<Outcome>): Promise<{ o?: Outcome; err?: unknown
  */
 export async function submitAndWait(c: Client, call: Call, opts: WaitOptions): Promise<Verdict> {
   const asked = opts.asked ?? Date.now();
-  let wait: number;
+  // A caller that names no timeout but a wait gives up the margin after
+  // it; one that names neither waits as long as the call does, which only
+  // toolgate's answer to the submit says: until then, the submit is
+  // bounded by the client's own request timeout.
+  let timeoutMs = callerTimeout(opts);
+  let wait: number | undefined;
   try {
-    wait = waitWithin(opts.waitMs ?? 0, opts.timeoutMs);
+    wait = timeoutMs === undefined ? undefined : waitWithin(opts.waitMs ?? 0, timeoutMs);
   } catch (err) {
     return { kind: "unreachable", pendingId: "", error: err as Error };
   }
   if (!call.toolCallId) {
     return { kind: "unreachable", pendingId: "", error: new InvalidError("invalid", 400, "toolCallId: required, to withdraw a call whose submit is cut short") };
   }
-  const w = new Withdrawer(c, opts);
   const id = pendingIdOf(call.conversationId, call.toolCallId);
-  const waitOver = `no decision within ${wait} ms`;
+  const waitOver = (ms: number): string => `no decision within ${ms} ms`;
   const caller = opts.signal;
-  const waitEnd = AbortSignal.timeout(Math.max(asked + wait - Date.now(), 0));
-  const sSignal = caller ? AbortSignal.any([caller, waitEnd]) : waitEnd;
+  const waitEnd = wait === undefined ? undefined : AbortSignal.timeout(Math.max(asked + wait - Date.now(), 0));
+  const sSignal = caller && waitEnd ? AbortSignal.any([caller, waitEnd]) : caller ?? waitEnd;
 
   let e: Entry;
   try {
-    e = await c.submit(call, { signal: sSignal });
+    e = await c.submit(call, sSignal ? { signal: sSignal } : {});
   } catch (err) {
     if (err instanceof UnavailableError) {
       return { kind: "unreachable", pendingId: "", error: err };
     }
+    const w = new Withdrawer(c, opts, timeoutMs ?? defaultTimeoutMs());
     if (caller?.aborted) {
       return w.withdraw(id, "withdrawn", w.stopped());
     }
-    if (waitEnd.aborted) {
-      return w.withdraw(id, "timedOut", waitOver);
+    if (waitEnd?.aborted && wait !== undefined) {
+      return w.withdraw(id, "timedOut", waitOver(wait));
     }
     return { kind: "unreachable", pendingId: "", error: err as Error };
   }
+  if (timeoutMs === undefined || wait === undefined) {
+    timeoutMs = defaultTimeoutMs(e);
+    wait = waitWithin(0, timeoutMs);
+  }
+  const w = new Withdrawer(c, opts, timeoutMs);
 
   let until = asked + wait;
   let deadlineDecides = false;
@@ -177,14 +218,19 @@ export async function submitAndWait(c: Client, call: Call, opts: WaitOptions): P
     return w.expired(e);
   }
   if (awaitEnd.aborted) {
-    return w.withdraw(e.pendingId, "timedOut", waitOver);
+    return w.withdraw(e.pendingId, "timedOut", waitOver(wait));
   }
   return { kind: "unreachable", pendingId: e.pendingId, error: err as Error };
 }
 
 /** Withdraws the call pendingId as submitAndWait does when it stops waiting; a decision that landed first stands, and is the verdict. */
 export async function withdraw(c: Client, pendingId: string, why: string, opts: WaitOptions): Promise<Verdict> {
-  return new Withdrawer(c, opts).withdraw(pendingId, "withdrawn", why);
+  return new Withdrawer(c, opts, callerTimeout(opts) ?? defaultTimeoutMs()).withdraw(pendingId, "withdrawn", why);
+}
+
+/** The caller's timeout as opts give it: timeoutMs, or waitMs and the margin; undefined when they name neither. */
+function callerTimeout(opts: WaitOptions): number | undefined {
+  return opts.timeoutMs ?? (opts.waitMs ? timeoutFor(opts.waitMs) : undefined);
 }
 
 /** Ends a wait through a client. */
@@ -192,11 +238,13 @@ class Withdrawer {
   constructor(
     private readonly c: Client,
     private readonly opts: WaitOptions,
+    /** The caller's timeout, opts.timeoutMs or its default. */
+    private readonly timeoutMs: number,
   ) {}
 
   /** What withdrawing a call, or reading a decision that came first, may take. */
   spare(): number {
-    return waitMargin(this.opts.timeoutMs) / 2;
+    return waitMargin(this.timeoutMs) / 2;
   }
 
   /** Why the caller stopped waiting. */

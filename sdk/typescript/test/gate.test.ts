@@ -15,9 +15,12 @@ import {
   NotDecidedError,
   NotFoundError,
   RejectedError,
+  defaultTimeoutMs,
   gate,
   pendingId,
   submitAndWait,
+  waitWithin,
+  type Entry,
   type JSONValue,
 } from "../src/index.js";
 import { connectAs, conversation, pendingInToolgate, toolgate } from "./harness.js";
@@ -182,4 +185,46 @@ test("ids that are not plain tokens name the call as toolgate does, and list fol
   assert.match(pendingId(conv, "call:1 ü"), /^=[A-Za-z0-9_-]+\.=[A-Za-z0-9_-]+$/);
   const listed = await agent.list({ conversationId: conv, limit: 1 });
   assert.deepEqual(listed.map((e) => e.toolCallId).sort(), ["call:1 ü", "x".repeat(256)].sort());
+});
+
+test("a gate with no timeoutMs waits as long as the call's approval timeout, and gives up the margin after it", async (t) => {
+  // The default, from the entry toolgate answers the submit with: the
+  // approval timeout (a scheduled call's delay) and the margin waitWithin
+  // keeps back from it, so that the wait is exactly the call's own.
+  const asked = (status: Entry["status"], fields: Partial<Entry>): Entry =>
+    ({ pendingId: "c.x", toolCallId: "x", toolName: "t", toolArguments: {}, callerBotId: "agent", conversationId: "c", requestedAt: 1_000, status, executionAttempts: 0, ...fields });
+  assert.equal(defaultTimeoutMs(asked("PENDING_APPROVAL", { approvalTimeoutAt: 301_000 })), 310_000);
+  assert.equal(defaultTimeoutMs(asked("PENDING_APPROVAL", { approvalTimeoutAt: 2_500 })), 3_000);
+  assert.equal(defaultTimeoutMs(asked("SCHEDULED_FOR_EXECUTION", { scheduledExecutionTime: 61_000 })), 70_000);
+  assert.equal(defaultTimeoutMs(asked("SCHEDULED_FOR_EXECUTION", { scheduledExecutionTime: 1_000 })), 20_000, "due at once: the margin's most");
+  assert.equal(defaultTimeoutMs(asked("REJECTED_BY_POLICY", {})), 20_000);
+  assert.equal(defaultTimeoutMs(), 20_000, "before toolgate answers");
+  for (const wait of [1, 1_500, 9_999, 10_000, 300_000]) {
+    assert.equal(waitWithin(0, defaultTimeoutMs(asked("PENDING_APPROVAL", { approvalTimeoutAt: 1_000 + wait }))), wait);
+  }
+
+  const agent = await connectAs(t, "agent");
+  // A call nobody decides ends at its approval deadline (1.5 s in this
+  // conversation), not at call time: expired at the deadline, or refused
+  // as timed out when toolgate's timer wrote it first.
+  const conv = "ts-gate-expiring";
+  let ran = 0;
+  const sendEmail = gate("send_email", () => ran++, { client: agent, conversationId: conv });
+  const began = Date.now();
+  const err = await sendEmail({ to: "x@example.com" }, { toolCallId: "default-expiring" }).then(() => assert.fail("undecided call ran"), (e: unknown) => e);
+  const waited = Date.now() - began;
+  assert.ok((err instanceof NotDecidedError && err.verdict.kind === "expired" && err.verdict.approvalTimeoutMs === 1_500) ||
+    (err instanceof RejectedError && err.kind === "timed_out"), String(err));
+  assert.ok(waited >= 1_500, `it waited for the deadline: ${waited} ms`);
+  assert.equal(ran, 0);
+
+  // One a person approves runs, as with a timeout given.
+  const conv2 = conversation("gate-default");
+  const transfer = gate("transfer_funds", (args: { amount: number }) => ({ moved: args.amount }), { client: agent, conversationId: conv2 });
+  const result = transfer({ amount: 5 }, { toolCallId: "default-1" });
+  result.catch(() => undefined); // awaited below, after the approval
+  const e = await pendingInToolgate(conv2, "default-1");
+  assert.equal((e.approvalTimeoutAt ?? 0) - e.requestedAt, 300_000);
+  await toolgate("approve", e.pendingId, "--reason", "fine");
+  assert.deepEqual(await result, { moved: 5 });
 });
