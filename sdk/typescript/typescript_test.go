@@ -3,6 +3,7 @@
 // only when node_modules does not hold what package-lock.json locks),
 // builds it with tsc, and runs its tests (node --test) under the Node its
 // own dev dependencies bring, with the toolgate CLI for the approvals.
+// The package's npm test builds it and runs this test.
 package typescript
 
 import (
