@@ -28,7 +28,7 @@ from .errors import (
     UnreachableError,
 )
 from .events import DEFAULT_IDLE_TIMEOUT, GREETING, EventStream, parse
-from .model import JSON, Entry, HistoryItem, Me, Page
+from .model import JSON, PENDING_APPROVAL, Entry, HistoryItem, Me, Page
 from .names import is_pending_id
 from .outcome import Outcome, answer
 from .verdict import WITHDRAW_TIMEOUT, Verdict, submit_and_wait
@@ -190,7 +190,7 @@ class Client:
     def pending(self, timeout: Optional[float] = None) -> Tuple[List[Entry], str]:
         """Every call waiting for a decision, and the event stream's
         position read before them: (entries, events_seq)."""
-        return self.list(status="PENDING_APPROVAL", timeout=timeout)
+        return self.list(status=PENDING_APPROVAL, timeout=timeout)
 
     def decide(self, pending_id: str, approved: bool, reason: str = "", arguments: Optional[JSON] = None,
                scope: Optional[str] = None, timeout: Optional[float] = None, interrupt: bool = False) -> Entry:
