@@ -59,13 +59,13 @@ export interface Verdict {
   approvalTimeoutMs?: number;
 }
 
+/** The most waitMargin keeps back. */
+const maxWaitMarginMs = 10_000;
+
 /** What a caller's timeout keeps back from the wait for withdrawing the call and answering: 10 s, or half a timeout shorter than 20 s. */
 export function waitMargin(timeoutMs: number): number {
   return Math.min(maxWaitMarginMs, timeoutMs / 2);
 }
-
-/** The most waitMargin keeps back. */
-const maxWaitMarginMs = 10_000;
 
 /** The timeout that allows a wait of waitMs and no more (waitWithin(0, timeoutFor(w)) is w): waitMs and the margin kept back from it. */
 export function timeoutFor(waitMs: number): number {
