@@ -24,6 +24,13 @@ func inbox() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		// A browser runs a script sent with nosniff, as a module always,
+		// only if it comes as JavaScript, and the file server takes a type
+		// from the system's MIME tables before Go's own: one that maps .js
+		// to anything else would break the page.
+		if strings.HasSuffix(r.URL.Path, ".js") {
+			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		}
 		files.ServeHTTP(w, r)
 	})
 }
