@@ -16,8 +16,9 @@ func inboxHas(path string) bool {
 	return err == nil
 }
 
-// inbox serves the web inbox: plain HTML, CSS and JavaScript embedded in
-// the binary, nothing loaded from elsewhere.
+// inbox serves the web inbox: plain HTML, CSS and JavaScript modules
+// embedded in the binary, served as they are written (no build step),
+// nothing loaded from elsewhere.
 func inbox() http.Handler {
 	sub, _ := fs.Sub(webFiles, "web")
 	files := http.FileServerFS(sub)

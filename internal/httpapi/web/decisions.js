@@ -1,0 +1,182 @@
+// Deciding: one call from its card, or the selected calls at once.
+
+import { $, h, announce } from './dom.js';
+import { PENDING, state, canDecide } from './state.js';
+import { api } from './api.js';
+import { quorumText, verdict } from './words.js';
+import { showSignIn } from './session.js';
+import { upsertPending, removeCard, renderInbox } from './inbox.js';
+import { setBusy, showCardError } from './card.js';
+import { filters, matches } from './filters.js';
+import { renderHistory } from './history.js';
+
+// describeError turns a refused decision into what the approver needs.
+function describeError(err) {
+  if (err.status === 409 && err.entry) return `Already ${verdict(err.entry)}.`;
+  if (err.status === 403) return `You can’t decide this call: ${err.message}`;
+  if (err.status === 400) return `Not accepted: ${err.message}`;
+  return err.message || 'Something went wrong.';
+}
+
+export async function decide(card, e, body) {
+  const err = card.querySelector('.card-error');
+  err.hidden = true;
+  delete card.dataset.sticky;
+  setBusy(card, true);
+  card.dataset.deciding = '';
+  try {
+    const updated = await api('POST', `v1/tool-calls/${encodeURIComponent(e.pendingId)}/decision`, body);
+    if (updated.status === PENDING) {
+      // An approval its quorum still needs others for: the card stays,
+      // saying how far the call is.
+      announce(`${e.toolName}: your approval is recorded, ${quorumText(updated)}`);
+      delete card.dataset.deciding;
+      setBusy(card, false);
+      upsertPending(updated, false);
+      renderInbox();
+      return;
+    }
+    announce(`${e.toolName}: ${verdict(updated)}`);
+    removeCard(e.pendingId);
+    if (state.history) { state.history.set(updated.pendingId, updated); renderHistory(); }
+  } catch (ex) {
+    delete card.dataset.deciding;
+    setBusy(card, false);
+    if (ex.status === 401) { showSignIn('Your token is no longer accepted. Sign in again.'); return; }
+    if (ex.status === 409 && ex.entry) {
+      state.pending.delete(e.pendingId);
+      if (state.history) { state.history.set(ex.entry.pendingId, ex.entry); renderHistory(); }
+      showCardError(card, describeError(ex), ex.entry);
+      renderInbox();
+      return;
+    }
+    showCardError(card, describeError(ex));
+  }
+}
+
+// The selected calls are decided in one request (POST /v1/decisions with
+// their ids): each is still its own decision, and the answer says per
+// call what was decided and what was skipped and why, which the page
+// lists until dismissed.
+
+function shownCards() {
+  const f = filters();
+  return [...state.cards.values()].filter((c) => matches(c.entry, f) && c.querySelector('input.select'));
+}
+
+export function renderBatch() {
+  const n = state.selected.size;
+  const selectable = canDecide() && shownCards().length > 0;
+  $('batch').hidden = !selectable && n === 0;
+  $('batch-count').textContent = n ? `${n} selected` : 'Select calls to decide them together';
+  $('batch-approve').disabled = !n || state.batching;
+  $('batch-reject').disabled = !n || state.batching;
+  $('batch-confirm-reject').disabled = !n || state.batching;
+  $('batch-clear').hidden = !n;
+  $('select-all').hidden = !selectable;
+  if (!n) $('batch-reject-form').hidden = true;
+  for (const [id, card] of state.cards) {
+    const box = card.querySelector('input.select');
+    if (box) box.checked = state.selected.has(id);
+    card.classList.toggle('card-selected', state.selected.has(id));
+  }
+}
+
+$('select-all').addEventListener('click', () => {
+  for (const card of shownCards()) state.selected.add(card.dataset.id);
+  renderBatch();
+});
+$('batch-clear').addEventListener('click', () => { state.selected.clear(); renderBatch(); });
+$('batch-approve').addEventListener('click', () => decideSelected(true, ''));
+$('batch-reject').addEventListener('click', () => {
+  $('batch-reject-form').hidden = false;
+  $('batch-reason').focus();
+});
+$('batch-cancel-reject').addEventListener('click', () => { $('batch-reject-form').hidden = true; });
+$('batch-reject-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  decideSelected(false, $('batch-reason').value.trim());
+});
+$('batch-result-dismiss').addEventListener('click', () => { $('batch-result').hidden = true; });
+
+async function decideSelected(approved, reason) {
+  const ids = [...state.selected];
+  if (!ids.length || state.batching) return;
+  state.batching = true;
+  renderBatch();
+  const cards = ids.map((id) => state.cards.get(id)).filter(Boolean);
+  for (const card of cards) { setBusy(card, true); card.dataset.deciding = ''; }
+  let reply;
+  try {
+    const body = { ids, approved };
+    if (reason) body.reason = reason;
+    reply = await api('POST', 'v1/decisions', body);
+  } catch (ex) {
+    state.batching = false;
+    for (const card of cards) { delete card.dataset.deciding; setBusy(card, false); }
+    if (ex.status === 401) { showSignIn('Your token is no longer accepted. Sign in again.'); return; }
+    showBatchResult(approved, null, ex.message);
+    renderBatch();
+    return;
+  }
+  state.batching = false;
+  state.selected.clear();
+  $('batch-reason').value = '';
+  $('batch-reject-form').hidden = true;
+  for (const m of reply.decided) {
+    removeCard(m.pendingId);
+    if (state.history && m.entry) state.history.set(m.pendingId, m.entry);
+  }
+  for (const m of reply.skipped) {
+    const card = state.cards.get(m.pendingId);
+    if (!card) continue;
+    delete card.dataset.deciding;
+    setBusy(card, false);
+    if (m.entry && m.entry.status !== PENDING) {
+      state.pending.delete(m.pendingId);
+      if (state.history) state.history.set(m.pendingId, m.entry);
+      showCardError(card, skipText(m), m.entry);
+    } else {
+      showCardError(card, skipText(m));
+    }
+  }
+  for (const card of cards) {
+    if (state.cards.get(card.dataset.id) === card) { delete card.dataset.deciding; setBusy(card, false); }
+  }
+  if (state.history) renderHistory();
+  showBatchResult(approved, reply);
+  announce(`${approved ? 'Approved' : 'Rejected'} ${reply.decided.length}, skipped ${reply.skipped.length}`);
+  renderInbox();
+}
+
+// skipText says why a selected call was not decided, as an approver
+// needs it.
+function skipText(m) {
+  if (m.code === 'conflict' && m.entry && m.entry.status !== PENDING) return `Already ${verdict(m.entry)}.`;
+  if (m.code === 'not_found') return 'No such call any more.';
+  if (m.code === 'expired') return 'Too late: its deadline passed.';
+  if (m.code === 'forbidden' || m.code === 'edit_denied') return `Not yours to decide: ${m.reason}`;
+  return m.reason || m.code;
+}
+
+function showBatchResult(approved, reply, error) {
+  const verb = approved ? 'Approved' : 'Rejected';
+  const box = $('batch-result');
+  box.hidden = false;
+  box.dataset.state = error ? 'error' : 'done';
+  if (error) {
+    $('batch-result-title').textContent = `Nothing was decided: ${error}`;
+    $('batch-items').replaceChildren();
+    return;
+  }
+  $('batch-result-title').textContent = `${verb} ${reply.decided.length}, skipped ${reply.skipped.length}`;
+  const item = (m, outcome) => {
+    const e = m.entry || {};
+    return h('li', { class: `batch-item batch-${outcome}`, 'data-id': m.pendingId, 'data-outcome': outcome, 'data-code': m.code || null },
+      h('span', { class: `pill pill-tiny ${outcome === 'decided' ? (approved ? 'pill-ok' : 'pill-bad') : 'pill-muted'}` }, outcome === 'decided' ? verb.toLowerCase() : 'skipped'),
+      h('span', { class: 'tool mono' }, e.toolName || ''),
+      h('span', { class: 'mono batch-id' }, m.pendingId),
+      outcome === 'skipped' ? h('span', { class: 'batch-why' }, skipText(m)) : null);
+  };
+  $('batch-items').replaceChildren(...reply.decided.map((m) => item(m, 'decided')), ...reply.skipped.map((m) => item(m, 'skipped')));
+}

@@ -1,0 +1,131 @@
+// The history view: decided calls, newest first, each with its timeline.
+
+import { $, h, jsonView } from './dom.js';
+import { prettyArgs, ago } from './format.js';
+import { PENDING, state } from './state.js';
+import { api, list } from './api.js';
+import { OUTCOMES, SCOPES, decidedBy } from './words.js';
+import { showSignIn } from './session.js';
+import { remember } from './inbox.js';
+import { filters, matches } from './filters.js';
+
+const HISTORY_SHOWN = 300;
+
+export async function loadHistory() {
+  const f = filters();
+  const params = {};
+  if (f.status) params.status = f.status;
+  if (f.conversation) params.conversationId = f.conversation;
+  if (f.tool) params.toolName = f.tool;
+  const ticket = {};
+  state.historyLoading = ticket;
+  $('history-note').textContent = 'Loading…';
+  try {
+    const { items } = await list(params);
+    if (state.historyLoading !== ticket) return;
+    state.history = new Map(items.filter((e) => e.status !== PENDING).map((e) => [e.pendingId, e]));
+    for (const e of items) remember(e);
+    renderHistory();
+  } catch (err) {
+    if (state.historyLoading !== ticket) return;
+    if (err.status === 401) return showSignIn('Your token is no longer accepted. Sign in again.');
+    $('history-note').textContent = 'Could not load the history: ' + err.message;
+  }
+}
+
+const when = (e) => e.decisionTime || (e.lastTransition && e.lastTransition.at) || e.requestedAt;
+
+export function renderHistory() {
+  if (!state.history) return;
+  const f = filters();
+  // A linked call is shown whatever the list holds: it may be older
+  // than the newest HISTORY_SHOWN.
+  const linked = state.linked && state.linked.entry.status !== PENDING ? state.linked : null;
+  if (linked && !state.history.has(linked.id)) state.history.set(linked.id, linked.entry);
+  const all = [...state.history.values()]
+    .filter((e) => matches(e, f) && (!f.status || e.status === f.status))
+    .sort((a, b) => when(b) - when(a));
+  const rows = all.slice(0, HISTORY_SHOWN);
+  if (linked && !rows.some((e) => e.pendingId === linked.id)) rows.push(state.history.get(linked.id));
+  const open = new Set([...$('rows').querySelectorAll('.row[data-open]')].map((r) => r.dataset.id));
+  if (linked && !linked.shown) open.add(linked.id);
+  $('rows').replaceChildren(...rows.map((e) => buildRow(e, open.has(e.pendingId))));
+  if (linked && !linked.shown) {
+    linked.shown = true;
+    const row = $('rows').querySelector(`.row[data-id="${CSS.escape(linked.id)}"]`);
+    if (row) {
+      row.scrollIntoView({ block: 'center' });
+      row.querySelector('button[data-action="timeline"]').focus({ preventScroll: true });
+    }
+  }
+  $('history-empty').hidden = rows.length > 0;
+  $('history-note').textContent = all.length > rows.length
+    ? `The latest ${rows.length} of ${all.length} calls.`
+    : rows.length ? `${rows.length} ${rows.length === 1 ? 'call' : 'calls'}, newest first.` : '';
+}
+
+function buildRow(e, open) {
+  const [label, tone] = OUTCOMES[e.status] || [e.status, 'muted'];
+  const who = decidedBy(e);
+  const t = when(e);
+  const detailsId = `d-${e.pendingId}`;
+  const toggle = h('button', { type: 'button', class: 'btn btn-quiet btn-small', 'aria-expanded': 'false', 'aria-controls': detailsId, 'data-action': 'timeline' }, 'Timeline');
+  const details = h('div', { class: 'row-details', id: detailsId, hidden: true });
+  const target = state.linked && state.linked.id === e.pendingId;
+  const row = h('li', { class: 'row' + (target ? ' row-target' : ''), 'data-id': e.pendingId, 'data-status': e.status },
+    h('div', { class: 'row-main' },
+      h('span', { class: `pill pill-${tone}` }, label),
+      h('div', { class: 'row-what' },
+        h('div', { class: 'row-title' },
+          h('span', { class: 'tool mono' }, e.toolName),
+          e.description && e.description !== e.toolName ? h('span', { class: 'row-desc' }, e.description) : null,
+          e.originalArguments ? h('span', { class: 'pill pill-info pill-tiny' }, 'edited') : null,
+          e.decisionScope && e.decisionScope !== 'once' ? h('span', { class: 'pill pill-muted pill-tiny' }, SCOPES[e.decisionScope] || e.decisionScope) : null),
+        h('div', { class: 'row-sub' },
+          who ? h('span', {}, 'by ', h('span', { class: 'row-who' }, who)) : null,
+          e.statusReason ? h('span', { class: 'row-reason' }, `“${e.statusReason}”`) : null,
+          h('span', { class: 'mono row-conv' }, e.conversationId))),
+      h('div', { class: 'row-end' },
+        h('time', { 'data-since': t, datetime: new Date(t).toISOString(), title: new Date(t).toLocaleString() }, ago(t)),
+        toggle)),
+    details);
+  const expand = async () => {
+    const opening = details.hidden;
+    details.hidden = !opening;
+    toggle.setAttribute('aria-expanded', String(opening));
+    if (opening) row.dataset.open = ''; else delete row.dataset.open;
+    if (!opening || details.dataset.loaded) return;
+    details.replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+    try {
+      const items = await api('GET', `v1/tool-calls/${encodeURIComponent(e.pendingId)}/history`);
+      details.dataset.loaded = '1';
+      details.replaceChildren(buildTimeline(e, items));
+    } catch (err) {
+      details.replaceChildren(h('p', { class: 'field-error' }, 'Could not load the timeline: ' + err.message));
+    }
+  };
+  toggle.addEventListener('click', expand);
+  if (open) expand();
+  return row;
+}
+
+function buildTimeline(e, items) {
+  const frag = document.createDocumentFragment();
+  frag.append(h('ol', { class: 'timeline' }, items.map((it) => h('li', {},
+    h('time', { datetime: new Date(it.at).toISOString() }, new Date(it.at).toLocaleString()),
+    h('span', { class: 'tl-event' }, it.event),
+    h('span', { class: 'tl-to mono' }, it.to),
+    it.actor ? h('span', { class: 'tl-actor' }, it.actor) : null,
+    it.decidedBy ? h('span', { class: 'tl-decided pill pill-muted', title: 'what decided' }, it.decidedBy) : null,
+    it.reason ? h('span', { class: 'tl-reason' }, it.reason) : null))));
+  const argBlock = (label, raw) => h('div', { class: 'args' }, h('div', { class: 'args-label' }, label), jsonView(prettyArgs(raw)));
+  if (e.originalArguments) {
+    frag.append(h('div', { class: 'args-pair' },
+      argBlock('Asked with', e.originalArguments),
+      argBlock('Ran with (edited)', e.toolArguments)));
+  } else {
+    frag.append(argBlock('Arguments', e.toolArguments));
+  }
+  if (e.error) frag.append(h('p', { class: 'field-error' }, e.error));
+  return frag;
+}

@@ -1,0 +1,84 @@
+// Who is here: the sign-in screens, and who is signed in.
+
+import { $ } from './dom.js';
+import { saved, state, roles, canDecide } from './state.js';
+import { setConn, closeStream, boot } from './app.js';
+import { an, stopAnalytics } from './analytics.js';
+
+export function show(screen) {
+  $('sign-in').hidden = screen !== 'sign-in';
+  $('name-prompt').hidden = screen !== 'name';
+  $('app').hidden = screen !== 'app';
+  $('tabs').hidden = screen !== 'app';
+  $('who').hidden = screen !== 'app';
+}
+
+export function showSignIn(message) {
+  closeStream();
+  state.me = null;
+  setConn('signed-out');
+  show('sign-in');
+  const err = $('sign-in-error');
+  err.textContent = message || '';
+  err.hidden = !message;
+  $('token').value = '';
+  $('token').focus();
+}
+
+export function showNamePrompt() {
+  setConn('signed-out');
+  show('name');
+  $('user-name').value = saved.user;
+  $('user-name').focus();
+}
+
+$('sign-in-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const token = $('token').value.trim();
+  if (!token) {
+    $('sign-in-error').textContent = 'Paste a token first.';
+    $('sign-in-error').hidden = false;
+    return;
+  }
+  saved.token = token;
+  boot();
+});
+
+$('name-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const name = $('user-name').value.trim();
+  if (!/^[\w.@+-]{1,64}$/.test(name)) {
+    $('name-error').textContent = 'Use letters, digits and . _ @ + - only.';
+    $('name-error').hidden = false;
+    return;
+  }
+  saved.user = name;
+  boot();
+});
+
+$('sign-out').addEventListener('click', () => {
+  const open = state.me && state.me.open;
+  saved.token = '';
+  saved.user = '';
+  state.pending.clear();
+  for (const card of state.cards.values()) card.remove();
+  state.cards.clear();
+  state.history = null;
+  state.linked = null;
+  state.selected.clear();
+  state.grants = null;
+  $('batch-result').hidden = true;
+  stopAnalytics();
+  an.data = null;
+  if (open) { closeStream(); showNamePrompt(); } else showSignIn();
+});
+
+export function renderWho() {
+  const me = state.me;
+  const role = me.open ? 'open mode' : (roles().includes('admin') ? 'admin' : roles().includes('approver') ? 'approver' : roles().join(', '));
+  $('who-name').textContent = me.id;
+  $('who-role').textContent = role;
+  $('who-avatar').textContent = (me.id[0] || '?').toUpperCase();
+  $('sign-out').textContent = me.open ? 'Change name' : 'Sign out';
+  $('viewer-notice').hidden = canDecide();
+}
