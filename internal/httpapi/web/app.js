@@ -18,6 +18,13 @@
 // the sign-in screens; inbox.js the pending calls, card.js a call's card
 // and decisions.js its decision; filters.js, views.js, history.js,
 // grants.js, analytics.js, charts.js and shadow.js the rest of the page.
+//
+// The modules import each other in circles (a card decides, a decision
+// redraws the inbox). That is safe because, as it loads, a module only
+// defines its functions and adds its listeners, using nothing of the
+// others but dom.js, which imports nothing; the page starts when this
+// module, which the browser evaluates last, calls boot. Keep it so: a
+// module in a circle may not yet have run when another one loads.
 
 import { $ } from './dom.js';
 import { PENDING, saved, state } from './state.js';
