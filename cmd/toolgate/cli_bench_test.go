@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/internal/bench"
 )
 
 // TestBench_EmbeddedReportsBothPathsAgainstCAS: a short bench of an
@@ -15,7 +17,7 @@ func TestBench_EmbeddedReportsBothPathsAgainstCAS(t *testing.T) {
 	t.Parallel()
 	r := cliEnv(t, nil, "bench", "--embedded", "--agents", "4", "--calls", "20", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	var report benchReport
+	var report bench.Report
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report), r.stdout)
 	assert.Equal(t, "embedded", report.Target)
 	require.Greater(t, report.CASPerSec, 0.0)
@@ -81,7 +83,7 @@ func TestBench_EmbeddedWithEveryRole(t *testing.T) {
 	t.Parallel()
 	r := cliEnv(t, nil, "bench", "--embedded", "--roles", "all", "--agents", "2", "--calls", "5", "--path", "approval", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	var report benchReport
+	var report bench.Report
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report), r.stdout)
 	require.Len(t, report.Paths, 1)
 	assert.Equal(t, "approval", report.Paths[0].Name)
@@ -106,7 +108,7 @@ func TestBench_ARunningToolgatesServerMessagesAreCounted(t *testing.T) {
 	url := startToolgate(t, "default:\n  requiresApprovalTools: [bench_approval]\n  approvalTimeoutMs: 600000\n")
 	r := cli(t, url, "bench", "--agents", "2", "--calls", "5", "--path", "approval", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	var report benchReport
+	var report bench.Report
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report), r.stdout)
 	require.Len(t, report.Paths, 1)
 	assert.Greater(t, report.Paths[0].Messages, 8.0, "the servers' messages per lifecycle")
@@ -123,7 +125,7 @@ func TestBench_OnAClusterTheBaselineIsReplicatedAsTheCalls(t *testing.T) {
 	startServe(t, "--nats", cluster.URLs, "--replicas", "3", "--data", cluster.auth, "--policy", policy, "--http", "127.0.0.1:0")
 	r := cli(t, cluster.URLs, "bench", "--agents", "2", "--calls", "3", "--path", "approval", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	var report benchReport
+	var report bench.Report
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report), r.stdout)
 	assert.Equal(t, 3, report.CASReplicas)
 	require.Len(t, report.Paths, 1)
@@ -146,7 +148,7 @@ func TestBench_SyncBothMeasuresAlwaysBesideInterval(t *testing.T) {
 	t.Parallel()
 	r := cliEnv(t, nil, "bench", "--embedded", "--agents", "2", "--calls", "10", "--path", "auto", "--sync", "both", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	var reports []benchReport
+	var reports []bench.Report
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &reports), r.stdout)
 	require.Len(t, reports, 2)
 	for i, sync := range []string{"interval", "always"} {
