@@ -217,13 +217,16 @@ func listCmd(out cliOutput) *cliCmd {
 func listEntries(ctx context.Context, c *cliCmd, r wire.ListRequest) error {
 	return call(ctx, c, func(ctx context.Context, cl *client.Client) ([]*machine.Entry, error) {
 		entries, err := cl.List(ctx, r)
+		if err != nil {
+			return nil, err
+		}
 		slices.SortFunc(entries, func(a, b *machine.Entry) int {
 			return cmp.Or(cmp.Compare(a.RequestedAt, b.RequestedAt), strings.Compare(a.PendingID, b.PendingID))
 		})
 		if entries == nil {
 			entries = []*machine.Entry{}
 		}
-		return entries, err
+		return entries, nil
 	}, func(entries []*machine.Entry) error {
 		if len(entries) == 0 {
 			fmt.Fprintln(c.out.stderr, "no calls match")
