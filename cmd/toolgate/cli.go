@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -193,9 +195,12 @@ func (c *cliCmd) parse(args []string, least, most int, names string) ([]string, 
 	return pos, nil
 }
 
-// connect dials toolgate's NATS and returns a client over it, and how to
-// close it.
-func (c *cliCmd) connect() (*nats.Conn, *client.Client, error) {
+// connect dials toolgate's NATS and returns a client over it, with
+// opts after the CLI's own. Without bg it is a person's connection: a
+// first connect that fails fails at once, saying why in toolgate's words,
+// and a request hears of a toolgate that is down within seconds; with bg,
+// a server's (see background).
+func (c *cliCmd) connect(bg *background, opts ...client.Option) (*nats.Conn, *client.Client, error) {
 	cfg, err := c.credentials()
 	if err != nil {
 		return nil, nil, err
@@ -207,18 +212,30 @@ func (c *cliCmd) connect() (*nats.Conn, *client.Client, error) {
 			return nil, nil, err
 		}
 	}
+	report := func(err error) { fmt.Fprintf(c.out.stderr, "toolgate: NATS: %v\n", err) }
+	// A person at a terminal hears of a toolgate that is down within
+	// seconds; a restart in progress is still waited out.
+	clientOpts := []client.Option{client.WithUnavailableWait(2 * time.Second)}
+	if bg != nil {
+		report = func(err error) { bg.log.Warn("NATS", "err", err) }
+		extra = append(extra, bg.natsOptions(cfg.URLs)...)
+		clientOpts = []client.Option{client.WithConnectWait(bg.wait), client.WithUnavailableWait(bg.wait)}
+	}
 	// A publish the credential may not make fails the request that made
 	// it, which says so in toolgate's words: nats.go's own line for it
 	// (printed by its default handler) would only come first.
 	extra = append(extra, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if !errors.Is(err, nats.ErrPermissionViolation) {
-			fmt.Fprintf(c.out.stderr, "toolgate: NATS: %v\n", err)
+			report(err)
 		}
 	}))
 	// bus.Connect reconnects for ever: a `submit --wait` outlives a
-	// toolgate restart. A first connect that fails still fails at once.
+	// toolgate restart. A first connect that fails still fails at once,
+	// unless bg makes it in the background.
 	nc, err := bus.Connect(cfg, extra...)
 	switch {
+	case err != nil && bg != nil:
+		return nil, nil, fmt.Errorf("%w%s", err, c.credsFrom)
 	case errors.Is(err, nats.ErrAuthorization) && cfg.CredsFile != "":
 		return nil, nil, fmt.Errorf("%w: the server refused the credential %s%s (revoked, or not one this toolgate issued)", err, cfg.CredsFile, c.credsFrom)
 	case errors.Is(err, nats.ErrAuthorization):
@@ -226,12 +243,92 @@ func (c *cliCmd) connect() (*nats.Conn, *client.Client, error) {
 	case err != nil:
 		return nil, nil, fmt.Errorf("%w (is toolgate serving there? --nats or TOOLGATE_NATS says where)%s", err, c.credsFrom)
 	}
-	// A person at a terminal hears of a toolgate that is down within
-	// seconds; a restart in progress is still waited out.
-	cl, err := client.New(nc, client.WithUnavailableWait(2*time.Second))
+	cl, err := client.New(nc, append(clientOpts, opts...)...)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
 	return nc, cl, nil
+}
+
+// background is how a server on stdio or HTTP (the MCP gateway, `toolgate
+// mcp`, claude-channel) connects: it must start, and answer, while
+// toolgate is down. The connection is made in the background and made
+// again whenever it drops, for as long as the process runs, and a request
+// made while it is down waits for it at most wait, then fails saying
+// toolgate is unreachable. NATS's asynchronous errors go to log, never to
+// stderr as they are: a permission refused is left to the request it
+// fails, which says so.
+type background struct {
+	log  *slog.Logger
+	wait time.Duration
+}
+
+// natsOptions make the connection to urls in the background and log its
+// outages, each once, not at every attempt.
+func (bg *background) natsOptions(urls string) []nats.Option {
+	var reported atomic.Bool
+	return []nats.Option{
+		nats.RetryOnFailedConnect(true),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			reported.Store(false)
+			bg.log.Info("connected to toolgate", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			reported.Store(false)
+			bg.log.Info("reconnected to toolgate", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				bg.log.Warn("disconnected from toolgate; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if !reported.Swap(true) {
+				bg.log.Warn("toolgate is unreachable; trying again until it answers", "nats", urls, "err", err)
+			}
+		}),
+	}
+}
+
+// withClient connects to toolgate as a person does (see connect), runs f
+// with a client over the connection, with opts after the CLI's own, and
+// closes it.
+func (c *cliCmd) withClient(ctx context.Context, f func(context.Context, *client.Client) error, opts ...client.Option) error {
+	nc, cl, err := c.connect(nil, opts...)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return f(ctx, cl)
+}
+
+// call is what most verbs do: connect to toolgate (the client with opts
+// after the CLI's own), ask it with ask, and print its answer, as JSON
+// with --json, else with text.
+func call[T any](ctx context.Context, c *cliCmd, ask func(context.Context, *client.Client) (T, error), text func(T) error, opts ...client.Option) error {
+	return c.withClient(ctx, func(ctx context.Context, cl *client.Client) error {
+		v, err := ask(ctx, cl)
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return cliPrintJSON(c.out.stdout, v)
+		}
+		return text(v)
+	}, opts...)
+}
+
+// callOn is the run of a verb whose one argument, an ID (names says
+// what it is), is all it asks toolgate about: it asks with ask, a method
+// of the client such as (*client.Client).Get, and prints the answer as
+// call does.
+func callOn[T any](c *cliCmd, names string, ask func(cl *client.Client, ctx context.Context, id string) (T, error), text func(T) error) func(context.Context, []string) error {
+	return func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, names)
+		if err != nil {
+			return err
+		}
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (T, error) { return ask(cl, ctx, pos[0]) }, text)
+	}
 }

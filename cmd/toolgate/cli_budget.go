@@ -7,6 +7,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -27,19 +28,13 @@ func budgetCmd(out cliOutput) *cliCmd {
 				r.Team = team
 			}
 		})
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		reply, err := cl.Budgets(ctx, r)
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, reply.Items)
-		}
-		return printBudgets(out.stdout, reply.Items)
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) ([]wire.Budget, error) {
+			reply, err := cl.Budgets(ctx, r)
+			if err != nil {
+				return nil, err
+			}
+			return reply.Items, nil
+		}, func(items []wire.Budget) error { return printBudgets(out.stdout, items) })
 	}
 	return c
 }

@@ -63,44 +63,41 @@ func submitCmd(out cliOutput) *cliCmd {
 		}
 		call.Arguments = raw
 
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		e, err := cl.Submit(ctx, call)
-		if err != nil {
-			return err
-		}
-		// A call already answered for good (denied by policy, or an earlier
-		// submit of the same id that was decided) is reported as --wait would.
-		wait = wait || through || e.Status.Terminal()
-		if !c.json {
-			fmt.Fprintln(out.stdout, statusLine(e))
-		}
-		if !wait {
-			if c.json {
-				return cliPrintJSON(out.stdout, e)
+		return c.withClient(ctx, func(ctx context.Context, cl *client.Client) error {
+			e, err := cl.Submit(ctx, call)
+			if err != nil {
+				return err
 			}
-			return nil
-		}
-		var opts []client.AwaitOption
-		if through {
-			opts = append(opts, client.UntilFinished())
-		}
-		o, err := cl.Await(ctx, e.PendingID, opts...)
-		if c.json {
-			if last := answeredEntry(o, err); last != nil {
-				if perr := cliPrintJSON(out.stdout, last); perr != nil {
-					return perr
+			// A call already answered for good (denied by policy, or an earlier
+			// submit of the same id that was decided) is reported as --wait would.
+			wait = wait || through || e.Status.Terminal()
+			if !c.json {
+				fmt.Fprintln(out.stdout, statusLine(e))
+			}
+			if !wait {
+				if c.json {
+					return cliPrintJSON(out.stdout, e)
 				}
+				return nil
+			}
+			var opts []client.AwaitOption
+			if through {
+				opts = append(opts, client.UntilFinished())
+			}
+			o, err := cl.Await(ctx, e.PendingID, opts...)
+			if c.json {
+				if last := answeredEntry(o, err); last != nil {
+					if perr := cliPrintJSON(out.stdout, last); perr != nil {
+						return perr
+					}
+				}
+				return err
+			}
+			if err == nil {
+				printOutcome(out, o)
 			}
 			return err
-		}
-		if err == nil {
-			printOutcome(out, o)
-		}
-		return err
+		})
 	}
 	return c
 }
@@ -215,54 +212,36 @@ func listCmd(out cliOutput) *cliCmd {
 	return c
 }
 
+// listEntries lists the calls r asks for, oldest first (--json: an
+// array, empty when none match).
 func listEntries(ctx context.Context, c *cliCmd, r wire.ListRequest) error {
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	entries, err := cl.List(ctx, r)
-	if err != nil {
-		return err
-	}
-	slices.SortFunc(entries, func(a, b *machine.Entry) int {
-		return cmp.Or(cmp.Compare(a.RequestedAt, b.RequestedAt), strings.Compare(a.PendingID, b.PendingID))
-	})
-	if c.json {
+	return call(ctx, c, func(ctx context.Context, cl *client.Client) ([]*machine.Entry, error) {
+		entries, err := cl.List(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		slices.SortFunc(entries, func(a, b *machine.Entry) int {
+			return cmp.Or(cmp.Compare(a.RequestedAt, b.RequestedAt), strings.Compare(a.PendingID, b.PendingID))
+		})
 		if entries == nil {
 			entries = []*machine.Entry{}
 		}
-		return cliPrintJSON(c.out.stdout, entries)
-	}
-	if len(entries) == 0 {
-		fmt.Fprintln(c.out.stderr, "no calls match")
-		return nil
-	}
-	return printTable(c.out.stdout, entries, timeNow())
+		return entries, nil
+	}, func(entries []*machine.Entry) error {
+		if len(entries) == 0 {
+			fmt.Fprintln(c.out.stderr, "no calls match")
+			return nil
+		}
+		return printTable(c.out.stdout, entries, timeNow())
+	})
 }
 
 // showCmd is `toolgate show`.
 func showCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("show", "show ID [flags]", "Show one call: everything toolgate knows of it.", out).connFlags().jsonFlag("the entry")
-	c.run = func(ctx context.Context, args []string) error {
-		pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
-		if err != nil {
-			return err
-		}
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		e, err := cl.Get(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, e)
-		}
+	c.run = callOn(c, "the call's ID (its pendingId)", (*client.Client).Get, func(e *machine.Entry) error {
 		return printEntry(out.stdout, e, timeNow())
-	}
+	})
 	return c
 }
 
@@ -426,20 +405,18 @@ func (m *matchFlags) decide(ctx context.Context, c *cliCmd, pos []string, approv
 		return c.usagef("--match: decides the calls it matches: give no ID")
 	}
 	m.req.Approved, m.req.Reason = approve, reason
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	reply, err := cl.DecideMatching(ctx, m.req)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(c.out.stdout, reply)
-	}
+	return call(ctx, c, func(ctx context.Context, cl *client.Client) (*wire.DecideMatchingReply, error) {
+		return cl.DecideMatching(ctx, m.req)
+	}, func(reply *wire.DecideMatchingReply) error {
+		m.print(c.out, approve, reply)
+		return nil
+	})
+}
+
+// print says what deciding the calls the pattern matches did.
+func (m *matchFlags) print(out cliOutput, approve bool, reply *wire.DecideMatchingReply) {
 	verb := map[bool]string{true: "approved", false: "rejected"}[approve]
-	w := c.out.stdout
+	w := out.stdout
 	if reply.DryRun {
 		fmt.Fprintf(w, "would have %s %s (dry run, nothing decided):\n", verb, counted(len(reply.Decided), "call", "calls"))
 	} else {
@@ -456,50 +433,49 @@ func (m *matchFlags) decide(ctx context.Context, c *cliCmd, pos []string, approv
 		fmt.Fprintf(w, "  skipped %s (%s): %s: %s\n", s.Entry.PendingID, s.Entry.ToolName, s.Code, s.Reason)
 	}
 	if len(reply.Decided)+len(reply.Skipped) == 0 {
-		fmt.Fprintf(c.out.stderr, "no pending calls match %s\n", m.req.Match)
+		fmt.Fprintf(out.stderr, "no pending calls match %s\n", m.req.Match)
 	}
-	return nil
 }
 
 // decide decides one call. An approval that records a grant first asks
 // what the grant would cover, so that the approver reads it (and, with
 // dryRun, only reads it) and a call no grant can cover alone is refused
 // before anything is decided, rather than approved once by surprise.
+//
+// A dry run is an approval that records a grant (approve and reject
+// refuse any other).
 func decide(ctx context.Context, c *cliCmd, id string, d client.Decision, dryRun bool) error {
-	nc, cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	var grant *wire.GrantPreview
-	if d.Approve && d.Scope != machine.ScopeOnce && len(d.Arguments) == 0 {
-		if grant, err = cl.GrantPreview(ctx, id, d.Scope); err != nil {
-			return err
-		}
-	}
 	w := c.out.stdout
 	if dryRun {
-		if c.json {
-			return cliPrintJSON(w, grant)
-		}
-		if d.PersistRule {
-			fmt.Fprintf(w, "would write the allow rule %s into the policy (dry run, nothing decided)\n", grant.Pattern)
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (*wire.GrantPreview, error) {
+			return cl.GrantPreview(ctx, id, d.Scope)
+		}, func(grant *wire.GrantPreview) error {
+			if d.PersistRule {
+				fmt.Fprintf(w, "would write the allow rule %s into the policy (dry run, nothing decided)\n", grant.Pattern)
+				return nil
+			}
+			fmt.Fprintf(w, "would grant %s: %s (dry run, nothing decided)\n", grantReach(grant), grant.Pattern)
 			return nil
+		})
+	}
+	var grant *wire.GrantPreview
+	return call(ctx, c, func(ctx context.Context, cl *client.Client) (e *machine.Entry, err error) {
+		if d.Approve && d.Scope != machine.ScopeOnce && len(d.Arguments) == 0 {
+			if grant, err = cl.GrantPreview(ctx, id, d.Scope); err != nil {
+				return nil, err
+			}
 		}
-		fmt.Fprintf(w, "would grant %s: %s (dry run, nothing decided)\n", grantReach(grant), grant.Pattern)
-		return nil
-	}
-	e, err := cl.Decide(ctx, id, d)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return cliPrintJSON(c.out.stdout, e)
-	}
+		return cl.Decide(ctx, id, d)
+	}, func(e *machine.Entry) error { printDecided(w, e, d, grant); return nil })
+}
+
+// printDecided says what deciding a call as d did, and what a grant the
+// approval recorded covers.
+func printDecided(w io.Writer, e *machine.Entry, d client.Decision, grant *wire.GrantPreview) {
 	if e.Status == machine.StatePendingApproval {
 		// A say its quorum needs others besides.
 		fmt.Fprintf(w, "%s: recorded, still pending: %s\n", e.PendingID, e.Needed())
-		return nil
+		return
 	}
 	if d.Approve {
 		fmt.Fprintf(w, "approved %s (%s) as %s, scope %s\n", e.PendingID, e.ToolName, e.ApprovedOrRejectedByUserID, e.DecisionScope)
@@ -532,17 +508,16 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision, dryRun
 		case e.DecisionScope == machine.ScopeAlways:
 			fmt.Fprintf(w, "later calls like it among %s run without asking, %s\n", team, until)
 		}
-		return nil
+		return
 	}
 	if len(d.Result) > 0 {
 		fmt.Fprintf(w, "answered %s (%s) as %s with the result you gave: the tool does not run\n", e.PendingID, e.ToolName, e.RespondedBy)
-		return nil
+		return
 	}
 	fmt.Fprintf(w, "rejected %s (%s) as %s: %s\n", e.PendingID, e.ToolName, e.ApprovedOrRejectedByUserID, d.Reason)
 	if e.Interrupt {
 		fmt.Fprintln(w, "the agent is asked to stop its turn")
 	}
-	return nil
 }
 
 // cancelCmd is `toolgate cancel`.
@@ -564,41 +539,30 @@ func cancelCmd(out cliOutput) *cliCmd {
 		case len(pos) == 0 && conv == "":
 			return c.usagef("missing the call's ID, or --conversation")
 		}
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
 		w := out.stdout
 		if conv == "" {
-			e, err := cl.Cancel(ctx, pos[0], "", reason)
-			if err != nil {
+			return call(ctx, c, func(ctx context.Context, cl *client.Client) (*machine.Entry, error) {
+				return cl.Cancel(ctx, pos[0], "", reason)
+			}, func(e *machine.Entry) error {
+				_, err := fmt.Fprintf(w, "cancelled %s (%s)\n", e.PendingID, e.ToolName)
 				return err
-			}
-			if c.json {
-				return cliPrintJSON(w, e)
-			}
-			fmt.Fprintf(w, "cancelled %s (%s)\n", e.PendingID, e.ToolName)
-			return nil
+			})
 		}
-		reply, err := cl.CancelConversation(ctx, conv, "", reason)
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(w, reply)
-		}
-		fmt.Fprintf(w, "cancelled %s of conversation %s\n", counted(len(reply.Cancelled), "call", "calls"), conv)
-		for _, e := range reply.Cancelled {
-			fmt.Fprintf(w, "  %s (%s)\n", e.PendingID, e.ToolName)
-		}
-		if len(reply.Running) > 0 {
-			fmt.Fprintf(w, "%s already running, not cancelled:\n", counted(len(reply.Running), "call", "calls"))
-			for _, e := range reply.Running {
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (*wire.CancelConversationReply, error) {
+			return cl.CancelConversation(ctx, conv, "", reason)
+		}, func(reply *wire.CancelConversationReply) error {
+			fmt.Fprintf(w, "cancelled %s of conversation %s\n", counted(len(reply.Cancelled), "call", "calls"), conv)
+			for _, e := range reply.Cancelled {
 				fmt.Fprintf(w, "  %s (%s)\n", e.PendingID, e.ToolName)
 			}
-		}
-		return nil
+			if len(reply.Running) > 0 {
+				fmt.Fprintf(w, "%s already running, not cancelled:\n", counted(len(reply.Running), "call", "calls"))
+				for _, e := range reply.Running {
+					fmt.Fprintf(w, "  %s (%s)\n", e.PendingID, e.ToolName)
+				}
+			}
+			return nil
+		})
 	}
 	return c
 }

@@ -43,7 +43,7 @@ func claudeChannelCmd(out cliOutput) *cliCmd {
 		}
 		// stdout is the MCP stream: the log goes to stderr.
 		log := slog.New(slog.NewTextHandler(out.stderr, nil)).With("component", "claude-channel")
-		nc, cl, err := c.connectInBackground(log, connectTimeout)
+		nc, cl, err := c.connect(&background{log, connectTimeout})
 		if err != nil {
 			return err
 		}

@@ -147,7 +147,7 @@ const hookCredentialFix = "give the hook an agent's credential with --nats-creds
 // hook's credential, toolgate is answered for (claudecode.Failed): a
 // refused credential is denied whatever --on-error says.
 func hookAnswer(ctx context.Context, c *cliCmd, in claudecode.Input, opts claudecode.Options) (any, error) {
-	nc, cl, err := c.connect()
+	nc, cl, err := c.connect(nil)
 	if errors.Is(err, nats.ErrAuthorization) {
 		err = fmt.Errorf("%w: toolgate refused the hook's credential: %v: %s", machine.ErrForbidden, err, hookCredentialFix)
 	}
@@ -201,7 +201,7 @@ func mcpCmd(out cliOutput) *cliCmd {
 		}
 		// stdout is the MCP stream: the log goes to stderr.
 		log := slog.New(slog.NewTextHandler(out.stderr, nil)).With("component", "mcp")
-		nc, cl, err := c.connectInBackground(log, connectTimeout)
+		nc, cl, err := c.connect(&background{log, connectTimeout})
 		if err != nil {
 			return err
 		}

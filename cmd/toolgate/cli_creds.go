@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/wire"
@@ -32,23 +33,15 @@ func credsAddCmd(out cliOutput) *cliCmd {
 		if file == "" {
 			file = name + ".creds"
 		}
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		reply, err := cl.IssueCredential(ctx, name, wire.Role(role))
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, reply)
-		}
-		if err := os.WriteFile(file, []byte(reply.Creds), 0o600); err != nil {
-			return fmt.Errorf("the credential was issued but not written (revoke it): %w", err)
-		}
-		fmt.Fprintf(out.stdout, "issued %s (%s), key %s: %s\n", name, role, reply.Identity.Key, file)
-		return nil
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (wire.CredsReply, error) {
+			return cl.IssueCredential(ctx, name, wire.Role(role))
+		}, func(reply wire.CredsReply) error {
+			if err := os.WriteFile(file, []byte(reply.Creds), 0o600); err != nil {
+				return fmt.Errorf("the credential was issued but not written (revoke it): %w", err)
+			}
+			fmt.Fprintf(out.stdout, "issued %s (%s), key %s: %s\n", name, role, reply.Identity.Key, file)
+			return nil
+		})
 	}
 	return c
 }
@@ -60,28 +53,20 @@ func credsListCmd(out cliOutput) *cliCmd {
 		if _, err := c.parse(args, 0, 0, ""); err != nil {
 			return err
 		}
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		ids, err := cl.Credentials(ctx)
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, ids)
-		}
-		tw := tabwriter.NewWriter(out.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tROLE\tISSUED\tREVOKED\tKEY")
-		for _, id := range ids {
-			revoked := "-"
-			if id.RevokedAt != 0 {
-				revoked = time.UnixMilli(id.RevokedAt).UTC().Format(time.RFC3339) + " by " + id.RevokedBy
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) ([]wire.Identity, error) {
+			return cl.Credentials(ctx)
+		}, func(ids []wire.Identity) error {
+			tw := tabwriter.NewWriter(out.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tROLE\tISSUED\tREVOKED\tKEY")
+			for _, id := range ids {
+				revoked := "-"
+				if id.RevokedAt != 0 {
+					revoked = time.UnixMilli(id.RevokedAt).UTC().Format(time.RFC3339) + " by " + id.RevokedBy
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, time.UnixMilli(id.IssuedAt).UTC().Format(time.RFC3339), revoked, id.Key)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, time.UnixMilli(id.IssuedAt).UTC().Format(time.RFC3339), revoked, id.Key)
-		}
-		return tw.Flush()
+			return tw.Flush()
+		})
 	}
 	return c
 }
@@ -91,28 +76,12 @@ func credsRevokeCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("creds revoke", "creds revoke NAME [flags]",
 		"Revoke every credential of NAME: toolgate refuses its requests at once, and the\n"+
 			"embedded NATS server disconnects it.", out).connFlags().jsonFlag("the identities revoked")
-	c.run = func(ctx context.Context, args []string) error {
-		pos, err := c.parse(args, 1, 1, "the identity's name")
-		if err != nil {
-			return err
-		}
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		ids, err := cl.RevokeCredential(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, ids)
-		}
+	c.run = callOn(c, "the identity's name", (*client.Client).RevokeCredential, func(ids []wire.Identity) error {
 		for _, id := range ids {
 			fmt.Fprintf(out.stdout, "revoked %s (%s), key %s\n", id.Name, id.Role, id.Key)
 		}
 		return nil
-	}
+	})
 	return c
 }
 
@@ -143,19 +112,17 @@ func credsLocalCmd(sub string, out cliOutput) *cliCmd {
 		}
 		var revoked []string
 		if withRevoked {
-			nc, cl, err := c.connect()
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			ids, err := cl.Credentials(ctx)
-			if err != nil {
-				return err
-			}
-			for _, id := range ids {
-				if id.RevokedAt != 0 {
-					revoked = append(revoked, id.Key)
+			err := c.withClient(ctx, func(ctx context.Context, cl *client.Client) error {
+				ids, err := cl.Credentials(ctx)
+				for _, id := range ids {
+					if id.RevokedAt != 0 {
+						revoked = append(revoked, id.Key)
+					}
 				}
+				return err
+			})
+			if err != nil {
+				return err
 			}
 		}
 		conf, err := server.NATSConfig(*data, revoked)

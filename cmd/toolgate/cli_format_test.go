@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/internal/analytics"
+	"github.com/toolgate/toolgate/internal/bench"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -149,10 +150,10 @@ default:
 func TestBenchReport_CountsAgreeWithTheirWords(t *testing.T) {
 	t.Parallel()
 	var b strings.Builder
-	(&benchReport{Agents: 1, Calls: 1, Target: "embedded", Host: benchHostEnv{CPUs: 1, Load: "0.5"}}).print(&b)
+	printBench(&b, &bench.Report{Agents: 1, Calls: 1, Target: "embedded", Host: bench.Host{CPUs: 1, Load: "0.5"}})
 	assert.Contains(t, b.String(), "toolgate bench: embedded, 1 agent, 1 lifecycle a path, 1 CPU, load 0.5\n")
 	b.Reset()
-	(&benchReport{Agents: 2, Calls: 2000, Target: "embedded", Host: benchHostEnv{CPUs: 2, Load: "0.5"}}).print(&b)
+	printBench(&b, &bench.Report{Agents: 2, Calls: 2000, Target: "embedded", Host: bench.Host{CPUs: 2, Load: "0.5"}})
 	assert.Contains(t, b.String(), "toolgate bench: embedded, 2 agents, 2000 lifecycles a path, 2 CPUs, load 0.5\n")
 }
 

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -20,23 +21,15 @@ func grantsListCmd(out cliOutput) *cliCmd {
 		if _, err := c.parse(args, 0, 0, ""); err != nil {
 			return err
 		}
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		grants, err := cl.Grants(ctx, *conv)
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, grants)
-		}
-		if len(grants) == 0 {
-			fmt.Fprintln(out.stderr, "no grants in force")
-			return nil
-		}
-		return printGrants(out.stdout, grants, timeNow())
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) ([]wire.Grant, error) {
+			return cl.Grants(ctx, *conv)
+		}, func(grants []wire.Grant) error {
+			if len(grants) == 0 {
+				fmt.Fprintln(out.stderr, "no grants in force")
+				return nil
+			}
+			return printGrants(out.stdout, grants, timeNow())
+		})
 	}
 	return c
 }
@@ -71,25 +64,9 @@ func printGrants(w io.Writer, grants []wire.Grant, now time.Time) error {
 func grantsRevokeCmd(out cliOutput) *cliCmd {
 	c := newCLICmd("grants revoke", "grants revoke ID [flags]",
 		"End a grant at once: later calls it covered are asked about again.", out).connFlags().jsonFlag("the grant revoked")
-	c.run = func(ctx context.Context, args []string) error {
-		pos, err := c.parse(args, 1, 1, "the grant's ID (see grants list)")
-		if err != nil {
-			return err
-		}
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		g, err := cl.RevokeGrant(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, g)
-		}
-		fmt.Fprintf(out.stdout, "revoked grant %s (%s, by %s)\n", g.ID, g.Pattern, g.By)
-		return nil
-	}
+	c.run = callOn(c, "the grant's ID (see grants list)", (*client.Client).RevokeGrant, func(g *wire.Grant) error {
+		_, err := fmt.Fprintf(out.stdout, "revoked grant %s (%s, by %s)\n", g.ID, g.Pattern, g.By)
+		return err
+	})
 	return c
 }

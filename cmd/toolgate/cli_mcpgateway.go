@@ -8,14 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go"
 
-	"github.com/toolgate/toolgate/bus"
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/mcpgateway"
 	"github.com/toolgate/toolgate/machine"
 )
@@ -83,7 +79,7 @@ func mcpGatewayCmd(out cliOutput) *cliCmd {
 		// which MCP clients keep as the server's log.
 		opts.Log = slog.New(slog.NewTextHandler(out.stderr, nil)).With("component", "mcp-gateway")
 		opts.Stderr = out.stderr
-		nc, cl, err := c.connectInBackground(opts.Log, connectTimeout)
+		nc, cl, err := c.connect(&background{opts.Log, connectTimeout})
 		if err != nil {
 			return err
 		}
@@ -118,64 +114,6 @@ func mcpGatewayCmd(out cliOutput) *cliCmd {
 // defaultConnectTimeout is how long a call of an MCP server (the gateway,
 // `toolgate mcp`) waits for its connection to toolgate while it is down.
 const defaultConnectTimeout = 5 * time.Second
-
-// connectInBackground connects as connect does, for an MCP server that
-// must start, and answer, while toolgate is down: the connection is made
-// in the background and made again whenever it drops, for as long as the
-// process runs, and a request made while it is down waits for it at most
-// wait, then fails saying toolgate is unreachable. NATS's asynchronous
-// errors go to log, never to stderr as they are: a permission refused is
-// left to the request it fails, which says so.
-func (c *cliCmd) connectInBackground(log *slog.Logger, wait time.Duration) (*nats.Conn, *client.Client, error) {
-	cfg, err := c.credentials()
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg.Name = "toolgate " + c.verb
-	var extra []nats.Option
-	if cfg.CredsFile != "" {
-		if extra, err = client.Credentials(cfg.CredsFile); err != nil {
-			return nil, nil, err
-		}
-	}
-	var reported atomic.Bool // the outage is logged once, not at every attempt
-	extra = append(extra,
-		nats.RetryOnFailedConnect(true),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if !errors.Is(err, nats.ErrPermissionViolation) {
-				log.Warn("NATS", "err", err)
-			}
-		}),
-		nats.ConnectHandler(func(nc *nats.Conn) {
-			reported.Store(false)
-			log.Info("connected to toolgate", "url", nc.ConnectedUrlRedacted())
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			reported.Store(false)
-			log.Info("reconnected to toolgate", "url", nc.ConnectedUrlRedacted())
-		}),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("disconnected from toolgate; reconnecting", "err", err)
-			}
-		}),
-		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
-			if !reported.Swap(true) {
-				log.Warn("toolgate is unreachable; trying again until it answers", "nats", cfg.URLs, "err", err)
-			}
-		}),
-	)
-	nc, err := bus.Connect(cfg, extra...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w%s", err, c.credsFrom)
-	}
-	cl, err := client.New(nc, client.WithConnectWait(wait), client.WithUnavailableWait(wait))
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, cl, nil
-}
 
 // loopback refuses an address beyond this machine: the gateway's HTTP
 // side takes no credential of its own, and whoever reaches it submits

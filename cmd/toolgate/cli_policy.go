@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -27,31 +28,28 @@ func policyGetCmd(out cliOutput) *cliCmd {
 		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		stored, err := cl.GetPolicy(ctx, wire.PolicyGetRequest{ShowSecrets: showSecrets})
-		if err != nil {
-			return err
-		}
-		if stored.Revision == 0 {
-			fmt.Fprintln(out.stderr, "no policy stored: the built-in defaults apply (every call asks)")
-		}
-		if !showSecrets && strings.Contains(stored.Document, policy.RedactedValue) {
-			fmt.Fprintln(out.stderr, "secrets are redacted: `policy set` refuses this document as it is; give the secrets, or env:NAME / file:PATH references, or print them with --show-secrets (admins only)")
-		}
-		if c.json {
-			// Decode, not Parse: a redacted document does not validate.
-			doc, err := policy.Decode([]byte(stored.Document))
+		return c.withClient(ctx, func(ctx context.Context, cl *client.Client) error {
+			stored, err := cl.GetPolicy(ctx, wire.PolicyGetRequest{ShowSecrets: showSecrets})
 			if err != nil {
 				return err
 			}
-			return cliPrintJSON(out.stdout, doc)
-		}
-		_, err = io.WriteString(out.stdout, stored.Document)
-		return err
+			if stored.Revision == 0 {
+				fmt.Fprintln(out.stderr, "no policy stored: the built-in defaults apply (every call asks)")
+			}
+			if !showSecrets && strings.Contains(stored.Document, policy.RedactedValue) {
+				fmt.Fprintln(out.stderr, "secrets are redacted: `policy set` refuses this document as it is; give the secrets, or env:NAME / file:PATH references, or print them with --show-secrets (admins only)")
+			}
+			if c.json {
+				// Decode, not Parse: a redacted document does not validate.
+				doc, err := policy.Decode([]byte(stored.Document))
+				if err != nil {
+					return err
+				}
+				return cliPrintJSON(out.stdout, doc)
+			}
+			_, err = io.WriteString(out.stdout, stored.Document)
+			return err
+		})
 	}
 	return c
 }
@@ -62,29 +60,37 @@ func policySetCmd(out cliOutput) *cliCmd {
 		"Put the policy document in FILE (YAML or JSON; - reads stdin) in force on every toolgate\n"+
 			"replica at once. An invalid document is refused, naming each field at fault, and the\n"+
 			"policy in force stays as it was.", out).connFlags()
-	c.run = func(ctx context.Context, args []string) error {
+	c.run = storePolicy(c, (*client.Client).SetPolicy, func(file string, _ wire.PolicyDocument) error {
+		_, err := fmt.Fprintf(out.stdout, "policy from %s in force\n", file)
+		return err
+	})
+	return c
+}
+
+// storePolicy is the run of `policy set FILE` and `policy shadow set
+// FILE`: it checks the document in FILE offline, stores it with store (a
+// method of the client), and says so with stored.
+func storePolicy(c *cliCmd, store func(cl *client.Client, ctx context.Context, document string) (wire.PolicyDocument, error), stored func(file string, doc wire.PolicyDocument) error) func(context.Context, []string) error {
+	return func(ctx context.Context, args []string) error {
 		pos, err := c.parse(args, 1, 1, "the policy FILE")
 		if err != nil {
 			return err
 		}
-		data, err := readPolicy(pos[0])
+		file := pos[0]
+		data, err := readPolicy(file)
 		if err != nil {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		if _, err := cl.SetPolicy(ctx, string(data)); err != nil {
-			return fmt.Errorf("%s: %w", pos[0], err)
-		}
-		fmt.Fprintf(out.stdout, "policy from %s in force\n", pos[0])
-		return nil
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (wire.PolicyDocument, error) {
+			doc, err := store(cl, ctx, string(data))
+			if err != nil {
+				return doc, fmt.Errorf("%s: %w", file, err)
+			}
+			return doc, nil
+		}, func(doc wire.PolicyDocument) error { return stored(file, doc) })
 	}
-	return c
 }
 
 // policyValidateCmd is `toolgate policy validate`.

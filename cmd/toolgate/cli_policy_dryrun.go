@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -57,19 +58,13 @@ func policyDryRunCmd(out cliOutput) *cliCmd {
 		r.Document = string(data)
 		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		reply, err := cl.PolicyDryRun(ctx, r)
-		if err != nil {
-			return fmt.Errorf("%s: %w", pos[0], err)
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, reply)
-		}
-		return printDryRun(out.stdout, pos[0], reply)
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (*wire.PolicyDryRunReply, error) {
+			reply, err := cl.PolicyDryRun(ctx, r)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", pos[0], err)
+			}
+			return reply, nil
+		}, func(reply *wire.PolicyDryRunReply) error { return printDryRun(out.stdout, pos[0], reply) })
 	}
 	return c
 }

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -42,19 +43,9 @@ func policyExplainCmd(out cliOutput) *cliCmd {
 		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		reply, err := cl.PolicyExplain(ctx, r)
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, reply)
-		}
-		return printExplain(out.stdout, r.ToolName, reply)
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (*wire.PolicyExplainReply, error) {
+			return cl.PolicyExplain(ctx, r)
+		}, func(reply *wire.PolicyExplainReply) error { return printExplain(out.stdout, r.ToolName, reply) })
 	}
 	return c
 }

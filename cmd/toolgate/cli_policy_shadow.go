@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -67,30 +68,11 @@ func policyShadowSetCmd(out cliOutput) *cliCmd {
 			"and each difference from the policy in force is counted (`policy shadow report`). FILE\n"+
 			"is checked as `policy set` checks it; an invalid one is refused and the shadow stays as\n"+
 			"it was. Admins only.", out).connFlags()
-	c.run = func(ctx context.Context, args []string) error {
-		pos, err := c.parse(args, 1, 1, "the policy FILE")
-		if err != nil {
-			return err
-		}
-		data, err := readPolicy(pos[0])
-		if err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		stored, err := cl.SetPolicyShadow(ctx, string(data))
-		if err != nil {
-			return fmt.Errorf("%s: %w", pos[0], err)
-		}
-		fmt.Fprintf(out.stdout, "shadow policy from %s set (revision %d): every call submitted is also evaluated against it, enforcing nothing\n", pos[0], stored.Revision)
-		fmt.Fprintf(out.stdout, "see what it would change: toolgate policy shadow report\n")
-		return nil
-	}
+	c.run = storePolicy(c, (*client.Client).SetPolicyShadow, func(file string, stored wire.PolicyDocument) error {
+		fmt.Fprintf(out.stdout, "shadow policy from %s set (revision %d): every call submitted is also evaluated against it, enforcing nothing\n", file, stored.Revision)
+		_, err := fmt.Fprintf(out.stdout, "see what it would change: toolgate policy shadow report\n")
+		return err
+	})
 	return c
 }
 
@@ -108,21 +90,13 @@ func policyShadowGetCmd(out cliOutput) *cliCmd {
 		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		nc, cl, err := c.connect()
-		if err != nil {
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (wire.PolicyDocument, error) {
+			return cl.PolicyShadow(ctx, wire.PolicyGetRequest{ShowSecrets: showSecrets})
+		}, func(stored wire.PolicyDocument) error {
+			fmt.Fprintf(out.stderr, "shadow policy, revision %d\n", stored.Revision)
+			_, err := io.WriteString(out.stdout, stored.Document)
 			return err
-		}
-		defer nc.Close()
-		stored, err := cl.PolicyShadow(ctx, wire.PolicyGetRequest{ShowSecrets: showSecrets})
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, stored)
-		}
-		fmt.Fprintf(out.stderr, "shadow policy, revision %d\n", stored.Revision)
-		_, err = io.WriteString(out.stdout, stored.Document)
-		return err
+		})
 	}
 	return c
 }
@@ -157,19 +131,9 @@ func policyShadowReportCmd(out cliOutput) *cliCmd {
 		}
 		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		reply, err := cl.PolicyShadowReport(ctx, r)
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, reply)
-		}
-		return printShadowReport(out.stdout, reply)
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (*wire.PolicyShadowReport, error) {
+			return cl.PolicyShadowReport(ctx, r)
+		}, func(reply *wire.PolicyShadowReport) error { return printShadowReport(out.stdout, reply) })
 	}
 	return c
 }
@@ -223,17 +187,12 @@ func policyShadowPromoteCmd(out cliOutput) *cliCmd {
 		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		nc, cl, err := c.connect()
-		if err != nil {
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (wire.PolicyDocument, error) {
+			return cl.PromotePolicyShadow(ctx, *revision)
+		}, func(inForce wire.PolicyDocument) error {
+			_, err := fmt.Fprintf(out.stdout, "shadow policy revision %d in force (policy revision %d); no shadow policy is set now\n", *revision, inForce.Revision)
 			return err
-		}
-		defer nc.Close()
-		inForce, err := cl.PromotePolicyShadow(ctx, *revision)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out.stdout, "shadow policy revision %d in force (policy revision %d); no shadow policy is set now\n", *revision, inForce.Revision)
-		return nil
+		})
 	}
 	return c
 }
@@ -249,21 +208,16 @@ func policyShadowClearCmd(out cliOutput) *cliCmd {
 		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		nc, cl, err := c.connect()
-		if err != nil {
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (wire.PolicyShadowCleared, error) {
+			return cl.ClearPolicyShadow(ctx)
+		}, func(cleared wire.PolicyShadowCleared) error {
+			if cleared.Revision == 0 {
+				fmt.Fprintln(out.stdout, "no shadow policy was set")
+				return nil
+			}
+			_, err := fmt.Fprintf(out.stdout, "shadow policy revision %d cleared\n", cleared.Revision)
 			return err
-		}
-		defer nc.Close()
-		cleared, err := cl.ClearPolicyShadow(ctx)
-		if err != nil {
-			return err
-		}
-		if cleared.Revision == 0 {
-			fmt.Fprintln(out.stdout, "no shadow policy was set")
-			return nil
-		}
-		fmt.Fprintf(out.stdout, "shadow policy revision %d cleared\n", cleared.Revision)
-		return nil
+		})
 	}
 	return c
 }

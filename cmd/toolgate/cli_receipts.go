@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
@@ -26,29 +27,13 @@ func receiptCmd(out cliOutput) *cliCmd {
 			"when, the key that signed it and its hash, which the next receipt names. With --json,\n"+
 			"the receipt chain as 'toolgate verify FILE' checks it offline (docs/receipts.md).", out).
 		connFlags().jsonFlag("the receipt chain (what toolgate verify FILE reads)")
-	c.run = func(ctx context.Context, args []string) error {
-		pos, err := c.parse(args, 1, 1, "the call's ID (its pendingId)")
-		if err != nil {
-			return err
-		}
-		nc, cl, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		ch, err := cl.Receipts(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, ch)
-		}
+	c.run = callOn(c, "the call's ID (its pendingId)", (*client.Client).Receipts, func(ch *wire.ReceiptChain) error {
 		if len(ch.Receipts) == 0 {
 			fmt.Fprintf(out.stderr, "%s has no receipts (written before receipts, or by a toolgate without a receipt key)\n", ch.PendingID)
 			return nil
 		}
 		return printReceipts(out.stdout, ch.Receipts)
-	}
+	})
 	return c
 }
 
@@ -117,26 +102,27 @@ func verifyCmd(out cliOutput) *cliCmd {
 			return c.usagef("%q: no such file, nor a call's ID", src)
 		}
 		if fetch || len(keys) == 0 {
-			nc, cl, err := c.connect()
+			err := c.withClient(ctx, func(ctx context.Context, cl *client.Client) (err error) {
+				if fetch {
+					if ch, err = cl.Receipts(ctx, src); err != nil {
+						return err
+					}
+				}
+				if len(keys) == 0 {
+					published, err := cl.ReceiptKeys(ctx)
+					if err != nil {
+						return err
+					}
+					keys = published.Keys
+					fmt.Fprintf(out.stderr, "trusting the receipt keys toolgate publishes (%s); give --key to check against keys you hold\n", strings.Join(keys, ", "))
+					if len(keys) == 0 {
+						return errors.New("toolgate publishes no receipt key: give --key")
+					}
+				}
+				return nil
+			})
 			if err != nil {
 				return err
-			}
-			defer nc.Close()
-			if fetch {
-				if ch, err = cl.Receipts(ctx, src); err != nil {
-					return err
-				}
-			}
-			if len(keys) == 0 {
-				published, err := cl.ReceiptKeys(ctx)
-				if err != nil {
-					return err
-				}
-				keys = published.Keys
-				fmt.Fprintf(out.stderr, "trusting the receipt keys toolgate publishes (%s); give --key to check against keys you hold\n", strings.Join(keys, ", "))
-				if len(keys) == 0 {
-					return errors.New("toolgate publishes no receipt key: give --key")
-				}
 			}
 		}
 		signers, err := gate.VerifyReceiptChain(ch, keys)

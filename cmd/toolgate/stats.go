@@ -33,37 +33,29 @@ func statsCmd(out cliOutput) *cliCmd {
 		if *hours < 1 || *hours > analytics.MaxSeriesHours {
 			return c.usagef("--hours: must be 1 to %d, got %d", analytics.MaxSeriesHours, *hours)
 		}
-		nc, _, err := c.connect()
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
 		// The rate rules' counters come through the request API, which any
 		// credential that may read them can use, so they are shown even when
 		// the analytics cannot be; asked once: a toolgate that does not answer
 		// leaves them out.
-		cl, err := client.New(nc, client.WithUnavailableWait(0))
-		if err != nil {
-			return err
-		}
-		rates, ratesErr := cl.RateLimits(ctx)
-		rep, err := statsAnalytics(ctx, cl, *hours)
-		if err != nil {
-			if ratesErr == nil && !c.json {
-				_ = printRateLimits(out.stdout, rates.Items, time.Now())
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (statsReport, error) {
+			rates, ratesErr := cl.RateLimits(ctx)
+			rep, err := statsAnalytics(ctx, cl, *hours)
+			if err != nil {
+				if ratesErr == nil && !c.json {
+					_ = printRateLimits(out.stdout, rates.Items, time.Now())
+				}
+				return statsReport{}, err
 			}
-			return err
-		}
-		if ratesErr != nil {
-			fmt.Fprintf(out.stderr, "toolgate stats: rate limits left out: %v\n", ratesErr)
-		}
-		if c.json {
-			return cliPrintJSON(out.stdout, statsReport{Report: rep, RateLimits: rates.Items})
-		}
-		if err := printStats(out.stdout, rep); err != nil {
-			return err
-		}
-		return printRateLimits(out.stdout, rates.Items, time.Now())
+			if ratesErr != nil {
+				fmt.Fprintf(out.stderr, "toolgate stats: rate limits left out: %v\n", ratesErr)
+			}
+			return statsReport{Report: rep, RateLimits: rates.Items}, nil
+		}, func(r statsReport) error {
+			if err := printStats(out.stdout, r.Report); err != nil {
+				return err
+			}
+			return printRateLimits(out.stdout, r.RateLimits, time.Now())
+		}, client.WithUnavailableWait(0))
 	}
 	return c
 }
@@ -117,7 +109,7 @@ func printRateLimits(w io.Writer, items []wire.RateLimit, now time.Time) error {
 }
 
 func statsConnect(c *cliCmd) (jetstream.JetStream, func(), error) {
-	nc, _, err := c.connect()
+	nc, _, err := c.connect(nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,16 +1,11 @@
-package main
+package faultsuite
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,130 +16,9 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
-	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
-
-var (
-	buildOnce sync.Once
-	binDir    string
-	binary    string
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	isolateTests()
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// toolgateBinary builds cmd/toolgate once per test run, for tests that
-// need a real process to kill.
-func toolgateBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "toolgate-bin-")
-		if buildErr != nil {
-			return
-		}
-		binary = filepath.Join(binDir, "toolgate")
-		out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return binary
-}
-
-// process is a running `toolgate serve`.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-
-	logMu sync.Mutex
-	log   strings.Builder // its stderr so far
-}
-
-// output is what the process has written to stderr so far.
-func (p *process) output() string {
-	p.logMu.Lock()
-	defer p.logMu.Unlock()
-	return p.log.String()
-}
-
-// startServe starts `toolgate serve` and waits until it says it is serving.
-func startServe(t *testing.T, args ...string) *process {
-	t.Helper()
-	// One with its own embedded server is remembered, so that the test
-	// and the processes that join it find its credentials; one that
-	// joins another connects with that one's own.
-	flags := map[string]string{}
-	for i := 0; i+1 < len(args); i++ {
-		if strings.HasPrefix(args[i], "--") {
-			flags[args[i]] = args[i+1]
-		}
-	}
-	if data, ok := flags["--data"]; ok && flags["--nats"] == "" {
-		remember(t, "nats://"+flags["--listen"], data)
-	}
-	if url := flags["--nats"]; url != "" && flags["--nats-creds"] == "" {
-		args = append(args, "--nats-creds", server.CredsPath(dataDir(t, url), "toolgate"))
-	}
-	serving := make(chan struct{})
-	p := runServe(t, toolgateBinary(t), args, func(line string) {
-		if strings.Contains(line, "toolgate serving") {
-			close(serving)
-		}
-	})
-	t.Cleanup(func() { p.kill() })
-	select {
-	case <-serving:
-	case <-p.done:
-		t.Fatalf("toolgate serve exited before serving:\n%s", p.output())
-	case <-time.After(60 * time.Second):
-		t.Fatal("toolgate serve not serving after 60s")
-	}
-	return p
-}
-
-// runServe starts bin's `toolgate serve` with args in a process group of
-// its own (so that kill takes the tools it runs with it, as a crashed
-// host would), handing each line it logs to onLine, on one goroutine, in
-// order. It runs in a directory of its own: one given no --data keeps its
-// receipt key in ./toolgate-data, which must not land in the source tree.
-func runServe(t testing.TB, bin string, args []string, onLine func(string)) *process {
-	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
-	cmd.Dir = t.TempDir()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.logMu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.logMu.Unlock()
-			onLine(sc.Text())
-		}
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	return p
-}
-
-// kill SIGKILLs the process and everything it started.
-func (p *process) kill() {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
-}
 
 // TestServe_SIGKILLMidLoadLosesNothing kills `toolgate serve` (embedded
 // NATS, relay and all) with SIGKILL while clients are writing, starts it

@@ -1,6 +1,6 @@
 //go:build soak
 
-package main
+package faultsuite
 
 // The soak: the partition rig for an hour, a network fault each round,
 // with every role's memory and goroutines sampled between rounds. Not in

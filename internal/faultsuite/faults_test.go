@@ -1,4 +1,4 @@
-package main
+package faultsuite
 
 // The fault-injection test: toolgate's roles as
 // separate processes on a real 3-node nats-server cluster, each of them

@@ -1,4 +1,4 @@
-package main
+package faultsuite
 
 // Resource faults: the whole NATS cluster stopped and
 // started again under load. docs/faults.md says what it does and what it

@@ -1,4 +1,4 @@
-package main
+package faultsuite
 
 // The partition tests: toolgate's roles as separate processes on a
 // 3-node nats-server cluster whose every route and every client
@@ -100,7 +100,7 @@ func startPartitionRig(t *testing.T, n int) *partitionRig {
 	rig.args = execScript(rig.runsLog)
 	creds := server.CredsPath(c.auth, "toolgate")
 	serve := func(name string, args ...string) {
-		rig.metrics[name] = freeAddr(t)
+		rig.metrics[name] = fmt.Sprintf("127.0.0.1:%d", bustest.FreePort(t))
 		rig.procs[name] = startServe(t, slices.Concat([]string{"--nats", c.dialer(t, name), "--nats-creds", creds, "--replicas", "3", "--metrics", rig.metrics[name]}, args)...)
 	}
 	own := func(name string) []string { return []string{"--data", filepath.Join(dir, name)} }

@@ -1,4 +1,4 @@
-package main
+package faultsuite
 
 import (
 	"context"
@@ -23,29 +23,6 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/server"
 )
-
-var (
-	natsBuildOnce sync.Once
-	natsBinary    string
-	natsBuildErr  error
-)
-
-// natsServerBinary builds nats-server's own main, at the version in
-// go.mod, once per test run, beside the toolgate binary (TestMain removes
-// both).
-func natsServerBinary(t *testing.T) string {
-	t.Helper()
-	toolgateBinary(t)
-	natsBuildOnce.Do(func() {
-		natsBinary = filepath.Join(binDir, "nats-server")
-		out, err := exec.Command("go", "build", "-o", natsBinary, "github.com/nats-io/nats-server/v2").CombinedOutput()
-		if err != nil {
-			natsBuildErr = fmt.Errorf("go build nats-server: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, natsBuildErr)
-	return natsBinary
-}
 
 // natsCluster is a JetStream cluster of real nats-server processes, each
 // of which a test can SIGKILL and start again on the same ports and store.

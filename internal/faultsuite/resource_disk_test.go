@@ -1,4 +1,4 @@
-package main
+package faultsuite
 
 // Resource faults: JetStream's store full under load.
 // docs/faults.md says what it does and what it measured.
