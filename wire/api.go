@@ -607,11 +607,22 @@ type ArchivedCall struct {
 // Resolution.
 type AnalyticsRequest struct {
 	Hours int `json:"hours,omitempty"`
-	// Resolution is the series' step: hour (the default) or minute.
+	// Resolution is the series' step: AnalyticsByHour (the default) or
+	// AnalyticsByMinute.
 	Resolution string `json:"resolution,omitempty"`
 	// Until ends the window, in epoch milliseconds (0: now).
 	Until int64 `json:"until,omitempty"`
 }
 
-// MaxAnalyticsHours bounds an analytics report's window: 31 days.
-const MaxAnalyticsHours = 31 * 24
+// The bounds of an analytics report's window: 31 days, and a day at
+// minute resolution.
+const (
+	MaxAnalyticsHours       = 31 * 24
+	MaxAnalyticsMinuteHours = 24
+)
+
+// The resolutions of an analytics report's series.
+const (
+	AnalyticsByHour   = "hour"
+	AnalyticsByMinute = "minute"
+)

@@ -3,7 +3,6 @@ package gate
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/toolgate/toolgate/machine"
@@ -19,8 +18,17 @@ func (s *Service) Analytics(ctx context.Context, a Actor, r wire.AnalyticsReques
 	if err := a.require("read analytics", wire.RoleViewer, wire.RoleApprover); err != nil {
 		return nil, err
 	}
-	if r.Hours < 0 || r.Hours > wire.MaxAnalyticsHours {
-		return nil, fmt.Errorf("%w: hours: must be 1 to %d, got %d", machine.ErrInvalid, wire.MaxAnalyticsHours, r.Hours)
+	switch r.Resolution {
+	case "", wire.AnalyticsByHour:
+		if r.Hours < 0 || r.Hours > wire.MaxAnalyticsHours {
+			return nil, fmt.Errorf("%w: hours: must be 1 to %d, got %d", machine.ErrInvalid, wire.MaxAnalyticsHours, r.Hours)
+		}
+	case wire.AnalyticsByMinute:
+		if r.Hours < 0 || r.Hours > wire.MaxAnalyticsMinuteHours {
+			return nil, fmt.Errorf("%w: hours: must be 1 to %d at minute resolution, got %d", machine.ErrInvalid, wire.MaxAnalyticsMinuteHours, r.Hours)
+		}
+	default:
+		return nil, fmt.Errorf("%w: resolution: must be %s or %s, got %q", machine.ErrInvalid, wire.AnalyticsByHour, wire.AnalyticsByMinute, r.Resolution)
 	}
 	if r.Until < 0 {
 		return nil, fmt.Errorf("%w: until: must be epoch milliseconds, got %d", machine.ErrInvalid, r.Until)
@@ -29,8 +37,8 @@ func (s *Service) Analytics(ctx context.Context, a Actor, r wire.AnalyticsReques
 		return nil, fmt.Errorf("%w: this toolgate reports no analytics", machine.ErrNotFound)
 	}
 	report, err := s.analytics(ctx, r)
-	if err != nil && !errors.Is(err, machine.ErrInvalid) {
+	if err != nil {
 		return nil, fmt.Errorf("analytics %w: %v", wire.ErrUnavailable, err)
 	}
-	return report, err
+	return report, nil
 }

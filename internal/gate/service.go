@@ -36,9 +36,8 @@ type Config struct {
 	// holds the trust chain's keys can.
 	Issue Issuer
 	// Analytics, when set, reports the analytics (package analytics'
-	// Report as JSON, over the window a request asks for): the Analytics
-	// use case. An error wrapping machine.ErrInvalid is a request it
-	// refuses; any other, analytics it cannot read now.
+	// Report as JSON, over the window of a request the Analytics use case
+	// checked); an error is analytics it cannot read now.
 	Analytics func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error)
 	// Events, when set, says how far TOOL_EVENTS goes, for a page of
 	// calls a client then follows the events after (Page):

@@ -37,7 +37,6 @@ import (
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/internal/natsapi"
 	"github.com/toolgate/toolgate/internal/worker"
-	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
@@ -666,9 +665,6 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 				opts.Until = time.UnixMilli(r.Until)
 			}
 			rep, err := an.Report(ctx, opts)
-			if errors.Is(err, analytics.ErrBadOptions) {
-				return nil, fmt.Errorf("%w: %v", machine.ErrInvalid, err)
-			}
 			if err != nil {
 				return nil, err
 			}
