@@ -189,7 +189,7 @@ func (s *Server) hookRefusal(r *http.Request, err error) string {
 type hookGate struct {
 	g     *gate.Service
 	a     gate.Actor // the agent whose hook this is
-	await func(ctx context.Context, read client.ReadFunc, pendingID string, opts ...client.AwaitOption) (client.Outcome, error)
+	await AwaitFunc
 }
 
 var _ claudecode.Gate = hookGate{}

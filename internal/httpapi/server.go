@@ -29,10 +29,8 @@ type Config struct {
 	// Events is the process's feed of TOOL_EVENTS, which event streams
 	// (GET /v1/events) follow: *bus.EventsFeed.
 	Events EventFollower
-	// Await waits for a call's outcome, reading the call with read, as
-	// client.AwaitWith does over the process's NATS connection: Claude
-	// Code's HTTP hooks wait with it.
-	Await  func(ctx context.Context, read client.ReadFunc, pendingID string, opts ...client.AwaitOption) (client.Outcome, error)
+	// Await is what Claude Code's HTTP hooks wait for a call with.
+	Await  AwaitFunc
 	Tokens *Tokens // nil or empty: open (loopback only)
 	// Gatherer serves /metrics.
 	Gatherer prometheus.Gatherer
@@ -51,6 +49,11 @@ type Config struct {
 	HTTPClient *http.Client
 	Log        *slog.Logger
 }
+
+// AwaitFunc waits for a call's outcome, reading the call with read:
+// client.AwaitWith over the process's NATS connection, which hears the
+// calls' announcements.
+type AwaitFunc func(ctx context.Context, read client.ReadFunc, pendingID string, opts ...client.AwaitOption) (client.Outcome, error)
 
 // EventFollower hands fn every event of TOOL_EVENTS from sequence from on
 // (0: those to come), in order and once each, until ctx ends, having
