@@ -278,13 +278,14 @@ func report(kind string, r wire.ReportRequest) error {
 }
 
 // reportFields are the fields of a wire.ReportRequest each kind of report
-// takes, beside the pending id and who reports.
+// takes, beside the pending id and who reports. A failure may carry what
+// the tool made before it failed (client.Result's Output beside an error).
 var reportFields = map[string][]string{
 	wire.EndpointStarted:   {"leaseMs", "revision"},
 	wire.EndpointHeartbeat: {"leaseMs"},
 	wire.EndpointRetry:     {"leaseMs", "attempt"},
 	wire.EndpointSucceeded: {"result", "cost"},
-	wire.EndpointFailed:    {"error", "cost"},
+	wire.EndpointFailed:    {"error", "result", "cost"},
 }
 
 // leaseOf is how long the lease a claim, heartbeat or retry asks for

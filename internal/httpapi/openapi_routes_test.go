@@ -455,9 +455,10 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 		assert.JSONEq(t, `{"hits":3}`, string(e.Result))
 		require.Equal(t, http.StatusOK, report(broke.PendingID, "started", specAgent, nil))
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + broke.PendingID + "/failed", token: specAgent,
-			body: wire.ReportRequest{Error: "the search engine is down"}}, &e))
+			body: wire.ReportRequest{Error: "the search engine is down", Result: json.RawMessage(`{"hits":1}`)}}, &e))
 		assert.Equal(t, machine.StateCompletedFailure, e.Status)
 		assert.Equal(t, "the search engine is down", e.Error)
+		assert.JSONEq(t, `{"hits":1}`, string(e.Result), "what the tool made before it failed, as over NATS")
 		assert.Equal(t, http.StatusNotFound, report("spec.nope", "failed", specAgent, nil))
 	})
 
