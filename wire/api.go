@@ -68,7 +68,9 @@ type ListRequest struct {
 
 // DecideRequest approves or rejects a pending call.
 type DecideRequest struct {
-	PendingID string          `json:"pendingId"`
+	PendingID string `json:"pendingId"`
+	// Approved must be given, true or false, unless Result answers the
+	// call: a decision that leaves it out is refused (CheckRequest).
 	Approved  bool            `json:"approved"`
 	By        string          `json:"by"`
 	Reason    string          `json:"reason,omitempty" max:"4096"`
