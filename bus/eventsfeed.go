@@ -78,6 +78,20 @@ func NewEventsFeed(js jetstream.JetStream) *EventsFeed {
 	return &EventsFeed{js: js, up: make(chan struct{}), followers: map[*follower]struct{}{}}
 }
 
+// LastSeq is the sequence of the last event in TOOL_EVENTS (0: none
+// yet), read from the stream, whether or not the feed runs.
+func (f *EventsFeed) LastSeq(ctx context.Context) (uint64, error) {
+	st, err := f.js.Stream(ctx, wire.EventsStream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
+}
+
 // Run reads TOOL_EVENTS from its end until ctx ends, and again after a
 // failure from where it stopped (consumer.RunRestarting); it returns nil
 // when ctx ends.

@@ -117,6 +117,15 @@ func TestArchitecture_DomainHasNoTransport(t *testing.T) {
 	}
 }
 
+// TestArchitecture_HTTPAPIImportsNoNATS: the HTTP API is a table over
+// gate; what it needs of NATS is handed to it, so it imports none itself.
+func TestArchitecture_HTTPAPIImportsNoNATS(t *testing.T) {
+	t.Parallel()
+	for _, imp := range goList(t, "-f", `{{join .Imports "\n"}}`, "./internal/httpapi") {
+		assert.False(t, strings.HasPrefix(imp, "github.com/nats-io/"), "internal/httpapi imports %s", imp)
+	}
+}
+
 // TestArchitecture_ClientLinksNoServer: an agent linking the SDK links the
 // contract and NATS's client, not the policy engine, YAML, a NATS server
 // or toolgate's server side.

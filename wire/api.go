@@ -68,7 +68,9 @@ type ListRequest struct {
 
 // DecideRequest approves or rejects a pending call.
 type DecideRequest struct {
-	PendingID string          `json:"pendingId"`
+	PendingID string `json:"pendingId"`
+	// Approved must be given, true or false, unless Result answers the
+	// call: a decision that leaves it out is refused (CheckRequest).
 	Approved  bool            `json:"approved"`
 	By        string          `json:"by"`
 	Reason    string          `json:"reason,omitempty" max:"4096"`
@@ -95,6 +97,31 @@ type DecideRequest struct {
 	// Interrupt, on a rejection, asks the agent to stop its turn, not
 	// only this call.
 	Interrupt bool `json:"interrupt,omitempty"`
+}
+
+// checkJSON refuses a decision that says neither approved (true or false)
+// nor a result to answer the call with: a rejection is never read into
+// a field left out.
+func (r *DecideRequest) checkJSON(data []byte) error {
+	if len(r.Result) > 0 {
+		return nil
+	}
+	return requireApproved(data, "true or false (or a result, to answer the call with it)")
+}
+
+// RespondRequest approves or rejects the call PendingID of the
+// conversation ConversationID (the reference design's decision, POST
+// /v1/respond): a call of another conversation is not found.
+type RespondRequest struct {
+	ConversationID string `json:"conversationId"`
+	PendingID      string `json:"pendingId"`
+	Approved       bool   `json:"approved"`
+	Reason         string `json:"reason,omitempty" max:"4096"`
+}
+
+// checkJSON refuses a response that does not say approved.
+func (r *RespondRequest) checkJSON(data []byte) error {
+	return requireApproved(data, "true or false")
 }
 
 // Grant is a standing yes an approval recorded: a session grant
@@ -222,7 +249,7 @@ type ErrorBody struct {
 }
 
 // ErrorDetail names a refusal: a code (invalid, not_found, conflict, expired,
-// idempotency_conflict, forbidden, storage_full, internal), what was wrong, and the entry as it is now when
+// idempotency_conflict, forbidden, storage_full, unavailable, internal), what was wrong, and the entry as it is now when
 // the refusal is a conflict with it.
 type ErrorDetail struct {
 	Code    string         `json:"code"`
@@ -249,6 +276,8 @@ func ErrorStatus(err error) (int, string) {
 		return 409, "conflict"
 	case errors.Is(err, ErrStorageFull):
 		return 507, "storage_full"
+	case errors.Is(err, ErrUnavailable):
+		return 503, "unavailable"
 	default:
 		return 500, "internal"
 	}
@@ -265,6 +294,7 @@ var codeErrors = map[string]error{
 	"expired":              machine.ErrExpired,
 	"idempotency_conflict": machine.ErrIdempotencyConflict,
 	"storage_full":         ErrStorageFull,
+	"unavailable":          ErrUnavailable,
 }
 
 // APIError is a refusal received from the service.
@@ -283,6 +313,14 @@ type ListReply struct {
 	Items []*machine.Entry `json:"items"`
 	// NextCursor, when set, asks for the next page.
 	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// ListPage is a page of entries with the TOOL_EVENTS sequence read before
+// them (GET /v1/tool-calls): a client that then follows the events from
+// EventsSeq on misses nothing.
+type ListPage struct {
+	ListReply
+	EventsSeq uint64 `json:"eventsSeq"`
 }
 
 // CancelSubject is where a conversation's cancel is announced (core NATS,
@@ -567,10 +605,26 @@ type ArchivedCall struct {
 }
 
 // AnalyticsRequest asks for the analytics report (GET /v1/analytics's)
-// over the Hours ending now (0: the default, a day).
+// over the Hours ending at Until (0: the default, a day), its series at
+// Resolution.
 type AnalyticsRequest struct {
 	Hours int `json:"hours,omitempty"`
+	// Resolution is the series' step: AnalyticsByHour (the default) or
+	// AnalyticsByMinute.
+	Resolution string `json:"resolution,omitempty"`
+	// Until ends the window, in epoch milliseconds (0: now).
+	Until int64 `json:"until,omitempty"`
 }
 
-// MaxAnalyticsHours bounds an analytics report's window: 31 days.
-const MaxAnalyticsHours = 31 * 24
+// The bounds of an analytics report's window: 31 days, and a day at
+// minute resolution.
+const (
+	MaxAnalyticsHours       = 31 * 24
+	MaxAnalyticsMinuteHours = 24
+)
+
+// The resolutions of an analytics report's series.
+const (
+	AnalyticsByHour   = "hour"
+	AnalyticsByMinute = "minute"
+)

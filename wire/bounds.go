@@ -26,6 +26,39 @@ func CheckBounds(v any) error {
 	return checkBounds(reflect.ValueOf(v), "request", MaxString)
 }
 
+// CheckRequest checks a request decoded from data, whichever transport
+// brought it: the bounds of its strings (CheckBounds), then what its type
+// asks of the JSON it came in (a decision says approved, true or false).
+// Every transport calls it right after decoding, so that each refuses the
+// same requests with the same error.
+func CheckRequest(data []byte, v any) error {
+	if err := CheckBounds(v); err != nil {
+		return err
+	}
+	if c, ok := v.(jsonChecker); ok {
+		return c.checkJSON(data)
+	}
+	return nil
+}
+
+// jsonChecker is a request with a rule its decoded value cannot show: a
+// field that must be given even when it is false.
+type jsonChecker interface {
+	checkJSON(data []byte) error
+}
+
+// requireApproved refuses a request whose JSON gives no approved: a
+// decision is never read into a field left out.
+func requireApproved(data []byte, want string) error {
+	var given struct {
+		Approved *bool `json:"approved"`
+	}
+	if Unmarshal(data, &given) == nil && given.Approved != nil {
+		return nil
+	}
+	return fmt.Errorf("%w: approved: required, %s", machine.ErrInvalid, want)
+}
+
 func checkBounds(v reflect.Value, path string, limit int) error {
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Interface:

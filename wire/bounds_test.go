@@ -36,6 +36,30 @@ func TestCheckBounds_NamesTheFieldTooLong(t *testing.T) {
 	assert.NoError(t, wire.CheckBounds(ok), "an executor's error may be 64 KiB; a result is bounded by the request's size")
 }
 
+// A decision and a response say approved, true or false, whatever
+// transport brings them: one that leaves it out is refused, not taken as
+// a rejection; a decision answering the call with a result needs none.
+func TestCheckRequest_ADecisionSaysApproved(t *testing.T) {
+	t.Parallel()
+	check := func(data string, v any) error {
+		require.NoError(t, wire.Unmarshal([]byte(data), v), data)
+		return wire.CheckRequest([]byte(data), v)
+	}
+	for _, data := range []string{`{"pendingId":"p"}`, `{"pendingId":"p","approved":null}`, `{"reason":"no"}`} {
+		err := check(data, &wire.DecideRequest{})
+		require.ErrorIs(t, err, machine.ErrInvalid, data)
+		assert.ErrorContains(t, err, "approved: required, true or false (or a result, to answer the call with it)", data)
+		assert.ErrorContains(t, check(data, &wire.RespondRequest{}), "approved: required, true or false", data)
+	}
+	for _, data := range []string{`{"approved":false}`, `{"approved":true}`, `{"result":{"hits":3}}`} {
+		assert.NoError(t, check(data, &wire.DecideRequest{}), data)
+	}
+	assert.NoError(t, check(`{"approved":false}`, &wire.RespondRequest{}))
+	err := check(`{"requestId":"`+strings.Repeat("r", 65)+`","approved":true}`, &wire.DecideRequest{})
+	assert.ErrorContains(t, err, "requestId: at most 64 bytes, got 65", "the bounds first")
+	assert.NoError(t, check(`{}`, &wire.CancelRequest{}), "a request without rules of its own")
+}
+
 // FuzzEntrySubject: a caller's announcement subject stays far below
 // NATS's control line (4 KiB) whatever the caller id, for every pending id
 // that the bounded ids make.

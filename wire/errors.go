@@ -9,3 +9,9 @@ import "errors"
 // limit raised, data removed), the same request succeeds. Over the wire
 // it is the code storage_full, status 507.
 var ErrStorageFull = errors.New("storage full")
+
+// ErrUnavailable refuses a request for what this toolgate cannot read
+// now (the analytics, while their bucket cannot be read); the same
+// request may succeed later. Over the wire it is the code unavailable,
+// status 503.
+var ErrUnavailable = errors.New("unavailable")

@@ -111,15 +111,15 @@ type SeriesPoint struct {
 
 // Resolutions of a Series.
 const (
-	ResolutionHour   = "hour"
-	ResolutionMinute = "minute"
+	ResolutionHour   = wire.AnalyticsByHour
+	ResolutionMinute = wire.AnalyticsByMinute
 )
 
 // Windows a report's series may span.
 const (
 	DefaultSeriesHours   = 24
 	MaxSeriesHours       = wire.MaxAnalyticsHours
-	MaxMinuteSeriesHours = 24
+	MaxMinuteSeriesHours = wire.MaxAnalyticsMinuteHours
 )
 
 // ReportOptions choose the time series of a Report.

@@ -170,6 +170,22 @@ func (s *Service) List(ctx context.Context, a Actor, r wire.ListRequest) (wire.L
 	return s.listRead(ctx, a, r)
 }
 
+// Page is List's page with the sequence of the last event of TOOL_EVENTS,
+// read before the entries: a client that then follows the events from it
+// misses no change to them (0 without Config.Events: it then follows
+// every event, and misses none either).
+func (s *Service) Page(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListPage, error) {
+	var seq uint64
+	if s.events != nil {
+		var err error
+		if seq, err = s.events.LastSeq(ctx); err != nil {
+			return wire.ListPage{}, fmt.Errorf("events: %w", err)
+		}
+	}
+	page, err := s.List(ctx, a, r)
+	return wire.ListPage{ListReply: page, EventsSeq: seq}, err
+}
+
 // listRead is List as it reads the bucket, while the index cannot
 // answer: a conversation's keys (and its archived calls), or all of it.
 func (s *Service) listRead(ctx context.Context, a Actor, r wire.ListRequest) (wire.ListReply, error) {
@@ -203,6 +219,26 @@ func (s *Service) Decide(ctx context.Context, a Actor, r wire.DecideRequest) (*m
 		For: time.Duration(r.ForMs) * time.Millisecond, PersistRule: r.PersistRule, SingleUse: r.SingleUse,
 		RequestID: r.RequestID, Result: r.Result, Interrupt: r.Interrupt,
 	})
+}
+
+// Respond is Decide of the call r.PendingID of the conversation
+// r.ConversationID, as the reference design decides: a call of another
+// conversation is not found.
+func (s *Service) Respond(ctx context.Context, a Actor, r wire.RespondRequest) (*machine.Entry, error) {
+	if err := required("conversationId", r.ConversationID); err != nil {
+		return nil, err
+	}
+	if err := required("pendingId", r.PendingID); err != nil {
+		return nil, err
+	}
+	e, err := s.Get(ctx, a, wire.GetRequest{PendingID: r.PendingID})
+	if err != nil {
+		return nil, err
+	}
+	if e.ConversationID != r.ConversationID {
+		return nil, fmt.Errorf("pendingId %s in conversation %s: %w", r.PendingID, r.ConversationID, machine.ErrNotFound)
+	}
+	return s.Decide(ctx, a, wire.DecideRequest{PendingID: r.PendingID, Approved: r.Approved, Reason: r.Reason})
 }
 
 // decide is Decide of a pending id known to be set, as the machine

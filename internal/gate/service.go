@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Config is what a Service is built from.
@@ -35,8 +36,13 @@ type Config struct {
 	// holds the trust chain's keys can.
 	Issue Issuer
 	// Analytics, when set, reports the analytics (package analytics'
-	// Report as JSON, over the hours ending now): the Analytics use case.
-	Analytics func(ctx context.Context, hours int) (json.RawMessage, error)
+	// Report as JSON, over the window of a request the Analytics use case
+	// checked); an error is analytics it cannot read now.
+	Analytics func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error)
+	// Events, when set, says how far TOOL_EVENTS goes, for a page of
+	// calls a client then follows the events after (Page):
+	// *bus.EventsFeed.
+	Events EventsPosition
 	// Signer, when set, signs the receipt every transition appends
 	// (receipts.go); without one, entries get none.
 	Signer machine.Signer
@@ -64,7 +70,8 @@ type Service struct {
 	tokens      *bus.DecisionTokenStore
 	archive     *bus.Archive     // nil: finished calls are never retired
 	archivedIDs *bus.ArchivedIDs // which calls the archive may hold, while it follows it (Runtime.FollowArchive)
-	analytics   func(ctx context.Context, hours int) (json.RawMessage, error)
+	analytics   func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error)
+	events      EventsPosition
 	issue       Issuer
 	clock       func() time.Time
 	nc          *nats.Conn
@@ -83,6 +90,12 @@ type Service struct {
 	flowMarks *bus.FlowMarks
 	// shadow is the shadow policy submits are compared against (shadow.go).
 	shadow *shadow
+}
+
+// EventsPosition says how far TOOL_EVENTS goes: the sequence of its last
+// event (0: none yet).
+type EventsPosition interface {
+	LastSeq(ctx context.Context) (uint64, error)
 }
 
 // limits is what of the policy Budgets shows and DeniedTools asks:
@@ -136,6 +149,7 @@ func New(cfg Config) *Service {
 		archive:     newArchive(cfg),
 		archivedIDs: bus.NewArchivedIDs(js),
 		analytics:   cfg.Analytics,
+		events:      cfg.Events,
 		issue:       cfg.Issue,
 		clock:       cfg.Clock,
 		nc:          cfg.NC,

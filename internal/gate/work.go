@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -250,9 +251,41 @@ func (s *Service) runs(ctx context.Context, a Actor, pendingID string) error {
 	return nil
 }
 
-// report checks a report on a call: its pending id is set.
-func report(r wire.ReportRequest) error {
-	return required("pendingId", r.PendingID)
+// report checks a report of a kind (wire.EndpointStarted, …) on a call:
+// its pending id is set, its lease is not negative, and it holds only the
+// fields its kind takes (reportFields), so that nothing a caller sends is
+// silently ignored.
+func report(kind string, r wire.ReportRequest) error {
+	if err := required("pendingId", r.PendingID); err != nil {
+		return err
+	}
+	if r.LeaseMs < 0 {
+		return fmt.Errorf("%w: leaseMs: want a positive number of milliseconds (or none: an hour), got %d", machine.ErrInvalid, r.LeaseMs)
+	}
+	takes := reportFields[kind]
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"leaseMs", r.LeaseMs != 0}, {"attempt", r.Attempt != 0}, {"revision", r.Revision != 0},
+		{"result", len(r.Result) > 0}, {"error", r.Error != ""}, {"cost", r.Cost != 0},
+	} {
+		if f.set && !slices.Contains(takes, f.name) {
+			return fmt.Errorf("%w: %s: a report of %s takes only %s", machine.ErrInvalid, f.name, kind, strings.Join(takes, ", "))
+		}
+	}
+	return nil
+}
+
+// reportFields are the fields of a wire.ReportRequest each kind of report
+// takes, beside the pending id and who reports. A failure may carry what
+// the tool made before it failed (client.Result's Output beside an error).
+var reportFields = map[string][]string{
+	wire.EndpointStarted:   {"leaseMs", "revision"},
+	wire.EndpointHeartbeat: {"leaseMs"},
+	wire.EndpointRetry:     {"leaseMs", "attempt"},
+	wire.EndpointSucceeded: {"result", "cost"},
+	wire.EndpointFailed:    {"error", "result", "cost"},
 }
 
 // leaseOf is how long the lease a claim, heartbeat or retry asks for
@@ -275,7 +308,7 @@ func outcomeOf(r wire.ReportRequest) machine.Outcome {
 // revision, the claim reads no entry (machine.ClaimAt; an agent's claim
 // still reads the call, to check it is its own).
 func (s *Service) ClaimAt(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
-	if err := report(r); err != nil {
+	if err := report(wire.EndpointStarted, r); err != nil {
 		return nil, err
 	}
 	if err := s.runs(ctx, a, r.PendingID); err != nil {
@@ -288,7 +321,7 @@ func (s *Service) ClaimAt(ctx context.Context, a Actor, r wire.ReportRequest) (*
 // for the holder of its lease, with a new lease (r.LeaseMs, default an
 // hour).
 func (s *Service) Retry(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
-	if err := report(r); err != nil {
+	if err := report(wire.EndpointRetry, r); err != nil {
 		return nil, err
 	}
 	if err := s.runs(ctx, a, r.PendingID); err != nil {
@@ -301,7 +334,7 @@ func (s *Service) Retry(ctx context.Context, a Actor, r wire.ReportRequest) (*ma
 // from now, default an hour), for tools that run longer than their claim
 // gave them.
 func (s *Service) Heartbeat(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
-	if err := report(r); err != nil {
+	if err := report(wire.EndpointHeartbeat, r); err != nil {
 		return nil, err
 	}
 	if err := s.runs(ctx, a, r.PendingID); err != nil {
@@ -312,18 +345,18 @@ func (s *Service) Heartbeat(ctx context.Context, a Actor, r wire.ReportRequest) 
 
 // Complete records a successful run: r.Result and r.Cost.
 func (s *Service) Complete(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
-	return s.finish(ctx, a, r, s.complete) // the machine's, after the flows' marks (flows.go)
+	return s.finish(ctx, a, wire.EndpointSucceeded, r, s.complete) // the machine's, after the flows' marks (flows.go)
 }
 
 // Fail records a failed run: r.Error and r.Cost.
 func (s *Service) Fail(ctx context.Context, a Actor, r wire.ReportRequest) (*machine.Entry, error) {
-	return s.finish(ctx, a, r, s.m.Fail)
+	return s.finish(ctx, a, wire.EndpointFailed, r, s.m.Fail)
 }
 
-// finish records a run's outcome with record: the machine's Complete or
-// Fail.
-func (s *Service) finish(ctx context.Context, a Actor, r wire.ReportRequest, record func(context.Context, string, machine.Outcome) (*machine.Entry, error)) (*machine.Entry, error) {
-	if err := report(r); err != nil {
+// finish records a run's outcome, a report of kind, with record: the
+// machine's Complete or Fail.
+func (s *Service) finish(ctx context.Context, a Actor, kind string, r wire.ReportRequest, record func(context.Context, string, machine.Outcome) (*machine.Entry, error)) (*machine.Entry, error) {
+	if err := report(kind, r); err != nil {
 		return nil, err
 	}
 	if err := s.runs(ctx, a, r.PendingID); err != nil {

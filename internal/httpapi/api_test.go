@@ -102,7 +102,6 @@ func TestAPI_ErrorCodes(t *testing.T) {
 			assert.Contains(t, body.Error.Message, wantMsg)
 		})
 	}
-	yes := true
 	check("400 names the field", 400, "invalid", "toolName", func(out any) int {
 		return h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolName: "web search", ConversationID: "c"}, out)
 	})
@@ -113,7 +112,7 @@ func TestAPI_ErrorCodes(t *testing.T) {
 		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "alice-token-000000001", map[string]any{"reason": "x"}, out)
 	})
 	check("400 a reason over 4 KiB", 400, "invalid", "reason: at most 4096 bytes, got 4097", func(out any) int {
-		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "alice-token-000000001", httpapi.DecisionRequest{Approved: &yes, Reason: strings.Repeat("r", 4097)}, out)
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "alice-token-000000001", wire.DecideRequest{Approved: true, Reason: strings.Repeat("r", 4097)}, out)
 	})
 	check("400 a caller id over 256 bytes", 400, "invalid", "conversationId: at most 256 bytes", func(out any) int {
 		return h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolName: "web_search", ConversationID: strings.Repeat("c", 300)}, out)
@@ -128,7 +127,7 @@ func TestAPI_ErrorCodes(t *testing.T) {
 		return h.do("GET", "/v1/tool-calls", "nobody-token-00000001", nil, out)
 	})
 	check("403 viewer decides", 403, "forbidden", "vic may not POST", func(out any) int {
-		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "viewer-token-00000001", httpapi.DecisionRequest{Approved: &yes}, out)
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "viewer-token-00000001", wire.DecideRequest{Approved: true}, out)
 	})
 	check("409 the call's id for another call", 409, "idempotency_conflict", "other toolArguments", func(out any) int {
 		return h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolCallID: "c1", ToolName: "web_search", Arguments: json.RawMessage(`{"query":"other"}`), ConversationID: "errors"}, out)
@@ -137,20 +136,20 @@ func TestAPI_ErrorCodes(t *testing.T) {
 		return h.do("POST", "/v1/tool-calls", "agent-token-000000001", machine.Call{ToolName: "x", ConversationID: "c", CallerBotID: "alice"}, out)
 	})
 	check("403 agent approves", 403, "forbidden", "bot-1 may not", func(out any) int {
-		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "agent-token-000000001", httpapi.DecisionRequest{Approved: &yes}, out)
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "agent-token-000000001", wire.DecideRequest{Approved: true}, out)
 	})
 	check("403 approver not allowed by policy", 403, "forbidden", "carol is not among", func(out any) int {
-		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "carol-token-000000001", httpapi.DecisionRequest{Approved: &yes}, out)
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "carol-token-000000001", wire.DecideRequest{Approved: true}, out)
 	})
 	check("403 an edit a deny rule matches", 403, "edit_denied", `the edited call is denied by rules.deny "web_search(forbidden *)"`, func(out any) int {
 		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "alice-token-000000001",
-			httpapi.DecisionRequest{Approved: &yes, Arguments: json.RawMessage(`{"query":"forbidden fruit"}`)}, out)
+			wire.DecideRequest{Approved: true, Arguments: json.RawMessage(`{"query":"forbidden fruit"}`)}, out)
 	})
 	check("404", 404, "not_found", "errors.nope", func(out any) int {
 		return h.do("GET", "/v1/tool-calls/errors.nope", "viewer-token-00000001", nil, out)
 	})
 	check("404 respond in another conversation", 404, "not_found", "conversation other", func(out any) int {
-		return h.do("POST", "/v1/respond", "alice-token-000000001", httpapi.RespondRequest{ConversationID: "other", PendingID: e.PendingID, Approved: &yes}, out)
+		return h.do("POST", "/v1/respond", "alice-token-000000001", wire.RespondRequest{ConversationID: "other", PendingID: e.PendingID, Approved: true}, out)
 	})
 	check("413", 413, "too_large", "over", func(out any) int {
 		big := machine.Call{ToolName: "x", ConversationID: "c", Arguments: json.RawMessage(`{"a":"` + strings.Repeat("x", 2<<20) + `"}`)}
@@ -168,11 +167,10 @@ func TestAPI_ErrorCodes(t *testing.T) {
 	})
 
 	var decided machine.Entry
-	require.Equal(t, 200, h.do("POST", "/v1/respond", "alice-token-000000001", httpapi.RespondRequest{ConversationID: "errors", PendingID: e.PendingID, Approved: &yes, Reason: "fine"}, &decided))
+	require.Equal(t, 200, h.do("POST", "/v1/respond", "alice-token-000000001", wire.RespondRequest{ConversationID: "errors", PendingID: e.PendingID, Approved: true, Reason: "fine"}, &decided))
 	assert.Equal(t, "alice", decided.ApprovedOrRejectedByUserID)
 	check("409 says who decided", 409, "conflict", "APPROVED_READY_FOR_EXECUTION by alice", func(out any) int {
-		no := false
-		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "bob-token-00000000001", httpapi.DecisionRequest{Approved: &no}, out)
+		return h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", "bob-token-00000000001", wire.DecideRequest{Approved: false}, out)
 	})
 
 	var stored machine.Entry
@@ -196,7 +194,7 @@ func TestAPI_TenApproversOneDecisionStands(t *testing.T) {
 		for i := range 10 {
 			wg.Go(func() {
 				approve := i%2 == 0
-				statuses[i] = h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", fmt.Sprintf("approver-token-%06d", i), httpapi.DecisionRequest{Approved: &approve}, nil)
+				statuses[i] = h.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", fmt.Sprintf("approver-token-%06d", i), wire.DecideRequest{Approved: approve}, nil)
 			})
 		}
 		wg.Wait()
@@ -226,7 +224,7 @@ func TestAPI_ListPagesHistoryAndCancel(t *testing.T) {
 	var got []string
 	cursor := ""
 	for {
-		var page httpapi.Page
+		var page wire.ListPage
 		require.Equal(t, 200, h.do("GET", "/v1/tool-calls?conversationId=paged&limit=2&cursor="+cursor, "viewer-token-00000001", nil, &page))
 		for _, e := range page.Items {
 			got = append(got, e.PendingID)
@@ -238,10 +236,9 @@ func TestAPI_ListPagesHistoryAndCancel(t *testing.T) {
 	}
 	assert.Equal(t, ids, got, "every entry once, oldest first")
 
-	yes := true
-	require.Equal(t, 200, h.do("POST", "/v1/tool-calls/"+ids[0]+"/decision", "alice-token-000000001", httpapi.DecisionRequest{Approved: &yes, Reason: "ok"}, nil))
-	require.Equal(t, 200, h.do("POST", "/v1/tool-calls/"+ids[0]+"/cancel", "alice-token-000000001", httpapi.CancelRequest{Reason: "changed my mind"}, nil))
-	var hist []httpapi.HistoryItem
+	require.Equal(t, 200, h.do("POST", "/v1/tool-calls/"+ids[0]+"/decision", "alice-token-000000001", wire.DecideRequest{Approved: true, Reason: "ok"}, nil))
+	require.Equal(t, 200, h.do("POST", "/v1/tool-calls/"+ids[0]+"/cancel", "alice-token-000000001", wire.CancelRequest{Reason: "changed my mind"}, nil))
+	var hist []wire.HistoryItem
 	require.Equal(t, 200, h.do("GET", "/v1/tool-calls/"+ids[0]+"/history", "viewer-token-00000001", nil, &hist))
 	require.Len(t, hist, 3)
 	assert.Equal(t, []machine.Event{machine.EventAsk, machine.EventApprove, machine.EventCancel}, []machine.Event{hist[0].Event, hist[1].Event, hist[2].Event})
@@ -251,7 +248,7 @@ func TestAPI_ListPagesHistoryAndCancel(t *testing.T) {
 	var reply wire.CancelConversationReply
 	require.Equal(t, 200, h.do("POST", "/v1/conversations/paged/cancel", "agent-token-000000001", nil, &reply))
 	assert.Len(t, reply.Cancelled, 4)
-	var page httpapi.Page
+	var page wire.ListPage
 	require.Equal(t, 200, h.do("GET", "/v1/tool-calls?status=PENDING_APPROVAL", "viewer-token-00000001", nil, &page))
 	require.Len(t, page.Items, 1)
 	assert.Equal(t, "elsewhere", page.Items[0].ConversationID)
@@ -361,8 +358,7 @@ func TestAPI_EventsResumeWithLastEventID(t *testing.T) {
 	stream.resp.Body.Close()
 
 	// Disconnected: these happen while nobody listens.
-	yes := true
-	require.Equal(t, 200, h.do("POST", "/v1/tool-calls/"+first.PendingID+"/decision", "alice-token-000000001", httpapi.DecisionRequest{Approved: &yes}, nil))
+	require.Equal(t, 200, h.do("POST", "/v1/tool-calls/"+first.PendingID+"/decision", "alice-token-000000001", wire.DecideRequest{Approved: true}, nil))
 	second := h.submit("live", "c2")
 
 	resumed := h.events("?conversationId=live", ev.id)

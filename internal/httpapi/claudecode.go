@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/internal/gate"
@@ -101,7 +99,7 @@ func (s *Server) claudeCodeHook(w http.ResponseWriter, r *http.Request, u User) 
 	defer cancel(nil)
 	stop := context.AfterFunc(r.Context(), func() { cancel(errHookClientGone) })
 	defer stop()
-	out, err := claudecode.Handle(ctx, hookGate{g: s.cfg.Gate, a: u, nc: s.cfg.JS.Conn()}, in, opts)
+	out, err := claudecode.Handle(ctx, hookGate{g: s.cfg.Gate, a: u, await: s.cfg.Await}, in, opts)
 	if err != nil {
 		// Only a PostToolUse fails so, after the tool ran: say so.
 		if status, _ := wire.ErrorStatus(err); status == http.StatusInternalServerError && s.cfg.Log != nil {
@@ -189,9 +187,9 @@ func (s *Server) hookRefusal(r *http.Request, err error) string {
 // hookGate is what Claude Code's HTTP hooks need of toolgate, answered by
 // the application layer in this process: no request to itself over NATS.
 type hookGate struct {
-	g  *gate.Service
-	a  gate.Actor // the agent whose hook this is
-	nc *nats.Conn // hears the announcements Await waits for
+	g     *gate.Service
+	a     gate.Actor // the agent whose hook this is
+	await AwaitFunc
 }
 
 var _ claudecode.Gate = hookGate{}
@@ -201,7 +199,7 @@ func (h hookGate) Submit(ctx context.Context, call machine.Call) (*machine.Entry
 }
 
 func (h hookGate) Await(ctx context.Context, pendingID string, opts ...client.AwaitOption) (client.Outcome, error) {
-	return client.AwaitWith(ctx, h.nc, h.g.ReadReader(h.a), pendingID, opts...)
+	return h.await(ctx, h.g.ReadReader(h.a), pendingID, opts...)
 }
 
 func (h hookGate) Get(ctx context.Context, pendingID string) (*machine.Entry, error) {

@@ -87,7 +87,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, u User) error {
 		return err
 	}
 	if given {
-		last, err := s.eventsSeq(r.Context())
+		last, err := s.cfg.Events.LastSeq(r.Context())
 		if err != nil {
 			return err
 		}

@@ -69,7 +69,7 @@ func openEvents(t *testing.T, h *harness, query, lastID string) (int, func() raw
 // event is published after it answers) and returns its last sequence.
 func eventsSeq(t *testing.T, h *harness, n uint64) uint64 {
 	t.Helper()
-	var page httpapi.Page
+	var page wire.ListPage
 	bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the events are in TOOL_EVENTS", func() (bool, any) {
 		status := h.do("GET", "/v1/tool-calls?limit=1", "viewer-token-00000001", nil, &page)
 		return status == http.StatusOK && page.EventsSeq >= n, page.EventsSeq

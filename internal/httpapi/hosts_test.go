@@ -73,7 +73,7 @@ func TestAPI_AllowedHosts(t *testing.T) {
 	toks, err := httpapi.ParseTokens([]byte(tokens))
 	require.NoError(t, err)
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{
-		Gate: g.Service, JS: g.JS, Events: bustest.RunEventsFeed(t, g.JS), Tokens: toks, Log: bustest.Logger(),
+		Gate: g.Service, Events: bustest.RunEventsFeed(t, g.JS), Tokens: toks, Log: bustest.Logger(),
 		AllowedHosts: []string{"toolgate.example.com", "*.internal.example", "10.0.0.7"},
 	}))
 	t.Cleanup(srv.Close)

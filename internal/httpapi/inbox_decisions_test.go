@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -84,9 +83,8 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 		in := startInbox(t, decisionsPolicy, tokens)
 		push := in.call(gitPush("held", "c1"))
 		search := in.call(webSearch("held", "c2", "weather"))
-		yes := true
 		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+push.PendingID+"/decision", aliceToken,
-			httpapi.DecisionRequest{Approved: &yes, Scope: machine.ScopeSession}, nil))
+			wire.DecideRequest{Approved: true, Scope: machine.ScopeSession}, nil))
 
 		p := openPage(t, browser, in.url+"/#grants")
 		p.signIn(bobToken)
@@ -106,7 +104,7 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 		// One granted while the page is open appears: always, for two
 		// hours, single use.
 		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+search.PendingID+"/decision", aliceToken,
-			httpapi.DecisionRequest{Approved: &yes, Scope: machine.ScopeAlways, ForMs: 7_200_000, SingleUse: true}, nil))
+			wire.DecideRequest{Approved: true, Scope: machine.ScopeAlways, ForMs: 7_200_000, SingleUse: true}, nil))
 		p.until(`document.querySelectorAll('#grant-rows li.grant').length === 2`)
 		always := `li.grant[data-pattern="web_search"]`
 		text = p.text(always)
@@ -151,8 +149,7 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 		// bob rejects one the page cannot hear of: its answer says so.
 		in.outage(true)
 		p.until(`document.getElementById('conn').dataset.state === 'reconnecting'`)
-		no := false
-		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+s2.PendingID+"/decision", bobToken, httpapi.DecisionRequest{Approved: &no, Reason: "dup"}, nil))
+		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+s2.PendingID+"/decision", bobToken, wire.DecideRequest{Approved: false, Reason: "dup"}, nil))
 		p.do(click(chromedp.ID("batch-approve")), chromedp.WaitVisible(chromedp.ID("batch-result")))
 		assert.Equal(t, "Approved 2, skipped 1", p.text("#batch-result-title"))
 		item := func(id string) string { return `#batch-items li[data-id="` + id + `"]` }

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // quorumPolicy needs two of alice, bob and carol to approve a payment,
@@ -46,8 +46,7 @@ func TestInbox_Quorum(t *testing.T) {
 	assert.Contains(t, p.text(card(pay.PendingID)+` .card-note`), "You approved this call")
 	assert.Equal(t, machine.StatePendingApproval, in.entry(pay.PendingID).Status, "one approval of two")
 
-	yes := true
-	require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+pay.PendingID+"/decision", bobToken, httpapi.DecisionRequest{Approved: &yes}, nil))
+	require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+pay.PendingID+"/decision", bobToken, wire.DecideRequest{Approved: true}, nil))
 	p.do(chromedp.WaitNotPresent(chromedp.CSS(card(pay.PendingID))))
 	got := in.entry(pay.PendingID)
 	assert.Equal(t, machine.StateApproved, got.Status)

@@ -80,9 +80,9 @@ type inboxOptions struct {
 	// analytics runs the analytics role, which keeps what GET
 	// /v1/analytics serves; without, the API serves empty aggregates.
 	analytics bool
-	// noAnalytics serves an API built without analytics, which answers
-	// GET /v1/analytics with 404. toolgate's http role always serves
-	// them; the page must still cope with an API that does not.
+	// noAnalytics serves the API as a toolgate without analytics would,
+	// answering GET /v1/analytics with 404. toolgate's http role always
+	// serves them; the page must still cope with an API that does not.
 	noAnalytics bool
 }
 
@@ -101,15 +101,16 @@ func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions
 	// toolgate's API behind a server of the test's own, which can fail
 	// as a proxy would and drop every connection at once.
 	handler := g.Main.HTTPHandler()
-	if opts.noAnalytics {
-		toks, err := httpapi.ParseTokens([]byte(tokenData))
-		require.NoError(t, err)
-		handler = httpapi.New(httpapi.Config{Gate: g.Service, JS: g.JS, Events: bustest.RunEventsFeed(t, g.JS), Tokens: toks, Log: bustest.Logger()})
-	}
 	in := &inboxServer{gate: g.Service}
 	in.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if in.down.Load() && r.Method == "GET" && (r.URL.Path == "/v1/events" || r.URL.Path == "/v1/tool-calls") {
 			http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		if opts.noAnalytics && r.URL.Path == "/v1/analytics" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(httpapi.ErrorBody{Error: wire.ErrorDetail{Code: "not_found", Message: "this toolgate reports no analytics"}})
 			return
 		}
 		handler.ServeHTTP(w, r)
@@ -551,9 +552,8 @@ func TestInbox(t *testing.T) {
 		in := startInbox(t, inboxPolicy, tokens)
 		pay := in.call(transfer("linked", "c1"))
 		other := in.call(webSearch("linked", "c2", "weather in Porto"))
-		no, yes := false, true
-		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+pay.PendingID+"/decision", bobToken, httpapi.DecisionRequest{Approved: &no, Reason: "Paid by card already"}, nil))
-		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+other.PendingID+"/decision", bobToken, httpapi.DecisionRequest{Approved: &yes}, nil))
+		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+pay.PendingID+"/decision", bobToken, wire.DecideRequest{Approved: false, Reason: "Paid by card already"}, nil))
+		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+other.PendingID+"/decision", bobToken, wire.DecideRequest{Approved: true}, nil))
 
 		// The Slack message's Approve button, followed after bob rejected.
 		p := openPage(t, browser, in.url+"/#/calls/"+pay.PendingID+"?decision=approve")
@@ -588,8 +588,7 @@ func TestInbox(t *testing.T) {
 
 		in.outage(true)
 		p.until(`document.getElementById('conn').dataset.state === 'reconnecting'`)
-		yes := true
-		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+pay.PendingID+"/decision", bobToken, httpapi.DecisionRequest{Approved: &yes, Reason: "paid"}, nil))
+		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+pay.PendingID+"/decision", bobToken, wire.DecideRequest{Approved: true, Reason: "paid"}, nil))
 		missed := in.call(gitPush("outage", "c2"))
 
 		// The page could not hear of bob's approval; its own is refused

@@ -367,8 +367,7 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	// What a phase leaves to those after it.
 	var (
 		first, second, previewed machine.Entry
-		page                     httpapi.Page
-		yes, no                  = true, false
+		page                     wire.ListPage
 	)
 
 	step("submitting", func(t *testing.T) {
@@ -399,18 +398,18 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	})
 
 	step("deciding: a session grant, a conflict, an edit, a refused edit", func(t *testing.T) {
-		decide := func(id, token string, d httpapi.DecisionRequest) int {
+		decide := func(id, token string, d wire.DecideRequest) int {
 			return s.do(specCall{method: "POST", path: "/v1/tool-calls/" + id + "/decision", token: token, body: d}, nil)
 		}
-		require.Equal(t, http.StatusOK, decide(first.PendingID, specAlice, httpapi.DecisionRequest{Approved: &yes, Reason: "fine", Scope: machine.ScopeSession, ForMs: 3_600_000}))
-		assert.Equal(t, http.StatusConflict, decide(first.PendingID, specAlice, httpapi.DecisionRequest{Approved: &no}))
+		require.Equal(t, http.StatusOK, decide(first.PendingID, specAlice, wire.DecideRequest{Approved: true, Reason: "fine", Scope: machine.ScopeSession, ForMs: 3_600_000}))
+		assert.Equal(t, http.StatusConflict, decide(first.PendingID, specAlice, wire.DecideRequest{Approved: false}))
 		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + second.PendingID + "/decision", token: specAlice,
 			body: map[string]any{"reason": "no verdict"}, badRequest: true}, nil), "approved is required")
-		assert.Equal(t, http.StatusForbidden, decide(second.PendingID, specAlice, httpapi.DecisionRequest{Approved: &yes, Arguments: json.RawMessage(`{"query":"forbidden x"}`)}))
-		assert.Equal(t, http.StatusForbidden, decide(second.PendingID, specAgent, httpapi.DecisionRequest{Approved: &yes}))
-		assert.Equal(t, http.StatusNotFound, decide("spec.nope", specAlice, httpapi.DecisionRequest{Approved: &yes}))
-		require.Equal(t, http.StatusOK, decide(second.PendingID, specAlice, httpapi.DecisionRequest{Approved: &yes, Arguments: json.RawMessage(`{"query":"q3 edited"}`)}))
-		var hist []httpapi.HistoryItem
+		assert.Equal(t, http.StatusForbidden, decide(second.PendingID, specAlice, wire.DecideRequest{Approved: true, Arguments: json.RawMessage(`{"query":"forbidden x"}`)}))
+		assert.Equal(t, http.StatusForbidden, decide(second.PendingID, specAgent, wire.DecideRequest{Approved: true}))
+		assert.Equal(t, http.StatusNotFound, decide("spec.nope", specAlice, wire.DecideRequest{Approved: true}))
+		require.Equal(t, http.StatusOK, decide(second.PendingID, specAlice, wire.DecideRequest{Approved: true, Arguments: json.RawMessage(`{"query":"q3 edited"}`)}))
+		var hist []wire.HistoryItem
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID + "/history", token: specViewer}, &hist))
 		require.NotEmpty(t, hist)
 		assert.NotNil(t, hist[len(hist)-1].Edit, "the history shows the edit")
@@ -436,28 +435,30 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 			c.ConversationID = "spec-run"
 			e := submit(c)
 			require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + e.PendingID + "/decision", token: specAlice,
-				body: httpapi.DecisionRequest{Approved: &yes}}, nil))
+				body: wire.DecideRequest{Approved: true}}, nil))
 			return e
 		}
 		ran, broke := approved("r1"), approved("r2")
 		assert.Equal(t, http.StatusForbidden, report(ran.PendingID, "started", specViewer, nil), "a viewer runs nothing")
 		var e machine.Entry
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + ran.PendingID + "/started", token: specAgent,
-			body: httpapi.RunReport{LeaseMs: 60_000}}, &e))
+			body: wire.ReportRequest{LeaseMs: 60_000}}, &e))
 		assert.Equal(t, machine.StateExecuting, e.Status)
 		assert.Equal(t, http.StatusConflict, report(ran.PendingID, "started", specAgent, nil), "claimed once")
 		assert.Equal(t, http.StatusOK, report(ran.PendingID, "heartbeat", specAgent, nil))
-		assert.Equal(t, http.StatusBadRequest, report(ran.PendingID, "heartbeat", specAgent, httpapi.RunReport{Result: json.RawMessage(`{}`)}), "a heartbeat takes no result")
-		assert.Equal(t, http.StatusBadRequest, report(ran.PendingID, "succeeded", specAgent, httpapi.RunReport{Cost: -1}))
+		assert.Equal(t, http.StatusBadRequest, report(ran.PendingID, "heartbeat", specAgent, wire.ReportRequest{Result: json.RawMessage(`{}`)}), "a heartbeat takes no result")
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + ran.PendingID + "/succeeded", token: specAgent,
+			body: wire.ReportRequest{Cost: -1}, badRequest: true}, nil), "a negative cost, as the document's minimum says")
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + ran.PendingID + "/succeeded", token: specAgent,
-			body: httpapi.RunReport{Result: json.RawMessage(`{"hits":3}`), Cost: 0.1}}, &e))
+			body: wire.ReportRequest{Result: json.RawMessage(`{"hits":3}`), Cost: 0.1}}, &e))
 		assert.Equal(t, machine.StateCompletedSuccess, e.Status)
 		assert.JSONEq(t, `{"hits":3}`, string(e.Result))
 		require.Equal(t, http.StatusOK, report(broke.PendingID, "started", specAgent, nil))
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + broke.PendingID + "/failed", token: specAgent,
-			body: httpapi.RunReport{Error: "the search engine is down"}}, &e))
+			body: wire.ReportRequest{Error: "the search engine is down", Result: json.RawMessage(`{"hits":1}`)}}, &e))
 		assert.Equal(t, machine.StateCompletedFailure, e.Status)
 		assert.Equal(t, "the search engine is down", e.Error)
+		assert.JSONEq(t, `{"hits":1}`, string(e.Result), "what the tool made before it failed, as over NATS")
 		assert.Equal(t, http.StatusNotFound, report("spec.nope", "failed", specAgent, nil))
 	})
 
@@ -531,15 +532,15 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	step("the reference design's decision", func(t *testing.T) {
 		third := submit(webSearch("c4", "q4"))
 		assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "POST", path: "/v1/respond", token: specAlice,
-			body: httpapi.RespondRequest{ConversationID: "elsewhere", PendingID: third.PendingID, Approved: &yes}}, nil))
+			body: wire.RespondRequest{ConversationID: "elsewhere", PendingID: third.PendingID, Approved: true}}, nil))
 		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/respond", token: specAlice,
-			body: httpapi.RespondRequest{ConversationID: "spec", PendingID: third.PendingID, Approved: &no, Reason: "no"}}, nil))
+			body: wire.RespondRequest{ConversationID: "spec", PendingID: third.PendingID, Approved: false, Reason: "no"}}, nil))
 	})
 
 	step("cancelling", func(t *testing.T) {
 		fourth := submit(webSearch("c5", "q5"))
 		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + fourth.PendingID + "/cancel", token: specAgent,
-			body: httpapi.CancelRequest{Reason: "changed my mind"}}, nil))
+			body: wire.CancelRequest{Reason: "changed my mind"}}, nil))
 		assert.Equal(t, http.StatusConflict, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + fourth.PendingID + "/cancel", token: specAgent}, nil))
 		c := webSearch("c6", "q6")
 		c.ConversationID = "spec-cancel"
@@ -588,6 +589,8 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: fmt.Sprintf("/v1/analytics?hours=1&resolution=minute&until=%d", report.GeneratedAt), token: specViewer}, nil))
 		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/analytics?hours=100000", token: specViewer}, nil))
 		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/analytics?hours=soon", token: specViewer, badRequest: true}, nil))
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/analytics?hours=48&resolution=minute", token: specViewer}, nil), "a day at most by the minute")
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "GET", path: "/v1/analytics?resolution=day", token: specViewer, badRequest: true}, nil))
 	})
 
 	step("trying a policy before it is put in force", func(t *testing.T) {

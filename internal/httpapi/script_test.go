@@ -11,7 +11,6 @@ import (
 	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/gate"
-	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
@@ -57,11 +56,10 @@ func (in *inboxServer) play(clk *toolgatetest.Clock, calls []scripted) {
 		clk.Set(s.decidedAt())
 		switch s.outcome {
 		case outcomeApprove, outcomeReject:
-			yes := s.outcome == outcomeApprove
 			token, ok := approverTokens[s.by]
 			require.True(t, ok, "no token for approver %q", s.by)
 			require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", token,
-				httpapi.DecisionRequest{Approved: &yes, Reason: s.reason}, nil), "decide %s", e.PendingID)
+				wire.DecideRequest{Approved: s.outcome == outcomeApprove, Reason: s.reason}, nil), "decide %s", e.PendingID)
 		case outcomeTimeout:
 			got, err := in.gate.Expire(ctx, e.PendingID)
 			require.NoError(t, err)

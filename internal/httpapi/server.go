@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -13,13 +12,12 @@ import (
 	"net/url"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -28,18 +26,17 @@ import (
 // Config is what the HTTP API serves from.
 type Config struct {
 	Gate *gate.Service
-	JS   jetstream.JetStream // a list's position in TOOL_EVENTS
 	// Events is the process's feed of TOOL_EVENTS, which event streams
 	// (GET /v1/events) follow: *bus.EventsFeed.
 	Events EventFollower
+	// Await is what Claude Code's HTTP hooks wait for a call with.
+	Await  AwaitFunc
 	Tokens *Tokens // nil or empty: open (loopback only)
 	// Gatherer serves /metrics.
 	Gatherer prometheus.Gatherer
 	// Ready reports whether the process can serve (NATS connected,
 	// buckets there); nil means always.
 	Ready func(ctx context.Context) error
-	// Analytics, when set, serves GET /v1/analytics.
-	Analytics http.Handler
 	// AllowedHosts are the Host header values the API answers (see
 	// CheckAllowedHosts for the forms; DefaultAllowedHosts for a listen
 	// address). nil: localhost, 127.0.0.1 and ::1.
@@ -53,11 +50,18 @@ type Config struct {
 	Log        *slog.Logger
 }
 
+// AwaitFunc waits for a call's outcome, reading the call with read:
+// client.AwaitWith over the process's NATS connection, which hears the
+// calls' announcements.
+type AwaitFunc func(ctx context.Context, read client.ReadFunc, pendingID string, opts ...client.AwaitOption) (client.Outcome, error)
+
 // EventFollower hands fn every event of TOOL_EVENTS from sequence from on
 // (0: those to come), in order and once each, until ctx ends, having
-// called started once every event to come will reach fn.
+// called started once every event to come will reach fn; LastSeq says
+// how far the stream goes.
 type EventFollower interface {
 	Follow(ctx context.Context, from uint64, started func(), fn func(seq uint64, subject string, data []byte)) error
+	LastSeq(ctx context.Context) (uint64, error)
 }
 
 // Server is the HTTP API.
@@ -69,7 +73,10 @@ type Server struct {
 
 // route is one endpoint: who may call it and what it does. The table is
 // the one list of the API: it registers the handlers and the OpenAPI test
-// checks the document against it.
+// checks the document against it. A route that is a use case of gate is
+// answer(use case); the others (event streams, Claude Code's hooks,
+// Slack's signed posts, decision links, the process's own endpoints)
+// have handlers of their own.
 type route struct {
 	method, path string
 	roles        []Role // nil: anyone, no token needed
@@ -83,29 +90,30 @@ var readers = []Role{RoleViewer, RoleAgent, RoleApprover}
 var runners = []Role{RoleAgent, RoleExecutor}
 
 var routes = []route{
-	{"POST", "/v1/tool-calls", []Role{RoleAgent}, (*Server).submit},
-	{"GET", "/v1/tool-calls", readers, (*Server).list},
-	{"GET", "/v1/tool-calls/{pendingId}", readers, (*Server).get},
-	{"GET", "/v1/tool-calls/{pendingId}/history", readers, (*Server).history},
-	{"GET", "/v1/tool-calls/{pendingId}/receipts", readers, (*Server).receipts},
-	{"GET", "/v1/receipts/key", nil, (*Server).receiptKeys},
-	{"POST", "/v1/tool-calls/{pendingId}/decision", []Role{RoleApprover}, (*Server).decision},
-	{"POST", "/v1/decisions", []Role{RoleApprover}, (*Server).decideMatching},
-	{"GET", "/v1/grants", []Role{RoleViewer, RoleApprover}, (*Server).grants},
-	{"POST", "/v1/grants/{id}/revoke", []Role{RoleApprover}, (*Server).revokeGrant},
-	{"GET", "/v1/tool-calls/{pendingId}/grant-preview", []Role{RoleViewer, RoleApprover}, (*Server).grantPreview},
-	{"POST", "/v1/respond", []Role{RoleApprover}, (*Server).respond},
-	{"POST", "/v1/tool-calls/{pendingId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancel},
-	{"POST", "/v1/conversations/{conversationId}/cancel", []Role{RoleAgent, RoleApprover}, (*Server).cancelConversation},
-	{"POST", "/v1/tool-calls/{pendingId}/started", runners, (*Server).started},
-	{"POST", "/v1/tool-calls/{pendingId}/heartbeat", runners, (*Server).heartbeat},
-	{"POST", "/v1/tool-calls/{pendingId}/succeeded", runners, (*Server).succeeded},
-	{"POST", "/v1/tool-calls/{pendingId}/failed", runners, (*Server).failed},
+	{"POST", "/v1/tool-calls", []Role{RoleAgent}, answer(submit)},
+	{"GET", "/v1/tool-calls", readers, answer((*gate.Service).Page)},
+	{"GET", "/v1/tool-calls/{pendingId}", readers, answer((*gate.Service).Get)},
+	{"GET", "/v1/tool-calls/{pendingId}/history", readers, answer((*gate.Service).History)},
+	{"GET", "/v1/tool-calls/{pendingId}/receipts", readers, answer((*gate.Service).Receipts)},
+	{"GET", "/v1/receipts/key", nil, answer((*gate.Service).ReceiptKeys)},
+	{"POST", "/v1/tool-calls/{pendingId}/decision", []Role{RoleApprover}, answer((*gate.Service).Decide)},
+	{"POST", "/v1/decisions", []Role{RoleApprover}, answer((*gate.Service).DecideMatching)},
+	{"GET", "/v1/grants", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).Grants)},
+	{"POST", "/v1/grants/{id}/revoke", []Role{RoleApprover}, answer((*gate.Service).RevokeGrant)},
+	{"GET", "/v1/tool-calls/{pendingId}/grant-preview", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).GrantPreview)},
+	{"POST", "/v1/respond", []Role{RoleApprover}, answer((*gate.Service).Respond)},
+	{"POST", "/v1/tool-calls/{pendingId}/cancel", []Role{RoleAgent, RoleApprover}, answer(cancelled((*gate.Service).Cancel))},
+	{"POST", "/v1/conversations/{conversationId}/cancel", []Role{RoleAgent, RoleApprover}, answer(cancelled((*gate.Service).CancelConversation))},
+	// Reports on a call its caller runs: started claims it, under a lease.
+	{"POST", "/v1/tool-calls/{pendingId}/started", runners, answer((*gate.Service).ClaimAt)},
+	{"POST", "/v1/tool-calls/{pendingId}/heartbeat", runners, answer((*gate.Service).Heartbeat)},
+	{"POST", "/v1/tool-calls/{pendingId}/succeeded", runners, answer((*gate.Service).Complete)},
+	{"POST", "/v1/tool-calls/{pendingId}/failed", runners, answer((*gate.Service).Fail)},
 	{"GET", "/v1/events", readers, (*Server).events},
 	{"POST", claudeCodeHookPath, []Role{RoleAgent}, (*Server).claudeCodeHook},
-	{"GET", "/v1/analytics", []Role{RoleViewer, RoleApprover}, (*Server).analytics},
-	{"GET", "/v1/budgets", []Role{RoleViewer, RoleApprover}, (*Server).budgets},
-	{"GET", "/v1/rate-limits", []Role{RoleViewer, RoleApprover}, (*Server).rateLimits},
+	{"GET", "/v1/analytics", []Role{RoleViewer, RoleApprover}, answer(analyticsReport)},
+	{"GET", "/v1/budgets", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).Budgets)},
+	{"GET", "/v1/rate-limits", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).RateLimits)},
 	{"GET", "/v1/me", readers, (*Server).me},
 	{"POST", slackInteractionsPath, nil, (*Server).slackInteraction},
 	{"GET", "/v1/decision-tokens/{token}", nil, (*Server).showDecisionToken},
@@ -115,14 +123,14 @@ var routes = []route{
 	{"GET", "/healthz", nil, (*Server).healthz},
 	{"GET", "/readyz", nil, (*Server).readyz},
 	{"GET", "/metrics", nil, (*Server).metrics},
-	{"POST", "/v1/policy/dry-run", []Role{RoleViewer, RoleApprover}, (*Server).policyDryRun},
-	{"POST", "/v1/policy/explain", []Role{RoleViewer, RoleApprover}, (*Server).policyExplain},
-	// The shadow policy (shadow.go).
-	{"GET", "/v1/policy/shadow", []Role{RoleViewer, RoleApprover}, (*Server).shadowPolicy},
-	{"POST", "/v1/policy/shadow", []Role{RoleAdmin}, (*Server).setShadowPolicy},
-	{"POST", "/v1/policy/shadow/clear", []Role{RoleAdmin}, (*Server).clearShadowPolicy},
-	{"POST", "/v1/policy/shadow/promote", []Role{RoleAdmin}, (*Server).promoteShadowPolicy},
-	{"GET", "/v1/policy/shadow/report", []Role{RoleViewer, RoleApprover}, (*Server).shadowPolicyReport},
+	{"POST", "/v1/policy/dry-run", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).PolicyDryRun)},
+	{"POST", "/v1/policy/explain", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).PolicyExplain)},
+	// The shadow policy.
+	{"GET", "/v1/policy/shadow", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).PolicyShadow)},
+	{"POST", "/v1/policy/shadow", []Role{RoleAdmin}, answer((*gate.Service).SetPolicyShadow)},
+	{"POST", "/v1/policy/shadow/clear", []Role{RoleAdmin}, answer((*gate.Service).ClearPolicyShadow)},
+	{"POST", "/v1/policy/shadow/promote", []Role{RoleAdmin}, answer((*gate.Service).PromotePolicyShadow)},
+	{"GET", "/v1/policy/shadow/report", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).PolicyShadowReport)},
 }
 
 // New returns the API server.
@@ -359,389 +367,6 @@ func boundedRequest(r *http.Request) error {
 			}
 		}
 	}
-	return nil
-}
-
-// maxBody bounds a request body: tool arguments are small.
-const maxBody = 1 << 20
-
-// readJSON decodes a JSON request body into v, refusing other media types,
-// bodies over maxBody, unknown fields and trailing data.
-func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return httpErr(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json")
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-			return httpErr(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", maxBody))
-		}
-		return fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: request body: more than one JSON value", machine.ErrInvalid)
-	}
-	return wire.CheckBounds(v)
-}
-
-func (s *Server) submit(w http.ResponseWriter, r *http.Request, u User) error {
-	var c machine.Call
-	if err := readJSON(w, r, &c); err != nil {
-		return err
-	}
-	e, created, err := s.cfg.Gate.SubmitOnce(r.Context(), u, c)
-	if err != nil {
-		return err
-	}
-	status := http.StatusCreated
-	if !created {
-		status = http.StatusOK // a retry: the entry an earlier submit made
-	}
-	w.Header().Set("Location", "/v1/tool-calls/"+e.PendingID)
-	writeJSON(w, status, e)
-	return nil
-}
-
-// Page is a page of entries, oldest first.
-type Page struct {
-	wire.ListReply
-	// EventsSeq is the TOOL_EVENTS sequence read before the entries: a
-	// client that then follows /v1/events?since=EventsSeq misses nothing.
-	EventsSeq uint64 `json:"eventsSeq"`
-}
-
-func (s *Server) list(w http.ResponseWriter, r *http.Request, u User) error {
-	q := r.URL.Query()
-	req := wire.ListRequest{
-		ConversationID: q.Get("conversationId"), ToolName: q.Get("toolName"), CallerBotID: q.Get("callerBotId"),
-		Status: machine.State(q.Get("status")), Cursor: q.Get("cursor"),
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("%w: limit: want a number, got %q", machine.ErrInvalid, v)
-		}
-		req.Limit = n
-	}
-	seq, err := s.eventsSeq(r.Context())
-	if err != nil {
-		return err
-	}
-	page, err := s.cfg.Gate.List(r.Context(), u, req)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, Page{ListReply: page, EventsSeq: seq})
-	return nil
-}
-
-func (s *Server) eventsSeq(ctx context.Context) (uint64, error) {
-	st, err := s.cfg.JS.Stream(ctx, wire.EventsStream)
-	if err != nil {
-		return 0, err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return info.State.LastSeq, nil
-}
-
-func (s *Server) get(w http.ResponseWriter, r *http.Request, u User) error {
-	e, err := s.cfg.Gate.Get(r.Context(), u, wire.GetRequest{PendingID: r.PathValue("pendingId")})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, e)
-	return nil
-}
-
-// HistoryItem is one transition of an entry.
-type HistoryItem = wire.HistoryItem
-
-func (s *Server) history(w http.ResponseWriter, r *http.Request, u User) error {
-	items, err := s.cfg.Gate.History(r.Context(), u, wire.GetRequest{PendingID: r.PathValue("pendingId")})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, items)
-	return nil
-}
-
-// DecisionRequest is the body of POST /v1/tool-calls/{pendingId}/decision:
-// wire.DecideRequest without the pending id (the path names it) or the
-// approver (the credential names them), and with approved required.
-type DecisionRequest struct {
-	Approved  *bool           `json:"approved"`
-	Reason    string          `json:"reason,omitempty" max:"4096"`
-	Scope     machine.Scope   `json:"scope,omitempty"`
-	Arguments json.RawMessage `json:"arguments,omitempty"`
-	// ForMs bounds the grant a session or always approval records.
-	ForMs int64 `json:"forMs,omitempty"`
-	// PersistRule writes an always approval into the policy (admins).
-	PersistRule bool `json:"persistRule,omitempty"`
-	// SingleUse makes the grant good for one call.
-	SingleUse bool `json:"singleUse,omitempty"`
-	// RequestID names the decision across the times it is sent
-	// (wire.DecideRequest.RequestID).
-	RequestID string `json:"requestId,omitempty" max:"64"`
-	// Result answers a respondable call with the tool's result instead
-	// of approving or rejecting it (wire.DecideRequest.Result), with
-	// approved false (which may then be left out).
-	Result json.RawMessage `json:"result,omitempty"`
-	// Interrupt, on a rejection, asks the agent to stop its turn.
-	Interrupt bool `json:"interrupt,omitempty"`
-}
-
-// request is d as the request API takes it, deciding the call pendingID.
-func (d DecisionRequest) request(pendingID string) (wire.DecideRequest, error) {
-	if d.Approved == nil && len(d.Result) == 0 {
-		return wire.DecideRequest{}, fmt.Errorf("%w: approved: required, true or false (or a result, to answer the call with it)", machine.ErrInvalid)
-	}
-	return wire.DecideRequest{
-		PendingID: pendingID, Approved: d.Approved != nil && *d.Approved, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
-		ForMs: d.ForMs, PersistRule: d.PersistRule, SingleUse: d.SingleUse, RequestID: d.RequestID,
-		Result: d.Result, Interrupt: d.Interrupt,
-	}, nil
-}
-
-func (s *Server) decision(w http.ResponseWriter, r *http.Request, u User) error {
-	var d DecisionRequest
-	if err := readJSON(w, r, &d); err != nil {
-		return err
-	}
-	return s.decide(w, r, u, r.PathValue("pendingId"), d)
-}
-
-func (s *Server) decide(w http.ResponseWriter, r *http.Request, u User, id string, d DecisionRequest) error {
-	req, err := d.request(id)
-	if err != nil {
-		return err
-	}
-	e, err := s.cfg.Gate.Decide(r.Context(), u, req)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, e)
-	return nil
-}
-
-// decideMatching decides every pending call a pattern covers (body:
-// wire.DecideMatchingRequest).
-func (s *Server) decideMatching(w http.ResponseWriter, r *http.Request, u User) error {
-	var req wire.DecideMatchingRequest
-	if err := readJSON(w, r, &req); err != nil {
-		return err
-	}
-	reply, err := s.cfg.Gate.DecideMatching(r.Context(), u, req)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, reply)
-	return nil
-}
-
-func (s *Server) grants(w http.ResponseWriter, r *http.Request, u User) error {
-	grants, err := s.cfg.Gate.Grants(r.Context(), u, wire.GrantsRequest{ConversationID: r.URL.Query().Get("conversationId")})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, grants)
-	return nil
-}
-
-func (s *Server) revokeGrant(w http.ResponseWriter, r *http.Request, u User) error {
-	g, err := s.cfg.Gate.RevokeGrant(r.Context(), u, wire.RevokeGrantRequest{ID: r.PathValue("id")})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, g)
-	return nil
-}
-
-// grantPreview says what an approval with ?scope=task|session|always
-// would grant: the tool and the pattern derived from the call.
-func (s *Server) grantPreview(w http.ResponseWriter, r *http.Request, u User) error {
-	p, err := s.cfg.Gate.GrantPreview(r.Context(), u, wire.GrantPreviewRequest{
-		PendingID: r.PathValue("pendingId"), Scope: machine.Scope(r.URL.Query().Get("scope"))})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, p)
-	return nil
-}
-
-// RespondRequest is the reference design's decision body, at /v1/respond.
-type RespondRequest struct {
-	ConversationID string `json:"conversationId"`
-	PendingID      string `json:"pendingId"`
-	Approved       *bool  `json:"approved"`
-	Reason         string `json:"reason,omitempty" max:"4096"`
-}
-
-func (s *Server) respond(w http.ResponseWriter, r *http.Request, u User) error {
-	var req RespondRequest
-	if err := readJSON(w, r, &req); err != nil {
-		return err
-	}
-	if req.PendingID == "" || req.ConversationID == "" {
-		return fmt.Errorf("%w: conversationId and pendingId: required", machine.ErrInvalid)
-	}
-	e, err := s.cfg.Gate.Get(r.Context(), u, wire.GetRequest{PendingID: req.PendingID})
-	if err != nil {
-		return err
-	}
-	if e.ConversationID != req.ConversationID {
-		return fmt.Errorf("pendingId %s in conversation %s: %w", req.PendingID, req.ConversationID, machine.ErrNotFound)
-	}
-	return s.decide(w, r, u, req.PendingID, DecisionRequest{Approved: req.Approved, Reason: req.Reason})
-}
-
-// CancelRequest is the optional body of a cancel.
-type CancelRequest struct {
-	Reason string `json:"reason,omitempty" max:"4096"`
-}
-
-func (s *Server) cancelReason(w http.ResponseWriter, r *http.Request) (string, error) {
-	if r.ContentLength == 0 {
-		return "cancelled", nil
-	}
-	var c CancelRequest
-	if err := readJSON(w, r, &c); err != nil {
-		return "", err
-	}
-	return cmp.Or(c.Reason, "cancelled"), nil
-}
-
-func (s *Server) cancel(w http.ResponseWriter, r *http.Request, u User) error {
-	reason, err := s.cancelReason(w, r)
-	if err != nil {
-		return err
-	}
-	e, err := s.cfg.Gate.Cancel(r.Context(), u, wire.CancelRequest{PendingID: r.PathValue("pendingId"), Reason: reason})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, e)
-	return nil
-}
-
-func (s *Server) cancelConversation(w http.ResponseWriter, r *http.Request, u User) error {
-	reason, err := s.cancelReason(w, r)
-	if err != nil {
-		return err
-	}
-	reply, err := s.cfg.Gate.CancelConversation(r.Context(), u, wire.CancelRequest{ConversationID: r.PathValue("conversationId"), Reason: reason})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, reply)
-	return nil
-}
-
-// RunReport is the body of a report on a call its caller runs (POST
-// /v1/tool-calls/{pendingId}/started, heartbeat, succeeded, failed):
-// wire.ReportRequest without the pending id (the path names it) or the
-// holder (the credential names it). Each route takes only its own fields.
-type RunReport struct {
-	// LeaseMs (started, heartbeat) is how long the claim lasts without a
-	// heartbeat: default an hour.
-	LeaseMs int64 `json:"leaseMs,omitempty"`
-	// Result (succeeded) is the tool's result, any JSON.
-	Result json.RawMessage `json:"result,omitempty"`
-	// Error (failed) is the tool's error.
-	Error string `json:"error,omitempty" max:"65536"`
-	// Cost (succeeded, failed) is what the run cost.
-	Cost float64 `json:"cost,omitempty"`
-}
-
-// runReport reads the body of a report on the call the path names,
-// refusing the fields the route does not take (each of "leaseMs",
-// "result", "error", "cost" is one of those or not).
-func runReport(w http.ResponseWriter, r *http.Request, takes ...string) (wire.ReportRequest, error) {
-	var b RunReport
-	if r.ContentLength != 0 {
-		if err := readJSON(w, r, &b); err != nil {
-			return wire.ReportRequest{}, err
-		}
-	}
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"leaseMs", b.LeaseMs != 0}, {"result", len(b.Result) > 0}, {"error", b.Error != ""}, {"cost", b.Cost != 0}} {
-		if f.set && !slices.Contains(takes, f.name) {
-			return wire.ReportRequest{}, fmt.Errorf("%w: %s: a report of %s takes only %s", machine.ErrInvalid, f.name, path.Base(r.URL.Path), strings.Join(takes, ", "))
-		}
-	}
-	if b.LeaseMs < 0 {
-		return wire.ReportRequest{}, fmt.Errorf("%w: leaseMs: want a positive number of milliseconds (or none: an hour), got %d", machine.ErrInvalid, b.LeaseMs)
-	}
-	if b.Cost < 0 {
-		return wire.ReportRequest{}, fmt.Errorf("%w: cost: want zero or more, got %v", machine.ErrInvalid, b.Cost)
-	}
-	return wire.ReportRequest{PendingID: r.PathValue("pendingId"), LeaseMs: b.LeaseMs, Result: b.Result, Error: b.Error, Cost: b.Cost}, nil
-}
-
-// reportWith answers a report on a call with the use case that records it.
-func (s *Server) reportWith(w http.ResponseWriter, r *http.Request, u User,
-	record func(context.Context, gate.Actor, wire.ReportRequest) (*machine.Entry, error), takes ...string) error {
-	req, err := runReport(w, r, takes...)
-	if err != nil {
-		return err
-	}
-	e, err := record(r.Context(), u, req)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, e)
-	return nil
-}
-
-// started claims a runnable call (approved, or scheduled and due) for the
-// caller, who runs it: EXECUTING, under a lease.
-func (s *Server) started(w http.ResponseWriter, r *http.Request, u User) error {
-	return s.reportWith(w, r, u, s.cfg.Gate.ClaimAt, "leaseMs")
-}
-
-// heartbeat renews the caller's lease on a call it runs.
-func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, u User) error {
-	return s.reportWith(w, r, u, s.cfg.Gate.Heartbeat, "leaseMs")
-}
-
-// succeeded records that the call the caller claimed ran: its result and
-// cost.
-func (s *Server) succeeded(w http.ResponseWriter, r *http.Request, u User) error {
-	return s.reportWith(w, r, u, s.cfg.Gate.Complete, "result", "cost")
-}
-
-// failed records that the call the caller claimed ran and failed: its
-// error and cost.
-func (s *Server) failed(w http.ResponseWriter, r *http.Request, u User) error {
-	return s.reportWith(w, r, u, s.cfg.Gate.Fail, "error", "cost")
-}
-
-// budgets serves the budget ledger; ?team=T narrows it to one team
-// (?team= to the calls that name none).
-func (s *Server) budgets(w http.ResponseWriter, r *http.Request, u User) error {
-	var req wire.BudgetsRequest
-	if q := r.URL.Query(); q.Has("team") {
-		team := q.Get("team")
-		req.Team = &team
-	}
-	reply, err := s.cfg.Gate.Budgets(r.Context(), u, req)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, reply)
-	return nil
-}
-
-func (s *Server) analytics(w http.ResponseWriter, r *http.Request, _ User) error {
-	if s.cfg.Analytics == nil {
-		return httpErr(http.StatusNotFound, "not_found", "analytics are not served by this process")
-	}
-	s.cfg.Analytics.ServeHTTP(w, r)
 	return nil
 }
 

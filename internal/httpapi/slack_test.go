@@ -73,7 +73,7 @@ func TestSlack_SignedClickDecidesOnceAndReplacesTheCard(t *testing.T) {
 	})
 	toks, err := httpapi.ParseTokens([]byte("alice-token-000000001 alice approver\n"))
 	require.NoError(t, err)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Gate: g.Service, JS: g.JS, Events: bustest.RunEventsFeed(t, g.JS), Tokens: toks, Log: bustest.Logger(),
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Gate: g.Service, Events: bustest.RunEventsFeed(t, g.JS), Tokens: toks, Log: bustest.Logger(),
 		SlackResponseURL: func(u *url.URL) bool { return u.Host == strings.TrimPrefix(responses.URL, "http://") }}))
 	t.Cleanup(srv.Close)
 	waitNotifier(t, g)

@@ -68,7 +68,7 @@ func BenchmarkSSEFanout(b *testing.B) {
 	bustest.RunRelay(b, env.JS)
 	toks, err := httpapi.ParseTokens([]byte("viewer-token-00000001 vic viewer"))
 	require.NoError(b, err)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Gate: m, JS: env.JS, Events: bustest.RunEventsFeed(b, env.JS), Tokens: toks, Log: bustest.Logger()}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Gate: m, Events: bustest.RunEventsFeed(b, env.JS), Tokens: toks, Log: bustest.Logger()}))
 	b.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
 
 	// The calls to approve, submitted before any client listens. Their

@@ -156,12 +156,13 @@ func answer[T, R any](f func(context.Context, gate.Actor, T) (R, error)) endpoin
 	}
 }
 
-// decode decodes a request and checks its strings' bounds.
+// decode decodes a request and checks it as every transport does
+// (wire.CheckRequest).
 func decode(data []byte, v any) error {
 	if err := wire.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("%w: request body: %v", machine.ErrInvalid, err)
 	}
-	return wire.CheckBounds(v)
+	return wire.CheckRequest(data, v)
 }
 
 // waiting marks e as a request that may wait.

@@ -652,22 +652,26 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	// The analytics report, for the processes that serve it: the request
 	// API's analytics use case (intake) and /v1/analytics (http).
 	var an *analytics.Analytics
-	var report func(ctx context.Context, hours int) (json.RawMessage, error)
+	var report func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error)
 	events := bus.NewEventsFeed(js)
 	rows := m.Config.Roles.rows()
 	if rows.needsReport() {
 		if an, err = analytics.Open(ctx, js, analytics.Config{Replicas: m.Config.Replicas, Events: events, Log: m.Log}); err != nil {
 			return nil, err
 		}
-		report = func(ctx context.Context, hours int) (json.RawMessage, error) {
-			r, err := an.Report(ctx, analytics.ReportOptions{Hours: hours})
+		report = func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error) {
+			opts := analytics.ReportOptions{Hours: r.Hours, Resolution: r.Resolution}
+			if r.Until > 0 {
+				opts.Until = time.UnixMilli(r.Until)
+			}
+			rep, err := an.Report(ctx, opts)
 			if err != nil {
 				return nil, err
 			}
-			return json.Marshal(r)
+			return json.Marshal(rep)
 		}
 	}
-	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Clock: clock, Log: m.Log})
+	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Events: events, Clock: clock, Log: m.Log})
 	if err := m.gate.Runtime().RegisterReceiptKey(ctx); err != nil {
 		return nil, err
 	}

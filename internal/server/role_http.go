@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/httpapi"
 )
 
@@ -88,9 +89,11 @@ func listenHTTP(d *deps, log *slog.Logger) error {
 		log.Info("HTTP API answers any Host header: give the names clients use with --allowed-hosts", "http", cfg.HTTP)
 	}
 	d.httpHandler = httpapi.New(httpapi.Config{
-		Gate:     d.gate,
-		JS:       d.js,
-		Events:   d.events,
+		Gate:   d.gate,
+		Events: d.events,
+		Await: func(ctx context.Context, read client.ReadFunc, pendingID string, opts ...client.AwaitOption) (client.Outcome, error) {
+			return client.AwaitWith(ctx, d.nc, read, pendingID, opts...)
+		},
 		Tokens:   tokens,
 		Gatherer: d.registry,
 		Ready: func(ctx context.Context) error {
@@ -100,8 +103,7 @@ func listenHTTP(d *deps, log *slog.Logger) error {
 			_, err := d.buckets.Calls.Status(ctx)
 			return err
 		},
-		Analytics: d.analytics,
-		Log:       log.With("role", "http"),
+		Log: log.With("role", "http"),
 
 		AllowedHosts: hosts,
 	})
