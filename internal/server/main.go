@@ -559,6 +559,7 @@ type deps struct {
 	version  string
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	conn     *bus.Conn // nc, as gate, the workers and the metrics take it
 	buckets  *bus.Buckets
 	gate     *gate.Service
 	engine   *policy.Engine
@@ -667,7 +668,8 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 			return json.Marshal(r)
 		}
 	}
-	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Clock: clock, Log: m.Log})
+	conn := bus.NewConn(nc)
+	m.gate = gate.New(gate.Config{Conn: conn, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Clock: clock, Log: m.Log})
 	if err := m.gate.Runtime().RegisterReceiptKey(ctx); err != nil {
 		return nil, err
 	}
@@ -675,7 +677,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry, clock: clock, serverClock: sc}, nil
+	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, conn: conn, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry, clock: clock, serverClock: sc}, nil
 }
 
 // largeBucket is how many entries and revisions in tool_calls make its

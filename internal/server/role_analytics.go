@@ -14,7 +14,7 @@ import (
 // metrics, registered in the process's registry, whose pending-approvals
 // gauge follows the process's feed of tool_calls.
 func prepareAnalytics(d *deps, log *slog.Logger) error {
-	x, err := metrics.NewExporter(d.js, d.buckets.Calls, d.registry, metrics.ExporterConfig{Feed: d.feed, Events: d.events}, log)
+	x, err := metrics.NewExporter(d.conn, d.buckets, d.registry, metrics.ExporterConfig{Feed: d.feed, Events: d.events}, log)
 	d.exporter = x
 	return err
 }

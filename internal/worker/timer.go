@@ -209,7 +209,7 @@ func (t *Timer) view() bus.CallsView {
 		apply := func(r bus.CallRevision) {
 			var o observation
 			switch {
-			case r.Op != jetstream.KeyValuePut:
+			case r.Removed:
 				o = observation{id: r.Key, rev: r.Revision} // retired: nothing is due
 			case r.Head == nil:
 				// Nothing later can make it readable; the entry's next
