@@ -127,3 +127,18 @@ func (c *Conn) Listen(ctx context.Context, subject string, fn func(data []byte))
 	_ = sub.Unsubscribe() // gone with the connection, if it closed first
 	return nil
 }
+
+// Request sends data with header on subject, over core NATS, and returns
+// the answer's data.
+func (c *Conn) Request(ctx context.Context, subject string, data []byte, header map[string][]string) ([]byte, error) {
+	m := nats.NewMsg(subject)
+	m.Data = data
+	for k, v := range header {
+		m.Header[k] = v
+	}
+	resp, err := c.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Data, nil
+}

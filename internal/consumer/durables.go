@@ -2,7 +2,9 @@ package consumer
 
 import (
 	"context"
+	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -14,6 +16,14 @@ type Position struct {
 	// delivered and not yet acked, Redelivered those delivered more than
 	// once and not yet acked.
 	Pending, AckPending, Redelivered uint64
+	// AckFloor is the stream sequence at and below which every message
+	// was acked.
+	AckFloor uint64
+}
+
+func positionOf(info *jetstream.ConsumerInfo) Position {
+	return Position{Consumer: info.Name, Pending: info.NumPending, AckPending: uint64(info.NumAckPending),
+		Redelivered: uint64(info.NumRedelivered), AckFloor: info.AckFloor.Stream}
 }
 
 // Durables returns the position of every durable consumer of stream (an
@@ -28,10 +38,60 @@ func Durables(ctx context.Context, js jetstream.JetStream, stream string) ([]Pos
 	var out []Position
 	list := s.ListConsumers(ctx)
 	for info := range list.Info() {
-		if info.Config.Durable == "" {
-			continue
+		if info.Config.Durable != "" {
+			out = append(out, positionOf(info))
 		}
-		out = append(out, Position{Consumer: info.Name, Pending: info.NumPending, AckPending: uint64(info.NumAckPending), Redelivered: uint64(info.NumRedelivered)})
 	}
 	return out, list.Err()
+}
+
+// Durable returns the position of stream's consumer name.
+func Durable(ctx context.Context, js jetstream.JetStream, stream, name string) (Position, error) {
+	c, err := js.Consumer(ctx, stream, name)
+	if err != nil {
+		return Position{}, err
+	}
+	return positionOf(c.CachedInfo()), nil
+}
+
+// Consumers calls existing with the name of every consumer of stream, and
+// returns. From before it lists them until stop is called, it calls
+// created with the name of each consumer created on stream (heard from
+// JetStream's advisories), so that none created meanwhile goes unheard
+// of.
+func Consumers(ctx context.Context, js jetstream.JetStream, stream string, existing, created func(name string)) (stop func(), err error) {
+	sub, err := js.Conn().Subscribe("$JS.EVENT.ADVISORY.CONSUMER.CREATED."+stream+".*", func(m *nats.Msg) {
+		created(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+	})
+	if err != nil {
+		return nil, err
+	}
+	stop = func() { _ = sub.Unsubscribe() }
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	names := s.ConsumerNames(ctx)
+	for name := range names.Name() {
+		existing(name)
+	}
+	if err := names.Err(); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
+}
+
+// Publish stores data with header on the stream that takes subject, once:
+// a publish again with the same msgID within the stream's duplicate
+// window is dropped, so that a step redelivered may publish again.
+func Publish(ctx context.Context, js jetstream.JetStream, subject string, data []byte, header map[string][]string, msgID string) error {
+	m := nats.NewMsg(subject)
+	m.Data = data
+	for k, v := range header {
+		m.Header[k] = v
+	}
+	_, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(msgID))
+	return err
 }
