@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
@@ -92,8 +93,8 @@ func benchApply(b *testing.B, mode string) {
 		publishAll(0)
 	}
 
-	_, js := bustest.Connect(b, env.URLs)
-	a, err := analytics.Open(ctx, js, analytics.Config{Log: bustest.Logger()})
+	nc, _ := bustest.Connect(b, env.URLs)
+	a, err := analytics.Open(ctx, bus.NewConn(nc), analytics.Config{Log: bustest.Logger()})
 	require.NoError(b, err)
 	var applied, batches atomic.Int64
 	all := make(chan struct{})

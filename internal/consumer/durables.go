@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -45,13 +46,34 @@ func Durables(ctx context.Context, js jetstream.JetStream, stream string) ([]Pos
 	return out, list.Err()
 }
 
-// Durable returns the position of stream's consumer name.
-func Durable(ctx context.Context, js jetstream.JetStream, stream, name string) (Position, error) {
+// Durable returns the position of stream's consumer name, and false when
+// there is no such consumer.
+func Durable(ctx context.Context, js jetstream.JetStream, stream, name string) (Position, bool, error) {
 	c, err := js.Consumer(ctx, stream, name)
-	if err != nil {
-		return Position{}, err
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return Position{}, false, nil
+	} else if err != nil {
+		return Position{}, false, err
 	}
-	return positionOf(c.CachedInfo()), nil
+	return positionOf(c.CachedInfo()), true, nil
+}
+
+// Delete removes stream's consumer name, if there is one.
+func Delete(ctx context.Context, js jetstream.JetStream, stream, name string) error {
+	if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return err
+	}
+	return nil
+}
+
+// Bounds returns the first and the last sequence stream holds.
+func Bounds(ctx context.Context, js jetstream.JetStream, stream string) (first, last uint64, err error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, 0, err
+	}
+	st := s.CachedInfo().State
+	return st.FirstSeq, st.LastSeq, nil
 }
 
 // Consumers calls existing with the name of every consumer of stream, and

@@ -592,6 +592,7 @@ type deps struct {
 }
 
 func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, b *bus.Buckets) (*deps, error) {
+	conn := bus.NewConn(nc)
 	policies := bus.NewPolicyStore(js, b.Policies)
 	if m.Config.PolicyFile != "" {
 		data, err := os.ReadFile(m.Config.PolicyFile)
@@ -657,7 +658,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	events := bus.NewEventsFeed(js)
 	rows := m.Config.Roles.rows()
 	if rows.needsReport() {
-		if an, err = analytics.Open(ctx, js, analytics.Config{Replicas: m.Config.Replicas, Events: events, Log: m.Log}); err != nil {
+		if an, err = analytics.Open(ctx, conn, analytics.Config{Replicas: m.Config.Replicas, Events: events, Log: m.Log}); err != nil {
 			return nil, err
 		}
 		report = func(ctx context.Context, hours int) (json.RawMessage, error) {
@@ -668,7 +669,6 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 			return json.Marshal(r)
 		}
 	}
-	conn := bus.NewConn(nc)
 	m.gate = gate.New(gate.Config{Conn: conn, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Clock: clock, Log: m.Log})
 	if err := m.gate.Runtime().RegisterReceiptKey(ctx); err != nil {
 		return nil, err

@@ -32,7 +32,7 @@ func runAnalytics(ctx context.Context, d *deps, log *slog.Logger) error {
 	an := d.analytics // a process that serves the report has it open already
 	if an == nil {
 		var err error
-		if an, err = analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Events: d.events, Log: log}); err != nil {
+		if an, err = analytics.Open(ctx, d.conn, analytics.Config{Replicas: d.cfg.Replicas, Events: d.events, Log: log}); err != nil {
 			return err
 		}
 	}

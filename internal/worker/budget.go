@@ -197,8 +197,8 @@ func (s *BudgetSettler) ackFloor(ctx context.Context) uint64 {
 	}
 	s.floorAt = time.Now() // one reader at a time; the others use the old one
 	s.mu.Unlock()
-	p, err := consumer.Durable(ctx, s.conn.JetStream(), wire.EventsStream, s.durable)
-	if err != nil {
+	p, ok, err := consumer.Durable(ctx, s.conn.JetStream(), wire.EventsStream, s.durable)
+	if !ok || err != nil {
 		s.log.Debug("budget settler: reading the ack floor failed", "err", err)
 		return floor
 	}
