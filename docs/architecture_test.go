@@ -167,3 +167,32 @@ func TestArchitecture_OnlyGateBuildsAMachine(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// TestArchitecture_NATSLivesInBus: NATS lives in bus, internal/consumer,
+// internal/natsapi and internal/server; the domain, the application
+// layer, the workers, the metrics and the analytics hold bus's types, so
+// no non-test file of theirs imports nats.go or its jetstream package.
+func TestArchitecture_NATSLivesInBus(t *testing.T) {
+	t.Parallel()
+	for _, dir := range natsFree {
+		files, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
+		require.NoError(t, err)
+		require.NotEmpty(t, files, "%s has no Go files", dir)
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			require.NoError(t, err)
+			for _, imp := range f.Imports {
+				p := strings.Trim(imp.Path.Value, `"`)
+				assert.False(t, p == "github.com/nats-io/nats.go" || strings.HasPrefix(p, "github.com/nats-io/nats.go/"),
+					"%s imports %s: NATS lives in bus, internal/consumer, internal/natsapi and internal/server", strings.TrimPrefix(path, "../"), p)
+			}
+		}
+	}
+}
+
+// natsFree are the packages that TestArchitecture_NATSLivesInBus holds
+// to importing no nats.go.
+var natsFree = []string{"internal/gate", "internal/worker", "metrics", "internal/analytics", "policy", "machine"}
