@@ -81,22 +81,22 @@ func Connect(c ConnConfig, extra ...nats.Option) (*nats.Conn, error) {
 }
 
 // Conn is a process's connection to NATS as the packages above bus hold
-// it: internal/server makes it of the connection it dialled (NewConn),
-// and the application layer, the workers, the metrics and the analytics
-// build their stores and feeds over it and publish and listen through it,
-// naming none of nats.go's types.
+// it: internal/server makes it of the connection it dialled and the
+// JetStream it opened on it (NewConn), and the application layer, the
+// workers, the metrics and the analytics build their stores and feeds
+// over it and publish, listen and request through it, naming none of
+// nats.go's types.
 type Conn struct {
 	nc *nats.Conn
 	js jetstream.JetStream
 }
 
-// NewConn returns nc as a Conn; nil without a connection.
-func NewConn(nc *nats.Conn) *Conn {
-	if nc == nil {
+// NewConn returns js and its connection as a Conn; nil without one.
+func NewConn(js jetstream.JetStream) *Conn {
+	if js == nil {
 		return nil
 	}
-	js, _ := jetstream.New(nc) // fails only for options, and none is given
-	return &Conn{nc: nc, js: js}
+	return &Conn{nc: js.Conn(), js: js}
 }
 
 // JetStream is the connection's JetStream (nil without a connection), for

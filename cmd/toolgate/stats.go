@@ -172,7 +172,7 @@ func analyticsRebuildCmd(out cliOutput) *cliCmd {
 			return fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
 		}
 		start := time.Now()
-		gen, err := analytics.New(bus.NewConn(js.Conn()), bus.NewAnalyticsStore(js, kv), analytics.Config{}).Rebuild(ctx)
+		gen, err := analytics.New(bus.NewConn(js), bus.NewAnalyticsStore(js, kv), analytics.Config{}).Rebuild(ctx)
 		if err != nil {
 			return err
 		}

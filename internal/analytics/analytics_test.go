@@ -431,8 +431,8 @@ func topOf(m map[string]int64) []analytics.NameCount {
 // connection of its own, like a process of its own.
 func runAnalytics(t *testing.T, env *bustest.Env, configure func(*analytics.Analytics)) (*analytics.Analytics, <-chan error) {
 	t.Helper()
-	nc, _ := bustest.Connect(t, env.URLs)
-	a, err := analytics.Open(t.Context(), bus.NewConn(nc), analytics.Config{Replicas: len(env.Servers), BatchSize: 64, Log: bustest.Logger()})
+	_, js := bustest.Connect(t, env.URLs)
+	a, err := analytics.Open(t.Context(), bus.NewConn(js), analytics.Config{Replicas: len(env.Servers), BatchSize: 64, Log: bustest.Logger()})
 	require.NoError(t, err)
 	if configure != nil {
 		configure(a)
@@ -819,8 +819,8 @@ func TestAnalytics_AProcessWhoseAggregatesAnotherWroteSinceReadsThemAgain(t *tes
 	env := bustest.Start(t, bustest.Topologies[0])
 	bustest.RunRelay(t, env.JS)
 	open := func() *analytics.Analytics {
-		nc, _ := bustest.Connect(t, env.URLs)
-		a, err := analytics.Open(t.Context(), bus.NewConn(nc), analytics.Config{Log: bustest.Logger()})
+		_, js := bustest.Connect(t, env.URLs)
+		a, err := analytics.Open(t.Context(), bus.NewConn(js), analytics.Config{Log: bustest.Logger()})
 		require.NoError(t, err)
 		return a
 	}

@@ -93,8 +93,8 @@ func benchApply(b *testing.B, mode string) {
 		publishAll(0)
 	}
 
-	nc, _ := bustest.Connect(b, env.URLs)
-	a, err := analytics.Open(ctx, bus.NewConn(nc), analytics.Config{Log: bustest.Logger()})
+	_, js := bustest.Connect(b, env.URLs)
+	a, err := analytics.Open(ctx, bus.NewConn(js), analytics.Config{Log: bustest.Logger()})
 	require.NoError(b, err)
 	var applied, batches atomic.Int64
 	all := make(chan struct{})

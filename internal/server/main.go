@@ -592,7 +592,7 @@ type deps struct {
 }
 
 func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, b *bus.Buckets) (*deps, error) {
-	conn := bus.NewConn(nc)
+	conn := bus.NewConn(js)
 	policies := bus.NewPolicyStore(js, b.Policies)
 	if m.Config.PolicyFile != "" {
 		data, err := os.ReadFile(m.Config.PolicyFile)
