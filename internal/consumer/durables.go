@@ -76,14 +76,14 @@ func Bounds(ctx context.Context, js jetstream.JetStream, stream string) (first, 
 	return st.FirstSeq, st.LastSeq, nil
 }
 
-// Consumers calls existing with the name of every consumer of stream, and
-// returns. From before it lists them until stop is called, it calls
-// created with the name of each consumer created on stream (heard from
+// Consumers calls fn with the name of every consumer of stream, existing
+// set, and returns. From before it lists them until stop is called, it
+// calls fn with the name of each consumer created on stream (heard from
 // JetStream's advisories), so that none created meanwhile goes unheard
 // of.
-func Consumers(ctx context.Context, js jetstream.JetStream, stream string, existing, created func(name string)) (stop func(), err error) {
+func Consumers(ctx context.Context, js jetstream.JetStream, stream string, fn func(name string, existing bool)) (stop func(), err error) {
 	sub, err := js.Conn().Subscribe("$JS.EVENT.ADVISORY.CONSUMER.CREATED."+stream+".*", func(m *nats.Msg) {
-		created(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+		fn(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], false)
 	})
 	if err != nil {
 		return nil, err
@@ -96,7 +96,7 @@ func Consumers(ctx context.Context, js jetstream.JetStream, stream string, exist
 	}
 	names := s.ConsumerNames(ctx)
 	for name := range names.Name() {
-		existing(name)
+		fn(name, true)
 	}
 	if err := names.Err(); err != nil {
 		stop()

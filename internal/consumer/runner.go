@@ -386,27 +386,25 @@ const (
 )
 
 func (r *Runner) deadLetter(ctx context.Context, msg Msg, meta *jetstream.MsgMetadata, cause error) error {
-	dl := nats.NewMsg(r.cfg.DeadLetter.Subject)
-	dl.Data = msg.Data()
+	header := nats.Header{}
 	for k, v := range msg.Headers() {
 		if k != jetstream.MsgIDHeader {
-			dl.Header[k] = v
+			header[k] = v
 		}
 	}
 	if r.cfg.DeadLetter.Header != nil {
 		for k, v := range r.cfg.DeadLetter.Header(msg, cause) {
-			dl.Header[k] = v
+			header[k] = v
 		}
 	}
-	dl.Header.Set(HeaderDeadConsumer, r.cfg.Durable)
-	dl.Header.Set(HeaderDeadSubject, msg.Subject())
-	dl.Header.Set(HeaderDeadStreamSeq, strconv.FormatUint(meta.Sequence.Stream, 10))
-	dl.Header.Set(HeaderDeadDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
+	header.Set(HeaderDeadConsumer, r.cfg.Durable)
+	header.Set(HeaderDeadSubject, msg.Subject())
+	header.Set(HeaderDeadStreamSeq, strconv.FormatUint(meta.Sequence.Stream, 10))
+	header.Set(HeaderDeadDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
 	// A header value cannot hold a line break, and an error (an HTTP
 	// body's excerpt, say) may.
-	dl.Header.Set(HeaderDeadError, strings.Join(strings.Fields(cause.Error()), " "))
-	_, err := r.js.PublishMsg(ctx, dl, jetstream.WithMsgID(fmt.Sprintf("%s:%d", r.cfg.Durable, meta.Sequence.Stream)))
-	return err
+	header.Set(HeaderDeadError, strings.Join(strings.Fields(cause.Error()), " "))
+	return Publish(ctx, r.js, r.cfg.DeadLetter.Subject, msg.Data(), header, fmt.Sprintf("%s:%d", r.cfg.Durable, meta.Sequence.Stream))
 }
 
 // restartHealthy is how long a run must have lasted for its failure to be

@@ -245,17 +245,17 @@ func (n *Notifier) Run(ctx context.Context) error {
 func (n *Notifier) run(ctx context.Context) error {
 	// The channels' consumers there are, and those created from then on,
 	// by whichever process.
-	stop, err := consumer.Consumers(ctx, n.conn.JetStream(), NotifyStream, func(name string) {
-		if key, ok := strings.CutPrefix(name, NotifierDurable+"-"); ok {
+	stop, err := consumer.Consumers(ctx, n.conn.JetStream(), NotifyStream, func(name string, existing bool) {
+		key, ok := strings.CutPrefix(name, NotifierDurable+"-")
+		if !ok {
+			return
+		}
+		if existing {
 			n.mu.Lock()
 			n.made[key] = true
 			n.mu.Unlock()
-			n.pull(ctx, key)
 		}
-	}, func(name string) {
-		if key, ok := strings.CutPrefix(name, NotifierDurable+"-"); ok {
-			n.pull(ctx, key)
-		}
+		n.pull(ctx, key)
 	})
 	if err != nil {
 		if ctx.Err() != nil {
