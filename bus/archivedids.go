@@ -112,7 +112,7 @@ const retiredFor = time.Hour
 func (a *ArchivedIDs) View() CallsView {
 	return CallsView{Start: func() (func(CallRevision), func()) {
 		apply := func(r CallRevision) {
-			if r.Op == jetstream.KeyValuePut {
+			if !r.Removed {
 				return
 			}
 			now := time.Now()

@@ -53,9 +53,9 @@ func TestArchivedIDs_SaysWhichCallsTheArchiveMayHold(t *testing.T) {
 
 	// The bucket's watch shows a call purged (retired) before the follow
 	// shows it archived: it may be held meanwhile.
-	apply(bus.CallRevision{Key: "conv.retired", Revision: 9, Op: jetstream.KeyValuePurge})
+	apply(bus.CallRevision{Key: "conv.retired", Revision: 9, Removed: true})
 	assert.True(t, ids.MayHold("conv.retired"), "purged from the bucket, not yet seen archived")
-	apply(bus.CallRevision{Key: "conv.open", Revision: 10, Op: jetstream.KeyValuePut})
+	apply(bus.CallRevision{Key: "conv.open", Revision: 10})
 	assert.False(t, ids.MayHold("conv.open"), "a put says nothing of the archive")
 }
 

@@ -207,8 +207,27 @@ func (e *storageFullError) Unwrap() []error { return []error{wire.ErrStorageFull
 // random nonce of the write), unless any two writers that store the same
 // bytes want the same outcome: then either may be told it stored them.
 func update(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, f func(cur jetstream.KeyValueEntry) ([]byte, error)) (uint64, error) {
+	return updateHeld(ctx, js, kv, key, nil, f)
+}
+
+// updateHeld is update for a caller that may hold the key's value
+// already, at revision *held (0: the key absent), as it last wrote or
+// read it: then the first f is asked with no read, of an entry at that
+// revision whose value is the caller's to fill in (nil when held is 0),
+// and the key is read only when another write came first.
+func updateHeld(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, held *uint64, f func(cur jetstream.KeyValueEntry) ([]byte, error)) (uint64, error) {
 	for {
-		cur, err := get(ctx, kv, key)
+		var cur jetstream.KeyValueEntry
+		var err error
+		switch {
+		case held != nil:
+			if *held != 0 {
+				cur = &entry{bucket: kv.Bucket(), key: key, meta: &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: *held}}}
+			}
+			held = nil
+		default:
+			cur, err = get(ctx, kv, key)
+		}
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			cur = nil

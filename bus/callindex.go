@@ -212,7 +212,7 @@ func (st *indexState) apply(r CallRevision, log *slog.Logger) {
 	st.applied = max(st.applied, r.Revision)
 	key := r.Key
 	slot, known := st.byID.find(st.calls, key)
-	if r.Op != jetstream.KeyValuePut {
+	if r.Removed {
 		// Deleted or purged (a retired call): gone from lists.
 		if known {
 			st.remove(slot)

@@ -48,7 +48,8 @@ type CallRevision struct {
 	Revision uint64
 	// Created is when the NATS server stored the revision.
 	Created time.Time
-	Op      jetstream.KeyValueOp
+	// Removed marks the delete or purge of the key; else it is a put.
+	Removed bool
 	// Value is the entry as stored, on a put.
 	Value []byte
 	// Head is what the views read of a put's entry; nil when it does not
@@ -239,8 +240,8 @@ func (a *applier) drain() {
 // the watch's key is a part of, 15 bytes of "$KV.tool_calls." more), so
 // that a call's id costs the views one string of its own length.
 func callRevision(kve jetstream.KeyValueEntry) CallRevision {
-	r := CallRevision{Key: strings.Clone(kve.Key()), Revision: kve.Revision(), Created: kve.Created(), Op: kve.Operation(), Remaining: kve.Delta()}
-	if r.Op == jetstream.KeyValuePut {
+	r := CallRevision{Key: strings.Clone(kve.Key()), Revision: kve.Revision(), Created: kve.Created(), Removed: kve.Operation() != jetstream.KeyValuePut, Remaining: kve.Delta()}
+	if !r.Removed {
 		r.Value = kve.Value()
 		r.Head, r.Err = DecodeCallHead(r.Value)
 		if r.Head != nil && r.Head.PendingID == r.Key {

@@ -251,7 +251,7 @@ func BenchmarkCallsFeedLoad(b *testing.B) {
 		defer cancel() // before the wait
 		start := time.Now()
 		f, index := bus.NewCallsFeed(env.JS, env.KV), bus.NewCallIndex(env.JS, env.KV)
-		timer := worker.NewTimer(env.JS, env.KV, machine.New(env.Store), bustest.Logger(), worker.WithFeed(f))
+		timer := worker.NewTimer(env.Conn, env.Buckets, machine.New(env.Store), bustest.Logger(), worker.WithFeed(f))
 		f.Add(index.View(bustest.Logger()))
 		wg.Go(func() { _ = timer.Run(ctx) })
 		wg.Go(func() { _ = f.Run(ctx, bustest.Logger()) })

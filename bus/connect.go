@@ -1,11 +1,13 @@
 package bus
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ConnConfig says how to reach NATS servers.
@@ -76,4 +78,67 @@ func Connect(c ConnConfig, extra ...nats.Option) (*nats.Conn, error) {
 		return nil, fmt.Errorf("nats: connect %s: %w", c.URLs, err)
 	}
 	return nc, nil
+}
+
+// Conn is a process's connection to NATS as the packages above bus hold
+// it: internal/server makes it of the connection it dialled and the
+// JetStream it opened on it (NewConn), and the application layer, the
+// workers, the metrics and the analytics build their stores and feeds
+// over it and publish, listen and request through it, naming none of
+// nats.go's types.
+type Conn struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+// NewConn returns js and its connection as a Conn; nil without one.
+func NewConn(js jetstream.JetStream) *Conn {
+	if js == nil {
+		return nil
+	}
+	return &Conn{nc: js.Conn(), js: js}
+}
+
+// JetStream is the connection's JetStream (nil without a connection), for
+// bus's constructors and internal/consumer's runners.
+func (c *Conn) JetStream() jetstream.JetStream {
+	if c == nil {
+		return nil
+	}
+	return c.js
+}
+
+// Publish sends data on subject, over core NATS.
+func (c *Conn) Publish(subject string, data []byte) error {
+	if c == nil {
+		return nats.ErrInvalidConnection
+	}
+	return c.nc.Publish(subject, data)
+}
+
+// Listen calls fn with the data of every message on subject until ctx
+// ends, one message at a time.
+func (c *Conn) Listen(ctx context.Context, subject string, fn func(data []byte)) error {
+	sub, err := c.nc.Subscribe(subject, func(msg *nats.Msg) { fn(msg.Data) })
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", subject, err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe() // gone with the connection, if it closed first
+	return nil
+}
+
+// Request sends data with header on subject, over core NATS, and returns
+// the answer's data.
+func (c *Conn) Request(ctx context.Context, subject string, data []byte, header map[string][]string) ([]byte, error) {
+	m := nats.NewMsg(subject)
+	m.Data = data
+	for k, v := range header {
+		m.Header[k] = v
+	}
+	resp, err := c.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Data, nil
 }

@@ -4,9 +4,17 @@
 // machine.Store of tool_calls (KVStore), the policy (PolicyStore), the
 // grants (GrantStore), the budget ledger (BudgetLedger), the rate rules'
 // counters (RateCounters), the one-time decision tokens, the identities
-// issued, the receipt keys, and the finished calls retired to
-// TOOL_ARCHIVE (Archive). The Relay turns every revision of tool_calls
-// into its events on TOOL_EVENTS.
+// issued, the receipt keys, the finished calls retired to TOOL_ARCHIVE
+// (Archive) and the analytics' aggregates (AnalyticsStore). The Relay
+// turns every revision of tool_calls into its events on TOOL_EVENTS.
+//
+// Every read-modify-write of these stores goes through one
+// compare-and-set loop (update), and every JetStream error a caller may
+// act on leaves bus as one of machine's (machine.ErrConflict,
+// machine.ErrNotFound). The packages above bus hold a Conn, the process's
+// connection, which internal/server makes: they build their stores and
+// feeds over it, and publish, listen and request through it, naming
+// none of nats.go's types.
 //
 // A process follows what it keeps in memory through one watch of
 // tool_calls (CallsFeed), whose views are the call index (CallIndex), the

@@ -319,3 +319,30 @@ func TestGrantStore_ASingleUseGrantLetsOneOfEightRacingCallsRun(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, left, "consumed")
 }
+
+// TestPolicyStore_ClearShadowSetAgainMeanwhileConflicts: clearing the
+// shadow policy at a revision it has moved on from is machine.ErrConflict,
+// and leaves the shadow set since.
+func TestPolicyStore_ClearShadowSetAgainMeanwhileConflicts(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	s := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
+	doc, err := policy.Parse([]byte(policyYAML))
+	require.NoError(t, err)
+	first, err := s.SetShadow(ctx, doc)
+	require.NoError(t, err)
+	second, err := s.SetShadow(ctx, doc)
+	require.NoError(t, err)
+
+	require.ErrorIs(t, s.ClearShadow(ctx, first), machine.ErrConflict)
+	_, rev, err := s.GetShadow(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, second, rev, "the shadow set since stays")
+
+	require.NoError(t, s.ClearShadow(ctx, second))
+	got, rev, err := s.GetShadow(ctx)
+	require.NoError(t, err)
+	assert.Nil(t, got)
+	assert.Zero(t, rev)
+}

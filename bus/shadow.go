@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -48,7 +49,7 @@ func (s *PolicyStore) SetShadow(ctx context.Context, doc *policy.Document) (uint
 
 // ClearShadow drops the shadow policy stored at revision (0: whatever is
 // stored). A shadow stored since at another revision is left, and the
-// error wraps jetstream.ErrKeyExists.
+// error wraps machine.ErrConflict.
 func (s *PolicyStore) ClearShadow(ctx context.Context, revision uint64) error {
 	var opts []jetstream.KVDeleteOpt
 	if revision != 0 {
@@ -60,7 +61,7 @@ func (s *PolicyStore) ClearShadow(ctx context.Context, revision uint64) error {
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-		return fmt.Errorf("%w: %v", jetstream.ErrKeyExists, err)
+		return fmt.Errorf("%w: the shadow policy was set again since revision %d: %v", machine.ErrConflict, revision, err)
 	}
 	return err
 }

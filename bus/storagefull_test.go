@@ -50,6 +50,30 @@ func TestKVStore_AStreamAtItsLimitRefusesWithStorageFull(t *testing.T) {
 	assert.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the refused write is stored")
 }
 
+// The analytics' aggregates change through the same loop as the stores':
+// one that a full bucket refuses is refused with wire.ErrStorageFull within
+// seconds, not retried until its context ends.
+func TestAnalyticsStore_AStreamAtItsLimitRefusesWithStorageFull(t *testing.T) {
+	t.Parallel()
+	_, js := bustest.Connect(t, bustest.Server(t).ClientURL())
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "small_analytics", MaxBytes: 8 << 10})
+	require.NoError(t, err)
+	store := bus.NewAnalyticsStore(js, kv)
+
+	var took time.Duration
+	for i := 0; err == nil && i < 100; i++ {
+		from := time.Now()
+		_, err = store.Update(ctx, fmt.Sprintf("g1.tool.t%d", i), nil, func([]byte, uint64) ([]byte, error) {
+			return []byte(strings.Repeat("x", 500)), nil
+		})
+		took = time.Since(from)
+	}
+	require.ErrorIs(t, err, wire.ErrStorageFull)
+	assert.Less(t, took, 5*time.Second, "refused late: %v", err)
+}
+
 // On a cluster whose every member's store is full, the stream's leader
 // refuses a write for want of storage and steps down, and no member takes
 // its place: the writes after it go unanswered. toolgate refuses them as

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -142,7 +140,7 @@ func (q *WorkQueue) Wrote(e *machine.Entry, rev uint64) {
 		return
 	}
 	q.st.ahead[e.PendingID] = rev
-	q.st.apply(CallRevision{Key: e.PendingID, Revision: rev, Created: time.Now(), Op: jetstream.KeyValuePut, Head: headOf(e)}, time.Now(), q.wakeLocked)
+	q.st.apply(CallRevision{Key: e.PendingID, Revision: rev, Created: time.Now(), Head: headOf(e)}, time.Now(), q.wakeLocked)
 	q.scheduleLocked()
 }
 
@@ -155,7 +153,7 @@ func (st *workState) apply(r CallRevision, now time.Time, woken func(tool string
 	}
 	h := r.Head
 	st.hold(r.Key, h, now)
-	if r.Op != jetstream.KeyValuePut || h == nil {
+	if r.Removed || h == nil {
 		return
 	}
 	c := &WorkCall{PendingID: r.Key, Tool: h.ToolName, Revision: r.Revision, Since: r.Created, index: -1}

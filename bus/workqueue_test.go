@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -18,7 +17,7 @@ func watchedQueue() (q *bus.WorkQueue, put func(rev uint64, h bus.CallHead), loa
 	q = bus.NewWorkQueue()
 	apply, loaded := q.View().Start()
 	put = func(rev uint64, h bus.CallHead) {
-		apply(bus.CallRevision{Key: h.PendingID, Revision: rev, Op: jetstream.KeyValuePut, Created: time.Now(), Head: &h})
+		apply(bus.CallRevision{Key: h.PendingID, Revision: rev, Created: time.Now(), Head: &h})
 	}
 	return q, put, loaded
 }

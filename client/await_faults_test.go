@@ -86,7 +86,7 @@ func TestAwait_CallJustSubmittedIsNotAnsweredNotFound(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	bustest.RunRelay(t, env.JS)
-	g := appgate.New(appgate.Config{NC: env.NC, Buckets: env.Buckets})
+	g := appgate.New(appgate.Config{Conn: env.Conn, Buckets: env.Buckets})
 	ctx := t.Context()
 	e, err := g.Submit(ctx, appgate.System, bash("ryw", "t1", "make deploy"))
 	require.NoError(t, err)

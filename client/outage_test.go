@@ -23,7 +23,7 @@ import (
 func TestAwait_AnswersWhenTheAnnouncementIsLost(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
-	g := appgate.New(appgate.Config{NC: env.NC, Buckets: env.Buckets})
+	g := appgate.New(appgate.Config{Conn: env.Conn, Buckets: env.Buckets})
 	e, err := g.Submit(t.Context(), appgate.System, bash("lost", "t1", "make deploy"))
 	require.NoError(t, err)
 	require.Equal(t, machine.StatePendingApproval, e.Status)
@@ -67,7 +67,7 @@ func TestSubmit_WaitsOutARestart(t *testing.T) {
 	}()
 	// The first attempt has gone out to nothing before toolgate starts.
 	bustest.Eventually(t, 10*time.Second, time.Millisecond, "the agent sent its request", func() (bool, any) { n := nc.Stats().OutMsgs; return n > 0, n })
-	g := appgate.New(appgate.Config{NC: env.NC, Buckets: env.Buckets})
+	g := appgate.New(appgate.Config{Conn: env.Conn, Buckets: env.Buckets})
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- natsapi.New(g, bustest.Logger()).Run(ctx, env.NC, "0.0.1-test") }()

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/consumer"
@@ -39,7 +38,7 @@ type ExporterConfig struct {
 // gauge, and consumer lag is read at scrape time. See the package comment
 // for how to aggregate them across replicas.
 type Exporter struct {
-	js      jetstream.JetStream
+	conn    *bus.Conn
 	cfg     ExporterConfig
 	log     *slog.Logger
 	metrics *Metrics
@@ -52,9 +51,10 @@ type Exporter struct {
 
 // NewExporter registers the metrics with reg (sharing them with any other
 // caller of For(reg)), and the pending-approvals gauge over the calls
-// bucket and the consumer-lag collector; Run feeds them. One Exporter per
-// registry: a second one's collectors are refused as already registered.
-func NewExporter(js jetstream.JetStream, calls jetstream.KeyValue, reg prometheus.Registerer, cfg ExporterConfig, log *slog.Logger) (*Exporter, error) {
+// bucket of b and the consumer-lag collector; Run feeds them. One
+// Exporter per registry: a second one's collectors are refused as
+// already registered.
+func NewExporter(conn *bus.Conn, b *bus.Buckets, reg prometheus.Registerer, cfg ExporterConfig, log *slog.Logger) (*Exporter, error) {
 	m, err := For(reg)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -64,16 +64,16 @@ func NewExporter(js jetstream.JetStream, calls jetstream.KeyValue, reg prometheu
 	var own *bus.CallsFeed
 	feed := cfg.Feed
 	if feed == nil {
-		own = bus.NewCallsFeed(js, calls)
+		own = bus.NewCallsFeed(conn.JetStream(), b.Calls)
 		feed = own
 	}
 	feed.Add(pending.View())
-	for _, c := range []prometheus.Collector{pending, NewConsumerLag(js, log)} {
+	for _, c := range []prometheus.Collector{pending, NewConsumerLag(conn, log)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
-	return &Exporter{js: js, cfg: cfg, log: log, metrics: m, pending: pending, feed: own, ready: make(chan struct{})}, nil
+	return &Exporter{conn: conn, cfg: cfg, log: log, metrics: m, pending: pending, feed: own, ready: make(chan struct{})}, nil
 }
 
 // Metrics returns the counters the exporter feeds.
@@ -131,7 +131,7 @@ func (x *Exporter) countEvents(ctx context.Context, started func()) error {
 	if x.cfg.Events != nil {
 		err = x.cfg.Events.Follow(ctx, from, started, x.count)
 	} else {
-		err = bus.FollowEvents(ctx, x.js, from, started, x.count)
+		err = bus.FollowEvents(ctx, x.conn.JetStream(), from, started, x.count)
 	}
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)

@@ -5,8 +5,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -23,7 +24,7 @@ import (
 // Ephemeral consumers (KV watchers, the Exporter's ordered consumer) are
 // left out: their lag is one process's business.
 type ConsumerLag struct {
-	js      jetstream.JetStream
+	conn    *bus.Conn
 	streams []string
 	timeout time.Duration
 	log     *slog.Logger
@@ -35,10 +36,10 @@ var _ prometheus.Collector = (*ConsumerLag)(nil)
 
 // NewConsumerLag returns the collector for toolgate's streams (and any
 // others named).
-func NewConsumerLag(js jetstream.JetStream, log *slog.Logger, extraStreams ...string) *ConsumerLag {
+func NewConsumerLag(conn *bus.Conn, log *slog.Logger, extraStreams ...string) *ConsumerLag {
 	labels := []string{"stream", "consumer"}
 	return &ConsumerLag{
-		js:      js,
+		conn:    conn,
 		streams: append([]string{"KV_" + wire.CallsBucket, wire.EventsStream}, extraStreams...),
 		timeout: 2 * time.Second,
 		log:     log,
@@ -65,22 +66,14 @@ func (c *ConsumerLag) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	for _, name := range c.streams {
-		s, err := c.js.Stream(ctx, name)
+		durables, err := consumer.Durables(ctx, c.conn.JetStream(), name)
+		for _, d := range durables {
+			ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(d.Pending), name, d.Consumer)
+			ch <- prometheus.MustNewConstMetric(c.ackPending, prometheus.GaugeValue, float64(d.AckPending), name, d.Consumer)
+			ch <- prometheus.MustNewConstMetric(c.redelivered, prometheus.GaugeValue, float64(d.Redelivered), name, d.Consumer)
+		}
 		if err != nil {
-			c.log.Debug("consumer lag: stream not readable", "stream", name, "err", err)
-			continue
-		}
-		list := s.ListConsumers(ctx)
-		for info := range list.Info() {
-			if info.Config.Durable == "" {
-				continue
-			}
-			ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(info.NumPending), name, info.Name)
-			ch <- prometheus.MustNewConstMetric(c.ackPending, prometheus.GaugeValue, float64(info.NumAckPending), name, info.Name)
-			ch <- prometheus.MustNewConstMetric(c.redelivered, prometheus.GaugeValue, float64(info.NumRedelivered), name, info.Name)
-		}
-		if err := list.Err(); err != nil {
-			c.log.Warn("consumer lag: listing consumers failed", "stream", name, "err", err)
+			c.log.Debug("consumer lag: stream's consumers not readable", "stream", name, "err", err)
 		}
 	}
 }

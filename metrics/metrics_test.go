@@ -53,7 +53,7 @@ func engineFor(t *testing.T, doc string) *policy.Engine {
 func startExporter(t *testing.T, env *bustest.Env, v metrics.Vocabulary) (*metrics.Exporter, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	x, err := metrics.NewExporter(env.JS, env.KV, reg, metrics.ExporterConfig{}, bustest.Logger())
+	x, err := metrics.NewExporter(env.Conn, env.Buckets, reg, metrics.ExporterConfig{}, bustest.Logger())
 	require.NoError(t, err)
 	x.Metrics().BoundLabels(v)
 	ctx, cancel := context.WithCancel(context.Background())

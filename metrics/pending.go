@@ -3,7 +3,6 @@ package metrics
 import (
 	"sync"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolgate/toolgate/bus"
@@ -95,7 +94,7 @@ func newPendingCounts() *pendingCounts {
 }
 
 func (c *pendingCounts) update(r bus.CallRevision) {
-	pending := r.Op == jetstream.KeyValuePut && r.Head != nil && r.Head.Status == machine.StatePendingApproval
+	pending := !r.Removed && r.Head != nil && r.Head.Status == machine.StatePendingApproval
 	if tp, ok := c.byKey[r.Key]; ok {
 		delete(c.byKey, r.Key)
 		// A team with none pending is forgotten: teams are the agents'

@@ -22,6 +22,8 @@ const (
 	PoliciesBucket = "tool_policies" // the policy document, and where it was loaded from
 	GrantsBucket   = "tool_grants"   // session grants, by conversation
 	BudgetsBucket  = "tool_budgets"  // spending per team and day
+	// AnalyticsBucket holds the analytics' aggregates.
+	AnalyticsBucket = "tool_analytics"
 	// IdentitiesBucket holds the credentials issued, by public key.
 	IdentitiesBucket = "tool_identities"
 	// DecisionTokensBucket holds the one-time decision tokens notifications

@@ -92,7 +92,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 
 	akv, err := js.KeyValue(ctx, analytics.Bucket)
 	require.NoError(t, err, "the analytics role provisions its bucket")
-	an := analytics.New(js, akv, analytics.Config{})
+	an := analytics.New(bus.NewConn(js), bus.NewAnalyticsStore(js, akv), analytics.Config{})
 	caughtUp := func() {
 		t.Helper()
 		bustest.Eventually(t, 60*time.Second, 20*time.Millisecond, "the analytics caught up", func() (bool, any) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/wire"
@@ -157,13 +158,13 @@ func analyticsRebuildCmd(out cliOutput) *cliCmd {
 		// cluster's replicas are never changed from here.
 		kv, err := js.KeyValue(ctx, analytics.Bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			kv, err = analytics.Provision(ctx, js, *replicas)
+			kv, err = bus.ProvisionAnalytics(ctx, js, *replicas)
 		}
 		if err != nil {
 			return fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
 		}
 		start := time.Now()
-		gen, err := analytics.New(js, kv, analytics.Config{}).Rebuild(ctx)
+		gen, err := analytics.New(bus.NewConn(js), bus.NewAnalyticsStore(js, kv), analytics.Config{}).Rebuild(ctx)
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
@@ -21,7 +20,7 @@ import (
 )
 
 // Bucket is the KV bucket the analytics keep their aggregates in.
-const Bucket = "tool_analytics"
+const Bucket = wire.AnalyticsBucket
 
 // metaKey holds the generation in force: the aggregates read and written
 // are those under "g<generation>.", with its checkpoint (checkpointKey). A
@@ -91,11 +90,11 @@ type Config struct {
 // process has applied in order (hence written everywhere they belong)
 // folds into one number.
 type Analytics struct {
-	js  jetstream.JetStream
-	kv  jetstream.KeyValue
-	cfg Config
-	log *slog.Logger
-	now func() time.Time
+	conn  *bus.Conn
+	store *bus.AnalyticsStore
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
 
 	// cache holds the aggregates this process last read or wrote, each
 	// with its revision, so that the next batch writes them by
@@ -109,33 +108,19 @@ type Analytics struct {
 	afterApply func(seqs []uint64) error
 }
 
-// Provision creates the analytics bucket, or updates it; it is
-// idempotent.
-func Provision(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      Bucket,
-		Description: "toolgate analytics: aggregates per tool, team, approver and hour",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(replicas, 1),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("provision bucket %s: %w", Bucket, err)
-	}
-	return kv, nil
-}
-
-// Open provisions the bucket and returns the analytics over it.
-func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Analytics, error) {
-	kv, err := Provision(ctx, js, cfg.Replicas)
+// Open provisions the bucket (bus.ProvisionAnalytics) and returns the
+// analytics over it, reading TOOL_EVENTS over conn.
+func Open(ctx context.Context, conn *bus.Conn, cfg Config) (*Analytics, error) {
+	kv, err := bus.ProvisionAnalytics(ctx, conn.JetStream(), cfg.Replicas)
 	if err != nil {
 		return nil, err
 	}
-	return New(js, kv, cfg), nil
+	return New(conn, bus.NewAnalyticsStore(conn.JetStream(), kv), cfg), nil
 }
 
-// New returns the analytics over an existing bucket.
-func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) *Analytics {
+// New returns the analytics over store, an existing bucket, reading
+// TOOL_EVENTS over conn.
+func New(conn *bus.Conn, store *bus.AnalyticsStore, cfg Config) *Analytics {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 256
 	}
@@ -146,30 +131,32 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) *Analytics {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Analytics{js: js, kv: kv, cfg: cfg, log: log, now: time.Now, cache: map[string]cachedAggregate{}}
+	return &Analytics{conn: conn, store: store, cfg: cfg, log: log, now: time.Now, cache: map[string]cachedAggregate{}}
 }
 
 // generation returns the generation in force and the meta key's revision,
 // creating generation 1 if there is none.
 func (a *Analytics) generation(ctx context.Context) (uint64, uint64, error) {
-	for {
-		kve, err := a.kv.Get(ctx, metaKey)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			data, _ := json.Marshal(analyticsMeta{Generation: 1})
-			rev, err := a.kv.Create(ctx, metaKey, data)
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				continue
-			}
-			return 1, rev, err
-		} else if err != nil {
-			return 0, 0, err
+	var gen, rev uint64
+	created, err := a.store.Update(ctx, metaKey, nil, func(value []byte, revision uint64) ([]byte, error) {
+		if value == nil {
+			gen = 1
+			return json.Marshal(analyticsMeta{Generation: 1})
 		}
 		var m analyticsMeta
-		if err := json.Unmarshal(kve.Value(), &m); err != nil || m.Generation == 0 {
-			return 0, 0, fmt.Errorf("analytics: key %s of %s is not readable: %q", metaKey, Bucket, kve.Value())
+		if err := json.Unmarshal(value, &m); err != nil || m.Generation == 0 {
+			return nil, fmt.Errorf("analytics: key %s of %s is not readable: %q", metaKey, Bucket, value)
 		}
-		return m.Generation, kve.Revision(), nil
+		gen, rev = m.Generation, revision
+		return nil, nil // as it is
+	})
+	if err != nil {
+		return 0, 0, err
 	}
+	if created != 0 {
+		rev = created
+	}
+	return gen, rev, nil
 }
 
 // errGenerationChanged stops the consumer of a generation no longer in force.
@@ -192,18 +179,18 @@ func (a *Analytics) Run(ctx context.Context) error {
 // run consumes into one generation after another until ctx ends or
 // something fails.
 func (a *Analytics) run(ctx context.Context) error {
-	w, err := a.kv.Watch(ctx, metaKey, jetstream.UpdatesOnly())
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	updates, err := a.store.Watch(wctx, metaKey)
 	if err != nil {
-		return fmt.Errorf("analytics: watch %s: %w", metaKey, err)
+		return fmt.Errorf("analytics: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
-	updates := w.Updates()
 	for {
 		gen, _, err := a.generation(ctx)
 		if err != nil {
 			return fmt.Errorf("analytics: reading the generation: %w", err)
 		}
-		err = a.runGeneration(ctx, gen, &updates)
+		err = a.runGeneration(ctx, gen, updates)
 		var c crash
 		switch {
 		case ctx.Err() != nil:
@@ -222,7 +209,7 @@ func (a *Analytics) run(ctx context.Context) error {
 // runGeneration consumes into gen until ctx ends, consuming fails, or
 // another generation is put in force (errGenerationChanged). It returns
 // after consume has.
-func (a *Analytics) runGeneration(ctx context.Context, gen uint64, updates *<-chan jetstream.KeyValueEntry) error {
+func (a *Analytics) runGeneration(ctx context.Context, gen uint64, updates <-chan []byte) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	gctx, cancel := context.WithCancel(ctx)
@@ -243,23 +230,20 @@ func (a *Analytics) runGeneration(ctx context.Context, gen uint64, updates *<-ch
 
 // follow waits until consuming gen stops (stopped, with its error), ctx
 // ends, or the meta key names another generation.
-func (a *Analytics) follow(ctx context.Context, gen uint64, updates *<-chan jetstream.KeyValueEntry, done <-chan error) (stopped bool, err error) {
+func (a *Analytics) follow(ctx context.Context, gen uint64, updates <-chan []byte, done <-chan error) (stopped bool, err error) {
 	for {
 		select {
 		case <-ctx.Done():
 			return false, nil
 		case err := <-done:
 			return true, err
-		case kve, ok := <-*updates:
+		case value, ok := <-updates:
 			if !ok {
 				// The watch ended: Run restarts, and reads the meta key.
 				return true, errors.New("analytics: the watch of the generation in force ended")
 			}
-			if kve == nil || kve.Operation() != jetstream.KeyValuePut {
-				continue
-			}
 			var m analyticsMeta
-			if json.Unmarshal(kve.Value(), &m) == nil && m.Generation != gen {
+			if json.Unmarshal(value, &m) == nil && m.Generation != gen {
 				return false, nil
 			}
 		}
@@ -302,7 +286,7 @@ func (a *Analytics) consume(ctx context.Context, gen uint64) error {
 		if a.cfg.Events != nil {
 			followed <- a.cfg.Events.Follow(ctx, from, func() {}, fn)
 		} else {
-			followed <- bus.FollowEvents(ctx, a.js, from, func() {}, fn)
+			followed <- bus.FollowEvents(ctx, a.conn.JetStream(), from, func() {}, fn)
 		}
 	})
 	// Every event below from is in every aggregate it belongs in: each
@@ -355,42 +339,53 @@ type checkpointAt struct{ seq, rev uint64 }
 
 // checkpoint reads gen's checkpoint.
 func (a *Analytics) checkpoint(ctx context.Context, gen uint64) (checkpointAt, error) {
-	kve, err := a.kv.Get(ctx, checkpointKey(gen))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	value, rev, err := a.store.Get(ctx, checkpointKey(gen))
+	if errors.Is(err, machine.ErrNotFound) {
 		return checkpointAt{}, nil
 	} else if err != nil {
 		return checkpointAt{}, fmt.Errorf("analytics: checkpoint: %w", err)
 	}
-	n, err := strconv.ParseUint(string(kve.Value()), 10, 64)
+	return checkpointIn(gen, value, rev)
+}
+
+// checkpointIn is gen's checkpoint as value holds it, at rev.
+func checkpointIn(gen uint64, value []byte, rev uint64) (checkpointAt, error) {
+	n, err := strconv.ParseUint(string(value), 10, 64)
 	if err != nil {
-		return checkpointAt{}, fmt.Errorf("analytics: key %s of %s is not readable: %q", checkpointKey(gen), Bucket, kve.Value())
+		return checkpointAt{}, fmt.Errorf("analytics: key %s of %s is not readable: %q", checkpointKey(gen), Bucket, value)
 	}
-	return checkpointAt{seq: n, rev: kve.Revision()}, nil
+	return checkpointAt{seq: n, rev: rev}, nil
 }
 
 // raise records seq as gen's checkpoint, by compare-and-set on cp, unless
 // the key holds one as high; cp follows the key.
 func (a *Analytics) raise(ctx context.Context, gen uint64, cp *checkpointAt, seq uint64) error {
-	for cp.seq < seq {
-		data := []byte(strconv.FormatUint(seq, 10))
-		var rev uint64
-		var err error
-		if cp.rev == 0 {
-			rev, err = a.kv.Create(ctx, checkpointKey(gen), data)
-		} else {
-			rev, err = a.kv.Update(ctx, checkpointKey(gen), data, cp.rev)
-		}
-		switch {
-		case err == nil:
-			*cp = checkpointAt{seq: seq, rev: rev}
-		case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
-			// Another process raised it: read it, and look again.
-			if *cp, err = a.checkpoint(ctx, gen); err != nil {
-				return err
+	if cp.seq >= seq {
+		return nil
+	}
+	held, read := cp.rev, false
+	rev, err := a.store.Update(ctx, checkpointKey(gen), &held, func(value []byte, revision uint64) ([]byte, error) {
+		if read {
+			// Another process raised it: look again.
+			*cp = checkpointAt{}
+			if value != nil {
+				var err error
+				if *cp, err = checkpointIn(gen, value, revision); err != nil {
+					return nil, err
+				}
 			}
-		default:
-			return fmt.Errorf("analytics: checkpoint: %w", err)
 		}
+		read = true
+		if cp.seq >= seq {
+			return nil, nil
+		}
+		return []byte(strconv.FormatUint(seq, 10)), nil
+	})
+	if err != nil {
+		return fmt.Errorf("analytics: checkpoint: %w", err)
+	}
+	if rev != 0 {
+		*cp = checkpointAt{seq: seq, rev: rev}
 	}
 	return nil
 }
@@ -404,17 +399,16 @@ func (a *Analytics) resume(ctx context.Context, gen uint64) (checkpointAt, error
 	if err != nil || cp.rev != 0 {
 		return cp, err
 	}
-	c, err := a.js.Consumer(ctx, wire.EventsStream, durableName(gen))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return cp, nil
-	} else if err != nil {
+	p, ok, err := consumer.Durable(ctx, a.conn.JetStream(), wire.EventsStream, durableName(gen))
+	if err != nil {
 		return cp, fmt.Errorf("analytics: consumer %s: %w", durableName(gen), err)
+	} else if !ok {
+		return cp, nil
 	}
-	floor := c.CachedInfo().AckFloor.Stream
-	if err := a.raise(ctx, gen, &cp, floor); err != nil {
+	if err := a.raise(ctx, gen, &cp, p.AckFloor); err != nil {
 		return cp, err
 	}
-	if err := a.js.DeleteConsumer(ctx, wire.EventsStream, durableName(gen)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := consumer.Delete(ctx, a.conn.JetStream(), wire.EventsStream, durableName(gen)); err != nil {
 		return cp, fmt.Errorf("analytics: removing consumer %s: %w", durableName(gen), err)
 	}
 	a.log.Info("analytics: the generation's durable consumer gave way to its checkpoint", "generation", gen, "checkpoint", cp.seq)
@@ -575,25 +569,27 @@ func (a *Analytics) putCached(key string, c cachedAggregate) {
 // wrote the key since, and then it reads the key and checks again. So
 // what it adds to is always the value at the revision it writes over.
 func (a *Analytics) update(ctx context.Context, key string, t *touch, ranges [][2]uint64, floor uint64) error {
-	for {
-		c, ok := a.takeCached(key)
-		if !ok {
-			c = cachedAggregate{v: t.id.fresh()}
-			kve, err := a.kv.Get(ctx, key)
-			switch {
-			case errors.Is(err, jetstream.ErrKeyNotFound):
-			case err != nil:
-				return fmt.Errorf("get %s: %w", key, err)
-			default:
-				if err := json.Unmarshal(kve.Value(), c.v); err != nil {
-					return fmt.Errorf("aggregate %s is not readable: %w", key, err)
+	c, cached := a.takeCached(key)
+	var held *uint64
+	if cached {
+		held = &c.rev
+	}
+	read, changed := !cached, false
+	rev, err := a.store.Update(ctx, key, held, func(value []byte, revision uint64) ([]byte, error) {
+		if read {
+			// Not held, or another process wrote it: what it holds,
+			// re-checked against what it took in.
+			c = cachedAggregate{v: t.id.fresh(), rev: revision}
+			if value != nil {
+				if err := json.Unmarshal(value, c.v); err != nil {
+					return nil, fmt.Errorf("not readable: %w", err)
 				}
-				c.rev = kve.Revision()
 			}
 		}
+		read = true
 		applied := c.v.applied()
 		applied.Raise(floor)
-		changed := false
+		changed = false
 		for _, ev := range t.evs {
 			if !applied.Has(ev.seq) {
 				c.v.add(ev)
@@ -601,32 +597,22 @@ func (a *Analytics) update(ctx context.Context, key string, t *touch, ranges [][
 			}
 		}
 		if !changed {
-			// What it holds is what the key holds (all below the floor is
-			// in every aggregate it belongs in).
-			a.putCached(key, c)
-			return nil
+			return nil, nil
 		}
 		applied.Add(ranges)
-		data, err := json.Marshal(c.v)
-		if err != nil {
-			return err
-		}
-		var rev uint64
-		if c.rev == 0 {
-			rev, err = a.kv.Create(ctx, key, data)
-		} else {
-			rev, err = a.kv.Update(ctx, key, data, c.rev)
-		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue // another process wrote it: re-read, and re-check what it took in
-		}
-		if err != nil {
-			// Perhaps written, perhaps not: the next batch reads it.
-			return fmt.Errorf("write %s: %w", key, err)
-		}
-		a.putCached(key, cachedAggregate{v: c.v, rev: rev})
-		return nil
+		return json.Marshal(c.v)
+	})
+	if err != nil {
+		// Perhaps written, perhaps not: the next batch reads it.
+		return fmt.Errorf("aggregate %s: %w", key, err)
 	}
+	if changed {
+		c.rev = rev
+	}
+	// Unchanged, what it holds is what the key holds (all below the floor
+	// is in every aggregate it belongs in).
+	a.putCached(key, c)
+	return nil
 }
 
 // Rebuild re-derives every aggregate from the start of TOOL_EVENTS (as far
@@ -645,7 +631,7 @@ func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
 	// What a rebuild that failed earlier may have left behind, its
 	// checkpoint among the keys (and, from before checkpoints, a consumer
 	// resume would take for the generation's).
-	if err := a.js.DeleteConsumer(ctx, wire.EventsStream, durableName(next)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := consumer.Delete(ctx, a.conn.JetStream(), wire.EventsStream, durableName(next)); err != nil {
 		return 0, fmt.Errorf("rebuild: %w", err)
 	}
 	if err := a.purgeGenerations(ctx, func(g uint64) bool { return g == next }); err != nil {
@@ -681,13 +667,18 @@ func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
 	}
 
 	data, _ := json.Marshal(analyticsMeta{Generation: next, RebuiltAt: a.now().UnixMilli()})
-	_, err = a.kv.Update(ctx, metaKey, data, rev)
+	_, err = a.store.Update(ctx, metaKey, &rev, func(_ []byte, revision uint64) ([]byte, error) {
+		if revision != rev {
+			return nil, fmt.Errorf("%w: the meta key is at revision %d, not %d", machine.ErrConflict, revision, rev)
+		}
+		return data, nil
+	})
 	cancel()
 	<-done
 	if err != nil {
 		return 0, fmt.Errorf("rebuild: putting generation %d in force (did another rebuild run?): %w", next, err)
 	}
-	if err := a.js.DeleteConsumer(ctx, wire.EventsStream, durableName(cur)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := consumer.Delete(ctx, a.conn.JetStream(), wire.EventsStream, durableName(cur)); err != nil {
 		a.log.Warn("rebuild: deleting the old generation's consumer failed", "consumer", durableName(cur), "err", err)
 	}
 	// A process that had not yet seen the switch may still write a key of
@@ -701,15 +692,12 @@ func (a *Analytics) Rebuild(ctx context.Context) (uint64, error) {
 
 // purgeGenerations removes every key of the generations doomed says.
 func (a *Analytics) purgeGenerations(ctx context.Context, doomed func(uint64) bool) error {
-	lister, err := a.kv.ListKeys(ctx)
+	keys, err := a.store.Keys(ctx)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil
-		}
-		return fmt.Errorf("list %s: %w", Bucket, err)
+		return err
 	}
 	gens := map[uint64]bool{}
-	for k := range lister.Keys() {
+	for _, k := range keys {
 		head, _, ok := strings.Cut(k, ".")
 		if g, err := strconv.ParseUint(strings.TrimPrefix(head, "g"), 10, 64); ok && strings.HasPrefix(head, "g") && err == nil && doomed(g) {
 			gens[g] = true
@@ -718,12 +706,8 @@ func (a *Analytics) purgeGenerations(ctx context.Context, doomed func(uint64) bo
 	if len(gens) == 0 {
 		return nil
 	}
-	s, err := a.js.Stream(ctx, "KV_"+Bucket)
-	if err != nil {
-		return err
-	}
 	for g := range gens {
-		if err := s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+Bucket+"."+genPrefix(g)+">")); err != nil {
+		if err := a.store.Purge(ctx, genPrefix(g)); err != nil {
 			return fmt.Errorf("purge generation %d: %w", g, err)
 		}
 	}
@@ -744,21 +728,20 @@ func (a *Analytics) Lag(ctx context.Context) (uint64, error) {
 func (a *Analytics) lag(ctx context.Context, gen uint64) (uint64, error) {
 	// The stream first: every event published before the call is at or
 	// below its last sequence.
-	s, err := a.js.Stream(ctx, wire.EventsStream)
+	first, last, err := consumer.Bounds(ctx, a.conn.JetStream(), wire.EventsStream)
 	if err != nil {
 		return 0, err
 	}
-	st := s.CachedInfo().State
 	cp, err := a.checkpoint(ctx, gen)
 	if err != nil {
 		return 0, err
 	}
 	floor := cp.seq
-	if st.FirstSeq > 0 {
-		floor = max(floor, st.FirstSeq-1) // the stream let the rest go
+	if first > 0 {
+		floor = max(floor, first-1) // the stream let the rest go
 	}
-	if st.LastSeq > floor {
-		return st.LastSeq - floor, nil
+	if last > floor {
+		return last - floor, nil
 	}
 	return 0, nil
 }

@@ -432,7 +432,7 @@ func topOf(m map[string]int64) []analytics.NameCount {
 func runAnalytics(t *testing.T, env *bustest.Env, configure func(*analytics.Analytics)) (*analytics.Analytics, <-chan error) {
 	t.Helper()
 	_, js := bustest.Connect(t, env.URLs)
-	a, err := analytics.Open(t.Context(), js, analytics.Config{Replicas: len(env.Servers), BatchSize: 64, Log: bustest.Logger()})
+	a, err := analytics.Open(t.Context(), bus.NewConn(js), analytics.Config{Replicas: len(env.Servers), BatchSize: 64, Log: bustest.Logger()})
 	require.NoError(t, err)
 	if configure != nil {
 		configure(a)
@@ -517,7 +517,7 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 	assert.Equal(t, uint64(1), first.Generation)
 
 	t.Run("rebuild", func(t *testing.T) {
-		rebuilder, err := analytics.Open(ctx, env.JS, analytics.Config{BatchSize: 256, Log: bustest.Logger()})
+		rebuilder, err := analytics.Open(ctx, env.Conn, analytics.Config{BatchSize: 256, Log: bustest.Logger()})
 		require.NoError(t, err)
 		start := time.Now()
 		gen, err := rebuilder.Rebuild(ctx)
@@ -820,7 +820,7 @@ func TestAnalytics_AProcessWhoseAggregatesAnotherWroteSinceReadsThemAgain(t *tes
 	bustest.RunRelay(t, env.JS)
 	open := func() *analytics.Analytics {
 		_, js := bustest.Connect(t, env.URLs)
-		a, err := analytics.Open(t.Context(), js, analytics.Config{Log: bustest.Logger()})
+		a, err := analytics.Open(t.Context(), bus.NewConn(js), analytics.Config{Log: bustest.Logger()})
 		require.NoError(t, err)
 		return a
 	}
@@ -858,9 +858,9 @@ func TestAnalytics_CheckpointIsNeverLowered(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	ahead, err := analytics.Open(ctx, env.JS, analytics.Config{Log: bustest.Logger()})
+	ahead, err := analytics.Open(ctx, env.Conn, analytics.Config{Log: bustest.Logger()})
 	require.NoError(t, err)
-	behind, err := analytics.Open(ctx, env.JS, analytics.Config{Log: bustest.Logger()})
+	behind, err := analytics.Open(ctx, env.Conn, analytics.Config{Log: bustest.Logger()})
 	require.NoError(t, err)
 	got, err := analytics.RaiseCheckpoint(ctx, ahead, 1, 10)
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
@@ -93,7 +94,7 @@ func benchApply(b *testing.B, mode string) {
 	}
 
 	_, js := bustest.Connect(b, env.URLs)
-	a, err := analytics.Open(ctx, js, analytics.Config{Log: bustest.Logger()})
+	a, err := analytics.Open(ctx, bus.NewConn(js), analytics.Config{Log: bustest.Logger()})
 	require.NoError(b, err)
 	var applied, batches atomic.Int64
 	all := make(chan struct{})

@@ -25,4 +25,8 @@
 // Any replica serves the aggregates, and a restarted one goes on from the
 // checkpoint. See Analytics for how an event is never counted twice
 // (consumer.Applied is the set of sequences each aggregate has taken in).
+// The bucket is a bus.AnalyticsStore: each aggregate, the generation in
+// force and its checkpoint change through bus's one compare-and-set loop,
+// which asks again of a stream leader lost and reports a full store, as
+// for every store of toolgate's; the package imports no nats.go.
 package analytics

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/machine"
@@ -204,28 +203,14 @@ func (a *Analytics) Report(ctx context.Context, opts ReportOptions) (*Report, er
 // by name.
 func (a *Analytics) readAggregates(ctx context.Context, gen uint64) ([]*toolStats, []*Stats, []*ApproverStats, error) {
 	p := genPrefix(gen)
-	w, err := a.kv.WatchFiltered(ctx, []string{p + "tool.*", p + "team.*", p + "approver.*"}, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	defer func() { _ = w.Stop() }()
 	var (
 		tools     []*toolStats
 		teams     []*Stats
 		approvers []*ApproverStats
 	)
-	for {
-		var kve jetstream.KeyValueEntry
-		select {
-		case <-ctx.Done():
-			return nil, nil, nil, ctx.Err()
-		case kve = <-w.Updates():
-		}
-		if kve == nil {
-			break
-		}
+	err := a.store.Values(ctx, []string{p + "tool.*", p + "team.*", p + "approver.*"}, func(key string, value []byte) error {
 		var v any
-		switch kind, _, _ := strings.Cut(strings.TrimPrefix(kve.Key(), p), "."); kind {
+		switch kind, _, _ := strings.Cut(strings.TrimPrefix(key, p), "."); kind {
 		case "tool":
 			t := &toolStats{}
 			tools, v = append(tools, t), t
@@ -236,11 +221,15 @@ func (a *Analytics) readAggregates(ctx context.Context, gen uint64) ([]*toolStat
 			ap := &ApproverStats{}
 			approvers, v = append(approvers, ap), ap
 		default:
-			continue
+			return nil
 		}
-		if err := json.Unmarshal(kve.Value(), v); err != nil {
-			return nil, nil, nil, fmt.Errorf("aggregate %s is not readable: %w", kve.Key(), err)
+		if err := json.Unmarshal(value, v); err != nil {
+			return fmt.Errorf("aggregate %s is not readable: %w", key, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	slices.SortFunc(tools, func(x, y *toolStats) int { return cmp.Compare(x.Name, y.Name) })
 	slices.SortFunc(teams, func(x, y *Stats) int { return cmp.Compare(x.Name, y.Name) })
@@ -258,16 +247,17 @@ func (a *Analytics) series(ctx context.Context, gen uint64, opts ReportOptions) 
 	for i := range hours {
 		h := start.Add(time.Duration(i) * time.Hour)
 		g.Go(func() error {
-			kve, err := a.kv.Get(gctx, hourKey(genPrefix(gen), h))
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
+			key := hourKey(genPrefix(gen), h)
+			value, _, err := a.store.Get(gctx, key)
+			if errors.Is(err, machine.ErrNotFound) {
 				hours[i] = &HourStats{Hour: h.UnixMilli()}
 				return nil
 			} else if err != nil {
 				return err
 			}
 			hs := &HourStats{}
-			if err := json.Unmarshal(kve.Value(), hs); err != nil {
-				return fmt.Errorf("aggregate %s is not readable: %w", kve.Key(), err)
+			if err := json.Unmarshal(value, hs); err != nil {
+				return fmt.Errorf("aggregate %s is not readable: %w", key, err)
 			}
 			hours[i] = hs
 			return nil

@@ -15,10 +15,21 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
+// Msg is the message a Handler processes: what of a JetStream message a
+// handler reads, not what settles it, which is the Runner's.
+type Msg interface {
+	Subject() string
+	Data() []byte
+	Headers() nats.Header
+	// Metadata says where the message is in its stream, and how often it
+	// was delivered.
+	Metadata() (*jetstream.MsgMetadata, error)
+}
+
 // Handler processes one message. Returning nil acks it; an error has it
 // redelivered after a backoff, until the consumer gives up and dead-letters
 // it. A handler must be idempotent: it may see a message more than once.
-type Handler func(ctx context.Context, msg jetstream.Msg) error
+type Handler func(ctx context.Context, msg Msg) error
 
 // Middleware wraps a Handler with a concern shared by every consumer
 // (metrics, logging, tracing).
@@ -117,7 +128,7 @@ type DeadLetterConfig struct {
 	// Header, when set, adds headers to a dead letter, beside the
 	// message's own and the HeaderDead* ones: what a human reading it
 	// needs and the message does not say.
-	Header func(msg jetstream.Msg, cause error) nats.Header
+	Header func(msg Msg, cause error) map[string][]string
 }
 
 // Runner runs a Handler over a durable JetStream consumer.
@@ -319,7 +330,7 @@ func (r *Runner) runHandler(ctx context.Context, msg jetstream.Msg) error {
 // the backoff for its delivery, or what a RetryAfter asked for if that is
 // longer, up to MaxRetryAfter.
 func (r *Runner) retrying(next Handler) Handler {
-	return func(ctx context.Context, msg jetstream.Msg) error {
+	return func(ctx context.Context, msg Msg) error {
 		err := next(ctx, msg)
 		if err == nil || errors.As(err, new(deadLettered)) {
 			return err
@@ -345,7 +356,7 @@ func (r *Runner) retryDelay(n int, err error) time.Duration {
 // last delivery, or at once on a Permanent error: it publishes the
 // message to the dead-letter subject, for a human to look at.
 func (r *Runner) deadLettering(next Handler) Handler {
-	return func(ctx context.Context, msg jetstream.Msg) error {
+	return func(ctx context.Context, msg Msg) error {
 		err := next(ctx, msg)
 		if err == nil || ctx.Err() != nil {
 			return err
@@ -374,28 +385,26 @@ const (
 	HeaderDeadError      = "Toolgate-Error"
 )
 
-func (r *Runner) deadLetter(ctx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata, cause error) error {
-	dl := nats.NewMsg(r.cfg.DeadLetter.Subject)
-	dl.Data = msg.Data()
+func (r *Runner) deadLetter(ctx context.Context, msg Msg, meta *jetstream.MsgMetadata, cause error) error {
+	header := nats.Header{}
 	for k, v := range msg.Headers() {
 		if k != jetstream.MsgIDHeader {
-			dl.Header[k] = v
+			header[k] = v
 		}
 	}
 	if r.cfg.DeadLetter.Header != nil {
 		for k, v := range r.cfg.DeadLetter.Header(msg, cause) {
-			dl.Header[k] = v
+			header[k] = v
 		}
 	}
-	dl.Header.Set(HeaderDeadConsumer, r.cfg.Durable)
-	dl.Header.Set(HeaderDeadSubject, msg.Subject())
-	dl.Header.Set(HeaderDeadStreamSeq, strconv.FormatUint(meta.Sequence.Stream, 10))
-	dl.Header.Set(HeaderDeadDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
+	header.Set(HeaderDeadConsumer, r.cfg.Durable)
+	header.Set(HeaderDeadSubject, msg.Subject())
+	header.Set(HeaderDeadStreamSeq, strconv.FormatUint(meta.Sequence.Stream, 10))
+	header.Set(HeaderDeadDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
 	// A header value cannot hold a line break, and an error (an HTTP
 	// body's excerpt, say) may.
-	dl.Header.Set(HeaderDeadError, strings.Join(strings.Fields(cause.Error()), " "))
-	_, err := r.js.PublishMsg(ctx, dl, jetstream.WithMsgID(fmt.Sprintf("%s:%d", r.cfg.Durable, meta.Sequence.Stream)))
-	return err
+	header.Set(HeaderDeadError, strings.Join(strings.Fields(cause.Error()), " "))
+	return Publish(ctx, r.js, r.cfg.DeadLetter.Subject, msg.Data(), header, fmt.Sprintf("%s:%d", r.cfg.Durable, meta.Sequence.Stream))
 }
 
 // restartHealthy is how long a run must have lasted for its failure to be

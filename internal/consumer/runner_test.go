@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -80,7 +79,7 @@ func TestRunner_RetriesWithBackoffThenAcks(t *testing.T) {
 	env := startEnv(t)
 	var calls atomic.Int32
 	handled := make(chan string, 1)
-	runRunner(t, env, "flaky", func(_ context.Context, msg jetstream.Msg) error {
+	runRunner(t, env, "flaky", func(_ context.Context, msg consumer.Msg) error {
 		if calls.Add(1) < 3 {
 			return errors.New("not yet")
 		}
@@ -104,7 +103,7 @@ func TestRunner_DeadLettersAfterMaxDeliver(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
 	var dead, alive atomic.Int32
-	runRunner(t, env, "mixed", func(_ context.Context, msg jetstream.Msg) error {
+	runRunner(t, env, "mixed", func(_ context.Context, msg consumer.Msg) error {
 		if string(msg.Data()) == "poison" {
 			dead.Add(1)
 			return errors.New("cannot parse poison")
@@ -137,7 +136,7 @@ func TestRunner_PermanentErrorDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()
 	env := startEnv(t)
 	var calls atomic.Int32
-	runRunner(t, env, "perm", func(context.Context, jetstream.Msg) error {
+	runRunner(t, env, "perm", func(context.Context, consumer.Msg) error {
 		calls.Add(1)
 		return consumer.Permanent(errors.New("bad input"))
 	})
@@ -155,13 +154,13 @@ func TestRunner_MiddlewareWrapsOutermostFirst(t *testing.T) {
 	order := make(chan string, 3)
 	tag := func(name string) consumer.Middleware {
 		return func(next consumer.Handler) consumer.Handler {
-			return func(ctx context.Context, msg jetstream.Msg) error {
+			return func(ctx context.Context, msg consumer.Msg) error {
 				order <- name
 				return next(ctx, msg)
 			}
 		}
 	}
-	runRunner(t, env, "mw", func(context.Context, jetstream.Msg) error { order <- "handler"; return nil }, tag("outer"), tag("inner"))
+	runRunner(t, env, "mw", func(context.Context, consumer.Msg) error { order <- "handler"; return nil }, tag("outer"), tag("inner"))
 	publish(t, env, jobSubject("mw"), "x")
 	for _, want := range []string{"outer", "inner", "handler"} {
 		select {
@@ -178,7 +177,7 @@ func TestRunner_StopWaitsForHandlerInFlight(t *testing.T) {
 	env := startEnv(t)
 	started := make(chan struct{})
 	var finished atomic.Bool
-	stop := runRunner(t, env, "slow", func(ctx context.Context, _ jetstream.Msg) error {
+	stop := runRunner(t, env, "slow", func(ctx context.Context, _ consumer.Msg) error {
 		close(started)
 		time.Sleep(200 * time.Millisecond) // work that ignores ctx
 		finished.Store(true)
@@ -231,7 +230,7 @@ func TestRunner_RetryAfterDelaysTheRedelivery(t *testing.T) {
 	env := startEnv(t)
 	var d deliveries
 	acked := make(chan struct{})
-	runRunner(t, env, "busy", func(context.Context, jetstream.Msg) error {
+	runRunner(t, env, "busy", func(context.Context, consumer.Msg) error {
 		if d.add() == 1 {
 			return consumer.RetryAfter(errors.New("429 Too Many Requests"), 700*time.Millisecond)
 		}
@@ -258,7 +257,7 @@ func TestRunner_RetryAfterIsCappedAndNeverShortensTheBackoff(t *testing.T) {
 	cfg.MaxRetryAfter = 50 * time.Millisecond
 	cfg.MaxDeliver = 3
 	var d deliveries
-	runRunnerWith(t, env, cfg, func(context.Context, jetstream.Msg) error {
+	runRunnerWith(t, env, cfg, func(context.Context, consumer.Msg) error {
 		switch d.add() {
 		case 1:
 			return consumer.RetryAfter(errors.New("503"), time.Hour) // capped to 50ms, then the 400ms backoff wins
@@ -283,11 +282,11 @@ func TestRunner_RetryAfterCountsTowardsMaxDeliver(t *testing.T) {
 	cfg := testConfig("throttled")
 	cfg.DeadLetter = consumer.DeadLetterConfig{
 		Subject: wire.DeadLetterSubject("shared"),
-		Header: func(msg jetstream.Msg, cause error) nats.Header {
-			return nats.Header{"Extra": []string{string(msg.Data()) + "/" + strings.ToUpper(cause.Error())}}
+		Header: func(msg consumer.Msg, cause error) map[string][]string {
+			return map[string][]string{"Extra": []string{string(msg.Data()) + "/" + strings.ToUpper(cause.Error())}}
 		},
 	}
-	runRunnerWith(t, env, cfg, func(context.Context, jetstream.Msg) error {
+	runRunnerWith(t, env, cfg, func(context.Context, consumer.Msg) error {
 		calls.Add(1)
 		return consumer.RetryAfter(errors.New("slow\r\ndown"), time.Millisecond)
 	})
@@ -381,7 +380,7 @@ func TestRunner_RunLeavesNothingRunning(t *testing.T) {
 	cfg.AckWait = 300 * time.Millisecond // the in-progress ticker ticks
 	release := make(chan struct{})
 	var started atomic.Int32
-	stop := runRunnerWith(t, env, cfg, func(ctx context.Context, _ jetstream.Msg) error {
+	stop := runRunnerWith(t, env, cfg, func(ctx context.Context, _ consumer.Msg) error {
 		started.Add(1)
 		<-release
 		return errors.New("retry me")

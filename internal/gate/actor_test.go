@@ -26,7 +26,7 @@ func TestActor_EachRoleDoesOnlyWhatItMay(t *testing.T) {
 	ask := machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, Reason: "ask"}, nil
 	})
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask})
 	bot, other := actor("bot", wire.RoleAgent), actor("other", wire.RoleAgent)
 	alice, viewer, exec := actor("alice", wire.RoleApprover), actor("vera", wire.RoleViewer), actor("exec", wire.RoleExecutor)
 	call := func(id string) machine.Call {

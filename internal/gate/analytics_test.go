@@ -24,7 +24,7 @@ func TestAnalytics_ChecksTheWindowAndSaysWhenUnavailable(t *testing.T) {
 	env := bustest.Start(t, bustest.Topologies[0])
 	var asked []wire.AnalyticsRequest
 	fail := false
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Analytics: func(_ context.Context, r wire.AnalyticsRequest) (json.RawMessage, error) {
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Analytics: func(_ context.Context, r wire.AnalyticsRequest) (json.RawMessage, error) {
 		asked = append(asked, r)
 		if fail {
 			return nil, errors.New("the analytics bucket is away")

@@ -32,7 +32,7 @@ func TestDecideMatching_RacesAnAgentsCancels(t *testing.T) {
 	ask := machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, AutoRejectOnTimeout: true, Reason: "ask"}, nil
 	})
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask})
 	bot := gate.Actor{Name: "bot", Roles: []wire.Role{wire.RoleAgent}}
 	alice := gate.Actor{Name: "alice", Roles: []wire.Role{wire.RoleApprover}}
 

@@ -91,6 +91,18 @@ func (s *Service) Read(ctx context.Context, a Actor, r wire.GetRequest) (*machin
 	return s.readShown(ctx, a, r.PendingID)
 }
 
+// latest is the call pendingID as this process last saw it, its index's
+// or its own last write, or else as read from tool_calls: for what of a
+// call no transition since can change (its tool, its call), where a read
+// of the bucket would only cost time.
+func (s *Service) latest(ctx context.Context, pendingID string) (*machine.Entry, error) {
+	if e, _, ok := s.calls.Latest(pendingID); ok {
+		return e, nil
+	}
+	e, _, err := s.calls.Get(ctx, pendingID)
+	return e, err
+}
+
 // readShown is Read of a pending id known to be set.
 func (s *Service) readShown(ctx context.Context, a Actor, pendingID string) (*machine.Entry, uint64, error) {
 	e, rev, err := s.read(ctx, a, pendingID)
@@ -376,7 +388,7 @@ func (s *Service) CancelConversation(ctx context.Context, a Actor, r wire.Cancel
 	}
 	if len(reply.Running) > 0 {
 		data, _ := json.Marshal(reply)
-		if err := s.nc.Publish(wire.CancelSubject, data); err != nil {
+		if err := s.conn.Publish(wire.CancelSubject, data); err != nil {
 			return nil, fmt.Errorf("announce cancel of %s: %w", conversationID, err)
 		}
 	}

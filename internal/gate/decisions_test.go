@@ -27,7 +27,7 @@ func TestDecide_RespondAndInterrupt(t *testing.T) {
 	ask := machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, Respondable: true, OnTimeout: onTimeout, Reason: "ask"}, nil
 	})
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask})
 	submit := func(id string) *machine.Entry {
 		t.Helper()
 		e, err := g.Submit(ctx, gate.System, machine.Call{ToolCallID: id, ToolName: "web_search", CallerBotID: "bot", ConversationID: "answers"})
@@ -60,7 +60,7 @@ func TestDecide_RespondAndInterrupt(t *testing.T) {
 
 	onTimeout = machine.TimeoutApprove
 	e = submit("t3")
-	later := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask, Clock: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	later := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask, Clock: func() time.Time { return time.Now().Add(2 * time.Hour) }})
 	_, err = later.Decide(ctx, alice, wire.DecideRequest{PendingID: e.PendingID, Reason: "too late"})
 	require.ErrorIs(t, err, machine.ErrExpired)
 	got, err = g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})

@@ -26,7 +26,7 @@ func tokenGate(t *testing.T, clock func() time.Time) (*gate.Service, *bustest.En
 		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, AutoRejectOnTimeout: true, Reason: "ask",
 			Approvers: []string{"alice", "bob"}}, nil
 	})
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask, Clock: clock})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask, Clock: clock})
 	e, err := g.Submit(t.Context(), gate.System, machine.Call{ToolCallID: "t1", ToolName: "deploy", CallerBotID: "bot", ConversationID: "c"})
 	require.NoError(t, err)
 	require.Equal(t, machine.StatePendingApproval, e.Status)
@@ -130,7 +130,7 @@ func TestDecisionToken_RacingRedemptionsDecideOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range racers {
-		other := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets})
+		other := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets})
 		wg.Go(func() {
 			<-start
 			_, errs[i] = other.RedeemDecisionToken(ctx, toks.Reject)

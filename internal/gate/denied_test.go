@@ -25,7 +25,7 @@ func TestDeniedTools_AgentsAskWithoutReadingThePolicy(t *testing.T) {
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(doc, nil, nil)
 	require.NoError(t, err)
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine})
 	bot := actor("bot", wire.RoleAgent)
 
 	_, err = g.Policy(ctx, bot, wire.PolicyGetRequest{})
@@ -60,7 +60,7 @@ func TestDeniedTools_NamesToolsWhoseRulesCannotReadTheirArgument(t *testing.T) {
 		Allow: []string{"mcp__git__status(*)"},
 	}}, Teams: map[string]*policy.Policy{"ops": {MatchArgument: map[string]string{"mcp__files": "path", "mcp__git": "repo"}}}}, nil, nil)
 	require.NoError(t, err)
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine})
 	bot := actor("bot", wire.RoleAgent)
 
 	tools := []string{"mcp__files__write_file", "mcp__files__read_file", "mcp__git__status"}

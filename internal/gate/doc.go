@@ -18,4 +18,9 @@
 // their replay in a dry run), analytics.go, slack.go and retention.go. Runtime
 // (runtime.go) is what a process runs beside them: the views of
 // tool_calls on its feed, the followers, the receipt key it registers.
+//
+// A Service is built over a bus.Conn and the buckets bus provisioned
+// (Config): bus builds its stores, announces and hears over the
+// connection, and turns JetStream's errors into machine's, so the
+// application layer names none of nats.go's types.
 package gate

@@ -108,7 +108,7 @@ func TestPolicyDryRun_ThousandRecordedCalls(t *testing.T) {
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(doc, nil, nil)
 	require.NoError(t, err)
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine, Clock: clock})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine, Clock: clock})
 	admin := gate.Actor{Name: "root", Roles: []wire.Role{wire.RoleAdmin}}
 	bot := gate.Actor{Name: "bot", Roles: []wire.Role{wire.RoleAgent}}
 	alice := gate.Actor{Name: "alice", Roles: []wire.Role{wire.RoleApprover}}
@@ -272,7 +272,7 @@ func TestPolicyDryRun_SpendIsSummedExactly(t *testing.T) {
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(doc, nil, nil)
 	require.NoError(t, err)
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine})
 	admin := gate.Actor{Name: "root", Roles: []wire.Role{wire.RoleAdmin}}
 	bot := gate.Actor{Name: "bot", Roles: []wire.Role{wire.RoleAgent}}
 	vic := gate.Actor{Name: "vic", Roles: []wire.Role{wire.RoleViewer}}

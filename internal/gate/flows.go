@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
@@ -44,12 +42,9 @@ func (s *Service) markFlows(ctx context.Context, pendingID string) error {
 	if s.flows == nil || !s.flows.HasFlows() {
 		return nil
 	}
-	e, _, ok := s.calls.Latest(pendingID)
-	if !ok {
-		var err error
-		if e, _, err = s.calls.Get(ctx, pendingID); err != nil {
-			return fmt.Errorf("succeeded %s: %w", pendingID, err)
-		}
+	e, err := s.latest(ctx, pendingID)
+	if err != nil {
+		return fmt.Errorf("succeeded %s: %w", pendingID, err)
 	}
 	if e.Status.Terminal() {
 		return nil // finished: the machine refuses the report
@@ -60,13 +55,13 @@ func (s *Service) markFlows(ctx context.Context, pendingID string) error {
 	return nil
 }
 
-// newFlowMarks is the flows' marks over b, or nil when b has no bucket
-// for them.
-func newFlowMarks(js jetstream.JetStream, b *bus.Buckets) *bus.FlowMarks {
-	if b.Flows == nil {
+// newFlowMarks is the flows' marks over cfg's buckets, or nil without a
+// connection or a bucket for them.
+func newFlowMarks(cfg Config) *bus.FlowMarks {
+	if cfg.Conn == nil || cfg.Buckets.Flows == nil {
 		return nil
 	}
-	return bus.NewFlowMarks(js, b.Flows)
+	return bus.NewFlowMarks(cfg.Conn.JetStream(), cfg.Buckets.Flows)
 }
 
 // readFlowMarks gives an Engine that explains a call the marks to read:

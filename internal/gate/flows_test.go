@@ -66,7 +66,7 @@ func TestFlows_TwoReplicasShareTheMarks(t *testing.T) {
 		engine, err := policy.NewEngine(doc, nil, nil, policy.WithClock(clock.Now),
 			policy.WithFlowMarks(bus.NewFlowMarks(env.JS, env.Buckets.Flows)))
 		require.NoError(t, err)
-		return gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine, Clock: clock.Now})
+		return gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine, Clock: clock.Now})
 	}
 	one, two := replica(), replica()
 	_, err = one.SetPolicy(ctx, gate.System, wire.PolicyDocument{Document: flowsPolicy})
@@ -199,7 +199,7 @@ default:
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(d, nil, nil, policy.WithFlowMarks(bus.NewFlowMarks(env.JS, env.Buckets.Flows)))
 	require.NoError(t, err)
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine})
 	bot := actor("bot", wire.RoleAgent)
 	submit := func(id, tool string) *machine.Entry {
 		t.Helper()

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
@@ -137,12 +136,3 @@ func (s *Service) listIndexed(ctx context.Context, a Actor, r wire.ListRequest) 
 
 // pageReads is how many finished entries of a page are read at once.
 const pageReads = 16
-
-// jetStream is cfg's connection's JetStream, nil without one.
-func jetStream(cfg Config) jetstream.JetStream {
-	if cfg.NC == nil {
-		return nil
-	}
-	js, _ := jetstream.New(cfg.NC)
-	return js
-}

@@ -52,8 +52,8 @@ func BenchmarkList(b *testing.B) {
 func benchList(b *testing.B, pending, finished int) {
 	env := bustest.Start(b, bustest.Topologies[0])
 	ids := writeListFixture(b, env.JS, pending, finished)
-	indexed := New(Config{NC: env.NC, Buckets: env.Buckets})
-	scanned := New(Config{NC: env.NC, Buckets: env.Buckets}) // never follows: the scan
+	indexed := New(Config{Conn: env.Conn, Buckets: env.Buckets})
+	scanned := New(Config{Conn: env.Conn, Buckets: env.Buckets}) // never follows: the scan
 	start := time.Now()
 	bustest.FollowCalls(b, indexed.index)
 	b.Logf("%d entries: index synced in %v", pending+finished, time.Since(start))

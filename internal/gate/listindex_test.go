@@ -33,7 +33,7 @@ func TestListIndexed_AgreesWithTheScan(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	s := New(Config{NC: env.NC, Buckets: env.Buckets})
+	s := New(Config{Conn: env.Conn, Buckets: env.Buckets})
 	rng := rand.New(rand.NewPCG(1, 13))
 	tools := []string{"deploy", "send_email", "wipe"}
 	callers := []string{"bot-a", "bot-b", "bot-c"}
@@ -160,7 +160,7 @@ func TestList_ReadsItsOwnWrites(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	s := New(Config{NC: env.NC, Buckets: env.Buckets, Policy: askAll})
+	s := New(Config{Conn: env.Conn, Buckets: env.Buckets, Policy: askAll})
 	bustest.FollowCalls(t, s.index)
 	listed := func(a Actor, r wire.ListRequest, id string) bool {
 		t.Helper()
@@ -210,7 +210,7 @@ func TestList_FallsBackToTheScanUntilTheIndexIsSynced(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	s := New(Config{NC: env.NC, Buckets: env.Buckets, Policy: askAll})
+	s := New(Config{Conn: env.Conn, Buckets: env.Buckets, Policy: askAll})
 	mine := Actor{Name: "bot-mine", Roles: []wire.Role{wire.RoleAgent}}
 	other := Actor{Name: "bot-other", Roles: []wire.Role{wire.RoleAgent}}
 	for i := range 3 {

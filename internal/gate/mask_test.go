@@ -27,7 +27,7 @@ func TestMask_WhoSeesACallsSecrets(t *testing.T) {
 	ask := machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, Reason: "ask"}, nil
 	})
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask})
 	bot := gate.Actor{Name: "bot", Roles: []wire.Role{wire.RoleAgent}}
 	args := `{"password":"hunter2","host":"db"}`
 	masked := `{"password":"[redacted]","host":"db"}`

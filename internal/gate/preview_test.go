@@ -29,7 +29,7 @@ func TestGrantPreview_IsTheGrantTheApprovalRecords(t *testing.T) {
 	ask := machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, Reason: "ask"}, nil
 	})
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask})
 	bot := gate.Actor{Name: "bot", Roles: []wire.Role{wire.RoleAgent}}
 	alice := gate.Actor{Name: "alice", Roles: []wire.Role{wire.RoleApprover}}
 	vic := gate.Actor{Name: "vic", Roles: []wire.Role{wire.RoleViewer}}
@@ -131,7 +131,7 @@ func TestDecideMatching_TheCallsNamed(t *testing.T) {
 	ask := machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, Reason: "ask"}, nil
 	})
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask})
 	bot := gate.Actor{Name: "bot", Roles: []wire.Role{wire.RoleAgent}}
 	alice := gate.Actor{Name: "alice", Roles: []wire.Role{wire.RoleApprover}}
 	bob := gate.Actor{Name: "bob", Roles: []wire.Role{wire.RoleApprover}}

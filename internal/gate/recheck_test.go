@@ -24,7 +24,7 @@ func TestRecheck_ThePolicyInForceDecidesAgain(t *testing.T) {
 	ctx := t.Context()
 	engine, err := policy.NewEngine(&policy.Document{}, nil, nil)
 	require.NoError(t, err)
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine})
 	bot := actor("bot", wire.RoleAgent)
 	admin := actor("root", wire.RoleAdmin)
 	e, err := g.Submit(ctx, bot, machine.Call{ToolName: "mcp__fs__write", Arguments: json.RawMessage(`{"path":"/etc/hosts"}`), ConversationID: "c"})

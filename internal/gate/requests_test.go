@@ -25,7 +25,7 @@ func TestRequests_RefuseAMissingID(t *testing.T) {
 	ask := machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, Reason: "ask"}, nil
 	})
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask})
 	e, err := g.Submit(ctx, actor("bot", wire.RoleAgent), machine.Call{ToolCallID: "t1", ToolName: "deploy", ConversationID: "c"})
 	require.NoError(t, err)
 	_, before, err := g.Read(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
@@ -72,7 +72,7 @@ func TestRequests_LeaseDefaultsToAnHour(t *testing.T) {
 	run := machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionRun, Reason: "run"}, nil
 	})
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: run, Clock: func() time.Time { return now }})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: run, Clock: func() time.Time { return now }})
 	e, err := g.Submit(ctx, actor("bot", wire.RoleAgent), machine.Call{ToolCallID: "t1", ToolName: "deploy", ConversationID: "c"})
 	require.NoError(t, err)
 	exec := actor("exec", wire.RoleExecutor)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -118,12 +116,8 @@ func isNotFound(err error) bool { return errors.Is(err, machine.ErrNotFound) }
 // newArchive is the archive of cfg's buckets, nil without the stream or a
 // connection to publish to it.
 func newArchive(cfg Config) *bus.Archive {
-	if cfg.NC == nil || cfg.Buckets.Archive == nil {
+	if cfg.Conn == nil || cfg.Buckets.Archive == nil {
 		return nil
 	}
-	js, err := jetstream.New(cfg.NC)
-	if err != nil {
-		return nil
-	}
-	return bus.NewArchive(js, cfg.Buckets.Archive)
+	return bus.NewArchive(cfg.Conn.JetStream(), cfg.Buckets.Archive)
 }

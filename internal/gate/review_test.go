@@ -42,7 +42,7 @@ func TestReview_ANarrowingReviewer(t *testing.T) {
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(doc, nil, nil)
 	require.NoError(t, err)
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine})
 	n := 0
 	ask := func(tool string, args map[string]any) *machine.Entry {
 		t.Helper()

@@ -3,10 +3,7 @@ package gate
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/wire"
@@ -57,18 +54,12 @@ func (r Runtime) FollowArchive(ctx context.Context, log *slog.Logger) error {
 // that serves the request API runs it.
 func (r Runtime) FollowWithdrawals(ctx context.Context) error {
 	s := r.s
-	sub, err := s.nc.Subscribe(wire.WithdrawSubject, func(msg *nats.Msg) {
+	return s.conn.Listen(ctx, wire.WithdrawSubject, func(data []byte) {
 		var w wire.Withdrawal
-		if json.Unmarshal(msg.Data, &w) == nil {
+		if json.Unmarshal(data, &w) == nil {
 			s.takers.withdraw(w.Holder, w.Tools)
 		}
 	})
-	if err != nil {
-		return fmt.Errorf("withdrawals: %w", err)
-	}
-	<-ctx.Done()
-	_ = sub.Unsubscribe() // gone with the connection, if it closed first
-	return nil
 }
 
 // RegisterReceiptKey records this process's receipt key among the

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
@@ -18,9 +16,10 @@ import (
 
 // Config is what a Service is built from.
 type Config struct {
-	// NC announces a conversation's cancel to the executors running its
-	// calls.
-	NC      *nats.Conn
+	// Conn is the connection the stores are built over, through which a
+	// conversation's cancel is announced to the executors running its
+	// calls and a withdrawal to the other processes.
+	Conn    *bus.Conn
 	Buckets *bus.Buckets
 	// Policy decides what a submitted call needs (default: ask a human
 	// about every call).
@@ -74,7 +73,7 @@ type Service struct {
 	events      EventsPosition
 	issue       Issuer
 	clock       func() time.Time
-	nc          *nats.Conn
+	conn        *bus.Conn
 	limits      limits
 	masker      masker
 	mx          *metrics.Metrics
@@ -108,7 +107,7 @@ type limits interface {
 
 // New returns the Service over cfg's buckets.
 func New(cfg Config) *Service {
-	js := jetStream(cfg)
+	js := cfg.Conn.JetStream()
 	index := bus.NewCallIndex(js, cfg.Buckets.Calls)
 	work := bus.NewWorkQueue()
 	calls := bus.NewKVStore(js, cfg.Buckets.Calls).WithIndex(index).WithWorkQueue(work)
@@ -152,14 +151,14 @@ func New(cfg Config) *Service {
 		events:      cfg.Events,
 		issue:       cfg.Issue,
 		clock:       cfg.Clock,
-		nc:          cfg.NC,
+		conn:        cfg.Conn,
 		mx:          cfg.Metrics,
 		log:         log,
 
 		signer:      cfg.Signer,
 		receiptKeys: newReceiptKeyStore(cfg.Buckets),
 		flows:       fm,
-		flowMarks:   newFlowMarks(js, cfg.Buckets),
+		flowMarks:   newFlowMarks(cfg),
 		shadow:      newShadow(cfg),
 	}
 }

@@ -25,11 +25,11 @@ func TestDecide_AfterTheDeadlineExpiresTheCall(t *testing.T) {
 	ask := machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour, AutoRejectOnTimeout: true, Reason: "ask"}, nil
 	})
-	now := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask})
+	now := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask})
 	e, err := now.Submit(ctx, gate.System, machine.Call{ToolCallID: "t1", ToolName: "deploy", CallerBotID: "bot", ConversationID: "late"})
 	require.NoError(t, err)
 
-	later := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask, Clock: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	later := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask, Clock: func() time.Time { return time.Now().Add(2 * time.Hour) }})
 	_, err = later.Decide(ctx, gate.System, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice"})
 	require.ErrorIs(t, err, machine.ErrExpired)
 	status, code := wire.ErrorStatus(err)
@@ -58,7 +58,7 @@ func TestDecide_SentAgainIsAnsweredWithWhatItWrote(t *testing.T) {
 		}
 		return v, nil
 	})
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: ask})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: ask})
 	e, err := g.Submit(ctx, gate.System, machine.Call{ToolCallID: "t1", ToolName: "deploy", CallerBotID: "bot", ConversationID: "again"})
 	require.NoError(t, err)
 

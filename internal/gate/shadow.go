@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
@@ -79,12 +77,11 @@ type shadowTally struct {
 func newShadow(cfg Config) *shadow {
 	sh := &shadow{pending: map[uint64]*shadowTally{}}
 	sh.inForce, _ = cfg.Policy.(machine.EditChecker)
-	js := jetStream(cfg)
-	if js != nil && cfg.Buckets.Shadow != nil {
-		sh.log = bus.NewShadowLog(js, cfg.Buckets.Shadow)
+	if cfg.Conn != nil && cfg.Buckets.Shadow != nil {
+		sh.log = bus.NewShadowLog(cfg.Conn.JetStream(), cfg.Buckets.Shadow)
 	}
-	if js != nil {
-		if fm := newFlowMarks(js, cfg.Buckets); fm != nil {
+	if cfg.Conn != nil {
+		if fm := newFlowMarks(cfg); fm != nil {
 			sh.opts = append(sh.opts, policy.WithFlowMarks(fm))
 		}
 	}
@@ -172,13 +169,10 @@ func (s *Service) markShadowFlows(ctx context.Context, pendingID string) {
 	if cur == nil || cur.engine == nil || !cur.engine.HasFlows() {
 		return
 	}
-	e, _, ok := s.calls.Latest(pendingID)
-	if !ok {
-		var err error
-		if e, _, err = s.calls.Get(ctx, pendingID); err != nil {
-			s.log.Warn("marking a completed call for the shadow policy's flows failed", "pendingId", pendingID, "err", err)
-			return
-		}
+	e, err := s.latest(ctx, pendingID)
+	if err != nil {
+		s.log.Warn("marking a completed call for the shadow policy's flows failed", "pendingId", pendingID, "err", err)
+		return
 	}
 	if e.Status.Terminal() {
 		return
@@ -339,7 +333,7 @@ func (s *Service) ClearPolicyShadow(ctx context.Context, a Actor, _ struct{}) (w
 			return wire.PolicyShadowCleared{}, err
 		}
 		err = s.policies.ClearShadow(ctx, rev)
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if errors.Is(err, machine.ErrConflict) {
 			continue // set again meanwhile: clear that one
 		}
 		if err != nil {
@@ -382,7 +376,7 @@ func (s *Service) PromotePolicyShadow(ctx context.Context, a Actor, r wire.Polic
 		return wire.PolicyDocument{}, err
 	}
 	switch err := s.policies.ClearShadow(ctx, rev); {
-	case errors.Is(err, jetstream.ErrKeyExists):
+	case errors.Is(err, machine.ErrConflict):
 		// Set again meanwhile: that one is another candidate, left as it is.
 	case err != nil:
 		return wire.PolicyDocument{}, fmt.Errorf("the shadow policy is in force (revision %d), but clearing it failed: %w", inForce.Revision, err)

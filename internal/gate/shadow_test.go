@@ -42,7 +42,7 @@ func TestPolicyShadow_ReportIsTheDryRunOfTheSameCalls(t *testing.T) {
 	require.NoError(t, err)
 	mx, err := metrics.New(prometheus.NewRegistry())
 	require.NoError(t, err)
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine, Metrics: mx})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine, Metrics: mx})
 	admin := gate.Actor{Name: "root", Roles: []wire.Role{wire.RoleAdmin}}
 	bot := gate.Actor{Name: "bot", Roles: []wire.Role{wire.RoleAgent}}
 	alice := gate.Actor{Name: "alice", Roles: []wire.Role{wire.RoleApprover}}
@@ -201,7 +201,7 @@ func TestPolicyShadow_FlowsAsTheDryRunReplaysThem(t *testing.T) {
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(doc, nil, nil, policy.WithClock(clock.Now), policy.WithFlowMarks(bus.NewFlowMarks(env.JS, env.Buckets.Flows)))
 	require.NoError(t, err)
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: engine, Clock: clock.Now})
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine, Clock: clock.Now})
 	_, err = g.SetPolicy(ctx, gate.System, wire.PolicyDocument{Document: noFlows})
 	require.NoError(t, err)
 	shadowDoc, err := g.SetPolicyShadow(ctx, gate.System, wire.PolicyDocument{Document: flowsPolicy})

@@ -213,12 +213,9 @@ func (s *Service) toolOf(ctx context.Context, pendingID string) string {
 	if !s.takers.waiting() {
 		return ""
 	}
-	e, _, ok := s.calls.Latest(pendingID)
-	if !ok {
-		var err error
-		if e, _, err = s.calls.Get(ctx, pendingID); err != nil {
-			return ""
-		}
+	e, err := s.latest(ctx, pendingID)
+	if err != nil {
+		return ""
 	}
 	return e.ToolName
 }
@@ -228,14 +225,14 @@ func (s *Service) toolOf(ctx context.Context, pendingID string) string {
 // of them.
 func (s *Service) withdraw(w wire.Withdrawal) error {
 	s.takers.withdraw(w.Holder, w.Tools)
-	if s.nc == nil {
+	if s.conn == nil {
 		return nil
 	}
 	data, err := json.Marshal(w)
 	if err != nil {
 		return err
 	}
-	return s.nc.Publish(wire.WithdrawSubject, data)
+	return s.conn.Publish(wire.WithdrawSubject, data)
 }
 
 // runs checks that a may run a call: an executor any, an agent (which

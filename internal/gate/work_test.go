@@ -26,7 +26,7 @@ var executor = gate.Actor{Name: "exec", Roles: []wire.Role{wire.RoleExecutor}}
 // answers every call with v.
 func workService(t *testing.T, env *bustest.Env, v machine.Verdict) *gate.Service {
 	t.Helper()
-	s := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+	s := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return v, nil
 	})})
 	feed := bus.NewCallsFeed(env.JS, env.Buckets.Calls)
@@ -200,7 +200,7 @@ func TestTakeWork_ALostLeaseIsOfferedAgain(t *testing.T) {
 func TestTakeWork_ANewProcessOffersWhatTheBucketHolds(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
-	writer := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Policy: machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
+	writer := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return machine.Verdict{Action: machine.ActionRun}, nil
 	})})
 	var ids []string

@@ -63,7 +63,7 @@ func BenchmarkSSEFanout(b *testing.B) {
 	b.StopTimer()
 	env := bustest.Start(b, bustest.Topologies[0])
 	ctx := context.Background()
-	m := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Log: bustest.Logger()})
+	m := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Log: bustest.Logger()})
 
 	bustest.RunRelay(b, env.JS)
 	toks, err := httpapi.ParseTokens([]byte("viewer-token-00000001 vic viewer"))

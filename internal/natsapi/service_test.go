@@ -26,7 +26,7 @@ import (
 func startService(t *testing.T) (*bustest.Env, *natsapi.Service) {
 	t.Helper()
 	env := bustest.Start(t, bustest.Topologies[0])
-	g := gate.New(gate.Config{NC: env.NC, Buckets: env.Buckets, Log: bustest.Logger(),
+	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Log: bustest.Logger(),
 		Policy: machine.EvaluatorFunc(func(_ context.Context, c machine.Call) (machine.Verdict, error) {
 			if len(c.ToolName) > 4 && c.ToolName[:4] == "run_" {
 				return machine.Verdict{Action: machine.ActionRun}, nil

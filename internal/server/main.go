@@ -559,6 +559,7 @@ type deps struct {
 	version  string
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	conn     *bus.Conn // nc, as gate, the workers and the metrics take it
 	buckets  *bus.Buckets
 	gate     *gate.Service
 	engine   *policy.Engine
@@ -591,6 +592,7 @@ type deps struct {
 }
 
 func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, b *bus.Buckets) (*deps, error) {
+	conn := bus.NewConn(js)
 	policies := bus.NewPolicyStore(js, b.Policies)
 	if m.Config.PolicyFile != "" {
 		data, err := os.ReadFile(m.Config.PolicyFile)
@@ -656,7 +658,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	events := bus.NewEventsFeed(js)
 	rows := m.Config.Roles.rows()
 	if rows.needsReport() {
-		if an, err = analytics.Open(ctx, js, analytics.Config{Replicas: m.Config.Replicas, Events: events, Log: m.Log}); err != nil {
+		if an, err = analytics.Open(ctx, conn, analytics.Config{Replicas: m.Config.Replicas, Events: events, Log: m.Log}); err != nil {
 			return nil, err
 		}
 		report = func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error) {
@@ -671,7 +673,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 			return json.Marshal(rep)
 		}
 	}
-	m.gate = gate.New(gate.Config{NC: nc, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Events: events, Clock: clock, Log: m.Log})
+	m.gate = gate.New(gate.Config{Conn: conn, Buckets: b, Policy: engine, Grants: grants, Metrics: mx, Issue: issue, Signer: signer, Analytics: report, Events: events, Clock: clock, Log: m.Log})
 	if err := m.gate.Runtime().RegisterReceiptKey(ctx); err != nil {
 		return nil, err
 	}
@@ -679,7 +681,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry, clock: clock, serverClock: sc}, nil
+	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, conn: conn, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry, clock: clock, serverClock: sc}, nil
 }
 
 // largeBucket is how many entries and revisions in tool_calls make its

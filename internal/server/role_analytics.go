@@ -14,7 +14,7 @@ import (
 // metrics, registered in the process's registry, whose pending-approvals
 // gauge follows the process's feed of tool_calls.
 func prepareAnalytics(d *deps, log *slog.Logger) error {
-	x, err := metrics.NewExporter(d.js, d.buckets.Calls, d.registry, metrics.ExporterConfig{Feed: d.feed, Events: d.events}, log)
+	x, err := metrics.NewExporter(d.conn, d.buckets, d.registry, metrics.ExporterConfig{Feed: d.feed, Events: d.events}, log)
 	d.exporter = x
 	return err
 }
@@ -32,7 +32,7 @@ func runAnalytics(ctx context.Context, d *deps, log *slog.Logger) error {
 	an := d.analytics // a process that serves the report has it open already
 	if an == nil {
 		var err error
-		if an, err = analytics.Open(ctx, d.js, analytics.Config{Replicas: d.cfg.Replicas, Events: d.events, Log: log}); err != nil {
+		if an, err = analytics.Open(ctx, d.conn, analytics.Config{Replicas: d.cfg.Replicas, Events: d.events, Log: log}); err != nil {
 			return err
 		}
 	}

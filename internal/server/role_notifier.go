@@ -21,7 +21,7 @@ func prepareNotifier(d *deps, log *slog.Logger) error {
 		t, err := d.gate.IssueDecisionTokens(ctx, gate.System, pendingID, approver)
 		return t.Approve, t.Reject, err
 	})
-	d.notifier = worker.NewNotifier(d.js, d.engine, mx, log, worker.WithDecisionTokens(issue))
+	d.notifier = worker.NewNotifier(d.conn, d.engine, mx, log, worker.WithDecisionTokens(issue))
 	ctx, cancel := context.WithTimeout(context.Background(), prepareWait)
 	defer cancel()
 	return d.notifier.CreateConsumer(ctx)

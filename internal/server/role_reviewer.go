@@ -17,7 +17,7 @@ func prepareReviewer(d *deps, log *slog.Logger) error {
 	if err := d.registry.Register(answers.Collector()); err != nil {
 		return err
 	}
-	d.reviewer = worker.NewReviewer(d.js, d.engine, reviewGate{d.gate}, answers, log)
+	d.reviewer = worker.NewReviewer(d.conn, d.engine, reviewGate{d.gate}, answers, log)
 	ctx, cancel := context.WithTimeout(context.Background(), prepareWait)
 	defer cancel()
 	return d.reviewer.CreateConsumer(ctx)

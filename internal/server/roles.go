@@ -243,7 +243,7 @@ func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	defer cancel()
 	settled := make(chan error, 1)
 	go func() {
-		settled <- worker.NewBudgetSettler(d.js, bus.NewBudgetLedger(d.js, d.buckets.Budgets), log).Run(ctx)
+		settled <- worker.NewBudgetSettler(d.conn, bus.NewBudgetLedger(d.js, d.buckets.Budgets), log).Run(ctx)
 	}()
 	// An executor withdraws its requests for work through any process
 	// that serves them: hear of those made through the others.

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
@@ -40,7 +38,7 @@ const BudgetSettlerDurable = "budget-settler"
 // (bus.Spending.Applied), skips one it has, and folds everything at or
 // below the consumer's ack floor, read now and then, into one number.
 type BudgetSettler struct {
-	js          jetstream.JetStream
+	conn        *bus.Conn
 	ledger      *bus.BudgetLedger
 	log         *slog.Logger
 	durable     string
@@ -73,10 +71,10 @@ func WithSettlerConcurrency(n int) BudgetSettlerOption {
 }
 
 // NewBudgetSettler returns a settler of ledger's budgets, over the events
-// of js's TOOL_EVENTS stream. Run starts it.
-func NewBudgetSettler(js jetstream.JetStream, ledger *bus.BudgetLedger, log *slog.Logger, opts ...BudgetSettlerOption) *BudgetSettler {
+// of TOOL_EVENTS, read over conn. Run starts it.
+func NewBudgetSettler(conn *bus.Conn, ledger *bus.BudgetLedger, log *slog.Logger, opts ...BudgetSettlerOption) *BudgetSettler {
 	s := &BudgetSettler{
-		js: js, ledger: ledger, log: log,
+		conn: conn, ledger: ledger, log: log,
 		durable:     BudgetSettlerDurable,
 		concurrency: 4,
 		floorEvery:  5 * time.Second,
@@ -114,14 +112,14 @@ func (c settlerCrash) Unwrap() error { return c.error }
 func (s *BudgetSettler) Run(ctx context.Context) error {
 	ctx, crash := context.WithCancelCause(ctx)
 	defer crash(nil)
-	r := consumer.NewRunner(s.js, consumer.ConsumerConfig{
+	r := consumer.NewRunner(s.conn.JetStream(), consumer.ConsumerConfig{
 		Stream:         wire.EventsStream,
 		Durable:        s.durable,
 		FilterSubjects: settleSubjects,
 		MaxDeliver:     20,
 		Backoff:        []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second},
 		Concurrency:    s.concurrency,
-	}, s.log, func(ctx context.Context, msg jetstream.Msg) error {
+	}, s.log, func(ctx context.Context, msg consumer.Msg) error {
 		err := s.settle(ctx, msg)
 		var c settlerCrash
 		if errors.As(err, &c) {
@@ -140,7 +138,7 @@ func (s *BudgetSettler) Run(ctx context.Context) error {
 }
 
 // settle settles the call one event ended, if it did and has a cost.
-func (s *BudgetSettler) settle(ctx context.Context, msg jetstream.Msg) error {
+func (s *BudgetSettler) settle(ctx context.Context, msg consumer.Msg) error {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return consumer.Permanent(fmt.Errorf("budget settler: %w", err))
@@ -199,13 +197,13 @@ func (s *BudgetSettler) ackFloor(ctx context.Context) uint64 {
 	}
 	s.floorAt = time.Now() // one reader at a time; the others use the old one
 	s.mu.Unlock()
-	c, err := s.js.Consumer(ctx, wire.EventsStream, s.durable)
-	if err != nil {
+	p, ok, err := consumer.Durable(ctx, s.conn.JetStream(), wire.EventsStream, s.durable)
+	if !ok || err != nil {
 		s.log.Debug("budget settler: reading the ack floor failed", "err", err)
 		return floor
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.floor = max(s.floor, c.CachedInfo().AckFloor.Stream)
+	s.floor = max(s.floor, p.AckFloor)
 	return s.floor
 }

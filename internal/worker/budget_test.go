@@ -59,7 +59,7 @@ type settler struct {
 
 func startSettler(t *testing.T, env *budgetEnv, setup func(*worker.BudgetSettler)) *settler {
 	t.Helper()
-	s := worker.NewBudgetSettler(env.JS, env.ledger, bustest.Logger())
+	s := worker.NewBudgetSettler(env.Conn, env.ledger, bustest.Logger())
 	if setup != nil {
 		setup(s)
 	}

@@ -2,11 +2,14 @@
 // request API: the Timer, the owner of the deadlines that change a call
 // (approval timeouts, reminders, escalations, the leases of last
 // attempts, retention); the Notifier, which tells humans that a call
-// waits for them; and the BudgetSettler, which settles in tool_budgets
-// what each finished call cost. The Notifier and the BudgetSettler are
-// durable consumers (package consumer) of TOOL_EVENTS; the Timer follows
-// the tool_calls bucket. All three change a call only through the
-// application layer (package gate), if at all.
+// waits for them; the Reviewer, which sends an asked call to the
+// policy's automated reviewers; and the BudgetSettler, which settles in
+// tool_budgets what each finished call cost. The Notifier, the Reviewer
+// and the BudgetSettler are durable consumers (package consumer's
+// runners, whose handlers take a consumer.Msg) of TOOL_EVENTS; the Timer
+// follows the tool_calls bucket. Each is built over a bus.Conn, and none
+// imports nats.go. All change a call only through the application layer
+// (package gate), if at all.
 //
 // # How the Timer works
 //

@@ -13,9 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
@@ -128,7 +126,7 @@ func (f NotificationCounterFunc) Notification(channel, result string) { f(channe
 // Retries may reorder a channel's messages (a decision overtaking the
 // request whose first attempt failed).
 type Notifier struct {
-	js      jetstream.JetStream
+	conn    *bus.Conn
 	engine  *policy.Engine
 	counter NotificationCounter
 	log     *slog.Logger
@@ -207,9 +205,9 @@ func WithChannelConcurrency(k int) NotifierOption {
 // NewNotifier returns a Notifier that resolves each call's channels with
 // engine, which its caller keeps current (bus.PolicyStore.Follow). counter
 // may be nil. Run starts it.
-func NewNotifier(js jetstream.JetStream, engine *policy.Engine, counter NotificationCounter, log *slog.Logger, opts ...NotifierOption) *Notifier {
+func NewNotifier(conn *bus.Conn, engine *policy.Engine, counter NotificationCounter, log *slog.Logger, opts ...NotifierOption) *Notifier {
 	n := &Notifier{
-		js: js, engine: engine, counter: counter, log: log,
+		conn: conn, engine: engine, counter: counter, log: log,
 		client:     &http.Client{},
 		timeout:    10 * time.Second,
 		backoff:    []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, 30 * time.Minute},
@@ -245,33 +243,27 @@ func (n *Notifier) Run(ctx context.Context) error {
 }
 
 func (n *Notifier) run(ctx context.Context) error {
-	// Subscribe before listing, so a consumer created in between is heard of.
-	sub, err := n.js.Conn().Subscribe("$JS.EVENT.ADVISORY.CONSUMER.CREATED."+NotifyStream+".*", func(m *nats.Msg) {
-		name := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-		if key, ok := strings.CutPrefix(name, NotifierDurable+"-"); ok {
-			n.pull(ctx, key)
+	// The channels' consumers there are, and those created from then on,
+	// by whichever process.
+	stop, err := consumer.Consumers(ctx, n.conn.JetStream(), NotifyStream, func(name string, existing bool) {
+		key, ok := strings.CutPrefix(name, NotifierDurable+"-")
+		if !ok {
+			return
 		}
-	})
-	if err != nil {
-		return fmt.Errorf("notifier: advisories: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	stream, err := n.js.Stream(ctx, NotifyStream)
-	if err != nil {
-		return fmt.Errorf("notifier: %w", err)
-	}
-	names := stream.ConsumerNames(ctx)
-	for name := range names.Name() {
-		if key, ok := strings.CutPrefix(name, NotifierDurable+"-"); ok {
+		if existing {
 			n.mu.Lock()
 			n.made[key] = true
 			n.mu.Unlock()
-			n.pull(ctx, key)
 		}
-	}
-	if err := names.Err(); err != nil && ctx.Err() == nil {
+		n.pull(ctx, key)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("notifier: consumers of %s: %w", NotifyStream, err)
 	}
+	defer stop()
 	return n.fanOutRunner().Run(ctx)
 }
 
@@ -287,7 +279,7 @@ func (n *Notifier) CreateConsumer(ctx context.Context) error {
 // fanOutRunner reads the events that notify, and queues each one's
 // deliveries (fanOut).
 func (n *Notifier) fanOutRunner() *consumer.Runner {
-	return consumer.NewRunner(n.js, consumer.ConsumerConfig{
+	return consumer.NewRunner(n.conn.JetStream(), consumer.ConsumerConfig{
 		Stream:         wire.EventsStream,
 		Durable:        NotifierDurable,
 		FilterSubjects: notifySubjects,
@@ -314,7 +306,7 @@ func notifiesOf(ev machine.Event, from, to machine.State) bool {
 }
 
 // fanOut queues one event's deliveries, one per channel.
-func (n *Notifier) fanOut(ctx context.Context, msg jetstream.Msg) error {
+func (n *Notifier) fanOut(ctx context.Context, msg consumer.Msg) error {
 	ev, err := wire.DecodeEventHead(msg.Data())
 	if err != nil || ev.Entry == nil || ev.ID == "" {
 		return consumer.Permanent(fmt.Errorf("notifier: undecodable event (err %v)", err))
@@ -333,11 +325,8 @@ func (n *Notifier) fanOut(ctx context.Context, msg jetstream.Msg) error {
 			return err
 		}
 		n.pull(ctx, key)
-		m := nats.NewMsg(NotifySubject(key))
-		m.Data = msg.Data()
-		m.Header.Set(HeaderChannel, key)
-		m.Header.Set(HeaderEventID, ev.ID)
-		if _, err := n.js.PublishMsg(ctx, m, jetstream.WithMsgID(ev.ID+":"+key)); err != nil {
+		header := map[string][]string{HeaderChannel: {key}, HeaderEventID: {ev.ID}}
+		if err := consumer.Publish(ctx, n.conn.JetStream(), NotifySubject(key), msg.Data(), header, ev.ID+":"+key); err != nil {
 			// Redelivered, the event publishes again; the channels
 			// already queued drop the repeat as a duplicate.
 			return fmt.Errorf("notifier: queue %s for %s: %w", ev.ID, key, err)
@@ -360,7 +349,7 @@ func consumerName(key string) string { return NotifierDurable + "-" + key }
 // channelRunner is the runner of a channel's deliveries: every process
 // makes the same one, so whichever creates the consumer creates it alike.
 func (n *Notifier) channelRunner(key string) *consumer.Runner {
-	return consumer.NewRunner(n.js, consumer.ConsumerConfig{
+	return consumer.NewRunner(n.conn.JetStream(), consumer.ConsumerConfig{
 		Stream:  NotifyStream,
 		Durable: consumerName(key),
 		// Not the channel's host: a process that learns of the consumer
@@ -376,7 +365,7 @@ func (n *Notifier) channelRunner(key string) *consumer.Runner {
 		MaxAckPending: 256,
 		DeadLetter: consumer.DeadLetterConfig{
 			Subject: wire.DeadLetterSubject(NotifierDurable),
-			Header:  func(msg jetstream.Msg, _ error) nats.Header { return n.deadLetterHeader(key, msg) },
+			Header:  func(msg consumer.Msg, _ error) map[string][]string { return n.deadLetterHeader(key, msg) },
 		},
 	}, n.log.With("channel", key), n.deliver(key))
 }
@@ -422,7 +411,7 @@ var errChannelNotYet = errors.New("notifier: channel not in this process's polic
 // attempt and tells the runner how it went. A refusal retrying cannot fix
 // is Permanent, and a receiver's Retry-After becomes the retry's delay.
 func (n *Notifier) deliver(key string) consumer.Handler {
-	return func(ctx context.Context, msg jetstream.Msg) error {
+	return func(ctx context.Context, msg consumer.Msg) error {
 		attempt := 0
 		if meta, err := msg.Metadata(); err == nil {
 			attempt = int(meta.NumDelivered)
@@ -468,7 +457,7 @@ func (n *Notifier) deliver(key string) consumer.Handler {
 
 // deadLetterHeader names the host of a channel's URL on a delivery given
 // up on, for a human reading dead letters; the path may be a secret.
-func (n *Notifier) deadLetterHeader(key string, msg jetstream.Msg) nats.Header {
+func (n *Notifier) deadLetterHeader(key string, msg consumer.Msg) map[string][]string {
 	var ev wire.Event
 	if json.Unmarshal(msg.Data(), &ev) != nil || ev.Entry == nil {
 		return nil
@@ -481,7 +470,7 @@ func (n *Notifier) deadLetterHeader(key string, msg jetstream.Msg) nats.Header {
 	if policy.IsSecretRef(ch.URL) {
 		host = ch.URL // where the URL is, which is no secret
 	}
-	return nats.Header{HeaderChannelHost: []string{host}}
+	return map[string][]string{HeaderChannelHost: {host}}
 }
 
 func findChannel(chans []policy.Channel, key string) (policy.Channel, bool) {

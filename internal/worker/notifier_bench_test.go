@@ -40,7 +40,7 @@ func BenchmarkFanOut(b *testing.B) {
 	run := func() (stop func()) {
 		ctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- worker.NewNotifier(env.JS, engine, nil, bustest.Logger()).Run(ctx) }()
+		go func() { done <- worker.NewNotifier(env.Conn, engine, nil, bustest.Logger()).Run(ctx) }()
 		return func() {
 			cancel()
 			require.NoError(b, <-done)

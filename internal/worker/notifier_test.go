@@ -90,7 +90,7 @@ func ntStart(t *testing.T, env *bustest.Env, engine *tgpolicy.Engine, counter wo
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- worker.NewNotifier(env.JS, engine, counter, bustest.Logger(), opts...).Run(ctx)
+		done <- worker.NewNotifier(env.Conn, engine, counter, bustest.Logger(), opts...).Run(ctx)
 	}()
 	var once sync.Once
 	stop = func() {

@@ -12,9 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
@@ -58,7 +56,7 @@ type ReviewerCounter interface {
 // failing. The reviewers of a call are asked in the policy's order until
 // one decides it.
 type Reviewer struct {
-	js      jetstream.JetStream
+	conn    *bus.Conn
 	engine  *policy.Engine
 	gate    ReviewGate
 	counter ReviewerCounter
@@ -70,8 +68,8 @@ type Reviewer struct {
 // NewReviewer returns a Reviewer that finds each call's reviewers with
 // engine, which its caller keeps current, and acts through g. counter may
 // be nil.
-func NewReviewer(js jetstream.JetStream, engine *policy.Engine, g ReviewGate, counter ReviewerCounter, log *slog.Logger) *Reviewer {
-	return &Reviewer{js: js, engine: engine, gate: g, counter: counter, log: log, client: &http.Client{}, now: time.Now}
+func NewReviewer(conn *bus.Conn, engine *policy.Engine, g ReviewGate, counter ReviewerCounter, log *slog.Logger) *Reviewer {
+	return &Reviewer{conn: conn, engine: engine, gate: g, counter: counter, log: log, client: &http.Client{}, now: time.Now}
 }
 
 // Run reviews until ctx ends.
@@ -87,7 +85,7 @@ func (r *Reviewer) CreateConsumer(ctx context.Context) error {
 }
 
 func (r *Reviewer) runner() *consumer.Runner {
-	return consumer.NewRunner(r.js, consumer.ConsumerConfig{
+	return consumer.NewRunner(r.conn.JetStream(), consumer.ConsumerConfig{
 		Stream:         wire.EventsStream,
 		Durable:        ReviewerDurable,
 		Description:    "toolgate reviewer: asked calls, sent to the policy's automated reviewers",
@@ -103,7 +101,7 @@ func (r *Reviewer) runner() *consumer.Runner {
 }
 
 // review sends one asked call to its reviewers.
-func (r *Reviewer) review(ctx context.Context, msg jetstream.Msg) error {
+func (r *Reviewer) review(ctx context.Context, msg consumer.Msg) error {
 	var ev wire.Event
 	if err := wire.Unmarshal(msg.Data(), &ev); err != nil || ev.Entry == nil || ev.ID == "" {
 		return consumer.Permanent(fmt.Errorf("reviewer: undecodable event (err %v)", err))
@@ -231,17 +229,14 @@ func (r *Reviewer) requestHTTP(ctx context.Context, rv policy.CompiledReviewer, 
 
 // requestNATS asks rv's subject on toolgate's own connection.
 func (r *Reviewer) requestNATS(ctx context.Context, rv policy.CompiledReviewer, id string, body []byte) ([]byte, error) {
-	m := nats.NewMsg(rv.NATS)
-	m.Data = body
-	m.Header.Set(HeaderWebhookID, id)
-	resp, err := r.js.Conn().RequestMsgWithContext(ctx, m)
+	data, err := r.conn.Request(ctx, rv.NATS, body, map[string][]string{HeaderWebhookID: {id}})
 	if err != nil {
 		return nil, err
 	}
-	if len(resp.Data) > wire.MaxReviewAnswer {
+	if len(data) > wire.MaxReviewAnswer {
 		return nil, fmt.Errorf("an answer over %d bytes", wire.MaxReviewAnswer)
 	}
-	return resp.Data, nil
+	return data, nil
 }
 
 // redactURLError is err without the URL it quotes, which may be a

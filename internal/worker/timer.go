@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/machine"
 )
@@ -30,8 +28,8 @@ import (
 //
 // A Timer tells the time by time.Now, or by the clock WithClock gives it.
 type Timer struct {
-	js          jetstream.JetStream
-	kv          jetstream.KeyValue
+	conn        *bus.Conn
+	buckets     *bus.Buckets
 	store       *bus.KVStore
 	m           Deadlines
 	log         *slog.Logger
@@ -127,10 +125,10 @@ type Deadlines interface {
 	AbandonLease(ctx context.Context, pendingID string) (*machine.Entry, error)
 }
 
-// NewTimer returns a Timer over kv, the tool_calls bucket, moving entries
-// through m. Run starts it.
-func NewTimer(js jetstream.JetStream, kv jetstream.KeyValue, m Deadlines, log *slog.Logger, opts ...TimerOption) *Timer {
-	t := &Timer{js: js, kv: kv, store: bus.NewKVStore(js, kv), m: m, log: log, concurrency: 64, retry: time.Second, now: time.Now,
+// NewTimer returns a Timer over b's tool_calls bucket, read over conn,
+// moving entries through m. Run starts it.
+func NewTimer(conn *bus.Conn, b *bus.Buckets, m Deadlines, log *slog.Logger, opts ...TimerOption) *Timer {
+	t := &Timer{conn: conn, buckets: b, store: bus.NewKVStore(conn.JetStream(), b.Calls), m: m, log: log, concurrency: 64, retry: time.Second, now: time.Now,
 		updates: make(chan observation, 256), stopped: make(chan struct{}), loaded: make(chan struct{})}
 	for _, o := range opts {
 		o(t)
@@ -176,7 +174,7 @@ func (t *Timer) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	if t.feed == nil {
-		own := bus.NewCallsFeed(t.js, t.kv)
+		own := bus.NewCallsFeed(t.conn.JetStream(), t.buckets.Calls)
 		own.Add(t.view())
 		wg.Go(func() { _ = own.Run(ctx, t.log) })
 	}
@@ -209,7 +207,7 @@ func (t *Timer) view() bus.CallsView {
 		apply := func(r bus.CallRevision) {
 			var o observation
 			switch {
-			case r.Op != jetstream.KeyValuePut:
+			case r.Removed:
 				o = observation{id: r.Key, rev: r.Revision} // retired: nothing is due
 			case r.Head == nil:
 				// Nothing later can make it readable; the entry's next

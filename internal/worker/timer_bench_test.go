@@ -152,7 +152,7 @@ func benchTimer(b *testing.B, pending int) {
 			firingsMu.Unlock()
 			fired.Add(1)
 		}))
-		timer := worker.NewTimer(env.JS, env.KV, timerMachine, bustest.Logger(), worker.WithFeed(feed))
+		timer := worker.NewTimer(env.Conn, env.Buckets, timerMachine, bustest.Logger(), worker.WithFeed(feed))
 		feed.Add(index.View(bustest.Logger()))
 		running.Go(func() {
 			if err := timer.Run(ctx); err != nil {
@@ -368,7 +368,7 @@ func BenchmarkTimerRestart(b *testing.B) {
 		b.ResetTimer()
 		start := time.Now()
 		running.Go(func() {
-			if err := worker.NewTimer(env.JS, env.KV, timerMachine, bustest.Logger()).Run(ctx); err != nil {
+			if err := worker.NewTimer(env.Conn, env.Buckets, timerMachine, bustest.Logger()).Run(ctx); err != nil {
 				b.Errorf("timer: %v", err)
 			}
 		})
@@ -408,7 +408,7 @@ func BenchmarkTimer_RetireBacklog(b *testing.B) {
 		b.ResetTimer()
 		start := time.Now()
 		running.Go(func() {
-			if err := worker.NewTimer(env.JS, env.KV, machine.New(env.Store), bustest.Logger(), worker.WithRetention(time.Hour, r)).Run(ctx); err != nil {
+			if err := worker.NewTimer(env.Conn, env.Buckets, machine.New(env.Store), bustest.Logger(), worker.WithRetention(time.Hour, r)).Run(ctx); err != nil {
 				b.Errorf("timer: %v", err)
 			}
 		})

@@ -55,7 +55,7 @@ func startTimerWith(t *testing.T, env *bustest.Env, m worker.Deadlines, opts ...
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- worker.NewTimer(env.JS, env.KV, m, bustest.Logger(), opts...).Run(ctx)
+		done <- worker.NewTimer(env.Conn, env.Buckets, m, bustest.Logger(), opts...).Run(ctx)
 	}()
 	var once sync.Once
 	stop = func() {
@@ -524,7 +524,7 @@ func TestTimer_StartsAgainWhenItCannotStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	clk := startClock()
-	timer := worker.NewTimer(env.JS, env.KV, machine.New(env.Store, machine.WithClock(clk.Now)), slog.New(logged), worker.WithClock(clk.Now))
+	timer := worker.NewTimer(env.Conn, env.Buckets, machine.New(env.Store, machine.WithClock(clk.Now)), slog.New(logged), worker.WithClock(clk.Now))
 	go func() { done <- timer.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
@@ -726,7 +726,7 @@ func TestTimer_RetiresFinishedCallsInOrder(t *testing.T) {
 	goneBefore := submit(t, deny, "gone-before").PendingID
 	require.NoError(t, env.KV.Purge(t.Context(), goneBefore), "retired by another timer")
 
-	timer := worker.NewTimer(env.JS, env.KV, machine.New(env.Store, machine.WithClock(clk.Now)), bustest.Logger(),
+	timer := worker.NewTimer(env.Conn, env.Buckets, machine.New(env.Store, machine.WithClock(clk.Now)), bustest.Logger(),
 		worker.WithRetention(retain, r), worker.WithConcurrency(1), worker.WithRetryDelay(50*time.Millisecond), worker.WithClock(clk.Now))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

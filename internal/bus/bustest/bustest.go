@@ -39,6 +39,7 @@ type Env struct {
 	Servers []*natsserver.Server
 	URLs    string // comma-separated client URLs
 	NC      *nats.Conn
+	Conn    *bus.Conn // NC and JS, as the packages above bus hold them
 	JS      jetstream.JetStream
 	KV      jetstream.KeyValue // the entries' bucket
 	Buckets *bus.Buckets
@@ -56,6 +57,7 @@ func Start(t testing.TB, topo Topology) *Env {
 	}
 	env := &Env{Servers: servers, URLs: ClientURLs(servers)}
 	env.NC, env.JS = Connect(t, env.URLs)
+	env.Conn = bus.NewConn(env.JS)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := provision(ctx, env.JS, topo.Replicas)
