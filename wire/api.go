@@ -616,9 +616,10 @@ type AnalyticsRequest struct {
 	Until int64 `json:"until,omitempty"`
 }
 
-// The bounds of an analytics report's window: 31 days, and a day at
-// minute resolution.
+// The bounds of an analytics report's window: a day when none is asked
+// for, at most 31 days, and a day at minute resolution.
 const (
+	DefaultAnalyticsHours   = 24
 	MaxAnalyticsHours       = 31 * 24
 	MaxAnalyticsMinuteHours = 24
 )

@@ -105,17 +105,17 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	}
 	caughtUp()
 
-	stats := func() analytics.Report {
+	stats := func() wire.AnalyticsReport {
 		t.Helper()
 		code, stdout, stderr := analyticsCLI(t, url, "stats", "--json", "--hours", "3")
 		require.Equal(t, 0, code, stderr)
-		var r analytics.Report
+		var r wire.AnalyticsReport
 		require.NoError(t, json.Unmarshal([]byte(stdout), &r), stdout)
 		return r
 	}
 	first := stats()
-	byName := func(rows []analytics.ToolReport) map[string]analytics.ToolReport {
-		out := map[string]analytics.ToolReport{}
+	byName := func(rows []wire.ToolReport) map[string]wire.ToolReport {
+		out := map[string]wire.ToolReport{}
 		for _, r := range rows {
 			out[r.Name] = r
 		}
@@ -128,7 +128,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	assert.Equal(t, float64(16500), tools["web_search"].TimeToDecide.MeanMs, "10s to 23s")
 	assert.Equal(t, int64(8), tools["deploy"].Rejected)
 	assert.Equal(t, 0.8, tools["deploy"].RejectionRate)
-	assert.Equal(t, []analytics.NameCount{{Name: "too risky", Count: 8}}, tools["deploy"].TopRejectionReasons)
+	assert.Equal(t, []wire.NameCount{{Name: "too risky", Count: 8}}, tools["deploy"].TopRejectionReasons)
 	assert.Equal(t, int64(5), tools["read_file"].RanUnasked)
 	assert.Equal(t, int64(29), first.Totals.Calls)
 	teams := byName(first.Teams)
@@ -144,7 +144,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	}
 	assert.Equal(t, int64(24), decisions, "the series holds every decision")
 
-	var allow *analytics.Recommendation
+	var allow *wire.Recommendation
 	for i, r := range first.Recommendations {
 		if r.Kind == analytics.KindAllowRule {
 			allow = &first.Recommendations[i]

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bench"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -67,7 +66,7 @@ func TestPrintingMoney_NoFloatNoise(t *testing.T) {
 	assert.Regexp(t, `(?m)^ops\s+2026-03-14\s+0\.3\s+0\.13\s+1$`, b.String())
 
 	b.Reset()
-	statsCallTable(&b, "TOOL", []analytics.ToolReport{{Name: "report", Calls: 13, Cost: noisy}})
+	statsCallTable(&b, "TOOL", []wire.ToolReport{{Name: "report", Calls: 13, Cost: noisy}})
 	assert.Regexp(t, `(?m)^report\s+13\s.*\s0\.13\s*$`, b.String())
 
 	b.Reset()

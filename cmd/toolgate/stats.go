@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -12,9 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/internal/analytics"
+	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -26,13 +23,13 @@ func statsCmd(out cliOutput) *cliCmd {
 			"timeout rates and time to decide per tool, team and approver; activity per\n"+
 			"hour; recommended policy changes with their evidence; and the policy's rate\n"+
 			"rules with the slots each team, conversation or caller holds now.", out).connFlags().jsonFlag("the report")
-	hours := c.fs.Int("hours", analytics.DefaultSeriesHours, "hours of activity to show, ending now")
+	hours := c.fs.Int("hours", wire.DefaultAnalyticsHours, "hours of activity to show, ending now")
 	c.run = func(ctx context.Context, args []string) error {
 		if _, err := c.parse(args, 0, 0, ""); err != nil {
 			return err
 		}
-		if *hours < 1 || *hours > analytics.MaxSeriesHours {
-			return c.usagef("--hours: must be 1 to %d, got %d", analytics.MaxSeriesHours, *hours)
+		if *hours < 1 || *hours > wire.MaxAnalyticsHours {
+			return c.usagef("--hours: must be 1 to %d, got %d", wire.MaxAnalyticsHours, *hours)
 		}
 		// The rate rules' counters come through the request API, which any
 		// credential that may read them can use, so they are shown even when
@@ -40,7 +37,7 @@ func statsCmd(out cliOutput) *cliCmd {
 		// leaves them out.
 		return call(ctx, c, func(ctx context.Context, cl *client.Client) (statsReport, error) {
 			rates, ratesErr := cl.RateLimits(ctx)
-			rep, err := statsAnalytics(ctx, cl, *hours)
+			rep, err := cl.Analytics(ctx, wire.AnalyticsRequest{Hours: *hours})
 			if err != nil {
 				if ratesErr == nil && !c.json {
 					_ = printRateLimits(out.stdout, rates.Items, time.Now())
@@ -50,9 +47,9 @@ func statsCmd(out cliOutput) *cliCmd {
 			if ratesErr != nil {
 				fmt.Fprintf(out.stderr, "toolgate stats: rate limits left out: %v\n", ratesErr)
 			}
-			return statsReport{Report: rep, RateLimits: rates.Items}, nil
+			return statsReport{AnalyticsReport: rep, RateLimits: rates.Items}, nil
 		}, func(r statsReport) error {
-			if err := printStats(out.stdout, r.Report); err != nil {
+			if err := printStats(out.stdout, r.AnalyticsReport); err != nil {
 				return err
 			}
 			return printRateLimits(out.stdout, r.RateLimits, time.Now())
@@ -61,25 +58,10 @@ func statsCmd(out cliOutput) *cliCmd {
 	return c
 }
 
-// statsAnalytics asks toolgate for the analytics report, through the
-// request API: a credential may read it without reading toolgate's
-// buckets.
-func statsAnalytics(ctx context.Context, cl *client.Client, hours int) (*analytics.Report, error) {
-	data, err := cl.Analytics(ctx, hours)
-	if err != nil {
-		return nil, err
-	}
-	var rep analytics.Report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		return nil, fmt.Errorf("analytics report: %w", err)
-	}
-	return &rep, nil
-}
-
 // statsReport is what stats --json prints: the analytics report, and the
 // rate rules with their counters.
 type statsReport struct {
-	*analytics.Report
+	*wire.AnalyticsReport
 	RateLimits []wire.RateLimit `json:"rateLimits,omitempty"`
 }
 
@@ -148,29 +130,10 @@ func analyticsRebuildCmd(out cliOutput) *cliCmd {
 			return err
 		}
 		defer closeConn()
-		events, err := js.Stream(ctx, wire.EventsStream)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("no %s stream: is toolgate serving there?", wire.EventsStream)
-		} else if err != nil {
-			return err
-		}
-		// Bind the bucket as it is; create it only if there is none, so that a
-		// cluster's replicas are never changed from here.
-		kv, err := js.KeyValue(ctx, analytics.Bucket)
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			kv, err = bus.ProvisionAnalytics(ctx, js, *replicas)
-		}
-		if err != nil {
-			return fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
-		}
 		start := time.Now()
-		gen, err := analytics.New(bus.NewConn(js), bus.NewAnalyticsStore(js, kv), analytics.Config{}).Rebuild(ctx)
+		gen, n, err := server.RebuildAnalytics(ctx, js, *replicas)
 		if err != nil {
 			return err
-		}
-		n := uint64(0)
-		if info, err := events.Info(ctx); err == nil {
-			n = info.State.Msgs
 		}
 		fmt.Fprintf(out.stdout, "analytics rebuilt from the %s in %s: generation %d in force (%s)\n",
 			counted(n, "event", "events"), wire.EventsStream, gen, time.Since(start).Round(time.Millisecond))
@@ -180,7 +143,7 @@ func analyticsRebuildCmd(out cliOutput) *cliCmd {
 }
 
 // printStats writes a report as tables.
-func printStats(w io.Writer, r *analytics.Report) error {
+func printStats(w io.Writer, r *wire.AnalyticsReport) error {
 	fmt.Fprintf(w, "Analytics, generation %d", r.Generation)
 	if r.Lag > 0 {
 		fmt.Fprintf(w, " (catching up: %s not yet counted)", counted(r.Lag, "event", "events"))
@@ -237,7 +200,7 @@ func printStats(w io.Writer, r *analytics.Report) error {
 	return nil
 }
 
-func statsCallTable(tw io.Writer, kind string, rows []analytics.ToolReport) {
+func statsCallTable(tw io.Writer, kind string, rows []wire.ToolReport) {
 	fmt.Fprintf(tw, "%s\tCALLS\tASKED\tAPPROVED\tREJECTED\tTIMED OUT\tAPPROVAL\tTIMEOUTS\tDECIDE MEAN\tP50\tP90\tFAILED\tCOST\tTOP REJECTION\n", kind)
 	for _, t := range rows {
 		topReason := ""

@@ -373,22 +373,16 @@ func countBounded(m map[string]int64, k string, limit int) map[string]int64 {
 	return m
 }
 
-// NameCount is a name and how often it came up.
-type NameCount struct {
-	Name  string `json:"name"`
-	Count int64  `json:"count"`
-}
-
 // top returns the n largest counts of m, ties by name.
-func top(m map[string]int64, n int) []NameCount {
+func top(m map[string]int64, n int) []wire.NameCount {
 	if len(m) == 0 {
 		return nil
 	}
-	out := make([]NameCount, 0, len(m))
+	out := make([]wire.NameCount, 0, len(m))
 	for k, v := range m {
-		out = append(out, NameCount{k, v})
+		out = append(out, wire.NameCount{Name: k, Count: v})
 	}
-	slices.SortFunc(out, func(a, b NameCount) int {
+	slices.SortFunc(out, func(a, b wire.NameCount) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Name, b.Name))
 	})
 	if len(out) > n {

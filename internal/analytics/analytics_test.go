@@ -167,34 +167,34 @@ func runCallsRetrying(t *testing.T, store machine.Store, calls []plannedCall, tr
 
 // expected computes, from the plan alone, what the analytics must say.
 type expected struct {
-	tools, teams map[string]*analytics.ToolReport
+	tools, teams map[string]*wire.ToolReport
 	decide       map[string][]int64 // per tool and per team (keys "tool:x", "team:x"), for quantiles
-	approvers    map[string]*analytics.ApproverReport
+	approvers    map[string]*wire.ApproverReport
 	response     map[string][]int64
 	reasons      map[string]map[string]int64
-	hours        map[int64]*analytics.SeriesPoint
+	hours        map[int64]*wire.SeriesPoint
 }
 
 func expect(calls []plannedCall) *expected {
-	x := &expected{tools: map[string]*analytics.ToolReport{}, teams: map[string]*analytics.ToolReport{},
-		decide: map[string][]int64{}, approvers: map[string]*analytics.ApproverReport{}, response: map[string][]int64{},
-		reasons: map[string]map[string]int64{}, hours: map[int64]*analytics.SeriesPoint{}}
-	hour := func(t time.Time) *analytics.SeriesPoint {
+	x := &expected{tools: map[string]*wire.ToolReport{}, teams: map[string]*wire.ToolReport{},
+		decide: map[string][]int64{}, approvers: map[string]*wire.ApproverReport{}, response: map[string][]int64{},
+		reasons: map[string]map[string]int64{}, hours: map[int64]*wire.SeriesPoint{}}
+	hour := func(t time.Time) *wire.SeriesPoint {
 		h := t.UTC().Truncate(time.Hour).UnixMilli()
 		if x.hours[h] == nil {
-			x.hours[h] = &analytics.SeriesPoint{T: h}
+			x.hours[h] = &wire.SeriesPoint{T: h}
 		}
 		return x.hours[h]
 	}
 	for _, c := range calls {
 		for _, k := range []struct {
-			m    map[string]*analytics.ToolReport
+			m    map[string]*wire.ToolReport
 			name string
 			key  string
 		}{{x.tools, c.tool, "tool:" + c.tool}, {x.teams, c.team, "team:" + c.team}} {
 			r := k.m[k.name]
 			if r == nil {
-				r = &analytics.ToolReport{Name: k.name}
+				r = &wire.ToolReport{Name: k.name}
 				k.m[k.name] = r
 			}
 			r.Calls++
@@ -268,7 +268,7 @@ func expect(calls []plannedCall) *expected {
 			x.response["hour:"+fmt.Sprint(p.T)] = append(x.response["hour:"+fmt.Sprint(p.T)], c.decideAfter.Milliseconds())
 			a := x.approvers[c.approver]
 			if a == nil {
-				a = &analytics.ApproverReport{Name: c.approver}
+				a = &wire.ApproverReport{Name: c.approver}
 				x.approvers[c.approver] = a
 			}
 			a.Decisions++
@@ -283,7 +283,7 @@ func expect(calls []plannedCall) *expected {
 			hour(decided).TimedOut++
 		}
 	}
-	for _, m := range []map[string]*analytics.ToolReport{x.tools, x.teams} {
+	for _, m := range []map[string]*wire.ToolReport{x.tools, x.teams} {
 		for _, r := range m {
 			r.Decided = r.Approved + r.Rejected + r.TimedOut
 			r.ApprovalRate = ratio(r.Approved, r.Decided)
@@ -297,14 +297,14 @@ func expect(calls []plannedCall) *expected {
 	return x
 }
 
-func addCount(l []analytics.NameCount, name string) []analytics.NameCount {
+func addCount(l []wire.NameCount, name string) []wire.NameCount {
 	for i := range l {
 		if l[i].Name == name {
 			l[i].Count++
 			return l
 		}
 	}
-	return append(l, analytics.NameCount{Name: name, Count: 1})
+	return append(l, wire.NameCount{Name: name, Count: 1})
 }
 
 func ratio(n, d int64) float64 {
@@ -318,9 +318,9 @@ func ratio(n, d int64) float64 {
 // mean exactly, p50 and p90 within the histogram's 5%. It returns the
 // summary with the estimates replaced by the exact quantiles, so that the
 // rest of a report can be compared whole.
-func checkDurations(t *testing.T, what string, values []int64, got analytics.DurationSummary) analytics.DurationSummary {
+func checkDurations(t *testing.T, what string, values []int64, got wire.DurationSummary) wire.DurationSummary {
 	t.Helper()
-	want := analytics.DurationSummary{Count: int64(len(values))}
+	want := wire.DurationSummary{Count: int64(len(values))}
 	if len(values) == 0 {
 		assert.Equal(t, want, got, what)
 		return got
@@ -341,10 +341,10 @@ func checkDurations(t *testing.T, what string, values []int64, got analytics.Dur
 }
 
 // checkReport compares a report with what the plan says it must be.
-func checkReport(t *testing.T, x *expected, r *analytics.Report) {
+func checkReport(t *testing.T, x *expected, r *wire.AnalyticsReport) {
 	t.Helper()
 	assert.Zero(t, r.Lag)
-	check := func(kind string, want map[string]*analytics.ToolReport, got []analytics.ToolReport) {
+	check := func(kind string, want map[string]*wire.ToolReport, got []wire.ToolReport) {
 		t.Helper()
 		require.Len(t, got, len(want), kind)
 		for _, g := range got {
@@ -385,13 +385,13 @@ func checkReport(t *testing.T, x *expected, r *analytics.Report) {
 	for _, p := range r.Series.Points {
 		w := x.hours[p.T]
 		if w == nil {
-			assert.Equal(t, analytics.SeriesPoint{T: p.T}, p, "an hour with nothing")
+			assert.Equal(t, wire.SeriesPoint{T: p.T}, p, "an hour with nothing")
 			continue
 		}
 		seen++
 		resp := x.response["hour:"+fmt.Sprint(p.T)]
 		if len(resp) > 0 {
-			d := checkDurations(t, "hour "+fmt.Sprint(p.T), resp, analytics.DurationSummary{
+			d := checkDurations(t, "hour "+fmt.Sprint(p.T), resp, wire.DurationSummary{
 				Count: p.Decisions, MeanMs: p.MeanResponseMs, P50Ms: p.P50ResponseMs, P90Ms: p.P90ResponseMs})
 			w.MeanResponseMs, p.P50ResponseMs, p.P90ResponseMs = d.MeanMs, 0, 0
 		}
@@ -400,7 +400,7 @@ func checkReport(t *testing.T, x *expected, r *analytics.Report) {
 	assert.Equal(t, len(x.hours), seen, "every hour of the run is in the series")
 }
 
-func countsOf(l []analytics.NameCount) map[string]int64 {
+func countsOf(l []wire.NameCount) map[string]int64 {
 	m := map[string]int64{}
 	for _, nc := range l {
 		m[nc.Name] += nc.Count
@@ -410,12 +410,12 @@ func countsOf(l []analytics.NameCount) map[string]int64 {
 
 // topOf sorts counts as reports do: most first, ties by name; five at most
 // for reasons and tools.
-func topOf(m map[string]int64) []analytics.NameCount {
-	var l []analytics.NameCount
+func topOf(m map[string]int64) []wire.NameCount {
+	var l []wire.NameCount
 	for k, v := range m {
-		l = append(l, analytics.NameCount{Name: k, Count: v})
+		l = append(l, wire.NameCount{Name: k, Count: v})
 	}
-	slices.SortFunc(l, func(a, b analytics.NameCount) int {
+	slices.SortFunc(l, func(a, b wire.NameCount) int {
 		if a.Count != b.Count {
 			return int(b.Count - a.Count)
 		}
@@ -550,7 +550,7 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 	})
 
 	t.Run("recommendations", func(t *testing.T) {
-		recs := map[string]analytics.Recommendation{}
+		recs := map[string]wire.Recommendation{}
 		for _, r := range first.Recommendations {
 			recs[r.Kind+" "+r.Tool] = r
 		}
@@ -662,7 +662,7 @@ func TestAnalytics_ServeHTTP(t *testing.T) {
 	}
 	code, body := get("?hours=3")
 	require.Equal(t, http.StatusOK, code, "%s", body)
-	var r analytics.Report
+	var r wire.AnalyticsReport
 	require.NoError(t, json.Unmarshal(body, &r))
 	checkReport(t, expect(calls), &r)
 	assert.Equal(t, now.UnixMilli(), r.GeneratedAt)
@@ -673,7 +673,7 @@ func TestAnalytics_ServeHTTP(t *testing.T) {
 
 	code, body = get("?hours=2&resolution=minute&until=" + fmt.Sprint(t0.Add(time.Hour).UnixMilli()))
 	require.Equal(t, http.StatusOK, code, "%s", body)
-	r = analytics.Report{}
+	r = wire.AnalyticsReport{}
 	require.NoError(t, json.Unmarshal(body, &r))
 	require.Len(t, r.Series.Points, 120)
 	var asked, decisions int64
@@ -795,7 +795,7 @@ func TestAnalytics_EveryQuorumApproverIsCounted(t *testing.T) {
 	rec := httptest.NewRecorder()
 	a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/analytics", nil))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	var r analytics.Report
+	var r wire.AnalyticsReport
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &r))
 	approved := map[string]int64{}
 	for _, ap := range r.Approvers {
@@ -915,7 +915,7 @@ func TestAnalytics_TimeoutRecommendationSaysWhatTheCallsWaited(t *testing.T) {
 
 	r, err := a.Report(ctx, analytics.ReportOptions{})
 	require.NoError(t, err)
-	var rec *analytics.Recommendation
+	var rec *wire.Recommendation
 	for i := range r.Recommendations {
 		if r.Recommendations[i].Kind == analytics.KindApprovalTimeout {
 			rec = &r.Recommendations[i]

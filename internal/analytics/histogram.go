@@ -3,6 +3,8 @@ package analytics
 import (
 	"math"
 	"slices"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Durations is a bounded histogram of durations in milliseconds, kept in
@@ -93,17 +95,9 @@ func (d *Durations) Quantile(q float64) float64 {
 	return bucketValue(idx[len(idx)-1])
 }
 
-// DurationSummary is what a report says of a Durations.
-type DurationSummary struct {
-	Count  int64   `json:"count"`
-	MeanMs float64 `json:"meanMs"`
-	P50Ms  float64 `json:"p50Ms"`
-	P90Ms  float64 `json:"p90Ms"`
-}
-
 // Summary returns count, mean, p50 and p90, rounded to the millisecond.
-func (d *Durations) Summary() DurationSummary {
-	return DurationSummary{
+func (d *Durations) Summary() wire.DurationSummary {
+	return wire.DurationSummary{
 		Count:  d.Count,
 		MeanMs: math.Round(d.MeanMs()),
 		P50Ms:  math.Round(d.Quantile(0.5)),

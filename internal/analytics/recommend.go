@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // The kinds of recommendation.
@@ -41,56 +42,15 @@ const (
 	TimeoutRateAtLeast = 0.2
 )
 
-// Recommendation is a suggested policy change with the evidence for it.
-type Recommendation struct {
-	Kind string `json:"kind"`
-	Tool string `json:"tool"`
-	// Scope is where the suggested change goes: "default", or
-	// "teams.<team>" when every call of the tool came from one team (Team).
-	Scope string `json:"scope"`
-	Team  string `json:"team,omitempty"`
-	// Summary says in a sentence what was seen and what to do.
-	Summary  string   `json:"summary"`
-	Evidence Evidence `json:"evidence"`
-	// Rule is the allow rule to add (KindAllowRule), in rule syntax.
-	Rule string `json:"rule,omitempty"`
-	// Policy is a policy document (YAML) holding just the change, to merge
-	// into the one in force. Policy rules add up across scopes, so for an
-	// allow rule merging means appending Rule to the scope's rules.allow.
-	Policy string `json:"policy,omitempty"`
-}
-
-// Evidence are the numbers a recommendation rests on.
-type Evidence struct {
-	Asked               int64           `json:"asked"`
-	Decided             int64           `json:"decided"`
-	Approved            int64           `json:"approved"`
-	Rejected            int64           `json:"rejected"`
-	TimedOut            int64           `json:"timedOut"`
-	Overdue             int64           `json:"overdue"`
-	ApprovalRate        float64         `json:"approvalRate"`
-	RejectionRate       float64         `json:"rejectionRate"`
-	TimeoutRate         float64         `json:"timeoutRate"`
-	TimeToDecide        DurationSummary `json:"timeToDecide"`
-	TopRejectionReasons []NameCount     `json:"topRejectionReasons,omitempty"`
-	// ApprovalTimeoutMs is the approval timeout the calls that timed out
-	// were given when they were submitted (the longest, if it changed).
-	ApprovalTimeoutMs int64 `json:"approvalTimeoutMs,omitempty"`
-	// FastestApprovers are the approvers with the quickest median response
-	// (of those with at least 3 decisions), for a tool that times out.
-	FastestApprovers []string `json:"fastestApprovers,omitempty"`
-	LastAskedAt      int64    `json:"lastAskedAt,omitempty"`
-}
-
 // recommend derives the recommendations of a report, ordered by tool and
 // then kind. waited holds, per tool, the shortest and the longest approval
 // timeout its calls that timed out were given (Stats.TimedOutMinMs and
 // TimedOutMaxMs).
-func recommend(r *Report, waited map[string][2]int64) []Recommendation {
-	recs := []Recommendation{}
+func recommend(r *wire.AnalyticsReport, waited map[string][2]int64) []wire.Recommendation {
+	recs := []wire.Recommendation{}
 	for i := range r.Tools {
 		t := &r.Tools[i]
-		ev := Evidence{
+		ev := wire.Evidence{
 			Asked: t.Asked, Decided: t.Decided, Approved: t.Approved, Rejected: t.Rejected,
 			TimedOut: t.TimedOut, Overdue: t.Overdue, ApprovalRate: t.ApprovalRate,
 			RejectionRate: t.RejectionRate, TimeoutRate: t.TimeoutRate, TimeToDecide: t.TimeToDecide,
@@ -100,7 +60,7 @@ func recommend(r *Report, waited map[string][2]int64) []Recommendation {
 		if t.Approved > AllowAfterApprovals && t.Approved == t.Decided && t.Overdue == 0 {
 			doc := &policy.Document{}
 			place(doc, team, &policy.Policy{Rules: policy.Rules{Allow: []string{t.Name}}})
-			recs = append(recs, Recommendation{
+			recs = append(recs, wire.Recommendation{
 				Kind: KindAllowRule, Tool: t.Name, Scope: scope, Team: team,
 				Summary: fmt.Sprintf("%s was approved in all %d of %d decisions (median %s to decide): allow it in %s with the rule %s (every call of the tool, whatever its arguments)",
 					t.Name, t.Approved, t.Decided, fmtMs(t.TimeToDecide.P50Ms), scope, t.Name),
@@ -112,7 +72,7 @@ func recommend(r *Report, waited map[string][2]int64) []Recommendation {
 			for _, r := range t.TopRejectionReasons {
 				reasons = append(reasons, fmt.Sprintf("%q (%d)", r.Name, r.Count))
 			}
-			recs = append(recs, Recommendation{
+			recs = append(recs, wire.Recommendation{
 				Kind: KindReviewRejections, Tool: t.Name, Scope: scope, Team: team,
 				Summary: fmt.Sprintf("%s was rejected in %d of %d decisions (%.0f%%); top reasons: %s",
 					t.Name, t.Rejected, t.Decided, 100*t.RejectionRate, strings.Join(reasons, ", ")),
@@ -152,7 +112,7 @@ func recommend(r *Report, waited map[string][2]int64) []Recommendation {
 			if len(ev.FastestApprovers) > 0 {
 				who = " such as " + strings.Join(ev.FastestApprovers, ", ")
 			}
-			recs = append(recs, Recommendation{
+			recs = append(recs, wire.Recommendation{
 				Kind: KindApprovalTimeout, Tool: t.Name, Scope: scope, Team: team,
 				Summary: fmt.Sprintf("%s timed out in %d of %d requests (%.0f%%) waiting %s: raise approvalTimeoutMs in %s to %s (it applies to every tool there), or add approvers who answer faster%s",
 					t.Name, t.TimedOut+t.Overdue, t.Asked, 100*t.TimeoutRate, wait, scope, longer, who),
@@ -165,7 +125,7 @@ func recommend(r *Report, waited map[string][2]int64) []Recommendation {
 
 // scopeOf is where a change for a tool belongs: the team's scope when all
 // its calls came from one named team, else the default scope.
-func scopeOf(t *ToolReport) (team, scope string) {
+func scopeOf(t *wire.ToolReport) (team, scope string) {
 	if len(t.Teams) == 1 && t.Teams[0].Name != "" && t.Teams[0].Name != otherKey {
 		return t.Teams[0].Name, "teams." + t.Teams[0].Name
 	}
@@ -189,14 +149,14 @@ func marshalPolicy(doc *policy.Document) string {
 }
 
 // fastest names up to n approvers with the quickest median response.
-func fastest(approvers []ApproverReport, n int) []string {
-	var c []ApproverReport
+func fastest(approvers []wire.ApproverReport, n int) []string {
+	var c []wire.ApproverReport
 	for _, a := range approvers {
 		if a.Decisions >= 3 {
 			c = append(c, a)
 		}
 	}
-	slices.SortFunc(c, func(x, y ApproverReport) int {
+	slices.SortFunc(c, func(x, y wire.ApproverReport) int {
 		return cmp.Or(cmp.Compare(x.ResponseTime.P50Ms, y.ResponseTime.P50Ms), cmp.Compare(x.Name, y.Name))
 	})
 	var names []string

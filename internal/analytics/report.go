@@ -20,94 +20,6 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// Report is what the analytics say: GET /v1/analytics and `toolgate stats`
-// show it.
-type Report struct {
-	GeneratedAt int64  `json:"generatedAt"` // epoch milliseconds
-	Generation  uint64 `json:"generation"`
-	// Lag is how many events are not yet counted: when it is not 0, the
-	// numbers are catching up.
-	Lag             uint64           `json:"lag"`
-	Totals          ToolReport       `json:"totals"`
-	Tools           []ToolReport     `json:"tools"`
-	Teams           []ToolReport     `json:"teams"`
-	Approvers       []ApproverReport `json:"approvers"`
-	Recommendations []Recommendation `json:"recommendations"`
-	Series          Series           `json:"series"`
-}
-
-// ToolReport is what happened to the calls of a tool, or of a team.
-type ToolReport struct {
-	Name         string `json:"name"`
-	Calls        int64  `json:"calls"`
-	Asked        int64  `json:"asked"`
-	RanUnasked   int64  `json:"ranUnasked"`
-	PolicyDenied int64  `json:"policyDenied"`
-	Approved     int64  `json:"approved"`
-	Rejected     int64  `json:"rejected"`
-	TimedOut     int64  `json:"timedOut"`
-	Overdue      int64  `json:"overdue"`
-	Cancelled    int64  `json:"cancelled"`
-	Attempts     int64  `json:"attempts"`
-	Succeeded    int64  `json:"succeeded"`
-	Failed       int64  `json:"failed"`
-	// Decided are the asked calls that got an answer: approved, rejected,
-	// or rejected by the timeout.
-	Decided       int64   `json:"decided"`
-	ApprovalRate  float64 `json:"approvalRate"`  // approved / decided
-	RejectionRate float64 `json:"rejectionRate"` // rejected (by a human) / decided
-	TimeoutRate   float64 `json:"timeoutRate"`   // (timed out + overdue) / asked
-	// TimeToDecide is request to a human's decision.
-	TimeToDecide        DurationSummary `json:"timeToDecide"`
-	TopRejectionReasons []NameCount     `json:"topRejectionReasons,omitempty"`
-	// DecidedBy counts the decisions by what made them: the policy's
-	// rules, grants and other settings at submit, humans, quorums,
-	// timeouts, agents' classifiers and channels.
-	DecidedBy         map[machine.Decider]int64 `json:"decidedBy,omitempty"`
-	Cost              float64                   `json:"cost"`
-	EstimatedCost     float64                   `json:"estimatedCost"`
-	ApprovalTimeoutMs int64                     `json:"approvalTimeoutMs,omitempty"` // the longest a call was given
-	Teams             []NameCount               `json:"teams,omitempty"`             // a tool's calls per team
-	LastAskedAt       int64                     `json:"lastAskedAt,omitempty"`
-}
-
-// ApproverReport is one approver's decisions.
-type ApproverReport struct {
-	Name              string          `json:"name"`
-	Decisions         int64           `json:"decisions"`
-	Approved          int64           `json:"approved"`
-	Rejected          int64           `json:"rejected"`
-	ApprovalRate      float64         `json:"approvalRate"`
-	ResponseTime      DurationSummary `json:"responseTime"`
-	MostRejectedTools []NameCount     `json:"mostRejectedTools,omitempty"`
-	// Reviews, of an automated reviewer (reviewer:<name>): the calls it
-	// left to humans, and how often they overruled it.
-	Reviews *ReviewerReport `json:"reviews,omitempty"`
-}
-
-// Series is activity over time, for charts.
-type Series struct {
-	Resolution string        `json:"resolution"` // "hour" or "minute"
-	From       int64         `json:"from"`       // epoch milliseconds, inclusive
-	To         int64         `json:"to"`         // exclusive
-	Points     []SeriesPoint `json:"points"`     // one per interval, oldest first, empty ones included
-}
-
-// SeriesPoint is one interval's activity. Decisions are by the time they
-// were made; their response time is from the call's request.
-type SeriesPoint struct {
-	T              int64   `json:"t"` // start, epoch milliseconds
-	Calls          int64   `json:"calls"`
-	Asked          int64   `json:"asked"`
-	Decisions      int64   `json:"decisions"`
-	Approved       int64   `json:"approved"`
-	Rejected       int64   `json:"rejected"`
-	TimedOut       int64   `json:"timedOut"`
-	MeanResponseMs float64 `json:"meanResponseMs"`
-	P50ResponseMs  float64 `json:"p50ResponseMs,omitempty"` // hourly points only
-	P90ResponseMs  float64 `json:"p90ResponseMs,omitempty"`
-}
-
 // Resolutions of a Series.
 const (
 	ResolutionHour   = wire.AnalyticsByHour
@@ -116,7 +28,7 @@ const (
 
 // Windows a report's series may span.
 const (
-	DefaultSeriesHours   = 24
+	DefaultSeriesHours   = wire.DefaultAnalyticsHours
 	MaxSeriesHours       = wire.MaxAnalyticsHours
 	MaxMinuteSeriesHours = wire.MaxAnalyticsMinuteHours
 )
@@ -157,7 +69,7 @@ func (o *ReportOptions) normalize(now time.Time) error {
 var ErrBadOptions = errors.New("bad report options")
 
 // Report reads the aggregates of the generation in force.
-func (a *Analytics) Report(ctx context.Context, opts ReportOptions) (*Report, error) {
+func (a *Analytics) Report(ctx context.Context, opts ReportOptions) (*wire.AnalyticsReport, error) {
 	now := a.now()
 	if err := opts.normalize(now); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadOptions, err)
@@ -166,8 +78,8 @@ func (a *Analytics) Report(ctx context.Context, opts ReportOptions) (*Report, er
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{GeneratedAt: now.UnixMilli(), Generation: gen,
-		Tools: []ToolReport{}, Teams: []ToolReport{}, Approvers: []ApproverReport{}}
+	r := &wire.AnalyticsReport{GeneratedAt: now.UnixMilli(), Generation: gen,
+		Tools: []wire.ToolReport{}, Teams: []wire.ToolReport{}, Approvers: []wire.ApproverReport{}}
 	if r.Lag, err = a.lag(ctx, gen); err != nil {
 		return nil, err
 	}
@@ -238,7 +150,7 @@ func (a *Analytics) readAggregates(ctx context.Context, gen uint64) ([]*toolStat
 }
 
 // series reads the hours of the window.
-func (a *Analytics) series(ctx context.Context, gen uint64, opts ReportOptions) (Series, error) {
+func (a *Analytics) series(ctx context.Context, gen uint64, opts ReportOptions) (wire.AnalyticsSeries, error) {
 	end := opts.Until.UTC().Truncate(time.Hour).Add(time.Hour)
 	start := end.Add(-time.Duration(opts.Hours) * time.Hour)
 	hours := make([]*HourStats, opts.Hours)
@@ -264,9 +176,9 @@ func (a *Analytics) series(ctx context.Context, gen uint64, opts ReportOptions) 
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return Series{}, err
+		return wire.AnalyticsSeries{}, err
 	}
-	s := Series{Resolution: opts.Resolution, From: start.UnixMilli(), To: end.UnixMilli(), Points: []SeriesPoint{}}
+	s := wire.AnalyticsSeries{Resolution: opts.Resolution, From: start.UnixMilli(), To: end.UnixMilli(), Points: []wire.SeriesPoint{}}
 	for _, h := range hours {
 		if opts.Resolution == ResolutionHour {
 			p := h.Point.report(h.Hour)
@@ -286,8 +198,8 @@ func (a *Analytics) series(ctx context.Context, gen uint64, opts ReportOptions) 
 	return s, nil
 }
 
-func (p *Point) report(t int64) SeriesPoint {
-	sp := SeriesPoint{T: t, Calls: p.Calls, Asked: p.Asked, Decisions: p.Approved + p.Rejected,
+func (p *Point) report(t int64) wire.SeriesPoint {
+	sp := wire.SeriesPoint{T: t, Calls: p.Calls, Asked: p.Asked, Decisions: p.Approved + p.Rejected,
 		Approved: p.Approved, Rejected: p.Rejected, TimedOut: p.TimedOut}
 	if sp.Decisions > 0 {
 		sp.MeanResponseMs = math.Round(float64(p.ResponseSumMs) / float64(sp.Decisions))
@@ -302,9 +214,9 @@ func ratio(n, d int64) float64 {
 	return float64(n) / float64(d)
 }
 
-func (s *Stats) report() ToolReport {
+func (s *Stats) report() wire.ToolReport {
 	decided := s.Approved + s.Rejected + s.TimedOut
-	return ToolReport{
+	return wire.ToolReport{
 		Name: s.Name, Calls: s.Calls, Asked: s.Asked, RanUnasked: s.RanUnasked, PolicyDenied: s.PolicyDenied,
 		Approved: s.Approved, Rejected: s.Rejected, TimedOut: s.TimedOut, Overdue: s.Overdue,
 		Cancelled: s.Cancelled, Attempts: s.Attempts, Succeeded: s.Succeeded, Failed: s.Failed,
@@ -322,14 +234,14 @@ func (s *Stats) report() ToolReport {
 	}
 }
 
-func (t *toolStats) report() ToolReport {
+func (t *toolStats) report() wire.ToolReport {
 	r := t.Stats.report()
 	r.Teams = top(t.Teams, maxTeamsKept+1)
 	return r
 }
 
-func (a *ApproverStats) report() ApproverReport {
-	return ApproverReport{
+func (a *ApproverStats) report() wire.ApproverReport {
+	return wire.ApproverReport{
 		Name: a.Name, Decisions: a.Approved + a.Rejected, Approved: a.Approved, Rejected: a.Rejected,
 		ApprovalRate:      ratio(a.Approved, a.Approved+a.Rejected),
 		ResponseTime:      a.Response.Summary(),

@@ -25,16 +25,6 @@ type ReviewerStats struct {
 	Upheld    int64 `json:"upheld,omitempty"`
 }
 
-// ReviewerReport is ReviewerStats as the report shows them.
-type ReviewerReport struct {
-	Escalated int64 `json:"escalated"`
-	Refused   int64 `json:"refused"`
-	// Overruled counts the calls it left to humans, leaning one way,
-	// that a human decided the other way; Upheld, the same way.
-	Overruled int64 `json:"overruled"`
-	Upheld    int64 `json:"upheld"`
-}
-
 // reviewersOf are the reviewers whose aggregates ev changes besides its
 // decider's: the reviewer of a review, and on a human's decision, every
 // reviewer that left the call to humans leaning one way.
@@ -106,10 +96,10 @@ func (s *ReviewerStats) add(name string, ev event) bool {
 	return false
 }
 
-func (s ReviewerStats) report() *ReviewerReport {
+func (s ReviewerStats) report() *wire.ReviewerReport {
 	if s == (ReviewerStats{}) {
 		return nil
 	}
-	r := ReviewerReport(s)
+	r := wire.ReviewerReport(s)
 	return &r
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // TestAnalytics_PerReviewer: a reviewer's approvals and rejections are
@@ -70,9 +70,9 @@ func TestAnalytics_PerReviewer(t *testing.T) {
 	rec := httptest.NewRecorder()
 	a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/analytics", nil))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	var r analytics.Report
+	var r wire.AnalyticsReport
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &r))
-	by := map[string]analytics.ApproverReport{}
+	by := map[string]wire.ApproverReport{}
 	for _, ap := range r.Approvers {
 		by[ap.Name] = ap
 	}
@@ -80,7 +80,7 @@ func TestAnalytics_PerReviewer(t *testing.T) {
 	assert.EqualValues(t, 1, rv.Approved)
 	assert.EqualValues(t, 1, rv.Rejected)
 	require.NotNil(t, rv.Reviews)
-	assert.Equal(t, analytics.ReviewerReport{Escalated: 3, Refused: 1, Overruled: 2, Upheld: 1}, *rv.Reviews)
+	assert.Equal(t, wire.ReviewerReport{Escalated: 3, Refused: 1, Overruled: 2, Upheld: 1}, *rv.Reviews)
 	assert.EqualValues(t, 2, by["alice"].Approved)
 	assert.EqualValues(t, 2, by["alice"].Rejected)
 	assert.Nil(t, by["alice"].Reviews, "a human's own stats have no reviews")

@@ -28,7 +28,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/internal/httpapi"
@@ -806,7 +805,7 @@ func TestInbox_Analytics(t *testing.T) {
 			hour = time.Now().Truncate(time.Hour)
 			plan = analyticsScript(hour)
 			in.play(clk, plan)
-			in.analytics(func(r *analytics.Report) bool {
+			in.analytics(func(r *wire.AnalyticsReport) bool {
 				return r.Totals.Decided == int64(len(plan)) && r.Totals.Succeeded == 12
 			})
 			bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the shadow's report counts every call", func() (bool, any) {
@@ -1012,7 +1011,7 @@ func TestInbox_AnalyticsScreenshot(t *testing.T) {
 	in := startInboxWith(t, screenshotAnalyticsPolicy, tokens, inboxOptions{now: clk.Now, analytics: true})
 	plan := busyDay(time.Now().Add(-time.Minute))
 	in.play(clk, plan)
-	in.analytics(func(r *analytics.Report) bool { return r.Totals.Decided == int64(len(plan)) })
+	in.analytics(func(r *wire.AnalyticsReport) bool { return r.Totals.Decided == int64(len(plan)) })
 
 	p := openPage(t, browser, in.url+"/#analytics")
 	p.do(chromedp.EmulateViewport(1200, 1000, chromedp.EmulateScale(2)))

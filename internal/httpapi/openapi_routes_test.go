@@ -23,7 +23,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/internal/httpapi"
@@ -581,7 +580,7 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 		}
 		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "GET", path: "/v1/rate-limits", token: specAgent}, nil))
 		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/me", token: specAgent}, nil))
-		var report analytics.Report
+		var report wire.AnalyticsReport
 		bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the analytics count every call", func() (bool, any) {
 			require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/analytics?hours=2&resolution=hour", token: specViewer}, &report))
 			return report.Lag == 0 && report.Totals.Calls >= 9 && len(report.Approvers) > 0, report.Totals

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/machine"
@@ -79,12 +78,12 @@ func (in *inboxServer) play(clk *toolgatetest.Clock, calls []scripted) {
 
 // analytics waits until /v1/analytics has counted every event and done
 // says it holds what the test played, and returns it.
-func (in *inboxServer) analytics(done func(r *analytics.Report) bool) *analytics.Report {
+func (in *inboxServer) analytics(done func(r *wire.AnalyticsReport) bool) *wire.AnalyticsReport {
 	t := in.t
 	t.Helper()
-	var r *analytics.Report
+	var r *wire.AnalyticsReport
 	// Not in.do: an error is what the wait last saw, not the test's end.
-	get := func() (*analytics.Report, error) {
+	get := func() (*wire.AnalyticsReport, error) {
 		req, err := http.NewRequestWithContext(t.Context(), "GET", in.url+"/v1/analytics", nil)
 		if err != nil {
 			return nil, err
@@ -98,7 +97,7 @@ func (in *inboxServer) analytics(done func(r *analytics.Report) bool) *analytics
 		if resp.StatusCode != http.StatusOK {
 			return nil, fmt.Errorf("GET /v1/analytics: %s", resp.Status)
 		}
-		var got analytics.Report
+		var got wire.AnalyticsReport
 		return &got, json.NewDecoder(resp.Body).Decode(&got)
 	}
 	bustest.Eventually(t, 20*time.Second, 20*time.Millisecond, "the analytics counted the scripted history", func() (bool, any) {

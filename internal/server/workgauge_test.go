@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // TestRunnableCallsGauge: /metrics says how many calls wait for an
@@ -70,9 +70,7 @@ func TestAnalyticsLagGauge(t *testing.T) {
 	require.NoError(t, err)
 	bustest.WaitRelayed(t, g.JS)
 	waitForMetric(t, g.HTTPURL, "toolgate_analytics_lag_events 0")
-	raw, err := g.Client.Analytics(t.Context(), 1)
+	r, err := g.Client.Analytics(t.Context(), wire.AnalyticsRequest{Hours: 1})
 	require.NoError(t, err)
-	var r struct{ Totals struct{ Calls int64 } }
-	require.NoError(t, json.Unmarshal(raw, &r))
-	require.EqualValues(t, 1, r.Totals.Calls, "the call is in the aggregates: %s", raw)
+	require.EqualValues(t, 1, r.Totals.Calls, "the call is in the aggregates: %+v", r.Totals)
 }
