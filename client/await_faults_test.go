@@ -58,7 +58,7 @@ func TestAwait_ReadsAgainWhenItsConnectionComesBack(t *testing.T) {
 	bustest.Eventually(t, 20*time.Second, 5*time.Millisecond, "the agent read its entry 3 times", func() (bool, any) { n := reads.Load(); return n >= 3, n })
 	proxy.Cut()
 	bustest.Eventually(t, 10*time.Second, time.Millisecond, "the agent disconnected", func() (bool, any) { return !nc.IsConnected(), nc.Status() })
-	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "alice"})
+	_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice"})
 	require.NoError(t, err)
 	bustest.WaitRelayed(t, g.JS) // announced, to nobody
 	assertStillWaiting(t, got)

@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // lifecycleAgents is how many agents run lifecycles at once, and how many
@@ -134,7 +135,7 @@ func runLifecycles(b *testing.B, agent, approver *client.Client, round string) t
 		call := machine.Call{ToolCallID: fmt.Sprintf("%s-%d", round, i), ToolName: "noop", Arguments: json.RawMessage(`{}`), CallerBotID: "agent", ConversationID: "bench"}
 		e, err := agent.Submit(ctx, call)
 		if err == nil {
-			_, err = approver.Decide(ctx, e.PendingID, client.Decision{Approve: true})
+			_, err = approver.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true})
 		}
 		if err == nil {
 			_, err = agent.Await(ctx, e.PendingID, client.UntilFinished())

@@ -315,26 +315,18 @@ func (c *Client) List(ctx context.Context, r wire.ListRequest) ([]*machine.Entry
 	}
 }
 
-// Decision is a human's answer to a pending call: Approve or not, By whom,
-// with a Reason, the Scope of an approval (once, session, always; empty is
-// once) and, on an approval, edited Arguments to run instead of the
-// agent's.
-type Decision = machine.Decision
-
-// Decide approves or rejects a pending call. A call someone (or the timer)
-// already decided is refused with an error matching machine.ErrConflict
-// whose message says who decided it, when and why; a decider who may not
-// decide it, with machine.ErrForbidden.
-func (c *Client) Decide(ctx context.Context, pendingID string, d Decision) (*machine.Entry, error) {
-	var e machine.Entry
+// Decide approves or rejects the pending call r.PendingID. A call someone
+// (or the timer) already decided is refused with an error matching
+// machine.ErrConflict whose message says who decided it, when and why; a
+// decider who may not decide it, with machine.ErrForbidden.
+func (c *Client) Decide(ctx context.Context, r wire.DecideRequest) (*machine.Entry, error) {
 	// One request id for every time the decision is sent: one sent again
 	// after its answer was lost is answered with what the first wrote.
-	err := c.request(ctx, wire.EndpointDecide, wire.DecideRequest{
-		PendingID: pendingID, Approved: d.Approve, By: d.By, Reason: d.Reason, Scope: d.Scope, Arguments: d.Arguments,
-		ForMs: d.For.Milliseconds(), PersistRule: d.PersistRule, SingleUse: d.SingleUse, RequestID: requestID(),
-		Result: d.Result, Interrupt: d.Interrupt,
-	}, &e)
-	if err != nil {
+	if r.RequestID == "" {
+		r.RequestID = requestID()
+	}
+	var e machine.Entry
+	if err := c.request(ctx, wire.EndpointDecide, r, &e); err != nil {
 		return nil, err
 	}
 	return &e, nil

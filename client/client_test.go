@@ -95,7 +95,7 @@ func TestAwait_ApprovalWithEditedArguments(t *testing.T) {
 
 	got := awaitAsync(g.c, ctx, e.PendingID)
 	assertStillWaiting(t, got)
-	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "alice", Reason: "only build/",
+	_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice", Reason: "only build/",
 		Arguments: json.RawMessage(`{"command":"rm -r build/out"}`)})
 	require.NoError(t, err)
 
@@ -117,7 +117,7 @@ func TestAwait_RejectionIsAnErrorNeverAResult(t *testing.T) {
 	e, err := g.c.Submit(ctx, bash("c1", "t1", "git push --force"))
 	require.NoError(t, err)
 	got := awaitAsync(g.c, ctx, e.PendingID)
-	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{By: "alice", Reason: "not on main"})
+	_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, By: "alice", Reason: "not on main"})
 	require.NoError(t, err)
 
 	r := receive(t, got)
@@ -232,7 +232,7 @@ func TestAwait_UntilFinishedWaitsForTheRun(t *testing.T) {
 	gotOK := awaitAsync(agent, ctx, ok.PendingID, client.UntilFinished())
 	gotBad := awaitAsync(agent, ctx, bad.PendingID, client.UntilFinished())
 	for _, id := range []string{ok.PendingID, bad.PendingID} {
-		_, err = executor.Decide(ctx, id, client.Decision{Approve: true, By: "alice"})
+		_, err = executor.Decide(ctx, wire.DecideRequest{PendingID: id, Approved: true, By: "alice"})
 		require.NoError(t, err)
 		_, err = executor.Started(ctx, id, "exec-1")
 		require.NoError(t, err)
@@ -266,7 +266,7 @@ func TestAwait_RunningCallIsNotHandedOutAgain(t *testing.T) {
 	ctx := t.Context()
 	e, err := g.c.Submit(ctx, bash("c1", "t1", "make deploy"))
 	require.NoError(t, err)
-	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "alice"})
+	_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice"})
 	require.NoError(t, err)
 	_, err = g.c.Started(ctx, e.PendingID, "bot")
 	require.NoError(t, err)
@@ -293,13 +293,13 @@ func TestDecide_RefusalsMatchTheDomainErrors(t *testing.T) {
 	e, err := g.c.Submit(ctx, bash("c1", "t1", "make deploy"))
 	require.NoError(t, err)
 
-	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "mallory"})
+	_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "mallory"})
 	require.ErrorIs(t, err, machine.ErrForbidden)
 	assert.Contains(t, err.Error(), "mallory is not among this call's approvers")
 
-	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{By: "alice", Reason: "not today"})
+	_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, By: "alice", Reason: "not today"})
 	require.NoError(t, err)
-	_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "bob"})
+	_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "bob"})
 	require.ErrorIs(t, err, machine.ErrConflict)
 	assert.Contains(t, err.Error(), "REJECTED_BY_USER by alice")
 	assert.Contains(t, err.Error(), "not today")
@@ -315,6 +315,33 @@ func TestDecide_RefusalsMatchTheDomainErrors(t *testing.T) {
 	assert.ErrorIs(t, err, machine.ErrNotFound, "a wildcard is no pendingId")
 	_, err = g.c.Submit(ctx, machine.Call{ToolName: "no spaces", CallerBotID: "bot", ConversationID: "c1"})
 	assert.ErrorIs(t, err, machine.ErrInvalid)
+}
+
+// TestDecide_ARequestIDNamesOneDecisionAcrossItsSends: a decision sent
+// again with its requestId (its first answer lost) is answered with what
+// the first wrote; one sent without gets an id of its own each time, so
+// a second is a decision of its own, refused as a conflict.
+func TestDecide_ARequestIDNamesOneDecisionAcrossItsSends(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, "default: {approvers: [alice]}")
+	ctx := t.Context()
+	named, err := g.c.Submit(ctx, bash("c1", "t1", "make deploy"))
+	require.NoError(t, err)
+	unnamed, err := g.c.Submit(ctx, bash("c1", "t2", "make deploy"))
+	require.NoError(t, err)
+
+	d := wire.DecideRequest{PendingID: named.PendingID, Approved: true, By: "alice", RequestID: "approve-t1"}
+	first, err := g.c.Decide(ctx, d)
+	require.NoError(t, err)
+	again, err := g.c.Decide(ctx, d)
+	require.NoError(t, err, "the same decision sent again")
+	assert.Equal(t, first, again)
+
+	d = wire.DecideRequest{PendingID: unnamed.PendingID, Approved: true, By: "alice"}
+	_, err = g.c.Decide(ctx, d)
+	require.NoError(t, err)
+	_, err = g.c.Decide(ctx, d)
+	assert.ErrorIs(t, err, machine.ErrConflict, "a second decision, not the first sent again")
 }
 
 func TestClient_ListAndCancelConversation(t *testing.T) {
@@ -388,7 +415,7 @@ func TestAwait_ManyAgentsOneDecisionEach(t *testing.T) {
 	}
 	var approved atomic.Int32
 	for i, id := range ids {
-		_, err := g.c.Decide(ctx, id, client.Decision{Approve: i%2 == 0, By: "alice"})
+		_, err := g.c.Decide(ctx, wire.DecideRequest{PendingID: id, Approved: i%2 == 0, By: "alice"})
 		require.NoError(t, err)
 	}
 	for i, ch := range chans {
@@ -440,7 +467,7 @@ func TestAwait_AfterItsSubmitReadsNothing(t *testing.T) {
 	second, err := agent.Submit(ctx, call("second"))
 	require.NoError(t, err)
 	require.Equal(t, machine.StatePendingApproval, second.Status)
-	_, err = g.c.Decide(ctx, second.PendingID, client.Decision{Approve: true, By: "alice"})
+	_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: second.PendingID, Approved: true, By: "alice"})
 	require.NoError(t, err)
 	out, err := agent.Await(ctx, second.PendingID)
 	require.NoError(t, err)
@@ -450,7 +477,7 @@ func TestAwait_AfterItsSubmitReadsNothing(t *testing.T) {
 
 	// The first submit taught the client its name only in its answer:
 	// Await subscribes then, and reads.
-	_, err = g.c.Decide(ctx, first.PendingID, client.Decision{Approve: true, By: "bob"})
+	_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: first.PendingID, Approved: true, By: "bob"})
 	require.NoError(t, err)
 	out, err = agent.Await(ctx, first.PendingID)
 	require.NoError(t, err)

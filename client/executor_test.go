@@ -144,9 +144,9 @@ func TestExecutor_NeverRunsARefusedCall(t *testing.T) {
 		var err error
 		switch i % 4 {
 		case 0:
-			_, err = g.c.Decide(ctx, id, client.Decision{Approve: true, By: "alice"})
+			_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: id, Approved: true, By: "alice"})
 		case 1:
-			_, err = g.c.Decide(ctx, id, client.Decision{Approve: false, By: "alice", Reason: "no"})
+			_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: id, Approved: false, By: "alice", Reason: "no"})
 		case 2:
 			_, err = timer.Expire(ctx, id)
 		case 3:
@@ -322,7 +322,7 @@ default:
 			if err != nil || e.Status != machine.StatePendingApproval {
 				return err
 			}
-			_, err = g.c.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "alice"})
+			_, err = g.c.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice"})
 			return err
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // waitPolicy asks a human about Bash, denies rm -rf, and in conversation
@@ -72,7 +73,7 @@ func TestSubmitAndWait_Decisions(t *testing.T) {
 		t.Parallel()
 		verdict, pending := submitAndWaitAsync(t.Context(), g.c, bash("approve", "t1", "rm -r build"), long)
 		e := receivePending(t, pending)
-		_, err := g.c.Decide(t.Context(), e.PendingID, client.Decision{Approve: true, By: "alice",
+		_, err := g.c.Decide(t.Context(), wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice",
 			Arguments: json.RawMessage(`{"command":"rm -r build/out"}`)})
 		require.NoError(t, err)
 		v := receiveVerdict(t, verdict)
@@ -86,7 +87,7 @@ func TestSubmitAndWait_Decisions(t *testing.T) {
 		t.Parallel()
 		verdict, pending := submitAndWaitAsync(t.Context(), g.c, bash("reject", "t1", "git push"), long)
 		e := receivePending(t, pending)
-		_, err := g.c.Decide(t.Context(), e.PendingID, client.Decision{By: "alice", Reason: "not on main"})
+		_, err := g.c.Decide(t.Context(), wire.DecideRequest{PendingID: e.PendingID, By: "alice", Reason: "not on main"})
 		require.NoError(t, err)
 		v := receiveVerdict(t, verdict)
 		assert.Equal(t, client.VerdictRefused, v.Kind, "%+v", v)
@@ -175,7 +176,7 @@ func TestWithdraw_DecisionThatCameFirstStands(t *testing.T) {
 	g := startGate(t, waitPolicy)
 	e, err := g.c.Submit(t.Context(), bash("first", "t1", "git push"))
 	require.NoError(t, err)
-	_, err = g.c.Decide(t.Context(), e.PendingID, client.Decision{By: "alice", Reason: "no"})
+	_, err = g.c.Decide(t.Context(), wire.DecideRequest{PendingID: e.PendingID, By: "alice", Reason: "no"})
 	require.NoError(t, err)
 	v := g.c.Withdraw(t.Context(), e.PendingID, "the agent stopped", long)
 	assert.Equal(t, client.VerdictRefused, v.Kind, "%+v", v)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/machine"
@@ -258,13 +259,14 @@ func approveCmd(out cliOutput) *cliCmd {
 			"name, or a rule such as 'Bash(git push *)', covering a call as an allow rule would),\n"+
 			"each its own decision; it lists what was approved and what was skipped and why.", out).connFlags().jsonFlag("the entry")
 	var (
-		d             client.Decision
+		d             wire.DecideRequest
 		scope, edited string
+		grantFor      time.Duration
 	)
 	c.fs.StringVar(&d.Reason, "reason", "", "why (the agent is told)")
 	c.fs.StringVar(&scope, "scope", "once", "how far the approval reaches: once, task (the call's task), session or always")
 	c.fs.StringVar(&edited, "args", "", "run the call with these arguments instead (a JSON object)")
-	c.fs.DurationVar(&d.For, "for", 0, "with --scope session or always: the grant ends after this long (e.g. 2h); default: until revoked")
+	c.fs.DurationVar(&grantFor, "for", 0, "with --scope session or always: the grant ends after this long (e.g. 2h); default: until revoked")
 	c.fs.BoolVar(&d.SingleUse, "single-use", false, "with --scope session or always: the grant lets one more call run, then is gone")
 	c.fs.BoolVar(&d.PersistRule, "persist-rule", false, "with --scope always: write an allow rule into the team's policy instead of a grant (admins only)")
 	m := c.matchFlags()
@@ -274,7 +276,7 @@ func approveCmd(out cliOutput) *cliCmd {
 			return err
 		}
 		if m.req.Match != "" {
-			if scope != string(machine.ScopeOnce) || edited != "" || d.For != 0 || d.PersistRule || d.SingleUse {
+			if scope != string(machine.ScopeOnce) || edited != "" || grantFor != 0 || d.PersistRule || d.SingleUse {
 				return c.usagef("--match: approves each call once, as asked: no --scope or --args")
 			}
 			return m.decide(ctx, c, pos, true, d.Reason)
@@ -282,7 +284,7 @@ func approveCmd(out cliOutput) *cliCmd {
 		if len(pos) == 0 {
 			return c.usagef("missing the call's ID, or --match PATTERN")
 		}
-		d.Approve, d.Scope = true, machine.Scope(scope)
+		d.PendingID, d.Approved, d.Scope, d.ForMs = pos[0], true, machine.Scope(scope), grantFor.Milliseconds()
 		switch d.Scope {
 		case machine.ScopeOnce, machine.ScopeTask, machine.ScopeSession, machine.ScopeAlways:
 		default:
@@ -299,7 +301,7 @@ func approveCmd(out cliOutput) *cliCmd {
 				return c.usagef("--dry-run: shows the grant an approval of the call as asked would record; leave out --args")
 			}
 		}
-		return decide(ctx, c, pos[0], d, m.req.DryRun)
+		return decide(ctx, c, d, m.req.DryRun)
 	}
 	return c
 }
@@ -311,7 +313,7 @@ func rejectCmd(out cliOutput) *cliCmd {
 		"Reject a pending call; the agent is told it was refused, and why.\n"+
 			"A call someone else already decided is refused (exit 1), saying who decided it.\n"+
 			"With --match, reject every call pending approval that the pattern covers (see approve).", out).connFlags().jsonFlag("the entry")
-	var d client.Decision
+	var d wire.DecideRequest
 	c.fs.StringVar(&d.Reason, "reason", "", "why (required: the agent is told)")
 	c.fs.BoolVar(&d.Interrupt, "interrupt", false, "ask the agent to stop its turn, not only this call (Claude Code: the turn ends)")
 	m := c.matchFlags()
@@ -335,7 +337,8 @@ func rejectCmd(out cliOutput) *cliCmd {
 		if m.req.DryRun {
 			return c.usagef("--dry-run: with --match only (a rejection records no grant to preview)")
 		}
-		return decide(ctx, c, pos[0], d, false)
+		d.PendingID = pos[0]
+		return decide(ctx, c, d, false)
 	}
 	return c
 }
@@ -349,7 +352,7 @@ func respondCmd(out cliOutput) *cliCmd {
 			"answered so. The result is any JSON value, at most 64 KiB; @FILE reads it\n"+
 			"from a file (@- from standard input).", out).connFlags().jsonFlag("the entry")
 	var (
-		d      client.Decision
+		d      wire.DecideRequest
 		result string
 	)
 	c.fs.StringVar(&result, "result", "", "the tool's result to hand the agent: JSON, or @FILE")
@@ -380,8 +383,8 @@ func respondCmd(out cliOutput) *cliCmd {
 		case !json.Valid(raw):
 			return c.usagef("--result: not valid JSON (a string is quoted: '\"done\"')")
 		}
-		d.Result = raw
-		return decide(ctx, c, pos[0], d, false)
+		d.PendingID, d.Result = pos[0], raw
+		return decide(ctx, c, d, false)
 	}
 	return c
 }
@@ -444,11 +447,11 @@ func (m *matchFlags) print(out cliOutput, approve bool, reply *wire.DecideMatchi
 //
 // A dry run is an approval that records a grant (approve and reject
 // refuse any other).
-func decide(ctx context.Context, c *cliCmd, id string, d client.Decision, dryRun bool) error {
+func decide(ctx context.Context, c *cliCmd, d wire.DecideRequest, dryRun bool) error {
 	w := c.out.stdout
 	if dryRun {
 		return call(ctx, c, func(ctx context.Context, cl *client.Client) (*wire.GrantPreview, error) {
-			return cl.GrantPreview(ctx, id, d.Scope)
+			return cl.GrantPreview(ctx, d.PendingID, d.Scope)
 		}, func(grant *wire.GrantPreview) error {
 			if d.PersistRule {
 				fmt.Fprintf(w, "would write the allow rule %s into the policy (dry run, nothing decided)\n", grant.Pattern)
@@ -460,24 +463,24 @@ func decide(ctx context.Context, c *cliCmd, id string, d client.Decision, dryRun
 	}
 	var grant *wire.GrantPreview
 	return call(ctx, c, func(ctx context.Context, cl *client.Client) (e *machine.Entry, err error) {
-		if d.Approve && d.Scope != machine.ScopeOnce && len(d.Arguments) == 0 {
-			if grant, err = cl.GrantPreview(ctx, id, d.Scope); err != nil {
+		if d.Approved && d.Scope != machine.ScopeOnce && len(d.Arguments) == 0 {
+			if grant, err = cl.GrantPreview(ctx, d.PendingID, d.Scope); err != nil {
 				return nil, err
 			}
 		}
-		return cl.Decide(ctx, id, d)
+		return cl.Decide(ctx, d)
 	}, func(e *machine.Entry) error { printDecided(w, e, d, grant); return nil })
 }
 
 // printDecided says what deciding a call as d did, and what a grant the
 // approval recorded covers.
-func printDecided(w io.Writer, e *machine.Entry, d client.Decision, grant *wire.GrantPreview) {
+func printDecided(w io.Writer, e *machine.Entry, d wire.DecideRequest, grant *wire.GrantPreview) {
 	if e.Status == machine.StatePendingApproval {
 		// A say its quorum needs others besides.
 		fmt.Fprintf(w, "%s: recorded, still pending: %s\n", e.PendingID, e.Needed())
 		return
 	}
-	if d.Approve {
+	if d.Approved {
 		fmt.Fprintf(w, "approved %s (%s) as %s, scope %s\n", e.PendingID, e.ToolName, e.ApprovedOrRejectedByUserID, e.DecisionScope)
 		if grant != nil && !d.PersistRule {
 			fmt.Fprintf(w, "grants: %s\n", grant.Pattern)
@@ -486,8 +489,8 @@ func printDecided(w io.Writer, e *machine.Entry, d client.Decision, grant *wire.
 			fmt.Fprintf(w, "it runs with the arguments %s\n", e.ToolArguments)
 		}
 		until := "until revoked (toolgate grants revoke)"
-		if d.For > 0 {
-			until = "for " + d.For.String()
+		if d.ForMs > 0 {
+			until = "for " + (time.Duration(d.ForMs) * time.Millisecond).String()
 		}
 		if d.SingleUse {
 			until = "once, " + until

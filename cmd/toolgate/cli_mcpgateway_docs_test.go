@@ -27,6 +27,7 @@ import (
 	"github.com/toolgate/toolgate/internal/mcpgateway"
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // section is a fenced code block of a markdown document and the heading
@@ -359,7 +360,7 @@ func checkTasksExchange(t *testing.T, where, script string, replies map[float64]
 		wantResult, _ := want["result"].(map[string]any)
 		var got map[string]any
 		if method == "tasks/get" && wantResult["status"] == "completed" {
-			_, err := approver.Decide(t.Context(), taskID.(string), client.Decision{Approve: true, Reason: "docs"})
+			_, err := approver.Decide(t.Context(), wire.DecideRequest{PendingID: taskID.(string), Approved: true, Reason: "docs"})
 			require.NoError(t, err, where)
 			bustest.Eventually(t, 30*time.Second, 50*time.Millisecond, where+": the task completes", func() (bool, any) {
 				got = r.result(r.call(int(id), method, params))

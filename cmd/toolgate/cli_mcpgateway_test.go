@@ -20,7 +20,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/internal/server"
@@ -230,7 +229,7 @@ func TestMCPGateway_HandWrittenClientOverStdio(t *testing.T) {
 	first := pending()
 	assert.True(t, strings.HasPrefix(first.ConversationID, "handwritten-"), first.ConversationID)
 	assert.Equal(t, "agent", first.CallerBotID)
-	_, err = approver.Decide(t.Context(), first.PendingID, client.Decision{Approve: false, Reason: "not /etc"})
+	_, err = approver.Decide(t.Context(), wire.DecideRequest{PendingID: first.PendingID, Approved: false, Reason: "not /etc"})
 	require.NoError(t, err)
 	text, isError = toolText(t, r.result(rejected))
 	assert.True(t, isError)
@@ -239,7 +238,7 @@ func TestMCPGateway_HandWrittenClientOverStdio(t *testing.T) {
 	// Edited: the upstream runs the approver's arguments.
 	edited := r.call(5, "tools/call", map[string]any{"name": "write_file", "arguments": map[string]any{"path": "/etc/hosts", "content": "x"}})
 	second := pending(first.PendingID)
-	_, err = approver.Decide(t.Context(), second.PendingID, client.Decision{Approve: true, Reason: "sandboxed",
+	_, err = approver.Decide(t.Context(), wire.DecideRequest{PendingID: second.PendingID, Approved: true, Reason: "sandboxed",
 		Arguments: json.RawMessage(`{"path":"/tmp/hosts","content":"x"}`)})
 	require.NoError(t, err)
 	text, isError = toolText(t, r.result(edited))

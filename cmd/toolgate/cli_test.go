@@ -376,7 +376,7 @@ func TestCLI_SecondDecisionIsRefusedNamingWhoDecidedFirst(t *testing.T) {
 	r := cli(t, url, "approve", e.PendingID, as(t, url, "mallory"))
 	assert.Equal(t, exitRefused, r.code)
 	assert.Contains(t, r.stderr, "mallory is not among this call's approvers")
-	_, err = bot.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "mallory"})
+	_, err = bot.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "mallory"})
 	assert.ErrorIs(t, err, machine.ErrForbidden)
 
 	r = cli(t, url, "reject", e.PendingID, as(t, url, "alice"), "--reason", "plan first")
@@ -387,7 +387,7 @@ func TestCLI_SecondDecisionIsRefusedNamingWhoDecidedFirst(t *testing.T) {
 	assert.Contains(t, r.stderr, "toolgate approve: ")
 	assert.Contains(t, r.stderr, "is REJECTED_BY_USER by alice")
 	assert.Contains(t, r.stderr, "(plan first)")
-	_, err = bot.Decide(ctx, e.PendingID, client.Decision{Approve: true, By: "bob"})
+	_, err = bot.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "bob"})
 	assert.ErrorIs(t, err, machine.ErrConflict)
 
 	r = cli(t, url, "show", "conv-c.nope")
@@ -403,7 +403,7 @@ func TestCLI_SubmitWaitPrintsTheOutcome(t *testing.T) {
 
 	// submitWait runs `submit --wait` in the background and answers it
 	// with decide once its call is pending.
-	submitWait := func(id string, d client.Decision, extra ...string) cliResult {
+	submitWait := func(id string, d wire.DecideRequest, extra ...string) cliResult {
 		t.Helper()
 		done := make(chan cliResult, 1)
 		args := append([]string{"submit", "--tool", "Bash", "--args", `{"command":"make deploy"}`,
@@ -417,7 +417,8 @@ func TestCLI_SubmitWaitPrintsTheOutcome(t *testing.T) {
 			}
 			return e.Status == machine.StatePendingApproval, e.Status
 		})
-		_, err := approver.Decide(ctx, pendingID, d)
+		d.PendingID = pendingID
+		_, err := approver.Decide(ctx, d)
 		require.NoError(t, err)
 		select {
 		case r := <-done:
@@ -428,18 +429,18 @@ func TestCLI_SubmitWaitPrintsTheOutcome(t *testing.T) {
 		}
 	}
 
-	r := submitWait("yes", client.Decision{Approve: true, By: "alice", Reason: "go"})
+	r := submitWait("yes", wire.DecideRequest{Approved: true, By: "alice", Reason: "go"})
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "conv-w.yes PENDING_APPROVAL")
 	assert.Contains(t, r.stdout, "approved by alice (scope once): go")
 	assert.Contains(t, r.stdout, `arguments: {"command":"make deploy"}`)
 
-	r = submitWait("no", client.Decision{By: "alice", Reason: "freeze week"})
+	r = submitWait("no", wire.DecideRequest{By: "alice", Reason: "freeze week"})
 	assert.Equal(t, exitRejected, r.code)
 	assert.Contains(t, r.stderr, "rejected by alice: freeze week")
 	assert.NotContains(t, r.stdout, "approved")
 
-	r = submitWait("json", client.Decision{By: "alice", Reason: "no"}, "--json")
+	r = submitWait("json", wire.DecideRequest{By: "alice", Reason: "no"}, "--json")
 	assert.Equal(t, exitRejected, r.code)
 	e := decode[machine.Entry](t, []byte(r.stdout))
 	assert.Equal(t, machine.StateRejectedByUser, e.Status, "--json prints the answered entry, and only it")

@@ -15,11 +15,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // TestMCPGateway_TasksOutliveAGatewaySIGKILLed drives `toolgate
@@ -128,10 +128,10 @@ func TestMCPGateway_TasksOutliveAGatewaySIGKILLed(t *testing.T) {
 		`deny: ["mcp__files__delete_file", "mcp__files__write_file(/etc/**)"]`+"\n  matchArgument: {mcp__files: path}", 1))
 	require.NoError(t, err)
 	for _, pid := range []any{taskID, denied} {
-		_, err := approver.Decide(t.Context(), pid.(string), client.Decision{Approve: true, Reason: "fine"})
+		_, err := approver.Decide(t.Context(), wire.DecideRequest{PendingID: pid.(string), Approved: true, Reason: "fine"})
 		require.NoError(t, err)
 	}
-	_, err = approver.Decide(t.Context(), withdrawn.(string), client.Decision{Approve: true})
+	_, err = approver.Decide(t.Context(), wire.DecideRequest{PendingID: withdrawn.(string), Approved: true})
 	assert.Error(t, err, "a withdrawn call cannot be approved")
 
 	done := until(second, taskID, "completed")

@@ -277,7 +277,7 @@ default:
 		}
 		approve := c.review != "escalate" && c.review != "denied"
 		humans.Go(func() {
-			_, err := g.Client.Decide(ctx, c.id, client.Decision{Approve: approve, By: "alice"})
+			_, err := g.Client.Decide(ctx, wire.DecideRequest{PendingID: c.id, Approved: approve, By: "alice"})
 			assert.NoError(t, err, c.id)
 		})
 	}

@@ -191,15 +191,16 @@ func autoApprove(ctx context.Context, c *client.Client, conversation string, m *
 		Amount float64 `json:"amount"`
 	}
 	_ = json.Unmarshal(ev.Entry.ToolArguments, &args)
-	d := client.Decision{Approve: true, Reason: "within policy"}
+	d := wire.DecideRequest{Approved: true, Reason: "within policy"}
 	switch {
 	case ev.Entry.ToolName == "send_email" && !strings.HasSuffix(args.To, "@example.com"):
-		d = client.Decision{Reason: "mail to " + args.To + " leaves the company"}
+		d = wire.DecideRequest{Reason: "mail to " + args.To + " leaves the company"}
 	case ev.Entry.ToolName == "transfer_funds" && args.Amount > 150:
-		d = client.Decision{Reason: fmt.Sprintf("%.0f EUR is over the 150 EUR limit", args.Amount)}
+		d = wire.DecideRequest{Reason: fmt.Sprintf("%.0f EUR is over the 150 EUR limit", args.Amount)}
 	}
 	time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) // a human takes a moment
-	if _, err := c.Decide(ctx, ev.Entry.PendingID, d); err != nil && !errors.Is(err, context.Canceled) {
+	d.PendingID = ev.Entry.PendingID
+	if _, err := c.Decide(ctx, d); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "auto-approver:", err)
 	}
 }

@@ -371,7 +371,7 @@ func (b *parties) lifecycles(ctx context.Context, conversation, path string, age
 					var decided time.Time
 					if path == "approval" {
 						decided = time.Now()
-						if _, err := b.approver.Decide(ctx, e.PendingID, client.Decision{Approve: true, Reason: "bench"}); err != nil {
+						if _, err := b.approver.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true, Reason: "bench"}); err != nil {
 							return err
 						}
 					}

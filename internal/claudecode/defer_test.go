@@ -8,10 +8,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A headless session's call that waits for a human is deferred at once
@@ -24,12 +24,12 @@ func TestHooks_HeadlessDefersAndTheResumedSessionGetsTheDecision(t *testing.T) {
 	headless := claudecode.Options{Caller: "claude-code", Headless: true}
 	for _, tc := range []struct {
 		name     string
-		decision client.Decision
+		decision wire.DecideRequest
 		want     claudecode.Behavior
 		context  string
 	}{
-		{"approved", client.Decision{Approve: true, By: "alice", Reason: "looks right"}, claudecode.Allow, "approved by alice once: looks right"},
-		{"rejected", client.Decision{By: "bob", Reason: "not today"}, claudecode.Deny, "rejected by bob: not today"},
+		{"approved", wire.DecideRequest{Approved: true, By: "alice", Reason: "looks right"}, claudecode.Allow, "approved by alice once: looks right"},
+		{"rejected", wire.DecideRequest{By: "bob", Reason: "not today"}, claudecode.Deny, "rejected by bob: not today"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -51,7 +51,9 @@ func TestHooks_HeadlessDefersAndTheResumedSessionGetsTheDecision(t *testing.T) {
 
 			assert.Equal(t, claudecode.Defer, preToolUse(t, handle(t, c, pre, headless)).PermissionDecision, "resumed before anyone decided: deferred again")
 
-			_, err = c.Decide(t.Context(), pending, tc.decision)
+			d := tc.decision
+			d.PendingID = pending
+			_, err = c.Decide(t.Context(), d)
 			require.NoError(t, err)
 			resumed := preToolUse(t, handle(t, c, pre, headless))
 			assert.Equal(t, tc.want, resumed.PermissionDecision)

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // permissionDeniedInput is a PermissionDenied hook's input, as Claude Code
@@ -56,7 +56,7 @@ func TestHooks_PermissionDeniedRecordsTheClassifierAndAHumanMayOverrule(t *testi
 	pending := newPending(t, c, session, "Bash")
 	assert.Equal(t, machine.PendingID(session, "cc-classifier_toolu_push"), pending.PendingID)
 	assert.Contains(t, pending.StatusReason, "claude-code:classifier denied it; a human may overrule that")
-	_, err = c.Decide(t.Context(), pending.PendingID, client.Decision{Approve: true, By: "alice", Reason: "expected push"})
+	_, err = c.Decide(t.Context(), wire.DecideRequest{PendingID: pending.PendingID, Approved: true, By: "alice", Reason: "expected push"})
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"hookSpecificOutput":{"hookEventName":"PermissionDenied","retry":true}}`, string(<-answer))
 

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // preToolUse reads a PreToolUse answer.
@@ -30,24 +30,25 @@ func TestHooks_AdditionalContextNamesTheDecider(t *testing.T) {
 	c := startGate(t)
 	const session = "alice-or-bob" // approvers: [alice, bob]
 	var known []string
-	decideWhileWaiting := func(id, input string, d client.Decision) claudecode.PreToolUseDecision {
+	decideWhileWaiting := func(id, input string, d wire.DecideRequest) claudecode.PreToolUseDecision {
 		t.Helper()
 		answer := handleAsync(t.Context(), c, hookInput(session, claudecode.EventPreToolUse, "Bash", input, id), claudecode.Options{})
 		e := newPending(t, c, session, "Bash", known...)
 		known = append(known, e.PendingID)
 		require.Equal(t, machine.PendingID(session, id), e.PendingID)
-		_, err := c.Decide(t.Context(), e.PendingID, d)
+		d.PendingID = e.PendingID
+		_, err := c.Decide(t.Context(), d)
 		require.NoError(t, err)
 		return preToolUse(t, <-answer)
 	}
 
-	rejected := decideWhileWaiting("toolu_rejected", `{"command":"git push --force"}`, client.Decision{By: "alice", Reason: "not on main"})
+	rejected := decideWhileWaiting("toolu_rejected", `{"command":"git push --force"}`, wire.DecideRequest{By: "alice", Reason: "not on main"})
 	assert.Equal(t, claudecode.Deny, rejected.PermissionDecision)
 	assert.Contains(t, rejected.AdditionalContext, "rejected by alice: not on main")
 	assert.Contains(t, rejected.AdditionalContext, "To get it allowed", "how the agent could get the call allowed")
 	assert.Contains(t, rejected.AdditionalContext, "one of alice, bob", "and which approvers decide")
 
-	approved := decideWhileWaiting("toolu_approved", `{"command":"git push"}`, client.Decision{Approve: true, By: "bob", Reason: "release day", Scope: machine.ScopeSession})
+	approved := decideWhileWaiting("toolu_approved", `{"command":"git push"}`, wire.DecideRequest{Approved: true, By: "bob", Reason: "release day", Scope: machine.ScopeSession})
 	assert.Equal(t, claudecode.Allow, approved.PermissionDecision)
 	assert.Contains(t, approved.AdditionalContext, "approved by bob for the rest of this session: release day")
 

@@ -132,7 +132,7 @@ func TestHooks_Golden(t *testing.T) {
 				waited <- handled{out, err}
 			}()
 			bustest.Eventually(t, 10*time.Second, 10*time.Millisecond, "the edited call decided", func() (bool, any) {
-				_, err := c.Decide(context.Background(), id, client.Decision{Approve: true, By: "alice", Reason: "with a safer remote",
+				_, err := c.Decide(context.Background(), wire.DecideRequest{PendingID: id, Approved: true, By: "alice", Reason: "with a safer remote",
 					Arguments: json.RawMessage(`{"command":"git push origin feature"}`)})
 				if err == nil {
 					return true, nil

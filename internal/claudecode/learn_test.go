@@ -7,9 +7,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // An approval for the session, or always, is answered with the rule it
@@ -32,7 +32,7 @@ func TestHooks_PermissionRequestTeachesClaudeCodeTheGrant(t *testing.T) {
 			session := "learn-" + string(tc.scope)
 			answer := handleAsync(t.Context(), c, hookInput(session, claudecode.EventPermissionRequest, "Bash", `{"command":"git push origin feature"}`, ""), claudecode.Options{})
 			e := newPending(t, c, session, "Bash")
-			_, err := c.Decide(t.Context(), e.PendingID, client.Decision{Approve: true, By: "alice", Scope: tc.scope})
+			_, err := c.Decide(t.Context(), wire.DecideRequest{PendingID: e.PendingID, Approved: true, By: "alice", Scope: tc.scope})
 			require.NoError(t, err)
 			got := <-answer
 			d := permissionDecision(t, got)

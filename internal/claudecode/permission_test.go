@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // hookInput is a hook input as Claude Code documents it for event; a
@@ -125,7 +125,7 @@ func TestPermissionRequest_EachRequestIsACallOfItsOwn(t *testing.T) {
 	// The first: approved once, with the input edited.
 	answerA := handleAsync(t.Context(), c, push, claudecode.Options{})
 	a := newPending(t, c, session, "Bash")
-	_, err := c.Decide(t.Context(), a.PendingID, client.Decision{Approve: true, By: "alice", Scope: machine.ScopeOnce,
+	_, err := c.Decide(t.Context(), wire.DecideRequest{PendingID: a.PendingID, Approved: true, By: "alice", Scope: machine.ScopeOnce,
 		Arguments: json.RawMessage(`{"command":"git push origin feature"}`)})
 	require.NoError(t, err)
 	allowed := permissionDecision(t, <-answerA)
@@ -152,7 +152,7 @@ func TestPermissionRequest_EachRequestIsACallOfItsOwn(t *testing.T) {
 	// approver's answer to it does.
 	answerC := handleAsync(t.Context(), c, push, claudecode.Options{})
 	third := newPending(t, c, session, "Bash", a.PendingID, b.PendingID)
-	_, err = c.Decide(t.Context(), third.PendingID, client.Decision{Approve: false, By: "alice", Reason: "not on main"})
+	_, err = c.Decide(t.Context(), wire.DecideRequest{PendingID: third.PendingID, Approved: false, By: "alice", Reason: "not on main"})
 	require.NoError(t, err)
 	denied := permissionDecision(t, <-answerC)
 	assert.Equal(t, claudecode.Deny, denied.Behavior)
@@ -234,7 +234,7 @@ func TestPostToolUse_MatchesTheInputThatRan(t *testing.T) {
 	const session = "post-edited"
 	answer := handleAsync(t.Context(), c, hookInput(session, claudecode.EventPermissionRequest, "Write", `{"file_path":"/p/a.go","content":"x"}`, ""), claudecode.Options{})
 	p := newPending(t, c, session, "Write")
-	_, err := c.Decide(t.Context(), p.PendingID, client.Decision{Approve: true, By: "alice", Arguments: json.RawMessage(`{"file_path":"/p/b.go","content":"x"}`)})
+	_, err := c.Decide(t.Context(), wire.DecideRequest{PendingID: p.PendingID, Approved: true, By: "alice", Arguments: json.RawMessage(`{"file_path":"/p/b.go","content":"x"}`)})
 	require.NoError(t, err)
 	require.Equal(t, claudecode.Allow, permissionDecision(t, <-answer).Behavior)
 

@@ -11,10 +11,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestWaitFor_LeavesTimeToAnswer(t *testing.T) {
@@ -78,7 +78,7 @@ func TestHooks_ApprovalDeadlineWithinTheWaitDenies(t *testing.T) {
 			assert.Contains(t, out.HookSpecificOutput.PermissionDecisionReason, "timed out")
 
 			pending := machine.PendingID(session, id)
-			_, err := c.Decide(t.Context(), pending, client.Decision{Approve: true, By: "alice"})
+			_, err := c.Decide(t.Context(), wire.DecideRequest{PendingID: pending, Approved: true, By: "alice"})
 			assert.ErrorIs(t, err, machine.ErrConflict, "an approval after the deadline is refused: the deny stands")
 			bustest.Eventually(t, 30*time.Second, 10*time.Millisecond, "the timer rejects "+pending, func() (bool, any) {
 				e, err := c.Get(t.Context(), pending)
@@ -113,7 +113,7 @@ func TestHooks_ApprovalDeadlineDeniesWithoutTheTimer(t *testing.T) {
 	e, err := c.Get(t.Context(), pending)
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, e.Status, "no timer has written it")
-	_, err = c.Decide(t.Context(), pending, client.Decision{Approve: true, By: "alice"})
+	_, err = c.Decide(t.Context(), wire.DecideRequest{PendingID: pending, Approved: true, By: "alice"})
 	assert.ErrorIs(t, err, machine.ErrConflict, "and yet no approval is taken")
 	assert.ErrorContains(t, err, "approval deadline passed")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // TestServe_SIGKILLedTwiceEveryAgentIsAnswered kills `toolgate serve`
@@ -68,7 +69,7 @@ func TestServe_SIGKILLedTwiceEveryAgentIsAnswered(t *testing.T) {
 			deciding.Go(func() {
 				for ctx.Err() == nil {
 					actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-					_, err := decider.Decide(actx, id, client.Decision{Approve: true, By: "alice"})
+					_, err := decider.Decide(actx, wire.DecideRequest{PendingID: id, Approved: true, By: "alice"})
 					cancel()
 					if err == nil || errors.Is(err, machine.ErrConflict) {
 						return

@@ -206,11 +206,11 @@ teams:
 		defer each.Wait()
 		for fc := range toDecide {
 			each.Go(func() {
-				d := client.Decision{Approve: fc.kind == "approve", By: "approver", Reason: "fault test"}
+				d := wire.DecideRequest{PendingID: fc.pendingID, Approved: fc.kind == "approve", By: "approver", Reason: "fault test"}
 				var err error
 				for loadCtx.Err() == nil {
 					ctx, cancel := context.WithTimeout(loadCtx, 5*time.Second)
-					_, err = approver.Decide(ctx, fc.pendingID, d)
+					_, err = approver.Decide(ctx, d)
 					cancel()
 					if err == nil || errors.Is(err, machine.ErrConflict) {
 						err = nil

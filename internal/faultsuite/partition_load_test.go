@@ -214,7 +214,7 @@ func (l *partitionLoad) decide(ctx context.Context, c *client.Client, lcall *loa
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		op := l.rec.Invoke(lcall.pendingID, "approver", history.Decide).Decision(approve)
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		e, err := c.Decide(actx, lcall.pendingID, client.Decision{Approve: approve, By: "approver", Reason: "partition test"})
+		e, err := c.Decide(actx, wire.DecideRequest{PendingID: lcall.pendingID, Approved: approve, By: "approver", Reason: "partition test"})
 		cancel()
 		if l.record(op, e, err, "approver", ev, attempt) || refused(err) {
 			return

@@ -130,10 +130,10 @@ teams:
 		defer each.Wait()
 		for dc := range toDecide {
 			each.Go(func() {
-				d := client.Decision{Approve: dc.kind == "approve", By: "approver", Reason: "disk test"}
+				d := wire.DecideRequest{PendingID: dc.pendingID, Approved: dc.kind == "approve", By: "approver", Reason: "disk test"}
 				for ctx.Err() == nil {
 					dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					_, err := approver.Decide(dctx, dc.pendingID, d)
+					_, err := approver.Decide(dctx, d)
 					cancel()
 					switch {
 					case err == nil, errors.Is(err, machine.ErrConflict):
@@ -256,7 +256,7 @@ teams:
 	})
 	asking.Go(func() {
 		refused("a decision", func(ctx context.Context) error {
-			_, err := approver.Decide(ctx, held.PendingID, client.Decision{Approve: true, By: "approver"})
+			_, err := approver.Decide(ctx, wire.DecideRequest{PendingID: held.PendingID, Approved: true, By: "approver"})
 			return err
 		})
 	})
@@ -288,7 +288,7 @@ teams:
 		return err == nil, fmt.Sprint(err)
 	}, "the refused submit is refused still after the limit was raised")
 	mark("the refused submit went through %s after the limit was raised", recovered.Round(time.Millisecond))
-	_, err = approver.Decide(ctx, held.PendingID, client.Decision{Approve: true, By: "approver"})
+	_, err = approver.Decide(ctx, wire.DecideRequest{PendingID: held.PendingID, Approved: true, By: "approver"})
 	require.NoError(t, err)
 	_, err = executor.Succeed(ctx, manual.PendingID, "executor", json.RawMessage(`{"ok":true}`), 0)
 	require.NoError(t, err)

@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // restartDown is how long the whole cluster stays stopped: longer than
@@ -123,10 +124,10 @@ teams:
 		defer each.Wait()
 		for rc := range toDecide {
 			each.Go(func() {
-				d := client.Decision{Approve: rc.kind == "approve", By: "approver", Reason: "restart test"}
+				d := wire.DecideRequest{PendingID: rc.pendingID, Approved: rc.kind == "approve", By: "approver", Reason: "restart test"}
 				for ctx.Err() == nil {
 					dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					_, err := approver.Decide(dctx, rc.pendingID, d)
+					_, err := approver.Decide(dctx, d)
 					cancel()
 					if err == nil || errors.Is(err, machine.ErrConflict) {
 						mu.Lock()

@@ -53,7 +53,7 @@ func TestReceipts_ChainVerifiesAndFailsWhereTheKVWasChanged(t *testing.T) {
 	args := json.RawMessage(`{"url":"https://example.com","token":"sk-live-abcdefghijklmnopqrstuvwx"}`)
 	e, err := bot.Submit(ctx, machine.Call{ToolCallID: "1", ToolName: "fetch", Arguments: args, ConversationID: "receipts"})
 	require.NoError(t, err)
-	_, err = approver.Decide(ctx, e.PendingID, machine.Decision{Approve: true, Reason: "looks fine"})
+	_, err = approver.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true, Reason: "looks fine"})
 	require.NoError(t, err)
 	_, err = bot.Started(ctx, e.PendingID, "bot-run")
 	require.NoError(t, err)
@@ -108,7 +108,7 @@ func TestReceipts_ChainVerifiesAndFailsWhereTheKVWasChanged(t *testing.T) {
 	// into an approval.
 	r, err := bot.Submit(ctx, machine.Call{ToolCallID: "2", ToolName: "fetch", Arguments: args, ConversationID: "receipts"})
 	require.NoError(t, err)
-	_, err = approver.Decide(ctx, r.PendingID, machine.Decision{Reason: "not today"})
+	_, err = approver.Decide(ctx, wire.DecideRequest{PendingID: r.PendingID, Reason: "not today"})
 	require.NoError(t, err)
 	kv, err := g.JS.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)

@@ -43,12 +43,12 @@ func TestRetention_FinishedCallsLeaveTheBucketAndAreStillRead(t *testing.T) {
 		return e
 	}
 	rejected := submit("rejected", "deploy")
-	_, err := approver.Decide(ctx, rejected.PendingID, machine.Decision{Reason: "not today"})
+	_, err := approver.Decide(ctx, wire.DecideRequest{PendingID: rejected.PendingID, Reason: "not today"})
 	require.NoError(t, err)
 	denied := submit("denied", "wipe")
 	require.Equal(t, machine.StateRejectedByPolicy, denied.Status)
 	ran := submit("ran", "deploy")
-	_, err = approver.Decide(ctx, ran.PendingID, machine.Decision{Approve: true})
+	_, err = approver.Decide(ctx, wire.DecideRequest{PendingID: ran.PendingID, Approved: true})
 	require.NoError(t, err)
 	_, err = bot.Started(ctx, ran.PendingID, "bot-run")
 	require.NoError(t, err)

@@ -284,7 +284,7 @@ func TestGateway_AskThenApprove(t *testing.T) {
 	answered := callAsync(t.Context(), cs, "write_file", map[string]any{"path": "a.txt", "content": "x"})
 	pending := e.only("mcp__files__write_file", machine.StatePendingApproval)
 	assert.Empty(t, e.received(), "nothing reaches the upstream before the approval")
-	_, err := e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Approve: true, Reason: "fine"})
+	_, err := e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: pending.PendingID, Approved: true, Reason: "fine"})
 	require.NoError(t, err)
 
 	a := await(t, answered)
@@ -307,7 +307,7 @@ func TestGateway_AskThenRejectNeverReachesTheUpstream(t *testing.T) {
 
 	answered := callAsync(t.Context(), cs, "write_file", map[string]any{"path": "/etc/passwd", "content": "x"})
 	pending := e.only("mcp__files__write_file", machine.StatePendingApproval)
-	_, err := e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Approve: false, Reason: "not /etc"})
+	_, err := e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: pending.PendingID, Approved: false, Reason: "not /etc"})
 	require.NoError(t, err)
 
 	a := await(t, answered)
@@ -329,7 +329,7 @@ func TestGateway_AnsweredAndInterrupted(t *testing.T) {
 
 	answered := callAsync(t.Context(), cs, "write_file", map[string]any{"path": "a.txt", "content": "x"})
 	pending := e.only("mcp__files__write_file", machine.StatePendingApproval)
-	_, err := e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Result: json.RawMessage(`{"bytes":1}`), Reason: "pretend"})
+	_, err := e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: pending.PendingID, Result: json.RawMessage(`{"bytes":1}`), Reason: "pretend"})
 	require.NoError(t, err)
 	a := await(t, answered)
 	require.NoError(t, a.err)
@@ -350,7 +350,7 @@ func TestGateway_AnsweredAndInterrupted(t *testing.T) {
 		}
 		return false, describe(e.calls("mcp__files__write_file"))
 	})
-	_, err = e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Reason: "stop here", Interrupt: true})
+	_, err = e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: pending.PendingID, Reason: "stop here", Interrupt: true})
 	require.NoError(t, err)
 	a = await(t, stopped)
 	require.NoError(t, a.err)
@@ -367,7 +367,7 @@ func TestGateway_ApprovedWithEditedArgumentsRunsTheEdit(t *testing.T) {
 
 	answered := callAsync(t.Context(), cs, "write_file", map[string]any{"path": "/etc/hosts", "content": "x"})
 	pending := e.only("mcp__files__write_file", machine.StatePendingApproval)
-	_, err := e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Approve: true, Reason: "in the sandbox",
+	_, err := e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: pending.PendingID, Approved: true, Reason: "in the sandbox",
 		Arguments: json.RawMessage(`{"path":"/tmp/hosts","content":"x"}`)})
 	require.NoError(t, err)
 
@@ -411,7 +411,7 @@ func TestGateway_ArgumentsThatAreNotTheApprovedOnesNeverRun(t *testing.T) {
 	_, err = kv.Update(t.Context(), pending.PendingID, data, kve.Revision())
 	require.NoError(t, err)
 
-	_, err = e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Approve: true})
+	_, err = e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: pending.PendingID, Approved: true})
 	require.NoError(t, err)
 	a := await(t, answered)
 	require.NoError(t, a.err)
@@ -632,7 +632,7 @@ func TestGateway_OverHTTPInFrontOfTwoServers(t *testing.T) {
 	answered := callAsync(t.Context(), cs, "docs__search", map[string]any{"q": "toolgate"})
 	pending := e.only("mcp__docs__search", machine.StatePendingApproval)
 	assert.True(t, strings.HasPrefix(pending.ConversationID, "http-test-"), pending.ConversationID)
-	_, err = e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Approve: true})
+	_, err = e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: pending.PendingID, Approved: true})
 	require.NoError(t, err)
 	a := await(t, answered)
 	require.NoError(t, a.err)

@@ -21,11 +21,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/mcpgateway"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // mortal is an MCP client's HTTP side that can die: kill drops every
@@ -158,7 +158,7 @@ func TestGateway_HTTPSessionsEndWhenTheirClientsDie(t *testing.T) {
 	c, err := e.approver.Get(t.Context(), lives.PendingID)
 	require.NoError(t, err)
 	require.Equal(t, machine.StatePendingApproval, c.Status, c.StatusReason)
-	_, err = e.approver.Decide(t.Context(), lives.PendingID, client.Decision{Approve: true})
+	_, err = e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: lives.PendingID, Approved: true})
 	require.NoError(t, err)
 	a := await(t, answered)
 	require.NoError(t, a.err)

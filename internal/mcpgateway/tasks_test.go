@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/mcpgateway"
 	"github.com/toolgate/toolgate/machine"
@@ -232,7 +231,7 @@ func TestTasks_ApprovalAnsweredWithATask(t *testing.T) {
 
 	assert.Equal(t, "working", r.get(id)["status"])
 	assert.Empty(t, e.received(), "nothing reaches the upstream before the approval")
-	_, err := e.approver.Decide(t.Context(), pending.PendingID, client.Decision{Approve: true, Reason: "fine"})
+	_, err := e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: pending.PendingID, Approved: true, Reason: "fine"})
 	require.NoError(t, err)
 
 	heard := r.note(id, "completed")
@@ -251,7 +250,7 @@ func TestTasks_ApprovalAnsweredWithATask(t *testing.T) {
 	assert.Equal(t, machine.StateCompletedSuccess, entry.Status)
 
 	// Rejected: the refusal, who and why, as a tool error.
-	_, err = e.approver.Decide(t.Context(), other["taskId"].(string), client.Decision{Approve: false, Reason: "not b"})
+	_, err = e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: other["taskId"].(string), Approved: false, Reason: "not b"})
 	require.NoError(t, err)
 	refused := r.until(other["taskId"], "completed")
 	text, isError = resultText(t, refused)
@@ -275,7 +274,7 @@ func TestTasks_CancelWithdrawsTheCall(t *testing.T) {
 	assert.Equal(t, "cancelled", r.get(id)["status"])
 	e.ends(id.(string), machine.StateCancelled, "cancelled by the MCP client")
 	// Approving it now is refused: it is withdrawn.
-	_, err := e.approver.Decide(t.Context(), id.(string), client.Decision{Approve: true})
+	_, err := e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: id.(string), Approved: true})
 	assert.Error(t, err)
 	assert.Equal(t, "cancelled", r.get(id)["status"])
 	assert.Empty(t, e.received(), "the upstream never saw the call")
@@ -326,7 +325,7 @@ func TestTasks_AnotherGatewayRunsTheApprovedCallOnce(t *testing.T) {
 	second := serveRaw(t, e.gateway(files, mcpgateway.Options{}), "second", withTasks)
 	assert.Equal(t, "working", second.get(id)["status"])
 
-	_, err := e.approver.Decide(t.Context(), id.(string), client.Decision{Approve: true})
+	_, err := e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: id.(string), Approved: true})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for _, r := range []*raw{first, second} {
@@ -364,7 +363,7 @@ default:
 `)
 	require.NoError(t, err)
 	for _, pid := range []string{id.(string), heldCall.PendingID} {
-		_, err = e.approver.Decide(t.Context(), pid, client.Decision{Approve: true, Reason: "before the rule"})
+		_, err = e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: pid, Approved: true, Reason: "before the rule"})
 		require.NoError(t, err)
 	}
 
@@ -423,7 +422,7 @@ func TestTasks_OnTheStatelessRevision(t *testing.T) {
 	err := r.rpcError("tasks/get", stateless(map[string]any{"taskId": id}, map[string]any{}))
 	assert.EqualValues(t, -32021, err["code"], "a request that does not declare the extension: %v", err)
 
-	_, derr := e.approver.Decide(t.Context(), id.(string), client.Decision{Approve: true})
+	_, derr := e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: id.(string), Approved: true})
 	require.NoError(t, derr)
 	var done map[string]any
 	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the task completes", func() (bool, any) {
@@ -518,7 +517,7 @@ func TestTasks_OverHTTP(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, entry.Status, "a task is not withdrawn with the session: %s", entry.StatusReason)
 
-	_, err = e.approver.Decide(t.Context(), id.(string), client.Decision{Approve: true})
+	_, err = e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: id.(string), Approved: true})
 	require.NoError(t, err)
 	later := open("http-tasks-again")
 	var got map[string]any
@@ -569,7 +568,7 @@ func TestTasks_CancelAnApprovedCallNobodyRan(t *testing.T) {
 		gw.Metrics().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 		return strings.Contains(rec.Body.String(), "\ntoolgate_gateway_sessions 0\n"), rec.Body.String()
 	})
-	_, err := e.approver.Decide(t.Context(), id.(string), client.Decision{Approve: true})
+	_, err := e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: id.(string), Approved: true})
 	require.NoError(t, err)
 
 	second := serveRaw(t, e.gateway(files, mcpgateway.Options{}), "second", withTasks)
@@ -616,7 +615,7 @@ func TestTasks_ADecisionPageOfferedToAClientThatOpensURLs(t *testing.T) {
 	assert.Equal(t, "complete", ack["resultType"])
 	assert.Equal(t, "working", r.result("tasks/get", stateless(map[string]any{"taskId": id}, caps))["status"], "answered: not offered again")
 
-	_, err := e.approver.Decide(t.Context(), id, client.Decision{Approve: true})
+	_, err := e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: id, Approved: true})
 	require.NoError(t, err)
 	var done map[string]any
 	bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the task completes", func() (bool, any) {

@@ -47,7 +47,7 @@ func TestAuth_EachCredentialDoesOnlyWhatItsRoleMay(t *testing.T) {
 	eventsBefore := streamLastSeq(t, g.JS, wire.EventsStream)
 
 	// What an agent's credential cannot do.
-	_, err = agent.Decide(ctx, mine.PendingID, client.Decision{Approve: true})
+	_, err = agent.Decide(ctx, wire.DecideRequest{PendingID: mine.PendingID, Approved: true})
 	require.ErrorIs(t, err, machine.ErrForbidden, "an agent may not decide")
 	_, err = agent.Get(ctx, theirs.PendingID)
 	require.ErrorIs(t, err, machine.ErrNotFound, "an agent does not see another's call")
@@ -72,9 +72,9 @@ func TestAuth_EachCredentialDoesOnlyWhatItsRoleMay(t *testing.T) {
 	require.NoError(t, approverNC.Flush())
 
 	// What an approver's and a viewer's cannot.
-	_, err = approver.Decide(ctx, mine.PendingID, client.Decision{Approve: true, By: "bob"})
+	_, err = approver.Decide(ctx, wire.DecideRequest{PendingID: mine.PendingID, Approved: true, By: "bob"})
 	require.ErrorIs(t, err, machine.ErrForbidden, "the approver may not decide as bob")
-	_, err = viewer.Decide(ctx, mine.PendingID, client.Decision{Approve: true})
+	_, err = viewer.Decide(ctx, wire.DecideRequest{PendingID: mine.PendingID, Approved: true})
 	require.ErrorIs(t, err, machine.ErrForbidden, "a viewer may not decide")
 	_, err = viewer.Submit(ctx, machine.Call{ToolCallID: "v", ToolName: "deploy", ConversationID: "auth"})
 	require.ErrorIs(t, err, machine.ErrForbidden, "a viewer may not submit")
@@ -99,7 +99,7 @@ func TestAuth_EachCredentialDoesOnlyWhatItsRoleMay(t *testing.T) {
 		o, _ := agent.Await(ctx, mine.PendingID)
 		out <- o
 	}()
-	got, err = approver.Decide(ctx, mine.PendingID, client.Decision{Approve: true, Reason: "ok"})
+	got, err = approver.Decide(ctx, wire.DecideRequest{PendingID: mine.PendingID, Approved: true, Reason: "ok"})
 	require.NoError(t, err)
 	assert.Equal(t, "approver", got.ApprovedOrRejectedByUserID)
 	select {
@@ -152,7 +152,7 @@ func TestAuth_IssuedCredentialsAndRevocation(t *testing.T) {
 	aliceNC, alice := g.ConnectAs(t, path)
 	e, err := agent.Submit(ctx, machine.Call{ToolCallID: "t1", ToolName: "deploy", ConversationID: "creds"})
 	require.NoError(t, err)
-	got, err := alice.Decide(ctx, e.PendingID, client.Decision{Approve: true})
+	got, err := alice.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true})
 	require.NoError(t, err)
 	assert.Equal(t, "alice", got.ApprovedOrRejectedByUserID, "the policy's approver is the credential's name")
 

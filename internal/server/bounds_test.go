@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
@@ -35,7 +34,7 @@ func TestBounds_AnOverLongIDNeverCostsServeItsConnection(t *testing.T) {
 		e, err := g.Client.Submit(t.Context(), machine.Call{ToolCallID: id, ToolName: "deploy", CallerBotID: "bot", ConversationID: "bounds"})
 		require.NoError(t, err)
 		require.Equal(t, machine.StatePendingApproval, e.Status)
-		_, err = g.Client.Decide(t.Context(), e.PendingID, client.Decision{Approve: true})
+		_, err = g.Client.Decide(t.Context(), wire.DecideRequest{PendingID: e.PendingID, Approved: true})
 		require.NoError(t, err)
 	}
 

@@ -50,7 +50,7 @@ func TestEvents_ToolSubjectsCarryOnlyEvents(t *testing.T) {
 
 	e, err := g.Client.Submit(ctx, machine.Call{ToolCallID: "one", ToolName: "deploy", CallerBotID: "bot", ConversationID: "events"})
 	require.NoError(t, err)
-	_, err = g.Client.Decide(ctx, e.PendingID, client.Decision{Approve: true, Reason: "ship it"})
+	_, err = g.Client.Decide(ctx, wire.DecideRequest{PendingID: e.PendingID, Approved: true, Reason: "ship it"})
 	require.NoError(t, err)
 	_, err = g.Client.Await(ctx, e.PendingID, client.UntilFinished())
 	require.NoError(t, err)
