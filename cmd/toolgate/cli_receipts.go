@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
@@ -80,7 +79,7 @@ func verifyCmd(out cliOutput) *cliCmd {
 			if k = strings.TrimSpace(k); k == "" {
 				continue
 			}
-			if err := gate.ValidReceiptKey(k); err != nil {
+			if err := client.ValidReceiptKey(k); err != nil {
 				return err
 			}
 			keys = append(keys, k)
@@ -125,7 +124,7 @@ func verifyCmd(out cliOutput) *cliCmd {
 				return err
 			}
 		}
-		signers, err := gate.VerifyReceiptChain(ch, keys)
+		signers, err := client.VerifyReceiptChain(ch, keys)
 		if err != nil {
 			return fmt.Errorf("FAILED: %s: %w", ch.PendingID, err)
 		}

@@ -3,7 +3,6 @@ package gate
 import (
 	"context"
 	"crypto/ed25519"
-	"errors"
 	"fmt"
 
 	"github.com/nats-io/nkeys"
@@ -49,45 +48,6 @@ type nkeySigner struct {
 
 func (s nkeySigner) PublicKey() string               { return s.pub }
 func (s nkeySigner) Sign(msg []byte) ([]byte, error) { return ed25519.Sign(s.priv, msg), nil }
-
-// VerifyReceiptSignature reports whether sig is the Ed25519 signature of
-// msg by key, a server nkey's public key.
-func VerifyReceiptSignature(key string, msg, sig []byte) bool {
-	if !nkeys.IsValidPublicServerKey(key) {
-		return false
-	}
-	kp, err := nkeys.FromPublicKey(key)
-	return err == nil && kp.Verify(msg, sig) == nil
-}
-
-// ValidReceiptKey says what is wrong with key as a receipt key, if
-// anything.
-func ValidReceiptKey(key string) error {
-	if !nkeys.IsValidPublicServerKey(key) {
-		return fmt.Errorf("%q is not a receipt key: a server nkey's public key (56 characters, starting with N)", key)
-	}
-	return nil
-}
-
-// VerifyReceiptChain checks ch offline: its receipts, signed by one of
-// trusted, and its entry against them (machine.VerifyReceipts). It
-// returns the keys that signed.
-func VerifyReceiptChain(ch *wire.ReceiptChain, trusted []string) ([]string, error) {
-	if ch.Entry == nil {
-		return nil, errors.New("no entry: not a receipt chain (toolgate receipt ID --json writes one)")
-	}
-	if ch.PendingID != ch.Entry.PendingID {
-		return nil, fmt.Errorf("the chain is of %s, its entry of %s", ch.PendingID, ch.Entry.PendingID)
-	}
-	for _, k := range trusted {
-		if err := ValidReceiptKey(k); err != nil {
-			return nil, err
-		}
-	}
-	e := *ch.Entry
-	e.Receipts = ch.Receipts
-	return machine.VerifyReceipts(&e, machine.ReceiptCheck{Verify: VerifyReceiptSignature, Trusted: trusted, ArgumentsMasked: ch.ArgumentsMasked})
-}
 
 // Receipts returns a call's receipt chain, to whoever may read the call
 // (an agent only its own): the receipts, and the entry as the reader may

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
-	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
@@ -38,7 +38,7 @@ func TestReceipts_ChainVerifiesAndFailsWhereTheKVWasChanged(t *testing.T) {
 
 	keys, err := viewer.ReceiptKeys(ctx)
 	require.NoError(t, err)
-	require.NoError(t, gate.ValidReceiptKey(keys.Key))
+	require.NoError(t, client.ValidReceiptKey(keys.Key))
 	assert.Equal(t, []string{keys.Key}, keys.Keys, "this process's key, registered")
 	seed, err := readSeed(g.Data)
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestReceipts_ChainVerifiesAndFailsWhereTheKVWasChanged(t *testing.T) {
 	assert.NotContains(t, string(chain.Entry.ToolArguments), "sk-live")
 	require.Len(t, chain.Receipts, 4)
 	assert.Equal(t, "approver", chain.Receipts[1].Actor, "the approver's authenticated name")
-	signers, err := gate.VerifyReceiptChain(chain, keys.Keys)
+	signers, err := client.VerifyReceiptChain(chain, keys.Keys)
 	require.NoError(t, err)
 	assert.Equal(t, []string{keys.Key}, signers)
 	// The events of the call carry its chain, a receipt each, and leave
@@ -101,7 +101,7 @@ func TestReceipts_ChainVerifiesAndFailsWhereTheKVWasChanged(t *testing.T) {
 	own, err := bot.Receipts(ctx, e.PendingID)
 	require.NoError(t, err)
 	assert.False(t, own.ArgumentsMasked, "the agent sees its own arguments")
-	_, err = gate.VerifyReceiptChain(own, keys.Keys)
+	_, err = client.VerifyReceiptChain(own, keys.Keys)
 	require.NoError(t, err)
 
 	// A rejection, then the bucket written directly: the decision turned
@@ -128,14 +128,14 @@ func TestReceipts_ChainVerifiesAndFailsWhereTheKVWasChanged(t *testing.T) {
 		t.Helper()
 		chain, err := viewer.Receipts(ctx, r.PendingID)
 		require.NoError(t, err)
-		_, err = gate.VerifyReceiptChain(chain, keys.Keys)
+		_, err = client.VerifyReceiptChain(chain, keys.Keys)
 		var re *machine.ReceiptError
 		require.True(t, errors.As(err, &re), "want a ReceiptError, got %v", err)
 		return re
 	}
 	chain, err = viewer.Receipts(ctx, r.PendingID)
 	require.NoError(t, err)
-	_, err = gate.VerifyReceiptChain(chain, keys.Keys)
+	_, err = client.VerifyReceiptChain(chain, keys.Keys)
 	require.NoError(t, err, "as toolgate wrote it")
 
 	rewrite(func(e *machine.Entry) { e.Status = machine.StateApproved })
@@ -157,10 +157,10 @@ func TestReceipts_ChainVerifiesAndFailsWhereTheKVWasChanged(t *testing.T) {
 	other, err := nkeys.CreateServer()
 	require.NoError(t, err)
 	otherPub, _ := other.PublicKey()
-	_, err = gate.VerifyReceiptChain(chain, []string{otherPub})
+	_, err = client.VerifyReceiptChain(chain, []string{otherPub})
 	assert.ErrorContains(t, err, "receipt 1 (ask by policy at ")
 	assert.ErrorContains(t, err, "not a trusted key")
-	_, err = gate.VerifyReceiptChain(chain, []string{"not-a-key"})
+	_, err = client.VerifyReceiptChain(chain, []string{"not-a-key"})
 	assert.ErrorContains(t, err, `"not-a-key" is not a receipt key`)
 }
 

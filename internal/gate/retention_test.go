@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/internal/server"
@@ -93,7 +94,7 @@ func TestRetention_FinishedCallsLeaveTheBucketAndAreStillRead(t *testing.T) {
 	require.NoError(t, err)
 	chain, err := viewer.Receipts(ctx, ran.PendingID)
 	require.NoError(t, err)
-	_, err = gate.VerifyReceiptChain(chain, keys.Keys)
+	_, err = client.VerifyReceiptChain(chain, keys.Keys)
 	assert.NoError(t, err, "the receipts are archived with the entry")
 	mine, err := bot.Get(ctx, rejected.PendingID)
 	require.NoError(t, err, "the agent reads its own archived call")

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/internal/httpapi"
@@ -467,7 +468,7 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID + "/receipts", token: specViewer}, &chain))
 		var keys wire.ReceiptKeys
 		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/receipts/key"}, &keys))
-		_, err := gate.VerifyReceiptChain(&chain, keys.Keys)
+		_, err := client.VerifyReceiptChain(&chain, keys.Keys)
 		require.NoError(t, err)
 		assert.Len(t, chain.Receipts, 4, "ask, approve (edited), start, fail")
 		assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "GET", path: "/v1/tool-calls/spec.nope/receipts", token: specViewer}, nil))
