@@ -7,6 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/internal/bus/jsio"
+
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -43,7 +45,7 @@ func NewAnalyticsStore(js jetstream.JetStream, kv jetstream.KeyValue) *Analytics
 // Get returns the value under key and its revision:
 // machine.ErrNotFound when there is none.
 func (s *AnalyticsStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
-	kve, err := get(ctx, s.kv, key)
+	kve, err := jsio.Get(ctx, s.kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%s %s: %w", wire.AnalyticsBucket, key, machine.ErrNotFound)
 	} else if err != nil {
@@ -53,7 +55,7 @@ func (s *AnalyticsStore) Get(ctx context.Context, key string) ([]byte, uint64, e
 }
 
 // Update changes the value under key by compare-and-set, through the one
-// loop of every read-modify-write of bus (update: a write whose answer
+// loop of every read-modify-write of bus (jsio.Update: a write whose answer
 // was lost is not taken for another's, a stream leader lost is asked
 // again, a full store is reported as wire.ErrStorageFull). f is given the
 // key's value and revision (nil and 0: none) and returns what to store
@@ -67,7 +69,7 @@ func (s *AnalyticsStore) Get(ctx context.Context, key string) ([]byte, uint64, e
 // (see write): an aggregate that records the sequences it has taken in
 // does.
 func (s *AnalyticsStore) Update(ctx context.Context, key string, held *uint64, f func(value []byte, revision uint64) ([]byte, error)) (uint64, error) {
-	return updateHeld(ctx, s.js, s.kv, key, held, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+	return jsio.UpdateHeld(ctx, s.js, s.kv, key, held, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		if cur == nil {
 			return f(nil, 0)
 		}

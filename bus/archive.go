@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/internal/bus/jsio"
+
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -36,7 +38,7 @@ func (a *Archive) Put(ctx context.Context, c wire.ArchivedCall) error {
 	if err != nil {
 		return err
 	}
-	_, err = attempts(ctx, storeAttempt, func(ctx context.Context) (*jetstream.PubAck, error) {
+	_, err = jsio.Attempts(ctx, jsio.StoreAttempt, func(ctx context.Context) (*jetstream.PubAck, error) {
 		return a.js.PublishMsg(ctx, &nats.Msg{Subject: wire.ArchiveSubject(c.Entry.PendingID), Data: data},
 			jetstream.WithMsgID(fmt.Sprintf("%s:archive", wire.MsgID(c.Entry.PendingID, c.Revision))), jetstream.WithExpectStream(wire.ArchiveStream))
 	})
@@ -51,7 +53,7 @@ func (a *Archive) Get(ctx context.Context, pendingID string) (*wire.ArchivedCall
 	// In attempts, as the store's reads: a request to a leader that just
 	// died is never answered, and every submit that names its toolCallId
 	// asks the archive first.
-	msg, err := attempts(ctx, storeAttempt, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+	msg, err := jsio.Attempts(ctx, jsio.StoreAttempt, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 		return a.stream.GetLastMsgForSubject(ctx, wire.ArchiveSubject(pendingID))
 	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -82,7 +84,7 @@ func (a *Archive) read(ctx context.Context, cfg jetstream.ConsumerConfig) ([]*wi
 	cfg.AckPolicy = jetstream.AckNonePolicy
 	cfg.MemoryStorage = true
 	cfg.InactiveThreshold = time.Minute // gone even if this process dies first
-	cons, err := attempts(ctx, storeAttempt, func(ctx context.Context) (jetstream.Consumer, error) { return a.stream.CreateConsumer(ctx, cfg) })
+	cons, err := jsio.Attempts(ctx, jsio.StoreAttempt, func(ctx context.Context) (jetstream.Consumer, error) { return a.stream.CreateConsumer(ctx, cfg) })
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", wire.ArchiveStream, err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/internal/bus/jsio"
+
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -68,7 +70,7 @@ func (a *ArchivedIDs) Follow(ctx context.Context, log *slog.Logger) error {
 		a.ids = nil
 	}
 	cfg := jetstream.OrderedConsumerConfig{HeadersOnly: true}
-	return followStream(ctx, log, "archived ids", a.js, wire.ArchiveStream, cfg, unsync, func() (func(jetstream.Msg, *jetstream.MsgMetadata), func()) {
+	return jsio.FollowStream(ctx, log, "archived ids", a.js, wire.ArchiveStream, cfg, unsync, func() (func(jetstream.Msg, *jetstream.MsgMetadata), func()) {
 		ids, synced := newArchivedBloom(), false
 		apply := func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
 			id, ok := strings.CutPrefix(msg.Subject(), prefix)

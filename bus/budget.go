@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
@@ -30,7 +32,7 @@ type Spending struct {
 
 // storedSpending is Spending as kept in KV, with a random nonce of the write that
 // stored it: two changes that lead to the same amounts are still told
-// apart (see write), so one whose answer was lost is never taken for
+// apart (see jsio.Write), so one whose answer was lost is never taken for
 // another's.
 //
 // The amounts are kept as integers of micro-units, reservedMicros and
@@ -124,7 +126,7 @@ func parseBudgetKey(key string) (team, day string, ok bool) {
 
 // Get returns a team's spending on a day.
 func (l *BudgetLedger) Get(ctx context.Context, team, day string) (Spending, error) {
-	kve, err := get(ctx, l.kv, budgetKey(team, day))
+	kve, err := jsio.Get(ctx, l.kv, budgetKey(team, day))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Spending{}, nil
 	} else if err != nil {
@@ -146,9 +148,9 @@ func spendingIn(kve jetstream.KeyValueEntry) (Spending, error) {
 }
 
 // change applies f to a team's spending on a day by compare-and-set
-// (see update), and reports whether f changed it.
+// (see jsio.Update), and reports whether f changed it.
 func (l *BudgetLedger) change(ctx context.Context, team, day string, f func(*Spending) bool) (bool, error) {
-	rev, err := update(ctx, l.js, l.kv, budgetKey(team, day), func(cur jetstream.KeyValueEntry) ([]byte, error) {
+	rev, err := jsio.Update(ctx, l.js, l.kv, budgetKey(team, day), func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		s, err := spendingIn(cur)
 		if err != nil || !f(&s) {
 			return nil, err

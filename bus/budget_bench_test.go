@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkBudgetReserve is a reservation on one team's day, a read and a
-// compare-and-set of the ledger's value (bus.update), on a single node:
+// compare-and-set of the ledger's value (jsio.Update), on a single node:
 // "alone" is one reserver, each write the first to land; "racing" is
 // benchParallelism reservers per core on the same day, so that writes
 // conflict and are read and made again. The embedded server shares the

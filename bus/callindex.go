@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -400,7 +402,7 @@ func (x *CallIndex) Page(f CallFilter, n int) ([]IndexedCall, bool) {
 		if data == nil {
 			continue
 		}
-		if e, err := decodeEntry(data); err == nil {
+		if e, err := jsio.DecodeEntry(data); err == nil {
 			e.Receipts = nil // lists answer without them (gate.Service.shown)
 			page[i].Entry = e
 		}
@@ -470,7 +472,7 @@ func (x *CallIndex) Latest(pendingID string, after uint64) (*machine.Entry, uint
 	if data == nil || rev <= after {
 		return nil, 0, false
 	}
-	e, err := decodeEntry(data)
+	e, err := jsio.DecodeEntry(data)
 	if err != nil {
 		return nil, 0, false
 	}
@@ -518,7 +520,7 @@ func (x *CallIndex) Current(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	sctx, cancel := context.WithTimeout(ctx, catchUp)
-	status, err := attempts(sctx, storeAttempt, func(ctx context.Context) (jetstream.KeyValueStatus, error) { return x.kv.Status(ctx) })
+	status, err := jsio.Attempts(sctx, jsio.StoreAttempt, func(ctx context.Context) (jetstream.KeyValueStatus, error) { return x.kv.Status(ctx) })
 	cancel()
 	if err != nil {
 		return false, ctx.Err() // the bucket, out of reach: the caller's read says how
@@ -591,7 +593,7 @@ func (x *CallIndex) nextSeq(ctx context.Context, seq uint64) (uint64, error) {
 	stream := x.stream
 	x.streamMu.Unlock()
 	if stream == nil {
-		s, err := attempts(ctx, storeAttempt, func(ctx context.Context) (jetstream.Stream, error) {
+		s, err := jsio.Attempts(ctx, jsio.StoreAttempt, func(ctx context.Context) (jetstream.Stream, error) {
 			return x.js.Stream(ctx, "KV_"+x.kv.Bucket())
 		})
 		if err != nil {
@@ -602,7 +604,7 @@ func (x *CallIndex) nextSeq(ctx context.Context, seq uint64) (uint64, error) {
 		x.streamMu.Unlock()
 	}
 	subject := fmt.Sprintf("$KV.%s.>", x.kv.Bucket())
-	msg, err := attempts(ctx, storeAttempt, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+	msg, err := jsio.Attempts(ctx, jsio.StoreAttempt, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 		return stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/internal/bus/jsio"
+
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -179,7 +181,7 @@ func (f *CallsFeed) Run(ctx context.Context, log *slog.Logger) error {
 			}
 		}
 	}
-	return followBucket(ctx, log, "calls feed", f.js, f.kv, unsync, func() (func(jetstream.KeyValueEntry), func()) {
+	return jsio.FollowBucket(ctx, log, "calls feed", f.js, f.kv, unsync, func() (func(jetstream.KeyValueEntry), func()) {
 		life = f.startApplier()
 		return life.apply, life.loaded
 	})

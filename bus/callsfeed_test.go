@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/machine"
 )
@@ -41,7 +42,7 @@ func TestDecodeCallHead_AsEncodingJSON(t *testing.T) {
 
 // BenchmarkDecodeEntry decodes a running call's entry with three receipts
 // (1.7 KB), with encoding/json and as the store and the relay do
-// (decodeEntry, json/v2): compare the two in one run.
+// (jsio.DecodeEntry, json/v2): compare the two in one run.
 func BenchmarkDecodeEntry(b *testing.B) {
 	e := machine.Entry{PendingID: "conv-001.call-0000001", ToolCallID: "call-0000001", ToolName: "send_email",
 		ToolArguments: json.RawMessage(`{"to":"ops@example.com","subject":"Nightly export failed","body":"The nightly export failed at 02:00 with exit code 3."}`),
@@ -65,10 +66,10 @@ func BenchmarkDecodeEntry(b *testing.B) {
 			}
 		}
 	})
-	b.Run("decodeEntry", func(b *testing.B) {
+	b.Run("DecodeEntry", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := bus.DecodeEntry(data); err != nil {
+			if _, err := jsio.DecodeEntry(data); err != nil {
 				b.Fatal(err)
 			}
 		}

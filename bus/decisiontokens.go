@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/internal/bus/jsio"
+
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -42,7 +44,7 @@ type DecisionToken struct {
 // SHA-256 of the token, never the token: whoever reads the bucket cannot
 // decide with what it holds.
 //
-// Its reads and writes are a request's, in attempts (see write): one
+// Its reads and writes are a request's, in attempts (see jsio.Write): one
 // whose answer was lost is asked again, and a redemption stored by an
 // attempt whose answer was lost is its own, not another's.
 type DecisionTokenStore struct {
@@ -85,7 +87,7 @@ func (s *DecisionTokenStore) Issue(ctx context.Context, t DecisionToken) (string
 	if err != nil {
 		return "", err
 	}
-	if _, err := write(ctx, s.js, s.kv, tokenKey(token), data, 0); err != nil {
+	if _, err := jsio.Write(ctx, s.js, s.kv, tokenKey(token), data, 0); err != nil {
 		return "", fmt.Errorf("store decision token: %w", err)
 	}
 	return token, nil
@@ -97,7 +99,7 @@ func (s *DecisionTokenStore) Get(ctx context.Context, token string) (DecisionTok
 	if !ValidTokenShape(token) {
 		return DecisionToken{}, 0, machine.ErrNotFound
 	}
-	kve, err := get(ctx, s.kv, tokenKey(token))
+	kve, err := jsio.Get(ctx, s.kv, tokenKey(token))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return DecisionToken{}, 0, machine.ErrNotFound
 	}
@@ -129,7 +131,7 @@ func (s *DecisionTokenStore) Use(ctx context.Context, token string, t DecisionTo
 	}
 	// The random UseID makes this redemption's bytes its own: write tells
 	// it from another's when its answer was lost.
-	_, err = write(ctx, s.js, s.kv, tokenKey(token), data, revision)
+	_, err = jsio.Write(ctx, s.js, s.kv, tokenKey(token), data, revision)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		cur, _, gerr := s.Get(ctx, token)
 		if gerr != nil {

@@ -14,6 +14,3 @@ func (s *GrantStore) Synced() bool {
 	defer s.mu.RUnlock()
 	return s.synced
 }
-
-// DecodeEntry is decodeEntry.
-var DecodeEntry = decodeEntry

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -50,7 +52,7 @@ func flowKey(k policy.FlowKey) string {
 
 // Mark implements policy.FlowMarks.
 func (f *FlowMarks) Mark(ctx context.Context, key policy.FlowKey, m policy.FlowMark) error {
-	_, err := update(ctx, f.js, f.kv, flowKey(key), func(cur jetstream.KeyValueEntry) ([]byte, error) {
+	_, err := jsio.Update(ctx, f.js, f.kv, flowKey(key), func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		if cur != nil {
 			prev, err := markIn(cur)
 			if err != nil {
@@ -71,7 +73,7 @@ func (f *FlowMarks) Mark(ctx context.Context, key policy.FlowKey, m policy.FlowM
 
 // Last implements policy.FlowMarks.
 func (f *FlowMarks) Last(ctx context.Context, key policy.FlowKey) (policy.FlowMark, bool, error) {
-	kve, err := get(ctx, f.kv, flowKey(key))
+	kve, err := jsio.Get(ctx, f.kv, flowKey(key))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return policy.FlowMark{}, false, nil

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -48,7 +50,7 @@ func NewGrantStore(js jetstream.JetStream, kv jetstream.KeyValue) *GrantStore {
 // Follow keeps the store's copy of the bucket current until ctx ends,
 // watching it again after a failure; meanwhile Match reads the bucket.
 func (s *GrantStore) Follow(ctx context.Context, log *slog.Logger) error {
-	return followBucket(ctx, log, "grants", s.js, s.kv, s.unsync, func() (func(jetstream.KeyValueEntry), func()) {
+	return jsio.FollowBucket(ctx, log, "grants", s.js, s.kv, s.unsync, func() (func(jetstream.KeyValueEntry), func()) {
 		byKey := map[string][]policy.Grant{}
 		apply := func(kve jetstream.KeyValueEntry) {
 			var grants []policy.Grant
@@ -161,11 +163,11 @@ func (s *GrantStore) Revoke(ctx context.Context, id string) (policy.Grant, error
 }
 
 // change replaces the grants under key with what f makes of them, by
-// compare-and-set (see update), reading again when another change came
+// compare-and-set (see jsio.Update), reading again when another change came
 // first.
 func (s *GrantStore) change(ctx context.Context, key string, f func([]policy.Grant) ([]policy.Grant, error)) error {
 	var grants []policy.Grant
-	_, err := update(ctx, s.js, s.kv, key, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+	_, err := jsio.Update(ctx, s.js, s.kv, key, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		var err error
 		if grants, err = grantsIn(cur); err != nil {
 			return nil, err
@@ -200,7 +202,7 @@ func (s *GrantStore) All(ctx context.Context) ([]policy.Grant, error) {
 		return all, nil
 	}
 	s.mu.RUnlock()
-	lists, err := watchValues(ctx, s.kv, ">", func(data []byte) ([]policy.Grant, error) {
+	lists, err := jsio.WatchValues(ctx, s.kv, ">", func(data []byte) ([]policy.Grant, error) {
 		var grants []policy.Grant
 		return grants, json.Unmarshal(data, &grants)
 	})
@@ -211,7 +213,7 @@ func (s *GrantStore) All(ctx context.Context) ([]policy.Grant, error) {
 }
 
 func (s *GrantStore) read(ctx context.Context, key string) ([]policy.Grant, error) {
-	kve, err := get(ctx, s.kv, key)
+	kve, err := jsio.Get(ctx, s.kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
 	} else if err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/internal/bus/jsio"
+
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -69,7 +71,7 @@ func (s *IdentityStore) List(ctx context.Context) ([]wire.Identity, error) {
 }
 
 func (s *IdentityStore) get(ctx context.Context, key string) (wire.Identity, error) {
-	kve, err := get(ctx, s.kv, key)
+	kve, err := jsio.Get(ctx, s.kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return wire.Identity{}, machine.ErrNotFound
 	}
@@ -117,12 +119,12 @@ func (s *IdentityStore) Revoked(ctx context.Context, key string) (bool, error) {
 	return false, nil
 }
 
-// Revoke marks a credential revoked, by compare-and-set (see update):
+// Revoke marks a credential revoked, by compare-and-set (see jsio.Update):
 // revoked once, by whoever came first. It returns the identity as it is
 // now.
 func (s *IdentityStore) Revoke(ctx context.Context, key, by string, at int64) (wire.Identity, error) {
 	var id wire.Identity
-	_, err := update(ctx, s.js, s.kv, key, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+	_, err := jsio.Update(ctx, s.js, s.kv, key, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		var err error
 		if id, err = identityIn(key, cur); err != nil || id.RevokedAt != 0 {
 			return nil, err

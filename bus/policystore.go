@@ -11,6 +11,8 @@ import (
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -70,11 +72,11 @@ func (s *PolicyStore) Set(ctx context.Context, doc *policy.Document) error {
 	return err
 }
 
-// Update changes the stored document by compare-and-set (see update),
+// Update changes the stored document by compare-and-set (see jsio.Update),
 // retrying when someone else changed it in between. A document that
 // change leaves invalid is refused and the stored one is left as it was.
 func (s *PolicyStore) Update(ctx context.Context, change func(*policy.Document) error) error {
-	_, err := update(ctx, s.js, s.kv, policyKey, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+	_, err := jsio.Update(ctx, s.js, s.kv, policyKey, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		doc, err := policyIn(cur)
 		if err != nil {
 			return nil, err

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -85,7 +87,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 	} {
 		kv.cfg.Storage = jetstream.FileStorage
 		kv.cfg.Replicas = t.Replicas
-		bucket, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) {
+		bucket, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) {
 			return js.CreateOrUpdateKeyValue(ctx, kv.cfg)
 		})
 		if err != nil {
@@ -93,7 +95,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		}
 		*kv.dst = bucket
 	}
-	calls, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) { return provisionCalls(ctx, js, t) })
+	calls, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) { return provisionCalls(ctx, js, t) })
 	if err != nil {
 		return nil, fmt.Errorf("provision bucket %s: %w", wire.CallsBucket, err)
 	}
@@ -148,7 +150,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		Replicas:    t.Replicas,
 	}}
 	for _, cfg := range streams {
-		st, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
+		st, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
 		if err != nil {
 			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
@@ -162,7 +164,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 	// Executors took work from a stream of their own, TOOL_WORK, before
 	// they asked the request API for it: what an older toolgate left there
 	// nobody reads.
-	if _, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (struct{}, error) {
+	if _, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (struct{}, error) {
 		if err := js.DeleteStream(ctx, retiredWorkStream); !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return struct{}{}, err
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -79,7 +81,7 @@ func rateKey(k policy.RateKey) string {
 // that take slots).
 func (c *RateCounters) Take(ctx context.Context, key policy.RateKey, max int, per time.Duration, now time.Time) (bool, int, error) {
 	var n int // the slots held, with this one if it is taken
-	rev, err := update(ctx, c.js, c.kv, rateKey(key), func(cur jetstream.KeyValueEntry) ([]byte, error) {
+	rev, err := jsio.Update(ctx, c.js, c.kv, rateKey(key), func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		w, err := windowIn(cur)
 		if err != nil {
 			return nil, err
@@ -115,7 +117,7 @@ func windowIn(kve jetstream.KeyValueEntry) (RateWindow, error) {
 // sorted by scope value. A window may hold slots no longer live: see
 // RateWindow.Live.
 func (c *RateCounters) Windows(ctx context.Context, rule string) ([]RateWindow, error) {
-	out, err := watchValues(ctx, c.kv, rule+".*", func(data []byte) (RateWindow, error) {
+	out, err := jsio.WatchValues(ctx, c.kv, rule+".*", func(data []byte) (RateWindow, error) {
 		var sw storedWindow
 		err := json.Unmarshal(data, &sw)
 		return sw.RateWindow, err

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/internal/bus/jsio"
+
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -30,7 +32,7 @@ func (s *ReceiptKeyStore) Register(ctx context.Context, key string, at time.Time
 	if err != nil {
 		return err
 	}
-	_, err = attempts(ctx, storeAttempt, func(ctx context.Context) (uint64, error) {
+	_, err = jsio.Attempts(ctx, jsio.StoreAttempt, func(ctx context.Context) (uint64, error) {
 		return s.kv.Create(ctx, key, data)
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -192,7 +194,7 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 	if op := msg.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 		return item, nil
 	}
-	e, err := decodeEntry(msg.Data())
+	e, err := jsio.DecodeEntry(msg.Data())
 	if err != nil {
 		// Nothing later can make this revision readable: say so and move on.
 		r.log.Error("relay: undecodable revision", "subject", msg.Subject(), "revision", item.revision, "err", err)

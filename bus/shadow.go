@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/internal/bus/jsio"
+
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
@@ -23,7 +25,7 @@ const shadowKey = "shadow"
 // GetShadow returns the shadow policy and its revision; with none set,
 // nil at revision 0.
 func (s *PolicyStore) GetShadow(ctx context.Context) (*policy.Document, uint64, error) {
-	kve, err := get(ctx, s.kv, shadowKey)
+	kve, err := jsio.Get(ctx, s.kv, shadowKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
 	} else if err != nil {
@@ -92,7 +94,7 @@ func (l *ShadowLog) Append(ctx context.Context, t wire.ShadowTally) error {
 	if err != nil {
 		return err
 	}
-	_, err = attempts(ctx, storeAttempt, func(ctx context.Context) (*jetstream.PubAck, error) {
+	_, err = jsio.Attempts(ctx, jsio.StoreAttempt, func(ctx context.Context) (*jetstream.PubAck, error) {
 		return l.js.PublishMsg(ctx, &nats.Msg{Subject: wire.ShadowSubject, Data: data}, jetstream.WithExpectStream(wire.ShadowStream))
 	})
 	return err
@@ -107,7 +109,7 @@ func (l *ShadowLog) Since(ctx context.Context, t time.Time) ([]wire.ShadowTally,
 	if !t.IsZero() {
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
 	}
-	cons, err := attempts(ctx, storeAttempt, func(ctx context.Context) (jetstream.Consumer, error) { return l.stream.CreateConsumer(ctx, cfg) })
+	cons, err := jsio.Attempts(ctx, jsio.StoreAttempt, func(ctx context.Context) (jetstream.Consumer, error) { return l.stream.CreateConsumer(ctx, cfg) })
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", wire.ShadowStream, err)
 	}

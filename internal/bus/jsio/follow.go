@@ -1,4 +1,4 @@
-package bus
+package jsio
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // far behind.
 const followHeartbeat = time.Second
 
-// followBucket keeps a process's view of every key of kv until ctx ends.
+// FollowBucket keeps a process's view of every key of kv until ctx ends.
 // Each life of it (consumer.RunRestarting: again after a failure) opens a
 // watch and asks start for a fresh view: apply takes every entry, first
 // those of the bucket as it was, until loaded is called once they are
@@ -32,12 +32,12 @@ const followHeartbeat = time.Second
 // stream from each key's last revision, with heartbeats of its own
 // (followHeartbeat); a lost consumer is recreated from where it stopped,
 // within the same life.
-func followBucket(ctx context.Context, log *slog.Logger, name string, js jetstream.JetStream, kv jetstream.KeyValue, unsync func(),
+func FollowBucket(ctx context.Context, log *slog.Logger, name string, js jetstream.JetStream, kv jetstream.KeyValue, unsync func(),
 	start func() (apply func(jetstream.KeyValueEntry), loaded func())) error {
 	bucket := kv.Bucket()
 	prefix := "$KV." + bucket + "."
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{prefix + ">"}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
-	return followStream(ctx, log, name, js, "KV_"+bucket, cfg, unsync, func() (func(jetstream.Msg, *jetstream.MsgMetadata), func()) {
+	return FollowStream(ctx, log, name, js, "KV_"+bucket, cfg, unsync, func() (func(jetstream.Msg, *jetstream.MsgMetadata), func()) {
 		apply, loaded := start()
 		return func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 			if key, ok := strings.CutPrefix(msg.Subject(), prefix); ok {
@@ -47,10 +47,10 @@ func followBucket(ctx context.Context, log *slog.Logger, name string, js jetstre
 	})
 }
 
-// followStream is followBucket for any stream's messages cfg selects:
+// FollowStream is FollowBucket for any stream's messages cfg selects:
 // apply takes each, first those there when a life's consumer was made,
 // then loaded is called, then apply takes those that come.
-func followStream(ctx context.Context, log *slog.Logger, name string, js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, unsync func(),
+func FollowStream(ctx context.Context, log *slog.Logger, name string, js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, unsync func(),
 	start func() (apply func(jetstream.Msg, *jetstream.MsgMetadata), loaded func())) error {
 	defer unsync()
 	return consumer.RunRestarting(ctx, log, name, func(ctx context.Context) error {

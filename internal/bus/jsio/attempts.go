@@ -1,4 +1,4 @@
-package bus
+package jsio
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// attempts runs f in attempts of at most per each, again while an attempt
+// Attempts runs f in attempts of at most per each, again while an attempt
 // goes unanswered, with a growing, jittered pause between them, until ctx
 // ends. f must be safe to repeat: an attempt that went unanswered may
 // still have done its work.
@@ -30,7 +30,7 @@ import (
 // attempt that ran out of time is followed by one allowed twice as long
 // (up to 8 times per): a server that is only slow, under load, is not
 // asked ever faster.
-func attempts[T any](ctx context.Context, per time.Duration, f func(context.Context) (T, error)) (T, error) {
+func Attempts[T any](ctx context.Context, per time.Duration, f func(context.Context) (T, error)) (T, error) {
 	limit := 8 * per
 	for wait := 25 * time.Millisecond; ; wait = min(2*wait, 400*time.Millisecond) {
 		actx, cancel := context.WithTimeout(ctx, per)
@@ -72,19 +72,19 @@ func unanswered(err error) bool {
 		errors.As(err, &apiErr) && apiErr.Code == http.StatusServiceUnavailable
 }
 
-// storeAttempt bounds one request of the store to JetStream, which
+// StoreAttempt bounds one request of the store to JetStream, which
 // answers in milliseconds when it has a stream leader: unanswered that
-// long, the request is sent again (see attempts), so writes resume soon
+// long, the request is sent again (see Attempts), so writes resume soon
 // after a new leader is elected.
-const storeAttempt = time.Second
+const StoreAttempt = time.Second
 
-// get reads key from kv, in attempts of storeAttempt.
-func get(ctx context.Context, kv jetstream.KeyValue, key string) (jetstream.KeyValueEntry, error) {
-	return attempts(ctx, storeAttempt, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return kv.Get(ctx, key) })
+// Get reads key from kv, in attempts of StoreAttempt.
+func Get(ctx context.Context, kv jetstream.KeyValue, key string) (jetstream.KeyValueEntry, error) {
+	return Attempts(ctx, StoreAttempt, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return kv.Get(ctx, key) })
 }
 
-// write stores data under key in kv if the key is still at revision (0:
-// if it does not exist), in attempts of storeAttempt. An attempt that
+// Write stores data under key in kv if the key is still at revision (0:
+// if it does not exist), in attempts of StoreAttempt. An attempt that
 // went unanswered may have been stored all the same, and the next then
 // finds the key moved on: if a later revision holds exactly data, that
 // was this write, and it succeeded; the caller is never told "conflict"
@@ -100,11 +100,11 @@ func get(ctx context.Context, kv jetstream.KeyValue, key string) (jetstream.KeyV
 // storageFullWait since the bucket's last write was refused that way:
 // when every member's store is full, the leader that refused steps down
 // and no member takes its place, so nobody answers.
-func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, data []byte, revision uint64) (uint64, error) {
+func Write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, data []byte, revision uint64) (uint64, error) {
 	unsure := false
 	began := time.Now()
 	var full time.Time // the first refusal for want of storage
-	v, err := attempts(ctx, storeAttempt, func(ctx context.Context) (uint64, error) {
+	v, err := Attempts(ctx, StoreAttempt, func(ctx context.Context) (uint64, error) {
 		var rev uint64
 		var err error
 		if revision == 0 {
@@ -154,7 +154,7 @@ func write(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k
 // succeeds.
 var lastFull sync.Map
 
-// storageFullWait is how long write asks again a write refused for want
+// storageFullWait is how long Write asks again a write refused for want
 // of storage: long enough for a full stream leader to hand over to a
 // member with room, short enough that a caller hears of a full store in
 // seconds rather than at its deadline.
@@ -181,7 +181,7 @@ func storageFull(err error) bool {
 
 // storageFullError is a write JetStream refused for want of storage. It
 // matches wire.ErrStorageFull; again marks one refused within
-// storageFullWait of the first, which write asks again.
+// storageFullWait of the first, which Write asks again.
 type storageFullError struct {
 	err   error
 	again bool
@@ -193,29 +193,29 @@ func (e *storageFullError) Error() string {
 
 func (e *storageFullError) Unwrap() []error { return []error{wire.ErrStorageFull, e.err} }
 
-// update changes the value under key in kv by compare-and-set: it reads
-// the key's entry (nil when there is none) with get, asks f what to store
-// instead, and writes that at the revision read with write, so a write
+// Update changes the value under key in kv by compare-and-set: it reads
+// the key's entry (nil when there is none) with Get, asks f what to store
+// instead, and writes that at the revision read with Write, so a write
 // whose answer was lost is asked about again and never taken for
 // another's. When another write came first, it reads again and asks f
 // again, until ctx ends. An error of f stops it and is returned as it
 // is: f decodes, validates and may refuse. f returning nil leaves the
-// value as it is: nothing is written, and update returns revision 0;
+// value as it is: nothing is written, and Update returns revision 0;
 // else it returns the revision written.
 //
-// What f returns must say which write it is, as write requires (a
+// What f returns must say which write it is, as Write requires (a
 // random nonce of the write), unless any two writers that store the same
 // bytes want the same outcome: then either may be told it stored them.
-func update(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, f func(cur jetstream.KeyValueEntry) ([]byte, error)) (uint64, error) {
-	return updateHeld(ctx, js, kv, key, nil, f)
+func Update(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, f func(cur jetstream.KeyValueEntry) ([]byte, error)) (uint64, error) {
+	return UpdateHeld(ctx, js, kv, key, nil, f)
 }
 
-// updateHeld is update for a caller that may hold the key's value
+// UpdateHeld is Update for a caller that may hold the key's value
 // already, at revision *held (0: the key absent), as it last wrote or
 // read it: then the first f is asked with no read, of an entry at that
 // revision whose value is the caller's to fill in (nil when held is 0),
 // and the key is read only when another write came first.
-func updateHeld(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, held *uint64, f func(cur jetstream.KeyValueEntry) ([]byte, error)) (uint64, error) {
+func UpdateHeld(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, held *uint64, f func(cur jetstream.KeyValueEntry) ([]byte, error)) (uint64, error) {
 	for {
 		var cur jetstream.KeyValueEntry
 		var err error
@@ -226,7 +226,7 @@ func updateHeld(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVal
 			}
 			held = nil
 		default:
-			cur, err = get(ctx, kv, key)
+			cur, err = Get(ctx, kv, key)
 		}
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -242,7 +242,7 @@ func updateHeld(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVal
 		if cur != nil {
 			revision = cur.Revision()
 		}
-		rev, err := write(ctx, js, kv, key, next, revision)
+		rev, err := Write(ctx, js, kv, key, next, revision)
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue // another write came first: read it
 		}
@@ -257,7 +257,7 @@ func updateHeld(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVal
 func storedAt(ctx context.Context, js jetstream.JetStream, bucket, key string, data []byte, after uint64) (uint64, bool, error) {
 	subject := "$KV." + bucket + "." + key
 	for seq := after + 1; ; {
-		msg, err := attempts(ctx, storeAttempt, func(ctx context.Context) (*storedMsg, error) {
+		msg, err := Attempts(ctx, StoreAttempt, func(ctx context.Context) (*storedMsg, error) {
 			return nextMsg(ctx, js, "KV_"+bucket, subject, seq)
 		})
 		switch {
