@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus/jsio"
-
 	"github.com/toolgate/toolgate/machine"
 )
 

@@ -22,8 +22,8 @@ type KVStore struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	recent recentEntries
-	index  *CallIndex // nil: none (WithIndex)
-	work   *WorkQueue // nil: none (WithWorkQueue)
+	index  CallIndex // nil: none (WithIndex)
+	work   WorkQueue // nil: none (WithWorkQueue)
 	// blind, set only by a test (BlindWrites), has Update write
 	// without its compare-and-set: the broken build the history checker
 	// must catch.
@@ -128,11 +128,25 @@ func NewKVStore(js jetstream.JetStream, kv jetstream.KeyValue) *KVStore {
 	return &KVStore{js: js, kv: kv}
 }
 
+// CallIndex is what a KVStore asks of an index that follows its bucket
+// (WithIndex): the open entry under pendingId it holds at a revision
+// later than after, if any, and whether, in step with the bucket, it
+// holds no call under pendingId.
+type CallIndex interface {
+	Latest(pendingID string, after uint64) (*machine.Entry, uint64, bool)
+	Absent(pendingID string) bool
+}
+
+// WorkQueue is what a KVStore tells the executors' queue of calls
+// (WithWorkQueue): each entry it wrote, at its revision.
+type WorkQueue interface {
+	Wrote(e *machine.Entry, rev uint64)
+}
+
 // WithIndex has s start commands on open calls from x's latest revision
 // of them, and skip the read of a submit whose pendingId x does not hold,
-// while x follows kv (CallIndex.Follow, or its View on a CallsFeed). It
-// returns s.
-func (s *KVStore) WithIndex(x *CallIndex) *KVStore {
+// while x follows kv. It returns s.
+func (s *KVStore) WithIndex(x CallIndex) *KVStore {
 	s.index = x
 	return s
 }
@@ -140,8 +154,8 @@ func (s *KVStore) WithIndex(x *CallIndex) *KVStore {
 // WithWorkQueue has s file in q each revision it writes, as soon as it
 // is written: a call approved here is offered to the executors waiting
 // on this process without waiting for the bucket's watch to bring the
-// revision back (WorkQueue.Wrote). It returns s.
-func (s *KVStore) WithWorkQueue(q *WorkQueue) *KVStore {
+// revision back. It returns s.
+func (s *KVStore) WithWorkQueue(q WorkQueue) *KVStore {
 	s.work = q
 	return s
 }

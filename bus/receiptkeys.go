@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus/jsio"
-
 	"github.com/toolgate/toolgate/wire"
 )
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -46,7 +47,7 @@ type Config struct {
 	// Events, when set, is the process's feed of TOOL_EVENTS, which Run
 	// follows (the process runs it); otherwise Run reads the stream with
 	// an ordered consumer of its own.
-	Events *bus.EventsFeed
+	Events *views.EventsFeed
 	// BatchSize is how many events are folded into one round of KV writes
 	// (default 256).
 	BatchSize int
@@ -286,7 +287,7 @@ func (a *Analytics) consume(ctx context.Context, gen uint64) error {
 		if a.cfg.Events != nil {
 			followed <- a.cfg.Events.Follow(ctx, from, func() {}, fn)
 		} else {
-			followed <- bus.FollowEvents(ctx, a.conn.JetStream(), from, func() {}, fn)
+			followed <- views.FollowEvents(ctx, a.conn.JetStream(), from, func() {}, fn)
 		}
 	})
 	// Every event below from is in every aggregate it belongs in: each

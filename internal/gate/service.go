@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
@@ -40,7 +41,7 @@ type Config struct {
 	Analytics func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error)
 	// Events, when set, says how far TOOL_EVENTS goes, for a page of
 	// calls a client then follows the events after (Page):
-	// *bus.EventsFeed.
+	// *views.EventsFeed.
 	Events EventsPosition
 	// Signer, when set, signs the receipt every transition appends
 	// (receipts.go); without one, entries get none.
@@ -58,17 +59,17 @@ type Config struct {
 type Service struct {
 	m           *machine.Machine
 	calls       *bus.KVStore
-	index       *bus.CallIndex // lists read it while it follows the bucket (Runtime.CallsView)
-	work        *bus.WorkQueue // executors take work from it while it follows the bucket (Runtime.WorkView)
-	takers      takers         // the requests for work that wait, which their executor may withdraw
+	index       *views.CallIndex // lists read it while it follows the bucket (Runtime.CallsView)
+	work        *views.WorkQueue // executors take work from it while it follows the bucket (Runtime.WorkView)
+	takers      takers           // the requests for work that wait, which their executor may withdraw
 	policies    *bus.PolicyStore
 	grants      *bus.GrantStore
 	budgets     *bus.BudgetLedger
 	rates       *bus.RateCounters
 	identities  *bus.IdentityStore
 	tokens      *bus.DecisionTokenStore
-	archive     *bus.Archive     // nil: finished calls are never retired
-	archivedIDs *bus.ArchivedIDs // which calls the archive may hold, while it follows it (Runtime.FollowArchive)
+	archive     *bus.Archive       // nil: finished calls are never retired
+	archivedIDs *views.ArchivedIDs // which calls the archive may hold, while it follows it (Runtime.FollowArchive)
 	analytics   func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error)
 	events      EventsPosition
 	issue       Issuer
@@ -108,8 +109,8 @@ type limits interface {
 // New returns the Service over cfg's buckets.
 func New(cfg Config) *Service {
 	js := cfg.Conn.JetStream()
-	index := bus.NewCallIndex(js, cfg.Buckets.Calls)
-	work := bus.NewWorkQueue()
+	index := views.NewCallIndex(js, cfg.Buckets.Calls)
+	work := views.NewWorkQueue()
 	calls := bus.NewKVStore(js, cfg.Buckets.Calls).WithIndex(index).WithWorkQueue(work)
 	opts := []machine.Option{}
 	if cfg.Policy != nil {
@@ -146,7 +147,7 @@ func New(cfg Config) *Service {
 		identities:  bus.NewIdentityStore(js, cfg.Buckets.Identities),
 		tokens:      bus.NewDecisionTokenStore(js, cfg.Buckets.DecisionTokens),
 		archive:     newArchive(cfg),
-		archivedIDs: bus.NewArchivedIDs(js),
+		archivedIDs: views.NewArchivedIDs(js),
 		analytics:   cfg.Analytics,
 		events:      cfg.Events,
 		issue:       cfg.Issue,

@@ -33,6 +33,7 @@ import (
 	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/internal/natsapi"
@@ -568,10 +569,10 @@ type deps struct {
 	// feed is the process's one watch of tool_calls, for the views of it
 	// the roles keep (the call index, the timer's deadlines, the pending
 	// gauge: callsView); Main.prepareViews adds them.
-	feed *bus.CallsFeed
+	feed *views.CallsFeed
 	// events is the process's one reader of TOOL_EVENTS for the event
 	// streams (http) and the metrics exporter (analytics).
-	events *bus.EventsFeed
+	events *views.EventsFeed
 	// Built as their views of tool_calls join the feed, before it starts.
 	timer    *worker.Timer
 	notifier *worker.Notifier // made by the notifier role's prepare
@@ -655,7 +656,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	// API's analytics use case (intake) and /v1/analytics (http).
 	var an *analytics.Analytics
 	var report func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error)
-	events := bus.NewEventsFeed(js)
+	events := views.NewEventsFeed(js)
 	rows := m.Config.Roles.rows()
 	if rows.needsReport() {
 		if an, err = analytics.Open(ctx, conn, analytics.Config{Replicas: m.Config.Replicas, Events: events, Log: m.Log}); err != nil {
@@ -681,7 +682,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, conn: conn, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry, clock: clock, serverClock: sc}, nil
+	return &deps{feed: views.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, conn: conn, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry, clock: clock, serverClock: sc}, nil
 }
 
 // largeBucket is how many entries and revisions in tool_calls make its

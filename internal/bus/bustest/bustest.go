@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -188,9 +189,9 @@ func RunRelay(t testing.TB, js jetstream.JetStream) {
 
 // RunEventsFeed runs a feed of TOOL_EVENTS, as a process with the http
 // role does, until the test ends.
-func RunEventsFeed(t testing.TB, js jetstream.JetStream) *bus.EventsFeed {
+func RunEventsFeed(t testing.TB, js jetstream.JetStream) *views.EventsFeed {
 	t.Helper()
-	f := bus.NewEventsFeed(js)
+	f := views.NewEventsFeed(js)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx, Logger()) }()

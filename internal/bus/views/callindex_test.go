@@ -1,4 +1,4 @@
-package bus_test
+package views_test
 
 import (
 	"encoding/json"
@@ -13,12 +13,13 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
 
 // current waits until x holds what the bucket holds.
-func current(t *testing.T, x *bus.CallIndex) {
+func current(t *testing.T, x *views.CallIndex) {
 	t.Helper()
 	ok, err := x.Current(t.Context())
 	require.NoError(t, err)
@@ -26,7 +27,7 @@ func current(t *testing.T, x *bus.CallIndex) {
 }
 
 // ids returns the ids of the page f selects.
-func ids(t *testing.T, x *bus.CallIndex, f bus.CallFilter) []string {
+func ids(t *testing.T, x *views.CallIndex, f views.CallFilter) []string {
 	t.Helper()
 	page, ok := x.Page(f, 1000)
 	require.True(t, ok)
@@ -54,11 +55,11 @@ func TestCallIndex_FollowsPutsDeletesAndPurges(t *testing.T) {
 		_, err := env.Store.Create(ctx, indexEntry(c, int64(10-i%2), machine.StatePendingApproval))
 		require.NoError(t, err)
 	}
-	x := bus.NewCallIndex(env.JS, env.KV)
+	x := views.NewCallIndex(env.JS, env.KV)
 	bustest.FollowCalls(t, x)
 	a, b, c := machine.PendingID("idx", "a"), machine.PendingID("idx", "b"), machine.PendingID("idx", "c")
-	assert.Equal(t, []string{a, b, c}, ids(t, x, bus.CallFilter{}), "oldest first, then by id")
-	assert.Equal(t, []string{c}, ids(t, x, bus.CallFilter{After: true, AfterAt: 10, AfterID: b}))
+	assert.Equal(t, []string{a, b, c}, ids(t, x, views.CallFilter{}), "oldest first, then by id")
+	assert.Equal(t, []string{c}, ids(t, x, views.CallFilter{After: true, AfterAt: 10, AfterID: b}))
 
 	e, rev, err := env.Store.Get(ctx, a)
 	require.NoError(t, err)
@@ -69,10 +70,10 @@ func TestCallIndex_FollowsPutsDeletesAndPurges(t *testing.T) {
 	require.NoError(t, err)
 	current(t, x)
 	d := machine.PendingID("idx", "d")
-	assert.Equal(t, []string{a}, ids(t, x, bus.CallFilter{Status: machine.StateRejectedByUser, ToolName: "deploy", CallerBotID: "bot"}))
-	assert.Empty(t, ids(t, x, bus.CallFilter{Status: machine.StateRejectedByUser, CallerBotID: "other"}))
-	assert.Equal(t, []string{b, c}, ids(t, x, bus.CallFilter{Status: machine.StatePendingApproval}))
-	page, _ := x.Page(bus.CallFilter{}, 10)
+	assert.Equal(t, []string{a}, ids(t, x, views.CallFilter{Status: machine.StateRejectedByUser, ToolName: "deploy", CallerBotID: "bot"}))
+	assert.Empty(t, ids(t, x, views.CallFilter{Status: machine.StateRejectedByUser, CallerBotID: "other"}))
+	assert.Equal(t, []string{b, c}, ids(t, x, views.CallFilter{Status: machine.StatePendingApproval}))
+	page, _ := x.Page(views.CallFilter{}, 10)
 	require.Len(t, page, 4)
 	assert.Equal(t, d, page[0].PendingID)
 	assert.NotNil(t, page[0].Entry, "an open call's entry is in memory")
@@ -81,7 +82,7 @@ func TestCallIndex_FollowsPutsDeletesAndPurges(t *testing.T) {
 	require.NoError(t, env.KV.Purge(ctx, a))
 	require.NoError(t, env.KV.Delete(ctx, b))
 	current(t, x)
-	assert.Equal(t, []string{d, c}, ids(t, x, bus.CallFilter{}), "a call purged or deleted leaves the index")
+	assert.Equal(t, []string{d, c}, ids(t, x, views.CallFilter{}), "a call purged or deleted leaves the index")
 	n, _ := x.Len()
 	assert.Equal(t, 2, n)
 }
@@ -109,12 +110,12 @@ func TestCallIndex_CurrentPastAMessageGone(t *testing.T) {
 		return errors.Is(err, jetstream.ErrMsgNotFound), fmt.Sprintf("reading it: %v", err)
 	})
 
-	x := bus.NewCallIndex(env.JS, env.KV)
+	x := views.NewCallIndex(env.JS, env.KV)
 	bustest.FollowCalls(t, x)
 	ok, err := x.Current(ctx)
 	require.NoError(t, err)
 	assert.True(t, ok, "nothing is left to deliver")
-	assert.Equal(t, []string{machine.PendingID("idx", "kept")}, ids(t, x, bus.CallFilter{}))
+	assert.Equal(t, []string{machine.PendingID("idx", "kept")}, ids(t, x, views.CallFilter{}))
 }
 
 // TestCallIndex_NotSyncedSaysSo: an index that does not follow the bucket
@@ -122,8 +123,8 @@ func TestCallIndex_CurrentPastAMessageGone(t *testing.T) {
 func TestCallIndex_NotSyncedSaysSo(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
-	x := bus.NewCallIndex(env.JS, env.KV)
-	_, ok := x.Page(bus.CallFilter{}, 10)
+	x := views.NewCallIndex(env.JS, env.KV)
+	_, ok := x.Page(views.CallFilter{}, 10)
 	assert.False(t, ok)
 	ok, err := x.Current(t.Context())
 	require.NoError(t, err)
@@ -138,7 +139,7 @@ func TestKVStore_WithIndexStartsFromTheIndex(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	x := bus.NewCallIndex(env.JS, env.KV)
+	x := views.NewCallIndex(env.JS, env.KV)
 	store := bus.NewKVStore(env.JS, env.KV).WithIndex(x)
 	open := indexEntry("open", 1, machine.StatePendingApproval)
 	open.ToolArguments = json.RawMessage(`{"to":"prod"}`)

@@ -1,4 +1,4 @@
-package bus_test
+package views_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package bus_test
+package views_test
 
 import (
 	"testing"
@@ -7,17 +7,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 )
 
 // watchedQueue is a work queue as a view of a feed: put files a
 // revision the watch brought, loaded says the bucket is read.
-func watchedQueue() (q *bus.WorkQueue, put func(rev uint64, h bus.CallHead), loaded func()) {
-	q = bus.NewWorkQueue()
+func watchedQueue() (q *views.WorkQueue, put func(rev uint64, h views.CallHead), loaded func()) {
+	q = views.NewWorkQueue()
 	apply, loaded := q.View().Start()
-	put = func(rev uint64, h bus.CallHead) {
-		apply(bus.CallRevision{Key: h.PendingID, Revision: rev, Created: time.Now(), Head: &h})
+	put = func(rev uint64, h views.CallHead) {
+		apply(views.CallRevision{Key: h.PendingID, Revision: rev, Created: time.Now(), Head: &h})
 	}
 	return q, put, loaded
 }
@@ -30,8 +30,8 @@ func watchedQueue() (q *bus.WorkQueue, put func(rev uint64, h bus.CallHead), loa
 func TestWorkQueue_ARefusedClaimIsOfferedAgain(t *testing.T) {
 	t.Parallel()
 	q, put, loaded := watchedQueue()
-	put(1, bus.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
-	put(2, bus.CallHead{PendingID: "c.2", Status: machine.StateApproved, ToolName: "deploy"})
+	put(1, views.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
+	put(2, views.CallHead{PendingID: "c.2", Status: machine.StateApproved, ToolName: "deploy"})
 	loaded()
 	tools := []string{"deploy"}
 	taken := q.Take(tools, 2, nil)
@@ -45,7 +45,7 @@ func TestWorkQueue_ARefusedClaimIsOfferedAgain(t *testing.T) {
 	q.Refused(taken[1], &machine.Entry{PendingID: "c.2", Status: machine.StateExecuting, Lease: &machine.Lease{ExpiresAt: lease.UnixMilli()}}, 50*time.Millisecond)
 	// next takes what is offered next, waiting for it.
 	wait := make(chan struct{}, 1)
-	next := func(what string) *bus.WorkCall {
+	next := func(what string) *views.WorkCall {
 		t.Helper()
 		for {
 			if got := q.Take(tools, 2, wait); len(got) > 0 {
@@ -67,7 +67,7 @@ func TestWorkQueue_ARefusedClaimIsOfferedAgain(t *testing.T) {
 	// A revision of the bucket is what counts: c.2 refused again, then
 	// claimed, is not offered at the end of its backoff.
 	q.Refused(c2, nil, time.Millisecond)
-	put(3, bus.CallHead{PendingID: "c.2", Status: machine.StateExecuting, ToolName: "deploy", ExecutionAttempts: 1,
+	put(3, views.CallHead{PendingID: "c.2", Status: machine.StateExecuting, ToolName: "deploy", ExecutionAttempts: 1,
 		Lease: &machine.Lease{Holder: "x", ExpiresAt: time.Now().Add(time.Hour).UnixMilli()}})
 	ready, waiting, ok := q.Ready()
 	assert.True(t, ok)
@@ -87,23 +87,23 @@ func TestWorkQueue_AWriteOfItsOwnIsOfferedBeforeTheWatchBringsIt(t *testing.T) {
 	q.Wrote(&machine.Entry{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"}, 2)
 	assert.Empty(t, q.Take(tools, 1, nil), "not filed before the bucket is read")
 
-	put(1, bus.CallHead{PendingID: "c.1", Status: machine.StatePendingApproval, ToolName: "deploy"})
+	put(1, views.CallHead{PendingID: "c.1", Status: machine.StatePendingApproval, ToolName: "deploy"})
 	loaded()
 	q.Wrote(&machine.Entry{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"}, 2)
 	taken := q.Take(tools, 1, nil)
 	require.Len(t, taken, 1, "offered before the watch brings it")
 	assert.Equal(t, uint64(2), taken[0].Revision)
 
-	put(2, bus.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
+	put(2, views.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
 	assert.Empty(t, q.Take(tools, 1, nil), "the watch's copy of the write does not offer it again")
 	q.Wrote(&machine.Entry{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"}, 2)
 	assert.Empty(t, q.Take(tools, 1, nil), "nor does a write the watch brought already")
 
 	// Ahead by two revisions: the watch's older one is passed over.
 	q.Wrote(&machine.Entry{PendingID: "c.1", Status: machine.StateCompletedSuccess, ToolName: "deploy"}, 4)
-	put(3, bus.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
+	put(3, views.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
 	assert.Empty(t, q.Take(tools, 1, nil), "revision 3 is behind what was written here")
-	put(4, bus.CallHead{PendingID: "c.1", Status: machine.StateCompletedSuccess, ToolName: "deploy"})
-	put(5, bus.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
+	put(4, views.CallHead{PendingID: "c.1", Status: machine.StateCompletedSuccess, ToolName: "deploy"})
+	put(5, views.CallHead{PendingID: "c.1", Status: machine.StateApproved, ToolName: "deploy"})
 	assert.Len(t, q.Take(tools, 1, nil), 1, "once caught up, the watch files revisions again")
 }

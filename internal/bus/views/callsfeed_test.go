@@ -1,4 +1,4 @@
-package bus_test
+package views_test
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/jsio"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/machine"
 )
@@ -29,14 +29,14 @@ func TestDecodeCallHead_AsEncodingJSON(t *testing.T) {
 		`{"pendingId":"a.b","status":"PENDING_APPROVAL","approvalTimeoutAt":50,"approvalTimeoutAt":100}`,
 		`{"pendingId":"a.b","status":"EXECUTING","approvalTimeoutAt":100,"lease":{"holder":"x","expiresAt":7},"lastTransition":{"at":3,"event":"start"},"escalations":[{"at":5,"to":["bob"]}]}`,
 	} {
-		var want bus.CallHead
+		var want views.CallHead
 		require.NoError(t, json.Unmarshal([]byte(data), &want))
-		got, err := bus.DecodeCallHead([]byte(data))
+		got, err := views.DecodeCallHead([]byte(data))
 		require.NoError(t, err, data)
 		assert.Equal(t, &want, got, data)
 		assert.EqualValues(t, 100, got.ApprovalTimeoutAt, data)
 	}
-	_, err := bus.DecodeCallHead([]byte(`{"pendingId":`))
+	_, err := views.DecodeCallHead([]byte(`{"pendingId":`))
 	assert.Error(t, err)
 }
 
@@ -78,7 +78,7 @@ func BenchmarkDecodeEntry(b *testing.B) {
 	b.Run("callHead", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := bus.DecodeCallHead(data); err != nil {
+			if _, err := views.DecodeCallHead(data); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -94,17 +94,17 @@ func TestCallsFeed_LoadedOnceTheViewsHaveReadTheBucket(t *testing.T) {
 		id := machine.PendingID("conv", fmt.Sprintf("call-%02d", i))
 		return id, fmt.Appendf(nil, `{"pendingId":%q,"status":"PENDING_APPROVAL"}`, id)
 	})
-	f := bus.NewCallsFeed(env.JS, env.KV)
+	f := views.NewCallsFeed(env.JS, env.KV)
 	var read atomic.Int64
 	seen := make(chan int64, 1)
-	f.Add(bus.CallsView{Start: func() (func(bus.CallRevision), func()) {
+	f.Add(views.CallsView{Start: func() (func(views.CallRevision), func()) {
 		loaded := func() {
 			select {
 			case seen <- read.Load():
 			default: // a second life's
 			}
 		}
-		return func(bus.CallRevision) { read.Add(1) }, loaded
+		return func(views.CallRevision) { read.Add(1) }, loaded
 	}})
 	select {
 	case <-f.Loaded():
@@ -150,11 +150,11 @@ func TestCallsFeed_ALifeEndsAfterItsLastApply(t *testing.T) {
 	}
 	holding := make(chan struct{})
 	first := true
-	f := bus.NewCallsFeed(env.JS, env.KV)
-	f.Add(bus.CallsView{
-		Start: func() (func(bus.CallRevision), func()) {
+	f := views.NewCallsFeed(env.JS, env.KV)
+	f.Add(views.CallsView{
+		Start: func() (func(views.CallRevision), func()) {
 			note("start")
-			return func(bus.CallRevision) {
+			return func(views.CallRevision) {
 				if first {
 					first = false
 					close(holding)
@@ -251,7 +251,7 @@ func BenchmarkCallsFeedLoad(b *testing.B) {
 		ctx, cancel := context.WithCancel(b.Context())
 		defer cancel() // before the wait
 		start := time.Now()
-		f, index := bus.NewCallsFeed(env.JS, env.KV), bus.NewCallIndex(env.JS, env.KV)
+		f, index := views.NewCallsFeed(env.JS, env.KV), views.NewCallIndex(env.JS, env.KV)
 		timer := worker.NewTimer(env.Conn, env.Buckets, machine.New(env.Store), bustest.Logger(), worker.WithFeed(f))
 		f.Add(index.View(bustest.Logger()))
 		wg.Go(func() { _ = timer.Run(ctx) })

@@ -1,4 +1,4 @@
-package bus_test
+package views_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -32,7 +33,7 @@ func TestArchivedIDs_SaysWhichCallsTheArchiveMayHold(t *testing.T) {
 	}
 	put("conv.before")
 
-	ids := bus.NewArchivedIDs(env.JS)
+	ids := views.NewArchivedIDs(env.JS)
 	assert.True(t, ids.MayHold("conv.new"), "anything, before the archive is read")
 	apply, loaded := ids.View().Start()
 	loaded()
@@ -53,9 +54,9 @@ func TestArchivedIDs_SaysWhichCallsTheArchiveMayHold(t *testing.T) {
 
 	// The bucket's watch shows a call purged (retired) before the follow
 	// shows it archived: it may be held meanwhile.
-	apply(bus.CallRevision{Key: "conv.retired", Revision: 9, Removed: true})
+	apply(views.CallRevision{Key: "conv.retired", Revision: 9, Removed: true})
 	assert.True(t, ids.MayHold("conv.retired"), "purged from the bucket, not yet seen archived")
-	apply(bus.CallRevision{Key: "conv.open", Revision: 10})
+	apply(views.CallRevision{Key: "conv.open", Revision: 10})
 	assert.False(t, ids.MayHold("conv.open"), "a put says nothing of the archive")
 }
 
@@ -98,7 +99,7 @@ func BenchmarkArchivedIDsLoad(b *testing.B) {
 		done := make(chan error, 1)
 		defer func() { cancel(); require.NoError(b, <-done) }()
 		start := time.Now()
-		ids := bus.NewArchivedIDs(env.JS)
+		ids := views.NewArchivedIDs(env.JS)
 		go func() { done <- ids.Follow(ctx, bustest.Logger()) }()
 		for ids.MayHold("conv.none") {
 			if time.Since(start) > 5*time.Minute {

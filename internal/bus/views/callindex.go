@@ -1,4 +1,4 @@
-package bus
+package views
 
 import (
 	"cmp"
@@ -26,7 +26,7 @@ import (
 // bucket when a page shows it. So its memory is a summary a call, however
 // many calls are open. It only reads: gate is the bucket's one writer.
 //
-// A KVStore given the index (WithIndex) starts commands on open calls
+// A bus.KVStore given the index (WithIndex) starts commands on open calls
 // from the index's latest revision (Latest) and knows, without a read,
 // that a pendingId holds no entry yet (Absent).
 //
@@ -241,7 +241,7 @@ func (st *indexState) apply(r CallRevision, log *slog.Logger) {
 		known = false
 	}
 	if !known {
-		// The key is the pendingId (KVStore writes an entry under it).
+		// The key is the pendingId (bus.KVStore writes an entry under it).
 		slot = st.add(callSummary{id: key, requestedAt: head.RequestedAt})
 	}
 	c := &st.calls[slot]

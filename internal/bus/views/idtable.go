@@ -1,4 +1,4 @@
-package bus
+package views
 
 import "hash/maphash"
 
