@@ -25,6 +25,10 @@ type Topology struct {
 // DefaultEventsMaxAge is how long events are kept when not configured.
 const DefaultEventsMaxAge = 30 * 24 * time.Hour
 
+// MaxDecisionTokenLife bounds how long a decision token is good for,
+// whatever its call's deadline: the bucket forgets tokens a day after.
+const MaxDecisionTokenLife = 30 * 24 * time.Hour
+
 // kvHistory is the number of revisions the bucket keeps per key. The relay
 // reads every revision from the bucket's stream, so a revision must survive
 // until it is relayed: an entry rarely sees more than a handful of writes,
@@ -249,3 +253,19 @@ func provisionCalls(ctx context.Context, js jetstream.JetStream, t Topology) (je
 // still waiting after a minute, while the fifth was done in half a
 // second). Asked again once it exists, it answers at once.
 const provisionAttempt = 3 * time.Second
+
+// ProvisionAnalytics creates the analytics' bucket, or updates it, with
+// replicas (at least 1); it is idempotent.
+func ProvisionAnalytics(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      wire.AnalyticsBucket,
+		Description: "toolgate analytics: aggregates per tool, team, approver and hour",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("provision bucket %s: %w", wire.AnalyticsBucket, err)
+	}
+	return kv, nil
+}

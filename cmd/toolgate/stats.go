@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/analytics"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -164,7 +165,7 @@ func analyticsRebuildCmd(out cliOutput) *cliCmd {
 			return fmt.Errorf("bind %s bucket: %w", analytics.Bucket, err)
 		}
 		start := time.Now()
-		gen, err := analytics.New(bus.NewConn(js), bus.NewAnalyticsStore(js, kv), analytics.Config{}).Rebuild(ctx)
+		gen, err := analytics.New(bus.NewConn(js), stores.NewAnalyticsStore(js, kv), analytics.Config{}).Rebuild(ctx)
 		if err != nil {
 			return err
 		}

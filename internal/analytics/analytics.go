@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
@@ -92,7 +93,7 @@ type Config struct {
 // folds into one number.
 type Analytics struct {
 	conn  *bus.Conn
-	store *bus.AnalyticsStore
+	store *stores.AnalyticsStore
 	cfg   Config
 	log   *slog.Logger
 	now   func() time.Time
@@ -116,12 +117,12 @@ func Open(ctx context.Context, conn *bus.Conn, cfg Config) (*Analytics, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(conn, bus.NewAnalyticsStore(conn.JetStream(), kv), cfg), nil
+	return New(conn, stores.NewAnalyticsStore(conn.JetStream(), kv), cfg), nil
 }
 
 // New returns the analytics over store, an existing bucket, reading
 // TOOL_EVENTS over conn.
-func New(conn *bus.Conn, store *bus.AnalyticsStore, cfg Config) *Analytics {
+func New(conn *bus.Conn, store *stores.AnalyticsStore, cfg Config) *Analytics {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 256
 	}

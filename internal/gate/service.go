@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
@@ -31,7 +32,7 @@ type Config struct {
 	// Grants, when set, is the grant store the policy matches calls
 	// against, so that a grant this Service records is matched at once
 	// (default: a store of its own over Buckets.Grants).
-	Grants *bus.GrantStore
+	Grants *stores.GrantStore
 	// Issue, when set, signs new NATS credentials: only a toolgate that
 	// holds the trust chain's keys can.
 	Issue Issuer
@@ -62,13 +63,13 @@ type Service struct {
 	index       *views.CallIndex // lists read it while it follows the bucket (Runtime.CallsView)
 	work        *views.WorkQueue // executors take work from it while it follows the bucket (Runtime.WorkView)
 	takers      takers           // the requests for work that wait, which their executor may withdraw
-	policies    *bus.PolicyStore
-	grants      *bus.GrantStore
-	budgets     *bus.BudgetLedger
-	rates       *bus.RateCounters
-	identities  *bus.IdentityStore
-	tokens      *bus.DecisionTokenStore
-	archive     *bus.Archive       // nil: finished calls are never retired
+	policies    *stores.PolicyStore
+	grants      *stores.GrantStore
+	budgets     *stores.BudgetLedger
+	rates       *stores.RateCounters
+	identities  *stores.IdentityStore
+	tokens      *stores.DecisionTokenStore
+	archive     *stores.Archive    // nil: finished calls are never retired
 	archivedIDs *views.ArchivedIDs // which calls the archive may hold, while it follows it (Runtime.FollowArchive)
 	analytics   func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error)
 	events      EventsPosition
@@ -81,13 +82,13 @@ type Service struct {
 	log         *slog.Logger
 	// signer signs receipts; receiptKeys publishes the keys.
 	signer      machine.Signer
-	receiptKeys *bus.ReceiptKeyStore
+	receiptKeys *stores.ReceiptKeyStore
 
 	// flows marks completed calls for the policy's flows (flows.go);
 	// nil when the policy is not an Engine. flowMarks reads the marks,
 	// for explaining a call.
 	flows     flowMarker
-	flowMarks *bus.FlowMarks
+	flowMarks *stores.FlowMarks
 	// shadow is the shadow policy submits are compared against (shadow.go).
 	shadow *shadow
 }
@@ -131,7 +132,7 @@ func New(cfg Config) *Service {
 	fm, _ := cfg.Policy.(flowMarker)
 	grants := cfg.Grants
 	if grants == nil {
-		grants = bus.NewGrantStore(js, cfg.Buckets.Grants)
+		grants = stores.NewGrantStore(js, cfg.Buckets.Grants)
 	}
 	return &Service{
 		limits:      lim,
@@ -140,12 +141,12 @@ func New(cfg Config) *Service {
 		calls:       calls,
 		index:       index,
 		work:        work,
-		policies:    bus.NewPolicyStore(js, cfg.Buckets.Policies),
+		policies:    stores.NewPolicyStore(js, cfg.Buckets.Policies),
 		grants:      grants,
-		budgets:     bus.NewBudgetLedger(js, cfg.Buckets.Budgets),
-		rates:       bus.NewRateCounters(js, cfg.Buckets.RateLimits),
-		identities:  bus.NewIdentityStore(js, cfg.Buckets.Identities),
-		tokens:      bus.NewDecisionTokenStore(js, cfg.Buckets.DecisionTokens),
+		budgets:     stores.NewBudgetLedger(js, cfg.Buckets.Budgets),
+		rates:       stores.NewRateCounters(js, cfg.Buckets.RateLimits),
+		identities:  stores.NewIdentityStore(js, cfg.Buckets.Identities),
+		tokens:      stores.NewDecisionTokenStore(js, cfg.Buckets.DecisionTokens),
 		archive:     newArchive(cfg),
 		archivedIDs: views.NewArchivedIDs(js),
 		analytics:   cfg.Analytics,

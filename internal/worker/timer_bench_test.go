@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/relay"
 	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/machine"
@@ -131,7 +132,7 @@ func benchTimer(b *testing.B, pending int) {
 		ctx, stop := context.WithCancel(context.Background())
 		var running sync.WaitGroup
 		running.Go(func() {
-			if err := bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx); err != nil {
+			if err := relay.NewRelay(env.JS, relay.RelayConfig{}, bustest.Logger()).Run(ctx); err != nil {
 				b.Errorf("relay: %v", err)
 			}
 		})
@@ -347,7 +348,7 @@ func BenchmarkTimerRestart(b *testing.B) {
 		ctx, stop := context.WithCancel(context.Background())
 		var running sync.WaitGroup
 		running.Go(func() {
-			if err := bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx); err != nil {
+			if err := relay.NewRelay(env.JS, relay.RelayConfig{}, bustest.Logger()).Run(ctx); err != nil {
 				b.Errorf("relay: %v", err)
 			}
 		})

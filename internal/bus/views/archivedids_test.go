@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -26,7 +26,7 @@ func TestArchivedIDs_SaysWhichCallsTheArchiveMayHold(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	archive := bus.NewArchive(env.JS, env.Buckets.Archive)
+	archive := stores.NewArchive(env.JS, env.Buckets.Archive)
 	put := func(id string) {
 		t.Helper()
 		require.NoError(t, archive.Put(ctx, wire.ArchivedCall{Entry: &machine.Entry{PendingID: id, Status: machine.StateCompletedSuccess}, Revision: 1}))

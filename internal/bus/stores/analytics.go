@@ -1,4 +1,4 @@
-package bus
+package stores
 
 import (
 	"context"
@@ -18,22 +18,6 @@ import (
 type AnalyticsStore struct {
 	js jetstream.JetStream
 	kv jetstream.KeyValue
-}
-
-// ProvisionAnalytics creates the analytics' bucket, or updates it, with
-// replicas (at least 1); it is idempotent.
-func ProvisionAnalytics(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      wire.AnalyticsBucket,
-		Description: "toolgate analytics: aggregates per tool, team, approver and hour",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(replicas, 1),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("provision bucket %s: %w", wire.AnalyticsBucket, err)
-	}
-	return kv, nil
 }
 
 // NewAnalyticsStore returns the store over kv, the analytics' bucket.

@@ -1,4 +1,4 @@
-package bus_test
+package stores_test
 
 import (
 	"testing"
@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 )
 
 // TestServerClock_ProcessesWhoseClocksDisagreeTellTheSameTime: processes
@@ -20,7 +20,7 @@ func TestServerClock_ProcessesWhoseClocksDisagreeTellTheSameTime(t *testing.T) {
 	env := bustest.Start(t, bustest.Topologies[0])
 	for _, skew := range []time.Duration{30 * time.Second, -30 * time.Second, 0} {
 		local := func() time.Time { return time.Now().Add(skew) }
-		c := bus.NewServerClock(env.KV, local)
+		c := stores.NewServerClock(env.KV, local)
 		assert.WithinDuration(t, local(), c.Now(), time.Second, "not synced: the process's own clock")
 		require.NoError(t, c.Sync(t.Context(), bustest.Logger()))
 		off, within := c.Offset()

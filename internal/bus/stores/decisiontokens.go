@@ -1,4 +1,4 @@
-package bus
+package stores
 
 import (
 	"context"
@@ -16,10 +16,6 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/machine"
 )
-
-// MaxDecisionTokenLife bounds how long a decision token is good for,
-// whatever its call's deadline: the bucket forgets tokens a day after.
-const MaxDecisionTokenLife = 30 * 24 * time.Hour
 
 // DecisionToken is what a one-time decision token stands for: one
 // decision on one call, made as one approver, until a deadline.

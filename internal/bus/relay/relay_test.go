@@ -1,4 +1,4 @@
-package bus_test
+package relay_test
 
 import (
 	"bytes"
@@ -18,8 +18,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/relay"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -28,10 +28,10 @@ var errCrash = errors.New("injected crash")
 
 // startRelay runs a relay until the test ends or it stops by itself; the
 // returned channel gets its result.
-func startRelay(t *testing.T, js jetstream.JetStream, configure func(*bus.Relay)) (stop func(), done <-chan error) {
+func startRelay(t *testing.T, js jetstream.JetStream, configure func(*relay.Relay)) (stop func(), done <-chan error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	r := bus.NewRelay(js, bus.RelayConfig{AckWait: 500 * time.Millisecond}, bustest.Logger())
+	r := relay.NewRelay(js, relay.RelayConfig{AckWait: 500 * time.Millisecond}, bustest.Logger())
 	if configure != nil {
 		configure(r)
 	}
@@ -177,8 +177,8 @@ func TestRelay_CrashBeforePublishLosesNothing(t *testing.T) {
 			}
 			// The relay dies as it is about to publish the 6th revision.
 			var seen atomic.Int32
-			_, done := startRelay(t, env.JS, func(r *bus.Relay) {
-				bus.FailRelay(r, func(uint64) error {
+			_, done := startRelay(t, env.JS, func(r *relay.Relay) {
+				relay.FailRelay(r, func(uint64) error {
 					if seen.Add(1) == 6 {
 						return errCrash
 					}
@@ -207,8 +207,8 @@ func TestRelay_CrashAfterPublishBeforeAckDoublesNothing(t *testing.T) {
 			}
 			// Every publish reaches the stream, but the relay dies before
 			// acking the first revision, so all ten are delivered again.
-			_, done := startRelay(t, env.JS, func(r *bus.Relay) {
-				bus.FailRelay(r, nil, func(uint64) error { return errCrash })
+			_, done := startRelay(t, env.JS, func(r *relay.Relay) {
+				relay.FailRelay(r, nil, func(uint64) error { return errCrash })
 			})
 			require.ErrorIs(t, <-done, errCrash)
 			startRelay(t, env.JS, nil)
@@ -261,7 +261,7 @@ func TestRelay_StartsAgainWhenItsConsumerIsDeleted(t *testing.T) {
 		submit(t, m, "gone", fmt.Sprint("a", i))
 	}
 	assertEventsOnce(t, env, 5)
-	require.NoError(t, env.JS.DeleteConsumer(t.Context(), "KV_"+wire.CallsBucket, bus.RelayDurable))
+	require.NoError(t, env.JS.DeleteConsumer(t.Context(), "KV_"+wire.CallsBucket, relay.RelayDurable))
 	for i := range 5 {
 		submit(t, m, "gone", fmt.Sprint("b", i))
 	}

@@ -1,4 +1,4 @@
-package bus_test
+package stores_test
 
 import (
 	"strings"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -21,7 +21,7 @@ func TestFlowMarks_TheLatestCompletionStays(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	marks := []*bus.FlowMarks{bus.NewFlowMarks(env.JS, env.Buckets.Flows), bus.NewFlowMarks(env.JS, env.Buckets.Flows)}
+	marks := []*stores.FlowMarks{stores.NewFlowMarks(env.JS, env.Buckets.Flows), stores.NewFlowMarks(env.JS, env.Buckets.Flows)}
 	base := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	for _, conv := range []string{"c1", "a.b *>", strings.Repeat("x", 256)} {
 		key := policy.FlowKey{Mark: "0123456789abcdef0123", Scope: policy.FlowByConversation, Value: conv}

@@ -1,4 +1,4 @@
-package bus_test
+package stores_test
 
 import (
 	"sync"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -20,7 +20,7 @@ func TestRateCounters_RaceForTheLastSlots(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	c := bus.NewRateCounters(env.JS, env.Buckets.RateLimits)
+	c := stores.NewRateCounters(env.JS, env.Buckets.RateLimits)
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	const limit, calls, agents = 3, 10, 8
 	for round := range 5 {
@@ -57,7 +57,7 @@ func TestRateCounters_WindowSlides(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	c := bus.NewRateCounters(env.JS, env.Buckets.RateLimits)
+	c := stores.NewRateCounters(env.JS, env.Buckets.RateLimits)
 	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	key := policy.RateKey{Rule: "slide", Scope: policy.RateByCaller, Value: "bot-1"}
 	take := func(at time.Duration) (bool, int) {
@@ -101,7 +101,7 @@ func TestRateCounters_WindowSlides(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ws, 5)
 	assert.Equal(t, policy.RateByAll, ws[0].Scope)
-	assert.Equal(t, bus.RateWindow{Rule: "slide", Scope: policy.RateByCaller, Value: "bot-1", Slots: []int64{t0.Add(25 * time.Minute).UnixMilli()}}, ws[1])
+	assert.Equal(t, stores.RateWindow{Rule: "slide", Scope: policy.RateByCaller, Value: "bot-1", Slots: []int64{t0.Add(25 * time.Minute).UnixMilli()}}, ws[1])
 	held, freed := ws[1].Live(t0.Add(30*time.Minute), 10*time.Minute)
 	assert.Equal(t, 1, held)
 	assert.Equal(t, t0.Add(35*time.Minute), freed)

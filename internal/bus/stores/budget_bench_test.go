@@ -1,25 +1,25 @@
-package bus_test
+package stores_test
 
 import (
 	"context"
 	"testing"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/policy"
 )
 
 // BenchmarkBudgetReserve is a reservation on one team's day, a read and a
 // compare-and-set of the ledger's value (jsio.Update), on a single node:
 // "alone" is one reserver, each write the first to land; "racing" is
-// benchParallelism reservers per core on the same day, so that writes
+// bustest.BenchParallelism reservers per core on the same day, so that writes
 // conflict and are read and made again. The embedded server shares the
 // cores, so "cpu-µs/op", the process's CPU per reservation (the server's
 // too), is steadier than ns/op on a busy machine.
 func BenchmarkBudgetReserve(b *testing.B) {
 	const day = "2026-11-27"
 	amount, limit := policy.MicrosOf(0.001), policy.MicrosOf(1e9)
-	reserve := func(b *testing.B, l *bus.BudgetLedger) bool {
+	reserve := func(b *testing.B, l *stores.BudgetLedger) bool {
 		ok, err := l.Reserve(context.Background(), "support", day, amount, limit)
 		if err != nil || !ok {
 			b.Errorf("reserve: %v, %v", ok, err)
@@ -34,7 +34,7 @@ func BenchmarkBudgetReserve(b *testing.B) {
 	}
 	b.Run("alone", func(b *testing.B) {
 		env := bustest.Start(b, bustest.Topologies[0])
-		l := bus.NewBudgetLedger(env.JS, env.Buckets.Budgets)
+		l := stores.NewBudgetLedger(env.JS, env.Buckets.Budgets)
 		b.ResetTimer()
 		cpuPerOp(b, func() {
 			for range b.N {
@@ -46,8 +46,8 @@ func BenchmarkBudgetReserve(b *testing.B) {
 	})
 	b.Run("racing", func(b *testing.B) {
 		env := bustest.Start(b, bustest.Topologies[0])
-		l := bus.NewBudgetLedger(env.JS, env.Buckets.Budgets)
-		b.SetParallelism(benchParallelism)
+		l := stores.NewBudgetLedger(env.JS, env.Buckets.Budgets)
+		b.SetParallelism(bustest.BenchParallelism)
 		b.ResetTimer()
 		cpuPerOp(b, func() {
 			b.RunParallel(func(pb *testing.PB) {

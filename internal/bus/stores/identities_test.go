@@ -1,4 +1,4 @@
-package bus_test
+package stores_test
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -21,13 +21,13 @@ func TestIdentityStore_ARevokeWhoseAnswerWasLostIsAskedAgain(t *testing.T) {
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
 	kv := env.Buckets.Identities
-	s := bus.NewIdentityStore(env.JS, kv)
+	s := stores.NewIdentityStore(env.JS, kv)
 	add := func(key string) {
 		require.NoError(t, s.Add(ctx, wire.Identity{Name: key, Role: wire.RoleAgent, Key: key, IssuedAt: 1, IssuedBy: "admin"}))
 	}
 
 	add("stored")
-	lossy := bus.NewIdentityStore(env.JS, &lostReplies{KeyValue: kv, stored: true, lost: 1})
+	lossy := stores.NewIdentityStore(env.JS, &bustest.LostReplies{KeyValue: kv, Stored: true, Lost: 1})
 	id, err := lossy.Revoke(ctx, "stored", "alice", 1000)
 	require.NoError(t, err, "its own revocation is no conflict")
 	assert.Equal(t, "alice", id.RevokedBy)
@@ -37,7 +37,7 @@ func TestIdentityStore_ARevokeWhoseAnswerWasLostIsAskedAgain(t *testing.T) {
 
 	add("other")
 	other := func(ctx context.Context) error { _, err := s.Revoke(ctx, "other", "bob", 2000); return err }
-	lossy = bus.NewIdentityStore(env.JS, &lostReplies{KeyValue: kv, lost: 1, before: other})
+	lossy = stores.NewIdentityStore(env.JS, &bustest.LostReplies{KeyValue: kv, Lost: 1, Before: other})
 	id, err = lossy.Revoke(ctx, "other", "alice", 3000)
 	require.NoError(t, err, "another revoked it first")
 	assert.Equal(t, "bob", id.RevokedBy, "revoked once, by whoever came first")

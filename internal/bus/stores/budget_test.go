@@ -1,4 +1,4 @@
-package bus_test
+package stores_test
 
 import (
 	"encoding/json"
@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
@@ -21,7 +21,7 @@ func TestBudgetLedger_RaceForTheLastOfABudget(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	l := bus.NewBudgetLedger(env.JS, env.Buckets.Budgets)
+	l := stores.NewBudgetLedger(env.JS, env.Buckets.Budgets)
 	ok, err := l.Reserve(ctx, "finance", "2026-11-21", money(900), money(1000))
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -48,7 +48,7 @@ func TestBudgetLedger_SettleCountsEachSequenceOnce(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	l := bus.NewBudgetLedger(env.JS, env.Buckets.Budgets)
+	l := stores.NewBudgetLedger(env.JS, env.Buckets.Budgets)
 	const day = "2026-03-14"
 	for _, amount := range []float64{3, 4, 5} {
 		ok, err := l.Reserve(ctx, "ops", day, money(amount), money(100))
@@ -80,7 +80,7 @@ func TestBudgetLedger_SettleCountsEachSequenceOnce(t *testing.T) {
 	wg.Wait()
 	s, err = l.Get(ctx, "ops", day)
 	require.NoError(t, err)
-	assert.Equal(t, bus.Spending{Reserved: 0, Spent: money(6), Applied: consumer.Applied{Floor: 7, Ranges: [][2]uint64{{9, 9}, {12, 12}}}}, s)
+	assert.Equal(t, stores.Spending{Reserved: 0, Spent: money(6), Applied: consumer.Applied{Floor: 7, Ranges: [][2]uint64{{9, 9}, {12, 12}}}}, s)
 
 	settled, err = l.Settle(ctx, "ops", day, money(1), money(1), 11, 12)
 	require.NoError(t, err)
@@ -95,14 +95,14 @@ func TestBudgetLedger_SettleCountsEachSequenceOnce(t *testing.T) {
 	assert.True(t, settled)
 	s, err = l.Get(ctx, "ops", day)
 	require.NoError(t, err)
-	assert.Equal(t, bus.Spending{Reserved: 0, Spent: money(6.5), Applied: consumer.Applied{Floor: 13}}, s, "the record folds into the floor")
+	assert.Equal(t, stores.Spending{Reserved: 0, Spent: money(6.5), Applied: consumer.Applied{Floor: 13}}, s, "the record folds into the floor")
 }
 
 func TestBudgetLedger_ListAllTeamsOrOne(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	l := bus.NewBudgetLedger(env.JS, env.Buckets.Budgets)
+	l := stores.NewBudgetLedger(env.JS, env.Buckets.Budgets)
 
 	days, err := l.List(ctx)
 	require.NoError(t, err)
@@ -125,7 +125,7 @@ func TestBudgetLedger_ListAllTeamsOrOne(t *testing.T) {
 
 	days, err = l.List(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, []bus.DayBudget{
+	assert.Equal(t, []stores.DayBudget{
 		{Team: "", Day: "2026-03-14", Reserved: money(5)},
 		{Team: "data science/ml", Day: "2026-03-14", Reserved: money(6)},
 		{Team: "ops", Day: "2026-03-14", Reserved: 0, Spent: money(1.5)},
@@ -135,14 +135,14 @@ func TestBudgetLedger_ListAllTeamsOrOne(t *testing.T) {
 
 	days, err = l.ListTeam(ctx, "ops")
 	require.NoError(t, err)
-	assert.Equal(t, []bus.DayBudget{
+	assert.Equal(t, []stores.DayBudget{
 		{Team: "ops", Day: "2026-03-14", Reserved: 0, Spent: money(1.5)},
 		{Team: "ops", Day: "2026-03-15", Reserved: money(2)},
 	}, days, "not ops2, whose name starts alike")
 
 	days, err = l.ListTeam(ctx, "")
 	require.NoError(t, err)
-	assert.Equal(t, []bus.DayBudget{{Team: "", Day: "2026-03-14", Reserved: money(5)}}, days, "the team with no name is one team")
+	assert.Equal(t, []stores.DayBudget{{Team: "", Day: "2026-03-14", Reserved: money(5)}}, days, "the team with no name is one team")
 
 	days, err = l.ListTeam(ctx, "nobody")
 	require.NoError(t, err)
@@ -155,7 +155,7 @@ func TestBudgetLedger_SumsAreExact(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	l := bus.NewBudgetLedger(env.JS, env.Buckets.Budgets)
+	l := stores.NewBudgetLedger(env.JS, env.Buckets.Budgets)
 	const day = "2026-03-14"
 	for _, amount := range []float64{0.07, 0.06} {
 		ok, err := l.Reserve(ctx, "ops", day, money(amount), money(0.13))
@@ -188,7 +188,7 @@ func TestBudgetLedger_ReadsWhatAnOlderVersionStored(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	l := bus.NewBudgetLedger(env.JS, env.Buckets.Budgets)
+	l := stores.NewBudgetLedger(env.JS, env.Buckets.Budgets)
 	const day = "2026-03-14"
 	key := machine.KeyToken("team:ops") + "." + day
 	_, err := env.Buckets.Budgets.Put(ctx, key,
@@ -197,10 +197,10 @@ func TestBudgetLedger_ReadsWhatAnOlderVersionStored(t *testing.T) {
 
 	s, err := l.Get(ctx, "ops", day)
 	require.NoError(t, err)
-	assert.Equal(t, bus.Spending{Reserved: money(0.3), Spent: money(0.13), Applied: consumer.Applied{Floor: 4, Ranges: [][2]uint64{{6, 6}}}}, s)
+	assert.Equal(t, stores.Spending{Reserved: money(0.3), Spent: money(0.13), Applied: consumer.Applied{Floor: 4, Ranges: [][2]uint64{{6, 6}}}}, s)
 	days, err := l.List(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, []bus.DayBudget{{Team: "ops", Day: day, Reserved: money(0.3), Spent: money(0.13)}}, days)
+	assert.Equal(t, []stores.DayBudget{{Team: "ops", Day: day, Reserved: money(0.3), Spent: money(0.13)}}, days)
 
 	settled, err := l.Settle(ctx, "ops", day, money(0.1), money(0.07), 6, 0)
 	require.NoError(t, err)
@@ -210,7 +210,7 @@ func TestBudgetLedger_ReadsWhatAnOlderVersionStored(t *testing.T) {
 	assert.True(t, settled)
 	s, err = l.Get(ctx, "ops", day)
 	require.NoError(t, err)
-	assert.Equal(t, bus.Spending{Reserved: money(0.2), Spent: money(0.2), Applied: consumer.Applied{Floor: 4, Ranges: [][2]uint64{{6, 7}}}}, s)
+	assert.Equal(t, stores.Spending{Reserved: money(0.2), Spent: money(0.2), Applied: consumer.Applied{Floor: 4, Ranges: [][2]uint64{{6, 7}}}}, s)
 
 	kve, err := env.Buckets.Budgets.Get(ctx, key)
 	require.NoError(t, err)

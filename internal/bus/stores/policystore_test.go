@@ -1,4 +1,4 @@
-package bus_test
+package stores_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 	"golang.org/x/sync/errgroup"
@@ -32,7 +32,7 @@ func TestPolicyStore_SetRefusesInvalidAndKeepsTheOld(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	s := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
+	s := stores.NewPolicyStore(env.JS, env.Buckets.Policies)
 
 	doc, rev, err := s.Get(ctx)
 	require.NoError(t, err)
@@ -58,7 +58,7 @@ func TestPolicyStore_LoadFileKeepsWhatTheStoredPolicyGrew(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	s := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
+	s := stores.NewPolicyStore(env.JS, env.Buckets.Policies)
 
 	loaded, err := s.LoadFile(ctx, []byte(policyYAML))
 	require.NoError(t, err)
@@ -94,21 +94,21 @@ func TestPolicyStore_AnUpdateWhoseAnswerWasLostIsAskedAgain(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	s := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
+	s := stores.NewPolicyStore(env.JS, env.Buckets.Policies)
 	allowed := func() []string {
 		doc, _, err := s.Get(ctx)
 		require.NoError(t, err)
 		return doc.Teams["ops"].Rules.Allow
 	}
 
-	lossy := bus.NewPolicyStore(env.JS, &lostReplies{KeyValue: env.Buckets.Policies, stored: true, lost: 1})
+	lossy := stores.NewPolicyStore(env.JS, &bustest.LostReplies{KeyValue: env.Buckets.Policies, Stored: true, Lost: 1})
 	require.NoError(t, lossy.AddAllowRule(ctx, "ops", "read_logs"), "its own create is no conflict")
 	hist, err := env.Buckets.Policies.History(ctx, "document")
 	require.NoError(t, err)
 	assert.Len(t, hist, 1, "stored once")
 
 	other := func(ctx context.Context) error { return s.AddAllowRule(ctx, "ops", "deploy") }
-	lossy = bus.NewPolicyStore(env.JS, &lostReplies{KeyValue: env.Buckets.Policies, lost: 1, before: other})
+	lossy = stores.NewPolicyStore(env.JS, &bustest.LostReplies{KeyValue: env.Buckets.Policies, Lost: 1, Before: other})
 	require.NoError(t, lossy.AddAllowRule(ctx, "ops", "rollback"), "another's change came first: made again on it")
 	assert.Equal(t, []string{"read_logs", "deploy", "rollback"}, allowed())
 }
@@ -117,7 +117,7 @@ func TestPolicyStore_FollowChangesTheEngineLive(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	s := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
+	s := stores.NewPolicyStore(env.JS, env.Buckets.Policies)
 	engine, err := policy.NewEngine(nil, nil, nil)
 	require.NoError(t, err)
 	go func() { _ = s.Follow(ctx, engine, bustest.Logger()) }()
@@ -139,7 +139,7 @@ func TestGrantStore_MatchesOnlyItsConversation(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	g := bus.NewGrantStore(env.JS, env.Buckets.Grants)
+	g := stores.NewGrantStore(env.JS, env.Buckets.Grants)
 	_, err := g.Add(ctx, policy.Grant{Pattern: "Bash(git push origin main)", ConversationID: "conv-1", By: "alice"}, time.Now())
 	require.NoError(t, err)
 	_, err = g.Add(ctx, policy.Grant{Pattern: "Bash"}, time.Now())
@@ -168,7 +168,7 @@ func TestGrantStore_ConcurrentGrantsAllKept(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	g := bus.NewGrantStore(env.JS, env.Buckets.Grants)
+	g := stores.NewGrantStore(env.JS, env.Buckets.Grants)
 	var eg errgroup.Group
 	for i := range 20 {
 		eg.Go(func() error {
@@ -189,7 +189,7 @@ func TestGrantStore_FollowingMatchesFromMemory(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	writer, follower := bus.NewGrantStore(env.JS, env.Buckets.Grants), bus.NewGrantStore(env.JS, env.Buckets.Grants)
+	writer, follower := stores.NewGrantStore(env.JS, env.Buckets.Grants), stores.NewGrantStore(env.JS, env.Buckets.Grants)
 	_, err := writer.Add(ctx, policy.Grant{Pattern: "Bash(make test)", ConversationID: "early", By: "alice"}, time.Now())
 	require.NoError(t, err)
 	followCtx, stop := context.WithCancel(ctx)
@@ -233,7 +233,7 @@ func TestGrantStore_ExpiryAlwaysAndRevocation(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	writer, follower := bus.NewGrantStore(env.JS, env.Buckets.Grants), bus.NewGrantStore(env.JS, env.Buckets.Grants)
+	writer, follower := stores.NewGrantStore(env.JS, env.Buckets.Grants), stores.NewGrantStore(env.JS, env.Buckets.Grants)
 	followCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- follower.Follow(followCtx, bustest.Logger()) }()
@@ -287,7 +287,7 @@ func TestGrantStore_ASingleUseGrantLetsOneOfEightRacingCallsRun(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	stores := []*bus.GrantStore{bus.NewGrantStore(env.JS, env.Buckets.Grants), bus.NewGrantStore(env.JS, env.Buckets.Grants)}
+	stores := []*stores.GrantStore{stores.NewGrantStore(env.JS, env.Buckets.Grants), stores.NewGrantStore(env.JS, env.Buckets.Grants)}
 	followCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- stores[1].Follow(followCtx, bustest.Logger()) }()
@@ -327,7 +327,7 @@ func TestPolicyStore_ClearShadowSetAgainMeanwhileConflicts(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	s := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
+	s := stores.NewPolicyStore(env.JS, env.Buckets.Policies)
 	doc, err := policy.Parse([]byte(policyYAML))
 	require.NoError(t, err)
 	first, err := s.SetShadow(ctx, doc)

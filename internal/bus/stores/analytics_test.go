@@ -1,4 +1,4 @@
-package bus_test
+package stores_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -20,7 +21,7 @@ type asked struct {
 // update is store.Update of key, recording what f is given; f appends
 // suffix to the value it is given, or, given none (a held value, or the
 // key absent), stores start.
-func update(ctx context.Context, store *bus.AnalyticsStore, key string, held *uint64, start, suffix string) (uint64, []asked, error) {
+func update(ctx context.Context, store *stores.AnalyticsStore, key string, held *uint64, start, suffix string) (uint64, []asked, error) {
 	var calls []asked
 	rev, err := store.Update(ctx, key, held, func(value []byte, revision uint64) ([]byte, error) {
 		calls = append(calls, asked{string(value), revision})
@@ -42,7 +43,7 @@ func TestAnalyticsStore_UpdateStartsFromWhatTheWriterHolds(t *testing.T) {
 	ctx := t.Context()
 	kv, err := bus.ProvisionAnalytics(ctx, env.JS, 1)
 	require.NoError(t, err)
-	a, b := bus.NewAnalyticsStore(env.JS, kv), bus.NewAnalyticsStore(env.JS, kv)
+	a, b := stores.NewAnalyticsStore(env.JS, kv), stores.NewAnalyticsStore(env.JS, kv)
 
 	_, _, err = a.Get(ctx, "k")
 	require.ErrorIs(t, err, machine.ErrNotFound)
@@ -79,11 +80,11 @@ func TestAnalyticsStore_AnUpdateWhoseAnswerWasLostIsNoConflictWithItself(t *test
 	ctx := t.Context()
 	kv, err := bus.ProvisionAnalytics(ctx, env.JS, 1)
 	require.NoError(t, err)
-	store := bus.NewAnalyticsStore(env.JS, kv)
+	store := stores.NewAnalyticsStore(env.JS, kv)
 	rev1, _, err := update(ctx, store, "k", nil, "0", "")
 	require.NoError(t, err)
 
-	lossy := bus.NewAnalyticsStore(env.JS, &lostReplies{KeyValue: kv, stored: true, lost: 1})
+	lossy := stores.NewAnalyticsStore(env.JS, &bustest.LostReplies{KeyValue: kv, Stored: true, Lost: 1})
 	rev, calls, err := update(ctx, lossy, "k", nil, "", "+1")
 	require.NoError(t, err, "its own write is no conflict")
 	assert.Len(t, calls, 1, "asked once: %v", calls)

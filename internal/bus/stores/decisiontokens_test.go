@@ -1,4 +1,4 @@
-package bus_test
+package stores_test
 
 import (
 	"testing"
@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 )
 
 // TestDecisionTokenStore_ARedemptionWhoseAnswerWasLostIsNotAnothers: a
@@ -20,11 +20,11 @@ func TestDecisionTokenStore_ARedemptionWhoseAnswerWasLostIsNotAnothers(t *testin
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	losing := func() *bus.DecisionTokenStore {
-		return bus.NewDecisionTokenStore(env.JS, &lostReplies{KeyValue: env.Buckets.DecisionTokens, stored: true, lost: 1})
+	losing := func() *stores.DecisionTokenStore {
+		return stores.NewDecisionTokenStore(env.JS, &bustest.LostReplies{KeyValue: env.Buckets.DecisionTokens, Stored: true, Lost: 1})
 	}
 	now := time.Now()
-	token, err := losing().Issue(ctx, bus.DecisionToken{PendingID: "c.call-1", Approve: true, Approver: "ann", IssuedAt: now.UnixMilli(), ExpiresAt: now.Add(time.Hour).UnixMilli()})
+	token, err := losing().Issue(ctx, stores.DecisionToken{PendingID: "c.call-1", Approve: true, Approver: "ann", IssuedAt: now.UnixMilli(), ExpiresAt: now.Add(time.Hour).UnixMilli()})
 	require.NoError(t, err, "an issue whose answer was lost")
 	tokens := losing()
 	tok, rev, err := tokens.Get(ctx, token)
@@ -37,5 +37,5 @@ func TestDecisionTokenStore_ARedemptionWhoseAnswerWasLostIsNotAnothers(t *testin
 	assert.NotZero(t, stored.UsedAt)
 
 	_, err = tokens.Use(ctx, token, tok, rev, now)
-	assert.ErrorIs(t, err, bus.ErrTokenUsed, "another redemption of the token read before the first")
+	assert.ErrorIs(t, err, stores.ErrTokenUsed, "another redemption of the token read before the first")
 }
