@@ -38,7 +38,7 @@ func (s *AnalyticsStore) Get(ctx context.Context, key string) ([]byte, uint64, e
 }
 
 // Update changes the value under key by compare-and-set, through the one
-// loop of every read-modify-write of bus (jsio.Update: a write whose answer
+// loop of every read-modify-write of the stores (jsio.Update: a write whose answer
 // was lost is not taken for another's, a stream leader lost is asked
 // again, a full store is reported as wire.ErrStorageFull). f is given the
 // key's value and revision (nil and 0: none) and returns what to store
@@ -49,7 +49,7 @@ func (s *AnalyticsStore) Get(ctx context.Context, key string) ([]byte, uint64, e
 // with no read; only after another write came first is the key read.
 //
 // Two writers that store the same bytes must want the same outcome
-// (see write): an aggregate that records the sequences it has taken in
+// (see jsio.Write): an aggregate that records the sequences it has taken in
 // does.
 func (s *AnalyticsStore) Update(ctx context.Context, key string, held *uint64, f func(value []byte, revision uint64) ([]byte, error)) (uint64, error) {
 	return jsio.UpdateHeld(ctx, s.js, s.kv, key, held, func(cur jetstream.KeyValueEntry) ([]byte, error) {

@@ -33,7 +33,7 @@ func NewFlowMarks(js jetstream.JetStream, kv jetstream.KeyValue) *FlowMarks {
 }
 
 // storedMark is a policy.FlowMark as kept in KV, with what it is about
-// and a random nonce of the write that stored it (see write).
+// and a random nonce of the write that stored it (see jsio.Write).
 type storedMark struct {
 	Mark      string           `json:"mark"` // policy.FlowRule.MarkID
 	Scope     policy.FlowScope `json:"scope"`

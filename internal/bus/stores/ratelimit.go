@@ -47,7 +47,7 @@ func (w RateWindow) Live(now time.Time, per time.Duration) (n int, freed time.Ti
 }
 
 // storedWindow is RateWindow as kept in KV, with a random nonce of the
-// write that stored it (see write): two takes at the same millisecond
+// write that stored it (see jsio.Write): two takes at the same millisecond
 // store different bytes.
 type storedWindow struct {
 	RateWindow
