@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/relay"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -65,13 +65,13 @@ func benchAtomicTransition(b *testing.B, topo bustest.Topology) {
 	relayKeys := newKeys(b, e.env.KV, "relay", value)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	go func() { _ = bus.NewRelay(e.env.JS, bus.RelayConfig{}, bustest.Logger()).Run(runCtx) }()
+	go func() { _ = relay.NewRelay(e.env.JS, relay.RelayConfig{}, bustest.Logger()).Run(runCtx) }()
 	// relayCaughtUp waits until the relay (its consumer created by Run,
 	// soon after the start) has relayed every revision.
 	relayCaughtUp := func() {
 		var seen string
 		bustest.Eventually(b, time.Minute, time.Millisecond, "the relay caught up", func() (bool, any) {
-			cons, err := e.env.JS.Consumer(ctx, "KV_"+wire.CallsBucket, bus.RelayDurable)
+			cons, err := e.env.JS.Consumer(ctx, "KV_"+wire.CallsBucket, relay.RelayDurable)
 			if err != nil {
 				seen = err.Error()
 				return false, seen
@@ -116,9 +116,9 @@ func benchAtomicTransition(b *testing.B, topo bustest.Topology) {
 		logRevs[i] = ack.Sequence
 	}
 
-	workers := benchParallelism * runtime.GOMAXPROCS(0)
+	workers := bustest.BenchParallelism * runtime.GOMAXPROCS(0)
 	parallel := func(f func(i int) error) {
-		b.SetParallelism(benchParallelism)
+		b.SetParallelism(bustest.BenchParallelism)
 		var nextWorker atomic.Int64
 		b.RunParallel(func(pb *testing.PB) {
 			for i := int(nextWorker.Add(1) - 1); pb.Next(); i = (i + workers) % len(c.keys) {
@@ -259,7 +259,7 @@ type benchKeys struct {
 }
 
 func newKeys(b *testing.B, kv jetstream.KeyValue, prefix string, value []byte) *benchKeys {
-	n := (benchCASKeys + benchParallelism*runtime.GOMAXPROCS(0) - 1) / (benchParallelism * runtime.GOMAXPROCS(0)) * (benchParallelism * runtime.GOMAXPROCS(0))
+	n := (benchCASKeys + bustest.BenchParallelism*runtime.GOMAXPROCS(0) - 1) / (bustest.BenchParallelism * runtime.GOMAXPROCS(0)) * (bustest.BenchParallelism * runtime.GOMAXPROCS(0))
 	k := &benchKeys{keys: make([]string, n), revs: make([]uint64, n)}
 	for i := range k.keys {
 		k.keys[i] = fmt.Sprintf("%s-%05d", prefix, i)

@@ -27,11 +27,6 @@ import (
 // entries to decide) is outside the timer. The relay is not running: these
 // are the costs of the KV writes, which are the commit point.
 
-// benchParallelism is RunParallel's goroutines per GOMAXPROCS. A gateway
-// serves many agents at once; with one goroutine per core the benchmark
-// would measure round-trip latency, not how many writes the server absorbs.
-const benchParallelism = 4
-
 // benchCASKeys is how many keys the CAS baseline spreads its writes over, so
 // it measures the bucket rather than contention on one subject.
 const benchCASKeys = 512
@@ -113,7 +108,7 @@ type casBench struct {
 // uncontended rate, as the transitions below are uncontended too.
 func newCASBench(b *testing.B, e *benchEnv) *casBench {
 	b.Helper()
-	workers := benchParallelism * runtime.GOMAXPROCS(0)
+	workers := bustest.BenchParallelism * runtime.GOMAXPROCS(0)
 	n := (benchCASKeys + workers - 1) / workers * workers // a multiple of workers
 	c := &casBench{kv: e.env.KV, value: e.entryJSON(b), keys: make([]string, n), revs: make([]uint64, n)}
 	ctx := context.Background()
@@ -128,8 +123,8 @@ func newCASBench(b *testing.B, e *benchEnv) *casBench {
 
 // run does b.N updates and returns how long they took.
 func (c *casBench) run(b *testing.B) time.Duration {
-	b.SetParallelism(benchParallelism)
-	workers := benchParallelism * runtime.GOMAXPROCS(0)
+	b.SetParallelism(bustest.BenchParallelism)
+	workers := bustest.BenchParallelism * runtime.GOMAXPROCS(0)
 	var nextWorker atomic.Int64
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
@@ -151,7 +146,7 @@ func (c *casBench) run(b *testing.B) time.Duration {
 // submit submits b.N calls through the machine (each a Get that misses and
 // a Create) and returns their pendingIds and how long it took.
 func (e *benchEnv) submit(b *testing.B, round int) ([]string, time.Duration) {
-	b.SetParallelism(benchParallelism)
+	b.SetParallelism(bustest.BenchParallelism)
 	ids := make([]string, b.N)
 	var next atomic.Int64
 	start := time.Now()
@@ -177,7 +172,7 @@ func (e *benchEnv) submit(b *testing.B, round int) ([]string, time.Duration) {
 // decide approves every id once, b.N of them, and returns how long it took.
 // Each Decide is a Get, the transition table's check and a CAS Update.
 func (e *benchEnv) decide(b *testing.B, ids []string) time.Duration {
-	b.SetParallelism(benchParallelism)
+	b.SetParallelism(bustest.BenchParallelism)
 	var next atomic.Int64
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
@@ -302,7 +297,7 @@ func BenchmarkClaimVsCAS(b *testing.B) {
 	ids1, _ := approved(1)
 	ids2, revs2 := approved(2)
 	claim := func(ids []string, revs []uint64) time.Duration {
-		b.SetParallelism(benchParallelism)
+		b.SetParallelism(bustest.BenchParallelism)
 		var next atomic.Int64
 		start := time.Now()
 		b.RunParallel(func(pb *testing.PB) {

@@ -100,7 +100,7 @@ func NewConn(js jetstream.JetStream) *Conn {
 }
 
 // JetStream is the connection's JetStream (nil without a connection), for
-// bus's constructors and internal/consumer's runners.
+// the constructors of bus and internal/bus and internal/consumer's runners.
 func (c *Conn) JetStream() jetstream.JetStream {
 	if c == nil {
 		return nil

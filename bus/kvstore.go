@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -20,8 +22,8 @@ type KVStore struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	recent recentEntries
-	index  *CallIndex // nil: none (WithIndex)
-	work   *WorkQueue // nil: none (WithWorkQueue)
+	index  CallIndex // nil: none (WithIndex)
+	work   WorkQueue // nil: none (WithWorkQueue)
 	// blind, set only by a test (BlindWrites), has Update write
 	// without its compare-and-set: the broken build the history checker
 	// must catch.
@@ -126,11 +128,25 @@ func NewKVStore(js jetstream.JetStream, kv jetstream.KeyValue) *KVStore {
 	return &KVStore{js: js, kv: kv}
 }
 
+// CallIndex is what a KVStore asks of an index that follows its bucket
+// (WithIndex): the open entry under pendingId it holds at a revision
+// later than after, if any, and whether, in step with the bucket, it
+// holds no call under pendingId.
+type CallIndex interface {
+	Latest(pendingID string, after uint64) (*machine.Entry, uint64, bool)
+	Absent(pendingID string) bool
+}
+
+// WorkQueue is what a KVStore tells the executors' queue of calls
+// (WithWorkQueue): each entry it wrote, at its revision.
+type WorkQueue interface {
+	Wrote(e *machine.Entry, rev uint64)
+}
+
 // WithIndex has s start commands on open calls from x's latest revision
 // of them, and skip the read of a submit whose pendingId x does not hold,
-// while x follows kv (CallIndex.Follow, or its View on a CallsFeed). It
-// returns s.
-func (s *KVStore) WithIndex(x *CallIndex) *KVStore {
+// while x follows kv. It returns s.
+func (s *KVStore) WithIndex(x CallIndex) *KVStore {
 	s.index = x
 	return s
 }
@@ -138,8 +154,8 @@ func (s *KVStore) WithIndex(x *CallIndex) *KVStore {
 // WithWorkQueue has s file in q each revision it writes, as soon as it
 // is written: a call approved here is offered to the executors waiting
 // on this process without waiting for the bucket's watch to bring the
-// revision back (WorkQueue.Wrote). It returns s.
-func (s *KVStore) WithWorkQueue(q *WorkQueue) *KVStore {
+// revision back. It returns s.
+func (s *KVStore) WithWorkQueue(q WorkQueue) *KVStore {
 	s.work = q
 	return s
 }
@@ -158,7 +174,7 @@ func (s *KVStore) Create(ctx context.Context, e *machine.Entry) (uint64, error) 
 	if err != nil {
 		return 0, err
 	}
-	rev, err := write(ctx, s.js, s.kv, e.PendingID, data, 0)
+	rev, err := jsio.Write(ctx, s.js, s.kv, e.PendingID, data, 0)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, fmt.Errorf("%s: %w", e.PendingID, machine.ErrExists)
 	}
@@ -173,13 +189,13 @@ func (s *KVStore) Get(ctx context.Context, pendingID string) (*machine.Entry, ui
 	if !machine.ValidPendingID(pendingID) {
 		return nil, 0, fmt.Errorf("%w: pendingId %q is not a toolgate id", machine.ErrNotFound, pendingID)
 	}
-	kve, err := get(ctx, s.kv, pendingID)
+	kve, err := jsio.Get(ctx, s.kv, pendingID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("pendingId %s: %w", pendingID, machine.ErrNotFound)
 	} else if err != nil {
 		return nil, 0, err
 	}
-	e, err := decodeEntry(kve.Value())
+	e, err := jsio.DecodeEntry(kve.Value())
 	if err != nil {
 		return nil, 0, fmt.Errorf("pendingId %s revision %d: %w", pendingID, kve.Revision(), err)
 	}
@@ -196,7 +212,7 @@ func (s *KVStore) Update(ctx context.Context, e *machine.Entry, revision uint64)
 	if s.blind && revision != 0 {
 		rev, err = s.kv.Put(ctx, e.PendingID, data)
 	} else {
-		rev, err = write(ctx, s.js, s.kv, e.PendingID, data, revision)
+		rev, err = jsio.Write(ctx, s.js, s.kv, e.PendingID, data, revision)
 	}
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, fmt.Errorf("%s at revision %d: %w", e.PendingID, revision, machine.ErrConflict)
@@ -222,13 +238,13 @@ func (s *KVStore) Retire(ctx context.Context, pendingID string, revision uint64,
 // ListConversation implements machine.Store. It watches only the
 // conversation's keys, so the server reads nothing of other conversations.
 func (s *KVStore) ListConversation(ctx context.Context, conversationID string) ([]*machine.Entry, error) {
-	return watchValues(ctx, s.kv, machine.ConversationKey(conversationID)+".*", decodeEntry)
+	return jsio.WatchValues(ctx, s.kv, machine.ConversationKey(conversationID)+".*", jsio.DecodeEntry)
 }
 
 // ListAll reads every entry in the bucket: for listing across
 // conversations, never on a path that serves one conversation.
 func (s *KVStore) ListAll(ctx context.Context) ([]*machine.Entry, error) {
-	return watchValues(ctx, s.kv, ">", decodeEntry)
+	return jsio.WatchValues(ctx, s.kv, ">", jsio.DecodeEntry)
 }
 
 // History returns the transitions an entry went through, oldest first,
@@ -257,41 +273,4 @@ func (s *KVStore) History(ctx context.Context, pendingID string) ([]wire.History
 		}
 	}
 	return items, nil
-}
-
-// watchValues reads the current value of every key matching filter: a
-// watch that ends once its initial values are in.
-func watchValues[T any](ctx context.Context, kv jetstream.KeyValue, filter string, decode func([]byte) (T, error)) ([]T, error) {
-	w, err := kv.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
-	var values []T
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case kve := <-w.Updates():
-			if kve == nil { // the initial values are all in
-				return values, nil
-			}
-			v, err := decode(kve.Value())
-			if err != nil {
-				return nil, fmt.Errorf("key %s: %w", kve.Key(), err)
-			}
-			values = append(values, v)
-		}
-	}
-}
-
-// decodeEntry decodes an entry as stored, with json/v2 when it can
-// (wire.Unmarshal; BenchmarkDecodeEntry). The store's reads, the index's
-// pages and the relay decode with it.
-func decodeEntry(data []byte) (*machine.Entry, error) {
-	var e machine.Entry
-	if err := wire.Unmarshal(data, &e); err != nil {
-		return nil, fmt.Errorf("decode entry: %w", err)
-	}
-	return &e, nil
 }

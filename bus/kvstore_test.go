@@ -110,43 +110,6 @@ func TestProvision_EntriesAreReadFromTheLeader(t *testing.T) {
 	}
 }
 
-// lostReplies is the entries' bucket with the answer to some writes lost
-// on the way back, as when a stream leader dies after storing a write and
-// before acknowledging it: the write is done, then before returns, and
-// the writer hears only that its deadline passed.
-type lostReplies struct {
-	jetstream.KeyValue
-	stored bool                            // whether the write is done before its answer is lost
-	before func(ctx context.Context) error // run after the lost write; nil: none
-	lost   int                             // how many answers are still to be lost
-}
-
-func (kv *lostReplies) lose(ctx context.Context, write func() (uint64, error)) (uint64, error) {
-	if kv.lost == 0 {
-		return write()
-	}
-	kv.lost--
-	if kv.stored {
-		if _, err := write(); err != nil {
-			return 0, err
-		}
-	}
-	if kv.before != nil {
-		if err := kv.before(ctx); err != nil {
-			return 0, err
-		}
-	}
-	return 0, context.DeadlineExceeded
-}
-
-func (kv *lostReplies) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	return kv.lose(ctx, func() (uint64, error) { return kv.KeyValue.Create(ctx, key, value, opts...) })
-}
-
-func (kv *lostReplies) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	return kv.lose(ctx, func() (uint64, error) { return kv.KeyValue.Update(ctx, key, value, rev) })
-}
-
 // TestKVStore_AWriteWhoseAnswerWasLostIsNoConflictWithItself: a write is
 // sent again when its answer does not come; if the first was stored after
 // all, the writer is told of its success and its revision, not of a
@@ -180,7 +143,7 @@ func TestKVStore_AWriteWhoseAnswerWasLostIsNoConflictWithItself(t *testing.T) {
 	}
 
 	t.Run("create", func(t *testing.T) {
-		s := bus.NewKVStore(env.JS, &lostReplies{KeyValue: env.KV, stored: true, lost: 1})
+		s := bus.NewKVStore(env.JS, &bustest.LostReplies{KeyValue: env.KV, Stored: true, Lost: 1})
 		e := entry("lost", "create")
 		rev, err := s.Create(ctx, e)
 		require.NoError(t, err, "its own create is no conflict")
@@ -192,7 +155,7 @@ func TestKVStore_AWriteWhoseAnswerWasLostIsNoConflictWithItself(t *testing.T) {
 		require.NoError(t, err)
 		approved := *e
 		approved.Status = machine.StateApproved
-		s := bus.NewKVStore(env.JS, &lostReplies{KeyValue: env.KV, stored: true, lost: 1, before: other(&approved, machine.StateExecuting)})
+		s := bus.NewKVStore(env.JS, &bustest.LostReplies{KeyValue: env.KV, Stored: true, Lost: 1, Before: other(&approved, machine.StateExecuting)})
 		got, err := s.Update(ctx, &approved, rev)
 		require.NoError(t, err, "its own update is no conflict")
 		revs := revisions(e.PendingID)
@@ -205,7 +168,7 @@ func TestKVStore_AWriteWhoseAnswerWasLostIsNoConflictWithItself(t *testing.T) {
 		require.NoError(t, err)
 		rejected := *e
 		rejected.Status = machine.StateRejectedByUser
-		s := bus.NewKVStore(env.JS, &lostReplies{KeyValue: env.KV, lost: 1, before: other(e, machine.StateApproved)})
+		s := bus.NewKVStore(env.JS, &bustest.LostReplies{KeyValue: env.KV, Lost: 1, Before: other(e, machine.StateApproved)})
 		_, err = s.Update(ctx, &rejected, rev)
 		require.ErrorIs(t, err, machine.ErrConflict, "another wrote first")
 		got, _, err := env.Store.Get(ctx, e.PendingID)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus/jsio"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -22,6 +24,10 @@ type Topology struct {
 
 // DefaultEventsMaxAge is how long events are kept when not configured.
 const DefaultEventsMaxAge = 30 * 24 * time.Hour
+
+// MaxDecisionTokenLife bounds how long a decision token is good for,
+// whatever its call's deadline: the bucket forgets tokens a day after.
+const MaxDecisionTokenLife = 30 * 24 * time.Hour
 
 // kvHistory is the number of revisions the bucket keeps per key. The relay
 // reads every revision from the bucket's stream, so a revision must survive
@@ -85,7 +91,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 	} {
 		kv.cfg.Storage = jetstream.FileStorage
 		kv.cfg.Replicas = t.Replicas
-		bucket, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) {
+		bucket, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) {
 			return js.CreateOrUpdateKeyValue(ctx, kv.cfg)
 		})
 		if err != nil {
@@ -93,7 +99,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		}
 		*kv.dst = bucket
 	}
-	calls, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) { return provisionCalls(ctx, js, t) })
+	calls, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) { return provisionCalls(ctx, js, t) })
 	if err != nil {
 		return nil, fmt.Errorf("provision bucket %s: %w", wire.CallsBucket, err)
 	}
@@ -148,7 +154,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		Replicas:    t.Replicas,
 	}}
 	for _, cfg := range streams {
-		st, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
+		st, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
 		if err != nil {
 			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
@@ -162,7 +168,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 	// Executors took work from a stream of their own, TOOL_WORK, before
 	// they asked the request API for it: what an older toolgate left there
 	// nobody reads.
-	if _, err := attempts(ctx, provisionAttempt, func(ctx context.Context) (struct{}, error) {
+	if _, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (struct{}, error) {
 		if err := js.DeleteStream(ctx, retiredWorkStream); !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return struct{}{}, err
 		}
@@ -247,3 +253,19 @@ func provisionCalls(ctx context.Context, js jetstream.JetStream, t Topology) (je
 // still waiting after a minute, while the fifth was done in half a
 // second). Asked again once it exists, it answers at once.
 const provisionAttempt = 3 * time.Second
+
+// ProvisionAnalytics creates the analytics' bucket, or updates it, with
+// replicas (at least 1); it is idempotent.
+func ProvisionAnalytics(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      wire.AnalyticsBucket,
+		Description: "toolgate analytics: aggregates per tool, team, approver and hour",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("provision bucket %s: %w", wire.AnalyticsBucket, err)
+	}
+	return kv, nil
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -60,7 +61,7 @@ func TestAnalyticsStore_AStreamAtItsLimitRefusesWithStorageFull(t *testing.T) {
 	defer cancel()
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "small_analytics", MaxBytes: 8 << 10})
 	require.NoError(t, err)
-	store := bus.NewAnalyticsStore(js, kv)
+	store := stores.NewAnalyticsStore(js, kv)
 
 	var took time.Duration
 	for i := 0; err == nil && i < 100; i++ {

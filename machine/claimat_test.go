@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -105,7 +106,7 @@ func TestIndexedStore_SubmitAndDecideWithoutReads(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	x := bus.NewCallIndex(env.JS, env.KV)
+	x := views.NewCallIndex(env.JS, env.KV)
 	bustest.FollowCalls(t, x)
 	store := &countingStore{KVStore: bus.NewKVStore(env.JS, env.KV).WithIndex(x)}
 	m := machine.New(store, verdict(machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: time.Hour}))

@@ -1,7 +1,7 @@
 // Package metrics is toolgate's Prometheus side: the toolgate_* collectors
 // every process exports, and the Exporter that feeds them from TOOL_EVENTS.
-// It reads the bus over a bus.Conn, through bus's feeds and
-// consumer.Durables, and imports no nats.go.
+// It reads the bus over a bus.Conn, through the feeds of
+// internal/bus/views and consumer.Durables, and imports no nats.go.
 // The approval statistics, time series and policy recommendations kept in
 // KV are package analytics'.
 //

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -25,11 +26,11 @@ type ExporterConfig struct {
 	// Feed, when set, is the process's shared watch of the tool_calls
 	// bucket, which the pending-approvals gauge then follows (the process
 	// runs it); otherwise the exporter watches the bucket itself.
-	Feed *bus.CallsFeed
+	Feed *views.CallsFeed
 	// Events, when set, is the process's feed of TOOL_EVENTS, which the
 	// event counter then follows (the process runs it); otherwise the
 	// exporter has an ordered consumer of its own.
-	Events *bus.EventsFeed
+	Events *views.EventsFeed
 }
 
 // Exporter keeps a process's toolgate_* metrics up to date: it counts
@@ -43,7 +44,7 @@ type Exporter struct {
 	log     *slog.Logger
 	metrics *Metrics
 	pending *PendingApprovals
-	feed    *bus.CallsFeed // the exporter's own, when it runs one
+	feed    *views.CallsFeed // the exporter's own, when it runs one
 
 	seq   atomic.Uint64 // stream sequence of the last event counted
 	ready chan struct{}
@@ -61,10 +62,10 @@ func NewExporter(conn *bus.Conn, b *bus.Buckets, reg prometheus.Registerer, cfg 
 	}
 	pending := NewPendingApprovals()
 	pending.labels = &m.labels
-	var own *bus.CallsFeed
+	var own *views.CallsFeed
 	feed := cfg.Feed
 	if feed == nil {
-		own = bus.NewCallsFeed(conn.JetStream(), b.Calls)
+		own = views.NewCallsFeed(conn.JetStream(), b.Calls)
 		feed = own
 	}
 	feed.Add(pending.View())
@@ -131,7 +132,7 @@ func (x *Exporter) countEvents(ctx context.Context, started func()) error {
 	if x.cfg.Events != nil {
 		err = x.cfg.Events.Follow(ctx, from, started, x.count)
 	} else {
-		err = bus.FollowEvents(ctx, x.conn.JetStream(), from, started, x.count)
+		err = views.FollowEvents(ctx, x.conn.JetStream(), from, started, x.count)
 	}
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)

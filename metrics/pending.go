@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -52,10 +52,10 @@ func (p *PendingApprovals) Synced() <-chan struct{} { return p.synced }
 // View is the gauge as a view of a CallsFeed: each life of the feed
 // counts the bucket afresh, aside, and the count replaces the gauge's
 // once the bucket is read, correcting whatever the last life missed.
-func (p *PendingApprovals) View() bus.CallsView {
-	return bus.CallsView{Start: func() (func(bus.CallRevision), func()) {
+func (p *PendingApprovals) View() views.CallsView {
+	return views.CallsView{Start: func() (func(views.CallRevision), func()) {
 		loading := newPendingCounts()
-		apply := func(r bus.CallRevision) {
+		apply := func(r views.CallRevision) {
 			if loading != nil {
 				loading.update(r)
 				return
@@ -93,7 +93,7 @@ func newPendingCounts() *pendingCounts {
 	return &pendingCounts{byKey: map[string]*teamPending{}, counts: map[string]*teamPending{}}
 }
 
-func (c *pendingCounts) update(r bus.CallRevision) {
+func (c *pendingCounts) update(r views.CallRevision) {
 	pending := !r.Removed && r.Head != nil && r.Head.Status == machine.StatePendingApproval
 	if tp, ok := c.byKey[r.Key]; ok {
 		delete(c.byKey, r.Key)

@@ -17,7 +17,7 @@ import (
 // both by default, and checking for them cost it a sixth of the time of
 // decoding a call's head); what json/v2 still refuses is decoded by
 // encoding/json, from the zero value. Tests hold the result to encoding/json's for
-// machine.Entry, Event and bus.CallHead: a type with an embedded struct
+// machine.Entry, Event and views.CallHead: a type with an embedded struct
 // or decoding methods of its own needs such a test before it is decoded
 // here.
 func Unmarshal(data []byte, v any) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -92,7 +93,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 
 	akv, err := js.KeyValue(ctx, analytics.Bucket)
 	require.NoError(t, err, "the analytics role provisions its bucket")
-	an := analytics.New(bus.NewConn(js), bus.NewAnalyticsStore(js, akv), analytics.Config{})
+	an := analytics.New(bus.NewConn(js), stores.NewAnalyticsStore(js, akv), analytics.Config{})
 	caughtUp := func() {
 		t.Helper()
 		bustest.Eventually(t, 60*time.Second, 20*time.Millisecond, "the analytics caught up", func() (bool, any) {
@@ -181,7 +182,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	pkv, err := js.KeyValue(ctx, wire.PoliciesBucket)
 	require.NoError(t, err)
-	doc, _, err := bus.NewPolicyStore(js, pkv).Get(ctx)
+	doc, _, err := stores.NewPolicyStore(js, pkv).Get(ctx)
 	require.NoError(t, err)
 	engine, err := policy.NewEngine(doc, nil, nil)
 	require.NoError(t, err)

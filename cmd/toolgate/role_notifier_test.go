@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
@@ -47,7 +48,7 @@ func TestServe_NotifierWithoutIntakeFollowsThePolicy(t *testing.T) {
 	require.NoError(t, err)
 	doc, err := policy.Parse(fmt.Appendf(nil, "default:\n  notify: [{type: slack, url: %q}]\n  inboxUrl: https://toolgate.example\n", slack.URL))
 	require.NoError(t, err)
-	require.NoError(t, bus.NewPolicyStore(js, policies).Set(t.Context(), doc))
+	require.NoError(t, stores.NewPolicyStore(js, policies).Set(t.Context(), doc))
 
 	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)

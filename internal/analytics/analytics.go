@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/stores"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -46,7 +48,7 @@ type Config struct {
 	// Events, when set, is the process's feed of TOOL_EVENTS, which Run
 	// follows (the process runs it); otherwise Run reads the stream with
 	// an ordered consumer of its own.
-	Events *bus.EventsFeed
+	Events *views.EventsFeed
 	// BatchSize is how many events are folded into one round of KV writes
 	// (default 256).
 	BatchSize int
@@ -91,7 +93,7 @@ type Config struct {
 // folds into one number.
 type Analytics struct {
 	conn  *bus.Conn
-	store *bus.AnalyticsStore
+	store *stores.AnalyticsStore
 	cfg   Config
 	log   *slog.Logger
 	now   func() time.Time
@@ -115,12 +117,12 @@ func Open(ctx context.Context, conn *bus.Conn, cfg Config) (*Analytics, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(conn, bus.NewAnalyticsStore(conn.JetStream(), kv), cfg), nil
+	return New(conn, stores.NewAnalyticsStore(conn.JetStream(), kv), cfg), nil
 }
 
 // New returns the analytics over store, an existing bucket, reading
 // TOOL_EVENTS over conn.
-func New(conn *bus.Conn, store *bus.AnalyticsStore, cfg Config) *Analytics {
+func New(conn *bus.Conn, store *stores.AnalyticsStore, cfg Config) *Analytics {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 256
 	}
@@ -286,7 +288,7 @@ func (a *Analytics) consume(ctx context.Context, gen uint64) error {
 		if a.cfg.Events != nil {
 			followed <- a.cfg.Events.Follow(ctx, from, func() {}, fn)
 		} else {
-			followed <- bus.FollowEvents(ctx, a.conn.JetStream(), from, func() {}, fn)
+			followed <- views.FollowEvents(ctx, a.conn.JetStream(), from, func() {}, fn)
 		}
 	})
 	// Every event below from is in every aggregate it belongs in: each

@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -585,7 +586,7 @@ func TestAnalytics_ThousandCalls(t *testing.T) {
 		assert.Equal(t, int64(600_000), *longer.Teams["ops"].ApprovalTimeoutMs)
 
 		// Pasting the rule makes the next call run without asking.
-		store := bus.NewPolicyStore(env.JS, env.Buckets.Policies)
+		store := stores.NewPolicyStore(env.JS, env.Buckets.Policies)
 		call := machine.Call{ToolCallID: "after-rule", ToolName: "web_search", Team: "research", CallerBotID: "agent", ConversationID: "conv-research", Arguments: []byte(`{"query":"nats"}`)}
 		verdict := func() machine.Verdict {
 			doc, _, err := store.Get(ctx)

@@ -18,15 +18,15 @@
 // # Every replica reads every event
 //
 // Every process that runs the analytics role reads every event of
-// TOOL_EVENTS in order, from the process's events feed (bus.EventsFeed)
+// TOOL_EVENTS in order, from the process's events feed (views.EventsFeed)
 // or an ordered consumer of its own, and folds each batch into the
 // aggregates it touches by compare-and-set; the batch's last sequence is
 // then recorded in the bucket as a checkpoint, where a process starts.
 // Any replica serves the aggregates, and a restarted one goes on from the
 // checkpoint. See Analytics for how an event is never counted twice
 // (consumer.Applied is the set of sequences each aggregate has taken in).
-// The bucket is a bus.AnalyticsStore: each aggregate, the generation in
-// force and its checkpoint change through bus's one compare-and-set loop,
-// which asks again of a stream leader lost and reports a full store, as
-// for every store of toolgate's; the package imports no nats.go.
+// The bucket is a stores.AnalyticsStore: each aggregate, the generation in
+// force and its checkpoint change through the one compare-and-set loop,
+// jsio.Update, which asks again of a stream leader lost and reports a full
+// store, as for every store of toolgate's; the package imports no nats.go.
 package analytics

@@ -26,9 +26,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/relay"
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -632,7 +632,7 @@ func goroutines(out string) string {
 func relayState(t *testing.T, js jetstream.JetStream) string {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	c, err := js.Consumer(ctx, "KV_"+wire.CallsBucket, bus.RelayDurable)
+	c, err := js.Consumer(ctx, "KV_"+wire.CallsBucket, relay.RelayDurable)
 	if err != nil {
 		return err.Error()
 	}
@@ -641,7 +641,7 @@ func relayState(t *testing.T, js jetstream.JetStream) string {
 		return err.Error()
 	}
 	return fmt.Sprintf("consumer %s: %d pending, %d acks pending, %d redelivered, delivered up to %d, acked up to %d",
-		bus.RelayDurable, info.NumPending, info.NumAckPending, info.NumRedelivered, info.Delivered.Stream, info.AckFloor.Stream)
+		relay.RelayDurable, info.NumPending, info.NumAckPending, info.NumRedelivered, info.Delivered.Stream, info.AckFloor.Stream)
 }
 
 // grepLevels keeps a toolgate log's warnings and errors.

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -19,7 +19,7 @@ func (s *Service) Budgets(ctx context.Context, a Actor, r wire.BudgetsRequest) (
 	if err := a.require("read budgets", wire.RoleViewer, wire.RoleApprover); err != nil {
 		return wire.BudgetsReply{}, err
 	}
-	var days []bus.DayBudget
+	var days []stores.DayBudget
 	var err error
 	if r.Team != nil {
 		days, err = s.budgets.ListTeam(ctx, *r.Team)

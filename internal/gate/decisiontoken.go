@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -16,7 +17,7 @@ import (
 // decided without anyone signing in. A token is good for one decision
 // (approve or reject) on one call, made as the approver the notification's
 // channel names, once, until the call's approval deadline. Only its
-// SHA-256 is stored (bus.DecisionTokenStore).
+// SHA-256 is stored (stores.DecisionTokenStore).
 
 // DecisionTokens are the tokens issued for one call: one per decision
 // offered.
@@ -52,7 +53,7 @@ func (s *Service) IssueDecisionTokens(ctx context.Context, a Actor, pendingID, a
 	if !expires.After(now) {
 		return DecisionTokens{}, fmt.Errorf("issue decision tokens for %s: %w", pendingID, machine.ErrExpired)
 	}
-	t := bus.DecisionToken{PendingID: pendingID, Approver: approver, IssuedAt: now.UnixMilli(), ExpiresAt: expires.UnixMilli()}
+	t := stores.DecisionToken{PendingID: pendingID, Approver: approver, IssuedAt: now.UnixMilli(), ExpiresAt: expires.UnixMilli()}
 	out := DecisionTokens{ExpiresAt: expires}
 	t.Approve = true
 	if out.Approve, err = s.tokens.Issue(ctx, t); err != nil {
@@ -106,14 +107,14 @@ func (s *Service) RedeemDecisionToken(ctx context.Context, token string) (*machi
 		return nil, fmt.Errorf("decision token: %w", err)
 	}
 	if t.UsedAt != 0 {
-		return nil, fmt.Errorf("%w: used at %s", bus.ErrTokenUsed, time.UnixMilli(t.UsedAt).UTC().Format(time.RFC3339))
+		return nil, fmt.Errorf("%w: used at %s", stores.ErrTokenUsed, time.UnixMilli(t.UsedAt).UTC().Format(time.RFC3339))
 	}
 	now := s.now()
 	if now.UnixMilli() > t.ExpiresAt {
 		return nil, fmt.Errorf("decision token for %s: good until %s: %w", t.PendingID, time.UnixMilli(t.ExpiresAt).UTC().Format(time.RFC3339), machine.ErrExpired)
 	}
 	if _, err := s.tokens.Use(ctx, token, t, rev, now); err != nil {
-		if errors.Is(err, bus.ErrTokenUsed) {
+		if errors.Is(err, stores.ErrTokenUsed) {
 			return nil, fmt.Errorf("%w: by another request a moment ago", err)
 		}
 		return nil, err
@@ -126,6 +127,6 @@ func (s *Service) RedeemDecisionToken(ctx context.Context, token string) (*machi
 }
 
 // tokenActor is the approver a token decides as.
-func tokenActor(t bus.DecisionToken) Actor {
+func tokenActor(t stores.DecisionToken) Actor {
 	return Actor{Name: t.Approver, Roles: []wire.Role{wire.RoleApprover}}
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -75,7 +75,7 @@ func TestDecisionToken_WorksOnceThenRefused(t *testing.T) {
 	assert.Equal(t, "alice", got.ApprovedOrRejectedByUserID, "decided as the token's approver")
 
 	_, err = g.RedeemDecisionToken(ctx, toks.Approve)
-	require.ErrorIs(t, err, bus.ErrTokenUsed)
+	require.ErrorIs(t, err, stores.ErrTokenUsed)
 	status, code := wire.ErrorStatus(err)
 	assert.Equal(t, 409, status)
 	assert.Equal(t, "conflict", code)
@@ -144,7 +144,7 @@ func TestDecisionToken_RacingRedemptionsDecideOnce(t *testing.T) {
 			won++
 			continue
 		}
-		assert.ErrorIs(t, err, bus.ErrTokenUsed, "racer %d", i)
+		assert.ErrorIs(t, err, stores.ErrTokenUsed, "racer %d", i)
 	}
 	assert.Equal(t, 1, won, "exactly one redemption decides: %v", errs)
 	cur, err := g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
@@ -57,11 +57,11 @@ func (s *Service) markFlows(ctx context.Context, pendingID string) error {
 
 // newFlowMarks is the flows' marks over cfg's buckets, or nil without a
 // connection or a bucket for them.
-func newFlowMarks(cfg Config) *bus.FlowMarks {
+func newFlowMarks(cfg Config) *stores.FlowMarks {
 	if cfg.Conn == nil || cfg.Buckets.Flows == nil {
 		return nil
 	}
-	return bus.NewFlowMarks(cfg.Conn.JetStream(), cfg.Buckets.Flows)
+	return stores.NewFlowMarks(cfg.Conn.JetStream(), cfg.Buckets.Flows)
 }
 
 // readFlowMarks gives an Engine that explains a call the marks to read:

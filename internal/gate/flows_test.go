@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
@@ -64,7 +64,7 @@ func TestFlows_TwoReplicasShareTheMarks(t *testing.T) {
 	require.NoError(t, err)
 	replica := func() *gate.Service {
 		engine, err := policy.NewEngine(doc, nil, nil, policy.WithClock(clock.Now),
-			policy.WithFlowMarks(bus.NewFlowMarks(env.JS, env.Buckets.Flows)))
+			policy.WithFlowMarks(stores.NewFlowMarks(env.JS, env.Buckets.Flows)))
 		require.NoError(t, err)
 		return gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine, Clock: clock.Now})
 	}
@@ -197,7 +197,7 @@ default:
 `
 	d, err := policy.Parse([]byte(doc))
 	require.NoError(t, err)
-	engine, err := policy.NewEngine(d, nil, nil, policy.WithFlowMarks(bus.NewFlowMarks(env.JS, env.Buckets.Flows)))
+	engine, err := policy.NewEngine(d, nil, nil, policy.WithFlowMarks(stores.NewFlowMarks(env.JS, env.Buckets.Flows)))
 	require.NoError(t, err)
 	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine})
 	bot := actor("bot", wire.RoleAgent)

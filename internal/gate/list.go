@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -88,7 +88,7 @@ func (s *Service) listIndexed(ctx context.Context, a Actor, r wire.ListRequest) 
 	if ok, err := s.index.Current(ctx); !ok || err != nil {
 		return wire.ListReply{}, false, err
 	}
-	f := bus.CallFilter{Status: r.Status, ToolName: r.ToolName, CallerBotID: r.CallerBotID, ConversationID: r.ConversationID}
+	f := views.CallFilter{Status: r.Status, ToolName: r.ToolName, CallerBotID: r.CallerBotID, ConversationID: r.ConversationID}
 	if r.Cursor != "" {
 		at, id, _ := strings.Cut(r.Cursor, "~")
 		f.After, f.AfterID = true, id

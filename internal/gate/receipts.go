@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -96,6 +97,6 @@ func (s *Service) ReceiptKeys(ctx context.Context, _ Actor, _ wire.ReceiptKeysRe
 }
 
 // newReceiptKeyStore is the store of the published receipt keys.
-func newReceiptKeyStore(b *bus.Buckets) *bus.ReceiptKeyStore {
-	return bus.NewReceiptKeyStore(b.ReceiptKeys)
+func newReceiptKeyStore(b *bus.Buckets) *stores.ReceiptKeyStore {
+	return stores.NewReceiptKeyStore(b.ReceiptKeys)
 }

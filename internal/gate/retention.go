@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -115,9 +115,9 @@ func isNotFound(err error) bool { return errors.Is(err, machine.ErrNotFound) }
 
 // newArchive is the archive of cfg's buckets, nil without the stream or a
 // connection to publish to it.
-func newArchive(cfg Config) *bus.Archive {
+func newArchive(cfg Config) *stores.Archive {
 	if cfg.Conn == nil || cfg.Buckets.Archive == nil {
 		return nil
 	}
-	return bus.NewArchive(cfg.Conn.JetStream(), cfg.Buckets.Archive)
+	return stores.NewArchive(cfg.Conn.JetStream(), cfg.Buckets.Archive)
 }

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -20,18 +20,18 @@ type Runtime struct{ s *Service }
 func (s *Service) Runtime() Runtime { return Runtime{s: s} }
 
 // CallsView is the Service's index of tool_calls as a view of the
-// process's bus.CallsFeed. Processes that serve lists (intake, http) keep
+// process's views.CallsFeed. Processes that serve lists (intake, http) keep
 // it.
-func (r Runtime) CallsView(log *slog.Logger) bus.CallsView { return r.s.index.View(log) }
+func (r Runtime) CallsView(log *slog.Logger) views.CallsView { return r.s.index.View(log) }
 
 // WorkView is the queue of runnable calls TakeWork hands out, as a view of
 // the process's feed of tool_calls: a process that serves executors keeps
 // it.
-func (r Runtime) WorkView() bus.CallsView { return r.s.work.View() }
+func (r Runtime) WorkView() views.CallsView { return r.s.work.View() }
 
 // RetiredView is the view of tool_calls that shows FollowArchive the
 // calls retired before it sees them archived.
-func (r Runtime) RetiredView() bus.CallsView { return r.s.archivedIDs.View() }
+func (r Runtime) RetiredView() views.CallsView { return r.s.archivedIDs.View() }
 
 // RunnableCalls is how many calls this process's work queue holds ready
 // for an executor, not yet claimed (0 while it does not follow the

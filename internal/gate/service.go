@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/stores"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/policy"
@@ -30,7 +32,7 @@ type Config struct {
 	// Grants, when set, is the grant store the policy matches calls
 	// against, so that a grant this Service records is matched at once
 	// (default: a store of its own over Buckets.Grants).
-	Grants *bus.GrantStore
+	Grants *stores.GrantStore
 	// Issue, when set, signs new NATS credentials: only a toolgate that
 	// holds the trust chain's keys can.
 	Issue Issuer
@@ -40,7 +42,7 @@ type Config struct {
 	Analytics func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error)
 	// Events, when set, says how far TOOL_EVENTS goes, for a page of
 	// calls a client then follows the events after (Page):
-	// *bus.EventsFeed.
+	// *views.EventsFeed.
 	Events EventsPosition
 	// Signer, when set, signs the receipt every transition appends
 	// (receipts.go); without one, entries get none.
@@ -58,17 +60,17 @@ type Config struct {
 type Service struct {
 	m           *machine.Machine
 	calls       *bus.KVStore
-	index       *bus.CallIndex // lists read it while it follows the bucket (Runtime.CallsView)
-	work        *bus.WorkQueue // executors take work from it while it follows the bucket (Runtime.WorkView)
-	takers      takers         // the requests for work that wait, which their executor may withdraw
-	policies    *bus.PolicyStore
-	grants      *bus.GrantStore
-	budgets     *bus.BudgetLedger
-	rates       *bus.RateCounters
-	identities  *bus.IdentityStore
-	tokens      *bus.DecisionTokenStore
-	archive     *bus.Archive     // nil: finished calls are never retired
-	archivedIDs *bus.ArchivedIDs // which calls the archive may hold, while it follows it (Runtime.FollowArchive)
+	index       *views.CallIndex // lists read it while it follows the bucket (Runtime.CallsView)
+	work        *views.WorkQueue // executors take work from it while it follows the bucket (Runtime.WorkView)
+	takers      takers           // the requests for work that wait, which their executor may withdraw
+	policies    *stores.PolicyStore
+	grants      *stores.GrantStore
+	budgets     *stores.BudgetLedger
+	rates       *stores.RateCounters
+	identities  *stores.IdentityStore
+	tokens      *stores.DecisionTokenStore
+	archive     *stores.Archive    // nil: finished calls are never retired
+	archivedIDs *views.ArchivedIDs // which calls the archive may hold, while it follows it (Runtime.FollowArchive)
 	analytics   func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error)
 	events      EventsPosition
 	issue       Issuer
@@ -80,13 +82,13 @@ type Service struct {
 	log         *slog.Logger
 	// signer signs receipts; receiptKeys publishes the keys.
 	signer      machine.Signer
-	receiptKeys *bus.ReceiptKeyStore
+	receiptKeys *stores.ReceiptKeyStore
 
 	// flows marks completed calls for the policy's flows (flows.go);
 	// nil when the policy is not an Engine. flowMarks reads the marks,
 	// for explaining a call.
 	flows     flowMarker
-	flowMarks *bus.FlowMarks
+	flowMarks *stores.FlowMarks
 	// shadow is the shadow policy submits are compared against (shadow.go).
 	shadow *shadow
 }
@@ -108,8 +110,8 @@ type limits interface {
 // New returns the Service over cfg's buckets.
 func New(cfg Config) *Service {
 	js := cfg.Conn.JetStream()
-	index := bus.NewCallIndex(js, cfg.Buckets.Calls)
-	work := bus.NewWorkQueue()
+	index := views.NewCallIndex(js, cfg.Buckets.Calls)
+	work := views.NewWorkQueue()
 	calls := bus.NewKVStore(js, cfg.Buckets.Calls).WithIndex(index).WithWorkQueue(work)
 	opts := []machine.Option{}
 	if cfg.Policy != nil {
@@ -130,7 +132,7 @@ func New(cfg Config) *Service {
 	fm, _ := cfg.Policy.(flowMarker)
 	grants := cfg.Grants
 	if grants == nil {
-		grants = bus.NewGrantStore(js, cfg.Buckets.Grants)
+		grants = stores.NewGrantStore(js, cfg.Buckets.Grants)
 	}
 	return &Service{
 		limits:      lim,
@@ -139,14 +141,14 @@ func New(cfg Config) *Service {
 		calls:       calls,
 		index:       index,
 		work:        work,
-		policies:    bus.NewPolicyStore(js, cfg.Buckets.Policies),
+		policies:    stores.NewPolicyStore(js, cfg.Buckets.Policies),
 		grants:      grants,
-		budgets:     bus.NewBudgetLedger(js, cfg.Buckets.Budgets),
-		rates:       bus.NewRateCounters(js, cfg.Buckets.RateLimits),
-		identities:  bus.NewIdentityStore(js, cfg.Buckets.Identities),
-		tokens:      bus.NewDecisionTokenStore(js, cfg.Buckets.DecisionTokens),
+		budgets:     stores.NewBudgetLedger(js, cfg.Buckets.Budgets),
+		rates:       stores.NewRateCounters(js, cfg.Buckets.RateLimits),
+		identities:  stores.NewIdentityStore(js, cfg.Buckets.Identities),
+		tokens:      stores.NewDecisionTokenStore(js, cfg.Buckets.DecisionTokens),
 		archive:     newArchive(cfg),
-		archivedIDs: bus.NewArchivedIDs(js),
+		archivedIDs: views.NewArchivedIDs(js),
 		analytics:   cfg.Analytics,
 		events:      cfg.Events,
 		issue:       cfg.Issue,

@@ -13,14 +13,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/wire"
 )
 
 // The shadow policy is a candidate stored beside the policy in force
-// (bus.PolicyStore's shadow key). Every submit this process creates an
+// (stores.PolicyStore's shadow key). Every submit this process creates an
 // entry for is evaluated again, after it is recorded, through the policy
 // in force and through the shadow, both dry (no grant consulted, no
 // budget counted, no rate slot taken), as `policy dry-run` evaluates
@@ -41,7 +41,7 @@ type shadow struct {
 	// inForce evaluates the policy in force dry; nil (a Service built
 	// without a policy engine): nothing is compared.
 	inForce machine.EditChecker
-	log     *bus.ShadowLog // nil: nothing is recorded
+	log     *stores.ShadowLog // nil: nothing is recorded
 	// opts are the shadow engine's: the flows' marks, shared with the
 	// policy in force, and the Service's clock.
 	opts    []policy.EngineOption
@@ -78,7 +78,7 @@ func newShadow(cfg Config) *shadow {
 	sh := &shadow{pending: map[uint64]*shadowTally{}}
 	sh.inForce, _ = cfg.Policy.(machine.EditChecker)
 	if cfg.Conn != nil && cfg.Buckets.Shadow != nil {
-		sh.log = bus.NewShadowLog(cfg.Conn.JetStream(), cfg.Buckets.Shadow)
+		sh.log = stores.NewShadowLog(cfg.Conn.JetStream(), cfg.Buckets.Shadow)
 	}
 	if cfg.Conn != nil {
 		if fm := newFlowMarks(cfg); fm != nil {

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/metrics"
@@ -199,7 +199,7 @@ func TestPolicyShadow_FlowsAsTheDryRunReplaysThem(t *testing.T) {
 	noFlows := strings.Split(flowsPolicy, "  flows:")[0]
 	doc, err := policy.Parse([]byte(noFlows))
 	require.NoError(t, err)
-	engine, err := policy.NewEngine(doc, nil, nil, policy.WithClock(clock.Now), policy.WithFlowMarks(bus.NewFlowMarks(env.JS, env.Buckets.Flows)))
+	engine, err := policy.NewEngine(doc, nil, nil, policy.WithClock(clock.Now), policy.WithFlowMarks(stores.NewFlowMarks(env.JS, env.Buckets.Flows)))
 	require.NoError(t, err)
 	g := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: engine, Clock: clock.Now})
 	_, err = g.SetPolicy(ctx, gate.System, wire.PolicyDocument{Document: noFlows})

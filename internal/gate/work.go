@@ -18,7 +18,7 @@ import (
 // claimRetry is how long a call whose claim was refused, though the
 // queue had it as runnable (a lease renewed just now, toolgate's clocks a
 // little apart, the bucket ahead of the queue's view of it), waits at
-// first before it is offered again (bus.WorkQueue.Refused).
+// first before it is offered again (views.WorkQueue.Refused).
 const claimRetry = 100 * time.Millisecond
 
 // answerGrace is how long after a claim TakeWork takes its answer to

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -29,7 +29,7 @@ func workService(t *testing.T, env *bustest.Env, v machine.Verdict) *gate.Servic
 	s := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets, Policy: machine.EvaluatorFunc(func(context.Context, machine.Call) (machine.Verdict, error) {
 		return v, nil
 	})})
-	feed := bus.NewCallsFeed(env.JS, env.Buckets.Calls)
+	feed := views.NewCallsFeed(env.JS, env.Buckets.Calls)
 	feed.Add(s.Runtime().CallsView(bustest.Logger()))
 	feed.Add(s.Runtime().WorkView())
 	ctx, cancel := context.WithCancel(context.Background())

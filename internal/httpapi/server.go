@@ -27,7 +27,7 @@ import (
 type Config struct {
 	Gate *gate.Service
 	// Events is the process's feed of TOOL_EVENTS, which event streams
-	// (GET /v1/events) follow: *bus.EventsFeed.
+	// (GET /v1/events) follow: *views.EventsFeed.
 	Events EventFollower
 	// Await is what Claude Code's HTTP hooks wait for a call with.
 	Await  AwaitFunc

@@ -27,7 +27,7 @@ import (
 
 // sseClients is how many inboxes and dashboards follow /v1/events at once:
 // a large team's worth, all following the process's one reader of
-// TOOL_EVENTS (bus.EventsFeed).
+// TOOL_EVENTS (views.EventsFeed).
 const sseClients = 200
 
 // BenchmarkSSEFanout opens sseClients event streams on one API server over

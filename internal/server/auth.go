@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -80,7 +80,7 @@ func localTrust(data string) (*auth.Keys, error) {
 // registerLocalCreds records the role credentials of the data directory
 // among the identities, so that `creds list` shows them and `creds revoke`
 // can revoke them. One recorded already is left as it is.
-func registerLocalCreds(ctx context.Context, data string, ids *bus.IdentityStore) error {
+func registerLocalCreds(ctx context.Context, data string, ids *stores.IdentityStore) error {
 	for _, r := range wire.Roles {
 		raw, err := os.ReadFile(CredsPath(data, string(r)))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -109,7 +109,7 @@ func registerLocalCreds(ctx context.Context, data string, ids *bus.IdentityStore
 // credential: at start, and whenever one is revoked, from any process.
 // It closes applied once the revocations there at start are in force.
 func (m *Main) enforceRevocations(ctx context.Context, keys *auth.Keys, js jetstream.JetStream, kv jetstream.KeyValue, applied chan<- struct{}) error {
-	ids := bus.NewIdentityStore(js, kv)
+	ids := stores.NewIdentityStore(js, kv)
 	var inForce []string // the server starts refusing none
 	once := sync.OnceFunc(func() { close(applied) })
 	return consumer.RunRestarting(ctx, m.Log, "revocations", func(ctx context.Context) error {

@@ -33,6 +33,8 @@ import (
 	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/bus/stores"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/internal/natsapi"
@@ -200,7 +202,7 @@ type Main struct {
 	// Clock, when set, replaces time.Now in the application layer, the
 	// policy engine and the timer, for tests that script when calls
 	// happen and when their deadlines pass. When nil, they tell the time
-	// by the NATS server's clock (bus.ServerClock): LocalClock corrected
+	// by the NATS server's clock (stores.ServerClock): LocalClock corrected
 	// by its offset to the server's, measured at start and every minute,
 	// so that processes whose machines' clocks disagree agree on when a
 	// deadline passes and a lease runs out.
@@ -365,7 +367,7 @@ func (m *Main) startCredentials(ctx context.Context, g *errgroup.Group, d *deps)
 		// The process holding the keys (the embedded server's, or one
 		// given their --data on a cluster) lists the role credentials
 		// beside them, so that they can be revoked like any other.
-		if err := registerLocalCreds(ctx, m.Config.Data, bus.NewIdentityStore(d.js, d.buckets.Identities)); err != nil {
+		if err := registerLocalCreds(ctx, m.Config.Data, stores.NewIdentityStore(d.js, d.buckets.Identities)); err != nil {
 			// Only listing and revoking them wait for the next start.
 			m.Log.Warn("recording the role credentials among the identities failed", "err", err)
 		}
@@ -563,15 +565,15 @@ type deps struct {
 	buckets  *bus.Buckets
 	gate     *gate.Service
 	engine   *policy.Engine
-	policies *bus.PolicyStore
-	grants   *bus.GrantStore // followed by processes that evaluate the policy
+	policies *stores.PolicyStore
+	grants   *stores.GrantStore // followed by processes that evaluate the policy
 	// feed is the process's one watch of tool_calls, for the views of it
 	// the roles keep (the call index, the timer's deadlines, the pending
 	// gauge: callsView); Main.prepareViews adds them.
-	feed *bus.CallsFeed
+	feed *views.CallsFeed
 	// events is the process's one reader of TOOL_EVENTS for the event
 	// streams (http) and the metrics exporter (analytics).
-	events *bus.EventsFeed
+	events *views.EventsFeed
 	// Built as their views of tool_calls join the feed, before it starts.
 	timer    *worker.Timer
 	notifier *worker.Notifier // made by the notifier role's prepare
@@ -585,7 +587,7 @@ type deps struct {
 	// clock is what the application layer, the policy engine and the
 	// timer tell the time by: Main.Clock, or serverClock's.
 	clock       func() time.Time
-	serverClock *bus.ServerClock // nil: Main.Clock is set
+	serverClock *stores.ServerClock // nil: Main.Clock is set
 	// The http role's, built before the roles start.
 	httpHandler  http.Handler
 	httpListener net.Listener
@@ -593,7 +595,7 @@ type deps struct {
 
 func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, b *bus.Buckets) (*deps, error) {
 	conn := bus.NewConn(js)
-	policies := bus.NewPolicyStore(js, b.Policies)
+	policies := stores.NewPolicyStore(js, b.Policies)
 	if m.Config.PolicyFile != "" {
 		data, err := os.ReadFile(m.Config.PolicyFile)
 		if err != nil {
@@ -613,18 +615,18 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if err != nil {
 		return nil, err
 	}
-	grants := bus.NewGrantStore(js, b.Grants)
-	ledger := bus.NewBudgetLedger(js, b.Budgets)
-	clock, sc := m.Clock, (*bus.ServerClock)(nil)
+	grants := stores.NewGrantStore(js, b.Grants)
+	ledger := stores.NewBudgetLedger(js, b.Budgets)
+	clock, sc := m.Clock, (*stores.ServerClock)(nil)
 	if clock == nil {
-		sc = bus.NewServerClock(b.Calls, m.LocalClock)
+		sc = stores.NewServerClock(b.Calls, m.LocalClock)
 		if err := sc.Sync(ctx, m.Log); err != nil {
 			m.Log.Warn("telling the time by this machine's clock until the NATS server's can be read", "err", err)
 		}
 		clock = sc.Now
 	}
-	opts := []policy.EngineOption{policy.WithRateCounter(bus.NewRateCounters(js, b.RateLimits)), policy.WithClock(clock)}
-	opts = append(opts, policy.WithFlowMarks(bus.NewFlowMarks(js, b.Flows)))
+	opts := []policy.EngineOption{policy.WithRateCounter(stores.NewRateCounters(js, b.RateLimits)), policy.WithClock(clock)}
+	opts = append(opts, policy.WithFlowMarks(stores.NewFlowMarks(js, b.Flows)))
 	engine, err := policy.NewEngine(doc, grants, ledger, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("stored policy: %w", err)
@@ -655,7 +657,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	// API's analytics use case (intake) and /v1/analytics (http).
 	var an *analytics.Analytics
 	var report func(ctx context.Context, r wire.AnalyticsRequest) (json.RawMessage, error)
-	events := bus.NewEventsFeed(js)
+	events := views.NewEventsFeed(js)
 	rows := m.Config.Roles.rows()
 	if rows.needsReport() {
 		if an, err = analytics.Open(ctx, conn, analytics.Config{Replicas: m.Config.Replicas, Events: events, Log: m.Log}); err != nil {
@@ -681,7 +683,7 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if version == "" {
 		version = "dev"
 	}
-	return &deps{feed: bus.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, conn: conn, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry, clock: clock, serverClock: sc}, nil
+	return &deps{feed: views.NewCallsFeed(js, b.Calls), events: events, analytics: an, cfg: m.Config, roles: rows, version: version, nc: nc, js: js, conn: conn, buckets: b, gate: m.gate, engine: engine, policies: policies, grants: grants, registry: registry, clock: clock, serverClock: sc}, nil
 }
 
 // largeBucket is how many entries and revisions in tool_calls make its

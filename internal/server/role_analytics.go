@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/analytics"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -71,7 +72,7 @@ func RebuildAnalytics(ctx context.Context, js jetstream.JetStream, replicas int)
 	if err != nil {
 		return 0, 0, fmt.Errorf("bind %s bucket: %w", wire.AnalyticsBucket, err)
 	}
-	if generation, err = analytics.New(bus.NewConn(js), bus.NewAnalyticsStore(js, kv), analytics.Config{}).Rebuild(ctx); err != nil {
+	if generation, err = analytics.New(bus.NewConn(js), stores.NewAnalyticsStore(js, kv), analytics.Config{}).Rebuild(ctx); err != nil {
 		return 0, 0, err
 	}
 	if info, err := stream.Info(ctx); err == nil {

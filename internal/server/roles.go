@@ -9,7 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/relay"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/natsapi"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/metrics"
@@ -225,7 +226,7 @@ func (r Roles) rows() running {
 // runRelay publishes every revision's event with the call's secrets
 // masked (the policy's redact patterns).
 func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
-	return bus.NewRelay(d.js, bus.RelayConfig{AckWait: d.cfg.RelayAckWait, Mask: d.gate.MaskedOrNil}, log).Run(ctx)
+	return relay.NewRelay(d.js, relay.RelayConfig{AckWait: d.cfg.RelayAckWait, Mask: d.gate.MaskedOrNil}, log).Run(ctx)
 }
 
 // prepareIntake exports how many calls wait for an executor in the work
@@ -243,7 +244,7 @@ func runIntake(ctx context.Context, d *deps, log *slog.Logger) error {
 	defer cancel()
 	settled := make(chan error, 1)
 	go func() {
-		settled <- worker.NewBudgetSettler(d.conn, bus.NewBudgetLedger(d.js, d.buckets.Budgets), log).Run(ctx)
+		settled <- worker.NewBudgetSettler(d.conn, stores.NewBudgetLedger(d.js, d.buckets.Budgets), log).Run(ctx)
 	}()
 	// An executor withdraws its requests for work through any process
 	// that serves them: hear of those made through the others.

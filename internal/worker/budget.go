@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
@@ -35,11 +36,11 @@ const BudgetSettlerDurable = "budget-settler"
 // ledger and before acknowledging) or be in two processes' hands at once
 // (one stalled past the ack wait). So the ledger records, in the same
 // compare-and-set as the amounts, the stream sequences it has taken in
-// (bus.Spending.Applied), skips one it has, and folds everything at or
+// (stores.Spending.Applied), skips one it has, and folds everything at or
 // below the consumer's ack floor, read now and then, into one number.
 type BudgetSettler struct {
 	conn        *bus.Conn
-	ledger      *bus.BudgetLedger
+	ledger      *stores.BudgetLedger
 	log         *slog.Logger
 	durable     string
 	concurrency int
@@ -72,7 +73,7 @@ func WithSettlerConcurrency(n int) BudgetSettlerOption {
 
 // NewBudgetSettler returns a settler of ledger's budgets, over the events
 // of TOOL_EVENTS, read over conn. Run starts it.
-func NewBudgetSettler(conn *bus.Conn, ledger *bus.BudgetLedger, log *slog.Logger, opts ...BudgetSettlerOption) *BudgetSettler {
+func NewBudgetSettler(conn *bus.Conn, ledger *stores.BudgetLedger, log *slog.Logger, opts ...BudgetSettlerOption) *BudgetSettler {
 	s := &BudgetSettler{
 		conn: conn, ledger: ledger, log: log,
 		durable:     BudgetSettlerDurable,

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/machine"
 	tgpolicy "github.com/toolgate/toolgate/policy"
@@ -26,7 +26,7 @@ import (
 // observer: settling is the settler's alone.
 type budgetEnv struct {
 	*bustest.Env
-	ledger *bus.BudgetLedger
+	ledger *stores.BudgetLedger
 	m      *machine.Machine
 }
 
@@ -34,10 +34,10 @@ func startBudgetEnv(t *testing.T, topo bustest.Topology, dailyCostLimit float64)
 	t.Helper()
 	env := bustest.Start(t, topo)
 	bustest.RunRelay(t, env.JS)
-	ledger := bus.NewBudgetLedger(env.JS, env.Buckets.Budgets)
+	ledger := stores.NewBudgetLedger(env.JS, env.Buckets.Budgets)
 	doc, err := tgpolicy.Parse(fmt.Appendf(nil, "default: {requiresApprovalTools: none, dailyCostLimit: %v}", dailyCostLimit))
 	require.NoError(t, err)
-	engine, err := tgpolicy.NewEngine(doc, bus.NewGrantStore(env.JS, env.Buckets.Grants), ledger)
+	engine, err := tgpolicy.NewEngine(doc, stores.NewGrantStore(env.JS, env.Buckets.Grants), ledger)
 	require.NoError(t, err)
 	return &budgetEnv{Env: env, ledger: ledger, m: machine.New(env.Store, machine.WithEvaluator(engine))}
 }
@@ -127,7 +127,7 @@ func finish(ctx context.Context, m *machine.Machine, pendingID string, cost floa
 	return err
 }
 
-func (env *budgetEnv) spending(t *testing.T, team, day string) bus.Spending {
+func (env *budgetEnv) spending(t *testing.T, team, day string) stores.Spending {
 	t.Helper()
 	s, err := env.ledger.Get(t.Context(), team, day)
 	require.NoError(t, err)
@@ -353,7 +353,7 @@ func TestBudgetSettler_CrashBeforeTheWrite(t *testing.T) {
 	}
 	require.ErrorIs(t, crashing.ended(), errCrash)
 	s := env.spending(t, "research", e.CostDay)
-	assert.Equal(t, bus.Spending{Reserved: tgpolicy.MicrosOf(3)}, s, "nothing written yet")
+	assert.Equal(t, stores.Spending{Reserved: tgpolicy.MicrosOf(3)}, s, "nothing written yet")
 
 	seen := &seqRecorder{}
 	startSettler(t, env, func(s *worker.BudgetSettler) { worker.FailSettler(s, seen.record, nil) })

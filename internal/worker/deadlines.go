@@ -17,7 +17,7 @@ const (
 	// kindLease is lease.expiresAt of a call running its last attempt:
 	// fail it. (With attempts left, toolgate's request API offers it to
 	// executors again, as it offers a scheduled call once due:
-	// bus.WorkQueue.)
+	// views.WorkQueue.)
 	kindLease
 	// kindReminder is reminderAt of a pending call nobody decided yet:
 	// Remind its approvers, once, before its approval deadline.

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -55,7 +55,7 @@ func TestDeadlineOf(t *testing.T) {
 		{"pending, overdue: tiers still reached", &machine.Entry{Status: machine.StatePendingApproval, ApprovalTimeoutAt: 100, Overdue: true,
 			Escalations: []machine.Escalation{{At: 500}}}, kindEscalation, 500},
 		// Started by whoever takes it when due, reclaimed when its lease
-		// runs out: bus.WorkQueue.
+		// runs out: views.WorkQueue.
 		{"scheduled", written(&machine.Entry{Status: machine.StateScheduled, ScheduledExecutionTime: 200}, 100), kindNone, 0},
 		{"executing, attempts left", &machine.Entry{Status: machine.StateExecuting, Lease: &machine.Lease{ExpiresAt: 300}, ExecutionAttempts: 1}, kindNone, 0},
 		{"executing its last attempt", executing("a.b", 300), kindLease, 300},
@@ -243,7 +243,7 @@ func TestDeadlines_AsAMap(t *testing.T) {
 	}
 }
 
-// The timer reads of an entry only its head (bus.CallHead, what the
+// The timer reads of an entry only its head (views.CallHead, what the
 // process's feed decodes): for every kind of entry, what the head makes
 // due (a deadline, a retirement) is what the whole entry does.
 func TestCallHead_HoldsWhatDeadlineOfReads(t *testing.T) {
@@ -270,7 +270,7 @@ func TestCallHead_HoldsWhatDeadlineOfReads(t *testing.T) {
 	for i, e := range entries {
 		data, err := json.Marshal(e)
 		require.NoError(t, err)
-		head, err := bus.DecodeCallHead(data)
+		head, err := views.DecodeCallHead(data)
 		require.NoError(t, err)
 		head.Fill(&scratch)
 		want := observationOf(e, uint64(i))

@@ -14,7 +14,7 @@
 // # How the Timer works
 //
 // The Timer follows the tool_calls bucket through a watch (the process's
-// bus.CallsFeed, WithFeed, or one of its own): every entry at start, then
+// views.CallsFeed, WithFeed, or one of its own): every entry at start, then
 // every revision, heartbeats' included. It keeps at most one deadline per
 // open call (a call is in one state, and each state has at most one
 // deadline) in a min-heap in memory (deadlines.go), and the finished
@@ -29,7 +29,7 @@
 // and checks the deadline inside its compare-and-set), or a read and then
 // Remind, Escalate or AbandonLease (a lease lost on the call's last
 // attempt; a scheduled start, and a lease lost with attempts left, are
-// the request API's: it offers those calls to executors, bus.WorkQueue).
+// the request API's: it offers those calls to executors, views.WorkQueue).
 // A finished call whose retention has passed is retired through
 // gate.Service.Retire (WithRetention). Any number of Timers may run: each
 // acts on every deadline, and compare-and-set turns the second firing

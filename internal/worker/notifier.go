@@ -203,7 +203,7 @@ func WithChannelConcurrency(k int) NotifierOption {
 }
 
 // NewNotifier returns a Notifier that resolves each call's channels with
-// engine, which its caller keeps current (bus.PolicyStore.Follow). counter
+// engine, which its caller keeps current (stores.PolicyStore.Follow). counter
 // may be nil. Run starts it.
 func NewNotifier(conn *bus.Conn, engine *policy.Engine, counter NotificationCounter, log *slog.Logger, opts ...NotifierOption) *Notifier {
 	n := &Notifier{

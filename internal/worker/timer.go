@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -38,8 +39,8 @@ type Timer struct {
 	retain      time.Duration
 	retirer     Retirer
 	now         func() time.Time
-	clockTick   time.Duration  // 0: sleep until the next deadline; else at most this long
-	feed        *bus.CallsFeed // the process's, run by it; nil: the timer's own
+	clockTick   time.Duration    // 0: sleep until the next deadline; else at most this long
+	feed        *views.CallsFeed // the process's, run by it; nil: the timer's own
 	updates     chan observation
 	stopped     chan struct{} // closed when Run ends
 	loaded      chan struct{} // closed once the bucket is first read
@@ -66,7 +67,7 @@ func WithConcurrency(n int) TimerOption {
 // watch of the bucket, which the process runs, rather than from a watch
 // of its own. The timer joins f when it is built, and must then Run:
 // until it does, f waits for it.
-func WithFeed(f *bus.CallsFeed) TimerOption {
+func WithFeed(f *views.CallsFeed) TimerOption {
 	return func(t *Timer) { t.feed = f }
 }
 
@@ -174,7 +175,7 @@ func (t *Timer) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	if t.feed == nil {
-		own := bus.NewCallsFeed(t.conn.JetStream(), t.buckets.Calls)
+		own := views.NewCallsFeed(t.conn.JetStream(), t.buckets.Calls)
 		own.Add(t.view())
 		wg.Go(func() { _ = own.Run(ctx, t.log) })
 	}
@@ -196,15 +197,15 @@ func (t *Timer) Loaded() <-chan struct{} { return t.loaded }
 // what it knows); a key deleted meanwhile leaves a deadline that, due,
 // finds no entry. The retirements start afresh at each life of the
 // feed, which queues again those of the finished calls it reads.
-func (t *Timer) view() bus.CallsView {
-	return bus.CallsView{Start: func() (func(bus.CallRevision), func()) {
+func (t *Timer) view() views.CallsView {
+	return views.CallsView{Start: func() (func(views.CallRevision), func()) {
 		n, start := 0, time.Now()
 		select {
 		case t.updates <- observation{restart: true}:
 		case <-t.stopped:
 		}
 		var scratch machine.Entry // what the revision read holds: observationOf keeps none of it
-		apply := func(r bus.CallRevision) {
+		apply := func(r views.CallRevision) {
 			var o observation
 			switch {
 			case r.Removed:

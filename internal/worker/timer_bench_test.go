@@ -18,6 +18,8 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/relay"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -130,7 +132,7 @@ func benchTimer(b *testing.B, pending int) {
 		ctx, stop := context.WithCancel(context.Background())
 		var running sync.WaitGroup
 		running.Go(func() {
-			if err := bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx); err != nil {
+			if err := relay.NewRelay(env.JS, relay.RelayConfig{}, bustest.Logger()).Run(ctx); err != nil {
 				b.Errorf("relay: %v", err)
 			}
 		})
@@ -141,7 +143,7 @@ func benchTimer(b *testing.B, pending int) {
 		// As in serve, the process's one feed of tool_calls keeps the call
 		// index beside the timer's deadlines, and an Expire starts from
 		// the index's revision of the call rather than reading it first.
-		feed, index := bus.NewCallsFeed(env.JS, env.KV), bus.NewCallIndex(env.JS, env.KV)
+		feed, index := views.NewCallsFeed(env.JS, env.KV), views.NewCallIndex(env.JS, env.KV)
 		timerMachine := machine.New(bus.NewKVStore(env.JS, env.KV).WithIndex(index), machine.WithObserver(func(_ context.Context, e *machine.Entry) {
 			if e.Status != machine.StateRejectedByTimeout {
 				return
@@ -346,7 +348,7 @@ func BenchmarkTimerRestart(b *testing.B) {
 		ctx, stop := context.WithCancel(context.Background())
 		var running sync.WaitGroup
 		running.Go(func() {
-			if err := bus.NewRelay(env.JS, bus.RelayConfig{}, bustest.Logger()).Run(ctx); err != nil {
+			if err := relay.NewRelay(env.JS, relay.RelayConfig{}, bustest.Logger()).Run(ctx); err != nil {
 				b.Errorf("relay: %v", err)
 			}
 		})

@@ -22,6 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/bus/relay"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -177,7 +179,7 @@ func RunRelay(t testing.TB, js jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- bus.NewRelay(js, bus.RelayConfig{AckWait: time.Second}, Logger()).Run(ctx) }()
+	go func() { done <- relay.NewRelay(js, relay.RelayConfig{AckWait: time.Second}, Logger()).Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -188,9 +190,9 @@ func RunRelay(t testing.TB, js jetstream.JetStream) {
 
 // RunEventsFeed runs a feed of TOOL_EVENTS, as a process with the http
 // role does, until the test ends.
-func RunEventsFeed(t testing.TB, js jetstream.JetStream) *bus.EventsFeed {
+func RunEventsFeed(t testing.TB, js jetstream.JetStream) *views.EventsFeed {
 	t.Helper()
-	f := bus.NewEventsFeed(js)
+	f := views.NewEventsFeed(js)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx, Logger()) }()
@@ -215,7 +217,7 @@ func Relayed(ctx context.Context, js jetstream.JetStream) bool {
 		return false
 	}
 	last := s.CachedInfo().State.LastSeq
-	c, err := s.Consumer(ctx, bus.RelayDurable)
+	c, err := s.Consumer(ctx, relay.RelayDurable)
 	if err != nil {
 		return false
 	}
@@ -243,6 +245,12 @@ func WaitRelayed(t testing.TB, js jetstream.JetStream) uint64 {
 	require.NoError(t, err)
 	return info.State.LastSeq
 }
+
+// BenchParallelism is the benchmarks' RunParallel goroutines per
+// GOMAXPROCS. A gateway serves many agents at once; with one goroutine per
+// core a benchmark would measure round-trip latency, not how many writes
+// the server absorbs.
+const BenchParallelism = 4
 
 // CPUTime is the CPU time, user and system, this process (the NATS
 // servers in it too) has used: what benchmarks report per operation.

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/bus"
+	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -48,7 +48,7 @@ func PublishRaw(t testing.TB, js jetstream.JetStream, n int, value func(i int) (
 
 // FollowCalls runs x.Follow until the test ends, and waits until it has
 // read the bucket; once stopped, x is no longer synced.
-func FollowCalls(t testing.TB, x *bus.CallIndex) {
+func FollowCalls(t testing.TB, x *views.CallIndex) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
