@@ -60,7 +60,10 @@ func Start(t testing.TB, topo Topology) *Env {
 	env := &Env{Servers: servers, URLs: ClientURLs(servers)}
 	env.NC, env.JS = Connect(t, env.URLs)
 	env.Conn = bus.NewConn(env.JS)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A deadline for a hung server, not a measure of speed: on a loaded
+	// machine a race-built 3-node cluster takes tens of seconds to place
+	// every replicated stream.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	b, err := provision(ctx, env.JS, topo.Replicas)
 	require.NoError(t, err)
