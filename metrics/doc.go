@@ -1,9 +1,14 @@
 // Package metrics is toolgate's Prometheus side: the toolgate_* collectors
-// every process exports, and the Exporter that feeds them from TOOL_EVENTS.
-// It reads the bus over a bus.Conn, through the feeds of
-// internal/bus/views and consumer.Durables, and imports no nats.go.
+// every process exports, their names and the vocabularies of their labels.
+// It is what a team registers in its own process: Metrics (New, or For a
+// registry every role of the process shares), counted by Observe and the
+// methods its callers call, and the small collectors that read a plain
+// function at scrape time (NewRunnableCalls, NewAnalyticsLag). It reads
+// nothing from NATS: toolgate's own processes feed Metrics from
+// TOOL_EVENTS, and export the gauges read from the store, through an
+// exporter of their own.
 // The approval statistics, time series and policy recommendations kept in
-// KV are package analytics'.
+// KV are the analytics'.
 //
 // # Counting across replicas
 //
@@ -13,9 +18,9 @@
 //   - Fed by TOOL_EVENTS (toolgate_tool_calls_total, _transitions_total,
 //     _approval_response_seconds, _approval_timeouts_total,
 //     _execution_seconds, _execution_attempts_total, _cost_total). Every
-//     process that runs an Exporter reads every event through its own
-//     ordered consumer, so every replica exports the whole fleet's counts
-//     (since it started). Scraping any one replica is enough, and losing
+//     process with the analytics role reads every event through its own
+//     reader of the stream, so every replica exports the whole fleet's
+//     counts (since it started). Scraping any one replica is enough, and losing
 //     one loses nothing. Never sum them across instances: take
 //     max by (labels) (rate(...)), as the Grafana dashboard does.
 //   - Read from the store (toolgate_pending_approvals,

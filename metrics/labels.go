@@ -85,3 +85,13 @@ func (m *Metrics) BoundLabels(v Vocabulary) {
 		m.initializeNames(n.Names())
 	}
 }
+
+// TeamLabel is the team label of a call of team's: team if the policy
+// bound names it (BoundLabels), "" for a call with no team, OtherLabel
+// otherwise. A collector of its own with a team label takes its values
+// from here, as toolgate_pending_approvals does.
+func (m *Metrics) TeamLabel(team string) string { return m.labels.team(team) }
+
+// NamedTeams lists the teams the policy bound names, if its vocabulary
+// can list them (NameLister): the team labels to show at 0 from the start.
+func (m *Metrics) NamedTeams() []string { return m.labels.teams() }

@@ -12,7 +12,9 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// The names of the metrics this package exports.
+// The names of the metrics toolgate exports: those of Metrics and of
+// this package's collectors, and the gauges toolgate's processes read
+// from the store (toolgate_pending_approvals, toolgate_consumer_*).
 const (
 	NameToolCalls            = "toolgate_tool_calls_total"
 	NameTransitions          = "toolgate_transitions_total"
@@ -33,10 +35,11 @@ const (
 )
 
 // NotificationChannels are the channel types a notifier reports to
-// Notification (policy.ChannelType's values), and NotificationNoChannel
-// the channel of an event whose call names none, always skipped.
+// Notification (policy.ChannelType's values).
 var NotificationChannels = []string{string(policy.ChannelWebhook), string(policy.ChannelSlack), string(policy.ChannelNtfy)}
 
+// NotificationNoChannel is the channel label of an event whose call names
+// no channel: its notification is always NotificationSkipped.
 const NotificationNoChannel = "none"
 
 // The results a notifier reports to Notification.
@@ -59,8 +62,8 @@ const (
 const stateNone = "none"
 
 // Metrics are the counters and histograms of one process. Those fed by
-// TOOL_EVENTS are updated by Observe, which an Exporter calls for every
-// event; the notifier and the machine's callers update the others. Their
+// TOOL_EVENTS are updated by Observe, which the process's exporter calls
+// for every event; the notifier and the machine's callers update the others. Their
 // tool and team labels are only names the policy in force names, any
 // other counting as OtherLabel (BoundLabels).
 type Metrics struct {
@@ -242,7 +245,7 @@ func For(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // Observe counts one event. Each event must be observed once per process:
-// the Exporter's ordered consumer sees every event exactly once.
+// toolgate's exporter reads every event of TOOL_EVENTS exactly once.
 func (m *Metrics) Observe(ev *wire.Event) {
 	from := string(ev.From)
 	if from == "" {

@@ -37,6 +37,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/internal/gate"
+	"github.com/toolgate/toolgate/internal/metrics/exporter"
 	"github.com/toolgate/toolgate/internal/natsapi"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/metrics"
@@ -578,7 +579,7 @@ type deps struct {
 	timer    *worker.Timer
 	notifier *worker.Notifier // made by the notifier role's prepare
 	reviewer *worker.Reviewer // made by the reviewer role's prepare
-	exporter *metrics.Exporter
+	exporter *exporter.Exporter
 	// analytics reads the analytics bucket (reports; the analytics role
 	// keeps it).
 	analytics *analytics.Analytics

@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/stores"
+	"github.com/toolgate/toolgate/internal/metrics/exporter"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -20,7 +21,7 @@ import (
 // metrics, registered in the process's registry, whose pending-approvals
 // gauge follows the process's feed of tool_calls.
 func prepareAnalytics(d *deps, log *slog.Logger) error {
-	x, err := metrics.NewExporter(d.conn, d.buckets, d.registry, metrics.ExporterConfig{Feed: d.feed, Events: d.events}, log)
+	x, err := exporter.NewExporter(d.conn, d.buckets, d.registry, exporter.ExporterConfig{Feed: d.feed, Events: d.events}, log)
 	d.exporter = x
 	return err
 }

@@ -1,4 +1,4 @@
-package metrics
+package exporter
 
 import (
 	"sync"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
 )
 
 // PendingApprovals is the toolgate_pending_approvals gauge: the calls
@@ -17,11 +18,11 @@ import (
 // CallsFeed: View); a scrape only reads what the watch has gathered.
 //
 // Its team label is, like the counters', a team the policy names or
-// OtherLabel, chosen when scraped: a policy change regroups the teams at
-// the next scrape.
+// metrics.OtherLabel (Metrics.TeamLabel), chosen when scraped: a policy
+// change regroups the teams at the next scrape.
 type PendingApprovals struct {
-	desc   *prometheus.Desc
-	labels *labels // the Metrics' (NewExporter); nil: every team is other
+	desc    *prometheus.Desc
+	metrics *metrics.Metrics // whose team labels it takes
 
 	mu sync.Mutex
 	pendingCounts
@@ -32,11 +33,12 @@ type PendingApprovals struct {
 
 var _ prometheus.Collector = (*PendingApprovals)(nil)
 
-// NewPendingApprovals returns the gauge; a CallsFeed of the tool_calls
-// bucket feeds it (View).
-func NewPendingApprovals() *PendingApprovals {
+// NewPendingApprovals returns the gauge, its team labels m's; a CallsFeed
+// of the tool_calls bucket feeds it (View).
+func NewPendingApprovals(m *metrics.Metrics) *PendingApprovals {
 	return &PendingApprovals{
-		desc: prometheus.NewDesc(NamePendingApprovals,
+		metrics: m,
+		desc: prometheus.NewDesc(metrics.NamePendingApprovals,
 			"Calls waiting for a human's decision (PENDING_APPROVAL), by team, read from the store: every replica reports the fleet's number.",
 			[]string{"team"}, nil),
 		pendingCounts: *newPendingCounts(),
@@ -129,15 +131,11 @@ func (p *PendingApprovals) Describe(ch chan<- *prometheus.Desc) { ch <- p.desc }
 
 // Collect implements prometheus.Collector.
 func (p *PendingApprovals) Collect(ch chan<- prometheus.Metric) {
-	l := p.labels
-	if l == nil {
-		l = &labels{}
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	byLabel := map[string]int{}
 	for team, tp := range p.counts {
-		byLabel[l.team(team)] += tp.n
+		byLabel[p.metrics.TeamLabel(team)] += tp.n
 	}
 	for label := range byLabel {
 		p.shown[label] = true
@@ -145,7 +143,7 @@ func (p *PendingApprovals) Collect(ch chan<- prometheus.Metric) {
 	// Calls with no team, and the teams the policy names, are shown at 0
 	// from the start: a panel shows 0, not "No data".
 	p.shown[""] = true
-	for _, team := range l.teams() {
+	for _, team := range p.metrics.NamedTeams() {
 		p.shown[team] = true
 	}
 	for label := range p.shown {

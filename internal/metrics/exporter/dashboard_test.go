@@ -1,10 +1,11 @@
-package metrics
+package exporter
 
 import (
 	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,9 +14,14 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/metrics"
 )
 
-const dashboardFile = "../deploy/grafana/toolgate.json"
+const (
+	dashboardFile = "../../../deploy/grafana/toolgate.json"
+	metricsDir    = "../../../metrics"
+)
 
 // collectorFunc adapts functions to prometheus.Collector.
 type collectorFunc struct {
@@ -26,13 +32,14 @@ type collectorFunc struct {
 func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) { c.describe(ch) }
 func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-// exportedMetrics gathers one series of every metric this package exports
-// and returns the names a query may use (histograms' _bucket, _count and
-// _sum) with their label names.
+// exportedMetrics gathers one series of every metric toolgate exports
+// (package metrics' collectors and this package's) and returns the names
+// a query may use (histograms' _bucket, _count and _sum) with their label
+// names.
 func exportedMetrics(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := New(reg)
+	m, err := metrics.New(reg)
 	require.NoError(t, err)
 	m.ToolCalls.WithLabelValues("t", "o").Inc()
 	m.Transitions.WithLabelValues("f", "t").Inc()
@@ -45,14 +52,14 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 	m.TransitionConflict("e")
 	m.Requeues.WithLabelValues("r").Inc()
 	m.ShadowComparison("allow", "ask")
-	pending := NewPendingApprovals()
+	pending := NewPendingApprovals(m)
 	pending.counts["team"] = &teamPending{team: "team", n: 1}
 	reg.MustRegister(pending)
-	reg.MustRegister(NewRunnableCalls(func() int { return 1 }))
-	answers := NewReviewerAnswers()
+	reg.MustRegister(metrics.NewRunnableCalls(func() int { return 1 }))
+	answers := metrics.NewReviewerAnswers()
 	reg.MustRegister(answers.Collector())
-	answers.ReviewerAnswer("r", ReviewerTimeout)
-	reg.MustRegister(NewAnalyticsLag(func(context.Context) (uint64, error) { return 1, nil }, slog.New(slog.DiscardHandler)))
+	answers.ReviewerAnswer("r", metrics.ReviewerTimeout)
+	reg.MustRegister(metrics.NewAnalyticsLag(func(context.Context) (uint64, error) { return 1, nil }, slog.New(slog.DiscardHandler)))
 	lag := NewConsumerLag(nil, slog.New(slog.DiscardHandler))
 	reg.MustRegister(collectorFunc{describe: lag.Describe, collect: func(ch chan<- prometheus.Metric) {
 		for _, d := range []*prometheus.Desc{lag.pending, lag.ackPending, lag.redelivered} {
@@ -79,8 +86,36 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 		}
 		known[mf.GetName()] = labels
 	}
-	require.Len(t, mfs, 19, "every metric of the package is in the list")
+	var gathered []string
+	for _, mf := range mfs {
+		gathered = append(gathered, mf.GetName())
+	}
+	assert.ElementsMatch(t, namedMetrics(t), gathered, "every metric package metrics names is in the list, and only those")
 	return known
+}
+
+// metricNameRE is a Name constant's declaration: NameToolCalls = "toolgate_…".
+var metricNameRE = regexp.MustCompile(`(?m)^\s*(?:const\s+)?Name[A-Za-z]+\s*=\s*"(toolgate_[a-z_]+)"`)
+
+// namedMetrics reads package metrics' source for the values of its Name
+// constants: every metric toolgate exports.
+func namedMetrics(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(metricsDir, "*.go"))
+	require.NoError(t, err)
+	var names []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range metricNameRE.FindAllStringSubmatch(string(src), -1) {
+			names = append(names, m[1])
+		}
+	}
+	require.Len(t, names, 19, "the Name constants of %s", metricsDir)
+	return names
 }
 
 type dashboardPanel struct {
@@ -106,7 +141,7 @@ var (
 )
 
 // TestDashboard_QueriesNameOnlyExportedMetrics reads the Grafana dashboard
-// and checks that every panel queries metrics this package exports, with
+// and checks that every panel queries metrics toolgate exports, with
 // labels they have.
 func TestDashboard_QueriesNameOnlyExportedMetrics(t *testing.T) {
 	data, err := os.ReadFile(dashboardFile)
@@ -154,7 +189,7 @@ func TestDashboard_QueriesNameOnlyExportedMetrics(t *testing.T) {
 				labels := map[string]bool{}
 				for _, n := range names {
 					l, ok := known[n]
-					if assert.True(t, ok, "%s: %s is not a metric of package metrics", what, n) {
+					if assert.True(t, ok, "%s: %s is not a metric toolgate exports", what, n) {
 						used[strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(n, "_bucket"), "_count"), "_sum")] = true
 						for k := range l {
 							labels[k] = true
@@ -181,7 +216,7 @@ func TestDashboard_QueriesNameOnlyExportedMetrics(t *testing.T) {
 		}
 	}
 	walk(dash.Panels)
-	for _, want := range []string{NamePendingApprovals, NameApprovalResponse, NameApprovalTimeouts, NameToolCalls, NameCost, NameExecution} {
+	for _, want := range []string{metrics.NamePendingApprovals, metrics.NameApprovalResponse, metrics.NameApprovalTimeouts, metrics.NameToolCalls, metrics.NameCost, metrics.NameExecution} {
 		assert.True(t, used[want], "the dashboard shows %s", want)
 	}
 }

@@ -1,4 +1,12 @@
-package metrics
+// Package exporter feeds a toolgate process's toolgate_* metrics (package
+// metrics) from the bus: the Exporter counts every event of TOOL_EVENTS
+// into metrics.Metrics, PendingApprovals follows the process's watch of
+// the tool_calls bucket, and ConsumerLag reads the durable consumers'
+// positions at scrape time. It reads the bus over a bus.Conn, through the
+// feeds of internal/bus/views and consumer.Durables, and imports no
+// nats.go. Package metrics says how to aggregate what it exports across
+// replicas.
+package exporter
 
 import (
 	"context"
@@ -12,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/wire"
 	"golang.org/x/sync/errgroup"
 )
@@ -36,13 +45,13 @@ type ExporterConfig struct {
 // Exporter keeps a process's toolgate_* metrics up to date: it counts
 // every event of TOOL_EVENTS once (from the process's feed of them, or an
 // ordered consumer of its own), a KV watch keeps the pending-approvals
-// gauge, and consumer lag is read at scrape time. See the package comment
-// for how to aggregate them across replicas.
+// gauge, and consumer lag is read at scrape time. See package metrics for
+// how to aggregate them across replicas.
 type Exporter struct {
 	conn    *bus.Conn
 	cfg     ExporterConfig
 	log     *slog.Logger
-	metrics *Metrics
+	metrics *metrics.Metrics
 	pending *PendingApprovals
 	feed    *views.CallsFeed // the exporter's own, when it runs one
 
@@ -51,17 +60,16 @@ type Exporter struct {
 }
 
 // NewExporter registers the metrics with reg (sharing them with any other
-// caller of For(reg)), and the pending-approvals gauge over the calls
-// bucket of b and the consumer-lag collector; Run feeds them. One
+// caller of metrics.For(reg)), and the pending-approvals gauge over the
+// calls bucket of b and the consumer-lag collector; Run feeds them. One
 // Exporter per registry: a second one's collectors are refused as
 // already registered.
 func NewExporter(conn *bus.Conn, b *bus.Buckets, reg prometheus.Registerer, cfg ExporterConfig, log *slog.Logger) (*Exporter, error) {
-	m, err := For(reg)
+	m, err := metrics.For(reg)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	pending := NewPendingApprovals()
-	pending.labels = &m.labels
+	pending := NewPendingApprovals(m)
 	var own *views.CallsFeed
 	feed := cfg.Feed
 	if feed == nil {
@@ -78,7 +86,7 @@ func NewExporter(conn *bus.Conn, b *bus.Buckets, reg prometheus.Registerer, cfg 
 }
 
 // Metrics returns the counters the exporter feeds.
-func (x *Exporter) Metrics() *Metrics { return x.metrics }
+func (x *Exporter) Metrics() *metrics.Metrics { return x.metrics }
 
 // Ready is closed once the event consumer exists and the pending gauge has
 // read the bucket: from then on, every event published is counted.

@@ -1,49 +1,48 @@
-package metrics_test
+// Package metricstest holds what the tests of package metrics and of its
+// exporter share: a registry's series as sorted text lines (Samples,
+// Counted) and a policy engine to bind the labels to (Vocabulary).
+package metricstest
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/policy"
 )
 
-// evaluator answers by tool: the tools of a scripted run.
-var evaluator = machine.EvaluatorFunc(func(_ context.Context, c machine.Call) (machine.Verdict, error) {
-	switch c.ToolName {
-	case "read_file":
-		return machine.Verdict{Action: machine.ActionRun, Reason: "readOnlyTools"}, nil
-	case "rm_rf":
-		return machine.Verdict{Action: machine.ActionDeny, Reason: "deny rm_rf"}, nil
-	case "send_email":
-		return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: 5 * time.Minute, AutoRejectOnTimeout: false, Reason: "ask"}, nil
-	}
-	return machine.Verdict{Action: machine.ActionAsk, ApprovalTimeout: 5 * time.Minute, AutoRejectOnTimeout: true, Reason: "ask"}, nil
-})
+// Vocabulary is a policy engine over doc, the vocabulary of the labels
+// (metrics.Metrics.BoundLabels).
+func Vocabulary(t testing.TB, doc string) *policy.Engine {
+	t.Helper()
+	d, err := policy.Parse([]byte(doc))
+	require.NoError(t, err)
+	e, err := policy.NewEngine(d, nil, nil)
+	require.NoError(t, err)
+	return e
+}
 
-// samples renders every series of a metric family as `name{k="v",…} value`
+// Samples renders every series of a metric family as `name{k="v",…} value`
 // lines, sorted; a histogram gives its _count and _sum.
-func samples(t *testing.T, g prometheus.Gatherer, name string) []string {
+func Samples(t testing.TB, g prometheus.Gatherer, name string) []string {
 	t.Helper()
 	return sampleLines(t, g, name, false)
 }
 
-// counted is samples less the series still at 0 (a histogram's with no
+// Counted is Samples less the series still at 0 (a histogram's with no
 // observation): those every Metrics starts with, which nothing counted.
-func counted(t *testing.T, g prometheus.Gatherer, name string) []string {
+func Counted(t testing.TB, g prometheus.Gatherer, name string) []string {
 	t.Helper()
 	return sampleLines(t, g, name, true)
 }
 
-func sampleLines(t *testing.T, g prometheus.Gatherer, name string, skipZero bool) []string {
+func sampleLines(t testing.TB, g prometheus.Gatherer, name string, skipZero bool) []string {
 	t.Helper()
 	mfs, err := g.Gather()
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package metrics
+package exporter
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/consumer"
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -17,7 +18,7 @@ import (
 // acknowledged) and toolgate_consumer_redelivered_messages, labelled by
 // stream and consumer. The relay's consumer reads the tool_calls bucket's
 // stream; the notifier's fan-out and the budget settler read TOOL_EVENTS.
-// The analytics keep a checkpoint instead (NewAnalyticsLag).
+// The analytics keep a checkpoint instead (metrics.NewAnalyticsLag).
 //
 // The numbers are the server's, read from consumer info at scrape time
 // (one request per stream), so every replica reports the same values.
@@ -43,11 +44,11 @@ func NewConsumerLag(conn *bus.Conn, log *slog.Logger, extraStreams ...string) *C
 		streams: append([]string{"KV_" + wire.CallsBucket, wire.EventsStream}, extraStreams...),
 		timeout: 2 * time.Second,
 		log:     log,
-		pending: prometheus.NewDesc(NameConsumerPending,
+		pending: prometheus.NewDesc(metrics.NameConsumerPending,
 			"Messages in the stream a durable consumer has not been delivered yet (num_pending).", labels, nil),
-		ackPending: prometheus.NewDesc(NameConsumerAckPending,
+		ackPending: prometheus.NewDesc(metrics.NameConsumerAckPending,
 			"Messages delivered to a durable consumer and not yet acknowledged (num_ack_pending).", labels, nil),
-		redelivered: prometheus.NewDesc(NameConsumerRedeliveries,
+		redelivered: prometheus.NewDesc(metrics.NameConsumerRedeliveries,
 			"Messages delivered to a durable consumer more than once and not yet acknowledged (num_redelivered).", labels, nil),
 	}
 }
@@ -76,31 +77,4 @@ func (c *ConsumerLag) Collect(ch chan<- prometheus.Metric) {
 			c.log.Debug("consumer lag: stream's consumers not readable", "stream", name, "err", err)
 		}
 	}
-}
-
-// NewAnalyticsLag exports toolgate_analytics_lag_events: how many events
-// of TOOL_EVENTS the analytics have yet to take in (analytics.Lag), read
-// at scrape time. A scrape that cannot read it leaves it out.
-func NewAnalyticsLag(lag func(context.Context) (uint64, error), log *slog.Logger) prometheus.Collector {
-	return &analyticsLag{lag: lag, log: log, desc: prometheus.NewDesc(NameAnalyticsLag,
-		"Events in TOOL_EVENTS after the analytics' checkpoint: not yet in the aggregates.", nil, nil)}
-}
-
-type analyticsLag struct {
-	lag  func(context.Context) (uint64, error)
-	log  *slog.Logger
-	desc *prometheus.Desc
-}
-
-func (c *analyticsLag) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *analyticsLag) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	n, err := c.lag(ctx)
-	if err != nil {
-		c.log.Debug("analytics lag: not readable", "err", err)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
 }

@@ -1,4 +1,4 @@
-package metrics
+package exporter
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -40,9 +41,9 @@ func TestObserved_HoldsWhatObserveReads(t *testing.T) {
 		events = append(events, &wire.Event{V: wire.EventVersion, Event: tr.ev, From: tr.from, To: tr.to, At: 7_000, Actor: "x", Entry: entry(tr.to)})
 	}
 	whole, slim := prometheus.NewRegistry(), prometheus.NewRegistry()
-	mWhole, err := For(whole)
+	mWhole, err := metrics.For(whole)
 	require.NoError(t, err)
-	mSlim, err := For(slim)
+	mSlim, err := metrics.For(slim)
 	require.NoError(t, err)
 	for _, ev := range events {
 		mWhole.Observe(ev)
@@ -52,7 +53,7 @@ func TestObserved_HoldsWhatObserveReads(t *testing.T) {
 		require.NoError(t, err)
 		mSlim.Observe(observed(head))
 	}
-	for _, name := range []string{NameTransitions, NameToolCalls, NameApprovalResponse, NameApprovalTimeouts, NameExecution, NameExecutionAttempts, NameCost} {
+	for _, name := range []string{metrics.NameTransitions, metrics.NameToolCalls, metrics.NameApprovalResponse, metrics.NameApprovalTimeouts, metrics.NameExecution, metrics.NameExecutionAttempts, metrics.NameCost} {
 		want, err := testutil.CollectAndFormat(whole, expfmt.TypeTextPlain, name)
 		require.NoError(t, err)
 		got, err := testutil.CollectAndFormat(slim, expfmt.TypeTextPlain, name)
