@@ -19,9 +19,10 @@ import (
 // channel names, once, until the call's approval deadline. Only its
 // SHA-256 is stored (stores.DecisionTokenStore).
 
-// Links is the one-time decision links: issuing their tokens and
-// redeeming them. A token is its own credential, so no actor a transport
-// authenticated comes with it: links are not use cases of the Service.
+// Links are the one-time decision links: toolgate's notifier issues
+// their tokens, and a token, its own credential, is viewed and redeemed
+// with no actor a transport authenticated; so neither is a use case of
+// the Service.
 type Links struct{ s *Service }
 
 // Links returns the decision links of the calls s serves.
