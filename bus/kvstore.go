@@ -226,7 +226,7 @@ func (s *KVStore) Update(ctx context.Context, e *machine.Entry, revision uint64)
 // Retire removes an entry from the bucket, with every revision of it,
 // if it is still at revision: a purge whose marker expires after
 // markerTTL. (machine.Store has no such command: only a finished call,
-// archived first, leaves; see gate.Service.Retire.)
+// archived first, leaves; see gate.Timer.Retire.)
 func (s *KVStore) Retire(ctx context.Context, pendingID string, revision uint64, markerTTL time.Duration) error {
 	err := s.kv.Purge(ctx, pendingID, jetstream.LastRevision(revision), jetstream.PurgeTTL(markerTTL))
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {

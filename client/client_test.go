@@ -150,7 +150,7 @@ func TestAwait_TimeoutAndCancelAreRejections(t *testing.T) {
 	// Not the timer role, which would also expire the next call before
 	// it is cancelled: the test expires this one as the timer would.
 	g.clock.Skip(time.Second)
-	_, err = g.Service.Expire(ctx, e.PendingID)
+	_, err = g.Service.Timer().Expire(ctx, e.PendingID)
 	require.NoError(t, err)
 	r := receive(t, got)
 	var rej *client.RejectedError

@@ -84,7 +84,7 @@ func (a Actor) owns(e *machine.Entry) bool { return e.CallerBotID == a.Name }
 
 // seesSecrets reports whether a sees e's arguments as they are: toolgate
 // itself and admins, executors (which run them) and the agent that asked.
-// Approvers and viewers see them masked (see Service.Mask).
+// Approvers and viewers see them masked (see Service.mask).
 func (a Actor) seesSecrets(e *machine.Entry) bool {
 	return a.system || a.Can(wire.RoleAdmin, wire.RoleExecutor) || a.owns(e)
 }

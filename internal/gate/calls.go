@@ -24,7 +24,8 @@ func (s *Service) Submit(ctx context.Context, a Actor, c machine.Call) (*machine
 }
 
 // SubmitOnce is Submit, and reports whether this submit created the
-// entry (false: it answers with the entry an earlier one created).
+// entry (false: it answers with the entry an earlier one created). Not
+// of a use case's shape: HTTP answers a new entry 201, a retry 200.
 func (s *Service) SubmitOnce(ctx context.Context, a Actor, c machine.Call) (*machine.Entry, bool, error) {
 	if err := a.require("submit calls", wire.RoleAgent); err != nil {
 		return nil, false, err
@@ -83,7 +84,8 @@ func (s *Service) Get(ctx context.Context, a Actor, r wire.GetRequest) (*machine
 // Read returns one entry and the revision it was read at: an agent
 // awaiting the entry orders what it hears of it by revision. An agent
 // reads only its own calls; another's is not found, as if it were not
-// there.
+// there. Not of a use case's shape: it is Get with the revision, which
+// a transport answers beside the entry (a NATS header).
 func (s *Service) Read(ctx context.Context, a Actor, r wire.GetRequest) (*machine.Entry, uint64, error) {
 	if err := required("pendingId", r.PendingID); err != nil {
 		return nil, 0, err
@@ -133,14 +135,6 @@ func (s *Service) read(ctx context.Context, a Actor, pendingID string) (*machine
 		return nil, 0, fmt.Errorf("get %s: %w", pendingID, err)
 	}
 	return e, rev, nil
-}
-
-// ReadReader is Read as one actor does it, in the shape client.AwaitWith
-// reads entries.
-func (s *Service) ReadReader(a Actor) func(context.Context, string) (*machine.Entry, uint64, error) {
-	return func(ctx context.Context, pendingID string) (*machine.Entry, uint64, error) {
-		return s.Read(ctx, a, wire.GetRequest{PendingID: pendingID})
-	}
 }
 
 // History returns the transitions an entry went through, oldest first.
@@ -302,7 +296,7 @@ func (s *Service) decide(ctx context.Context, a Actor, pendingID string, d machi
 	if errors.Is(err, machine.ErrExpired) {
 		// The deadline passed and no timer has acted on it yet: act now,
 		// so the refused approver and the agent see the same outcome.
-		if _, xerr := s.Expire(ctx, pendingID); xerr != nil && !errors.Is(xerr, machine.ErrConflict) {
+		if _, xerr := s.Timer().Expire(ctx, pendingID); xerr != nil && !errors.Is(xerr, machine.ErrConflict) {
 			s.log.Warn("expiring a call past its deadline failed", "pendingId", pendingID, "err", xerr)
 		}
 	}
@@ -395,27 +389,4 @@ func (s *Service) CancelConversation(ctx context.Context, a Actor, r wire.Cancel
 	s.shownAll(a, reply.Cancelled)
 	s.shownAll(a, reply.Running)
 	return reply, nil
-}
-
-// Expire handles a pending call whose approval deadline has passed.
-func (s *Service) Expire(ctx context.Context, pendingID string) (*machine.Entry, error) {
-	return s.observe(s.m.Expire(ctx, pendingID))
-}
-
-// Remind reminds the approvers of a call still pending before its
-// deadline (the timer's, at the call's reminderAt).
-func (s *Service) Remind(ctx context.Context, pendingID string) (*machine.Entry, error) {
-	return s.observe(s.m.Remind(ctx, pendingID))
-}
-
-// Escalate widens who may decide a call nobody has decided by its next
-// escalation tier's time (the timer's, at that time).
-func (s *Service) Escalate(ctx context.Context, pendingID string) (*machine.Entry, error) {
-	return s.observe(s.m.Escalate(ctx, pendingID))
-}
-
-// AbandonLease fails a running call whose executor's lease ran out on its
-// last allowed attempt.
-func (s *Service) AbandonLease(ctx context.Context, pendingID string) (*machine.Entry, error) {
-	return s.observe(s.m.AbandonLease(ctx, pendingID))
 }

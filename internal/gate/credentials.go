@@ -17,7 +17,7 @@ type Issuer func(name string, role wire.Role) (key string, creds []byte, err err
 // server that toolgate runs itself refuses such a credential's connection
 // too; one it does not (a cluster of nats-servers) learns of it only when
 // its configuration is updated, and until then toolgate refuses its
-// requests here.
+// requests here. Not a use case: the NATS transport asks it before each.
 func (s *Service) Authenticate(ctx context.Context, a Actor) error {
 	if a.Key == "" {
 		return nil

@@ -19,6 +19,15 @@ import (
 // channel names, once, until the call's approval deadline. Only its
 // SHA-256 is stored (stores.DecisionTokenStore).
 
+// Links are the one-time decision links: toolgate's notifier issues
+// their tokens, and a token, its own credential, is viewed and redeemed
+// with no actor a transport authenticated; so neither is a use case of
+// the Service.
+type Links struct{ s *Service }
+
+// Links returns the decision links of the calls s serves.
+func (s *Service) Links() Links { return Links{s: s} }
+
 // DecisionTokens are the tokens issued for one call: one per decision
 // offered.
 type DecisionTokens struct {
@@ -28,10 +37,11 @@ type DecisionTokens struct {
 	ExpiresAt time.Time
 }
 
-// IssueDecisionTokens issues the tokens of a pending call for approver, the
-// identity the decisions are made as. Only toolgate itself (its notifier)
-// issues them; a channel that names no approver gets none.
-func (s *Service) IssueDecisionTokens(ctx context.Context, a Actor, pendingID, approver string) (DecisionTokens, error) {
+// Issue issues the tokens of a pending call for approver, the identity
+// the decisions are made as. Only toolgate itself (its notifier) issues
+// them; a channel that names no approver gets none.
+func (l Links) Issue(ctx context.Context, a Actor, pendingID, approver string) (DecisionTokens, error) {
+	s := l.s
 	if !a.system {
 		return DecisionTokens{}, fmt.Errorf("%w: issue decision tokens: only toolgate itself issues them, for its notifications", machine.ErrForbidden)
 	}
@@ -78,9 +88,10 @@ type DecisionTokenView struct {
 	Entry *machine.Entry
 }
 
-// DecisionToken says what token would do, deciding nothing. The token is
-// the credential: one never issued is not found.
-func (s *Service) DecisionToken(ctx context.Context, token string) (DecisionTokenView, error) {
+// View says what token would do, deciding nothing. The token is the
+// credential: one never issued is not found.
+func (l Links) View(ctx context.Context, token string) (DecisionTokenView, error) {
+	s := l.s
 	t, _, err := s.tokens.Get(ctx, token)
 	if err != nil {
 		return DecisionTokenView{}, fmt.Errorf("decision token: %w", err)
@@ -95,13 +106,14 @@ func (s *Service) DecisionToken(ctx context.Context, token string) (DecisionToke
 	}, nil
 }
 
-// RedeemDecisionToken makes the decision token stands for, once: the
-// token is marked used by compare-and-set before the decision, so of two
-// redemptions racing exactly one decides, and a token used before, past
-// its deadline or never issued decides nothing. The decision is the
-// token's approver's, checked as any of theirs is (the policy's
-// approvers, never their own call).
-func (s *Service) RedeemDecisionToken(ctx context.Context, token string) (*machine.Entry, error) {
+// Redeem makes the decision token stands for, once: the token is marked
+// used by compare-and-set before the decision, so of two redemptions
+// racing exactly one decides, and a token used before, past its deadline
+// or never issued decides nothing. The decision is the token's
+// approver's, checked as any of theirs is (the policy's approvers, never
+// their own call).
+func (l Links) Redeem(ctx context.Context, token string) (*machine.Entry, error) {
+	s := l.s
 	t, rev, err := s.tokens.Get(ctx, token)
 	if err != nil {
 		return nil, fmt.Errorf("decision token: %w", err)

@@ -41,7 +41,7 @@ func TestDecisionToken_WorksOnceThenRefused(t *testing.T) {
 	t.Parallel()
 	g, env, e := tokenGate(t, nil)
 	ctx := t.Context()
-	toks, err := g.IssueDecisionTokens(ctx, gate.System, e.PendingID, "alice")
+	toks, err := g.Links().Issue(ctx, gate.System, e.PendingID, "alice")
 	require.NoError(t, err)
 	assert.Equal(t, e.ApprovalTimeoutAt, toks.ExpiresAt.UnixMilli(), "good until the call's deadline")
 	assert.NotEqual(t, toks.Approve, toks.Reject)
@@ -62,31 +62,31 @@ func TestDecisionToken_WorksOnceThenRefused(t *testing.T) {
 		assert.NotContains(t, string(v.Value()), toks.Reject)
 	}
 
-	view, err := g.DecisionToken(ctx, toks.Approve)
+	view, err := g.Links().View(ctx, toks.Approve)
 	require.NoError(t, err)
 	assert.True(t, view.Approve)
 	assert.Equal(t, "alice", view.Approver)
 	assert.False(t, view.Used)
 	assert.Equal(t, machine.StatePendingApproval, view.Entry.Status, "looking decides nothing")
 
-	got, err := g.RedeemDecisionToken(ctx, toks.Approve)
+	got, err := g.Links().Redeem(ctx, toks.Approve)
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateApproved, got.Status)
 	assert.Equal(t, "alice", got.ApprovedOrRejectedByUserID, "decided as the token's approver")
 
-	_, err = g.RedeemDecisionToken(ctx, toks.Approve)
+	_, err = g.Links().Redeem(ctx, toks.Approve)
 	require.ErrorIs(t, err, stores.ErrTokenUsed)
 	status, code := wire.ErrorStatus(err)
 	assert.Equal(t, 409, status)
 	assert.Equal(t, "conflict", code)
 	assert.Contains(t, err.Error(), "already used")
 
-	_, err = g.RedeemDecisionToken(ctx, toks.Reject)
+	_, err = g.Links().Redeem(ctx, toks.Reject)
 	require.ErrorIs(t, err, machine.ErrConflict, "the call is decided")
 	cur, err := g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateApproved, cur.Status)
-	view, err = g.DecisionToken(ctx, toks.Approve)
+	view, err = g.Links().View(ctx, toks.Approve)
 	require.NoError(t, err)
 	assert.True(t, view.Used)
 }
@@ -101,12 +101,12 @@ func TestDecisionToken_RefusedAfterTheDeadline(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(skew) }
 	g, _, e := tokenGate(t, clock)
 	ctx := t.Context()
-	toks, err := g.IssueDecisionTokens(ctx, gate.System, e.PendingID, "alice")
+	toks, err := g.Links().Issue(ctx, gate.System, e.PendingID, "alice")
 	require.NoError(t, err)
 	mu.Lock()
 	skew = 2 * time.Hour
 	mu.Unlock()
-	_, err = g.RedeemDecisionToken(ctx, toks.Approve)
+	_, err = g.Links().Redeem(ctx, toks.Approve)
 	require.ErrorIs(t, err, machine.ErrExpired)
 	status, code := wire.ErrorStatus(err)
 	assert.Equal(t, 409, status)
@@ -123,7 +123,7 @@ func TestDecisionToken_RacingRedemptionsDecideOnce(t *testing.T) {
 	t.Parallel()
 	g, env, e := tokenGate(t, nil)
 	ctx := t.Context()
-	toks, err := g.IssueDecisionTokens(ctx, gate.System, e.PendingID, "bob")
+	toks, err := g.Links().Issue(ctx, gate.System, e.PendingID, "bob")
 	require.NoError(t, err)
 	const racers = 16
 	errs := make([]error, racers)
@@ -133,7 +133,7 @@ func TestDecisionToken_RacingRedemptionsDecideOnce(t *testing.T) {
 		other := gate.New(gate.Config{Conn: env.Conn, Buckets: env.Buckets})
 		wg.Go(func() {
 			<-start
-			_, errs[i] = other.RedeemDecisionToken(ctx, toks.Reject)
+			_, errs[i] = other.Links().Redeem(ctx, toks.Reject)
 		})
 	}
 	close(start)
@@ -160,16 +160,16 @@ func TestDecisionToken_ForgedRefused(t *testing.T) {
 	t.Parallel()
 	g, _, e := tokenGate(t, nil)
 	ctx := t.Context()
-	toks, err := g.IssueDecisionTokens(ctx, gate.System, e.PendingID, "alice")
+	toks, err := g.Links().Issue(ctx, gate.System, e.PendingID, "alice")
 	require.NoError(t, err)
 	forged := []string{"", "x", strings.Repeat("A", len(toks.Approve)), toks.Approve[:len(toks.Approve)-1] + "Z", toks.Approve + "A", "../" + toks.Approve}
 	for _, f := range forged {
 		if f == toks.Approve {
 			continue
 		}
-		_, err := g.RedeemDecisionToken(ctx, f)
+		_, err := g.Links().Redeem(ctx, f)
 		assert.ErrorIs(t, err, machine.ErrNotFound, "%q", f)
-		_, err = g.DecisionToken(ctx, f)
+		_, err = g.Links().View(ctx, f)
 		assert.ErrorIs(t, err, machine.ErrNotFound, "%q", f)
 	}
 	cur, err := g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
@@ -177,15 +177,15 @@ func TestDecisionToken_ForgedRefused(t *testing.T) {
 	assert.Equal(t, machine.StatePendingApproval, cur.Status)
 
 	alice := gate.Actor{Name: "alice", Roles: []wire.Role{wire.RoleAdmin}}
-	_, err = g.IssueDecisionTokens(ctx, alice, e.PendingID, "alice")
+	_, err = g.Links().Issue(ctx, alice, e.PendingID, "alice")
 	assert.ErrorIs(t, err, machine.ErrForbidden, "an admin's request is not toolgate's notifier")
-	_, err = g.IssueDecisionTokens(ctx, gate.System, e.PendingID, "")
+	_, err = g.Links().Issue(ctx, gate.System, e.PendingID, "")
 	assert.ErrorIs(t, err, machine.ErrInvalid)
 
 	// An approver the call's policy does not name: the token decides nothing.
-	toks, err = g.IssueDecisionTokens(ctx, gate.System, e.PendingID, "mallory")
+	toks, err = g.Links().Issue(ctx, gate.System, e.PendingID, "mallory")
 	require.NoError(t, err)
-	_, err = g.RedeemDecisionToken(ctx, toks.Approve)
+	_, err = g.Links().Redeem(ctx, toks.Approve)
 	assert.ErrorIs(t, err, machine.ErrForbidden)
 	cur, err = g.Get(ctx, gate.System, wire.GetRequest{PendingID: e.PendingID})
 	require.NoError(t, err)

@@ -71,7 +71,7 @@ func (s *Service) PolicyDryRun(ctx context.Context, a Actor, r wire.PolicyDryRun
 		// rules could probe a secret a's view masks, a character at a
 		// time, by which calls change verdict.
 		if !a.seesSecrets(e) {
-			e = s.Mask(e)
+			e = s.mask(e)
 		}
 		fr.at = st.at
 		if st.completed {

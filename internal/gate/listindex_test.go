@@ -75,7 +75,7 @@ func TestListIndexed_AgreesWithTheScan(t *testing.T) {
 				e.LastTransition = &machine.Transition{Event: machine.EventSucceed, From: machine.StateExecuting, To: e.Status, At: 1}
 				_, err = env.Store.Update(ctx, e, rev)
 				require.NoError(t, err)
-				require.NoError(t, s.Retire(ctx, id, 0))
+				require.NoError(t, s.Timer().Retire(ctx, id, 0))
 				continue
 			}
 			e.Status = machine.States[rng.IntN(len(machine.States))]

@@ -13,25 +13,17 @@ type masker interface {
 	Masker(team, conversationID string) policy.Masker
 }
 
-// Mask returns a copy of e whose arguments (and the agent's original ones,
+// mask returns a copy of e whose arguments (and the agent's original ones,
 // if an approver edited them) have their secrets masked, as approvers,
 // viewers and event subscribers see them: the built-in secret names and
 // shapes, and the redact patterns of the call's policy.
-func (s *Service) Mask(e *machine.Entry) *machine.Entry {
-	c, _ := s.mask(e)
+func (s *Service) mask(e *machine.Entry) *machine.Entry {
+	c, _ := s.masked(e)
 	return c
 }
 
-// MaskedOrNil is Mask, or nil when e has no secret to mask: the relay
-// then publishes the event it encoded for the caller to subscribers too.
-func (s *Service) MaskedOrNil(e *machine.Entry) *machine.Entry {
-	if c, masked := s.mask(e); masked {
-		return c
-	}
-	return nil
-}
-
-func (s *Service) mask(e *machine.Entry) (*machine.Entry, bool) {
+// masked is mask, and whether it masked anything.
+func (s *Service) masked(e *machine.Entry) (*machine.Entry, bool) {
 	m := s.maskerFor(e.Team, e.ConversationID)
 	c := *e
 	var args, original bool
@@ -72,7 +64,7 @@ func (s *Service) shown(a Actor, e *machine.Entry) *machine.Entry {
 	case e == nil:
 		return nil
 	case !a.seesSecrets(e):
-		e = s.Mask(e)
+		e = s.mask(e)
 	case len(e.Receipts) > 0:
 		c := *e
 		e = &c
@@ -94,7 +86,7 @@ func (s *Service) answer(a Actor) func(*machine.Entry, error) (*machine.Entry, e
 func (s *Service) shownErr(a Actor, err error) error {
 	var te *machine.TransitionError
 	if errors.As(err, &te) && te.Entry != nil && !a.seesSecrets(te.Entry) {
-		te.Entry = s.Mask(te.Entry)
+		te.Entry = s.mask(te.Entry)
 	}
 	return err
 }

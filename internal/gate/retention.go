@@ -17,9 +17,10 @@ import (
 // revision archived, so a retirer that dies between the two leaves a call
 // archived and still in the bucket, which the next one retires again (the
 // archive keeps one copy per call). A call not finished that long is
-// refused with a conflict. It is the timer's, at the end of a call's
+// refused with a conflict. The timer gives it at the end of a call's
 // retention window.
-func (s *Service) Retire(ctx context.Context, pendingID string, after time.Duration) error {
+func (t Timer) Retire(ctx context.Context, pendingID string, after time.Duration) error {
+	s := t.s
 	if s.archive == nil {
 		return fmt.Errorf("retire %s: no archive", pendingID)
 	}

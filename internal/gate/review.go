@@ -54,7 +54,7 @@ func (s *Service) ReviewCall(ctx context.Context, a Actor, r wire.ReviewCallRequ
 	slices.SortFunc(recent, func(x, y *machine.Entry) int { return cmp.Compare(y.RequestedAt, x.RequestedAt) })
 	recent = recent[:min(len(recent), wire.MaxReviewRecent)]
 	shown := func(e *machine.Entry) *machine.Entry {
-		c := s.Mask(e)
+		c := s.mask(e)
 		c.Receipts = nil
 		return c
 	}
@@ -144,7 +144,7 @@ func (s *Service) reviewing(ctx context.Context, pendingID, name string) (*machi
 		return nil, nil, none, err
 	}
 	if e.Status != machine.StatePendingApproval {
-		return nil, nil, none, &machine.TransitionError{Event: machine.EventReview, Entry: s.Mask(e)}
+		return nil, nil, none, &machine.TransitionError{Event: machine.EventReview, Entry: s.mask(e)}
 	}
 	if s.limits == nil {
 		return nil, nil, none, fmt.Errorf("%w: this toolgate has no policy, so no reviewers", ErrNotReviewed)

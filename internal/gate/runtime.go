@@ -6,14 +6,15 @@ import (
 	"log/slog"
 
 	"github.com/toolgate/toolgate/internal/bus/views"
+	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
 
 // Runtime is what a process runs beside its Service's use cases, over the
 // same stores: the views of tool_calls it keeps on its feed, the
-// followers it runs until it stops, the receipt key it registers at start
-// and the gauge of its work queue. internal/server wires it; transports
-// call only the Service.
+// followers it runs until it stops, the receipt key it registers at start,
+// the gauge of its work queue and the masking of the events its relay
+// publishes. internal/server wires it; transports call only the Service.
 type Runtime struct{ s *Service }
 
 // Runtime returns the plumbing of the process s serves in.
@@ -39,6 +40,16 @@ func (r Runtime) RetiredView() views.CallsView { return r.s.archivedIDs.View() }
 func (r Runtime) RunnableCalls() int {
 	ready, _, _ := r.s.work.Ready()
 	return ready
+}
+
+// MaskedOrNil is e with its secrets masked, as event subscribers see it,
+// or nil when e has no secret to mask: the relay then publishes the event
+// it encoded for the caller to subscribers too.
+func (r Runtime) MaskedOrNil(e *machine.Entry) *machine.Entry {
+	if c, masked := r.s.masked(e); masked {
+		return c
+	}
+	return nil
 }
 
 // FollowArchive follows the ids of the calls in the archive until ctx

@@ -53,7 +53,9 @@ type Config struct {
 }
 
 // Service is every use case of toolgate, in one file per resource (see the
-// package doc) over the stores it holds here. It holds no state of its own
+// package doc) over the stores it holds here; what no authenticated actor
+// asks for it hands out on types of their own (Timer, Links, Slack,
+// Runtime) over the same stores. It holds no state of its own
 // beyond its stores, so any number of Services in any number of processes
 // serve the same buckets; compare-and-set makes each transition happen
 // once.

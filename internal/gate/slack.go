@@ -82,7 +82,16 @@ type slackPayload struct {
 	ResponseURL string `json:"response_url"`
 }
 
-// SlackInteraction handles a click on a card's button: it checks the
+// Slack is the decisions made in Slack, through its interactivity
+// endpoint. A click's signature is its credential, so no actor a
+// transport authenticated comes with it: a click is no use case of the
+// Service.
+type Slack struct{ s *Service }
+
+// Slack returns the Slack interactions of the calls s serves.
+func (s *Service) Slack() Slack { return Slack{s: s} }
+
+// Interaction handles a click on a card's button: it checks the
 // request's signature against every Slack channel's signing secret in the
 // policy and its timestamp, maps the clicking user through the channels
 // whose secret signed it, and decides the call as that identity (once:
@@ -90,7 +99,8 @@ type slackPayload struct {
 // channel's secret, or too old, is refused (machine.ErrForbidden) and
 // changes nothing; an unmapped user is answered, ephemerally, that they
 // are not mapped, and nothing changes.
-func (s *Service) SlackInteraction(ctx context.Context, r SlackRequest) (SlackOutcome, error) {
+func (sl Slack) Interaction(ctx context.Context, r SlackRequest) (SlackOutcome, error) {
+	s := sl.s
 	sec, err := strconv.ParseInt(r.Timestamp, 10, 64)
 	if err != nil {
 		return SlackOutcome{}, fmt.Errorf("%w: X-Slack-Request-Timestamp: want Unix seconds, got %q", machine.ErrForbidden, clip(r.Timestamp, 41))

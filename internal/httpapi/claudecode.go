@@ -199,7 +199,10 @@ func (h hookGate) Submit(ctx context.Context, call machine.Call) (*machine.Entry
 }
 
 func (h hookGate) Await(ctx context.Context, pendingID string, opts ...client.AwaitOption) (client.Outcome, error) {
-	return h.await(ctx, h.g.ReadReader(h.a), pendingID, opts...)
+	read := func(ctx context.Context, pendingID string) (*machine.Entry, uint64, error) {
+		return h.g.Read(ctx, h.a, wire.GetRequest{PendingID: pendingID})
+	}
+	return h.await(ctx, read, pendingID, opts...)
 }
 
 func (h hookGate) Get(ctx context.Context, pendingID string) (*machine.Entry, error) {

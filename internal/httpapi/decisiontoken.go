@@ -21,7 +21,7 @@ import (
 // that follows the link decides nothing.
 
 func (s *Server) redeemDecisionToken(w http.ResponseWriter, r *http.Request, _ User) error {
-	e, err := s.cfg.Gate.RedeemDecisionToken(r.Context(), r.PathValue("token"))
+	e, err := s.cfg.Gate.Links().Redeem(r.Context(), r.PathValue("token"))
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ func (s *Server) showDecisionToken(w http.ResponseWriter, r *http.Request, _ Use
 	_, _ = rand.Read(nonce)
 	d := decisionPageData{Nonce: base64.StdEncoding.EncodeToString(nonce)}
 	status := http.StatusOK
-	v, err := s.cfg.Gate.DecisionToken(r.Context(), r.PathValue("token"))
+	v, err := s.cfg.Gate.Links().View(r.Context(), r.PathValue("token"))
 	switch {
 	case errors.Is(err, machine.ErrNotFound):
 		status, d.Title, d.Message = http.StatusNotFound, "Unknown link", "This decision link is not one toolgate issued, or it is too old."

@@ -509,7 +509,7 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	step("a one-time decision link", func(t *testing.T) {
 		// A one-time decision link, as a notification carries it: its page,
 		// then its redemption.
-		tokens, err := g.Service.IssueDecisionTokens(t.Context(), gate.System, previewed.PendingID, "alice")
+		tokens, err := g.Service.Links().Issue(t.Context(), gate.System, previewed.PendingID, "alice")
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/decision-tokens/" + tokens.Approve}, nil))
 		assert.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/decision-tokens/" + tokens.Approve, body: []byte("{}")}, nil))

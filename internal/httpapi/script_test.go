@@ -60,7 +60,7 @@ func (in *inboxServer) play(clk *toolgatetest.Clock, calls []scripted) {
 			require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", token,
 				wire.DecideRequest{Approved: s.outcome == outcomeApprove, Reason: s.reason}, nil), "decide %s", e.PendingID)
 		case outcomeTimeout:
-			got, err := in.gate.Expire(ctx, e.PendingID)
+			got, err := in.gate.Timer().Expire(ctx, e.PendingID)
 			require.NoError(t, err)
 			require.Equal(t, machine.StateRejectedByTimeout, got.Status, "the policy rejects %s on timeout", s.call.ToolName)
 		default:

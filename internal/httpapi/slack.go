@@ -34,7 +34,7 @@ func (s *Server) slackInteraction(w http.ResponseWriter, r *http.Request, _ User
 	if err != nil {
 		return httpErr(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", maxBody))
 	}
-	out, err := s.cfg.Gate.SlackInteraction(r.Context(), gate.SlackRequest{
+	out, err := s.cfg.Gate.Slack().Interaction(r.Context(), gate.SlackRequest{
 		Body: body, Timestamp: r.Header.Get("X-Slack-Request-Timestamp"), Signature: r.Header.Get("X-Slack-Signature"),
 	})
 	if err != nil {

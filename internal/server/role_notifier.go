@@ -18,7 +18,7 @@ func prepareNotifier(d *deps, log *slog.Logger) error {
 		return err
 	}
 	issue := worker.DecisionTokenIssuerFunc(func(ctx context.Context, pendingID, approver string) (string, string, error) {
-		t, err := d.gate.IssueDecisionTokens(ctx, gate.System, pendingID, approver)
+		t, err := d.gate.Links().Issue(ctx, gate.System, pendingID, approver)
 		return t.Approve, t.Reject, err
 	})
 	d.notifier = worker.NewNotifier(d.conn, d.engine, mx, log, worker.WithDecisionTokens(issue))

@@ -11,7 +11,7 @@ import (
 // tool_calls and tells the time by the process's clock (deps.clock), as
 // the application layer it commands does.
 func prepareTimer(d *deps, log *slog.Logger) error {
-	d.timer = worker.NewTimer(d.conn, d.buckets, d.gate, log, worker.WithRetention(d.cfg.Retention, d.gate), worker.WithFeed(d.feed), worker.WithClock(d.clock))
+	d.timer = worker.NewTimer(d.conn, d.buckets, d.gate.Timer(), log, worker.WithRetention(d.cfg.Retention, d.gate.Timer()), worker.WithFeed(d.feed), worker.WithClock(d.clock))
 	return nil
 }
 

@@ -226,7 +226,7 @@ func (r Roles) rows() running {
 // runRelay publishes every revision's event with the call's secrets
 // masked (the policy's redact patterns).
 func runRelay(ctx context.Context, d *deps, log *slog.Logger) error {
-	return relay.NewRelay(d.js, relay.RelayConfig{AckWait: d.cfg.RelayAckWait, Mask: d.gate.MaskedOrNil}, log).Run(ctx)
+	return relay.NewRelay(d.js, relay.RelayConfig{AckWait: d.cfg.RelayAckWait, Mask: d.gate.Runtime().MaskedOrNil}, log).Run(ctx)
 }
 
 // prepareIntake exports how many calls wait for an executor in the work

@@ -31,7 +31,7 @@
 // attempt; a scheduled start, and a lease lost with attempts left, are
 // the request API's: it offers those calls to executors, views.WorkQueue).
 // A finished call whose retention has passed is retired through
-// gate.Service.Retire (WithRetention). Any number of Timers may run: each
+// gate.Timer.Retire (WithRetention). Any number of Timers may run: each
 // acts on every deadline, and compare-and-set turns the second firing
 // into a refused transition.
 //

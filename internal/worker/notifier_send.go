@@ -329,7 +329,7 @@ func (s summary) costText() string {
 // text as the fallback (what notifications and old clients show).
 // Incoming webhooks cannot edit what they posted, so a decision is a
 // short message of its own; a click on an interactive card's button
-// replaces the card (through Slack's response_url, see gate.SlackInteraction).
+// replaces the card (through Slack's response_url, see gate.Slack.Interaction).
 func slackRequest(ctx context.Context, ch policy.Channel, s summary, interactive bool) (*http.Request, error) {
 	body, err := json.Marshal(slackMessage(s, interactive))
 	if err != nil {

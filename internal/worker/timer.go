@@ -72,7 +72,7 @@ func WithFeed(f *views.CallsFeed) TimerOption {
 }
 
 // Retirer moves a call finished more than after ago from tool_calls to
-// the archive: *gate.Service has it. It refuses, with a conflict, a call
+// the archive: gate.Timer has it. It refuses, with a conflict, a call
 // not finished that long.
 type Retirer interface {
 	Retire(ctx context.Context, pendingID string, after time.Duration) error
@@ -117,7 +117,7 @@ func WithClock(now func() time.Time) TimerOption {
 const clockTick = 10 * time.Millisecond
 
 // Deadlines are the commands a Timer gives when a deadline falls due:
-// *gate.Service has them (and *machine.Machine, for tests of the timer
+// gate.Timer has them (and *machine.Machine, for tests of the timer
 // alone).
 type Deadlines interface {
 	Expire(ctx context.Context, pendingID string) (*machine.Entry, error)
