@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -642,9 +640,9 @@ func mergePolicy(doc, add *policy.Document) error {
 	return nil
 }
 
-// TestAnalytics_ServeHTTP serves the report as JSON, with a time series
-// charts can draw at either resolution.
-func TestAnalytics_ServeHTTP(t *testing.T) {
+// TestAnalytics_Report reports the aggregates with a time series charts
+// can draw at either resolution, and refuses a window past its bounds.
+func TestAnalytics_Report(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	bustest.RunRelay(t, env.JS)
@@ -656,26 +654,17 @@ func TestAnalytics_ServeHTTP(t *testing.T) {
 	now := t0.Add(150 * time.Minute)
 	analytics.SetClock(a, func() time.Time { return now })
 
-	get := func(query string) (int, []byte) {
-		rec := httptest.NewRecorder()
-		a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/analytics"+query, nil))
-		return rec.Code, rec.Body.Bytes()
-	}
-	code, body := get("?hours=3")
-	require.Equal(t, http.StatusOK, code, "%s", body)
-	var r wire.AnalyticsReport
-	require.NoError(t, json.Unmarshal(body, &r))
-	checkReport(t, expect(calls), &r)
+	r, err := a.Report(t.Context(), analytics.ReportOptions{Hours: 3})
+	require.NoError(t, err)
+	checkReport(t, expect(calls), r)
 	assert.Equal(t, now.UnixMilli(), r.GeneratedAt)
 	assert.Equal(t, analytics.ResolutionHour, r.Series.Resolution)
 	require.Len(t, r.Series.Points, 3)
 	assert.Equal(t, t0.UnixMilli(), r.Series.From)
 	assert.Equal(t, t0.Add(3*time.Hour).UnixMilli(), r.Series.To)
 
-	code, body = get("?hours=2&resolution=minute&until=" + fmt.Sprint(t0.Add(time.Hour).UnixMilli()))
-	require.Equal(t, http.StatusOK, code, "%s", body)
-	r = wire.AnalyticsReport{}
-	require.NoError(t, json.Unmarshal(body, &r))
+	r, err = a.Report(t.Context(), analytics.ReportOptions{Hours: 2, Resolution: analytics.ResolutionMinute, Until: t0.Add(time.Hour)})
+	require.NoError(t, err)
 	require.Len(t, r.Series.Points, 120)
 	var asked, decisions int64
 	for i, p := range r.Series.Points {
@@ -695,15 +684,10 @@ func TestAnalytics_ServeHTTP(t *testing.T) {
 	assert.Equal(t, wantAsked, asked, "every ask falls in a minute of the window")
 	assert.Equal(t, wantDecisions, decisions)
 
-	for _, q := range []string{"?hours=0x", "?hours=10000", "?resolution=second", "?hours=48&resolution=minute", "?until=yesterday"} {
-		code, body := get(q)
-		assert.Equal(t, http.StatusBadRequest, code, q)
-		assert.Contains(t, string(body), `"error"`, q)
+	for _, o := range []analytics.ReportOptions{{Hours: 10000}, {Resolution: "second"}, {Hours: 48, Resolution: analytics.ResolutionMinute}} {
+		_, err := a.Report(t.Context(), o)
+		assert.ErrorIs(t, err, analytics.ErrBadOptions, "%+v", o)
 	}
-	rec := httptest.NewRecorder()
-	a.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/analytics", nil))
-	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
-	assert.Equal(t, "GET, HEAD", rec.Header().Get("Allow"))
 }
 
 // TestAnalytics_OnAClusterOfThree counts a run once with two processes on
@@ -793,11 +777,8 @@ func TestAnalytics_EveryQuorumApproverIsCounted(t *testing.T) {
 	require.NoError(t, err)
 	waitCaughtUp(t, env, a)
 
-	rec := httptest.NewRecorder()
-	a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/analytics", nil))
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	var r wire.AnalyticsReport
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &r))
+	r, err := a.Report(t.Context(), analytics.ReportOptions{})
+	require.NoError(t, err)
 	approved := map[string]int64{}
 	for _, ap := range r.Approvers {
 		approved[ap.Name] = ap.Approved
@@ -951,16 +932,17 @@ func TestAnalytics_CostsAreSummedExactly(t *testing.T) {
 	}
 	waitCaughtUp(t, env, a)
 
-	rec := httptest.NewRecorder()
-	a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/analytics", nil))
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	rep, err := a.Report(t.Context(), analytics.ReportOptions{})
+	require.NoError(t, err)
+	body, err := json.Marshal(rep)
+	require.NoError(t, err)
 	var r struct {
 		Totals struct {
 			Cost          json.Number `json:"cost"`
 			EstimatedCost json.Number `json:"estimatedCost"`
 		} `json:"totals"`
 	}
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &r))
+	require.NoError(t, json.Unmarshal(body, &r))
 	assert.Equal(t, json.Number("0.13"), r.Totals.Cost)
 	assert.Equal(t, json.Number("0.13"), r.Totals.EstimatedCost)
 }

@@ -4,10 +4,10 @@
 // into aggregates in the tool_analytics KV bucket (Bucket): per tool, per
 // team, per approver and per hour, with the time to decide kept as a
 // bounded histogram (Durations). Analytics.Report reads them back as a
-// Report: totals, tables, a time series by hour or minute, and
+// wire.AnalyticsReport: totals, tables, a time series by hour or minute, and
 // Recommendations (an allow rule for a tool humans always approve, a look
 // at one they mostly reject, a longer timeout or other approvers for one
-// that times out). GET /v1/analytics (Analytics.ServeHTTP), the inbox's
+// that times out). GET /v1/analytics (through gate), the inbox's
 // Analytics tab and `toolgate stats` show it; `toolgate analytics rebuild`
 // (Analytics.Rebuild) re-derives it from the stream.
 //

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -248,53 +246,4 @@ func (a *ApproverStats) report() wire.ApproverReport {
 		MostRejectedTools: top(a.RejectedTools, 5),
 		Reviews:           a.Reviews.report(),
 	}
-}
-
-// ServeHTTP serves GET /v1/analytics: the Report as JSON. Query
-// parameters: hours (the series' window, default 24), resolution (hour or
-// minute) and until (the window's end, epoch milliseconds; default now).
-func (a *Analytics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		writeJSONError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
-		return
-	}
-	q := r.URL.Query()
-	var opts ReportOptions
-	if v := q.Get("hours"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeJSONError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("hours: must be a whole number, got %q", v))
-			return
-		}
-		opts.Hours = n
-	}
-	opts.Resolution = q.Get("resolution")
-	if v := q.Get("until"); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 {
-			writeJSONError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("until: must be epoch milliseconds, got %q", v))
-			return
-		}
-		opts.Until = time.UnixMilli(ms)
-	}
-	rep, err := a.Report(r.Context(), opts)
-	switch {
-	case errors.Is(err, ErrBadOptions):
-		writeJSONError(w, http.StatusBadRequest, "invalid", err.Error())
-		return
-	case err != nil:
-		writeJSONError(w, http.StatusServiceUnavailable, "unavailable", "analytics unavailable: "+err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(rep)
-}
-
-// writeJSONError answers in the API's error shape.
-func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(wire.ErrorBody{Error: wire.ErrorDetail{Code: code, Message: msg}})
 }

@@ -2,15 +2,13 @@ package analytics_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
@@ -67,11 +65,8 @@ func TestAnalytics_PerReviewer(t *testing.T) {
 	}
 	waitCaughtUp(t, env, a)
 
-	rec := httptest.NewRecorder()
-	a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/analytics", nil))
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	var r wire.AnalyticsReport
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &r))
+	r, err := a.Report(t.Context(), analytics.ReportOptions{})
+	require.NoError(t, err)
 	by := map[string]wire.ApproverReport{}
 	for _, ap := range r.Approvers {
 		by[ap.Name] = ap
