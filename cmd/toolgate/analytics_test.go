@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/analytics"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/stores"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -47,7 +48,7 @@ func TestAnalytics_TwoServeProcessesStatsAndRebuild(t *testing.T) {
 	toolgatetest.Start(t, toolgatetest.Options{NATS: url, Roles: []string{"relay", "analytics", "intake"}})
 
 	ctx := t.Context()
-	_, js := connect(t, url)
+	_, js := servetest.Connect(t, url)
 	calls, err := js.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
 	t0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
@@ -135,9 +136,9 @@ func TestHookCommand_BadCredentialBlocks(t *testing.T) {
 		args []string
 		want string
 	}{
-		"another toolgate's credential": {[]string{"--nats-creds", server.CredsPath(dataDir(t, other), "agent")}, "refused the hook's credential"},
+		"another toolgate's credential": {[]string{"--nats-creds", server.CredsPath(servetest.DataDir(t, other), "agent")}, "refused the hook's credential"},
 		"a wrong password":              {[]string{"--nats-user", "nobody", "--nats-password", "wrong"}, "--nats-creds"},
-		"a viewer's credential":         {[]string{"--nats-creds", server.CredsPath(dataDir(t, url), "viewer")}, "may not"},
+		"a viewer's credential":         {[]string{"--nats-creds", server.CredsPath(servetest.DataDir(t, url), "viewer")}, "may not"},
 	} {
 		for _, onError := range []string{"deny", "ask"} {
 			input := fmt.Sprintf(preToolUse, "rm -rf /", "bad-credential")
@@ -157,7 +158,7 @@ func TestHookCommand_BadCredentialBlocks(t *testing.T) {
 func TestHookCommand_UnreadableInputBlocks(t *testing.T) {
 	url, _ := startWithHTTP(t, hookPolicy)
 	for _, input := range []string{`not json`, `{"hook_event_name":"PreToolUse"}`} {
-		code, _, stderr := runHook(t, input, "--nats", url, "--nats-creds", server.CredsPath(dataDir(t, url), "agent"))
+		code, _, stderr := runHook(t, input, "--nats", url, "--nats-creds", server.CredsPath(servetest.DataDir(t, url), "agent"))
 		assert.Equal(t, 2, code, input)
 		assert.Contains(t, stderr, "toolgate hook: stdin:", input)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -101,7 +102,7 @@ func startChannel(t *testing.T, natsURL, creds, session string) *channelProcess 
 func TestClaudeChannel_RelaysPermissionPrompts(t *testing.T) {
 	t.Parallel()
 	nats, _ := startWithHTTP(t, hookPolicy)
-	agent := server.CredsPath(dataDir(t, nats), "agent")
+	agent := server.CredsPath(servetest.DataDir(t, nats), "agent")
 	const session = "sess-channel"
 	ch := startChannel(t, nats, agent, session)
 

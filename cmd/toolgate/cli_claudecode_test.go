@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/claudecode"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
@@ -44,7 +45,7 @@ const preToolUse = `{"session_id":"sess-1","transcript_path":"/t.jsonl","cwd":"/
 func TestHookCommand_AnswersFromToolgate(t *testing.T) {
 	nats, _ := startWithHTTP(t, hookPolicy)
 	// The hook runs as the agent whose calls it gates.
-	agent := server.CredsPath(dataDir(t, nats), "agent")
+	agent := server.CredsPath(servetest.DataDir(t, nats), "agent")
 
 	code, out, _ := runHook(t, fmt.Sprintf(preToolUse, "npm test", "h1"), "--nats", nats, "--nats-creds", agent)
 	assert.Equal(t, 0, code)
@@ -84,7 +85,7 @@ func TestHookCommand_UnreachableFollowsOnError(t *testing.T) {
 func TestMCPServer_OverStdioAgainstTheBinary(t *testing.T) {
 	t.Parallel()
 	nats, _ := startWithHTTP(t, hookPolicy)
-	cmd := exec.Command(toolgateBinary(t), "mcp", "--nats", nats, "--nats-creds", server.CredsPath(dataDir(t, nats), "agent"), "--conversation", "mcp-e2e")
+	cmd := exec.Command(toolgateBinary(t), "mcp", "--nats", nats, "--nats-creds", server.CredsPath(servetest.DataDir(t, nats), "agent"), "--conversation", "mcp-e2e")
 	session, err := mcp.NewClient(&mcp.Implementation{Name: "claude-code-test"}, nil).Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { session.Close() })
@@ -228,7 +229,7 @@ func (b *lockedBuffer) String() string {
 // an approver gave through the CLI.
 func TestHookCommand_HeadlessDefersUntilDecided(t *testing.T) {
 	nats, _ := startWithHTTP(t, hookPolicy)
-	agent := server.CredsPath(dataDir(t, nats), "agent")
+	agent := server.CredsPath(servetest.DataDir(t, nats), "agent")
 	input := fmt.Sprintf(preToolUse, "git push", "headless1")
 
 	code, out, _ := runHook(t, input, "--nats", nats, "--nats-creds", agent, "--headless")

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 )
 
 // isolateTests makes the tests read nobody's own setup: no config file,
@@ -46,7 +47,7 @@ type precedenceEnv struct {
 
 func newPrecedenceEnv(t *testing.T) precedenceEnv {
 	g := startToolgate(t, "")
-	data := dataDir(t, g)
+	data := servetest.DataDir(t, g)
 	return precedenceEnv{url: g, admin: server.CredsPath(data, "admin"), agent: server.CredsPath(data, "agent"), home: t.TempDir()}
 }
 
@@ -240,7 +241,7 @@ func TestCLI_GlobalFlagsBeforeTheVerb(t *testing.T) {
 	url := startToolgate(t, "")
 	_, err := agent(t, url).Submit(t.Context(), bashCall("conv-global", "call", "ls"))
 	require.NoError(t, err)
-	creds := server.CredsPath(dataDir(t, url), "admin")
+	creds := server.CredsPath(servetest.DataDir(t, url), "admin")
 	noData := t.TempDir()
 
 	after := cli(t, "", "pending", "--json", "--nats", url, "--nats-creds", creds, "--data", noData)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -39,7 +40,7 @@ default:
   redact: ["*pin"]
   notify: [{type: webhook, url: %q, secret: hook-secret}]
 `, hook.URL))
-	data := dataDir(t, url)
+	data := servetest.DataDir(t, url)
 	const token, pin = "s3cr3t-t0k3n-123456", "4321"
 	args := fmt.Sprintf(`{"url":"https://api.example/a","headers":{"Authorization":"Bearer %s"},"user_pin":%q}`, token, pin)
 

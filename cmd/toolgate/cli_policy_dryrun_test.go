@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
@@ -104,7 +105,7 @@ teams:
 
 	// A viewer tries the policy in force as `policy get` shows it to
 	// them, its webhook's secret redacted: nothing would change.
-	viewer := "--nats-creds=" + server.CredsPath(dataDir(t, url), "viewer")
+	viewer := "--nats-creds=" + server.CredsPath(servetest.DataDir(t, url), "viewer")
 	r = cli(t, url, "policy", "get", viewer)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "[redacted]")
@@ -114,7 +115,7 @@ teams:
 	assert.Contains(t, r.stdout, "24 calls")
 	assert.Contains(t, r.stdout, "0 would change")
 
-	r = cli(t, url, "policy", "dry-run", candidate, "--nats-creds="+server.CredsPath(dataDir(t, url), "agent"))
+	r = cli(t, url, "policy", "dry-run", candidate, "--nats-creds="+server.CredsPath(servetest.DataDir(t, url), "agent"))
 	assert.Equal(t, exitRefused, r.code)
 	assert.Contains(t, r.stderr, "forbidden")
 

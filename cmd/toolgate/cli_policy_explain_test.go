@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -61,7 +62,7 @@ teams:
 		Matched: true, Decided: true, Why: "it matches path"}, reply.Rules[1])
 	assert.True(t, reply.Rules[2].Matched && !reply.Rules[2].Decided, "the allow rule matches too; the ask rule is checked first")
 
-	viewer := "--nats-creds=" + server.CredsPath(dataDir(t, url), "viewer")
+	viewer := "--nats-creds=" + server.CredsPath(servetest.DataDir(t, url), "viewer")
 	r = cli(t, url, "policy", "explain", "mcp__files__write_file", `{"content":"/tmp/x"}`, viewer)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Regexp(t, `(?m)^mcp__files__write_file under .*: deny$`, r.stdout)
@@ -72,7 +73,7 @@ teams:
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "no rule names send_email\n")
 
-	r = cli(t, url, "policy", "explain", "mcp__files__write_file", `{}`, "--nats-creds="+server.CredsPath(dataDir(t, url), "agent"))
+	r = cli(t, url, "policy", "explain", "mcp__files__write_file", `{}`, "--nats-creds="+server.CredsPath(servetest.DataDir(t, url), "agent"))
 	assert.Equal(t, exitRefused, r.code)
 	assert.Contains(t, r.stderr, "forbidden")
 	r = cli(t, url, "policy", "explain", "mcp__files__write_file", `["/tmp/x"]`)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
@@ -32,8 +33,8 @@ default:
   requiresApprovalTools: [web_search]
 `})
 	url := served(t, g)
-	agentCreds := "--nats-creds=" + server.CredsPath(dataDir(t, url), "agent")
-	viewer := "--nats-creds=" + server.CredsPath(dataDir(t, url), "viewer")
+	agentCreds := "--nats-creds=" + server.CredsPath(servetest.DataDir(t, url), "agent")
+	viewer := "--nats-creds=" + server.CredsPath(servetest.DataDir(t, url), "viewer")
 	candidate := writeFile(t, "candidate.yaml", "default:\n  requiresApprovalTools: [summarize]\n")
 
 	r := cli(t, url, "policy", "shadow", "set", candidate, agentCreds)

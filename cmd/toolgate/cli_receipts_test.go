@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -91,7 +92,7 @@ func TestCLI_ReceiptAndVerify(t *testing.T) {
 	assert.Contains(t, r.stderr, "signature does not verify")
 
 	// An entry as the bucket holds it verifies too (an archived record).
-	_, js := connect(t, url)
+	_, js := servetest.Connect(t, url)
 	kv, err := js.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
 	kve, err := kv.Get(ctx, e.PendingID)

@@ -10,13 +10,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -24,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/toolgatetest"
@@ -37,37 +35,18 @@ func startToolgate(t *testing.T, policyYAML string) string {
 	return served(t, toolgatetest.Start(t, toolgatetest.Options{Policy: policyYAML}))
 }
 
-// dataDirs maps the NATS URL of each toolgate a test started to its data
-// directory, where its credentials are: a verb run against the URL finds
-// the admin credential there, as it would on the machine serve runs on.
-var dataDirs sync.Map
-
-// remember maps url to data until t ends: a later test may be given the
-// same port, and must not find this test's credentials under it.
-func remember(t testing.TB, url, data string) {
-	dataDirs.Store(url, data)
-	t.Cleanup(func() { dataDirs.CompareAndDelete(url, data) })
-}
-
 // served remembers g's data directory while t runs and returns its NATS
 // URL.
 func served(t testing.TB, g *toolgatetest.Gate) string {
-	remember(t, g.NATSURL, g.Data)
+	servetest.Remember(t, g.NATSURL, g.Data)
 	return g.NATSURL
-}
-
-func dataDir(t testing.TB, url string) string {
-	t.Helper()
-	data, ok := dataDirs.Load(url)
-	require.True(t, ok, "no toolgate started at %s", url)
-	return data.(string)
 }
 
 // as returns the flag that makes a verb act as name, an approver whose
 // credential the toolgate at url issues on first use.
 func as(t *testing.T, url, name string) string {
 	t.Helper()
-	path := filepath.Join(dataDir(t, url), name+".creds")
+	path := filepath.Join(servetest.DataDir(t, url), name+".creds")
 	if _, err := os.Stat(path); err != nil {
 		r := cli(t, url, "creds", "add", "--user", name, "--role", "approver", "--out", path)
 		require.Equal(t, 0, r.code, r.stderr)
@@ -82,22 +61,11 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
-// connect connects to the toolgate serving at url with its own
-// credential, as another toolgate process would.
-func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	var opts []nats.Option
-	if data, ok := dataDirs.Load(url); ok {
-		opts = append(opts, nats.UserCredentials(server.CredsPath(data.(string), "toolgate")))
-	}
-	return bustest.Connect(t, url, opts...)
-}
-
 // agent connects anew, as an agent process does when it starts, with
 // toolgate's own credential (which may submit for any caller).
 func agent(t *testing.T, url string) *client.Client {
 	t.Helper()
-	nc, _ := connect(t, url)
+	nc, _ := servetest.Connect(t, url)
 	c, err := client.New(nc)
 	require.NoError(t, err)
 	return c
@@ -117,8 +85,8 @@ func cli(t *testing.T, url string, args ...string) cliResult {
 func cliCtx(ctx context.Context, url string, args ...string) cliResult {
 	if url != "" {
 		args = append(args, "--nats", url)
-		if data, ok := dataDirs.Load(url); ok {
-			args = append(args, "--data", data.(string))
+		if data, ok := servetest.Lookup(url); ok {
+			args = append(args, "--data", data)
 		}
 	}
 	var stdout, stderr bytes.Buffer
@@ -208,7 +176,7 @@ func TestCLI_AgentRestartedWhileWaitingGetsTheDecision(t *testing.T) {
 	ctx := t.Context()
 
 	// The agent submits, then dies.
-	nc, _ := connect(t, url)
+	nc, _ := servetest.Connect(t, url)
 	first, err := client.New(nc)
 	require.NoError(t, err)
 	before, err := first.Submit(ctx, bashCall("conv-r", "decided-before", "make migrate"))
@@ -303,7 +271,7 @@ func TestCLI_RejectionTimeoutAndCancelAreErrorsNeverResults(t *testing.T) {
 	url := startToolgate(t, "conversations: {conv-t: {approvalTimeoutMs: 1, autoRejectOnTimeout: true}}")
 	ctx := t.Context()
 	bot := agent(t, url)
-	_, js := connect(t, url)
+	_, js := servetest.Connect(t, url)
 	kv, err := js.KeyValue(ctx, wire.CallsBucket)
 	require.NoError(t, err)
 
@@ -658,7 +626,7 @@ func TestCLI_CredsAddListRevoke(t *testing.T) {
 
 	r = cli(t, url, "list", "--nats-creds", file)
 	require.Equal(t, 0, r.code, "dana reads: %s", r.stderr)
-	r = cli(t, url, "creds", "add", "--user", "eve", "--role", "admin", "--nats-creds", server.CredsPath(dataDir(t, url), "agent"))
+	r = cli(t, url, "creds", "add", "--user", "eve", "--role", "admin", "--nats-creds", server.CredsPath(servetest.DataDir(t, url), "agent"))
 	assert.Equal(t, exitRefused, r.code)
 	assert.Contains(t, r.stderr, "forbidden")
 	r = cli(t, url, "creds", "add", "--user", "no spaces", "--role", "viewer")

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 )
 
 // TestCLI_ATimeoutSaysItsDeadlineAndWhatAResubmitWouldMeet: an agent
@@ -15,7 +16,7 @@ import (
 func TestCLI_ATimeoutSaysItsDeadlineAndWhatAResubmitWouldMeet(t *testing.T) {
 	t.Parallel()
 	url := startToolgate(t, "default: {requiresApprovalTools: all, approvalTimeoutMs: 1000}\n")
-	r := cli(t, url, "submit", "--nats-creds", server.CredsPath(dataDir(t, url), "agent"),
+	r := cli(t, url, "submit", "--nats-creds", server.CredsPath(servetest.DataDir(t, url), "agent"),
 		"--tool", "deploy", "--args", `{"env":"prod"}`, "--conversation", "conv-t", "--wait")
 	require.Equal(t, 3, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
 	assert.Regexp(t, `timed out: nobody decided by \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ; a resubmit would be asked again \(requiresApprovalTools \(default\)\)`, r.stderr)

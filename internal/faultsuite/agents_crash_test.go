@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -198,7 +199,7 @@ func TestServe_SIGKILLedTwiceEveryAgentIsAnswered(t *testing.T) {
 // defaults.
 func newAgentClient(t *testing.T, url string) *client.Client {
 	t.Helper()
-	nc, _ := connect(t, url)
+	nc, _ := servetest.Connect(t, url)
 	c, err := client.New(nc)
 	require.NoError(t, err)
 	return c

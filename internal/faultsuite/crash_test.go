@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -32,7 +33,7 @@ func TestServe_SIGKILLMidLoadLosesNothing(t *testing.T) {
 	args := []string{"--data", data, "--listen", listen, "--relay-ack-wait", "1s", "--http", "127.0.0.1:0"}
 	proc := startServe(t, args...)
 
-	nc, js := connect(t, "nats://"+listen)
+	nc, js := servetest.Connect(t, "nats://"+listen)
 	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)
 	m := machine.New(bus.NewKVStore(js, kv))

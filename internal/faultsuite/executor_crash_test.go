@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 )
 
@@ -36,7 +37,7 @@ func TestExecutor_SIGKILLInsideAHandlerRunsAgainElsewhere(t *testing.T) {
 	executor := []string{"--nats", "nats://" + listen, "--roles", "executor", "--tools", "exec", "--executor-lease", "2s"}
 	first := startServe(t, executor...)
 
-	nc, _ := connect(t, "nats://"+listen)
+	nc, _ := servetest.Connect(t, "nats://"+listen)
 	c, err := client.New(nc)
 	require.NoError(t, err)
 	toolLog := filepath.Join(dir, "tool.log")

@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 )
 
 // natsCluster is a JetStream cluster of real nats-server processes, each
@@ -125,7 +126,7 @@ cluster {
 func (c *natsCluster) launch(t *testing.T, bin string, urls []string) {
 	t.Helper()
 	c.URLs = strings.Join(urls, ",")
-	remember(t, c.URLs, c.auth)
+	servetest.Remember(t, c.URLs, c.auth)
 	t.Cleanup(func() {
 		for _, s := range c.servers {
 			s.kill()

@@ -14,12 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 )
 
 // binDir holds the programs the tests run, each built once per test run.
@@ -96,10 +94,10 @@ func startServe(t *testing.T, args ...string) *process {
 		}
 	}
 	if data, ok := flags["--data"]; ok && flags["--nats"] == "" {
-		remember(t, "nats://"+flags["--listen"], data)
+		servetest.Remember(t, "nats://"+flags["--listen"], data)
 	}
 	if url := flags["--nats"]; url != "" && flags["--nats-creds"] == "" {
-		args = append(args, "--nats-creds", server.CredsPath(dataDir(t, url), "toolgate"))
+		args = append(args, "--nats-creds", server.CredsPath(servetest.DataDir(t, url), "toolgate"))
 	}
 	serving := make(chan struct{})
 	p := runServe(t, toolgateBinary(t), args, func(line string) {
@@ -165,8 +163,8 @@ func cli(t *testing.T, url string, args ...string) cliResult {
 	t.Helper()
 	if url != "" {
 		args = append(args, "--nats", url)
-		if data, ok := dataDirs.Load(url); ok {
-			args = append(args, "--data", data.(string))
+		if data, ok := servetest.Lookup(url); ok {
+			args = append(args, "--data", data)
 		}
 	}
 	var stdout, stderr strings.Builder
@@ -178,36 +176,6 @@ func cli(t *testing.T, url string, args ...string) cliResult {
 		require.NoError(t, err, "toolgate %s", strings.Join(args, " "))
 	}
 	return cliResult{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
-}
-
-// dataDirs maps the NATS URL of each toolgate a test started to its data
-// directory, where its credentials are: a verb run against the URL finds
-// the admin credential there, as it would on the machine serve runs on.
-var dataDirs sync.Map
-
-// remember maps url to data until t ends: a later test may be given the
-// same port, and must not find this test's credentials under it.
-func remember(t testing.TB, url, data string) {
-	dataDirs.Store(url, data)
-	t.Cleanup(func() { dataDirs.CompareAndDelete(url, data) })
-}
-
-func dataDir(t testing.TB, url string) string {
-	t.Helper()
-	data, ok := dataDirs.Load(url)
-	require.True(t, ok, "no toolgate started at %s", url)
-	return data.(string)
-}
-
-// connect connects to the toolgate serving at url with its own
-// credential, as another toolgate process would.
-func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	var opts []nats.Option
-	if data, ok := dataDirs.Load(url); ok {
-		opts = append(opts, nats.UserCredentials(server.CredsPath(data.(string), "toolgate")))
-	}
-	return bustest.Connect(t, url, opts...)
 }
 
 func writeFile(t *testing.T, name, content string) string {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/servetest"
 )
 
 // startNATSStandalone starts one nats-server, not clustered, in operator
@@ -41,7 +42,7 @@ func startNATSStandalone(t *testing.T, maxFile string) *natsCluster {
 	s.writeStandaloneConf(t, filepath.Join(dir, s.Name), maxFile)
 	c.servers = []*natsServer{s}
 	c.URLs = s.URL
-	remember(t, c.URLs, c.auth)
+	servetest.Remember(t, c.URLs, c.auth)
 	t.Cleanup(s.kill)
 	s.start(t, bin)
 	c.waitHealthy(t)

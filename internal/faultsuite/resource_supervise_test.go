@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/servetest"
 )
 
 // supervised is a `toolgate serve` kept running as a supervisor
@@ -84,7 +85,7 @@ func superviseServe(t *testing.T, name string, args ...string) *supervised {
 // serverCreds is toolgate's own credential for the cluster at urls.
 func serverCreds(t *testing.T, urls string) string {
 	t.Helper()
-	return server.CredsPath(dataDir(t, urls), "toolgate")
+	return server.CredsPath(servetest.DataDir(t, urls), "toolgate")
 }
 
 // servings is how many runs have said they serve.

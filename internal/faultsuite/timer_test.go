@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -30,7 +31,7 @@ func TestServe_TimerSIGKILLWhileDeadlinesAreDue(t *testing.T) {
 	timerArgs := []string{"--roles", "timer", "--nats", "nats://" + listen}
 	timer := startServe(t, timerArgs...)
 
-	_, js := connect(t, "nats://"+listen)
+	_, js := servetest.Connect(t, "nats://"+listen)
 	kv, err := js.KeyValue(t.Context(), wire.CallsBucket)
 	require.NoError(t, err)
 	store := bus.NewKVStore(js, kv)
