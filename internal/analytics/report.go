@@ -24,23 +24,16 @@ const (
 	ResolutionMinute = wire.AnalyticsByMinute
 )
 
-// Windows a report's series may span.
-const (
-	DefaultSeriesHours   = wire.DefaultAnalyticsHours
-	MaxSeriesHours       = wire.MaxAnalyticsHours
-	MaxMinuteSeriesHours = wire.MaxAnalyticsMinuteHours
-)
-
 // ReportOptions choose the time series of a Report.
 type ReportOptions struct {
-	Hours      int       // window, ending at Until (default DefaultSeriesHours)
+	Hours      int       // window, ending at Until (default wire.DefaultAnalyticsHours)
 	Resolution string    // ResolutionHour (default) or ResolutionMinute
 	Until      time.Time // end of the window (default now)
 }
 
 func (o *ReportOptions) normalize(now time.Time) error {
 	if o.Hours == 0 {
-		o.Hours = DefaultSeriesHours
+		o.Hours = wire.DefaultAnalyticsHours
 	}
 	if o.Resolution == "" {
 		o.Resolution = ResolutionHour
@@ -50,12 +43,12 @@ func (o *ReportOptions) normalize(now time.Time) error {
 	}
 	switch o.Resolution {
 	case ResolutionHour:
-		if o.Hours < 1 || o.Hours > MaxSeriesHours {
-			return fmt.Errorf("hours: must be 1 to %d, got %d", MaxSeriesHours, o.Hours)
+		if o.Hours < 1 || o.Hours > wire.MaxAnalyticsHours {
+			return fmt.Errorf("hours: must be 1 to %d, got %d", wire.MaxAnalyticsHours, o.Hours)
 		}
 	case ResolutionMinute:
-		if o.Hours < 1 || o.Hours > MaxMinuteSeriesHours {
-			return fmt.Errorf("hours: must be 1 to %d at minute resolution, got %d", MaxMinuteSeriesHours, o.Hours)
+		if o.Hours < 1 || o.Hours > wire.MaxAnalyticsMinuteHours {
+			return fmt.Errorf("hours: must be 1 to %d at minute resolution, got %d", wire.MaxAnalyticsMinuteHours, o.Hours)
 		}
 	default:
 		return fmt.Errorf("resolution: must be %s or %s, got %q", ResolutionHour, ResolutionMinute, o.Resolution)
