@@ -26,7 +26,7 @@ var deniedSubject = regexp.MustCompile(`Permissions Violation for Publish to "([
 // watch makes nc's asynchronous errors reach d, and still whatever
 // handler nc had.
 func (d *denials) watch(nc *nats.Conn) {
-	prev := nc.Opts.AsyncErrorCB
+	prev := nc.ErrorHandler()
 	nc.SetErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
 		if m := deniedSubject.FindStringSubmatch(err.Error()); m != nil && errors.Is(err, nats.ErrPermissionViolation) {
 			d.deny(m[1], err)
