@@ -271,6 +271,9 @@ func (s *Service) decide(ctx context.Context, a Actor, pendingID string, d machi
 			return nil, fmt.Errorf("%w: arguments: %s stands where a secret was, in a value changed around it: give the value, or leave the value as it was shown", machine.ErrInvalid, policy.RedactedValue)
 		}
 	}
+	if err := s.grantable(ctx, a, pendingID, d); err != nil {
+		return nil, err
+	}
 	if d.Result != nil {
 		// An answer completes the call as a run would: the flows in
 		// force mark it first (see complete).
@@ -304,8 +307,12 @@ func (s *Service) decide(ctx context.Context, a Actor, pendingID string, d machi
 		return nil, s.shownErr(a, err)
 	}
 	if err := s.recordScope(ctx, e, d); err != nil {
-		// The decision stands; only its reach beyond this call failed.
+		// The decision stands; its reach beyond this call is not
+		// recorded, and nobody may be told it is. The same decision
+		// sent again with its requestId records it.
 		s.log.Error("recording the decision's scope failed", "pendingId", e.PendingID, "scope", e.DecisionScope, "err", err)
+		return nil, fmt.Errorf("decide %s: %w: approved, but the %s grant was not recorded (%v); send the decision again with the same requestId to record it",
+			pendingID, wire.ErrUnavailable, e.DecisionScope, err)
 	}
 	return s.shown(a, e), nil
 }

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -16,8 +17,13 @@ import (
 // session grant for the conversation, or an "always" grant for the team
 // (both until revoked, or d.For), or with d.PersistRule an allow rule in
 // the team's policy.
+//
+// Only an approval sets e.DecisionScope, and it stays set whatever
+// happens to the call next: an approval that handed the call to a
+// waiting executor in the same write left it executing, and one sent
+// again after its answer was lost may find it finished.
 func (s *Service) recordScope(ctx context.Context, e *machine.Entry, d machine.Decision) error {
-	if e.Status != machine.StateApproved || e.DecisionScope == machine.ScopeOnce || e.DecisionScope == "" {
+	if !grants(e.DecisionScope) {
 		return nil
 	}
 	g, err := grantOf(e, e.DecisionScope)
@@ -34,6 +40,54 @@ func (s *Service) recordScope(ctx context.Context, e *machine.Entry, d machine.D
 	g.SingleUse = d.SingleUse
 	_, err = s.grants.Add(ctx, g, s.now())
 	return err
+}
+
+// grants reports whether an approval with scope records a grant (or,
+// with PersistRule, a rule).
+func grants(scope machine.Scope) bool {
+	return scope == machine.ScopeTask || scope == machine.ScopeSession || scope == machine.ScopeAlways
+}
+
+// grantable refuses, before anything is written, an approval of
+// pendingID with d's scope that could not record its grant: one of a
+// call no pattern covers alone (with d's edit of its arguments, if any).
+// A call it cannot read is left to the decision, which reads it again.
+func (s *Service) grantable(ctx context.Context, a Actor, pendingID string, d machine.Decision) error {
+	if !d.Approve || !grants(d.Scope) {
+		return nil
+	}
+	e, err := s.latest(ctx, pendingID)
+	if err != nil {
+		return nil
+	}
+	if len(d.Arguments) > 0 {
+		c := *e
+		c.ToolArguments = d.Arguments
+		e = &c
+	}
+	if _, err := s.grantAs(a, e, d.Scope); err != nil {
+		return fmt.Errorf("decide %s: scope %s: %w", pendingID, d.Scope, err)
+	}
+	return nil
+}
+
+// grantAs is grantOf as a is shown the call: with its pattern, and a
+// refusal quoting the call, derived from the arguments as a sees them (a
+// secret in a command line stays masked).
+func (s *Service) grantAs(a Actor, e *machine.Entry, scope machine.Scope) (policy.Grant, error) {
+	shown := s.shown(a, e)
+	masked := !bytes.Equal(shown.ToolArguments, e.ToolArguments)
+	g, err := grantOf(e, scope)
+	switch {
+	case err != nil && masked:
+		if _, serr := grantOf(shown, scope); serr != nil {
+			return g, serr
+		}
+		return g, fmt.Errorf("%w: toolArguments: no pattern covers this %s call alone; approve it once", machine.ErrInvalid, e.ToolName)
+	case err == nil && masked:
+		g.Pattern = policy.ShownGrantPattern(shown.Call())
+	}
+	return g, err
 }
 
 // grantOf is the grant an approval of e with scope (task, session or
@@ -83,23 +137,9 @@ func (s *Service) GrantPreview(ctx context.Context, a Actor, r wire.GrantPreview
 	if e.Quorum != nil {
 		return nil, fmt.Errorf("%w: scope %s: a call under a quorum records no grant (later calls would skip the quorum); approve it once", machine.ErrInvalid, r.Scope)
 	}
-	shown := s.shown(a, e)
-	g, err := grantOf(e, r.Scope)
+	g, err := s.grantAs(a, e, r.Scope)
 	if err != nil {
-		if shown != e {
-			// The refusal quotes the call: quote it as a is shown it.
-			if _, serr := grantOf(shown, r.Scope); serr != nil {
-				err = serr
-			} else {
-				err = fmt.Errorf("%w: toolArguments: no pattern covers this %s call alone; approve it once", machine.ErrInvalid, e.ToolName)
-			}
-		}
 		return nil, fmt.Errorf("grant of %s: %w", r.PendingID, err)
-	}
-	if shown != e {
-		// Derived from the arguments as a is shown them: a secret in a
-		// command line stays masked here too.
-		g.Pattern = policy.ShownGrantPattern(shown.Call())
 	}
 	return &wire.GrantPreview{PendingID: e.PendingID, ToolName: e.ToolName, Scope: r.Scope, Pattern: g.Pattern,
 		ConversationID: g.ConversationID, TaskID: g.TaskID, Team: g.Team}, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +23,12 @@ import (
 // and lease against a toolgate that asks about every call; its handler
 // runs until the test ends.
 func startDeployer(t *testing.T, slots int, lease time.Duration) *toolgatetest.Gate {
-	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}, Policy: "default: {requiresApprovalTools: all}\n"})
+	return startDeployerWith(t, slots, lease, "default: {requiresApprovalTools: all}\n")
+}
+
+// startDeployerWith is startDeployer under the policy doc.
+func startDeployerWith(t *testing.T, slots int, lease time.Duration, doc string) *toolgatetest.Gate {
+	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}, Policy: doc})
 	_, ex := g.ConnectAs(t, "executor")
 	x, err := ex.NewExecutor(client.ExecutorOptions{Concurrency: slots, Lease: lease})
 	require.NoError(t, err)
@@ -105,4 +111,52 @@ func TestTakeWork_AnIdleExecutorKeepsOneRequestWaiting(t *testing.T) {
 	})
 	require.True(t, approve(t, g, "after-idle"), "claimed for the request that waited")
 	waitingRequests(t, g, slots-1) // one slot runs the call
+}
+
+// TestDecide_AGrantIsRecordedWhenTheApprovalStartsTheRun: an approval
+// for the session that hands its call to a waiting executor in the same
+// write records its grant all the same, whichever way it is made, and
+// the next like call of the conversation runs without asking.
+func TestDecide_AGrantIsRecordedWhenTheApprovalStartsTheRun(t *testing.T) {
+	t.Parallel()
+	const secret = "8f742231b10e8888abcd99yyyzzz85a5"
+	g := startDeployerWith(t, 4, 0, fmt.Sprintf(`default:
+  requiresApprovalTools: all
+  notify: [{type: slack, url: "http://127.0.0.1:9/none", signingSecret: %q, slackUsers: {U0ALICE: alice}}]
+`, secret))
+	paths := map[string]func(pendingID string) (*machine.Entry, error){
+		"decide": func(id string) (*machine.Entry, error) {
+			return g.Service.Decide(t.Context(), gate.System, wire.DecideRequest{PendingID: id, Approved: true, By: "alice", Scope: machine.ScopeSession})
+		},
+		"slack": func(id string) (*machine.Entry, error) {
+			p, _ := json.Marshal(map[string]any{"type": "block_actions", "user": map[string]string{"id": "U0ALICE"},
+				"actions": []map[string]string{{"action_id": gate.SlackActionApproveSession, "value": id}}})
+			body := []byte(url.Values{"payload": {string(p)}}.Encode())
+			ts := fmt.Sprint(time.Now().Unix())
+			out, err := g.Service.Slack().Interaction(t.Context(), gate.SlackRequest{Body: body, Timestamp: ts, Signature: gate.SignSlack(secret, ts, body)})
+			return out.Decided, err
+		},
+	}
+	for path, approve := range paths {
+		// Each path's two runs hold a slot each until the test ends.
+		bustest.Eventually(t, 10*time.Second, time.Millisecond, "a request for work of deploy waiting", func() (bool, any) {
+			n := waiting(g.Service, "deploy")
+			return n > 0, fmt.Sprintf("%d waiting", n)
+		})
+		ctx, conv := t.Context(), "conv-"+path
+		first, err := g.Client.Submit(ctx, machine.Call{ToolCallID: path + "-1", ToolName: "deploy", CallerBotID: "agent", ConversationID: conv})
+		require.NoError(t, err)
+		decided, err := approve(first.PendingID)
+		require.NoError(t, err, path)
+		require.Equal(t, machine.StateExecuting, decided.Status, "%s: the approval started the run in its own write", path)
+
+		grants, err := g.Service.Grants(ctx, gate.System, wire.GrantsRequest{ConversationID: conv})
+		require.NoError(t, err)
+		require.Len(t, grants, 1, "%s: the session grant is recorded", path)
+		require.Equal(t, wire.Grant{ID: grants[0].ID, Pattern: "deploy", ConversationID: conv, By: "alice", At: grants[0].At, PendingID: first.PendingID}, grants[0], path)
+
+		next, err := g.Client.Submit(ctx, machine.Call{ToolCallID: path + "-2", ToolName: "deploy", CallerBotID: "agent", ConversationID: conv})
+		require.NoError(t, err)
+		require.NotEqual(t, machine.StatePendingApproval, next.Status, "%s: the grant lets the like call run without asking", path)
+	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/gate"
 	"github.com/toolgate/toolgate/internal/httpapi"
+	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
@@ -83,6 +84,9 @@ type inboxOptions struct {
 	// answering GET /v1/analytics with 404. toolgate's http role always
 	// serves them; the page must still cope with an API that does not.
 	noAnalytics bool
+	// tools are built-in tools a serve role hosts (--tools), as a
+	// toolgate running its executor role does.
+	tools []string
 }
 
 func startInbox(t *testing.T, policyDoc, tokenData string) *inboxServer {
@@ -96,7 +100,12 @@ func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions
 	if opts.analytics {
 		roles = append(roles, "analytics")
 	}
-	g := toolgatetest.Start(t, toolgatetest.Options{Roles: roles, Policy: policyDoc, Tokens: tokenData, Clock: opts.now})
+	var configure func(*server.Config)
+	if len(opts.tools) > 0 {
+		roles = append(roles, "intake", "executor")
+		configure = func(c *server.Config) { c.Tools = opts.tools }
+	}
+	g := toolgatetest.Start(t, toolgatetest.Options{Roles: roles, Policy: policyDoc, Tokens: tokenData, Clock: opts.now, Configure: configure})
 	// toolgate's API behind a server of the test's own, which can fail
 	// as a proxy would and drop every connection at once.
 	handler := g.Main.HTTPHandler()
