@@ -102,7 +102,7 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 	}
 	// Under a quorum, a decision that does not settle the call is a vote.
 	choose := func(cur *Entry) (Event, string) {
-		if cur.Quorum == nil || ev == EventRespond || reviewer || (d.Approve && cur.Approvals()+1 >= cur.Quorum.Required) || (!d.Approve && cur.rejectsNow()) {
+		if ev == EventRespond || reviewer || cur.Settles(d.Approve) {
 			return ev, d.Reason
 		}
 		return EventVote, d.Reason

@@ -138,6 +138,17 @@ func countWord(n int) string {
 	return fmt.Sprint(n)
 }
 
+// Settles reports whether one more decider's approval (or rejection)
+// decides e: always without a quorum; under one, when it makes the
+// approvals required (or ends the call, see rejectsNow). Otherwise it is
+// a vote, and e waits for more.
+func (e *Entry) Settles(approve bool) bool {
+	if approve {
+		return e.Quorum == nil || e.Approvals()+1 >= e.Quorum.Required
+	}
+	return e.rejectsNow()
+}
+
 // rejectsNow reports whether a rejection by by, on top of e's votes, ends
 // the call: always with RejectAny, with RejectMajority once more than
 // half of those who may decide said no (or at once when nobody is named).

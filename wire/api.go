@@ -189,9 +189,13 @@ type DecideMatchingRequest struct {
 }
 
 // DecideMatchingReply accounts for every call the request matched: each
-// is either decided (or, in a dry run, would be) or skipped, with why.
+// is decided, voted on, or skipped with why (in a dry run: would be). A
+// call under a quorum that the decision does not settle is voted on: the
+// decision counts as one approver's vote, and the call stays pending,
+// waiting for the others (its entry says what it still needs).
 type DecideMatchingReply struct {
 	Decided []MatchedCall `json:"decided"`
+	Voted   []MatchedCall `json:"voted"`
 	Skipped []MatchedCall `json:"skipped"`
 	DryRun  bool          `json:"dryRun,omitempty"`
 }

@@ -420,22 +420,25 @@ func (m *matchFlags) decide(ctx context.Context, c *cliCmd, pos []string, approv
 func (m *matchFlags) print(out cliOutput, approve bool, reply *wire.DecideMatchingReply) {
 	verb := map[bool]string{true: "approved", false: "rejected"}[approve]
 	w := out.stdout
+	voted := ""
+	if len(reply.Voted) > 0 {
+		voted = fmt.Sprintf(", voted on %d", len(reply.Voted))
+	}
 	if reply.DryRun {
-		fmt.Fprintf(w, "would have %s %s (dry run, nothing decided):\n", verb, counted(len(reply.Decided), "call", "calls"))
+		fmt.Fprintf(w, "would have %s %s%s (dry run, nothing decided):\n", verb, counted(len(reply.Decided), "call", "calls"), voted)
 	} else {
-		fmt.Fprintf(w, "%s %s, skipped %d\n", verb, counted(len(reply.Decided), "call", "calls"), len(reply.Skipped))
+		fmt.Fprintf(w, "%s %s%s, skipped %d\n", verb, counted(len(reply.Decided), "call", "calls"), voted, len(reply.Skipped))
 	}
 	for _, d := range reply.Decided {
-		if d.Entry.Status == machine.StatePendingApproval && !reply.DryRun {
-			fmt.Fprintf(w, "  recorded %s (%s, from %s), still pending: %s\n", d.Entry.PendingID, d.Entry.ToolName, d.Entry.CallerBotID, d.Entry.Needed())
-			continue
-		}
 		fmt.Fprintf(w, "  %s %s (%s, from %s)\n", verb, d.Entry.PendingID, d.Entry.ToolName, d.Entry.CallerBotID)
+	}
+	for _, v := range reply.Voted {
+		fmt.Fprintf(w, "  voted on %s (%s, from %s), still pending: %s\n", v.Entry.PendingID, v.Entry.ToolName, v.Entry.CallerBotID, v.Entry.Needed())
 	}
 	for _, s := range reply.Skipped {
 		fmt.Fprintf(w, "  skipped %s (%s): %s: %s\n", s.Entry.PendingID, s.Entry.ToolName, s.Code, s.Reason)
 	}
-	if len(reply.Decided)+len(reply.Skipped) == 0 {
+	if len(reply.Decided)+len(reply.Voted)+len(reply.Skipped) == 0 {
 		fmt.Fprintf(out.stderr, "no pending calls match %s\n", m.req.Match)
 	}
 }

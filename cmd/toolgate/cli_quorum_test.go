@@ -53,3 +53,36 @@ default:
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateApproved, got.Status)
 }
+
+// TestCLI_ABatchVotesOnACallUnderAQuorum: approve --match counts a call
+// under a quorum that it does not settle as one vote, and says so, apart
+// from the calls it decides; the call stays pending.
+func TestCLI_ABatchVotesOnACallUnderAQuorum(t *testing.T) {
+	t.Parallel()
+	url := startToolgate(t, `
+default:
+  requiresApprovalTools: all
+  quorum:
+    "Bash(terraform destroy *)": {required: 2, of: [alice, bob, carol]}
+`)
+	ctx := t.Context()
+	bot := agent(t, url)
+	destroy, err := bot.Submit(ctx, bashCall("conv-qb", "destroy", "terraform destroy -auto-approve"))
+	require.NoError(t, err)
+	plan, err := bot.Submit(ctx, bashCall("conv-qb", "plan", "terraform plan"))
+	require.NoError(t, err)
+	bob := as(t, url, "bob")
+
+	r := cli(t, url, "approve", "--match", "Bash(terraform *)", "--conversation", "conv-qb", "--dry-run", bob)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "would have approved 1 call, voted on 1 (dry run, nothing decided):\n")
+
+	r = cli(t, url, "approve", "--match", "Bash(terraform *)", "--conversation", "conv-qb", bob)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "approved 1 call, voted on 1, skipped 0\n")
+	assert.Contains(t, r.stdout, "  approved "+plan.PendingID+" (Bash, from bot-1)\n")
+	assert.Contains(t, r.stdout, "  voted on "+destroy.PendingID+" (Bash, from bot-1), still pending: 1 of 2 approvals; still needed: one of alice, carol\n")
+	got, err := bot.Get(ctx, destroy.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, got.Status, "one vote of two")
+}

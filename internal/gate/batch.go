@@ -25,8 +25,9 @@ const maxMatched = 500
 // decided as Decide decides one: its own compare-and-set transition,
 // event and history line, with the same checks, so a call someone else
 // decided, cancelled or timed out meanwhile is skipped, never decided
-// twice. The answer accounts for every call matched or named, decided or
-// skipped and why.
+// twice. A call under a quorum the decision does not settle gets a's
+// vote, and stays pending. The answer accounts for every call matched or
+// named: decided, voted on, or skipped and why.
 func (s *Service) DecideMatching(ctx context.Context, a Actor, r wire.DecideMatchingRequest) (*wire.DecideMatchingReply, error) {
 	if err := a.require("decide calls", wire.RoleApprover); err != nil {
 		return nil, err
@@ -45,7 +46,7 @@ func (s *Service) DecideMatching(ctx context.Context, a Actor, r wire.DecideMatc
 		return nil, err
 	}
 
-	reply := &wire.DecideMatchingReply{Decided: []wire.MatchedCall{}, Skipped: []wire.MatchedCall{}, DryRun: r.DryRun}
+	reply := &wire.DecideMatchingReply{Decided: []wire.MatchedCall{}, Voted: []wire.MatchedCall{}, Skipped: []wire.MatchedCall{}, DryRun: r.DryRun}
 	for _, e := range missing {
 		reply.Skipped = append(reply.Skipped, wire.MatchedCall{PendingID: e.PendingID, Code: "not_found",
 			Reason: fmt.Sprintf("%s: no such call", e.PendingID)})
@@ -53,8 +54,12 @@ func (s *Service) DecideMatching(ctx context.Context, a Actor, r wire.DecideMatc
 	if r.DryRun {
 		for _, e := range matched {
 			m := wire.MatchedCall{PendingID: e.PendingID, Entry: s.shown(a, e)}
-			if e.Status == machine.StatePendingApproval {
+			switch {
+			case e.Status == machine.StatePendingApproval && e.Settles(r.Approved):
 				reply.Decided = append(reply.Decided, m)
+				continue
+			case e.Status == machine.StatePendingApproval:
+				reply.Voted = append(reply.Voted, m)
 				continue
 			}
 			// Named, and no longer pending: what deciding it would meet.
@@ -64,7 +69,7 @@ func (s *Service) DecideMatching(ctx context.Context, a Actor, r wire.DecideMatc
 		return reply, nil
 	}
 	results := make([]wire.MatchedCall, len(matched))
-	decided := make([]bool, len(matched))
+	outcome := make([]*[]wire.MatchedCall, len(matched)) // where each goes
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
@@ -74,8 +79,10 @@ func (s *Service) DecideMatching(ctx context.Context, a Actor, r wire.DecideMatc
 			mu.Lock()
 			defer mu.Unlock()
 			switch status, code := wire.ErrorStatus(err); {
+			case err == nil && got.Status == machine.StatePendingApproval:
+				results[i], outcome[i] = wire.MatchedCall{PendingID: e.PendingID, Entry: got}, &reply.Voted
 			case err == nil:
-				results[i], decided[i] = wire.MatchedCall{PendingID: e.PendingID, Entry: got}, true
+				results[i], outcome[i] = wire.MatchedCall{PendingID: e.PendingID, Entry: got}, &reply.Decided
 			case status == 500:
 				return err // not a refusal: the rest would fail alike
 			default:
@@ -83,7 +90,7 @@ func (s *Service) DecideMatching(ctx context.Context, a Actor, r wire.DecideMatc
 				if te := (*machine.TransitionError)(nil); errors.As(err, &te) {
 					now = te.Entry
 				}
-				results[i] = wire.MatchedCall{PendingID: e.PendingID, Entry: s.shown(a, now), Code: code, Reason: err.Error()}
+				results[i], outcome[i] = wire.MatchedCall{PendingID: e.PendingID, Entry: s.shown(a, now), Code: code, Reason: err.Error()}, &reply.Skipped
 			}
 			return nil
 		})
@@ -92,11 +99,7 @@ func (s *Service) DecideMatching(ctx context.Context, a Actor, r wire.DecideMatc
 		return nil, err
 	}
 	for i, m := range results {
-		if decided[i] {
-			reply.Decided = append(reply.Decided, m)
-		} else {
-			reply.Skipped = append(reply.Skipped, m)
-		}
+		*outcome[i] = append(*outcome[i], m)
 	}
 	return reply, nil
 }

@@ -144,13 +144,17 @@ func TestInbox_DecisionsPeopleCanTrust(t *testing.T) {
 		for _, e := range []machine.Entry{s1, s2, pay} {
 			tick(e.PendingID)
 		}
-		assert.Equal(t, "3 selected", p.text("#batch-count"))
+		assert.Equal(t, "3 selected · 1 high risk · est. cost 2.44", p.text("#batch-count"))
 
 		// bob rejects one the page cannot hear of: its answer says so.
 		in.outage(true)
 		p.until(`document.getElementById('conn').dataset.state === 'reconnecting'`)
 		require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+s2.PendingID+"/decision", bobToken, wire.DecideRequest{Approved: false, Reason: "dup"}, nil))
-		p.do(click(chromedp.ID("batch-approve")), chromedp.WaitVisible(chromedp.ID("batch-result")))
+		// A selection holding a high-risk call asks first, saying so.
+		p.do(click(chromedp.ID("batch-approve")), chromedp.WaitVisible(chromedp.ID("batch-confirm")))
+		assert.Equal(t, "Approve 3 calls, with 1 high-risk (transfer_funds) and an estimated cost of 2.44 in all?", p.text("#batch-confirm-text"))
+		assert.Equal(t, machine.StatePendingApproval, in.entry(s1.PendingID).Status, "nothing decided before the confirmation")
+		p.do(click(chromedp.ID("batch-confirm-approve")), chromedp.WaitVisible(chromedp.ID("batch-result")))
 		assert.Equal(t, "Approved 2, skipped 1", p.text("#batch-result-title"))
 		item := func(id string) string { return `#batch-items li[data-id="` + id + `"]` }
 		assert.Equal(t, "decided", eval[string](p, `document.querySelector('`+item(s1.PendingID)+`').dataset.outcome`))

@@ -52,3 +52,35 @@ func TestInbox_Quorum(t *testing.T) {
 	assert.Equal(t, machine.StateApproved, got.Status)
 	assert.Equal(t, 2, got.Approvals())
 }
+
+// TestInbox_BatchVotesOnAQuorumCall: approving a selection that holds a
+// call under a quorum gives that call one vote, reported as a vote; its
+// card stays, saying how far it is, and the others are decided.
+func TestInbox_BatchVotesOnAQuorumCall(t *testing.T) {
+	t.Parallel()
+	browser := startBrowser(t)
+	in := startInbox(t, quorumPolicy, tokens)
+	pay := in.call(transfer("quorum-batch", "c1"))
+	search := in.call(webSearch("quorum-batch", "c2", "NATS"))
+
+	p := openPage(t, browser, in.url)
+	p.signIn(aliceToken)
+	p.until(cardCount(2))
+	p.until(live)
+	for _, e := range []machine.Entry{pay, search} {
+		p.do(click(chromedp.CSS(card(e.PendingID) + ` input.select`)))
+	}
+	assert.Equal(t, "2 selected · est. cost 2.42 · 1 under a quorum (your approval is one vote)", p.text("#batch-count"))
+	p.do(click(chromedp.ID("batch-approve")), chromedp.WaitVisible(chromedp.ID("batch-result")))
+	assert.Equal(t, "Approved 1, voted on 1, skipped 0", p.text("#batch-result-title"))
+	vote := `#batch-items li[data-id="` + pay.PendingID + `"]`
+	assert.Equal(t, "voted", eval[string](p, `document.querySelector('`+vote+`').dataset.outcome`))
+	assert.Contains(t, p.text(vote), "your vote")
+	assert.Contains(t, p.text(vote), "1 of 2 approvals (alice)")
+
+	p.do(chromedp.WaitNotPresent(chromedp.CSS(card(search.PendingID))))
+	p.until(`(document.querySelector('` + card(pay.PendingID) + ` .quorum') || {}).textContent === '1 of 2 approvals (alice) · still needed: 1 of bob, carol'`)
+	assert.Equal(t, machine.StatePendingApproval, in.entry(pay.PendingID).Status, "one vote of two")
+	assert.Equal(t, machine.StateApproved, in.entry(search.PendingID).Status)
+	assert.Equal(t, 1, eval[int](p, `document.querySelectorAll('article.card').length`), "the quorum call's card stays")
+}

@@ -4,6 +4,7 @@ import { $, h, announce } from './dom.js';
 import { PENDING, state, canDecide } from './state.js';
 import { api } from './api.js';
 import { quorumText, verdict } from './words.js';
+import { formatCost } from './format.js';
 import { showSignIn } from './session.js';
 import { upsertPending, removeCard, renderInbox } from './inbox.js';
 import { setBusy, showCardError } from './card.js';
@@ -64,11 +65,31 @@ function shownCards() {
   return [...state.cards.values()].filter((c) => matches(c.entry, f) && c.querySelector('input.select'));
 }
 
+// selection sums up the selected calls: how many, the high-risk ones,
+// the estimated cost of all, and those under a quorum (where an approval
+// is one vote).
+function selection() {
+  const entries = [...state.selected].map((id) => state.cards.get(id)?.entry).filter(Boolean);
+  const risky = entries.filter((e) => e.risk === 'high');
+  const cost = entries.reduce((sum, e) => sum + (e.estimatedCost || 0), 0);
+  const quorum = entries.filter((e) => e.quorum);
+  const parts = [];
+  if (risky.length) parts.push(`${risky.length} high risk`);
+  if (cost) parts.push(`est. cost ${formatCost(cost)}`);
+  if (quorum.length) parts.push(`${quorum.length} under a quorum (your approval is one vote)`);
+  return { n: entries.length, risky, cost, text: parts.join(' · ') };
+}
+
 export function renderBatch() {
   const n = state.selected.size;
   const selectable = canDecide() && shownCards().length > 0;
   $('batch').hidden = !selectable && n === 0;
-  $('batch-count').textContent = n ? `${n} selected` : 'Select calls to decide them together';
+  // The bar stays in view under the top bar while the cards scroll.
+  $('batch').style.top = `${document.querySelector('.topbar')?.offsetHeight || 0}px`;
+  const sum = selection();
+  $('batch-count').replaceChildren(n ? `${n} selected` : 'Select calls to decide them together',
+    ...(sum.text ? [' · ', h('span', { class: 'batch-summary' }, sum.text)] : []));
+  if (!n) $('batch-confirm').hidden = true;
   $('batch-approve').disabled = !n || state.batching;
   $('batch-reject').disabled = !n || state.batching;
   $('batch-confirm-reject').disabled = !n || state.batching;
@@ -87,8 +108,22 @@ $('select-all').addEventListener('click', () => {
   renderBatch();
 });
 $('batch-clear').addEventListener('click', () => { state.selected.clear(); renderBatch(); });
-$('batch-approve').addEventListener('click', () => decideSelected(true, ''));
+// Approving a selection that holds a high-risk call asks first, saying
+// what it holds.
+$('batch-approve').addEventListener('click', () => {
+  const sum = selection();
+  if (!sum.risky.length) { decideSelected(true, ''); return; }
+  const what = [`${sum.risky.length} high-risk (${[...new Set(sum.risky.map((e) => e.toolName))].join(', ')})`];
+  if (sum.cost) what.push(`an estimated cost of ${formatCost(sum.cost)} in all`);
+  $('batch-confirm-text').textContent = `Approve ${sum.n} ${sum.n === 1 ? 'call' : 'calls'}, with ${what.join(' and ')}?`;
+  $('batch-reject-form').hidden = true;
+  $('batch-confirm').hidden = false;
+  $('batch-confirm-approve').focus();
+});
+$('batch-confirm-approve').addEventListener('click', () => { $('batch-confirm').hidden = true; decideSelected(true, ''); });
+$('batch-cancel-approve').addEventListener('click', () => { $('batch-confirm').hidden = true; });
 $('batch-reject').addEventListener('click', () => {
+  $('batch-confirm').hidden = true;
   $('batch-reject-form').hidden = false;
   $('batch-reason').focus();
 });
@@ -127,6 +162,9 @@ async function decideSelected(approved, reason) {
     removeCard(m.pendingId);
     if (state.history && m.entry) state.history.set(m.pendingId, m.entry);
   }
+  // A call under a quorum got this approver's vote and waits for the
+  // others: its card stays, saying how far it is.
+  for (const m of reply.voted || []) upsertPending(m.entry, false);
   for (const m of reply.skipped) {
     const card = state.cards.get(m.pendingId);
     if (!card) continue;
@@ -145,7 +183,7 @@ async function decideSelected(approved, reason) {
   }
   if (state.history) renderHistory();
   showBatchResult(approved, reply);
-  announce(`${approved ? 'Approved' : 'Rejected'} ${reply.decided.length}, skipped ${reply.skipped.length}`);
+  announce(batchTitle(approved, reply));
   renderInbox();
 }
 
@@ -169,14 +207,22 @@ function showBatchResult(approved, reply, error) {
     $('batch-items').replaceChildren();
     return;
   }
-  $('batch-result-title').textContent = `${verb} ${reply.decided.length}, skipped ${reply.skipped.length}`;
+  $('batch-result-title').textContent = batchTitle(approved, reply);
+  const pills = { decided: [approved ? 'pill-ok' : 'pill-bad', verb.toLowerCase()], voted: ['pill-muted', 'your vote'], skipped: ['pill-muted', 'skipped'] };
+  const why = { voted: (m) => `Recorded: ${quorumText(m.entry)}`, skipped: skipText };
   const item = (m, outcome) => {
     const e = m.entry || {};
     return h('li', { class: `batch-item batch-${outcome}`, 'data-id': m.pendingId, 'data-outcome': outcome, 'data-code': m.code || null },
-      h('span', { class: `pill pill-tiny ${outcome === 'decided' ? (approved ? 'pill-ok' : 'pill-bad') : 'pill-muted'}` }, outcome === 'decided' ? verb.toLowerCase() : 'skipped'),
+      h('span', { class: `pill pill-tiny ${pills[outcome][0]}` }, pills[outcome][1]),
       h('span', { class: 'tool mono' }, e.toolName || ''),
       h('span', { class: 'mono batch-id' }, m.pendingId),
-      outcome === 'skipped' ? h('span', { class: 'batch-why' }, skipText(m)) : null);
+      why[outcome] ? h('span', { class: 'batch-why' }, why[outcome](m)) : null);
   };
-  $('batch-items').replaceChildren(...reply.decided.map((m) => item(m, 'decided')), ...reply.skipped.map((m) => item(m, 'skipped')));
+  $('batch-items').replaceChildren(...['decided', 'voted', 'skipped'].flatMap((o) => (reply[o] || []).map((m) => item(m, o))));
+}
+
+// batchTitle says what a batch decision did: votes apart from decisions.
+function batchTitle(approved, reply) {
+  const voted = reply.voted && reply.voted.length ? `, voted on ${reply.voted.length}` : '';
+  return `${approved ? 'Approved' : 'Rejected'} ${reply.decided.length}${voted}, skipped ${reply.skipped.length}`;
 }
