@@ -354,12 +354,13 @@ func (c *Client) Grants(ctx context.Context, conversationID string) ([]wire.Gran
 	return grants, nil
 }
 
-// GrantPreview says what an approval of pendingID with scope (task,
-// session or always) would grant: the tool and the pattern derived from
-// the call, and what bounds it. It changes nothing.
-func (c *Client) GrantPreview(ctx context.Context, pendingID string, scope machine.Scope) (*wire.GrantPreview, error) {
+// GrantPreview says what an approval of r.PendingID with r.Scope (task,
+// session or always), narrowed by r.Match if given, would grant: the
+// tool, the pattern, what bounds it, and the argument a grant may be
+// narrowed by. It changes nothing.
+func (c *Client) GrantPreview(ctx context.Context, r wire.GrantPreviewRequest) (*wire.GrantPreview, error) {
 	var p wire.GrantPreview
-	if err := c.request(ctx, wire.EndpointGrantsPreview, wire.GrantPreviewRequest{PendingID: pendingID, Scope: scope}, &p); err != nil {
+	if err := c.request(ctx, wire.EndpointGrantsPreview, r, &p); err != nil {
 		return nil, err
 	}
 	return &p, nil

@@ -28,6 +28,10 @@ type Decision struct {
 	// SingleUse makes the grant a session or always approval records
 	// good for one call.
 	SingleUse bool
+	// GrantMatch narrows that grant to the later calls whose argument it
+	// covers (wire.DecideRequest.GrantMatch); the application layer
+	// records grants, the machine only checks it comes with a scope.
+	GrantMatch string
 	// DecidedBy is what decided, when not a human approver (the default):
 	// an agent's classifier or a channel relaying its own prompt.
 	DecidedBy Decider
@@ -81,6 +85,8 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("for: bounds a task, session or always grant; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
 	case d.PersistRule && d.Scope != ScopeAlways:
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("persistRule: writes an always approval into the policy; scope is %s", cmp.Or(d.Scope, ScopeOnce)))
+	case d.GrantMatch != "" && (d.Scope == "" || d.Scope == ScopeOnce):
+		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("grantMatch: narrows a task, session or always grant; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
 	case d.SingleUse && (d.Scope == "" || d.Scope == ScopeOnce || d.PersistRule):
 		return nil, fmt.Errorf("decide %s: %w", pendingID, invalidf("singleUse: makes a task, session or always grant good for one call; scope %s records none", cmp.Or(d.Scope, ScopeOnce)))
 	case d.PersistRule && d.For > 0:
@@ -258,8 +264,8 @@ func (d Decision) checkAnswer() error {
 	switch {
 	case d.Approve:
 		return invalidf("result: answers the call instead of approving it; leave out approved")
-	case len(d.Arguments) > 0 || (d.Scope != "" && d.Scope != ScopeOnce) || d.For != 0 || d.PersistRule || d.SingleUse:
-		return invalidf("result: answers this one call; leave out arguments, scope, for, persistRule and singleUse")
+	case len(d.Arguments) > 0 || (d.Scope != "" && d.Scope != ScopeOnce) || d.For != 0 || d.PersistRule || d.SingleUse || d.GrantMatch != "":
+		return invalidf("result: answers this one call; leave out arguments, scope, for, persistRule, singleUse and grantMatch")
 	case d.DecidedBy != "" && d.DecidedBy != DecidedByHuman:
 		return invalidf("result: only a human approver supplies a result, not a %s", d.DecidedBy)
 	case len(d.Result) > MaxResponse:

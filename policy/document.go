@@ -122,6 +122,13 @@ type Policy struct {
 	// covers). Merged per key; where several patterns match a call, the
 	// safest outcome wins (reject, then cancel, then approve).
 	OnTimeout map[string]machine.TimeoutOutcome `yaml:"onTimeout,omitempty" json:"onTimeout,omitempty"`
+	// NoGrants lists the patterns (rule syntax) whose calls an approver
+	// approves once only: no task, session or always grant, and no rule
+	// written from an approval. The narrowest scope that sets it wins.
+	NoGrants Names `yaml:"noGrants,omitempty" json:"noGrants,omitzero"`
+	// NoGrantsAtRisk is the risk from which calls are approved once only:
+	// high (the default), medium, low (every call with a risk), or none.
+	NoGrantsAtRisk *string `yaml:"noGrantsAtRisk,omitempty" json:"noGrantsAtRisk,omitempty"`
 	// Respondable lists the patterns whose asked calls an approver may
 	// answer with the tool's result instead of running them. The
 	// narrowest scope that sets it replaces the wider ones' list.

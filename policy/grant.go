@@ -32,6 +32,13 @@ type Grant struct {
 	ExpiresAt int64 `json:"expiresAt,omitempty"`
 	// SingleUse grants are consumed by the one call they let run.
 	SingleUse bool `json:"singleUse,omitempty"`
+	// Argument is the argument the pattern's specifier reads on a tool
+	// that is not built in: the policy's matchArgument for the tool when
+	// the grant was made, kept with it so that a later change of the
+	// policy neither widens nor breaks it. "" for a built-in tool's
+	// pattern, which reads its own argument, and for a pattern without a
+	// specifier.
+	Argument string `json:"argument,omitempty"`
 }
 
 // Live reports whether the grant is in force at now: not expired.
@@ -48,9 +55,8 @@ func (g Grant) Validate() error {
 	return nil
 }
 
-// Allows reports whether the grant covers c, as Covers says (no policy's
-// matchArgument is at hand here, so a specifier on a tool that is not
-// built in covers none of its calls).
+// Allows reports whether the grant covers c, as Covers says, its
+// specifier reading g.Argument on a tool that is not built in.
 func (g Grant) Allows(c machine.Call) bool {
 	if g.ConversationID != "" && g.ConversationID != c.ConversationID {
 		return false
@@ -61,7 +67,7 @@ func (g Grant) Allows(c machine.Call) bool {
 	if g.TaskID != "" && g.TaskID != c.TaskID {
 		return false
 	}
-	ok, err := Covers(g.Pattern, c)
+	ok, err := coversWith(g.Pattern, c, g.Argument)
 	return ok && err == nil
 }
 
@@ -72,7 +78,11 @@ func (g Grant) Allows(c machine.Call) bool {
 // neither does one whose call lacks the argument. A pattern that does not
 // parse is an error; arguments that are not an object are covered by no
 // pattern with a specifier.
-func Covers(pattern string, c machine.Call) (bool, error) {
+func Covers(pattern string, c machine.Call) (bool, error) { return coversWith(pattern, c, "") }
+
+// coversWith is Covers with a specifier on a tool that is not built in
+// reading the argument named argument.
+func coversWith(pattern string, c machine.Call, argument string) (bool, error) {
 	p, err := parsePattern(pattern)
 	if err != nil {
 		return false, fmt.Errorf("%q: %w", pattern, err)
@@ -81,7 +91,36 @@ func Covers(pattern string, c machine.Call) (bool, error) {
 	if err != nil {
 		return false, nil
 	}
-	return p.matchCall(newCallSubject(c.ToolName, args, ""), true), nil
+	return p.matchCall(newCallSubject(c.ToolName, args, argument), true), nil
+}
+
+// NarrowGrantPattern is the pattern of a grant of c narrowed to the calls
+// whose argument match covers, in rule syntax: send_email(*@acme-corp.com)
+// with argument "to" (the policy's matchArgument for a tool that is not
+// built in; a built-in tool reads its own: Bash(git status *)). It must
+// cover c itself: an approval grants calls like the one approved.
+func NarrowGrantPattern(c machine.Call, match, argument string) (string, error) {
+	if _, builtin := builtinArgs[c.ToolName]; !builtin && argument == "" {
+		return "", fieldErrorf("grantMatch", "no matchArgument names the argument of %s that a grant could be narrowed by: add matchArgument: {%s: <argument name>} to the policy", c.ToolName, c.ToolName)
+	}
+	pattern := c.ToolName + "(" + match + ")"
+	ok, err := coversWith(pattern, c, argument)
+	switch {
+	case err != nil:
+		return "", fieldErrorf("grantMatch", "%v", err)
+	case !ok:
+		return "", fieldErrorf("grantMatch", "%s does not cover the call approved: a grant covers calls like it", pattern)
+	}
+	return pattern, nil
+}
+
+// ArgumentName is the argument a specifier on tool reads: a built-in
+// tool's own (command, file_path, url, …), else argument (matchArgument's).
+func ArgumentName(tool, argument string) string {
+	if args, builtin := builtinArgs[tool]; builtin {
+		return args[0]
+	}
+	return argument
 }
 
 // String names the grant in verdict reasons.

@@ -80,6 +80,10 @@ type Resolved struct {
 	// calls an approver may answer with a result (decisions.go).
 	OnTimeout   map[string]TimeoutRule
 	Respondable []Pattern
+	// NoGrants are the patterns whose calls get no grant; NoGrantsAtRisk
+	// the risk from which no call does ("": none).
+	NoGrants       []Pattern
+	NoGrantsAtRisk machine.Risk
 	// Reviewers are the automated reviewers of asked calls (none by
 	// default), from the narrowest scope that names any.
 	Reviewers []CompiledReviewer
@@ -164,6 +168,7 @@ type layer struct {
 	quorums   map[string]compiledQuorum
 	timeouts  map[string]TimeoutRule // onTimeout, compiled
 	respond   []Pattern              // respondable, compiled
+	noGrants  []Pattern              // noGrants, compiled
 	rates     []RateRule
 	flows     []FlowRule
 	templates map[string]*template.Template
@@ -290,6 +295,7 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 	}
 	l.quorums = compileQuorum(errs, scope, p)
 	l.timeouts, l.respond = compileDecisions(errs, scope, p)
+	l.noGrants = compileNoGrants(errs, scope, p)
 	checkTiers(errs, at("escalate"), p.Escalate)
 	if n := p.MaxExecutionAttempts; n != nil && (*n < 1 || *n > 100) {
 		errs.add(at("maxExecutionAttempts"), "must be 1 to 100, got %d", *n)
@@ -488,6 +494,8 @@ func (p *Policy) clone() Policy {
 	}
 	c.OnTimeout = maps.Clone(p.OnTimeout)
 	c.Respondable = slices.Clone(p.Respondable)
+	c.NoGrants = slices.Clone(p.NoGrants)
+	c.NoGrantsAtRisk = clonePtr(p.NoGrantsAtRisk)
 	c.Reviewers = cloneReviewers(p.Reviewers)
 	return c
 }
@@ -540,6 +548,7 @@ func (c *compiled) resolve(team, conversationID string) *Resolved {
 		Risks:                   map[string]RiskRule{},
 		Quorums:                 map[string]compiledQuorum{},
 		OnTimeout:               map[string]TimeoutRule{},
+		NoGrantsAtRisk:          machine.RiskHigh,
 		MaxExecutionAttempts:    DefaultMaxExecutionAttempts,
 		PermissionMode:          ModeDefault,
 		Sources:                 map[string]string{},
@@ -547,7 +556,7 @@ func (c *compiled) resolve(team, conversationID string) *Resolved {
 	}
 	for _, f := range []string{"requiresApprovalTools", "defaultDelayMs", "approvalTimeoutMs", "autoRejectOnTimeout", "approvalReminderPercent",
 		"readOnlyTools", "editTools", "maxExecutionAttempts", "permissionMode", "disableBypassPermissionsMode",
-		"notify", "inboxUrl", "reviewers"} {
+		"notify", "inboxUrl", "reviewers", "noGrantsAtRisk"} {
 		r.Sources[f] = BuiltIn
 	}
 	layers := c.layers(team, conversationID)
@@ -623,6 +632,8 @@ func (r *Resolved) merge(l *layer) {
 		r.Sources[index("onTimeout", key)] = s
 	}
 	set("respondable", p.Respondable != nil, func() { r.Respondable = l.respond })
+	set("noGrants", p.NoGrants != nil, func() { r.NoGrants = l.noGrants })
+	set("noGrantsAtRisk", p.NoGrantsAtRisk != nil, func() { r.NoGrantsAtRisk = noGrantsRisk(*p.NoGrantsAtRisk) })
 }
 
 func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }

@@ -83,6 +83,13 @@ type DecideRequest struct {
 	PersistRule bool `json:"persistRule,omitempty"`
 	// SingleUse makes the grant good for one call.
 	SingleUse bool `json:"singleUse,omitempty"`
+	// GrantMatch narrows the grant (or rule) a task, session or always
+	// approval records to the later calls whose argument it covers: the
+	// specifier of a pattern in rule syntax (send_email(*@acme-corp.com)
+	// for "*@acme-corp.com"), read from the argument GrantPreview names.
+	// It must cover the call approved. Empty: the pattern derived from the
+	// call (GrantPreview's).
+	GrantMatch string `json:"grantMatch,omitempty" max:"1024"`
 	// RequestID, when set, names this decision across the times it is
 	// sent: a decision sent again after its answer was lost is answered
 	// with the entry it wrote, not refused as a conflict with itself.
@@ -138,6 +145,9 @@ type Grant struct {
 	PendingID      string `json:"pendingId,omitempty"` // the call whose approval granted it
 	ExpiresAt      int64  `json:"expiresAt,omitempty"`
 	SingleUse      bool   `json:"singleUse,omitempty"` // consumed by the one call it lets run
+	// Argument is the argument a narrowed grant's specifier reads on a
+	// tool that is not built in (see DecideRequest.GrantMatch).
+	Argument string `json:"argument,omitempty"`
 }
 
 // GrantsRequest lists the grants in force, a conversation's when given.
@@ -150,6 +160,8 @@ type GrantsRequest struct {
 type GrantPreviewRequest struct {
 	PendingID string        `json:"pendingId"`
 	Scope     machine.Scope `json:"scope"`
+	// Match narrows the grant previewed, as DecideRequest.GrantMatch.
+	Match string `json:"match,omitempty" max:"1024"`
 }
 
 // GrantPreview is the grant an approval would record: the tool, the
@@ -163,6 +175,12 @@ type GrantPreview struct {
 	ConversationID string        `json:"conversationId,omitempty"`
 	TaskID         string        `json:"taskId,omitempty"`
 	Team           string        `json:"team,omitempty"`
+	// Argument names the argument of the call a grant may be narrowed
+	// by (Match, DecideRequest.GrantMatch): a built-in tool's own
+	// (command, file_path, url, …), else the policy's matchArgument for
+	// the tool; "" when nothing names one, and a grant covers the whole
+	// tool.
+	Argument string `json:"argument,omitempty"`
 }
 
 // RevokeGrantRequest ends a grant.

@@ -268,6 +268,7 @@ func approveCmd(out cliOutput) *cliCmd {
 	c.fs.StringVar(&edited, "args", "", "run the call with these arguments instead (a JSON object)")
 	c.fs.DurationVar(&grantFor, "for", 0, "with --scope session or always: the grant ends after this long (e.g. 2h); default: until revoked")
 	c.fs.BoolVar(&d.SingleUse, "single-use", false, "with --scope session or always: the grant lets one more call run, then is gone")
+	c.fs.StringVar(&d.GrantMatch, "grant-match", "", "with --scope task, session or always: grant only later calls whose argument this covers\n(the specifier of a rule: '*@acme-corp.com' for send_email's to, as the policy's matchArgument names it; 'git status *' for Bash)")
 	c.fs.BoolVar(&d.PersistRule, "persist-rule", false, "with --scope always: write an allow rule into the team's policy instead of a grant (admins only)")
 	m := c.matchFlags()
 	c.run = func(ctx context.Context, args []string) error {
@@ -276,7 +277,7 @@ func approveCmd(out cliOutput) *cliCmd {
 			return err
 		}
 		if m.req.Match != "" {
-			if scope != string(machine.ScopeOnce) || edited != "" || grantFor != 0 || d.PersistRule || d.SingleUse {
+			if scope != string(machine.ScopeOnce) || edited != "" || grantFor != 0 || d.PersistRule || d.SingleUse || d.GrantMatch != "" {
 				return c.usagef("--match: approves each call once, as asked: no --scope or --args")
 			}
 			return m.decide(ctx, c, pos, true, d.Reason)
@@ -454,7 +455,7 @@ func decide(ctx context.Context, c *cliCmd, d wire.DecideRequest, dryRun bool) e
 	w := c.out.stdout
 	if dryRun {
 		return call(ctx, c, func(ctx context.Context, cl *client.Client) (*wire.GrantPreview, error) {
-			return cl.GrantPreview(ctx, d.PendingID, d.Scope)
+			return cl.GrantPreview(ctx, wire.GrantPreviewRequest{PendingID: d.PendingID, Scope: d.Scope, Match: d.GrantMatch})
 		}, func(grant *wire.GrantPreview) error {
 			if d.PersistRule {
 				fmt.Fprintf(w, "would write the allow rule %s into the policy (dry run, nothing decided)\n", grant.Pattern)
@@ -467,7 +468,7 @@ func decide(ctx context.Context, c *cliCmd, d wire.DecideRequest, dryRun bool) e
 	var grant *wire.GrantPreview
 	return call(ctx, c, func(ctx context.Context, cl *client.Client) (e *machine.Entry, err error) {
 		if d.Approved && d.Scope != machine.ScopeOnce && len(d.Arguments) == 0 {
-			if grant, err = cl.GrantPreview(ctx, d.PendingID, d.Scope); err != nil {
+			if grant, err = cl.GrantPreview(ctx, wire.GrantPreviewRequest{PendingID: d.PendingID, Scope: d.Scope, Match: d.GrantMatch}); err != nil {
 				return nil, err
 			}
 		}

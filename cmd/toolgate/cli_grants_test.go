@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -145,7 +146,7 @@ func TestCLI_ApproveShowsWhatTheGrantCoversBeforeGranting(t *testing.T) {
 	r = cli(t, url, "approve", e.PendingID, alice, "--scope", "always", "--dry-run", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
 	p := decode[wire.GrantPreview](t, []byte(r.stdout))
-	assert.Equal(t, wire.GrantPreview{PendingID: e.PendingID, ToolName: "Bash", Scope: machine.ScopeAlways, Pattern: "Bash(npm test)"}, p)
+	assert.Equal(t, wire.GrantPreview{PendingID: e.PendingID, ToolName: "Bash", Scope: machine.ScopeAlways, Pattern: "Bash(npm test)", Argument: "command"}, p)
 	got, err := bot.Get(ctx, e.PendingID)
 	require.NoError(t, err)
 	assert.Equal(t, machine.StatePendingApproval, got.Status, "a dry run decides nothing")
@@ -182,5 +183,69 @@ func TestCLI_ApproveShowsWhatTheGrantCoversBeforeGranting(t *testing.T) {
 		r := cli(t, url, append(c.args, alice)...)
 		assert.Equal(t, 2, r.code, "%v: %s", c.args, r.stderr)
 		assert.Contains(t, r.stderr, c.want, "%v", c.args)
+	}
+}
+
+// TestCLI_AGrantNarrowedToAnArgumentAndOneThePolicyForbids: --grant-match
+// narrows a session grant of send_email to the recipients the policy's
+// matchArgument reads: the next team email runs, one elsewhere asks. A
+// call the policy approves once only (noGrants, or a high risk) is
+// refused a grant before anything is decided.
+func TestCLI_AGrantNarrowedToAnArgumentAndOneThePolicyForbids(t *testing.T) {
+	t.Parallel()
+	url := startToolgate(t, `
+default:
+  requiresApprovalTools: all
+  matchArgument: {send_email: to}
+  noGrants: [transfer_funds]
+  risk: {"Bash(git push --force *)": high}
+`)
+	ctx := t.Context()
+	bot := agent(t, url)
+	alice := as(t, url, "alice")
+	email := func(id, to string) machine.Call {
+		return machine.Call{ToolCallID: id, ToolName: "send_email", CallerBotID: "bot-1", ConversationID: "newsletter",
+			Arguments: json.RawMessage(`{"to":"` + to + `","subject":"Release notes"}`)}
+	}
+	first, err := bot.Submit(ctx, email("1", "team@acme-corp.com"))
+	require.NoError(t, err)
+	r := cli(t, url, "approve", first.PendingID, alice, "--scope", "session", "--grant-match", "*@acme-corp.com", "--for", "8h")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "grants: send_email(*@acme-corp.com)\n")
+	r = cli(t, url, "grants", "list", alice, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	grants := decode[[]wire.Grant](t, []byte(r.stdout))
+	require.Len(t, grants, 1)
+	assert.Equal(t, "send_email(*@acme-corp.com)", grants[0].Pattern)
+	assert.Equal(t, "to", grants[0].Argument)
+
+	team, err := bot.Submit(ctx, email("2", "bob@acme-corp.com"))
+	require.NoError(t, err)
+	assert.NotEqual(t, machine.StatePendingApproval, team.Status, "the next team email runs without asking")
+	evil, err := bot.Submit(ctx, email("3", "someone@evil.example"))
+	require.NoError(t, err)
+	assert.Equal(t, machine.StatePendingApproval, evil.Status, "one to someone else is asked about")
+
+	r = cli(t, url, "approve", evil.PendingID, alice, "--scope", "session", "--grant-match", "*@acme-corp.com")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "send_email(*@acme-corp.com) does not cover the call approved")
+
+	for _, c := range []struct {
+		call machine.Call
+		want string
+	}{
+		{machine.Call{ToolCallID: "4", ToolName: "transfer_funds", CallerBotID: "bot-1", ConversationID: "newsletter", Arguments: json.RawMessage(`{"amount":12500}`)},
+			`the policy has this call approved once only, by noGrants "transfer_funds" (default)`},
+		{bashCall("newsletter", "5", "git push --force origin main"),
+			"the policy has this call approved once only, by noGrantsAtRisk high (built-in): the call's risk is high"},
+	} {
+		e, err := bot.Submit(ctx, c.call)
+		require.NoError(t, err)
+		r := cli(t, url, "approve", e.PendingID, alice, "--scope", "session")
+		assert.Equal(t, 1, r.code, c.call.ToolName)
+		assert.Contains(t, r.stderr, c.want)
+		got, err := bot.Get(ctx, e.PendingID)
+		require.NoError(t, err)
+		assert.Equal(t, machine.StatePendingApproval, got.Status, "refused before anything was decided")
 	}
 }

@@ -222,7 +222,7 @@ func (s *Service) Decide(ctx context.Context, a Actor, r wire.DecideRequest) (*m
 	}
 	return s.decide(ctx, a, r.PendingID, machine.Decision{
 		Approve: r.Approved, By: r.By, Reason: r.Reason, Scope: r.Scope, Arguments: r.Arguments,
-		For: time.Duration(r.ForMs) * time.Millisecond, PersistRule: r.PersistRule, SingleUse: r.SingleUse,
+		For: time.Duration(r.ForMs) * time.Millisecond, PersistRule: r.PersistRule, SingleUse: r.SingleUse, GrantMatch: r.GrantMatch,
 		RequestID: r.RequestID, Result: r.Result, Interrupt: r.Interrupt,
 	})
 }

@@ -26,7 +26,7 @@ func (s *Service) recordScope(ctx context.Context, e *machine.Entry, d machine.D
 	if !grants(e.DecisionScope) {
 		return nil
 	}
-	g, err := grantOf(e, e.DecisionScope)
+	g, err := s.grantOf(e, e.DecisionScope, d.GrantMatch)
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,8 @@ func grants(scope machine.Scope) bool {
 
 // grantable refuses, before anything is written, an approval of
 // pendingID with d's scope that could not record its grant: one of a
-// call no pattern covers alone (with d's edit of its arguments, if any).
+// call the policy approves once only, no pattern covers alone, or
+// d.GrantMatch does not cover (with d's edit of its arguments, if any).
 // A call it cannot read is left to the decision, which reads it again.
 func (s *Service) grantable(ctx context.Context, a Actor, pendingID string, d machine.Decision) error {
 	if !d.Approve || !grants(d.Scope) {
@@ -65,7 +66,7 @@ func (s *Service) grantable(ctx context.Context, a Actor, pendingID string, d ma
 		c.ToolArguments = d.Arguments
 		e = &c
 	}
-	if _, err := s.grantAs(a, e, d.Scope); err != nil {
+	if _, err := s.grantAs(a, e, d.Scope, d.GrantMatch); err != nil {
 		return fmt.Errorf("decide %s: scope %s: %w", pendingID, d.Scope, err)
 	}
 	return nil
@@ -74,17 +75,17 @@ func (s *Service) grantable(ctx context.Context, a Actor, pendingID string, d ma
 // grantAs is grantOf as a is shown the call: with its pattern, and a
 // refusal quoting the call, derived from the arguments as a sees them (a
 // secret in a command line stays masked).
-func (s *Service) grantAs(a Actor, e *machine.Entry, scope machine.Scope) (policy.Grant, error) {
+func (s *Service) grantAs(a Actor, e *machine.Entry, scope machine.Scope, match string) (policy.Grant, error) {
 	shown := s.shown(a, e)
 	masked := !bytes.Equal(shown.ToolArguments, e.ToolArguments)
-	g, err := grantOf(e, scope)
+	g, err := s.grantOf(e, scope, match)
 	switch {
 	case err != nil && masked:
-		if _, serr := grantOf(shown, scope); serr != nil {
+		if _, serr := s.grantOf(shown, scope, match); serr != nil {
 			return g, serr
 		}
 		return g, fmt.Errorf("%w: toolArguments: no pattern covers this %s call alone; approve it once", machine.ErrInvalid, e.ToolName)
-	case err == nil && masked:
+	case err == nil && masked && match == "":
 		g.Pattern = policy.ShownGrantPattern(shown.Call())
 	}
 	return g, err
@@ -92,14 +93,26 @@ func (s *Service) grantAs(a Actor, e *machine.Entry, scope machine.Scope) (polic
 
 // grantOf is the grant an approval of e with scope (task, session or
 // always) records, but for who grants it and until when: what it covers
-// (the pattern policy.GrantPattern derives from the call) and what bounds
-// it. GrantPreview shows it before anyone grants; recordScope records it.
-func grantOf(e *machine.Entry, scope machine.Scope) (policy.Grant, error) {
-	pattern, err := policy.GrantPattern(e.Call())
+// (match's pattern, or the one policy.GrantPattern derives from the call)
+// and what bounds it. A call the policy approves once only (noGrants,
+// noGrantsAtRisk) has none. GrantPreview shows it before anyone grants;
+// recordScope records it.
+func (s *Service) grantOf(e *machine.Entry, scope machine.Scope, match string) (policy.Grant, error) {
+	terms := s.grantTerms(e)
+	if terms.Refusal != "" {
+		return policy.Grant{}, fmt.Errorf("%w: scope %s: the policy has this call approved once only, by %s", machine.ErrInvalid, scope, terms.Refusal)
+	}
+	g := policy.Grant{Team: e.Team, PendingID: e.PendingID}
+	var err error
+	if match != "" {
+		g.Pattern, err = policy.NarrowGrantPattern(e.Call(), match, terms.Argument)
+		g.Argument = terms.Argument
+	} else {
+		g.Pattern, err = policy.GrantPattern(e.Call())
+	}
 	if err != nil {
 		return policy.Grant{}, err
 	}
-	g := policy.Grant{Pattern: pattern, Team: e.Team, PendingID: e.PendingID}
 	switch scope {
 	case machine.ScopeTask:
 		g.ConversationID, g.TaskID = e.ConversationID, e.TaskID
@@ -107,6 +120,15 @@ func grantOf(e *machine.Entry, scope machine.Scope) (policy.Grant, error) {
 		g.ConversationID = e.ConversationID
 	}
 	return g, nil
+}
+
+// grantTerms is what the policy in force says of granting e's call:
+// without a policy engine, no refusal and no argument to narrow by.
+func (s *Service) grantTerms(e *machine.Entry) policy.GrantTerms {
+	if s.limits == nil {
+		return policy.GrantTerms{}
+	}
+	return s.limits.GrantTerms(e.Call(), e.Risk)
 }
 
 // GrantPreview says what an approval of a call with r.Scope would grant,
@@ -137,12 +159,12 @@ func (s *Service) GrantPreview(ctx context.Context, a Actor, r wire.GrantPreview
 	if e.Quorum != nil {
 		return nil, fmt.Errorf("%w: scope %s: a call under a quorum records no grant (later calls would skip the quorum); approve it once", machine.ErrInvalid, r.Scope)
 	}
-	g, err := s.grantAs(a, e, r.Scope)
+	g, err := s.grantAs(a, e, r.Scope, r.Match)
 	if err != nil {
 		return nil, fmt.Errorf("grant of %s: %w", r.PendingID, err)
 	}
 	return &wire.GrantPreview{PendingID: e.PendingID, ToolName: e.ToolName, Scope: r.Scope, Pattern: g.Pattern,
-		ConversationID: g.ConversationID, TaskID: g.TaskID, Team: g.Team}, nil
+		ConversationID: g.ConversationID, TaskID: g.TaskID, Team: g.Team, Argument: policy.ArgumentName(e.ToolName, s.grantTerms(e).Argument)}, nil
 }
 
 // Grants lists the grants in force (a conversation's, when given): who
@@ -192,5 +214,5 @@ func (s *Service) RevokeGrant(ctx context.Context, a Actor, r wire.RevokeGrantRe
 
 func wireGrant(g policy.Grant) wire.Grant {
 	return wire.Grant{ID: g.ID, Pattern: g.Pattern, ConversationID: g.ConversationID, Team: g.Team, By: g.By, At: g.At,
-		TaskID: g.TaskID, PendingID: g.PendingID, ExpiresAt: g.ExpiresAt, SingleUse: g.SingleUse}
+		TaskID: g.TaskID, PendingID: g.PendingID, ExpiresAt: g.ExpiresAt, SingleUse: g.SingleUse, Argument: g.Argument}
 }

@@ -49,7 +49,7 @@ func TestGrantPreview_IsTheGrantTheApprovalRecords(t *testing.T) {
 		for _, a := range []gate.Actor{alice, vic} {
 			p, err := g.GrantPreview(ctx, a, wire.GrantPreviewRequest{PendingID: e.PendingID, Scope: scope})
 			require.NoError(t, err, "%s %s", a.Name, scope)
-			want.PendingID, want.ToolName, want.Scope, want.Pattern = e.PendingID, "Bash", scope, "Bash(npm test)"
+			want.PendingID, want.ToolName, want.Scope, want.Pattern, want.Argument = e.PendingID, "Bash", scope, "Bash(npm test)", "command"
 			assert.Equal(t, want, *p, "%s %s", a.Name, scope)
 		}
 	}

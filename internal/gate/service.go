@@ -101,12 +101,14 @@ type EventsPosition interface {
 	LastSeq(ctx context.Context) (uint64, error)
 }
 
-// limits is what of the policy Budgets shows and DeniedTools asks:
+// limits is what of the policy Budgets shows, DeniedTools asks and
+// grants are made under:
 // *policy.Engine has it.
 type limits interface {
 	Resolve(team, conversationID string) policy.Resolved
 	DeniedTools(team, conversationID, permissionMode string, tools []string) (map[string]string, error)
 	UnreadableTools(team, conversationID string, tools []string) map[string]string
+	GrantTerms(c machine.Call, risk machine.Risk) policy.GrantTerms
 }
 
 // New returns the Service over cfg's buckets.

@@ -25,7 +25,7 @@ func TestAPI_GrantPreviewAndDecidingTheCallsNamed(t *testing.T) {
 	for _, token := range []string{"alice-token-000000001", "viewer-token-00000001"} {
 		var p wire.GrantPreview
 		require.Equal(t, http.StatusOK, h.do("GET", "/v1/tool-calls/"+a.PendingID+"/grant-preview?scope=session", token, nil, &p))
-		assert.Equal(t, wire.GrantPreview{PendingID: a.PendingID, ToolName: "web_search", Scope: machine.ScopeSession, Pattern: "web_search", ConversationID: "sel"}, p)
+		assert.Equal(t, wire.GrantPreview{PendingID: a.PendingID, ToolName: "web_search", Scope: machine.ScopeSession, Pattern: "web_search", ConversationID: "sel", Argument: "query"}, p)
 	}
 	var body httpapi.ErrorBody
 	assert.Equal(t, http.StatusBadRequest, h.do("GET", "/v1/tool-calls/"+a.PendingID+"/grant-preview?scope=once", "alice-token-000000001", nil, &body))

@@ -428,7 +428,7 @@ export class Client {
   async decide(pendingId: string, d: Decision, opts: RequestOptions = {}): Promise<Entry> {
     const body = {
       pendingId, approved: d.approve, by: d.by ?? "", reason: d.reason, scope: d.scope, arguments: d.arguments,
-      forMs: d.forMs, persistRule: d.persistRule, singleUse: d.singleUse, result: d.result, interrupt: d.interrupt,
+      forMs: d.forMs, persistRule: d.persistRule, singleUse: d.singleUse, grantMatch: d.grantMatch, result: d.result, interrupt: d.interrupt,
     };
     return (await this.request<Entry>("decide", body, opts)).value;
   }

@@ -241,6 +241,8 @@ export interface Decision {
   forMs?: number;
   persistRule?: boolean;
   singleUse?: boolean;
+  /** Narrows the grant a task, session or always approval records to the later calls whose argument this covers ("*@acme-corp.com" for send_email's to). */
+  grantMatch?: string;
   /** Answers a respondable call with the tool's result instead (approve false): it ends COMPLETED_SUCCESS and never runs. */
   result?: JSONValue;
   /** On a rejection: asks the agent to stop its turn, not only this call. */
