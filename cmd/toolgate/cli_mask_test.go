@@ -23,7 +23,8 @@ import (
 // TestServe_ApproversSeeSecretsMaskedTheExecutorRunsThem: a call whose
 // arguments hold a bearer token and a value the policy's redact pattern
 // names is shown masked in a webhook and to an approver's and an admin's
-// `show`; an approver's edit of the masked arguments keeps the
+// `show`, whose --reveal shows the admin the arguments as they are and
+// is refused to the approver; an approver's edit of the masked arguments keeps the
 // secrets it left as shown, and the executor's handler receives the real
 // values with the edit.
 func TestServe_ApproversSeeSecretsMaskedTheExecutorRunsThem(t *testing.T) {
@@ -85,6 +86,12 @@ default:
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Equal(t, shown, decode[machine.Entry](t, []byte(r.stdout)), "an admin reads the same masked view")
 	assert.True(t, shown.SecretsMasked)
+	r = cli(t, url, "show", e.PendingID, "--reveal", "--json") // the admin, whom the policy lets reveal
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.JSONEq(t, args, string(decode[machine.Entry](t, []byte(r.stdout)).ToolArguments))
+	r = cli(t, url, "show", e.PendingID, alice, "--reveal")
+	assert.Equal(t, 1, r.code, "an approver may not reveal")
+	assert.Contains(t, r.stderr, "may not reveal")
 
 	// The approver edits what they were shown: another URL, the rest as is.
 	r = cli(t, url, "approve", e.PendingID, alice, "--args", `{"url":"https://api.example/b","headers":{"Authorization":"[redacted]"},"user_pin":"[redacted]"}`)
