@@ -61,6 +61,9 @@ type Buckets struct {
 	// Shadow is TOOL_SHADOW, what submits compared against the shadow
 	// policy (ShadowLog).
 	Shadow jetstream.Stream
+	// Reveals is TOOL_REVEALS, who was shown which call's arguments in
+	// clear, and when (RevealLog).
+	Reveals jetstream.Stream
 }
 
 // Provision creates or updates the buckets and streams toolgate needs. It
@@ -152,6 +155,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		Discard:     jetstream.DiscardOld,
 		Storage:     jetstream.FileStorage,
 		Replicas:    t.Replicas,
+	}, {
+		Name:        wire.RevealsStream,
+		Description: "toolgate: who was shown a call's arguments in clear, one subject per call",
+		Subjects:    []string{wire.RevealSubject(">")},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      t.EventsMaxAge,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
 	}}
 	for _, cfg := range streams {
 		st, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
@@ -163,6 +174,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 			b.Archive = st
 		case wire.ShadowStream:
 			b.Shadow = st
+		case wire.RevealsStream:
+			b.Reveals = st
 		}
 	}
 	// Executors took work from a stream of their own, TOOL_WORK, before

@@ -315,6 +315,17 @@ func (c *Client) List(ctx context.Context, r wire.ListRequest) ([]*machine.Entry
 	}
 }
 
+// Reveal returns a call's arguments as they are, to a credential whose
+// role the policy's reveal names; toolgate records who asked, and the
+// call's history shows it.
+func (c *Client) Reveal(ctx context.Context, pendingID string) (*wire.RevealReply, error) {
+	var r wire.RevealReply
+	if err := c.request(ctx, wire.EndpointReveal, wire.RevealRequest{PendingID: pendingID}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // Decide approves or rejects the pending call r.PendingID. A call someone
 // (or the timer) already decided is refused with an error matching
 // machine.ErrConflict whose message says who decided it, when and why; a

@@ -22,6 +22,12 @@ type Entry struct {
 	// OriginalArguments are the agent's arguments when an approver edited
 	// them; ToolArguments then holds the edited ones, which are what runs.
 	OriginalArguments json.RawMessage `json:"originalArguments,omitempty"`
+	// SecretsMasked says the arguments are shown with what looks like a
+	// credential (or what the policy's redact patterns name) masked: set
+	// on an entry as a person reads it (the inbox, the CLI, the events
+	// and notifications), never on one stored, nor on the executor's or
+	// the agent's, who get the arguments as they are.
+	SecretsMasked bool `json:"secretsMasked,omitempty"`
 	// ArgumentsDigest is ArgumentsDigest(ToolArguments): what an approval
 	// of the call binds to, and what an executor may check before it runs
 	// the arguments it was handed.

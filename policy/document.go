@@ -57,12 +57,16 @@ type Policy struct {
 	// whose argument is not built in; a specifier on such a tool needs
 	// it (see readable.go). Merged per key.
 	MatchArgument map[string]string `yaml:"matchArgument,omitempty" json:"matchArgument,omitempty"`
-	// Redact names arguments whose values approvers and viewers are shown
-	// masked, beside the built-in secret names and shapes: a path from the
+	// Redact names arguments whose values people are shown masked, beside the built-in secret names and shapes: a path from the
 	// arguments' root ("$.headers.Authorization", "$.*.key") or a key name
 	// anywhere ("*token*"), globs, case ignored. Unlike most fields, the
 	// scopes' lists add up.
 	Redact Names `yaml:"redact,omitempty" json:"redact,omitzero"`
+	// Reveal names the roles (admin, approver, viewer) that may ask for
+	// the arguments of one call in clear, which toolgate records. Default:
+	// admin; an empty list: nobody. An admin holds every role, so may
+	// whenever anyone may. The narrowest scope that sets it wins.
+	Reveal Names `yaml:"reveal,omitempty" json:"reveal,omitzero"`
 	// Editable says, per tool, whether an approver may edit a call's
 	// arguments when approving it; every tool may be edited unless this
 	// says false. Merged per key.

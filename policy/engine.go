@@ -89,10 +89,11 @@ func (e *Engine) SetStored(doc *Document, revision uint64) error {
 }
 
 // Masker returns what masks the arguments of a call of team and
-// conversationID for those who may not see its secrets: the built-in
-// secret names and shapes, and the policy's redact patterns.
+// conversationID for those who may not see its secrets (the built-in
+// secret names and shapes, and the policy's redact patterns), and which
+// roles may reveal them.
 func (e *Engine) Masker(team, conversationID string) Masker {
-	return Masker{patterns: e.snap.Load().c.redact(team, conversationID)}
+	return e.snap.Load().c.masker(team, conversationID)
 }
 
 // Document returns a copy of the document in force.

@@ -8,11 +8,11 @@ import (
 	"strings"
 )
 
-// What approvers and viewers are shown of a call's arguments: every value
-// under a key that names a secret, or that a policy's redact pattern
-// names, and every part of a string shaped like a known credential,
-// replaced by RedactedValue. The executor and the agent that asked get
-// the arguments as they are.
+// What people are shown of a call's arguments: every value under a key
+// that names a secret, or that a policy's redact pattern names, and every
+// part of a string shaped like a known credential, replaced by
+// RedactedValue. The executor and the agent that asked get the arguments
+// as they are; the roles the policy's reveal names may ask for them.
 
 // secretKeys are argument names whose values are secrets, compared with
 // '-' taken as '_' and case ignored.
@@ -40,6 +40,20 @@ var secretShapes = []*regexp.Regexp{
 // Masker masks a call's arguments for whoever may not see its secrets.
 type Masker struct {
 	patterns []string // the policy's redact patterns (see Policy.Redact)
+	reveal   []string // the policy's reveal roles; nil: DefaultReveal
+}
+
+// DefaultReveal are the roles that may reveal a call's arguments where
+// the policy's reveal says nothing.
+var DefaultReveal = []string{"admin"}
+
+// Reveal returns the roles that may ask for a call's arguments in clear
+// (Policy.Reveal): none when the policy's list is empty.
+func (m Masker) Reveal() []string {
+	if m.reveal == nil {
+		return DefaultReveal
+	}
+	return m.reveal
 }
 
 // Mask returns args with every secret in it replaced by RedactedValue,

@@ -101,3 +101,21 @@ func BenchmarkEngineMasker(b *testing.B) {
 		_ = e.Masker("ops", "conv-1")
 	}
 }
+
+// TestEngineMasker_RevealIsTheNarrowestScopes: who may reveal a call's
+// arguments is admin where no scope says, the narrowest scope's list
+// where one does (an empty one: nobody), and a role that reads calls
+// unmasked anyway is refused in a document.
+func TestEngineMasker_RevealIsTheNarrowestScopes(t *testing.T) {
+	doc, err := Parse([]byte("default: {requiresApprovalTools: all}\nteams: {sec: {reveal: [admin, approver]}, ops: {reveal: []}}\n"))
+	assert.NoError(t, err)
+	e, err := NewEngine(doc, nil, nil)
+	assert.NoError(t, err)
+	assert.Equal(t, []string{"admin"}, e.Masker("", "c").Reveal())
+	assert.Equal(t, []string{"admin", "approver"}, e.Masker("sec", "c").Reveal())
+	assert.Empty(t, e.Masker("ops", "c").Reveal())
+	assert.Equal(t, []string{"admin"}, Masker{}.Reveal(), "without a policy")
+
+	_, err = Parse([]byte("default: {reveal: [admin, agent]}\n"))
+	assert.ErrorContains(t, err, `default.reveal[1]: must be admin, approver or viewer, got "agent"`)
+}

@@ -59,6 +59,7 @@ type Resolved struct {
 	Risks                    map[string]RiskRule // pattern → the risk of the calls it matches
 	RateLimits               []RateRule          // every scope's rate rules, the narrowest scope's first
 	Redact                   []string            // every scope's redact patterns
+	Reveal                   []string            // the roles that may reveal a call's arguments (Policy.Reveal)
 	RequireApprovalAboveCost *float64            // nil: no threshold
 	DailyCostLimit           *float64            // nil: no limit
 	Approvers                []string
@@ -275,6 +276,11 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 			errs.add(fmt.Sprintf("%s[%d]", at("redact"), i), "%q: want a path ($.headers.Authorization) or a key name (*token*), globs allowed", pat)
 		}
 	}
+	for i, role := range p.Reveal {
+		if !slices.Contains(revealRoles, role) {
+			errs.add(fmt.Sprintf("%s[%d]", at("reveal"), i), "must be admin, approver or viewer, got %q", role)
+		}
+	}
 	for _, tool := range slices.Sorted(maps.Keys(p.Editable)) {
 		checkToolName(errs, index(at("editable"), tool), tool)
 	}
@@ -466,6 +472,7 @@ func (p *Policy) clone() Policy {
 	c.Risk = maps.Clone(p.Risk)
 	c.RateLimits = slices.Clone(p.RateLimits)
 	c.Redact = slices.Clone(p.Redact)
+	c.Reveal = slices.Clone(p.Reveal)
 	c.RequireApprovalAboveCost = clonePtr(p.RequireApprovalAboveCost)
 	c.DailyCostLimit = clonePtr(p.DailyCostLimit)
 	c.Approvers = slices.Clone(p.Approvers)
@@ -521,14 +528,18 @@ func (c *compiled) layers(team, conversationID string) []*layer {
 	return layers
 }
 
-// redact is Resolved.Redact without the rest of resolve, which the
-// relay would otherwise build for every revision it masks.
-func (c *compiled) redact(team, conversationID string) []string {
-	var r []string
+// masker is Resolved's masking (Redact and Reveal) without the rest of
+// resolve, which the relay would otherwise build for every revision it
+// masks.
+func (c *compiled) masker(team, conversationID string) Masker {
+	var m Masker
 	for _, l := range c.layers(team, conversationID) {
-		r = append(r, l.p.Redact...)
+		m.patterns = append(m.patterns, l.p.Redact...)
+		if l.p.Reveal != nil {
+			m.reveal = l.p.Reveal
+		}
 	}
-	return r
+	return m
 }
 
 // resolve merges the scopes that apply, widest first so narrower ones
@@ -536,6 +547,7 @@ func (c *compiled) redact(team, conversationID string) []string {
 func (c *compiled) resolve(team, conversationID string) *Resolved {
 	r := &Resolved{
 		RequiresApprovalTools:   ToolSet{All: true},
+		Reveal:                  DefaultReveal,
 		ToolSpecificDelays:      map[string]time.Duration{},
 		ApprovalTimeout:         machine.DefaultApprovalTimeout,
 		AutoRejectOnTimeout:     true,
@@ -589,6 +601,7 @@ func (r *Resolved) merge(l *layer) {
 	set("requireApprovalAboveCost", p.RequireApprovalAboveCost != nil, func() { r.RequireApprovalAboveCost = p.RequireApprovalAboveCost })
 	set("dailyCostLimit", p.DailyCostLimit != nil, func() { r.DailyCostLimit = p.DailyCostLimit })
 	set("approvers", p.Approvers != nil, func() { r.Approvers = p.Approvers })
+	set("reveal", p.Reveal != nil, func() { r.Reveal = p.Reveal })
 	set("userIdToApprove", p.UserIDToApprove != nil, func() { r.UserIDToApprove = *p.UserIDToApprove })
 	set("escalate", p.Escalate != nil, func() { r.Escalate = p.Escalate })
 	set("maxExecutionAttempts", p.MaxExecutionAttempts != nil, func() { r.MaxExecutionAttempts = *p.MaxExecutionAttempts })
@@ -660,3 +673,7 @@ func checkUsers(errs *errorList, path string, users []string) bool {
 	}
 	return ok
 }
+
+// revealRoles are the roles Policy.Reveal may name: those shown a call's
+// arguments masked (an agent and an executor get them as they are).
+var revealRoles = []string{"admin", "approver", "viewer"}

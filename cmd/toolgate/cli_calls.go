@@ -239,8 +239,22 @@ func listEntries(ctx context.Context, c *cliCmd, r wire.ListRequest) error {
 
 // showCmd is `toolgate show`.
 func showCmd(out cliOutput) *cliCmd {
-	c := newCLICmd("show", "show ID [flags]", "Show one call: everything toolgate knows of it.", out).connFlags().jsonFlag("the entry")
-	c.run = callOn(c, "the call's ID (its pendingId)", (*client.Client).Get, func(e *machine.Entry) error {
+	c := newCLICmd("show", "show ID [--reveal] [flags]", "Show one call: everything toolgate knows of it, its secrets masked.\n"+
+		"--reveal shows its arguments as they are, to a role the policy's reveal names (admin\n"+
+		"by default); toolgate records who was shown them, in the call's history.", out).connFlags().jsonFlag("the entry")
+	reveal := c.fs.Bool("reveal", false, "show the arguments in clear (recorded)")
+	c.run = callOn(c, "the call's ID (its pendingId)", func(cl *client.Client, ctx context.Context, id string) (*machine.Entry, error) {
+		e, err := cl.Get(ctx, id)
+		if err != nil || !*reveal || !e.SecretsMasked {
+			return e, err
+		}
+		r, err := cl.Reveal(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		e.ToolArguments, e.OriginalArguments, e.SecretsMasked = r.ToolArguments, r.OriginalArguments, false
+		return e, nil
+	}, func(e *machine.Entry) error {
 		return printEntry(out.stdout, e, timeNow())
 	})
 	return c

@@ -153,6 +153,9 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 	field("ID", "%s", e.PendingID)
 	field("Tool", "%s", e.ToolName)
 	field("Arguments", "%s", e.ToolArguments)
+	if e.SecretsMasked {
+		field("Secrets", "masked as %s (show --reveal shows them, recorded)", policy.RedactedValue)
+	}
 	if e.ArgumentsDigest != "" {
 		field("Arguments digest", "%s (what an approval binds)", e.ArgumentsDigest)
 	}

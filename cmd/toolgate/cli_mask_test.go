@@ -22,8 +22,9 @@ import (
 
 // TestServe_ApproversSeeSecretsMaskedTheExecutorRunsThem: a call whose
 // arguments hold a bearer token and a value the policy's redact pattern
-// names is shown masked in a webhook and to an approver's `show`, in
-// full to the admin; an approver's edit of the masked arguments keeps the
+// names is shown masked in a webhook and to an approver's and an admin's
+// `show`, whose --reveal shows the admin the arguments as they are and
+// is refused to the approver; an approver's edit of the masked arguments keeps the
 // secrets it left as shown, and the executor's handler receives the real
 // values with the edit.
 func TestServe_ApproversSeeSecretsMaskedTheExecutorRunsThem(t *testing.T) {
@@ -83,7 +84,14 @@ default:
 	assert.JSONEq(t, `{"url":"https://api.example/a","headers":{"Authorization":"[redacted]"},"user_pin":"[redacted]"}`, string(shown.ToolArguments))
 	r = cli(t, url, "show", e.PendingID, "--json") // the admin
 	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, shown, decode[machine.Entry](t, []byte(r.stdout)), "an admin reads the same masked view")
+	assert.True(t, shown.SecretsMasked)
+	r = cli(t, url, "show", e.PendingID, "--reveal", "--json") // the admin, whom the policy lets reveal
+	require.Equal(t, 0, r.code, r.stderr)
 	assert.JSONEq(t, args, string(decode[machine.Entry](t, []byte(r.stdout)).ToolArguments))
+	r = cli(t, url, "show", e.PendingID, alice, "--reveal")
+	assert.Equal(t, 1, r.code, "an approver may not reveal")
+	assert.Contains(t, r.stderr, "may not reveal")
 
 	// The approver edits what they were shown: another URL, the rest as is.
 	r = cli(t, url, "approve", e.PendingID, alice, "--args", `{"url":"https://api.example/b","headers":{"Authorization":"[redacted]"},"user_pin":"[redacted]"}`)

@@ -29,11 +29,11 @@ var Endpoints = map[wire.Role][]string{
 		wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointAnalytics, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
 		wire.EndpointGrantsList, wire.EndpointGrantsRevoke, wire.EndpointGrantsPreview,
 		wire.EndpointPolicyDryRun, wire.EndpointPolicyExplain, wire.EndpointReceipts, wire.EndpointReceiptsKey,
-		wire.EndpointPolicyShadowGet, wire.EndpointPolicyShadowReport,
+		wire.EndpointPolicyShadowGet, wire.EndpointPolicyShadowReport, wire.EndpointReveal,
 	},
 	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointAnalytics, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList,
 		wire.EndpointGrantsPreview, wire.EndpointPolicyDryRun, wire.EndpointPolicyExplain, wire.EndpointReceipts, wire.EndpointReceiptsKey,
-		wire.EndpointPolicyShadowGet, wire.EndpointPolicyShadowReport},
+		wire.EndpointPolicyShadowGet, wire.EndpointPolicyShadowReport, wire.EndpointReveal},
 }
 
 // events are the subjects of the events, as approvers and viewers hear

@@ -82,11 +82,14 @@ func (a Actor) SeesAll() bool {
 // owns reports whether e is a's own call.
 func (a Actor) owns(e *machine.Entry) bool { return e.CallerBotID == a.Name }
 
-// seesSecrets reports whether a sees e's arguments as they are: toolgate
-// itself and admins, executors (which run them) and the agent that asked.
-// Approvers and viewers see them masked (see Service.mask).
+// seesSecrets reports whether a is handed e's arguments as they are:
+// toolgate itself, executors (which run them; the role held, not an
+// admin's every role) and the agent that asked (which wrote them). People
+// (admins, approvers, viewers, the open inbox's users) read the masked
+// view (Service.shown), as the events show it to everyone; a role the
+// policy names in reveal: asks for the arguments of one call (Reveal).
 func (a Actor) seesSecrets(e *machine.Entry) bool {
-	return a.system || a.Can(wire.RoleAdmin, wire.RoleExecutor) || a.owns(e)
+	return a.system || slices.Contains(a.Roles, wire.RoleExecutor) || a.owns(e)
 }
 
 // as is the name a acts under when a request names by: its own. A

@@ -137,7 +137,9 @@ func (s *Service) read(ctx context.Context, a Actor, pendingID string) (*machine
 	return e, rev, nil
 }
 
-// History returns the transitions an entry went through, oldest first.
+// History returns the transitions an entry went through, oldest first,
+// and, among them, whenever someone was shown its arguments in clear
+// (Reveal).
 func (s *Service) History(ctx context.Context, a Actor, r wire.GetRequest) ([]wire.HistoryItem, error) {
 	if _, _, err := s.Read(ctx, a, r); err != nil {
 		return nil, err
@@ -147,10 +149,13 @@ func (s *Service) History(ctx context.Context, a Actor, r wire.GetRequest) ([]wi
 	if len(items) == 0 && (err == nil || isNotFound(err)) {
 		// Read found it, so it was retired: the archive has its history.
 		if c, aerr := s.archived(ctx, pendingID); aerr == nil {
-			return archivedHistory(c), nil
+			items, err = archivedHistory(c), nil
 		}
 	}
-	return items, err
+	if err != nil {
+		return items, err
+	}
+	return s.withReveals(ctx, pendingID, items)
 }
 
 // List returns one page of the entries r asks for. With a conversation,

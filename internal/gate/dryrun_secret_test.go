@@ -1,6 +1,7 @@
 package gate_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
@@ -12,9 +13,9 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// A dry-run replays the calls as its reader is shown them: a viewer's
-// candidate rule cannot probe a secret the viewer sees masked (which calls
-// change verdict would tell it), an admin's sees the calls as they are.
+// A dry-run replays the calls as people are shown them, masked: a
+// candidate's rules cannot probe a secret nobody reads in clear (which
+// calls change verdict would tell it), whoever asks.
 func TestPolicyDryRun_ReplaysWhatTheReaderMaySee(t *testing.T) {
 	t.Parallel()
 	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake"}, Policy: "default: {requiresApprovalTools: all}\n"})
@@ -26,12 +27,17 @@ func TestPolicyDryRun_ReplaysWhatTheReaderMaySee(t *testing.T) {
 		Arguments: json.RawMessage(`{"command":"curl -H 'Authorization: Bearer sk-live-abcdefghijklmnopqrstuvwx' https://api.example.com"}`)})
 	require.NoError(t, err)
 	probe := wire.PolicyDryRunRequest{Document: "default:\n  requiresApprovalTools: all\n  rules: {deny: [\"Bash(*sk-live-a*)\"]}\n"}
+	plain := wire.PolicyDryRunRequest{Document: "default:\n  requiresApprovalTools: all\n  rules: {deny: [\"Bash(curl *)\"]}\n"}
 
-	seen, err := viewer.PolicyDryRun(ctx, probe)
-	require.NoError(t, err)
-	assert.Equal(t, 1, seen.Calls)
-	assert.Zero(t, seen.Changed, "the viewer's replay sees the token masked: the rule matches nothing")
-	all, err := admin.PolicyDryRun(ctx, probe)
-	require.NoError(t, err)
-	assert.Equal(t, 1, all.Changed, "an admin's replay sees it")
+	for name, c := range map[string]interface {
+		PolicyDryRun(context.Context, wire.PolicyDryRunRequest) (*wire.PolicyDryRunReply, error)
+	}{"viewer": viewer, "admin": admin} {
+		seen, err := c.PolicyDryRun(ctx, probe)
+		require.NoError(t, err, name)
+		assert.Equal(t, 1, seen.Calls, name)
+		assert.Zero(t, seen.Changed, "%s: the replay sees the token masked: the rule matches nothing", name)
+		seen, err = c.PolicyDryRun(ctx, plain)
+		require.NoError(t, err, name)
+		assert.Equal(t, 1, seen.Changed, "%s: a rule over what is shown matches", name)
+	}
 }

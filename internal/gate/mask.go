@@ -13,10 +13,13 @@ type masker interface {
 	Masker(team, conversationID string) policy.Masker
 }
 
-// mask returns a copy of e whose arguments (and the agent's original ones,
-// if an approver edited them) have their secrets masked, as approvers,
-// viewers and event subscribers see them: the built-in secret names and
-// shapes, and the redact patterns of the call's policy.
+// mask returns the masked view of e, the one view of a call every person
+// reads, whatever the transport (the events, the list, get, history, the
+// CLI, notifications): a copy whose arguments (and the agent's original
+// ones, if an approver edited them) have their secrets masked (the
+// built-in secret names and shapes, and the redact patterns of the call's
+// policy), marked SecretsMasked when anything was. The description was
+// rendered from the same view when the call was submitted.
 func (s *Service) mask(e *machine.Entry) *machine.Entry {
 	c, _ := s.masked(e)
 	return c
@@ -31,7 +34,8 @@ func (s *Service) masked(e *machine.Entry) (*machine.Entry, bool) {
 	if len(e.OriginalArguments) > 0 {
 		c.OriginalArguments, original = m.Mask(e.OriginalArguments)
 	}
-	return &c, args || original
+	c.SecretsMasked = args || original
+	return &c, c.SecretsMasked
 }
 
 // maskText is text with the secrets a call of team and conversationID

@@ -15,10 +15,10 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// TestMask_WhoSeesACallsSecrets: the agent that asked, executors and
-// admins read a call's arguments as they are; approvers and viewers read
-// them masked, in a read, a list, a decision's answer and a refusal's
-// entry; an approver's edit that leaves a secret as shown keeps its value,
+// TestMask_WhoSeesACallsSecrets: the agent that asked and executors read
+// a call's arguments as they are; people (admins, approvers, viewers) read
+// them masked and marked so, in a read, a list, a decision's answer and a
+// refusal's entry; an approver's edit that leaves a secret as shown keeps its value,
 // and one that puts the placeholder into a changed value is refused.
 func TestMask_WhoSeesACallsSecrets(t *testing.T) {
 	t.Parallel()
@@ -34,7 +34,7 @@ func TestMask_WhoSeesACallsSecrets(t *testing.T) {
 	e, err := g.Submit(ctx, bot, machine.Call{ToolCallID: "1", ToolName: "connect", Arguments: json.RawMessage(args), ConversationID: "m"})
 	require.NoError(t, err)
 
-	for name, want := range map[string]string{"agent": args, "executor": args, "admin": args, "approver": masked, "viewer": masked} {
+	for name, want := range map[string]string{"agent": args, "executor": args, "admin": masked, "approver": masked, "viewer": masked} {
 		a := gate.Actor{Name: name, Roles: []wire.Role{wire.Role(name)}}
 		if name == "agent" {
 			a = bot
@@ -42,10 +42,12 @@ func TestMask_WhoSeesACallsSecrets(t *testing.T) {
 		got, err := g.Get(ctx, a, wire.GetRequest{PendingID: e.PendingID})
 		require.NoError(t, err, name)
 		assert.JSONEq(t, want, string(got.ToolArguments), name)
+		assert.Equal(t, want == masked, got.SecretsMasked, name)
 		page, err := g.List(ctx, a, wire.ListRequest{ConversationID: "m"})
 		require.NoError(t, err, name)
 		require.Len(t, page.Items, 1, name)
 		assert.JSONEq(t, want, string(page.Items[0].ToolArguments), name)
+		assert.Equal(t, want == masked, page.Items[0].SecretsMasked, name)
 	}
 
 	alice := gate.Actor{Name: "alice", Roles: []wire.Role{wire.RoleApprover}}

@@ -93,6 +93,8 @@ type Service struct {
 	flowMarks *stores.FlowMarks
 	// shadow is the shadow policy submits are compared against (shadow.go).
 	shadow *shadow
+	// reveals records who was shown a call's arguments in clear (Reveal).
+	reveals *stores.RevealLog
 }
 
 // EventsPosition says how far TOOL_EVENTS goes: the sequence of its last
@@ -166,6 +168,7 @@ func New(cfg Config) *Service {
 		flows:       fm,
 		flowMarks:   newFlowMarks(cfg),
 		shadow:      newShadow(cfg),
+		reveals:     newRevealLog(cfg),
 	}
 }
 

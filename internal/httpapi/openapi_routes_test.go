@@ -474,6 +474,16 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 		assert.Equal(t, http.StatusNotFound, s.do(specCall{method: "GET", path: "/v1/tool-calls/spec.nope/receipts", token: specViewer}, nil))
 	})
 
+	step("its arguments revealed to an admin, refused to a viewer, and the reveal in its history", func(t *testing.T) {
+		var r wire.RevealReply
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + second.PendingID + "/reveal", token: specRoot}, &r))
+		assert.Equal(t, "root", r.Reveal.By)
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + second.PendingID + "/reveal", token: specViewer}, nil))
+		var history []wire.HistoryItem
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/v1/tool-calls/" + second.PendingID + "/history", token: specViewer}, &history))
+		assert.Equal(t, wire.HistoryRevealed, history[len(history)-1].Event)
+	})
+
 	step("deciding by pattern", func(t *testing.T) {
 		for _, id := range []string{"b1", "b2"} {
 			c := webSearch(id, "batch "+id)

@@ -95,6 +95,7 @@ var routes = []route{
 	{"GET", "/v1/tool-calls/{pendingId}", readers, answer((*gate.Service).Get)},
 	{"GET", "/v1/tool-calls/{pendingId}/history", readers, answer((*gate.Service).History)},
 	{"GET", "/v1/tool-calls/{pendingId}/receipts", readers, answer((*gate.Service).Receipts)},
+	{"POST", "/v1/tool-calls/{pendingId}/reveal", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).Reveal)},
 	{"GET", "/v1/receipts/key", nil, answer((*gate.Service).ReceiptKeys)},
 	{"POST", "/v1/tool-calls/{pendingId}/decision", []Role{RoleApprover}, answer((*gate.Service).Decide)},
 	{"POST", "/v1/decisions", []Role{RoleApprover}, answer((*gate.Service).DecideMatching)},

@@ -198,6 +198,7 @@ func (s *Service) endpoints() map[string]endpoint {
 		wire.EndpointCredsList:          answer(g.Credentials),
 		wire.EndpointCredsRevoke:        answer(g.RevokeCredential),
 		wire.EndpointReceipts:           answer(g.Receipts),
+		wire.EndpointReveal:             answer(g.Reveal),
 		wire.EndpointReceiptsKey:        answer(g.ReceiptKeys),
 		wire.EndpointSucceeded:          answer(g.Complete),
 		wire.EndpointFailed:             answer(g.Fail),

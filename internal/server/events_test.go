@@ -113,6 +113,7 @@ func TestEvents_SubscribersSeeSecretsMasked(t *testing.T) {
 			var ev wire.Event
 			require.NoError(t, json.Unmarshal(m.Data, &ev))
 			assert.JSONEq(t, want, string(ev.Entry.ToolArguments), "%s on %s", c.id, m.Subject)
+			assert.Equal(t, want != c.args, ev.Entry.SecretsMasked, "%s on %s: marked masked", c.id, m.Subject)
 		}
 	}
 }

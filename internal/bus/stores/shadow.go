@@ -103,37 +103,46 @@ func (l *ShadowLog) Append(ctx context.Context, t wire.ShadowTally) error {
 // them), oldest first, up to the stream's end as it was when the read
 // began. A tally that does not decode is passed over.
 func (l *ShadowLog) Since(ctx context.Context, t time.Time) ([]wire.ShadowTally, error) {
-	cfg := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
-		MemoryStorage: true, InactiveThreshold: time.Minute}
+	cfg := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if !t.IsZero() {
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
 	}
-	cons, err := jsio.Attempts(ctx, jsio.StoreAttempt, func(ctx context.Context) (jetstream.Consumer, error) { return l.stream.CreateConsumer(ctx, cfg) })
+	return readAll[wire.ShadowTally](ctx, l.stream, cfg)
+}
+
+// readAll reads what cfg delivers of stream, oldest first, up to the
+// stream's end as it was when the read began, through a consumer of its
+// own that it deletes. A message that does not decode as a T is passed
+// over.
+func readAll[T any](ctx context.Context, stream jetstream.Stream, cfg jetstream.ConsumerConfig) ([]T, error) {
+	name := stream.CachedInfo().Config.Name
+	cfg.AckPolicy, cfg.MemoryStorage, cfg.InactiveThreshold = jetstream.AckNonePolicy, true, time.Minute
+	cons, err := jsio.Attempts(ctx, jsio.StoreAttempt, func(ctx context.Context) (jetstream.Consumer, error) { return stream.CreateConsumer(ctx, cfg) })
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", wire.ShadowStream, err)
+		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = l.stream.DeleteConsumer(ctx, cons.CachedInfo().Name)
+		_ = stream.DeleteConsumer(ctx, cons.CachedInfo().Name)
 	}()
 	left := cons.CachedInfo().NumPending
-	out := make([]wire.ShadowTally, 0, left)
+	out := make([]T, 0, left)
 	for left > 0 {
 		batch, err := cons.Fetch(int(min(left, 500)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", wire.ShadowStream, err)
+			return nil, fmt.Errorf("read %s: %w", name, err)
 		}
 		n := 0
 		for msg := range batch.Messages() {
 			n++
-			var t wire.ShadowTally
-			if json.Unmarshal(msg.Data(), &t) == nil {
-				out = append(out, t)
+			var v T
+			if json.Unmarshal(msg.Data(), &v) == nil {
+				out = append(out, v)
 			}
 		}
 		if err := batch.Error(); err != nil {
-			return nil, fmt.Errorf("read %s: %w", wire.ShadowStream, err)
+			return nil, fmt.Errorf("read %s: %w", name, err)
 		}
 		if n == 0 {
 			break // the rest aged out while being read

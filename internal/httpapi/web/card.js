@@ -58,7 +58,10 @@ export function buildCard(e) {
       h('div', { class: 'card-title' },
         select,
         h('h2', { class: 'tool', id: `t-${e.pendingId}` }, e.toolName),
-        h('span', { class: 'pill pill-wait status-pill' }, 'Waiting')),
+        h('span', { class: 'pill pill-wait status-pill' }, 'Waiting'),
+        e.secretsMasked
+          ? h('span', { class: 'pill pill-info secret-badge', title: 'Its arguments hold what looks like a credential, shown as [redacted]' }, 'Secret')
+          : null),
       h('p', { class: 'card-when' },
         h('time', { class: 'asked', 'data-since': e.requestedAt, 'data-prefix': 'Asked ', datetime: new Date(e.requestedAt).toISOString(), title: new Date(e.requestedAt).toLocaleString() }, 'Asked ' + ago(e.requestedAt)),
         h('span', { class: 'deadline', 'data-deadline': e.approvalTimeoutAt || '' }))),
@@ -76,8 +79,10 @@ export function buildCard(e) {
           meta('Est. cost', formatCost(e.estimatedCost))),
         e.statusReason ? h('div', { class: 'why' }, h('div', { class: 'why-label' }, 'Why it asks'), h('div', { class: 'mono why-text' }, e.statusReason)) : null),
       h('div', { class: 'args' },
-        h('div', { class: 'args-label' }, 'Arguments'),
+        h('div', { class: 'args-label' }, 'Arguments',
+          e.secretsMasked ? h('button', { type: 'button', class: 'btn btn-quiet btn-small', 'data-action': 'reveal', title: 'Show the arguments as they are: toolgate records that you saw them', onclick: (ev) => reveal(card, e, ev.currentTarget) }, 'Show') : null),
         jsonView(args),
+        h('p', { class: 'reveal-error', role: 'alert', hidden: true }),
         e.argumentsDigest
           ? h('p', { class: 'digest', title: 'The SHA-256 of these arguments: an approval binds to exactly them' },
             'Approval binds ', h('code', { class: 'digest-value' }, e.argumentsDigest))
@@ -92,6 +97,25 @@ export function buildCard(e) {
 
   updateCard(card, e);
   return card;
+}
+
+// reveal asks for the call's arguments as they are, which the policy's
+// reveal allows some roles (admin by default) and toolgate records, and
+// shows them in place of the masked ones; a refusal says why.
+async function reveal(card, e, button) {
+  const err = card.querySelector('.reveal-error');
+  button.disabled = true;
+  try {
+    const r = await api('POST', `v1/tool-calls/${encodeURIComponent(e.pendingId)}/reveal`, {});
+    card.querySelector('.args pre.json').replaceWith(jsonView(prettyArgs(r.toolArguments)));
+    card.querySelector('.args').classList.add('args-revealed');
+    button.remove();
+    err.hidden = true;
+  } catch (ex) {
+    err.textContent = 'Not shown: ' + ex.message;
+    err.hidden = false;
+    button.disabled = false;
+  }
 }
 
 function buildActions(card, e, args) {

@@ -129,6 +129,8 @@ export interface Entry {
   toolArguments: JSONValue;
   /** The agent's arguments, when an approver edited them. */
   originalArguments?: JSONValue;
+  /** Set when the arguments are shown with secrets masked as "[redacted]" (a person's view; an executor and the agent that asked get them as they are). */
+  secretsMasked?: boolean;
   argumentsDigest?: string;
   risk?: "high" | "medium" | "low";
   policyRevision?: number;
@@ -271,7 +273,7 @@ type RequiredKeys<T> = { [K in keyof T]-?: object extends Pick<T, K> ? never : K
 
 /** Every field of Entry. */
 export const entryFields = Object.keys({
-  pendingId: 1, toolCallId: 1, toolName: 1, toolArguments: 1, originalArguments: 1, argumentsDigest: 1, risk: 1,
+  pendingId: 1, toolCallId: 1, toolName: 1, toolArguments: 1, originalArguments: 1, secretsMasked: 1, argumentsDigest: 1, risk: 1,
   policyRevision: 1, callerBotId: 1, conversationId: 1, requestedAt: 1, status: 1, statusReason: 1,
   executionAttempts: 1, lastAttemptTime: 1, scheduledExecutionTime: 1, approvalTimeoutAt: 1, reminderAt: 1,
   reminded: 1, overdue: 1, autoRejectOnTimeout: 1, userIdToApprove: 1, approvers: 1, quorum: 1, votes: 1,
