@@ -34,7 +34,7 @@ func TestInbox_AllowForThisSessionRecordsTheGrantOfACallServeRuns(t *testing.T) 
 	p.signIn(aliceToken)
 	p.until(cardCount(1))
 	p.until(`document.querySelector('` + card(first.PendingID) + ` .grant-hint').dataset.state === 'ready'`)
-	p.do(click(button(first.PendingID, "session")), chromedp.WaitNotPresent(chromedp.CSS(card(first.PendingID))))
+	p.grantFrom(first.PendingID, "session")
 
 	var grants []wire.Grant
 	require.Equal(t, http.StatusOK, in.do("GET", "/v1/grants?conversationId=inbox-grant", viewerToken, nil, &grants))
@@ -50,4 +50,63 @@ func TestInbox_AllowForThisSessionRecordsTheGrantOfACallServeRuns(t *testing.T) 
 		e := in.entry(again.PendingID)
 		return e.Status == machine.StateCompletedSuccess, e.Status
 	})
+}
+
+// TestInbox_AGrantSaysItsReachAndIsNarrowedByAnArgument: "Allow for this
+// session…" opens a panel that says in words what the grant lets
+// through, as the approver narrows it to the recipients of send_email
+// (the argument the policy's matchArgument names), bounds its life or
+// makes it single use; a narrowing that would not cover the call is
+// refused as typed. Granted for *@acme-corp.com, the next team email
+// runs and one to someone@evil.example is asked about. A high-risk call
+// offers no grant at all.
+func TestInbox_AGrantSaysItsReachAndIsNarrowedByAnArgument(t *testing.T) {
+	t.Parallel()
+	browser := startBrowser(t)
+	in := startInbox(t, inboxPolicy+"  matchArgument: {send_email: to}\n  risk: {transfer_funds: high}\n", tokens)
+	email := func(id, to string) machine.Call {
+		return machine.Call{ToolCallID: id, ToolName: "send_email", CallerBotID: "mailer", ConversationID: "newsletter",
+			Arguments: json.RawMessage(`{"to":"` + to + `","subject":"Release notes","body":"Hello"}`)}
+	}
+	first := in.call(email("1", "team@acme-corp.com"))
+	pay := in.call(transfer("newsletter", "2"))
+
+	p := openPage(t, browser, in.url)
+	p.signIn(aliceToken)
+	p.until(cardCount(2))
+	hint := func(id string) string { return card(id) + ` .grant-hint` }
+	p.until(`document.querySelector('` + hint(pay.PendingID) + `').dataset.state === 'none'`)
+	assert.Contains(t, p.text(hint(pay.PendingID)), "the policy has this call approved once only, by noGrantsAtRisk high")
+	for _, scope := range []string{"session", "always"} {
+		assert.True(t, eval[bool](p, `document.querySelector('`+card(pay.PendingID)+` button[data-action="`+scope+`"]').disabled`), "no %s grant of a high-risk call", scope)
+	}
+
+	p.until(`document.querySelector('` + hint(first.PendingID) + `').dataset.state === 'ready'`)
+	p.do(click(button(first.PendingID, "session")), chromedp.WaitVisible(chromedp.CSS(card(first.PendingID)+` .panel-grant`)))
+	said := card(first.PendingID) + ` .grant-reach`
+	assert.Equal(t, "Lets any send_email call in conversation newsletter run without asking, for 8 hours.", p.text(said))
+	match := card(first.PendingID) + ` input.grant-match`
+	p.setField(match, "*@other.example")
+	p.until(`!document.querySelector('` + card(first.PendingID) + ` .panel-grant .field-error').hidden`)
+	assert.Contains(t, p.text(card(first.PendingID)+` .panel-grant .field-error`), "send_email(*@other.example) does not cover the call approved")
+	assert.True(t, eval[bool](p, `document.querySelector('`+card(first.PendingID)+` button[data-action="confirm-grant"]').disabled`))
+
+	p.setField(match, "*@acme-corp.com")
+	p.until(`!document.querySelector('` + card(first.PendingID) + ` button[data-action="confirm-grant"]').disabled`)
+	assert.Equal(t, "Lets any send_email call whose to matches “*@acme-corp.com” in conversation newsletter run without asking, for 8 hours.", p.text(said))
+	p.do(click(button(first.PendingID, "confirm-grant")), chromedp.WaitNotPresent(chromedp.CSS(card(first.PendingID))))
+
+	var grants []wire.Grant
+	require.Equal(t, http.StatusOK, in.do("GET", "/v1/grants?conversationId=newsletter", viewerToken, nil, &grants))
+	require.Len(t, grants, 1)
+	g := grants[0]
+	assert.Equal(t, "send_email(*@acme-corp.com)", g.Pattern)
+	assert.Equal(t, "to", g.Argument)
+	assert.InDelta(t, g.At+8*3_600_000, g.ExpiresAt, 1, "for 8 hours")
+
+	var team, evil machine.Entry
+	require.Equal(t, http.StatusCreated, in.do("POST", "/v1/tool-calls", adminToken, email("3", "bob@acme-corp.com"), &team))
+	assert.NotEqual(t, machine.StatePendingApproval, team.Status, "the next team email runs without asking")
+	require.Equal(t, http.StatusCreated, in.do("POST", "/v1/tool-calls", adminToken, email("4", "someone@evil.example"), &evil))
+	assert.Equal(t, machine.StatePendingApproval, evil.Status, "one to someone else is asked about")
 }

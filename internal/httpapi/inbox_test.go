@@ -416,6 +416,14 @@ func button(id, action string) chromedp.CSS {
 	return chromedp.CSS(card(id) + ` button[data-action="` + action + `"]`)
 }
 
+// grantFrom approves the call id for scope (session or always) from its
+// card's grant panel, as it opens: the pattern the call gives, for the
+// first life offered.
+func (p *page) grantFrom(id, scope string) {
+	p.do(click(button(id, scope)), chromedp.WaitVisible(chromedp.CSS(card(id)+` .panel-grant`)),
+		click(button(id, "confirm-grant")), chromedp.WaitNotPresent(chromedp.CSS(card(id))))
+}
+
 func cardCount(n int) string {
 	return fmt.Sprintf(`document.querySelectorAll('article.card').length === %d`, n)
 }
@@ -494,7 +502,8 @@ func TestInbox(t *testing.T) {
 		assert.JSONEq(t, `{"command":"git push origin release/2.8"}`, string(edited.OriginalArguments))
 
 		// The session scope, then the empty state.
-		p.do(click(button(later.PendingID, "session")), chromedp.WaitNotPresent(chromedp.CSS(card(later.PendingID))))
+		p.until(`document.querySelector('` + card(later.PendingID) + ` .grant-hint').dataset.state === 'ready'`)
+		p.grantFrom(later.PendingID, "session")
 		assert.Equal(t, machine.ScopeSession, in.entry(later.PendingID).DecisionScope)
 		p.do(chromedp.WaitVisible(chromedp.ID("empty")))
 		assert.Equal(t, "Nothing waiting for you", p.text("#empty-title"))
@@ -657,7 +666,8 @@ func TestInbox(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS(card(search.PendingID))),
 		)
 		assert.Contains(t, p.text("#who"), "dana")
-		p.do(click(button(search.PendingID, "always")), chromedp.WaitNotPresent(chromedp.CSS(card(search.PendingID))))
+		p.until(`document.querySelector('` + card(search.PendingID) + ` .grant-hint').dataset.state === 'ready'`)
+		p.grantFrom(search.PendingID, "always")
 		e := in.entry(search.PendingID)
 		assert.Equal(t, "dana", e.ApprovedOrRejectedByUserID)
 		assert.Equal(t, machine.ScopeAlways, e.DecisionScope)

@@ -4,10 +4,12 @@
 import { h, jsonView } from './dom.js';
 import { formatCost, prettyArgs, span, ago } from './format.js';
 import { state, canDecide } from './state.js';
-import { api, throttled } from './api.js';
+import { api } from './api.js';
 import { OUTCOMES, RISKS, whyNot, quorumText, reviewText, verdict, capitalize } from './words.js';
 import { removeCard } from './inbox.js';
 import { decide, renderBatch } from './decisions.js';
+import { openPanel, closePanels } from './panel.js';
+import { previewGrant, openGrant } from './grant.js';
 
 export function markResolved(card, e) {
   card.classList.add('card-resolved');
@@ -121,14 +123,14 @@ async function reveal(card, e, button) {
 function buildActions(card, e, args) {
   const btn = (action, label, cls, title) => h('button', { type: 'button', class: `btn ${cls}`, 'data-action': action, title }, label);
   const approve = btn('approve', 'Approve', 'btn-approve', 'Run this call once');
-  const session = btn('session', 'Allow for this session', 'btn-secondary', `Run this call, and later calls like it in conversation ${e.conversationId}, without asking`);
-  const always = btn('always', 'Always allow', 'btn-secondary', e.team ? `Run this call, and add a rule allowing calls like it for team ${e.team}` : 'Run this call, and add a rule allowing calls like it');
+  const session = btn('session', 'Allow for this session…', 'btn-secondary', `Run this call, and later calls like it in conversation ${e.conversationId}, without asking`);
+  const always = btn('always', 'Always allow…', 'btn-secondary', e.team ? `Run this call, and add a rule allowing calls like it for team ${e.team}` : 'Run this call, and add a rule allowing calls like it');
   const edit = btn('edit', 'Approve with edits…', 'btn-secondary', 'Change the arguments, then run it');
   const reject = btn('reject', 'Reject…', 'btn-reject', 'Refuse this call and tell the agent why');
 
   approve.addEventListener('click', () => decide(card, e, { approved: true }));
-  session.addEventListener('click', () => decide(card, e, { approved: true, scope: 'session' }));
-  always.addEventListener('click', () => decide(card, e, { approved: true, scope: 'always' }));
+  session.addEventListener('click', () => openGrant(card, e, 'session'));
+  always.addEventListener('click', () => openGrant(card, e, 'always'));
   reject.addEventListener('click', () => openReject(card, e));
   edit.addEventListener('click', () => openEdit(card, e, args));
   // A respondable call may be answered with the tool's result instead.
@@ -142,56 +144,11 @@ function buildActions(card, e, args) {
   }
 
   const hint = h('p', { class: 'grant-hint', 'data-state': 'loading', role: 'status' }, 'grants: …');
-  previewGrant(e, session, always, hint);
+  previewGrant(card, e, session, always, hint);
   return h('div', { class: 'actions' },
     h('div', { class: 'actions-main' }, approve, session, always, edit, ...(respond ? [respond] : [])),
     reject,
     hint);
-}
-
-// previewGrant asks what "Allow for this session" and "Always allow"
-// would grant (the pattern derived from the call; the scopes differ in
-// reach, not in pattern) and says it beside them before anyone clicks.
-// A call no pattern covers alone can be approved once only.
-function previewGrant(e, session, always, hint) {
-  throttled(() => api('GET', `v1/tool-calls/${encodeURIComponent(e.pendingId)}/grant-preview?scope=session`)).then((p) => {
-    hint.dataset.state = 'ready';
-    hint.dataset.pattern = p.pattern;
-    hint.replaceChildren('grants: ', h('code', { class: 'grant-pattern' }, p.pattern));
-    session.title = `Run this call, and later calls ${p.pattern} covers in conversation ${e.conversationId}, without asking`;
-    always.title = `Run this call, and later calls ${p.pattern} covers${e.team ? ` for team ${e.team}` : ''}, without asking`;
-  }, (err) => {
-    hint.dataset.state = err.status === 400 ? 'none' : 'error';
-    if (err.status === 400) {
-      // No grant would cover it: only "once" is honest.
-      for (const b of [session, always]) { b.disabled = true; b.dataset.wasDisabled = '1'; }
-      hint.textContent = 'No grant: ' + err.message.replace(/^.*?toolArguments: /, '');
-    } else {
-      hint.textContent = 'Could not tell what a grant would cover: ' + err.message;
-    }
-  });
-}
-
-function closePanels(card) {
-  for (const p of card.querySelectorAll('.panel')) p.remove();
-  const actions = card.querySelector('.actions');
-  if (actions) actions.hidden = false;
-}
-
-function openPanel(card, panel, focus) {
-  closePanels(card);
-  const actions = card.querySelector('.actions');
-  if (actions) actions.hidden = true;
-  panel.addEventListener('keydown', (ev) => {
-    if (ev.key === 'Escape') {
-      ev.preventDefault();
-      closePanels(card);
-      const b = card.querySelector('.actions button');
-      if (b) b.focus();
-    }
-  });
-  card.append(panel);
-  focus.focus();
 }
 
 export function openReject(card, e) {
