@@ -116,6 +116,9 @@ type Entry struct {
 	// did, whose result is then Result.
 	Respondable bool   `json:"respondable,omitempty"`
 	RespondedBy string `json:"respondedBy,omitempty"`
+	// NotEditable says the policy lets no approver edit the call's
+	// arguments (editable: false): it is approved as asked, or not.
+	NotEditable bool `json:"notEditable,omitempty"`
 	// Interrupt is set on a call whose rejection asked its agent to stop
 	// its turn, not only this call.
 	Interrupt bool `json:"interrupt,omitempty"`

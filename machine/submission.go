@@ -85,7 +85,7 @@ func (m *Machine) SubmitAndClaim(ctx context.Context, c Call, claimant *Claimant
 			e.ReminderAt = now.Add(r).UnixMilli()
 		}
 		e.AutoRejectOnTimeout = v.AutoRejectOnTimeout || v.OnTimeout == TimeoutReject
-		e.OnTimeout, e.Respondable = v.timeoutOutcome(), v.Respondable
+		e.OnTimeout, e.Respondable, e.NotEditable = v.timeoutOutcome(), v.Respondable, v.NotEditable
 		e.UserIDToApprove = v.Approver
 		e.Approvers = v.Approvers
 		e.Quorum = v.Quorum

@@ -60,6 +60,8 @@ type Verdict struct {
 	// Respondable (ActionAsk) lets an approver answer the call with the
 	// tool's result instead of running it (Decision.Result).
 	Respondable bool
+	// NotEditable (ActionAsk): no approver may edit the call's arguments.
+	NotEditable bool
 }
 
 // Risk is how risky a policy says a call is: high, medium or low.

@@ -197,6 +197,8 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 		v.Quorum = r.quorum(cs)
 		v.Escalate = r.tiers()
 		v.OnTimeout, v.Respondable = r.onTimeout(cs), r.respondable(cs)
+		ok, set := r.Editable[c.ToolName]
+		v.NotEditable = set && !ok
 	}
 	return v, nil
 }

@@ -59,11 +59,11 @@ func TestInbox_AllowForThisSessionRecordsTheGrantOfACallServeRuns(t *testing.T) 
 // makes it single use; a narrowing that would not cover the call is
 // refused as typed. Granted for *@acme-corp.com, the next team email
 // runs and one to someone@evil.example is asked about. A high-risk call
-// offers no grant at all.
+// offers no grant at all, and a call the policy lets nobody edit no edit.
 func TestInbox_AGrantSaysItsReachAndIsNarrowedByAnArgument(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
-	in := startInbox(t, inboxPolicy+"  matchArgument: {send_email: to}\n  risk: {transfer_funds: high}\n", tokens)
+	in := startInbox(t, inboxPolicy+"  matchArgument: {send_email: to}\n  risk: {transfer_funds: high}\n  editable: {transfer_funds: false}\n", tokens)
 	email := func(id, to string) machine.Call {
 		return machine.Call{ToolCallID: id, ToolName: "send_email", CallerBotID: "mailer", ConversationID: "newsletter",
 			Arguments: json.RawMessage(`{"to":"` + to + `","subject":"Release notes","body":"Hello"}`)}
@@ -80,6 +80,10 @@ func TestInbox_AGrantSaysItsReachAndIsNarrowedByAnArgument(t *testing.T) {
 	for _, scope := range []string{"session", "always"} {
 		assert.True(t, eval[bool](p, `document.querySelector('`+card(pay.PendingID)+` button[data-action="`+scope+`"]').disabled`), "no %s grant of a high-risk call", scope)
 	}
+	// Nor an edit the policy forbids (editable: false).
+	assert.True(t, pay.NotEditable)
+	assert.Equal(t, 0, eval[int](p, `document.querySelectorAll('`+card(pay.PendingID)+` button[data-action="edit"]').length`), "no edit offered where the policy forbids one")
+	assert.Equal(t, 1, eval[int](p, `document.querySelectorAll('`+card(first.PendingID)+` button[data-action="edit"]').length`))
 
 	p.until(`document.querySelector('` + hint(first.PendingID) + `').dataset.state === 'ready'`)
 	p.do(click(button(first.PendingID, "session")), chromedp.WaitVisible(chromedp.CSS(card(first.PendingID)+` .panel-grant`)))

@@ -47,6 +47,8 @@ func TestInbox_Quorum(t *testing.T) {
 	assert.Equal(t, machine.StatePendingApproval, in.entry(pay.PendingID).Status, "one approval of two")
 
 	require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+pay.PendingID+"/decision", bobToken, wire.DecideRequest{Approved: true}, nil))
+	// Met, the card says so once, and needs nobody more, before it goes.
+	p.until(`(document.querySelector('` + q + `') || {}).textContent === '2 of 2 approvals (alice, bob)'`)
 	p.do(chromedp.WaitNotPresent(chromedp.CSS(card(pay.PendingID))))
 	got := in.entry(pay.PendingID)
 	assert.Equal(t, machine.StateApproved, got.Status)

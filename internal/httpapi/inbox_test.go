@@ -659,8 +659,10 @@ func TestInbox(t *testing.T) {
 		in := startInbox(t, inboxPolicy, "")
 		search := in.call(webSearch("open", "c1", "weather in Lisbon"))
 		p := openPage(t, browser, in.url)
+		// An empty name is asked for, saying what it is for.
+		p.do(chromedp.WaitVisible(chromedp.ID("user-name")), click(chromedp.CSS(`#name-form button[type=submit]`)), chromedp.WaitVisible(chromedp.ID("name-error")))
+		assert.Contains(t, p.text("#name-error"), "Give your name: every decision you make is recorded under it")
 		p.do(
-			chromedp.WaitVisible(chromedp.ID("user-name")),
 			chromedp.SendKeys(chromedp.ID("user-name"), "dana"),
 			click(chromedp.CSS(`#name-form button[type=submit]`)),
 			chromedp.WaitVisible(chromedp.CSS(card(search.PendingID))),

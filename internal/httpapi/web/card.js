@@ -13,6 +13,9 @@ import { previewGrant, openGrant } from './grant.js';
 
 export function markResolved(card, e) {
   card.classList.add('card-resolved');
+  // One quorum state: the decided call's votes, nobody still needed.
+  const q = card.querySelector('.quorum');
+  if (q && e.quorum) q.textContent = quorumText(e);
   const [label, tone] = OUTCOMES[e.status] || [e.status, 'muted'];
   const pill = card.querySelector('.status-pill');
   if (pill) {
@@ -146,7 +149,8 @@ function buildActions(card, e, args) {
   const hint = h('p', { class: 'grant-hint', 'data-state': 'loading', role: 'status' }, 'grants: …');
   previewGrant(card, e, session, always, hint);
   return h('div', { class: 'actions' },
-    h('div', { class: 'actions-main' }, approve, session, always, edit, ...(respond ? [respond] : [])),
+    // An edit is offered where the policy allows one (editable).
+    h('div', { class: 'actions-main' }, approve, session, always, ...(e.notEditable ? [] : [edit]), ...(respond ? [respond] : [])),
     reject,
     hint);
 }

@@ -48,7 +48,9 @@ $('name-form').addEventListener('submit', (ev) => {
   ev.preventDefault();
   const name = $('user-name').value.trim();
   if (!/^[\w.@+-]{1,64}$/.test(name)) {
-    $('name-error').textContent = 'Use letters, digits and . _ @ + - only.';
+    $('name-error').textContent = name
+      ? 'A name is letters, digits and . _ @ + - only, up to 64: a user name such as alice or alice@example.com.'
+      : 'Give your name: every decision you make is recorded under it (a user name such as alice).';
     $('name-error').hidden = false;
     return;
   }

@@ -1,7 +1,7 @@
 // What a call's entry says, in words: how its state reads, who may
 // decide it, and what became of it.
 
-import { state, canDecide } from './state.js';
+import { PENDING, state, canDecide } from './state.js';
 
 // How each state reads to a person, and its colour.
 export const OUTCOMES = {
@@ -52,15 +52,17 @@ function deciders(e) {
 }
 
 // quorumText says how far a call under a quorum is: "1 of 2 approvals
-// (alice) · still needed: 1 of bob, carol".
+// (alice) · still needed: 1 of bob, carol". A decided call needs nobody
+// more: it says what its votes were.
 export function quorumText(e) {
   const yes = (e.votes || []).filter((v) => v.approve).map((v) => v.by);
   const no = (e.votes || []).filter((v) => !v.approve).map((v) => v.by);
   let s = `${yes.length} of ${e.quorum.required} approvals`;
   if (yes.length) s += ` (${yes.join(', ')})`;
   if (no.length) s += ` · rejected by ${no.join(', ')}`;
-  const who = deciders(e);
   const left = e.quorum.required - yes.length;
+  if (e.status !== PENDING || left <= 0) return s;
+  const who = deciders(e);
   if (who) {
     const waiting = who.filter((u) => u !== e.callerBotId && !(e.votes || []).some((v) => v.by === u));
     if (waiting.length) s += ` · still needed: ${left} of ${waiting.join(', ')}`;

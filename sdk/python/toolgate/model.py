@@ -159,6 +159,7 @@ class Entry:
     tool_name: str = ""
     tool_arguments: Dict[str, JSON] = field(default_factory=dict)
     original_arguments: Optional[Dict[str, JSON]] = None
+    secrets_masked: bool = False
     arguments_digest: str = ""
     risk: str = ""
     policy_revision: int = 0
@@ -202,6 +203,7 @@ class Entry:
     prior_transition: Optional[Transition] = None
     on_timeout: str = ""
     respondable: bool = False
+    not_editable: bool = False
     responded_by: str = ""
     interrupt: bool = False
     reviews: List[Review] = field(default_factory=list)

@@ -177,6 +177,8 @@ export interface Entry {
   onTimeout?: "cancel" | "approve";
   /** An approver may answer the call with the tool's result instead of running it (policy respondable). */
   respondable?: boolean;
+  /** No approver may edit the call's arguments (policy editable: false). */
+  notEditable?: boolean;
   /** The approver who answered the call with its result: result is theirs, not the tool's. */
   respondedBy?: string;
   /** The call's rejection asked its agent to stop its turn. */
@@ -280,7 +282,7 @@ export const entryFields = Object.keys({
   escalations: 1, escalated: 1, approvedOrRejectedByUserId: 1, decisionTime: 1, decidedBy: 1, decisionScope: 1, result: 1,
   error: 1, cost: 1, team: 1, taskId: 1, estimatedCost: 1, permissionMode: 1, description: 1,
   maxExecutionAttempts: 1, costReserved: 1, costDay: 1, lease: 1, receipts: 1, lastTransition: 1, priorTransition: 1,
-  onTimeout: 1, respondable: 1, respondedBy: 1, interrupt: 1,
+  onTimeout: 1, respondable: 1, notEditable: 1, respondedBy: 1, interrupt: 1,
   reviews: 1,
 } satisfies Record<keyof Entry, 1>);
 
