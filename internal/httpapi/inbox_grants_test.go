@@ -50,6 +50,15 @@ func TestInbox_AllowForThisSessionRecordsTheGrantOfACallServeRuns(t *testing.T) 
 		e := in.entry(again.PendingID)
 		return e.Status == machine.StateCompletedSuccess, e.Status
 	})
+
+	// Its history credits the grant, in words, and shows the result.
+	h := openPage(t, browser, in.url+"/#/calls/"+again.PendingID)
+	row := `li.row[data-id="` + again.PendingID + `"]`
+	h.do(chromedp.WaitVisible(chromedp.CSS(row + `.row-target .timeline`)))
+	timeline := h.textOnce(row+` .row-details`, "Finished", "Result")
+	for _, want := range []string{"Asked by bot-1; runs without asking: a grant covers it", "Started running on", "Finished", "Result", `"exitCode": 0`} {
+		assert.Contains(t, timeline, want)
+	}
 }
 
 // TestInbox_AGrantSaysItsReachAndIsNarrowedByAnArgument: "Allow for this

@@ -524,8 +524,9 @@ func TestInbox(t *testing.T) {
 		// its "Loading…".
 		// A late event may draw the history again (and load the timeline
 		// again): read the timeline once it holds what it should.
-		timeline := p.textOnce(row(push.PendingID)+` .row-details`, "Asked with", "git push --dry-run", "approve")
-		assert.Contains(t, timeline, "approve")
+		timeline := p.textOnce(row(push.PendingID)+` .row-details`, "Asked with", "git push --dry-run", "Approved by alice")
+		assert.Contains(t, timeline, "Asked by release-bot; waits for a person")
+		assert.NotContains(t, timeline, "APPROVED_READY_FOR_EXECUTION", "in words, not state names")
 		assert.Contains(t, timeline, "git push --dry-run")
 		assert.Contains(t, timeline, "Asked with")
 	})
@@ -580,11 +581,10 @@ func TestInbox(t *testing.T) {
 		assert.Equal(t, "page", eval[string](p, `document.getElementById('tab-history').getAttribute('aria-current')`))
 		p.until(`(document.querySelector('` + row + ` .row-details') || {}).textContent?.includes('Paid by card already') === true`)
 		timeline := p.text(row + ` .row-details`)
-		for _, want := range []string{"ask", "reject", "bob", "Paid by card already", "Arguments"} {
+		// In words: who asked and why a person decides, who decided.
+		for _, want := range []string{"Asked by finance-agent; waits for a person", "requiresApprovalTools (default)", "Rejected by bob", "Paid by card already", "Arguments"} {
 			assert.Contains(t, timeline, want)
 		}
-		assert.Equal(t, []string{"policy", "human"}, eval[[]string](p, `[...document.querySelectorAll('`+row+` .tl-decided')].map((el) => el.textContent)`),
-			"the timeline says what decided: the policy asked, a human rejected")
 		assert.Contains(t, p.text("#link-note"), "needs no decision any more: rejected by bob")
 		p.until(`document.querySelectorAll('li.row').length === 2`)
 		assert.Equal(t, machine.StateRejectedByUser, in.entry(pay.PendingID).Status)

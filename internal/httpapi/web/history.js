@@ -111,12 +111,9 @@ function buildRow(e, open) {
 
 function buildTimeline(e, items) {
   const frag = document.createDocumentFragment();
-  frag.append(h('ol', { class: 'timeline' }, items.map((it) => h('li', {},
+  frag.append(h('ol', { class: 'timeline' }, items.map((it) => h('li', { 'data-event': it.event, title: `${it.event} → ${it.to || ''}${it.actor ? ` by ${it.actor}` : ''}` },
     h('time', { datetime: new Date(it.at).toISOString() }, new Date(it.at).toLocaleString()),
-    h('span', { class: 'tl-event' }, it.event),
-    h('span', { class: 'tl-to mono' }, it.to),
-    it.actor ? h('span', { class: 'tl-actor' }, it.actor) : null,
-    it.decidedBy ? h('span', { class: 'tl-decided pill pill-muted', title: 'what decided' }, it.decidedBy) : null,
+    h('span', { class: 'tl-event' }, happened(it, e)),
     it.reason ? h('span', { class: 'tl-reason' }, it.reason) : null))));
   const argBlock = (label, raw) => h('div', { class: 'args' }, h('div', { class: 'args-label' }, label), jsonView(prettyArgs(raw)));
   if (e.originalArguments) {
@@ -126,6 +123,43 @@ function buildTimeline(e, items) {
   } else {
     frag.append(argBlock('Arguments', e.toolArguments));
   }
+  if (e.result !== undefined && e.result !== null) frag.append(argBlock(e.respondedBy ? `Result (answered by ${e.respondedBy})` : 'Result', e.result));
   if (e.error) frag.append(h('p', { class: 'field-error' }, e.error));
   return frag;
+}
+
+// who names an actor for people: an executor process by its credential
+// ("executor", not "executor/host-7-4121": the step's title has it all).
+function who(actor) {
+  return actor ? actor.split('/')[0] : 'toolgate';
+}
+
+// BY says what decided, when it was not a person.
+const BY = { rule: 'a policy rule', grant: 'a grant', policy: 'the policy', timeout: 'the deadline', classifier: "the agent's classifier", channel: "the agent's own channel", reviewer: 'a reviewer' };
+
+// happened says one step of e's history in plain words.
+function happened(it, e) {
+  const by = BY[it.decidedBy];
+  const asker = e.callerBotId;
+  switch (it.event) {
+    case 'ask': return `Asked by ${asker}; waits for a person`;
+    case 'schedule': return by === 'a grant' ? `Asked by ${asker}; runs without asking: a grant covers it` : `Asked by ${asker}; runs without asking${by ? ` (${by})` : ''}`;
+    case 'deny': return `Asked by ${asker}; refused by ${by || 'the policy'}`;
+    case 'approve': return it.decidedBy === 'quorum' ? `Approved by ${who(it.actor)}, completing the quorum` : by ? `Approved by ${by}` : `Approved by ${who(it.actor)}`;
+    case 'vote': return `${who(it.actor)} voted`;
+    case 'reject': return by ? `Rejected by ${by}` : `Rejected by ${who(it.actor)}`;
+    case 'respond': return `Answered by ${who(it.actor)} with a result; the tool did not run`;
+    case 'escalate': return 'Escalated: more people may decide it';
+    case 'timeout': return 'Nobody decided in time';
+    case 'overdue': return 'Past its deadline, still waiting';
+    case 'remind': return 'Reminded the approvers';
+    case 'cancel': return `Cancelled by ${who(it.actor)}`;
+    case 'start': return `Started running on ${who(it.actor)}`;
+    case 'reclaim': return `Taken over by ${who(it.actor)}: the last run stopped reporting`;
+    case 'succeed': return 'Finished';
+    case 'fail': return 'Failed';
+    case 'review': return `Reviewed by ${who(it.actor)}`;
+    case 'revealed': return `Arguments shown in clear to ${who(it.actor)}`;
+    default: return `${it.event} by ${who(it.actor)}`;
+  }
 }
