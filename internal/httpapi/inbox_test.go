@@ -846,6 +846,8 @@ func TestInbox_Analytics(t *testing.T) {
 		}
 		assert.Equal(t, "page", eval[string](p, `document.getElementById('tab-analytics').getAttribute('aria-current')`))
 		assert.True(t, eval[bool](p, `document.getElementById('filters').hidden`), "the inbox's filters are not the analytics'")
+		// Every table fits the page, nothing cut off or scrolled sideways.
+		assert.Equal(t, []string{}, eval[[]string](p, `[...document.querySelectorAll('#analytics .table-wrap')].filter((w) => w.scrollWidth > w.clientWidth + 1).map((w) => w.querySelector('caption, table')?.textContent.slice(0, 40) + ': ' + w.scrollWidth + ' > ' + w.clientWidth)`))
 
 		cell := func(table, name, col string) string {
 			return fmt.Sprintf(`#an-%s tr[data-name="%s"] [data-col="%s"]`, table, name, col)
@@ -861,6 +863,7 @@ func TestInbox_Analytics(t *testing.T) {
 		assert.Equal(t, "0%", p.text(cell("tools", "web_search", "timeoutRate")))
 		assert.Equal(t, "0.36", p.text(cell("tools", "web_search", "cost")))
 		assert.Equal(t, "0.24", p.text(cell("tools", "web_search", "estimatedCost")))
+		assert.Contains(t, p.text(`[data-kpi="cost"]`), "estimated for every call asked, run or not", "says what each cost counts")
 		// The analytics keep a histogram, within 4.5% of the true quantiles.
 		assert.InEpsilon(t, 110_000, raw(cell("tools", "web_search", "p50")), 0.05)
 		assert.InEpsilon(t, 160_000, raw(cell("tools", "web_search", "p90")), 0.05)

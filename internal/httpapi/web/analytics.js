@@ -141,7 +141,7 @@ function renderKPIs(r) {
     kpi('approval', 'Approved', pct(t.approvalRate, t.decided), `${num(t.approved)} of ${num(t.decided)} decided`),
     kpi('decide', 'Time to decide', dur(t.timeToDecide.p50Ms), `median · p90 ${dur(t.timeToDecide.p90Ms)}`),
     kpi('timeout', 'Timed out', pct(t.timeoutRate, t.asked), `${num(late)} of ${num(t.asked)} asked`, 'Rejected by the timeout, or left overdue'),
-    kpi('cost', 'Cost', money(t.cost), `estimated ${money(t.estimatedCost)}`, 'What the calls that ran reported, and what the agents estimated when asking'));
+    kpi('cost', 'Cost', money(t.cost), `reported by the runs; ${money(t.estimatedCost)} estimated for every call asked, run or not`, 'What the calls that ran reported, and what the agents estimated when asking, for every call, approved or not'));
 }
 
 // ---- tables ----
@@ -175,7 +175,7 @@ function statsTable(rows, label, kind) {
     { key: 'p90', label: 'Decide p90', num: true, title: '90th percentile of the time to decide', value: (t) => dur(t.timeToDecide.p90Ms), raw: (t) => t.timeToDecide.p90Ms },
     { key: 'timeoutRate', label: 'Timeout rate', num: true, value: (t) => pct(t.timeoutRate, t.asked), raw: (t) => t.timeoutRate, cellTitle: (t) => `${t.timedOut} timed out, ${t.overdue} overdue, of ${t.asked} asked` },
     { key: 'cost', label: 'Cost', num: true, title: 'Reported by the runs', value: (t) => money(t.cost), raw: (t) => t.cost },
-    { key: 'estimatedCost', label: 'Est. cost', num: true, title: 'Estimated by the agents when asking', value: (t) => money(t.estimatedCost), raw: (t) => t.estimatedCost },
+    { key: 'estimatedCost', label: 'Est. cost (asked)', num: true, title: 'Estimated by the agents when asking, for every call, approved or not', value: (t) => money(t.estimatedCost), raw: (t) => t.estimatedCost },
   ];
   return table(cols, [...rows].sort(byCalls), `Per ${kind}`);
 }
