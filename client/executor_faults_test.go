@@ -41,7 +41,7 @@ func TestExecutor_StreamLeaderLossRunsNoHandlerTwice(t *testing.T) {
 		Policy: "default: {requiresApprovalTools: none, maxExecutionAttempts: 3}",
 	})
 	survivors := bustest.ClientURLs(servers[1:])
-	admin, _ := bustest.Connect(t, survivors)
+	admin, adminJS := bustest.Connect(t, survivors)
 	stream := "KV_" + wire.CallsBucket
 	bustest.MoveStreamLeader(t, admin, servers, stream, victim)
 
@@ -106,7 +106,8 @@ func TestExecutor_StreamLeaderLossRunsNoHandlerTwice(t *testing.T) {
 
 	var states map[machine.State]int
 	var entries []*machine.Entry
-	bustest.Eventually(t, 60*time.Second, 100*time.Millisecond, "every call completed", func() (bool, any) {
+	awaitStates(t, adminJS, "faults", map[machine.State]int{machine.StateCompletedSuccess: calls})
+	bustest.Eventually(t, 60*time.Second, time.Second, "a list of every call completed", func() (bool, any) {
 		var err error
 		entries, err = agent.List(t.Context(), wire.ListRequest{ConversationID: "faults", Limit: 1000})
 		if err != nil {

@@ -171,9 +171,8 @@ func TestExecutor_NeverRunsARefusedCall(t *testing.T) {
 		machine.StateCompletedSuccess: calls / 4, machine.StateRejectedByUser: calls / 4,
 		machine.StateRejectedByTimeout: calls / 4, machine.StateCancelled: calls / 4,
 	}
-	// Listing 1,000 entries takes seconds on a loaded machine: the wait
-	// is long, and says what it last saw.
-	bustest.Eventually(t, 2*time.Minute, time.Second, "the final states", func() (bool, any) {
+	awaitStates(t, g.JS, "mixed", want)
+	bustest.Eventually(t, time.Minute, time.Second, "a list of the final states", func() (bool, any) {
 		entries, err := g.c.List(ctx, wire.ListRequest{ConversationID: "mixed", Limit: 1000})
 		if err != nil {
 			return false, err
@@ -328,9 +327,10 @@ default:
 	}
 	require.NoError(t, eg.Wait())
 
+	awaitStates(t, g.JS, "load", map[machine.State]int{machine.StateCompletedSuccess: calls})
 	// A list that gets no answer on a loaded machine is asked again.
 	var entries []*machine.Entry
-	bustest.Eventually(t, 2*time.Minute, 500*time.Millisecond, "every call completed", func() (bool, any) {
+	bustest.Eventually(t, time.Minute, time.Second, "a list of every call completed", func() (bool, any) {
 		var err error
 		entries, err = g.c.List(ctx, wire.ListRequest{ConversationID: "load", Limit: 1000})
 		if err != nil {

@@ -187,21 +187,38 @@ func TestDeadlines_AsAMap(t *testing.T) {
 				s.hash = func(id string) uint64 { return uint64(len(id) % 3) }
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
+			const now = 1000 // what popDue is asked: every new deadline is due by then
 			due := map[string]int64{}
+			// dueAt counts the ids due at each time up to now: the earliest
+			// deadline is then found in a count of times, not a scan of due.
+			var dueAt [now + 1]int
+			forget := func(id string) {
+				if old, ok := due[id]; ok && old <= now {
+					dueAt[old]--
+				}
+				delete(due, id)
+			}
+			setDue := func(id string, at int64) {
+				forget(id)
+				due[id] = at
+				if at <= now {
+					dueAt[at]++
+				}
+			}
 			rev := uint64(0)
 			for range 50_000 {
 				id := fmt.Sprintf("conv-%d.call-%d", rng.IntN(50), rng.IntN(1<<rng.IntN(12)))
 				rev++
 				switch r := rng.IntN(10); {
 				case r < 6:
-					at := 1 + rng.Int64N(1000)
+					at := 1 + rng.Int64N(now)
 					s.observe(pending(id, at), rev)
-					due[id] = at
+					setDue(id, at)
 				case r < 8:
 					s.observe(&machine.Entry{PendingID: id, Status: machine.StateApproved}, rev)
-					delete(due, id)
+					forget(id)
 				default: // the earliest fires: expired, or retried later
-					j, ok := s.popDue(1000)
+					j, ok := s.popDue(now)
 					if ok != (len(due) > 0) {
 						t.Fatalf("popDue: %v with %d due", ok, len(due))
 					}
@@ -209,17 +226,20 @@ func TestDeadlines_AsAMap(t *testing.T) {
 						continue
 					}
 					earliest := j.at
-					for _, at := range due {
-						earliest = min(earliest, at)
+					for at := range min(j.at, now+1) {
+						if dueAt[at] > 0 {
+							earliest = at
+							break
+						}
 					}
-					if j.at != due[j.id] || j.at != earliest {
-						t.Fatalf("fired %s at %d: it is due at %d, the earliest at %d", j.id, j.at, due[j.id], earliest)
+					if j.at != due[j.id] || j.at != earliest || j.at > now {
+						t.Fatalf("fired %s at %d (now %d): it is due at %d, the earliest at %d", j.id, j.at, now, due[j.id], earliest)
 					}
 					if r == 8 {
 						s.done(outcome{id: j.id})
-						delete(due, j.id)
+						forget(j.id)
 					} else {
-						due[j.id] = j.at + 1 + rng.Int64N(100)
+						setDue(j.id, j.at+1+rng.Int64N(100))
 						s.done(outcome{id: j.id, rev: j.rev, kind: j.kind, at: due[j.id]})
 					}
 				}
