@@ -28,8 +28,9 @@ func (p *page) press(keys string) {
 // reason's own j, a, r and x are letters there, not keys) and Enter
 // rejects; after each decision the next card is current, and a
 // confirmation says what was decided. On the way k moves back, x ticks
-// the current card for the batch bar and unticks it, ? shows the keys,
-// and e opens the edit panel, which Escape closes with nothing decided.
+// the current card for the batch bar and unticks it, ? shows the keys
+// (and while they show, a decides nothing; nor does Ctrl+A), and e opens
+// the edit panel, which Escape closes with nothing decided.
 func TestInbox_TriageWithTheKeyboard(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
@@ -71,6 +72,7 @@ func TestInbox_TriageWithTheKeyboard(t *testing.T) {
 	p.press(kb.Escape)
 	p.until(`!document.getElementById('keys-help').open`)
 
+	p.do(chromedp.KeyEvent("a", chromedp.KeyModifiers(chromedp.ModifierCtrl))) // Ctrl+A is the browser's, not a key here
 	p.press("e")
 	p.until(`document.activeElement.matches('` + card(order[0]) + ` textarea.edit-args')`)
 	p.press(kb.Escape)
