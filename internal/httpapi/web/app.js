@@ -16,8 +16,10 @@
 // loaded by the browser as they are (no build step): dom.js, format.js,
 // state.js, api.js and words.js are what the others share; session.js
 // the sign-in screens; inbox.js the pending calls, card.js a call's card
-// and decisions.js its decision; filters.js, views.js, history.js,
-// grants.js, analytics.js, charts.js and shadow.js the rest of the page.
+// and decisions.js its decision, keys.js the keyboard, notify.js what
+// the page says of new calls and decisions; filters.js, views.js,
+// history.js, grants.js, analytics.js, charts.js and shadow.js the rest
+// of the page.
 //
 // The modules import each other in circles (a card decides, a decision
 // redraws the inbox). That is safe because, as it loads, a module only
@@ -119,8 +121,11 @@ async function sync() {
     retrySoon();
     return;
   }
+  // What a list after the first finds (calls asked while the stream
+  // was down) arrived while the page was open.
+  const again = state.listed;
   state.listed = true;
-  replacePending(page.items);
+  replacePending(page.items, again);
   if (state.view === 'history') loadHistory();
   loadGrants();
   follow(page.eventsSeq);

@@ -10,6 +10,7 @@ import { upsertPending, removeCard, renderInbox } from './inbox.js';
 import { setBusy, showCardError } from './card.js';
 import { filters, matches } from './filters.js';
 import { renderHistory } from './history.js';
+import { confirmDecision } from './notify.js';
 
 // describeError turns a refused decision into what the approver needs.
 function describeError(err) {
@@ -37,7 +38,7 @@ export async function decide(card, e, body) {
       renderInbox();
       return;
     }
-    announce(`${e.toolName}: ${verdict(updated)}`);
+    confirmDecision(e, body);
     removeCard(e.pendingId);
     if (state.history) { state.history.set(updated.pendingId, updated); renderHistory(); }
   } catch (ex) {

@@ -10,6 +10,8 @@ import { filters, matches } from './filters.js';
 import { renderHistory } from './history.js';
 import { loadGrantsSoon } from './grants.js';
 import { refreshAnalyticsSoon } from './analytics.js';
+import { markCurrent } from './keys.js';
+import { markNew, isNew, renderNew, showCount, notifyNew } from './notify.js';
 
 // How long a card that someone else decided stays, saying so, before it
 // goes; a card showing an error stays until dismissed.
@@ -28,7 +30,9 @@ export function remember(e) {
   if (changed) renderDatalists();
 }
 
-export function replacePending(items) {
+// replacePending shows the calls a list found; with announceNew (a list
+// after the first), those not shown before are new.
+export function replacePending(items, announceNew) {
   const fresh = new Map(items.map((e) => [e.pendingId, e]));
   for (const [id, card] of [...state.cards]) {
     if (fresh.has(id)) continue;
@@ -36,7 +40,7 @@ export function replacePending(items) {
     // A card showing an error keeps it until dismissed.
     if (card.dataset.sticky === undefined) removeCard(id);
   }
-  for (const e of items) upsertPending(e, false);
+  for (const e of items) upsertPending(e, announceNew);
   renderInbox();
 }
 
@@ -72,6 +76,7 @@ export function upsertPending(e, announceIt) {
   // an escalation reaching them): built anew.
   const fresh = buildCard(e);
   if (card) {
+    if (isNew(card)) markNew(fresh);
     card.replaceWith(fresh);
     fresh.entry = e;
     state.cards.set(e.pendingId, fresh);
@@ -80,7 +85,8 @@ export function upsertPending(e, announceIt) {
   fresh.entry = e;
   state.cards.set(e.pendingId, fresh);
   if (!known && announceIt) {
-    fresh.classList.add('card-new');
+    markNew(fresh);
+    notifyNew(e);
     announce(`New request: ${e.toolName} from ${e.callerBotId}`);
   }
 }
@@ -91,10 +97,14 @@ export function removeCard(id) {
   state.cards.delete(id);
   state.selected.delete(id);
   if (!card) return;
-  // Keep keyboard users in the queue: focus moves to the next card.
-  const hadFocus = card.contains(document.activeElement);
+  // Keep keyboard users in the queue: focus moves to the next card, and
+  // so does the keys' current card. (A decision's busy card may have lost
+  // the focus already: the field that had it was disabled.)
+  const current = state.current === id;
+  const hadFocus = card.contains(document.activeElement) || (current && document.activeElement === document.body);
   const next = card.nextElementSibling || card.previousElementSibling;
   card.remove();
+  if (current) state.current = next ? next.dataset.id : null;
   if (hadFocus) {
     const target = next && next.querySelector('button:not([disabled])');
     if (target) target.focus(); else $('main').focus();
@@ -150,7 +160,9 @@ export function renderInbox() {
 
   $('pending-count').textContent = String(n);
   $('pending-count').dataset.zero = n ? '' : '1';
-  document.title = n ? `(${n}) toolgate inbox` : 'toolgate inbox';
+  showCount(n);
+  markCurrent();
+  renderNew();
 
   const filtered = f.conversation || f.tool;
   $('inbox-note').hidden = !filtered || !n;

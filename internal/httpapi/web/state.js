@@ -25,6 +25,7 @@ export const state = {
   everLive: false,
   listed: false,
   linked: null, // {id, entry}: the call a link opened
+  current: null, // the pendingId of the card the keys act on
   selected: new Set(), // pendingIds ticked for a decision together
   batching: false, // a decision of the selected calls is in flight
   grants: null, // the grants in force, once listed
