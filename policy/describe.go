@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -142,8 +143,16 @@ func render(t *template.Template, args map[string]any) (string, bool) {
 	return truncate(out, maxDescription), true
 }
 
-// defaultDescription is the tool's name and its arguments as compact JSON.
+// defaultDescription says what a call does without a describe template:
+// for the shapes of arguments people know (a command line, an email, an
+// HTTP request, a path, a query) in their words, "Bash: git push origin
+// main", "send_email to team@acme.com: “Release notes”", "http GET
+// https://api.example.com/v1"; otherwise the tool's name and its
+// arguments as compact JSON.
 func defaultDescription(tool string, raw []byte) string {
+	if s := shapeDescription(tool, raw); s != "" {
+		return truncate(strings.Join(strings.Fields(strings.ToValidUTF8(s, "\uFFFD")), " "), maxDefaultDescription)
+	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil || buf.String() == "{}" || buf.Len() == 0 {
 		return tool
@@ -158,4 +167,53 @@ func truncate(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
+}
+
+// shapeDescription is defaultDescription for arguments of a shape people
+// know, "" for any other.
+func shapeDescription(tool string, raw []byte) string {
+	var args map[string]any
+	if json.Unmarshal(raw, &args) != nil {
+		return ""
+	}
+	str := func(k string) string { v, _ := args[k].(string); return v }
+	switch {
+	case str("command") != "":
+		return tool + ": " + str("command")
+	case args["command"] != nil:
+		argv, ok := args["command"].([]any)
+		words := make([]string, 0, len(argv))
+		for _, a := range argv {
+			w, isString := a.(string)
+			if !isString {
+				return ""
+			}
+			words = append(words, shellQuote(w))
+		}
+		if !ok || len(words) == 0 {
+			return ""
+		}
+		return tool + ": " + strings.Join(words, " ")
+	case str("to") != "" && str("subject") != "":
+		return fmt.Sprintf("%s to %s: “%s”", tool, str("to"), str("subject"))
+	case str("url") != "":
+		return strings.TrimSpace(fmt.Sprintf("%s %s %s", tool, strings.ToUpper(str("method")), str("url")))
+	case str("file_path") != "":
+		return tool + " " + str("file_path")
+	case str("query") != "" && len(args) == 1:
+		return fmt.Sprintf("%s “%s”", tool, str("query"))
+	}
+	return ""
+}
+
+// shellQuote writes w as a shell reads it back: as it is when it needs
+// no quoting, else in single quotes.
+func shellQuote(w string) string {
+	if w != "" && strings.IndexFunc(w, func(r rune) bool {
+		return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == '@' || r == '+' || r == ',' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+	}) < 0 {
+		return w
+	}
+	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -387,6 +386,20 @@ func TestEvaluate_Description(t *testing.T) {
 	assert.Equal(t, `broken {"list":[1]}`, describe("broken", `{"list":[1]}`), "a failing template falls back")
 	assert.Equal(t, `other {"a":1,"b":[true,null]}`, describe("other", `{ "a": 1, "b": [true, null] }`))
 	assert.Equal(t, `other`, describe("other", `{}`))
+	// Without a template, arguments of a shape people know read as they do.
+	for args, want := range map[string]string{
+		`{"command":"git push origin main"}`:                                             `other: git push origin main`,
+		`{"command":["git","commit","-m","first try"],"timeoutMs":5}`:                    `other: git commit -m 'first try'`,
+		`{"to":"team@acme-corp.com","subject":"Release notes","body":"Hi,\nthe notes."}`: `other to team@acme-corp.com: “Release notes”`,
+		`{"method":"post","url":"https://api.example.com/v1/pay","body":"{}"}`:           `other POST https://api.example.com/v1/pay`,
+		`{"url":"https://example.com"}`:                                                  `other https://example.com`,
+		`{"file_path":"/etc/hosts","content":"x"}`:                                       `other /etc/hosts`,
+		`{"query":"NATS KV"}`:                                                            `other “NATS KV”`,
+		`{"command":[1]}`:                                                                `other {"command":[1]}`,
+		`{"command":"line one\n  line two"}`:                                             `other: line one line two`,
+	} {
+		assert.Equal(t, want, describe("other", args), args)
+	}
 	assert.Equal(t, `other`, describe("other", ``))
 	long := describe("other", `{"text":"`+strings.Repeat("é", 300)+`"}`)
 	assert.Equal(t, maxDefaultDescription, len([]rune(long)))
@@ -511,7 +524,7 @@ func TestEvaluate_WithMachine(t *testing.T) {
 	v, err := ev.Evaluate(context.Background(), testCall{tool: "Bash", args: `{"command":"rm -rf /"}`}.call())
 	require.NoError(t, err)
 	assert.Equal(t, machine.ActionDeny, v.Action)
-	assert.Equal(t, fmt.Sprintf("Bash %s", `{"command":"rm -rf /"}`), v.Description)
+	assert.Equal(t, "Bash: rm -rf /", v.Description)
 }
 
 func TestGrantPattern_CoversTheCallItCameFrom(t *testing.T) {
