@@ -1,18 +1,22 @@
-// The filters: by conversation, tool and outcome.
+// The filters: by conversation, tool, caller, risk and outcome; and the
+// inbox's order.
 
 import { $ } from './dom.js';
 import { state } from './state.js';
 import { renderInbox } from './inbox.js';
 import { loadHistory, renderHistory } from './history.js';
 
-export const filters = () => ({
-  conversation: $('f-conversation').value.trim(),
-  tool: $('f-tool').value.trim(),
-  status: $('f-status').value,
-});
+// FIELDS are the filters' inputs, by the query parameter each is kept in.
+const FIELDS = { conversation: 'f-conversation', tool: 'f-tool', caller: 'f-caller', risk: 'f-risk', sort: 'f-sort', status: 'f-status' };
+
+export const filters = () => Object.fromEntries(Object.entries(FIELDS).map(([k, id]) => [k, $(id).value.trim()]));
+
+// riskRank orders risks: high 3, medium 2, low 1, none 0.
+export const riskRank = (r) => ({ high: 3, medium: 2, low: 1 })[r] || 0;
 
 export function matches(e, f) {
-  return (!f.conversation || e.conversationId === f.conversation) && (!f.tool || e.toolName === f.tool);
+  return (!f.conversation || e.conversationId === f.conversation) && (!f.tool || e.toolName === f.tool) &&
+    (!f.caller || e.callerBotId === f.caller) && (!f.risk || riskRank(e.risk) >= riskRank(f.risk));
 }
 
 let filterTimer = 0;
@@ -24,13 +28,11 @@ function onFilter() {
   clearTimeout(filterTimer);
   filterTimer = setTimeout(loadHistory, 250);
 }
-for (const id of ['f-conversation', 'f-tool']) $(id).addEventListener('input', onFilter);
-$('f-status').addEventListener('change', onFilter);
+for (const id of ['f-conversation', 'f-tool', 'f-caller']) $(id).addEventListener('input', onFilter);
+for (const id of ['f-risk', 'f-sort', 'f-status']) $(id).addEventListener('change', onFilter);
 $('filters').addEventListener('submit', (ev) => ev.preventDefault());
 const clear = () => {
-  $('f-conversation').value = '';
-  $('f-tool').value = '';
-  $('f-status').value = '';
+  clearFilters();
   onFilter();
 };
 $('f-clear').addEventListener('click', clear);
@@ -39,26 +41,18 @@ $('empty-clear').addEventListener('click', clear);
 // clearFilters empties them without reloading: a link shows its call
 // whatever they said.
 export function clearFilters() {
-  $('f-conversation').value = '';
-  $('f-tool').value = '';
-  $('f-status').value = '';
+  for (const id of Object.values(FIELDS)) $(id).value = '';
   saveFilters();
 }
 
 // Filters live in the query string, so a reload or a shared link keeps them.
 function saveFilters() {
-  const f = filters();
-  const q = new URLSearchParams();
-  if (f.conversation) q.set('conversation', f.conversation);
-  if (f.tool) q.set('tool', f.tool);
-  if (f.status) q.set('status', f.status);
+  const q = new URLSearchParams(Object.entries(filters()).filter(([, v]) => v));
   const s = q.toString();
   history.replaceState(null, '', location.pathname + (s ? '?' + s : '') + location.hash);
 }
 
 export function loadFilters() {
   const q = new URLSearchParams(location.search);
-  $('f-conversation').value = q.get('conversation') || '';
-  $('f-tool').value = q.get('tool') || '';
-  $('f-status').value = q.get('status') || '';
+  for (const [k, id] of Object.entries(FIELDS)) $(id).value = q.get(k) || '';
 }

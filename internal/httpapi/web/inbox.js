@@ -6,7 +6,7 @@ import { PENDING, state } from './state.js';
 import { whyNot, decidedBy } from './words.js';
 import { markResolved, buildCard, updateCard } from './card.js';
 import { renderBatch } from './decisions.js';
-import { filters, matches } from './filters.js';
+import { filters, matches, riskRank } from './filters.js';
 import { renderHistory } from './history.js';
 import { loadGrantsSoon } from './grants.js';
 import { refreshAnalyticsSoon } from './analytics.js';
@@ -25,6 +25,10 @@ export function remember(e) {
   }
   if (e.toolName && !state.seenTools.has(e.toolName)) {
     state.seenTools.add(e.toolName);
+    changed = true;
+  }
+  if (e.callerBotId && !state.seenCallers.has(e.callerBotId)) {
+    state.seenCallers.add(e.callerBotId);
     changed = true;
   }
   if (changed) renderDatalists();
@@ -134,6 +138,14 @@ function resolveCard(e) {
   }
 }
 
+// ORDERS are the orders the inbox offers beside urgency, which breaks
+// their ties: the riskiest, or the costliest (estimated), first.
+const ORDERS = {
+  '': () => 0,
+  risk: (a, b) => riskRank(b.risk) - riskRank(a.risk),
+  cost: (a, b) => (b.estimatedCost || 0) - (a.estimatedCost || 0),
+};
+
 // urgency orders cards: the soonest deadline first, then the oldest.
 function urgency(a, b) {
   const da = a.approvalTimeoutAt || Infinity, db = b.approvalTimeoutAt || Infinity;
@@ -148,7 +160,7 @@ export function renderInbox() {
   // Every card, including those just decided elsewhere and those
   // showing an error, keeps its place: ordered by the entry it was
   // built from.
-  const order = [...state.cards.values()].filter((c) => matches(c.entry, f)).sort((a, b) => urgency(a.entry, b.entry));
+  const order = [...state.cards.values()].filter((c) => matches(c.entry, f)).sort((a, b) => ORDERS[f.sort](a.entry, b.entry) || urgency(a.entry, b.entry));
   const shown = [...state.pending.values()].filter((e) => matches(e, f));
   const n = state.pending.size;
   let i = 0;
@@ -164,7 +176,7 @@ export function renderInbox() {
   markCurrent();
   renderNew();
 
-  const filtered = f.conversation || f.tool;
+  const filtered = f.conversation || f.tool || f.caller || f.risk;
   $('inbox-note').hidden = !filtered || !n;
   $('inbox-note').textContent = filtered ? `Showing ${shown.length} of ${n} waiting calls.` : '';
   const empty = state.listed && i === 0;
@@ -174,7 +186,7 @@ export function renderInbox() {
     ? `${n} waiting ${n === 1 ? 'call is' : 'calls are'} hidden by the filters.`
     : 'When an agent asks to run a tool that needs a human, it appears here at once.';
   $('empty-clear').hidden = !(filtered && n);
-  $('f-clear').hidden = !(filtered || f.status);
+  $('f-clear').hidden = !(filtered || f.status || f.sort);
   renderBatch();
 }
 
@@ -182,4 +194,5 @@ function renderDatalists() {
   const fill = (id, values) => $(id).replaceChildren(...[...values].sort().map((v) => h('option', { value: v })));
   fill('conversations', state.seenConversations);
   fill('tools', state.seenTools);
+  fill('callers', state.seenCallers);
 }

@@ -18,6 +18,7 @@ export const state = {
   historyLoading: null,
   seenConversations: new Set(),
   seenTools: new Set(),
+  seenCallers: new Set(),
   view: 'inbox',
   es: null,
   retries: 0,

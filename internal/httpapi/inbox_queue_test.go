@@ -1,0 +1,51 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/toolgate/toolgate/machine"
+)
+
+// TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered: the waiting calls
+// are filtered by caller and by risk (at least medium), and ordered by
+// deadline, risk or cost; a call without a template reads in words.
+func TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered(t *testing.T) {
+	t.Parallel()
+	browser := startBrowser(t)
+	in := startInbox(t, decisionsPolicy, tokens)
+	in.call(webSearch("queue", "c1", "NATS"))
+	pay := in.call(transfer("queue", "c2"))
+	push := in.call(gitPush("queue", "c3"))
+	mail := in.call(machine.Call{ToolCallID: "c4", ToolName: "send_email", CallerBotID: "mailer", ConversationID: "queue",
+		Arguments: json.RawMessage(`{"to":"team@acme-corp.com","subject":"Release notes","body":"Hello"}`)})
+
+	p := openPage(t, browser, in.url)
+	p.signIn(aliceToken)
+	p.until(cardCount(4))
+	order := func() []string {
+		return eval[[]string](p, `[...document.querySelectorAll('article.card')].map((c) => c.dataset.id)`)
+	}
+	assert.Contains(t, p.text(card(mail.PendingID)), "send_email to team@acme-corp.com: “Release notes”", "without a template, the call in words, not JSON")
+	pick := func(id, value string) {
+		eval[bool](p, `(() => { const el = document.getElementById(`+jsString(id)+`); el.value = `+jsString(value)+`; el.dispatchEvent(new Event('change')); return true })()`)
+	}
+
+	pick("f-sort", "risk")
+	p.until(`document.querySelector('article.card').dataset.id === '` + pay.PendingID + `'`)
+	assert.Equal(t, []string{pay.PendingID, push.PendingID}, order()[:2], "high, medium, then none")
+	pick("f-sort", "cost")
+	assert.Equal(t, pay.PendingID, order()[0], "2.40 first")
+
+	pick("f-risk", "medium")
+	p.until(cardCount(2))
+	assert.ElementsMatch(t, []string{pay.PendingID, push.PendingID}, order())
+	assert.Contains(t, eval[string](p, `location.search`), "risk=medium", "kept in the address")
+
+	p.setField("#f-caller", "release-bot")
+	p.until(cardCount(1))
+	assert.Equal(t, []string{push.PendingID}, order())
+	assert.Equal(t, "Showing 1 of 4 waiting calls.", p.text("#inbox-note"))
+}
