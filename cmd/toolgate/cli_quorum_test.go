@@ -9,18 +9,22 @@ import (
 	"github.com/toolgate/toolgate/machine"
 )
 
+// destroyQuorum asks about every call, and for two of alice, bob and
+// carol to approve a terraform destroy.
+const destroyQuorum = `
+default:
+  requiresApprovalTools: all
+  quorum:
+    "Bash(terraform destroy *)": {required: 2, of: [alice, bob, carol]}
+`
+
 // TestCLI_QuorumTakesEachApprovalAndShowsWhoIsStillNeeded: under a 2-of-3
 // quorum, the first approve is recorded and says who is still needed,
 // the same approver again is refused, pending and show say how far the
 // call is, and the second approver's approve approves it.
 func TestCLI_QuorumTakesEachApprovalAndShowsWhoIsStillNeeded(t *testing.T) {
 	t.Parallel()
-	url := startToolgate(t, `
-default:
-  requiresApprovalTools: all
-  quorum:
-    "Bash(terraform destroy *)": {required: 2, of: [alice, bob, carol]}
-`)
+	url := startToolgate(t, destroyQuorum)
 	ctx := t.Context()
 	e, err := agent(t, url).Submit(ctx, bashCall("conv-q", "destroy", "terraform destroy -auto-approve"))
 	require.NoError(t, err)
@@ -59,12 +63,7 @@ default:
 // from the calls it decides; the call stays pending.
 func TestCLI_ABatchVotesOnACallUnderAQuorum(t *testing.T) {
 	t.Parallel()
-	url := startToolgate(t, `
-default:
-  requiresApprovalTools: all
-  quorum:
-    "Bash(terraform destroy *)": {required: 2, of: [alice, bob, carol]}
-`)
+	url := startToolgate(t, destroyQuorum)
 	ctx := t.Context()
 	bot := agent(t, url)
 	destroy, err := bot.Submit(ctx, bashCall("conv-qb", "destroy", "terraform destroy -auto-approve"))
