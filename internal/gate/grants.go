@@ -100,7 +100,7 @@ func (s *Service) grantAs(a Actor, e *machine.Entry, scope machine.Scope, match 
 func (s *Service) grantOf(e *machine.Entry, scope machine.Scope, match string) (policy.Grant, error) {
 	terms := s.grantTerms(e)
 	if terms.Refusal != "" {
-		return policy.Grant{}, fmt.Errorf("%w: scope %s: the policy has this call approved once only, by %s", machine.ErrInvalid, scope, terms.Refusal)
+		return policy.Grant{}, fmt.Errorf("%w: the policy has this call approved once only, by %s", machine.ErrInvalid, terms.Refusal)
 	}
 	g := policy.Grant{Team: e.Team, PendingID: e.PendingID}
 	var err error
