@@ -10,7 +10,7 @@ import (
 )
 
 // TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered: the waiting calls
-// are filtered by caller and by risk (at least medium), and ordered by
+// are filtered by caller, team and risk (at least medium), and ordered by
 // deadline, risk or cost; a call without a template reads in words.
 func TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered(t *testing.T) {
 	t.Parallel()
@@ -48,4 +48,8 @@ func TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered(t *testing.T) {
 	p.until(cardCount(1))
 	assert.Equal(t, []string{push.PendingID}, order())
 	assert.Equal(t, "Showing 1 of 4 waiting calls.", p.text("#inbox-note"))
+	p.setField("#f-caller", "")
+	p.setField("#f-team", "finance")
+	p.until(cardCount(1))
+	assert.Equal(t, []string{pay.PendingID}, order())
 }

@@ -1,4 +1,4 @@
-// The filters: by conversation, tool, caller, risk and outcome; and the
+// The filters: by conversation, tool, caller, team, risk and outcome; and the
 // inbox's order.
 
 import { $ } from './dom.js';
@@ -7,7 +7,7 @@ import { renderInbox } from './inbox.js';
 import { loadHistory, renderHistory } from './history.js';
 
 // FIELDS are the filters' inputs, by the query parameter each is kept in.
-const FIELDS = { conversation: 'f-conversation', tool: 'f-tool', caller: 'f-caller', risk: 'f-risk', sort: 'f-sort', status: 'f-status' };
+const FIELDS = { conversation: 'f-conversation', tool: 'f-tool', caller: 'f-caller', team: 'f-team', risk: 'f-risk', sort: 'f-sort', status: 'f-status' };
 
 export const filters = () => Object.fromEntries(Object.entries(FIELDS).map(([k, id]) => [k, $(id).value.trim()]));
 
@@ -16,7 +16,7 @@ export const riskRank = (r) => ({ high: 3, medium: 2, low: 1 })[r] || 0;
 
 export function matches(e, f) {
   return (!f.conversation || e.conversationId === f.conversation) && (!f.tool || e.toolName === f.tool) &&
-    (!f.caller || e.callerBotId === f.caller) && (!f.risk || riskRank(e.risk) >= riskRank(f.risk));
+    (!f.caller || e.callerBotId === f.caller) && (!f.team || e.team === f.team) && (!f.risk || riskRank(e.risk) >= riskRank(f.risk));
 }
 
 let filterTimer = 0;
@@ -28,7 +28,7 @@ function onFilter() {
   clearTimeout(filterTimer);
   filterTimer = setTimeout(loadHistory, 250);
 }
-for (const id of ['f-conversation', 'f-tool', 'f-caller']) $(id).addEventListener('input', onFilter);
+for (const id of ['f-conversation', 'f-tool', 'f-caller', 'f-team']) $(id).addEventListener('input', onFilter);
 for (const id of ['f-risk', 'f-sort', 'f-status']) $(id).addEventListener('change', onFilter);
 $('filters').addEventListener('submit', (ev) => ev.preventDefault());
 const clear = () => {

@@ -27,9 +27,11 @@ export function remember(e) {
     state.seenTools.add(e.toolName);
     changed = true;
   }
-  if (e.callerBotId && !state.seenCallers.has(e.callerBotId)) {
-    state.seenCallers.add(e.callerBotId);
-    changed = true;
+  for (const [v, seen] of [[e.callerBotId, state.seenCallers], [e.team, state.seenTeams]]) {
+    if (v && !seen.has(v)) {
+      seen.add(v);
+      changed = true;
+    }
   }
   if (changed) renderDatalists();
 }
@@ -176,7 +178,7 @@ export function renderInbox() {
   markCurrent();
   renderNew();
 
-  const filtered = f.conversation || f.tool || f.caller || f.risk;
+  const filtered = f.conversation || f.tool || f.caller || f.team || f.risk;
   $('inbox-note').hidden = !filtered || !n;
   $('inbox-note').textContent = filtered ? `Showing ${shown.length} of ${n} waiting calls.` : '';
   const empty = state.listed && i === 0;
@@ -195,4 +197,5 @@ function renderDatalists() {
   fill('conversations', state.seenConversations);
   fill('tools', state.seenTools);
   fill('callers', state.seenCallers);
+  fill('teams', state.seenTeams);
 }

@@ -19,6 +19,7 @@ export const state = {
   seenConversations: new Set(),
   seenTools: new Set(),
   seenCallers: new Set(),
+  seenTeams: new Set(),
   view: 'inbox',
   es: null,
   retries: 0,
