@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 
 	"github.com/toolgate/toolgate/machine"
@@ -11,7 +12,8 @@ import (
 
 // TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered: the waiting calls
 // are filtered by caller, team and risk (at least medium), and ordered by
-// deadline, risk or cost; a call without a template reads in words.
+// deadline, risk or cost, and grouped by conversation; a call without a
+// template reads in words.
 func TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
@@ -52,4 +54,15 @@ func TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered(t *testing.T) {
 	p.setField("#f-team", "finance")
 	p.until(cardCount(1))
 	assert.Equal(t, []string{pay.PendingID}, order())
+
+	// Grouped by conversation: each conversation's calls under its
+	// heading, the groups in the order of their first call.
+	p.do(click(chromedp.ID("f-clear")))
+	p.until(cardCount(4))
+	other := in.call(webSearch("other", "c5", "weather"))
+	p.until(cardCount(5))
+	pick("f-group", "conversation")
+	p.until(`document.querySelectorAll('#cards .group-head').length === 2`)
+	assert.Equal(t, []string{"queue · 4 waiting", "other · 1 waiting"}, eval[[]string](p, `[...document.querySelectorAll('#cards .group-head')].map((h) => h.textContent)`))
+	assert.Equal(t, other.PendingID, eval[string](p, `document.querySelector('#cards .group-head[data-conversation="other"]').nextElementSibling.dataset.id`))
 }

@@ -108,7 +108,9 @@ export function removeCard(id) {
   // the focus already: the field that had it was disabled.)
   const current = state.current === id;
   const hadFocus = card.contains(document.activeElement) || (current && document.activeElement === document.body);
-  const next = card.nextElementSibling || card.previousElementSibling;
+  const cards = [...$('cards').querySelectorAll('article.card')];
+  const at = cards.indexOf(card);
+  const next = cards[at + 1] || cards[at - 1];
   card.remove();
   if (current) state.current = next ? next.dataset.id : null;
   if (hadFocus) {
@@ -148,6 +150,16 @@ const ORDERS = {
   cost: (a, b) => (b.estimatedCost || 0) - (a.estimatedCost || 0),
 };
 
+// groupHead is the heading of a conversation's cards, kept from one
+// render to the next.
+const heads = new Map();
+function groupHead(conv, n) {
+  if (!heads.has(conv)) heads.set(conv, h('h2', { class: 'group-head', 'data-conversation': conv }, h('span', { class: 'mono' }, conv), h('span', { class: 'group-count' })));
+  const head = heads.get(conv);
+  head.querySelector('.group-count').textContent = ` · ${n} waiting`;
+  return head;
+}
+
 // urgency orders cards: the soonest deadline first, then the oldest.
 function urgency(a, b) {
   const da = a.approvalTimeoutAt || Infinity, db = b.approvalTimeoutAt || Infinity;
@@ -165,12 +177,19 @@ export function renderInbox() {
   const order = [...state.cards.values()].filter((c) => matches(c.entry, f)).sort((a, b) => ORDERS[f.sort](a.entry, b.entry) || urgency(a.entry, b.entry));
   const shown = [...state.pending.values()].filter((e) => matches(e, f));
   const n = state.pending.size;
+  // Grouped, each conversation's cards follow a heading, the groups in
+  // the order of their first card.
+  let nodes = order;
+  if (f.group === 'conversation') {
+    const groups = Map.groupBy(order, (c) => c.entry.conversationId);
+    nodes = [...groups].flatMap(([conv, cards]) => [groupHead(conv, cards.length), ...cards]);
+  }
   let i = 0;
-  for (const card of order) {
-    if (container.children[i] !== card) container.insertBefore(card, container.children[i] || null);
+  for (const node of nodes) {
+    if (container.children[i] !== node) container.insertBefore(node, container.children[i] || null);
     i++;
   }
-  for (const card of [...container.children].slice(i)) card.remove();
+  for (const node of [...container.children].slice(i)) node.remove();
 
   $('pending-count').textContent = String(n);
   $('pending-count').dataset.zero = n ? '' : '1';
@@ -188,7 +207,7 @@ export function renderInbox() {
     ? `${n} waiting ${n === 1 ? 'call is' : 'calls are'} hidden by the filters.`
     : 'When an agent asks to run a tool that needs a human, it appears here at once.';
   $('empty-clear').hidden = !(filtered && n);
-  $('f-clear').hidden = !(filtered || f.status || f.sort);
+  $('f-clear').hidden = !(filtered || f.status || f.sort || f.group);
   renderBatch();
 }
 

@@ -18,7 +18,7 @@ function currentCard() {
 
 // markCurrent outlines the current card, and only it.
 export function markCurrent() {
-  for (const card of $('cards').children) {
+  for (const card of $('cards').querySelectorAll('article.card')) {
     const on = card.dataset.id === state.current;
     card.classList.toggle('card-current', on);
     if (on) card.setAttribute('aria-current', 'true'); else card.removeAttribute('aria-current');
@@ -37,7 +37,7 @@ export function setCurrent(card, focus) {
 }
 
 function move(step) {
-  const cards = [...$('cards').children];
+  const cards = [...$('cards').querySelectorAll('article.card')];
   if (!cards.length) return;
   const i = cards.indexOf(currentCard());
   setCurrent(cards[i < 0 ? 0 : Math.min(cards.length - 1, Math.max(0, i + step))], true);
