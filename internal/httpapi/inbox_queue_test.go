@@ -65,4 +65,18 @@ func TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered(t *testing.T) {
 	p.until(`document.querySelectorAll('#cards .group-head').length === 2`)
 	assert.Equal(t, []string{"queue · 4 waiting", "other · 1 waiting"}, eval[[]string](p, `[...document.querySelectorAll('#cards .group-head')].map((h) => h.textContent)`))
 	assert.Equal(t, other.PendingID, eval[string](p, `document.querySelector('#cards .group-head[data-conversation="other"]').nextElementSibling.dataset.id`))
+
+	// Compact rows: a line a call (its summary, caller, team, cost and
+	// deadline); a click opens one, with its buttons.
+	pick("f-view", "compact")
+	p.until(`document.getElementById('cards').classList.contains('compact')`)
+	heights := eval[[]float64](p, `[...document.querySelectorAll('article.card')].map((c) => c.getBoundingClientRect().height)`)
+	for _, h := range heights {
+		assert.Less(t, h, 140.0, "a row, not a card: %v", heights)
+	}
+	assert.Contains(t, p.text(card(pay.PendingID)+` .card-line`), "from finance-agent · team finance · est. cost 2.40")
+	assert.False(t, eval[bool](p, `document.querySelector('`+card(pay.PendingID)+` .actions').checkVisibility()`))
+	p.do(click(chromedp.CSS(card(pay.PendingID) + ` .description`)))
+	p.until(`document.querySelector('` + card(pay.PendingID) + ` .actions').checkVisibility()`)
+	assert.Greater(t, eval[float64](p, `document.querySelector('`+card(pay.PendingID)+`').getBoundingClientRect().height`), 200.0, "the one opened shows all of it")
 }

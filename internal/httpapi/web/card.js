@@ -73,6 +73,8 @@ export function buildCard(e) {
     e.description && e.description !== e.toolName
       ? h('p', { class: 'description' }, e.description)
       : '',
+    // What a compact row shows beside the summary (the body says it too).
+    h('p', { class: 'card-line' }, `from ${e.callerBotId}`, e.team ? ` · team ${e.team}` : '', e.estimatedCost ? ` · est. cost ${formatCost(e.estimatedCost)}` : ''),
     e.quorum ? h('p', { class: 'quorum', role: 'status' }) : '',
     h('ul', { class: 'reviews', hidden: true }),
     h('div', { class: 'card-body' },

@@ -1,5 +1,5 @@
 // The filters: by conversation, tool, caller, team, risk and outcome; and the
-// inbox's order and grouping.
+// inbox's order, grouping and view.
 
 import { $ } from './dom.js';
 import { state } from './state.js';
@@ -7,7 +7,7 @@ import { renderInbox } from './inbox.js';
 import { loadHistory, renderHistory } from './history.js';
 
 // FIELDS are the filters' inputs, by the query parameter each is kept in.
-const FIELDS = { conversation: 'f-conversation', tool: 'f-tool', caller: 'f-caller', team: 'f-team', risk: 'f-risk', sort: 'f-sort', group: 'f-group', status: 'f-status' };
+const FIELDS = { conversation: 'f-conversation', tool: 'f-tool', caller: 'f-caller', team: 'f-team', risk: 'f-risk', sort: 'f-sort', group: 'f-group', view: 'f-view', status: 'f-status' };
 
 export const filters = () => Object.fromEntries(Object.entries(FIELDS).map(([k, id]) => [k, $(id).value.trim()]));
 
@@ -29,7 +29,7 @@ function onFilter() {
   filterTimer = setTimeout(loadHistory, 250);
 }
 for (const id of ['f-conversation', 'f-tool', 'f-caller', 'f-team']) $(id).addEventListener('input', onFilter);
-for (const id of ['f-risk', 'f-sort', 'f-group', 'f-status']) $(id).addEventListener('change', onFilter);
+for (const id of ['f-risk', 'f-sort', 'f-group', 'f-view', 'f-status']) $(id).addEventListener('change', onFilter);
 $('filters').addEventListener('submit', (ev) => ev.preventDefault());
 const clear = () => {
   clearFilters();

@@ -171,6 +171,8 @@ function urgency(a, b) {
 export function renderInbox() {
   const f = filters();
   const container = $('cards');
+  // Compact: one line a call, the current one open.
+  container.classList.toggle('compact', f.view === 'compact');
   // Every card, including those just decided elsewhere and those
   // showing an error, keeps its place: ordered by the entry it was
   // built from.
@@ -207,7 +209,7 @@ export function renderInbox() {
     ? `${n} waiting ${n === 1 ? 'call is' : 'calls are'} hidden by the filters.`
     : 'When an agent asks to run a tool that needs a human, it appears here at once.';
   $('empty-clear').hidden = !(filtered && n);
-  $('f-clear').hidden = !(filtered || f.status || f.sort || f.group);
+  $('f-clear').hidden = !(filtered || f.status || f.sort || f.group || f.view);
   renderBatch();
 }
 

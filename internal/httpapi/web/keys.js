@@ -101,6 +101,12 @@ document.addEventListener('keydown', (ev) => {
 document.addEventListener('keypress', (ev) => { if (ev.key === swallow) ev.preventDefault(); }, true);
 document.addEventListener('keyup', () => { swallow = ''; }, true);
 
+// A click on a card (a compact row, say) makes it current, and opens it.
+$('cards').addEventListener('click', (ev) => {
+  const card = ev.target.closest('article.card');
+  if (card && card.dataset.id !== state.current && !ev.target.closest('button, input, select, textarea, a')) setCurrent(card, false);
+});
+
 // Whatever takes the focus in a card (a click, Tab) makes it current.
 $('cards').addEventListener('focusin', (ev) => {
   const card = ev.target.closest('article.card');

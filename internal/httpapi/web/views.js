@@ -27,7 +27,7 @@ export function setView(view, push = true, load = true) {
   }
   $('filters').hidden = view === 'analytics' || view === 'grants';
   $('f-status-field').hidden = view !== 'history';
-  $('f-sort-field').hidden = $('f-group-field').hidden = view !== 'inbox';
+  for (const id of ['f-sort-field', 'f-group-field', 'f-view-field']) $(id).hidden = view !== 'inbox';
   if (push) history.replaceState(null, '', '#' + view);
   if (load && view === 'history' && state.listed) loadHistory();
   if (view === 'analytics') loadAnalytics();
