@@ -81,10 +81,13 @@ type Entry struct {
 	Error  string          `json:"error,omitempty"`
 	Cost   float64         `json:"cost,omitempty"`
 
-	Team           string  `json:"team,omitempty"`
-	TaskID         string  `json:"taskId,omitempty"`
-	EstimatedCost  float64 `json:"estimatedCost,omitempty"`
-	PermissionMode string  `json:"permissionMode,omitempty"`
+	Team          string  `json:"team,omitempty"`
+	TaskID        string  `json:"taskId,omitempty"`
+	EstimatedCost float64 `json:"estimatedCost,omitempty"`
+	// Currency is the ISO 4217 code its costs are counted in (the
+	// policy's currency), when one is named.
+	Currency       string `json:"currency,omitempty"`
+	PermissionMode string `json:"permissionMode,omitempty"`
 	// Description is the policy's one-line account of what the call does.
 	Description string `json:"description,omitempty"`
 	// MaxExecutionAttempts bounds claims of the call; 0 means the default.

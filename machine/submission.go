@@ -65,6 +65,7 @@ func (m *Machine) SubmitAndClaim(ctx context.Context, c Call, claimant *Claimant
 		Team:            c.Team,
 		TaskID:          c.TaskID,
 		EstimatedCost:   c.EstimatedCost,
+		Currency:        v.Currency,
 		PermissionMode:  c.PermissionMode,
 		Description:     v.Description,
 

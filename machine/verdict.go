@@ -62,6 +62,8 @@ type Verdict struct {
 	Respondable bool
 	// NotEditable (ActionAsk): no approver may edit the call's arguments.
 	NotEditable bool
+	// Currency is the code the call's costs are counted in, if named.
+	Currency string
 }
 
 // Risk is how risky a policy says a call is: high, medium or low.

@@ -109,6 +109,10 @@ type Policy struct {
 	// that sets it replaces the wider ones' list: "notify: []" mutes a
 	// team or conversation.
 	Notify Channels `yaml:"notify,omitempty" json:"notify,omitzero"`
+	// Currency is the ISO 4217 code the calls' costs are counted in
+	// (EUR, USD): shown with every cost. The narrowest scope that sets it
+	// wins.
+	Currency *string `yaml:"currency,omitempty" json:"currency,omitempty"`
 	// InboxURL is the web inbox's base URL, which notifications link to
 	// (<inboxUrl>/#/calls/<pendingId>). Without it they carry no links.
 	InboxURL *string `yaml:"inboxUrl,omitempty" json:"inboxUrl,omitempty"`

@@ -187,6 +187,7 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 	}
 	v.Description = r.Description(c.ToolName, args, c.Arguments)
 	v.MaxExecutionAttempts = r.MaxExecutionAttempts
+	v.Currency = r.Currency
 	v.PolicyRevision = snap.revision
 	if v.Action == machine.ActionAsk {
 		v.ApprovalTimeout = r.ApprovalTimeout

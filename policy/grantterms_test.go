@@ -86,3 +86,20 @@ func TestNarrowGrantPattern_CoversTheCallApprovedAndLikeOnes(t *testing.T) {
 	assert.Equal(t, "command", policy.ArgumentName("Bash", ""))
 	assert.Equal(t, "to", policy.ArgumentName("send_email", "to"))
 }
+
+// TestCurrency_IsTheNarrowestScopes: a cost's currency comes from the
+// narrowest scope that names one, and must be an ISO 4217 code.
+func TestCurrency_IsTheNarrowestScopes(t *testing.T) {
+	t.Parallel()
+	doc, err := policy.Parse([]byte("default: {currency: EUR}\nteams: {us: {currency: USD}}\n"))
+	require.NoError(t, err)
+	e, err := policy.NewEngine(doc, nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "EUR", e.Resolve("", "c").Currency)
+	assert.Equal(t, "USD", e.Resolve("us", "c").Currency)
+	v, err := e.Evaluate(t.Context(), machine.Call{ToolName: "pay", Team: "us", EstimatedCost: 3})
+	require.NoError(t, err)
+	assert.Equal(t, "USD", v.Currency)
+	_, err = policy.Parse([]byte("default: {currency: euro}\n"))
+	assert.ErrorContains(t, err, `default.currency: want an ISO 4217 code of three capital letters (EUR, USD), got "euro"`)
+}

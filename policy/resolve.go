@@ -40,6 +40,9 @@ const DefaultApprovalReminderPercent = 80
 // overflow a time.Duration.
 const maxMs = 365 * 24 * 60 * 60 * 1000
 
+// currencyCode is an ISO 4217 code's shape.
+var currencyCode = regexp.MustCompile(`^[A-Z]{3}$`)
+
 // Resolved is the policy in force for one team and conversation: every
 // field filled, from the narrowest scope that sets it or a built-in default.
 // Its lists may be shared with the Engine that resolved it: read, don't write.
@@ -74,6 +77,8 @@ type Resolved struct {
 	Notify []Channel
 	// InboxURL is the base of the links in notifications; "" for none.
 	InboxURL string
+	// Currency is the code costs are counted in; "" when none is named.
+	Currency string
 	// Flows are every scope's flows, the narrowest scope's first.
 	Flows []FlowRule
 	// OnTimeout is, by pattern, what the timer does with the asked calls
@@ -310,6 +315,9 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 		errs.add(at("permissionMode"), "must be default, acceptEdits, plan or bypassPermissions, got %q", string(*m))
 	}
 	checkChannels(errs, at("notify"), p.Notify)
+	if c := p.Currency; c != nil && !currencyCode.MatchString(*c) {
+		errs.add(at("currency"), "want an ISO 4217 code of three capital letters (EUR, USD), got %q", *c)
+	}
 	if u := p.InboxURL; u != nil {
 		if msg := checkHTTPURL(*u); msg != "" {
 			errs.add(at("inboxUrl"), "%s", msg)
@@ -495,6 +503,7 @@ func (p *Policy) clone() Policy {
 		c.Notify[i].SlackUsers = maps.Clone(c.Notify[i].SlackUsers)
 	}
 	c.InboxURL = clonePtr(p.InboxURL)
+	c.Currency = clonePtr(p.Currency)
 	c.Flows = slices.Clone(p.Flows)
 	for i := range c.Flows {
 		c.Flows[i].Unless = slices.Clone(c.Flows[i].Unless)
@@ -611,6 +620,7 @@ func (r *Resolved) merge(l *layer) {
 	})
 	set("notify", p.Notify != nil, func() { r.Notify = p.Notify })
 	set("inboxUrl", p.InboxURL != nil, func() { r.InboxURL = *p.InboxURL })
+	set("currency", p.Currency != nil, func() { r.Currency = *p.Currency })
 	set("reviewers", p.Reviewers != nil, func() { r.Reviewers = l.reviewers })
 	for tool, v := range p.ToolSpecificDelays {
 		r.ToolSpecificDelays[tool] = ms(v)

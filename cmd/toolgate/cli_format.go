@@ -236,11 +236,12 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 	if e.Error != "" {
 		field("Error", "%s", e.Error)
 	}
+	money := func(v float64) string { return strings.TrimSpace(formatMoney(v) + " " + e.Currency) }
 	if e.EstimatedCost > 0 {
-		field("Estimated cost", "%s", formatMoney(e.EstimatedCost))
+		field("Estimated cost", "%s", money(e.EstimatedCost))
 	}
 	if e.Cost > 0 {
-		field("Cost", "%s", formatMoney(e.Cost))
+		field("Cost", "%s", money(e.Cost))
 	}
 	if t := e.LastTransition; t != nil {
 		field("Last change", "%s by %s, %s", t.Event, t.Actor, when(t.At))

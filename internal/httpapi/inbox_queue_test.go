@@ -11,13 +11,14 @@ import (
 )
 
 // TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered: the waiting calls
+// (their costs in the policy's currency)
 // are filtered by caller, team and risk (at least medium), and ordered by
 // deadline, risk or cost, and grouped by conversation; a call without a
 // template reads in words.
 func TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
-	in := startInbox(t, decisionsPolicy, tokens)
+	in := startInbox(t, decisionsPolicy+"  currency: EUR\n", tokens)
 	in.call(webSearch("queue", "c1", "NATS"))
 	pay := in.call(transfer("queue", "c2"))
 	push := in.call(gitPush("queue", "c3"))
@@ -74,7 +75,7 @@ func TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered(t *testing.T) {
 	for _, h := range heights {
 		assert.Less(t, h, 140.0, "a row, not a card: %v", heights)
 	}
-	assert.Contains(t, p.text(card(pay.PendingID)+` .card-line`), "from finance-agent · team finance · est. cost 2.40")
+	assert.Contains(t, p.text(card(pay.PendingID)+` .card-line`), "from finance-agent · team finance · est. cost 2.40 EUR", "with the policy's currency")
 	assert.False(t, eval[bool](p, `document.querySelector('`+card(pay.PendingID)+` .actions').checkVisibility()`))
 	p.do(click(chromedp.CSS(card(pay.PendingID) + ` .description`)))
 	p.until(`document.querySelector('` + card(pay.PendingID) + ` .actions').checkVisibility()`)

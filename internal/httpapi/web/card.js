@@ -2,7 +2,7 @@
 // buttons and panels that decide it.
 
 import { h, jsonView } from './dom.js';
-import { formatCost, prettyArgs, span, ago } from './format.js';
+import { costText, prettyArgs, span, ago } from './format.js';
 import { state, canDecide } from './state.js';
 import { api } from './api.js';
 import { OUTCOMES, RISKS, whyNot, quorumText, reviewText, verdict, capitalize } from './words.js';
@@ -74,7 +74,7 @@ export function buildCard(e) {
       ? h('p', { class: 'description' }, e.description)
       : '',
     // What a compact row shows beside the summary (the body says it too).
-    h('p', { class: 'card-line' }, `from ${e.callerBotId}`, e.team ? ` · team ${e.team}` : '', e.estimatedCost ? ` · est. cost ${formatCost(e.estimatedCost)}` : ''),
+    h('p', { class: 'card-line' }, `from ${e.callerBotId}`, e.team ? ` · team ${e.team}` : '', e.estimatedCost ? ` · est. cost ${costText(e.estimatedCost, e.currency)}` : ''),
     e.quorum ? h('p', { class: 'quorum', role: 'status' }) : '',
     h('ul', { class: 'reviews', hidden: true }),
     h('div', { class: 'card-body' },
@@ -83,7 +83,7 @@ export function buildCard(e) {
           meta('Caller', e.callerBotId, { mono: true }),
           meta('Conversation', e.conversationId, { mono: true }),
           meta('Team', e.team),
-          meta('Est. cost', formatCost(e.estimatedCost))),
+          meta('Est. cost', costText(e.estimatedCost, e.currency))),
         e.statusReason ? h('div', { class: 'why' }, h('div', { class: 'why-label' }, 'Why it asks'), h('div', { class: 'mono why-text' }, e.statusReason)) : null),
       h('div', { class: 'args' },
         h('div', { class: 'args-label' }, 'Arguments',

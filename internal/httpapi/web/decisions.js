@@ -4,7 +4,7 @@ import { $, h, announce } from './dom.js';
 import { PENDING, state, canDecide } from './state.js';
 import { api } from './api.js';
 import { quorumText, verdict } from './words.js';
-import { formatCost } from './format.js';
+import { costText } from './format.js';
 import { showSignIn } from './session.js';
 import { upsertPending, removeCard, renderInbox } from './inbox.js';
 import { setBusy, showCardError } from './card.js';
@@ -73,12 +73,15 @@ function selection() {
   const entries = [...state.selected].map((id) => state.cards.get(id)?.entry).filter(Boolean);
   const risky = entries.filter((e) => e.risk === 'high');
   const cost = entries.reduce((sum, e) => sum + (e.estimatedCost || 0), 0);
+  // One currency named for every call with a cost is the sum's.
+  const currencies = new Set(entries.filter((e) => e.estimatedCost).map((e) => e.currency || ''));
+  const costed = costText(cost, currencies.size === 1 ? [...currencies][0] : '');
   const quorum = entries.filter((e) => e.quorum);
   const parts = [];
   if (risky.length) parts.push(`${risky.length} high risk`);
-  if (cost) parts.push(`est. cost ${formatCost(cost)}`);
+  if (cost) parts.push(`est. cost ${costed}`);
   if (quorum.length) parts.push(`${quorum.length} under a quorum (your approval is one vote)`);
-  return { n: entries.length, risky, cost, text: parts.join(' · ') };
+  return { n: entries.length, risky, cost: costed, text: parts.join(' · ') };
 }
 
 export function renderBatch() {
@@ -115,7 +118,7 @@ $('batch-approve').addEventListener('click', () => {
   const sum = selection();
   if (!sum.risky.length) { decideSelected(true, ''); return; }
   const what = [`${sum.risky.length} high-risk (${[...new Set(sum.risky.map((e) => e.toolName))].join(', ')})`];
-  if (sum.cost) what.push(`an estimated cost of ${formatCost(sum.cost)} in all`);
+  if (sum.cost) what.push(`an estimated cost of ${sum.cost} in all`);
   $('batch-confirm-text').textContent = `Approve ${sum.n} ${sum.n === 1 ? 'call' : 'calls'}, with ${what.join(' and ')}?`;
   $('batch-reject-form').hidden = true;
   $('batch-confirm').hidden = false;

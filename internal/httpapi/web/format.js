@@ -1,5 +1,8 @@
 // Numbers and times as people read them.
 
+// costText is a cost with its currency, when the policy names one.
+export const costText = (n, currency) => (n ? `${formatCost(n)}${currency ? ` ${currency}` : ''}` : '');
+
 export function formatCost(n) {
   if (!n) return '';
   return n.toLocaleString(undefined, n < 1 ? { maximumSignificantDigits: 3 } : { minimumFractionDigits: 2, maximumFractionDigits: 2 });

@@ -192,6 +192,7 @@ class Entry:
     team: str = ""
     task_id: str = ""
     estimated_cost: float = 0.0
+    currency: str = ""
     permission_mode: str = ""
     description: str = ""
     max_execution_attempts: int = 0
