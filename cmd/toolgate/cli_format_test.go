@@ -81,6 +81,11 @@ func TestPrintingMoney_NoFloatNoise(t *testing.T) {
 	assert.Regexp(t, `(?m)^Cost:\s+0\.13$`, b.String())
 	assert.NotContains(t, b.String(), "0.129999")
 
+	b.Reset()
+	require.NoError(t, printEntry(&b, &machine.Entry{PendingID: "p", ToolName: "report", Status: machine.StateCompletedSuccess, EstimatedCost: cents(3), Cost: noisy, Currency: "EUR"}, time.Now()))
+	assert.Regexp(t, `(?m)^Estimated cost:\s+0\.03 EUR$`, b.String(), "with the policy's currency")
+	assert.Regexp(t, `(?m)^Cost:\s+0\.13 EUR$`, b.String())
+
 	assert.Equal(t, "2", formatMoney(2))
 	assert.Equal(t, strconv.FormatFloat(1e300, 'f', -1, 64), formatMoney(1e300), "beyond micro-units, as it is")
 }
