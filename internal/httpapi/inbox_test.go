@@ -490,6 +490,9 @@ func TestInbox(t *testing.T) {
 		assert.Equal(t, machine.StatePendingApproval, in.entry(push.PendingID).Status, "nothing was sent")
 
 		p.setField(editor, `{"command": "git push --dry-run origin release/2.8"}`)
+		// Before approving, what the edit changes against what was asked.
+		assert.Equal(t, "-   \"command\": \"git push origin release/2.8\"\n+   \"command\": \"git push --dry-run origin release/2.8\"",
+			strings.TrimSpace(p.text(card(push.PendingID)+` .panel-edit .edit-diff`)))
 		p.do(
 			chromedp.WaitNotVisible(chromedp.CSS(card(push.PendingID)+` .panel-edit .field-error`)),
 			click(button(push.PendingID, "confirm-edit")),

@@ -223,18 +223,23 @@ function openEdit(card, e, args) {
   area.value = args;
   const err = h('p', { class: 'field-error', id: `${id}-err`, role: 'alert', hidden: true });
   const submit = h('button', { type: 'submit', class: 'btn btn-approve', 'data-action': 'confirm-edit' }, 'Approve edited call');
+  // What the edit changes, line by line, against the arguments asked.
+  const diff = h('pre', { class: 'edit-diff mono', 'aria-label': 'What the edit changes', hidden: true });
   const check = () => {
     const r = parseArgs(area.value);
     err.textContent = r.error || '';
     err.hidden = !r.error;
     area.setAttribute('aria-invalid', r.error ? 'true' : 'false');
     submit.disabled = !!r.error;
+    const lines = r.error ? [] : lineDiff(args.split('\n'), prettyArgs(r.value).split('\n'));
+    diff.replaceChildren(...lines.map(([op, line]) => h('span', { class: `diff-${op === '+' ? 'add' : 'del'}` }, `${op} ${line}\n`)));
+    diff.hidden = !lines.length;
     return r;
   };
   area.addEventListener('input', check);
   const form = h('form', { class: 'panel panel-edit' },
     h('label', { for: id }, 'Arguments to run with'),
-    area, err,
+    area, err, diff,
     h('div', { class: 'panel-actions' },
       submit,
       h('button', { type: 'button', class: 'btn btn-quiet', 'data-action': 'cancel', onclick: () => closePanels(card) }, 'Cancel'),
@@ -247,6 +252,20 @@ function openEdit(card, e, args) {
     decide(card, e, unchanged ? { approved: true } : { approved: true, arguments: r.value });
   });
   openPanel(card, form, area);
+}
+
+// lineDiff is what turns lines a into lines b: the lines removed ("-")
+// and added ("+"), in order, by their longest common subsequence.
+function lineDiff(a, b) {
+  const n = a.length, m = b.length;
+  const lcs = Array.from({ length: n + 1 }, () => new Array(m + 1).fill(0));
+  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--) lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+  const out = [];
+  let i = 0, j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && a[i] === b[j]) { i++; j++; } else if (i < n && (j === m || lcs[i + 1][j] >= lcs[i][j + 1])) out.push(['-', a[i++]]); else out.push(['+', b[j++]]);
+  }
+  return out;
 }
 
 export function setBusy(card, busy) {
