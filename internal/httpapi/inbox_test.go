@@ -510,6 +510,7 @@ func TestInbox(t *testing.T) {
 		assert.Equal(t, machine.ScopeSession, in.entry(later.PendingID).DecisionScope)
 		p.do(chromedp.WaitVisible(chromedp.ID("empty")))
 		assert.Equal(t, "Nothing waiting for you", p.text("#empty-title"))
+		assert.Contains(t, p.text("#empty-try"), "toolgate submit --tool Bash", "the empty inbox says how a first call arrives")
 
 		// History: who, why and when, filtered by tool.
 		row := func(id string) string { return `li.row[data-id="` + id + `"]` }

@@ -209,6 +209,7 @@ export function renderInbox() {
     ? `${n} waiting ${n === 1 ? 'call is' : 'calls are'} hidden by the filters.`
     : 'When an agent asks to run a tool that needs a human, it appears here at once.';
   $('empty-clear').hidden = !(filtered && n);
+  $('empty-try').hidden = !!(filtered && n);
   $('f-clear').hidden = !(filtered || f.status || f.sort || f.group || f.view);
   renderBatch();
 }
