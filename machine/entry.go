@@ -86,7 +86,10 @@ type Entry struct {
 	EstimatedCost float64 `json:"estimatedCost,omitempty"`
 	// Currency is the ISO 4217 code its costs are counted in (the
 	// policy's currency), when one is named.
-	Currency       string `json:"currency,omitempty"`
+	Currency string `json:"currency,omitempty"`
+	// OverCostLimit says its estimated cost is above the policy's
+	// requireApprovalAboveCost: a costly call, whatever else asked.
+	OverCostLimit  bool   `json:"overCostLimit,omitempty"`
 	PermissionMode string `json:"permissionMode,omitempty"`
 	// Description is the policy's one-line account of what the call does.
 	Description string `json:"description,omitempty"`

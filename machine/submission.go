@@ -66,6 +66,7 @@ func (m *Machine) SubmitAndClaim(ctx context.Context, c Call, claimant *Claimant
 		TaskID:          c.TaskID,
 		EstimatedCost:   c.EstimatedCost,
 		Currency:        v.Currency,
+		OverCostLimit:   v.OverCostLimit,
 		PermissionMode:  c.PermissionMode,
 		Description:     v.Description,
 

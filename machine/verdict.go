@@ -64,6 +64,9 @@ type Verdict struct {
 	NotEditable bool
 	// Currency is the code the call's costs are counted in, if named.
 	Currency string
+	// OverCostLimit says the call's estimated cost is above the policy's
+	// threshold for asking (requireApprovalAboveCost), whatever asked.
+	OverCostLimit bool
 }
 
 // Risk is how risky a policy says a call is: high, medium or low.

@@ -188,6 +188,7 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 	v.Description = r.Description(c.ToolName, args, c.Arguments)
 	v.MaxExecutionAttempts = r.MaxExecutionAttempts
 	v.Currency = r.Currency
+	v.OverCostLimit = r.RequireApprovalAboveCost != nil && MicrosOf(c.EstimatedCost) > MicrosOf(*r.RequireApprovalAboveCost)
 	v.PolicyRevision = snap.revision
 	if v.Action == machine.ActionAsk {
 		v.ApprovalTimeout = r.ApprovalTimeout

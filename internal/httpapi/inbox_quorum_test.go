@@ -56,12 +56,13 @@ func TestInbox_Quorum(t *testing.T) {
 }
 
 // TestInbox_BatchVotesOnAQuorumCall: approving a selection that holds a
-// call under a quorum gives that call one vote, reported as a vote; its
-// card stays, saying how far it is, and the others are decided.
+// call under a quorum (and over the cost limit, so the page asks first)
+// gives that call one vote, reported as a vote; its card stays, saying
+// how far it is, and the others are decided.
 func TestInbox_BatchVotesOnAQuorumCall(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
-	in := startInbox(t, quorumPolicy, tokens)
+	in := startInbox(t, quorumPolicy+"  requireApprovalAboveCost: 1\n", tokens)
 	pay := in.call(transfer("quorum-batch", "c1"))
 	search := in.call(webSearch("quorum-batch", "c2", "NATS"))
 
@@ -72,8 +73,11 @@ func TestInbox_BatchVotesOnAQuorumCall(t *testing.T) {
 	for _, e := range []machine.Entry{pay, search} {
 		p.do(click(chromedp.CSS(card(e.PendingID) + ` input.select`)))
 	}
-	assert.Equal(t, "2 selected · est. cost 2.42 · 1 under a quorum (your approval is one vote)", p.text("#batch-count"))
-	p.do(click(chromedp.ID("batch-approve")), chromedp.WaitVisible(chromedp.ID("batch-result")))
+	assert.Equal(t, "2 selected · 1 over the cost limit · est. cost 2.42 · 1 under a quorum (your approval is one vote)", p.text("#batch-count"))
+	// A selection holding a call over the cost limit asks first.
+	p.do(click(chromedp.ID("batch-approve")), chromedp.WaitVisible(chromedp.ID("batch-confirm")))
+	assert.Equal(t, "Approve 2 calls, with 1 over the cost limit (transfer_funds) and an estimated cost of 2.42 in all?", p.text("#batch-confirm-text"))
+	p.do(click(chromedp.ID("batch-confirm-approve")), chromedp.WaitVisible(chromedp.ID("batch-result")))
 	assert.Equal(t, "Approved 1, voted on 1, skipped 0", p.text("#batch-result-title"))
 	vote := `#batch-items li[data-id="` + pay.PendingID + `"]`
 	assert.Equal(t, "voted", eval[string](p, `document.querySelector('`+vote+`').dataset.outcome`))

@@ -67,11 +67,12 @@ function shownCards() {
 }
 
 // selection sums up the selected calls: how many, the high-risk ones,
-// the estimated cost of all, and those under a quorum (where an approval
-// is one vote).
+// those over the cost limit, the estimated cost of all, and those under
+// a quorum (where an approval is one vote).
 function selection() {
   const entries = [...state.selected].map((id) => state.cards.get(id)?.entry).filter(Boolean);
   const risky = entries.filter((e) => e.risk === 'high');
+  const costly = entries.filter((e) => e.overCostLimit);
   const cost = entries.reduce((sum, e) => sum + (e.estimatedCost || 0), 0);
   // One currency named for every call with a cost is the sum's.
   const currencies = new Set(entries.filter((e) => e.estimatedCost).map((e) => e.currency || ''));
@@ -79,9 +80,10 @@ function selection() {
   const quorum = entries.filter((e) => e.quorum);
   const parts = [];
   if (risky.length) parts.push(`${risky.length} high risk`);
+  if (costly.length) parts.push(`${costly.length} over the cost limit`);
   if (cost) parts.push(`est. cost ${costed}`);
   if (quorum.length) parts.push(`${quorum.length} under a quorum (your approval is one vote)`);
-  return { n: entries.length, risky, cost: costed, text: parts.join(' · ') };
+  return { n: entries.length, risky, costly, cost: costed, text: parts.join(' · ') };
 }
 
 export function renderBatch() {
@@ -112,12 +114,15 @@ $('select-all').addEventListener('click', () => {
   renderBatch();
 });
 $('batch-clear').addEventListener('click', () => { state.selected.clear(); renderBatch(); });
-// Approving a selection that holds a high-risk call asks first, saying
-// what it holds.
+// Approving a selection that holds a high-risk call, or one over the
+// policy's cost limit, asks first, saying what it holds.
 $('batch-approve').addEventListener('click', () => {
   const sum = selection();
-  if (!sum.risky.length) { decideSelected(true, ''); return; }
-  const what = [`${sum.risky.length} high-risk (${[...new Set(sum.risky.map((e) => e.toolName))].join(', ')})`];
+  if (!sum.risky.length && !sum.costly.length) { decideSelected(true, ''); return; }
+  const tools = (es) => [...new Set(es.map((e) => e.toolName))].join(', ');
+  const what = [];
+  if (sum.risky.length) what.push(`${sum.risky.length} high-risk (${tools(sum.risky)})`);
+  if (sum.costly.length) what.push(`${sum.costly.length} over the cost limit (${tools(sum.costly)})`);
   if (sum.cost) what.push(`an estimated cost of ${sum.cost} in all`);
   $('batch-confirm-text').textContent = `Approve ${sum.n} ${sum.n === 1 ? 'call' : 'calls'}, with ${what.join(' and ')}?`;
   $('batch-reject-form').hidden = true;

@@ -193,6 +193,7 @@ class Entry:
     task_id: str = ""
     estimated_cost: float = 0.0
     currency: str = ""
+    over_cost_limit: bool = False
     permission_mode: str = ""
     description: str = ""
     max_execution_attempts: int = 0

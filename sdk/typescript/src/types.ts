@@ -166,6 +166,8 @@ export interface Entry {
   estimatedCost?: number;
   /** The ISO 4217 code the call's costs are counted in (policy currency). */
   currency?: string;
+  /** Its estimated cost is above the policy's requireApprovalAboveCost. */
+  overCostLimit?: boolean;
   permissionMode?: string;
   description?: string;
   maxExecutionAttempts?: number;
@@ -282,7 +284,7 @@ export const entryFields = Object.keys({
   executionAttempts: 1, lastAttemptTime: 1, scheduledExecutionTime: 1, approvalTimeoutAt: 1, reminderAt: 1,
   reminded: 1, overdue: 1, autoRejectOnTimeout: 1, userIdToApprove: 1, approvers: 1, quorum: 1, votes: 1,
   escalations: 1, escalated: 1, approvedOrRejectedByUserId: 1, decisionTime: 1, decidedBy: 1, decisionScope: 1, result: 1,
-  error: 1, cost: 1, team: 1, taskId: 1, estimatedCost: 1, currency: 1, permissionMode: 1, description: 1,
+  error: 1, cost: 1, team: 1, taskId: 1, estimatedCost: 1, currency: 1, overCostLimit: 1, permissionMode: 1, description: 1,
   maxExecutionAttempts: 1, costReserved: 1, costDay: 1, lease: 1, receipts: 1, lastTransition: 1, priorTransition: 1,
   onTimeout: 1, respondable: 1, notEditable: 1, respondedBy: 1, interrupt: 1,
   reviews: 1,
