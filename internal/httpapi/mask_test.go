@@ -209,4 +209,19 @@ func TestInbox_SecretsReadTheSameLiveAndAfterAReload(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"root"}, revealed, "the admin's reveal is recorded, the refused one is not")
+
+	// Decided, its history row has the badge, the reveal in words, and a
+	// Show of its own.
+	require.Equal(t, http.StatusOK, in.do("POST", "/v1/tool-calls/"+e.PendingID+"/decision", bobToken, wire.DecideRequest{Approved: false, Reason: "not today"}, nil))
+	p.do(click(chromedp.ID("sign-out")), chromedp.WaitVisible(chromedp.ID("token")))
+	p.signIn(adminToken)
+	q := openPage(t, browser, in.url+"/#/calls/"+e.PendingID)
+	row := `li.row[data-id="` + e.PendingID + `"]`
+	q.do(chromedp.WaitVisible(chromedp.CSS(row + `.row-target .timeline`)))
+	assert.Equal(t, "Secret", q.text(row+` .secret-badge`))
+	timeline := q.textOnce(row+` .row-details`, "Arguments shown in clear to root")
+	assert.Contains(t, timeline, `"pin": "[redacted]"`)
+	q.do(click(chromedp.CSS(row + ` button[data-action="reveal"]`)))
+	q.until(`document.querySelector('` + row + ` .args').classList.contains('args-revealed')`)
+	assert.Contains(t, q.text(row+` .args pre.json`), liveKey, "shown to the admin from the history too")
 }

@@ -108,14 +108,15 @@ export function buildCard(e) {
 
 // reveal asks for the call's arguments as they are, which the policy's
 // reveal allows some roles (admin by default) and toolgate records, and
-// shows them in place of the masked ones; a refusal says why.
-async function reveal(card, e, button) {
-  const err = card.querySelector('.reveal-error');
+// shows them in place of the masked ones in root (a card, a history
+// row); a refusal says why.
+export async function reveal(root, e, button) {
+  const err = root.querySelector('.reveal-error');
   button.disabled = true;
   try {
     const r = await api('POST', `v1/tool-calls/${encodeURIComponent(e.pendingId)}/reveal`, {});
-    card.querySelector('.args pre.json').replaceWith(jsonView(prettyArgs(r.toolArguments)));
-    card.querySelector('.args').classList.add('args-revealed');
+    root.querySelector('.args pre.json').replaceWith(jsonView(prettyArgs(r.toolArguments)));
+    root.querySelector('.args').classList.add('args-revealed');
     button.remove();
     err.hidden = true;
   } catch (ex) {

@@ -8,6 +8,7 @@ import { OUTCOMES, SCOPES, decidedBy } from './words.js';
 import { showSignIn } from './session.js';
 import { remember } from './inbox.js';
 import { filters, matches } from './filters.js';
+import { reveal } from './card.js';
 
 const HISTORY_SHOWN = 300;
 
@@ -80,6 +81,7 @@ function buildRow(e, open) {
           h('span', { class: 'tool mono' }, e.toolName),
           e.description && e.description !== e.toolName ? h('span', { class: 'row-desc' }, e.description) : null,
           e.originalArguments ? h('span', { class: 'pill pill-info pill-tiny' }, 'edited') : null,
+          e.secretsMasked ? h('span', { class: 'pill pill-info pill-tiny secret-badge', title: 'Its arguments hold what looks like a credential, shown as [redacted]' }, 'Secret') : null,
           e.decisionScope && e.decisionScope !== 'once' ? h('span', { class: 'pill pill-muted pill-tiny' }, SCOPES[e.decisionScope] || e.decisionScope) : null),
         h('div', { class: 'row-sub' },
           who ? h('span', {}, 'by ', h('span', { class: 'row-who' }, who)) : null,
@@ -121,7 +123,15 @@ function buildTimeline(e, items) {
       argBlock('Asked with', e.originalArguments),
       argBlock('Ran with (edited)', e.toolArguments)));
   } else {
-    frag.append(argBlock('Arguments', e.toolArguments));
+    const args = argBlock('Arguments', e.toolArguments);
+    if (e.secretsMasked) {
+      // Shown in clear to a role the policy's reveal names, recorded.
+      const err = h('p', { class: 'reveal-error', role: 'alert', hidden: true });
+      args.firstChild.append(' ', h('button', { type: 'button', class: 'btn btn-quiet btn-small', 'data-action': 'reveal',
+        title: 'Show the arguments as they are: toolgate records that you saw them', onclick: (ev) => reveal(args.parentNode, e, ev.currentTarget) }, 'Show'));
+      args.append(err);
+    }
+    frag.append(args);
   }
   if (e.result !== undefined && e.result !== null) frag.append(argBlock(e.respondedBy ? `Result (answered by ${e.respondedBy})` : 'Result', e.result));
   if (e.error) frag.append(h('p', { class: 'field-error' }, e.error));
