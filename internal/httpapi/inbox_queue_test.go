@@ -23,7 +23,7 @@ func TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered(t *testing.T) {
 	pay := in.call(transfer("queue", "c2"))
 	push := in.call(gitPush("queue", "c3"))
 	mail := in.call(machine.Call{ToolCallID: "c4", ToolName: "send_email", CallerBotID: "mailer", ConversationID: "queue",
-		Arguments: json.RawMessage(`{"to":"team@acme-corp.com","subject":"Release notes","body":"Hello"}`)})
+		Arguments: json.RawMessage(`{"body":"Hello,\nthe notes are out.","subject":"Release notes","to":"team@acme-corp.com"}`)})
 
 	p := openPage(t, browser, in.url)
 	p.signIn(aliceToken)
@@ -32,6 +32,8 @@ func TestInbox_TheQueueFilteredByRiskAndCallerAndOrdered(t *testing.T) {
 		return eval[[]string](p, `[...document.querySelectorAll('article.card')].map((c) => c.dataset.id)`)
 	}
 	assert.Contains(t, p.text(card(mail.PendingID)), "send_email to team@acme-corp.com: “Release notes”", "without a template, the call in words, not JSON")
+	// An email reads as one: To first, its body's lines as lines.
+	assert.Equal(t, "To\nteam@acme-corp.com\nSubject\nRelease notes\n\nHello,\nthe notes are out.", p.text(card(mail.PendingID)+` .as-email`))
 	pick := func(id, value string) {
 		eval[bool](p, `(() => { const el = document.getElementById(`+jsString(id)+`); el.value = `+jsString(value)+`; el.dispatchEvent(new Event('change')); return true })()`)
 	}

@@ -86,6 +86,7 @@ export function buildCard(e) {
           meta('Est. cost', costText(e.estimatedCost, e.currency))),
         e.statusReason ? h('div', { class: 'why' }, h('div', { class: 'why-label' }, 'Why it asks'), h('div', { class: 'mono why-text' }, e.statusReason)) : null),
       h('div', { class: 'args' },
+        asRead(e.toolArguments),
         h('div', { class: 'args-label' }, 'Arguments',
           e.secretsMasked ? h('button', { type: 'button', class: 'btn btn-quiet btn-small', 'data-action': 'reveal', title: 'Show the arguments as they are: toolgate records that you saw them', onclick: (ev) => reveal(card, e, ev.currentTarget) }, 'Show') : null),
         jsonView(args),
@@ -104,6 +105,18 @@ export function buildCard(e) {
 
   updateCard(card, e);
   return card;
+}
+
+// asRead shows arguments a person reads in a shape of their own: an
+// email as its recipients, subject and body (its line breaks kept),
+// before the arguments as sent; null for any other.
+function asRead(args) {
+  const s = (k) => (args && typeof args[k] === 'string' ? args[k] : '');
+  if (!s('to') || !(s('subject') || s('body'))) return null;
+  const line = (label, v) => (v ? [h('dt', {}, label), h('dd', {}, v)] : []);
+  return h('div', { class: 'as-read as-email', 'aria-label': 'The email' },
+    h('dl', {}, ...line('To', s('to')), ...line('Cc', s('cc')), ...line('Subject', s('subject'))),
+    s('body') ? h('p', { class: 'as-read-body' }, s('body')) : null);
 }
 
 // reveal asks for the call's arguments as they are, which the policy's
