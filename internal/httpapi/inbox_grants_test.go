@@ -97,8 +97,11 @@ func TestInbox_AGrantSaysItsReachAndIsNarrowedByAnArgument(t *testing.T) {
 	p.until(`document.querySelector('` + hint(first.PendingID) + `').dataset.state === 'ready'`)
 	p.do(click(button(first.PendingID, "session")), chromedp.WaitVisible(chromedp.CSS(card(first.PendingID)+` .panel-grant`)))
 	said := card(first.PendingID) + ` .grant-reach`
-	assert.Equal(t, "Lets any send_email call in conversation newsletter run without asking, for 8 hours.", p.text(said))
+	// It starts as narrow as the call; emptied, it covers every call.
+	assert.Equal(t, "Lets any send_email call whose to matches “team@acme-corp.com” in conversation newsletter run without asking, for 8 hours.", p.text(said))
 	match := card(first.PendingID) + ` input.grant-match`
+	p.setField(match, "")
+	assert.Equal(t, "Lets any send_email call in conversation newsletter run without asking, for 8 hours.", p.text(said))
 	p.setField(match, "*@other.example")
 	p.until(`!document.querySelector('` + card(first.PendingID) + ` .panel-grant .field-error').hidden`)
 	assert.Contains(t, p.text(card(first.PendingID)+` .panel-grant .field-error`), "send_email(*@other.example) does not cover the call approved")

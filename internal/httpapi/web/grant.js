@@ -68,10 +68,13 @@ export function openGrant(card, e, scope) {
   const args = e.toolArguments && typeof e.toolArguments === 'object' ? e.toolArguments : {};
   const value = p.argument && typeof args[p.argument] === 'string' ? args[p.argument] : '';
   // A built-in tool's grant covers its exact argument unless narrowed
-  // otherwise; any other tool's, every call of it.
+  // otherwise; any other tool's, every call of it. Either starts as
+  // narrow as the call, its argument's value as it is: the approver
+  // widens it with * or by emptying it. (A value shown masked is no
+  // pattern: a tool that is not built in then starts at every call.)
   const exact = p.pattern !== e.toolName;
   const match = p.argument ? h('input', { id: `${id}-match`, class: 'grant-match mono', autocomplete: 'off', spellcheck: 'false', maxlength: 1024, placeholder: value }) : null;
-  if (match && exact) match.value = value;
+  if (match) match.value = exact || !value.includes('[redacted]') ? value : '';
   const life = h('select', { id: `${id}-for`, class: 'grant-for' }, ...DURATIONS.map(([label], i) => h('option', { value: String(i) }, label)));
   const once = h('input', { type: 'checkbox', id: `${id}-once`, class: 'grant-once' });
   const said = h('p', { class: 'grant-reach', role: 'status' });
