@@ -43,15 +43,12 @@ export function previewGrant(card, e, session, always, hint) {
 
 // reach says in words what a grant lets through: "any send_email call in
 // conversation newsletter, for 8 hours".
-export function reach(e, scope, p, match, duration, singleUse) {
+function reach(e, scope, p, match, duration, singleUse) {
   const what = match
     ? `${singleUse ? 'the next' : 'any'} ${e.toolName} call whose ${p.argument} matches “${match}”`
     : p.pattern === e.toolName ? `${singleUse ? 'the next' : 'any'} ${e.toolName} call` : `${singleUse ? 'the next call' : 'calls'} ${p.pattern} covers`;
-  const where = {
-    task: ` of task ${e.taskId} in conversation ${e.conversationId}`,
-    session: ` in conversation ${e.conversationId}`,
-    always: e.team ? ` of team ${e.team}, in every conversation` : ', in every conversation of every team',
-  }[scope];
+  const where = scope === 'session' ? ` in conversation ${e.conversationId}`
+    : e.team ? ` of team ${e.team}, in every conversation` : ', in every conversation of every team';
   const [label, ms] = duration;
   return `Lets ${what}${where} run without asking, ${ms ? `for ${label}` : 'until someone revokes it'}.`;
 }
