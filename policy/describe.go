@@ -9,6 +9,8 @@ import (
 	"text/template"
 	"text/template/parse"
 	"unicode/utf8"
+
+	"mvdan.cc/sh/v3/syntax"
 )
 
 const (
@@ -188,7 +190,11 @@ func shapeDescription(tool string, raw []byte) string {
 			if !isString {
 				return ""
 			}
-			words = append(words, shellQuote(w))
+			q, err := syntax.Quote(w, syntax.LangBash)
+			if err != nil {
+				return "" // a NUL byte: no command line says it
+			}
+			words = append(words, q)
 		}
 		if !ok || len(words) == 0 {
 			return ""
@@ -204,16 +210,4 @@ func shapeDescription(tool string, raw []byte) string {
 		return fmt.Sprintf("%s “%s”", tool, str("query"))
 	}
 	return ""
-}
-
-// shellQuote writes w as a shell reads it back: as it is when it needs
-// no quoting, else in single quotes.
-func shellQuote(w string) string {
-	if w != "" && strings.IndexFunc(w, func(r rune) bool {
-		return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == '@' || r == '+' || r == ',' ||
-			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
-	}) < 0 {
-		return w
-	}
-	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 }
