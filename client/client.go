@@ -326,6 +326,19 @@ func (c *Client) Reveal(ctx context.Context, pendingID string) (*wire.RevealRepl
 	return &r, nil
 }
 
+// Rerun runs again, once, the call r.PendingID whose outcome is unknown
+// (its executor was lost while the tool may have run; the entry's
+// OutcomeUnknown), as a person who may decide it asks. The answer is the
+// new call, whose RerunOf names the first; asked again by the same
+// person, the same call. Nothing else runs such a call again.
+func (c *Client) Rerun(ctx context.Context, r wire.RerunRequest) (*machine.Entry, error) {
+	var e machine.Entry
+	if err := c.request(ctx, wire.EndpointRerun, r, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
 // Decide approves or rejects the pending call r.PendingID. A call someone
 // (or the timer) already decided is refused with an error matching
 // machine.ErrConflict whose message says who decided it, when and why; a

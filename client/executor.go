@@ -278,8 +278,9 @@ func (x *Executor) is(name string) bool {
 // executor stops or loses the lease. The lease is renewed from the claim
 // (made at claimed) until the outcome is recorded, retries and their
 // backoff included. A handler stopped because no renewal got through in
-// time failed its attempt, and says why. queued is since when the call
-// was runnable.
+// time failed its attempt, and says why: a call of a tool declared
+// idempotent is tried again, any other ends with its outcome unknown.
+// queued is since when the call was runnable.
 func (x *Executor) run(ctx context.Context, e *machine.Entry, claimed, queued time.Time, h Handler) {
 	id := e.PendingID
 	log := x.opts.Log.With("pendingId", id, "tool", e.ToolName)
@@ -307,6 +308,11 @@ func (x *Executor) run(ctx context.Context, e *machine.Entry, claimed, queued ti
 			return
 		case errors.Is(cause, errConversationCancelled):
 			outcome.Error = "cancelled: " + err.Error()
+		case errors.Is(cause, errLeaseEnding) && !e.Idempotent:
+			// Stopped midway, it may have done its work, and its tool is
+			// not declared idempotent: nothing runs it again by itself.
+			outcome.Error = "result unknown: " + err.Error() + " (the tool is not declared idempotent, so it is not run again by itself)"
+			outcome.OutcomeUnknown = true
 		case errors.As(err, new(permanentError)) || e.AttemptsLeft() == 0:
 			outcome.Error = err.Error()
 		default:

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/machine"
+	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -109,11 +110,12 @@ func leaseOf(t *testing.T, g *gate, pendingID, holder string) time.Time {
 // executor from toolgate while its handler runs. Its heartbeats get no
 // answer, so before its lease can run out the executor ends the
 // handler's context, with ErrLeaseLost as its cause; only after that,
-// once the lease has run out, does another executor claim the call and
-// run it, as the next attempt, under the next fencing token.
+// once the lease has run out, does another executor claim the call (its
+// tool declared idempotent) and run it, as the next attempt, under the
+// next fencing token.
 func TestExecutor_StopsAHandlerCutOffBeforeItsLeaseRunsOut(t *testing.T) {
 	t.Parallel()
-	g := startGate(t, "default: {requiresApprovalTools: none, maxExecutionAttempts: 3}")
+	g := startGate(t, "default: {requiresApprovalTools: none, maxExecutionAttempts: 3, idempotent: [job]}")
 	link := startLink(t, g.NATSURL)
 	const lease = 3 * time.Second
 	runs := make(chan handlerRun, 8)
@@ -151,6 +153,40 @@ func TestExecutor_StopsAHandlerCutOffBeforeItsLeaseRunsOut(t *testing.T) {
 	assert.Equal(t, "other", got.LastTransition.Actor)
 }
 
+// TestExecutor_ALostRunOfAToolNotIdempotentIsNeverRunAgain partitions
+// an executor from toolgate while its handler runs a tool the policy does
+// not declare idempotent, with attempts left and another executor
+// waiting: the run may have done its work, so nobody runs it again; at
+// the end of its lease the timer ends the call with its outcome unknown,
+// saying so, for the agent and the approver to read.
+func TestExecutor_ALostRunOfAToolNotIdempotentIsNeverRunAgain(t *testing.T) {
+	t.Parallel()
+	tg := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake", "timer"}, Policy: "default: {requiresApprovalTools: none, maxExecutionAttempts: 3}"})
+	g := &gate{Gate: tg, c: tg.Client}
+	link := startLink(t, g.NATSURL)
+	runs := make(chan handlerRun, 8)
+	runExecutor(t, connectThrough(t, g, link, "cut-off"), "cut-off", 3*time.Second, "job", holding("cut-off", runs, true))
+	e, err := g.c.Submit(t.Context(), call("partition", "n1", "job", `{}`))
+	require.NoError(t, err)
+	require.Equal(t, "cut-off", next(t, runs, 20*time.Second, "the first run started").by)
+	runExecutor(t, newClient(t, g.Gate), "other", 3*time.Second, "job", holding("other", runs, false))
+
+	link.partition()
+	stopped := next(t, runs, 20*time.Second, "the cut-off run stopped")
+	assert.ErrorIs(t, stopped.cause, client.ErrLeaseLost)
+	got := finished(t, g.c, e.PendingID)
+	link.heal()
+	assert.Equal(t, machine.StateCompletedFailure, got.Status)
+	assert.True(t, got.OutcomeUnknown, got.Error)
+	assert.Contains(t, got.Error, "result unknown")
+	assert.Equal(t, 1, got.ExecutionAttempts, "claimed once")
+	select {
+	case r := <-runs:
+		t.Fatalf("a second run: %+v", r)
+	default:
+	}
+}
+
 // TestExecutor_ALeaseLostOnTheLastAttemptIsTheOutcome: a handler stopped
 // before its lease could run out unrenewed, on the call's last attempt,
 // fails the call, and the failure says why once the executor can report
@@ -171,6 +207,7 @@ func TestExecutor_ALeaseLostOnTheLastAttemptIsTheOutcome(t *testing.T) {
 	got := finished(t, g.c, e.PendingID)
 	assert.Equal(t, machine.StateCompletedFailure, got.Status)
 	assert.Contains(t, got.Error, "lease lost: not renewed in time")
+	assert.True(t, got.OutcomeUnknown, "stopped midway, it may have done its work")
 	assert.Equal(t, 1, got.ExecutionAttempts)
 }
 
@@ -243,7 +280,8 @@ func TestExecutor_AHeartbeatWhoseAnswerIsLostIsAskedAgainWithinTheLease(t *testi
 // request waits at the far side: that request is abandoned before the
 // lease runs out, and the run another executor makes then sends the same
 // Idempotency-Key with the next fencing token, so the far side can tell
-// the second run from the first.
+// the second run from the first (the policy declares http idempotent for
+// that reason).
 func TestHTTPTool_ARunAfterALeaseLossCarriesTheNextToken(t *testing.T) {
 	t.Parallel()
 	type request struct {
@@ -263,7 +301,7 @@ func TestHTTPTool_ARunAfterALeaseLossCarriesTheNextToken(t *testing.T) {
 		fmt.Fprint(w, "done")
 	}))
 	t.Cleanup(srv.Close)
-	g := startGate(t, "default: {requiresApprovalTools: none, maxExecutionAttempts: 3}")
+	g := startGate(t, "default: {requiresApprovalTools: none, maxExecutionAttempts: 3, idempotent: [http]}")
 	link := startLink(t, g.NATSURL)
 	const lease = 3 * time.Second
 	runExecutor(t, connectThrough(t, g, link, "cut-off"), "cut-off", lease, "http", client.HTTPTool(nil))

@@ -96,15 +96,23 @@ func (m *Machine) resubmitted(ctx context.Context, e *Entry) string {
 	}
 }
 
-// AbandonLease fails a running call whose executor's lease ran out after
-// its last allowed attempt. (With attempts left, the call is queued again
-// instead, and the next executor reclaims it.)
+// AbandonLease ends a running call whose executor's lease ran out and
+// that no other executor may take over (see Reclaimable): a tool not
+// declared idempotent, or the last allowed attempt. The tool may have
+// run, so the call fails with its outcome unknown, saying so; a person
+// may run it again (Rerun).
 func (m *Machine) AbandonLease(ctx context.Context, pendingID string) (*Entry, error) {
-	e, err := m.transition(ctx, pendingID, EventFail, "timer", "", func(e *Entry, now time.Time) error {
-		if e.Lease == nil || now.UnixMilli() < e.Lease.ExpiresAt || e.AttemptsLeft() > 0 {
+	e, err := m.transition(ctx, pendingID, EventFail, "timer", "executor lost: result unknown", func(e *Entry, now time.Time) error {
+		if e.Lease == nil || now.UnixMilli() < e.Lease.ExpiresAt || e.Reclaimable() {
 			return &TransitionError{Event: EventFail, Entry: e}
 		}
-		e.Error = fmt.Sprintf("executor %s lost its lease on attempt %d, the last allowed", e.Lease.Holder, e.ExecutionAttempts)
+		why := "the tool is not declared idempotent, so nothing runs it again by itself"
+		if e.Idempotent {
+			why = "it was the last attempt allowed"
+		}
+		e.Error = fmt.Sprintf("result unknown: executor %s lost its lease on attempt %d before reporting, and the tool may have run; %s (a person may run it again: toolgate retry)",
+			e.Lease.Holder, e.ExecutionAttempts, why)
+		e.OutcomeUnknown = true
 		e.Lease = nil
 		return nil
 	})

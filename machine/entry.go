@@ -95,6 +95,18 @@ type Entry struct {
 	Description string `json:"description,omitempty"`
 	// MaxExecutionAttempts bounds claims of the call; 0 means the default.
 	MaxExecutionAttempts int `json:"maxExecutionAttempts,omitempty"`
+	// Idempotent says the policy declares the call's tool safe to run
+	// twice: only then does another executor take the call over when its
+	// executor's lease runs out (Reclaimable). Any other call whose
+	// executor is lost ends with its outcome unknown.
+	Idempotent bool `json:"idempotent,omitempty"`
+	// OutcomeUnknown is set on a call that ended COMPLETED_FAILURE because
+	// its executor was lost after the tool may have started: whether it
+	// ran is not known, and only a person runs it again (Rerun).
+	OutcomeUnknown bool `json:"outcomeUnknown,omitempty"`
+	// RerunOf is the call whose outcome was unknown that a person had
+	// run again as this one (Rerun).
+	RerunOf string `json:"rerunOf,omitempty"`
 	// CostReserved is what the policy reserved of the team's daily budget
 	// (on CostDay) for this call, to settle or release when it ends.
 	CostReserved float64 `json:"costReserved,omitempty"`

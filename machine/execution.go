@@ -26,10 +26,11 @@ func claimStep(e *Entry, now time.Time, c *Claimant) *step {
 }
 
 // Claim hands a runnable call to the executor holder for lease: approved,
-// scheduled and due, or running under a lease that has run out. A live
-// lease is never claimed, not even by its holder: a claim asked twice
-// must not start a second run. Each claim is an attempt, and none is
-// granted past the call's MaxExecutionAttempts.
+// scheduled and due, or, for a tool declared idempotent, running under a
+// lease that has run out (Reclaimable). A live lease is never claimed,
+// not even by its holder: a claim asked twice must not start a second
+// run. Each claim is an attempt, and none is granted past the call's
+// MaxExecutionAttempts.
 func (m *Machine) Claim(ctx context.Context, pendingID, holder string, lease time.Duration) (*Entry, error) {
 	return m.ClaimAt(ctx, pendingID, 0, holder, lease)
 }
@@ -60,8 +61,8 @@ func (m *Machine) ClaimAt(ctx context.Context, pendingID string, revision uint64
 // one more attempt, of a call that is runnable or whose lease ran out.
 func claim(holder string, lease time.Duration, claimEvent func(*Entry) (Event, string)) func(e *Entry, now time.Time) error {
 	return func(e *Entry, now time.Time) error {
-		reclaimable := e.Lease != nil && now.UnixMilli() >= e.Lease.ExpiresAt && e.AttemptsLeft() > 0
-		if !e.Runnable(now) && !reclaimable {
+		lost := e.Lease != nil && now.UnixMilli() >= e.Lease.ExpiresAt
+		if !e.Runnable(now) && !(lost && e.Reclaimable()) {
 			ev, _ := claimEvent(e)
 			return &TransitionError{Event: ev, Entry: e}
 		}
@@ -113,6 +114,14 @@ func (m *Machine) Retry(ctx context.Context, pendingID, holder string, failed in
 // does not say.
 const DefaultMaxExecutionAttempts = 3
 
+// Reclaimable reports whether another executor may take e over once its
+// lease runs out: a call of a tool the policy declares idempotent, with
+// attempts left. Any other call whose executor is lost may have run
+// already, so nothing runs it again by itself: the timer ends it with
+// its outcome unknown (AbandonLease), and a person may run it again
+// (Rerun).
+func (e *Entry) Reclaimable() bool { return e.Idempotent && e.AttemptsLeft() > 0 }
+
 // AttemptsLeft reports how many more times e may be claimed.
 func (e *Entry) AttemptsLeft() int {
 	limit := e.MaxExecutionAttempts
@@ -128,6 +137,9 @@ type Outcome struct {
 	Result json.RawMessage
 	Error  string
 	Cost   float64
+	// Unknown (Fail) says the run was stopped midway and may have done
+	// its work: the call ends with its outcome unknown.
+	Unknown bool
 }
 
 // Complete records a successful run.
@@ -159,6 +171,7 @@ func (m *Machine) finish(ctx context.Context, pendingID string, ev Event, o Outc
 		e.Result = o.Result
 		e.Error = o.Error
 		e.Cost = o.Cost
+		e.OutcomeUnknown = ev == EventFail && o.Unknown
 		return nil
 	}, nil)
 	if err != nil {

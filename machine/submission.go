@@ -71,6 +71,7 @@ func (m *Machine) SubmitAndClaim(ctx context.Context, c Call, claimant *Claimant
 		Description:     v.Description,
 
 		MaxExecutionAttempts: v.MaxExecutionAttempts,
+		Idempotent:           v.Idempotent,
 		CostReserved:         v.CostReserved,
 		CostDay:              v.CostDay,
 	}

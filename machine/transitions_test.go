@@ -99,7 +99,8 @@ var legal = map[string]map[machine.State]machine.State{
 }
 
 // seed stores an entry directly in state s, with every deadline passed and
-// an expired lease held by exec-1, so that only the state decides whether a
+// an expired lease held by exec-1 (of an idempotent tool, which another
+// executor may take over), so that only the state decides whether a
 // command may run.
 func seed(t *testing.T, ctx context.Context, store machine.Store, s machine.State, id string) uint64 {
 	t.Helper()
@@ -107,7 +108,7 @@ func seed(t *testing.T, ctx context.Context, store machine.Store, s machine.Stat
 	e := &machine.Entry{
 		PendingID: machine.PendingID("table", id), ToolCallID: id, ToolName: "web_search",
 		ToolArguments: json.RawMessage(`{}`), CallerBotID: "bot-1", ConversationID: "table",
-		RequestedAt: past, Status: s, ApprovalTimeoutAt: past, ScheduledExecutionTime: past, AutoRejectOnTimeout: true, Respondable: true,
+		RequestedAt: past, Status: s, ApprovalTimeoutAt: past, ScheduledExecutionTime: past, AutoRejectOnTimeout: true, Respondable: true, Idempotent: true,
 		LastTransition: &machine.Transition{Event: "seed", To: s, Actor: "test", At: past},
 	}
 	if s == machine.StateExecuting {
@@ -397,7 +398,7 @@ func TestClaim_LeaseAndHolder(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun}))
+	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun, Idempotent: true}))
 	e, err := m.Submit(ctx, call("claim", "c1"))
 	require.NoError(t, err)
 
@@ -511,11 +512,11 @@ func TestExpire_WithoutAutoRejectFlagsOnceAndStaysPending(t *testing.T) {
 	assert.Equal(t, machine.StateApproved, got.Status)
 }
 
-func TestAbandonLease_FailsOnlyWhenAttemptsAreSpent(t *testing.T) {
+func TestAbandonLease_FailsAnIdempotentCallOnlyWhenAttemptsAreSpent(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun, MaxExecutionAttempts: 2}))
+	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun, MaxExecutionAttempts: 2, Idempotent: true}))
 	later := machine.New(env.Store, machine.WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
 	e, err := m.Submit(ctx, call("abandon", "c1"))
 	require.NoError(t, err)
@@ -538,6 +539,38 @@ func TestAbandonLease_FailsOnlyWhenAttemptsAreSpent(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, machine.StateCompletedFailure, got.Status)
 	assert.Contains(t, got.Error, "exec-2 lost its lease on attempt 2")
+	assert.Contains(t, got.Error, "the last attempt allowed")
+	assert.True(t, got.OutcomeUnknown)
+}
+
+// TestAbandonLease_ALostRunOfAToolNotIdempotentEndsUnknown: the tool
+// may have run when its executor was lost, so no other executor takes
+// the call over, whatever attempts are left; the timer ends it at once
+// with its outcome unknown, saying why.
+func TestAbandonLease_ALostRunOfAToolNotIdempotentEndsUnknown(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	ctx := t.Context()
+	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun, MaxExecutionAttempts: 3}))
+	later := machine.New(env.Store, machine.WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
+	e, err := m.Submit(ctx, call("unknown", "c1"))
+	require.NoError(t, err)
+	require.False(t, e.Idempotent)
+	_, err = m.Claim(ctx, e.PendingID, "exec-1", time.Minute)
+	require.NoError(t, err)
+
+	_, err = later.Claim(ctx, e.PendingID, "exec-2", time.Minute)
+	assert.ErrorIs(t, err, machine.ErrConflict, "a lost run of a tool not declared idempotent is not taken over")
+	_, err = m.AbandonLease(ctx, e.PendingID)
+	assert.ErrorIs(t, err, machine.ErrConflict, "the lease has not run out yet")
+	got, err := later.AbandonLease(ctx, e.PendingID)
+	require.NoError(t, err)
+	assert.Equal(t, machine.StateCompletedFailure, got.Status)
+	assert.True(t, got.OutcomeUnknown)
+	assert.Equal(t, 1, got.ExecutionAttempts)
+	assert.Contains(t, got.Error, "result unknown: executor exec-1 lost its lease on attempt 1")
+	assert.Contains(t, got.Error, "not declared idempotent")
+	assert.Equal(t, "executor lost: result unknown", got.LastTransition.Reason)
 }
 
 func TestHeartbeat_RenewsOnlyTheHoldersLease(t *testing.T) {
@@ -578,7 +611,7 @@ func TestRefusal_NamesTheEntryAsStored(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
 	ctx := t.Context()
-	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun, MaxExecutionAttempts: 3}))
+	m := machine.New(env.Store, verdict(machine.Verdict{Action: machine.ActionRun, MaxExecutionAttempts: 3, Idempotent: true}))
 	later := machine.New(env.Store, machine.WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
 	e, err := m.Submit(ctx, call("refusal-names", "c1"))
 	require.NoError(t, err)

@@ -35,6 +35,9 @@ type Verdict struct {
 	Escalate []EscalationTier
 	// MaxExecutionAttempts bounds how often the call is claimed; 0: default.
 	MaxExecutionAttempts int
+	// Idempotent says the call's tool may run twice without harm: a call
+	// whose executor is lost is then run again by another executor.
+	Idempotent bool
 	// Description is one human sentence saying what the call will do.
 	Description string
 	// Reason names the rule or field that decided; DecidedBy, what kind

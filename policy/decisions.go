@@ -64,16 +64,7 @@ func compileDecisions(errs *errorList, scope string, p *Policy) (map[string]Time
 		}
 		timeouts[key] = TimeoutRule{Pattern: pat, Outcome: o, Scope: scope}
 	}
-	var respond []Pattern
-	for i, s := range p.Respondable {
-		pat, err := parsePattern(s)
-		if err != nil {
-			errs.add(fmt.Sprintf("%s.respondable[%d]", scope, i), "%q: %v", s, err)
-			continue
-		}
-		respond = append(respond, pat)
-	}
-	return timeouts, respond
+	return timeouts, compilePatterns(errs, scope, "respondable", p.Respondable)
 }
 
 // checkTimeoutApprovals refuses an onTimeout approve, in any scope, for

@@ -141,6 +141,11 @@ type Policy struct {
 	// answer with the tool's result instead of running them. The
 	// narrowest scope that sets it replaces the wider ones' list.
 	Respondable Names `yaml:"respondable,omitempty" json:"respondable,omitzero"`
+	// Idempotent lists the patterns whose calls may run twice without
+	// harm: only such a call is run again by another executor when the
+	// one running it is lost before it reports (idempotent.go). The
+	// narrowest scope that sets it replaces the wider ones' list.
+	Idempotent Names `yaml:"idempotent,omitempty" json:"idempotent,omitzero"`
 
 	// Reviewers are automated reviewers of the calls the policy asks
 	// about (reviewers.go). Like notify, the narrowest scope that sets

@@ -187,6 +187,7 @@ func (e *Engine) evaluate(ctx context.Context, c machine.Call, dry bool) (machin
 	}
 	v.Description = r.Description(c.ToolName, args, c.Arguments)
 	v.MaxExecutionAttempts = r.MaxExecutionAttempts
+	v.Idempotent = r.idempotent(cs)
 	v.Currency = r.Currency
 	v.OverCostLimit = r.RequireApprovalAboveCost != nil && MicrosOf(c.EstimatedCost) > MicrosOf(*r.RequireApprovalAboveCost)
 	v.PolicyRevision = snap.revision

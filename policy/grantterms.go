@@ -46,15 +46,7 @@ func (e *Engine) GrantTerms(c machine.Call, risk machine.Risk) GrantTerms {
 
 // compileNoGrants checks a scope's noGrants patterns and noGrantsAtRisk.
 func compileNoGrants(errs *errorList, scope string, p *Policy) []Pattern {
-	var pats []Pattern
-	for i, s := range p.NoGrants {
-		pat, err := parsePattern(s)
-		if err != nil {
-			errs.add(fmt.Sprintf("%s.noGrants[%d]", scope, i), "%q: %v", s, err)
-			continue
-		}
-		pats = append(pats, pat)
-	}
+	pats := compilePatterns(errs, scope, "noGrants", p.NoGrants)
 	if r := p.NoGrantsAtRisk; r != nil && *r != "none" && !machine.Risk(*r).Valid() {
 		errs.add(scope+".noGrantsAtRisk", "must be high, medium, low or none, got %q", *r)
 	}

@@ -65,7 +65,7 @@ func vocabularyOf(d *Document) *vocabulary {
 			add(t)
 		}
 		for _, rule := range slices.Concat(p.Rules.Deny, p.Rules.Ask, p.Rules.Allow, slices.Sorted(maps.Keys(p.Risk)), slices.Sorted(maps.Keys(p.Quorum)),
-			rateMatches(p.RateLimits), flowPatterns(p.Flows), slices.Sorted(maps.Keys(p.OnTimeout)), p.Respondable) {
+			rateMatches(p.RateLimits), flowPatterns(p.Flows), slices.Sorted(maps.Keys(p.OnTimeout)), p.Respondable, p.Idempotent) {
 			pat, err := parsePattern(rule)
 			switch {
 			case err != nil:

@@ -90,6 +90,8 @@ type Resolved struct {
 	// the risk from which no call does ("": none).
 	NoGrants       []Pattern
 	NoGrantsAtRisk machine.Risk
+	// Idempotent are the patterns whose calls may run twice (idempotent.go).
+	Idempotent []Pattern
 	// Reviewers are the automated reviewers of asked calls (none by
 	// default), from the narrowest scope that names any.
 	Reviewers []CompiledReviewer
@@ -175,6 +177,7 @@ type layer struct {
 	timeouts  map[string]TimeoutRule // onTimeout, compiled
 	respond   []Pattern              // respondable, compiled
 	noGrants  []Pattern              // noGrants, compiled
+	idem      []Pattern              // idempotent, compiled
 	rates     []RateRule
 	flows     []FlowRule
 	templates map[string]*template.Template
@@ -307,6 +310,7 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 	l.quorums = compileQuorum(errs, scope, p)
 	l.timeouts, l.respond = compileDecisions(errs, scope, p)
 	l.noGrants = compileNoGrants(errs, scope, p)
+	l.idem = compilePatterns(errs, scope, "idempotent", p.Idempotent)
 	checkTiers(errs, at("escalate"), p.Escalate)
 	if n := p.MaxExecutionAttempts; n != nil && (*n < 1 || *n > 100) {
 		errs.add(at("maxExecutionAttempts"), "must be 1 to 100, got %d", *n)
@@ -511,6 +515,7 @@ func (p *Policy) clone() Policy {
 	c.OnTimeout = maps.Clone(p.OnTimeout)
 	c.Respondable = slices.Clone(p.Respondable)
 	c.NoGrants = slices.Clone(p.NoGrants)
+	c.Idempotent = slices.Clone(p.Idempotent)
 	c.NoGrantsAtRisk = clonePtr(p.NoGrantsAtRisk)
 	c.Reviewers = cloneReviewers(p.Reviewers)
 	return c
@@ -656,6 +661,7 @@ func (r *Resolved) merge(l *layer) {
 	}
 	set("respondable", p.Respondable != nil, func() { r.Respondable = l.respond })
 	set("noGrants", p.NoGrants != nil, func() { r.NoGrants = l.noGrants })
+	set("idempotent", p.Idempotent != nil, func() { r.Idempotent = l.idem })
 	set("noGrantsAtRisk", p.NoGrantsAtRisk != nil, func() { r.NoGrantsAtRisk = noGrantsRisk(*p.NoGrantsAtRisk) })
 }
 

@@ -263,6 +263,10 @@ type ReportRequest struct {
 	Result   json.RawMessage `json:"result,omitempty"`
 	Error    string          `json:"error,omitempty" max:"65536"`
 	Cost     float64         `json:"cost,omitempty"`
+	// OutcomeUnknown (failed) says the run was stopped midway, its
+	// executor cut off from toolgate, and may have done its work: the
+	// call ends with its outcome unknown (machine.Entry.OutcomeUnknown).
+	OutcomeUnknown bool `json:"outcomeUnknown,omitempty"`
 }
 
 // ErrorBody is the body of a refusal.

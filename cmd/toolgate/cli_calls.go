@@ -588,6 +588,33 @@ func cancelCmd(out cliOutput) *cliCmd {
 	return c
 }
 
+// retryCmd is `toolgate retry`.
+func retryCmd(out cliOutput) *cliCmd {
+	c := newCLICmd("retry", "retry ID [--reason R] [flags]",
+		"Run once more a call whose outcome is unknown: its executor was lost while the tool\n"+
+			"may have run, and nothing runs it again by itself. The run is a new call, recorded\n"+
+			"as your decision; a call is run again once.", out).connFlags().jsonFlag("the new call's entry")
+	var reason string
+	c.fs.StringVar(&reason, "reason", "", "why (recorded with the decision)")
+	c.run = func(ctx context.Context, args []string) error {
+		pos, err := c.parse(args, 1, 1, "the call's ID")
+		if err != nil {
+			return err
+		}
+		return call(ctx, c, func(ctx context.Context, cl *client.Client) (*machine.Entry, error) {
+			return cl.Rerun(ctx, wire.RerunRequest{PendingID: pos[0], Reason: reason})
+		}, func(e *machine.Entry) error {
+			if e.Status != machine.StateScheduled {
+				_, err := fmt.Fprintf(out.stdout, "%s was run again already, as %s (%s): %s\n", e.RerunOf, e.PendingID, e.ToolName, e.Status)
+				return err
+			}
+			_, err := fmt.Fprintf(out.stdout, "running %s again as %s (%s)\n", e.RerunOf, e.PendingID, e.ToolName)
+			return err
+		})
+	}
+	return c
+}
+
 // grantReach says in words what bounds a grant: "session conv-1".
 func grantReach(g *wire.GrantPreview) string {
 	switch {

@@ -236,6 +236,12 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 	if e.Error != "" {
 		field("Error", "%s", e.Error)
 	}
+	if e.OutcomeUnknown {
+		field("Outcome", "unknown: the tool may have run; toolgate retry %s runs it once more", e.PendingID)
+	}
+	if e.RerunOf != "" {
+		field("Run again of", "%s, its outcome unknown", e.RerunOf)
+	}
 	money := func(v float64) string { return strings.TrimSpace(formatMoney(v) + " " + e.Currency) }
 	if e.EstimatedCost > 0 {
 		field("Estimated cost", "%s", money(e.EstimatedCost))

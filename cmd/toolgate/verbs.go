@@ -92,6 +92,7 @@ func verbTable() []verb {
 it expires (approve --for 2h) or is revoked.
 `},
 		{name: "cancel", synopsis: "cancel ID | --conversation C", summary: "cancel a call, or a conversation's calls", cmd: cancelCmd},
+		{name: "retry", synopsis: "retry ID [--reason R]", summary: "run once more a call whose outcome is unknown (its executor was lost)", cmd: retryCmd},
 		{name: "receipt", synopsis: "receipt ID [--json]", summary: "a call's signed receipts, one per transition (--json: the chain)", cmd: receiptCmd},
 		{name: "verify", synopsis: "verify FILE|ID [--key PUB]",
 			summary: "verify a receipt chain: offline from a file, or a call's from toolgate", cmd: verifyCmd},

@@ -29,7 +29,7 @@ var Endpoints = map[wire.Role][]string{
 		wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointAnalytics, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
 		wire.EndpointGrantsList, wire.EndpointGrantsRevoke, wire.EndpointGrantsPreview,
 		wire.EndpointPolicyDryRun, wire.EndpointPolicyExplain, wire.EndpointReceipts, wire.EndpointReceiptsKey,
-		wire.EndpointPolicyShadowGet, wire.EndpointPolicyShadowReport, wire.EndpointReveal,
+		wire.EndpointPolicyShadowGet, wire.EndpointPolicyShadowReport, wire.EndpointReveal, wire.EndpointRerun,
 	},
 	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointAnalytics, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList,
 		wire.EndpointGrantsPreview, wire.EndpointPolicyDryRun, wire.EndpointPolicyExplain, wire.EndpointReceipts, wire.EndpointReceiptsKey,

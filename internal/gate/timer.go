@@ -31,8 +31,8 @@ func (t Timer) Escalate(ctx context.Context, pendingID string) (*machine.Entry, 
 	return t.s.observe(t.s.m.Escalate(ctx, pendingID))
 }
 
-// AbandonLease fails a running call whose executor's lease ran out on its
-// last allowed attempt.
+// AbandonLease ends a running call whose executor's lease ran out and
+// that no other executor may take over, its outcome unknown.
 func (t Timer) AbandonLease(ctx context.Context, pendingID string) (*machine.Entry, error) {
 	return t.s.observe(t.s.m.AbandonLease(ctx, pendingID))
 }

@@ -265,7 +265,7 @@ func report(kind string, r wire.ReportRequest) error {
 		set  bool
 	}{
 		{"leaseMs", r.LeaseMs != 0}, {"attempt", r.Attempt != 0}, {"revision", r.Revision != 0},
-		{"result", len(r.Result) > 0}, {"error", r.Error != ""}, {"cost", r.Cost != 0},
+		{"result", len(r.Result) > 0}, {"error", r.Error != ""}, {"cost", r.Cost != 0}, {"outcomeUnknown", r.OutcomeUnknown},
 	} {
 		if f.set && !slices.Contains(takes, f.name) {
 			return fmt.Errorf("%w: %s: a report of %s takes only %s", machine.ErrInvalid, f.name, kind, strings.Join(takes, ", "))
@@ -282,7 +282,7 @@ var reportFields = map[string][]string{
 	wire.EndpointHeartbeat: {"leaseMs"},
 	wire.EndpointRetry:     {"leaseMs", "attempt"},
 	wire.EndpointSucceeded: {"result", "cost"},
-	wire.EndpointFailed:    {"error", "result", "cost"},
+	wire.EndpointFailed:    {"error", "result", "cost", "outcomeUnknown"},
 }
 
 // leaseOf is how long the lease a claim, heartbeat or retry asks for
@@ -296,7 +296,7 @@ func leaseOf(r wire.ReportRequest) time.Duration {
 
 // outcomeOf is the outcome a succeeded or failed report records.
 func outcomeOf(r wire.ReportRequest) machine.Outcome {
-	return machine.Outcome{Holder: r.By, Result: r.Result, Error: r.Error, Cost: r.Cost}
+	return machine.Outcome{Holder: r.By, Result: r.Result, Error: r.Error, Cost: r.Cost, Unknown: r.OutcomeUnknown}
 }
 
 // ClaimAt hands a runnable call to r.By (under a's name) for its lease

@@ -168,14 +168,15 @@ func TestTakeWork_AScheduledCallWhenDue(t *testing.T) {
 	assert.GreaterOrEqual(t, got[0].LastTransition.At, e.ScheduledExecutionTime, "claimed before it was due")
 }
 
-// TestTakeWork_ALostLeaseIsOfferedAgain: a call whose executor stopped
-// heartbeating is handed to the next executor once its lease has run
-// out, as another attempt; on its last attempt it is not (the timer
-// fails it).
+// TestTakeWork_ALostLeaseIsOfferedAgain: a call of an idempotent tool
+// whose executor stopped heartbeating is handed to the next executor once
+// its lease has run out, as another attempt; on its last attempt it is
+// not (the timer ends it), nor is a call of a tool not declared
+// idempotent (TestTakeWork_ALostRunOfAToolNotIdempotentIsNotOfferedAgain).
 func TestTakeWork_ALostLeaseIsOfferedAgain(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bustest.Topologies[0])
-	s := workService(t, env, machine.Verdict{Action: machine.ActionRun, MaxExecutionAttempts: 2})
+	s := workService(t, env, machine.Verdict{Action: machine.ActionRun, MaxExecutionAttempts: 2, Idempotent: true})
 	e := submitCall(t, s, "lease", "c1", "deploy")
 	first := take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: 10_000, LeaseMs: 300, By: "gone"})
 	require.Len(t, first, 1)
@@ -192,6 +193,23 @@ func TestTakeWork_ALostLeaseIsOfferedAgain(t *testing.T) {
 	_, err := s.Heartbeat(t.Context(), executor, wire.ReportRequest{PendingID: e.PendingID, By: "next", LeaseMs: (200 * time.Millisecond).Milliseconds()})
 	require.NoError(t, err)
 	assert.Empty(t, take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: 1000}), "a third attempt handed out")
+}
+
+// TestTakeWork_ALostRunOfAToolNotIdempotentIsNotOfferedAgain: its run
+// may have started when its executor was lost, so no executor gets it
+// again; the timer ends it with its outcome unknown.
+func TestTakeWork_ALostRunOfAToolNotIdempotentIsNotOfferedAgain(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	s := workService(t, env, machine.Verdict{Action: machine.ActionRun, MaxExecutionAttempts: 2})
+	e := submitCall(t, s, "lost", "c1", "deploy")
+	first := take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: 10_000, LeaseMs: 200, By: "gone"})
+	require.Len(t, first, 1)
+	assert.Empty(t, take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: 1000, By: "next"}), "handed out again after a lost lease")
+	got, err := s.Timer().AbandonLease(t.Context(), e.PendingID)
+	require.NoError(t, err)
+	assert.True(t, got.OutcomeUnknown)
+	assert.Equal(t, 1, got.ExecutionAttempts)
 }
 
 // TestTakeWork_ANewProcessOffersWhatTheBucketHolds: runnable calls

@@ -42,6 +42,7 @@ const (
 	RuleOneTerminal  = "one terminal state"     // the call ends in a terminal state, written once
 	RuleNoRun        = "no run unless runnable" // no handler of a call rejected, cancelled or never claimed
 	RuleRunPerLease  = "one run per lease"      // no more runs than claims; one per fencing token; none while another goes on
+	RuleAtMostOnce   = "at most once"           // a tool not declared idempotent is never taken over after a lost lease
 	RuleOneEvent     = "one event per transition"
 	RuleAnswered     = "every agent answered"
 )
@@ -94,8 +95,9 @@ const linearizeTimeout = 10 * time.Second
 // at ReadAt); its stored writes follow each other as the table allows
 // (a write that did not see the one before is a lost update); it ends in
 // one terminal state; no handler ran for a call that was never claimed
-// or ended rejected or cancelled; no call ran more often than it was
-// claimed (a lost lease or a retry each allow one run more), nor twice
+// or ended rejected or cancelled; no call of a tool not declared
+// idempotent was taken over after a lost lease; no call ran more often
+// than it was claimed (a lost lease or a retry each allow one run more), nor twice
 // under one fencing token, nor again while an earlier run went on; every transition that has an event has
 // exactly one, and there is no other; and each agent's call was answered
 // finally within AnswerWithin of its submit.
@@ -211,12 +213,11 @@ func stateName(s machine.State) string { return cmpOr(string(s), "none") }
 
 // checkRuns holds a call's tool runs to its claims.
 func checkRuns(revs []Revision, runs []*Op, r *Report, broke func(rule, format string, args ...any)) {
-	if len(runs) == 0 {
-		return
-	}
 	claims, lost := 0, 0
 	var final machine.State
+	idempotent := false
 	for _, rv := range revs {
+		idempotent = idempotent || rv.Entry.Idempotent
 		for _, tr := range rv.Entry.Transitions() {
 			switch tr.Event {
 			case machine.EventStart:
@@ -229,6 +230,12 @@ func checkRuns(revs []Revision, runs []*Op, r *Report, broke func(rule, format s
 			}
 		}
 		final = rv.Entry.Status
+	}
+	if lost > 0 && !idempotent {
+		broke(RuleAtMostOnce, "taken over %d times after a lost lease, and its tool is not declared idempotent", lost)
+	}
+	if len(runs) == 0 {
+		return
 	}
 	switch {
 	case claims == 0:

@@ -31,8 +31,9 @@ func approve(o *history.Op) *history.Op { o.Approve = true; return o }
 // each, sequence numbers from 1, and the events the relay published for
 // them.
 type store struct {
-	revs   []history.Revision
-	events map[string]int
+	revs       []history.Revision
+	events     map[string]int
+	idempotent bool // the call's tool is declared idempotent
 }
 
 func newStore() *store { return &store{events: map[string]int{}} }
@@ -43,7 +44,7 @@ func (s *store) write(from machine.State, ev machine.Event, actor, reason string
 		panic(ev)
 	}
 	seq := uint64(len(s.revs) + 1)
-	e := &machine.Entry{PendingID: call, Status: to, LastTransition: &machine.Transition{Event: ev, From: from, To: to, Actor: actor, Reason: reason, At: at(int(seq) * 100).UnixMilli()}}
+	e := &machine.Entry{PendingID: call, Status: to, Idempotent: s.idempotent, LastTransition: &machine.Transition{Event: ev, From: from, To: to, Actor: actor, Reason: reason, At: at(int(seq) * 100).UnixMilli()}}
 	if ev == machine.EventStart || ev == machine.EventReclaim {
 		e.ExecutionAttempts = 1
 	}
@@ -171,16 +172,22 @@ func TestCheck_ASecondRunNeedsALostLease(t *testing.T) {
 	r := history.Check(twice, s.facts())
 	assert.Equal(t, []string{history.RuleRunPerLease}, rules(r), r.String())
 
-	// With the first executor's lease lost and the call reclaimed, a
-	// second run started after the first one stopped is allowed, and
-	// counted.
-	s = newStore().
-		write("", machine.EventAsk, "policy", "").
-		write(machine.StatePendingApproval, machine.EventApprove, "approver", "").
-		write(machine.StateApproved, machine.EventStart, "executor-1", "").
-		write(machine.StateExecuting, machine.EventReclaim, "executor-2", "").
-		write(machine.StateExecuting, machine.EventSucceed, "executor-2", "")
+	// With the first executor's lease lost and the call of an idempotent
+	// tool reclaimed, a second run started after the first one stopped
+	// is allowed, and counted.
+	reclaimed := func(idempotent bool) *store {
+		s := newStore()
+		s.idempotent = idempotent
+		return s.write("", machine.EventAsk, "policy", "").
+			write(machine.StatePendingApproval, machine.EventApprove, "approver", "").
+			write(machine.StateApproved, machine.EventStart, "executor-1", "").
+			write(machine.StateExecuting, machine.EventReclaim, "executor-2", "").
+			write(machine.StateExecuting, machine.EventSucceed, "executor-2", "")
+	}
 	twice[2].Token, twice[4].Token = call+"/1", call+"/2"
+	r = history.Check(twice, reclaimed(false).facts())
+	assert.Equal(t, []string{history.RuleAtMostOnce}, rules(r), "a tool not declared idempotent is never taken over: %s", r)
+	s = reclaimed(true)
 	r = history.Check(twice, s.facts())
 	assert.False(t, r.Failed(), r.String())
 	assert.Equal(t, 1, r.Reruns)

@@ -304,7 +304,7 @@ func specFill(path string) string {
 // sees answer with success.
 func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 	t.Parallel()
-	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake", "http", "analytics"}, Policy: specPolicy, Tokens: tokens})
+	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "intake", "http", "analytics", "timer"}, Policy: specPolicy, Tokens: tokens})
 	s := newSpecClient(t, g.HTTPURL)
 	// step runs a phase of the test as a subtest, so that a failure names
 	// it; the spec client checks on the subtest's behalf meanwhile. A
@@ -460,6 +460,25 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 		assert.Equal(t, "the search engine is down", e.Error)
 		assert.JSONEq(t, `{"hits":1}`, string(e.Result), "what the tool made before it failed, as over NATS")
 		assert.Equal(t, http.StatusNotFound, report("spec.nope", "failed", specAgent, nil))
+
+		// A run whose executor is lost ends with its outcome unknown
+		// (web_search is not declared idempotent); an approver runs it
+		// once more, as a new call.
+		lost := approved("r3")
+		require.Equal(t, http.StatusOK, report(lost.PendingID, "started", specAgent, wire.ReportRequest{LeaseMs: 1}))
+		bustest.Eventually(t, 10*time.Second, 10*time.Millisecond, "the lost run ended unknown", func() (bool, any) {
+			s.do(specCall{method: "GET", path: "/v1/tool-calls/" + lost.PendingID, token: specViewer}, &e)
+			return e.OutcomeUnknown, e.Status
+		})
+		rerun := func(token string, out any) int {
+			return s.do(specCall{method: "POST", path: "/v1/tool-calls/" + lost.PendingID + "/rerun", token: token, body: wire.RerunRequest{Reason: "checked"}}, out)
+		}
+		assert.Equal(t, http.StatusForbidden, rerun(specAgent, nil), "an agent runs nothing again")
+		require.Equal(t, http.StatusOK, rerun(specAlice, &e))
+		assert.Equal(t, lost.PendingID, e.RerunOf)
+		assert.Equal(t, machine.StateScheduled, e.Status)
+		assert.Equal(t, http.StatusConflict, rerun(specRoot, nil), "run again once")
+		assert.Equal(t, http.StatusConflict, s.do(specCall{method: "POST", path: "/v1/tool-calls/" + ran.PendingID + "/rerun", token: specAlice}, nil), "its outcome is known")
 	})
 
 	step("its receipts, verified with the published keys", func(t *testing.T) {

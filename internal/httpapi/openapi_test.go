@@ -93,6 +93,7 @@ var (
 		"Receipt":                 reflect.TypeFor[machine.Receipt](),
 		"ReceiptChain":            reflect.TypeFor[wire.ReceiptChain](),
 		"RevealRequest":           reflect.TypeFor[wire.RevealRequest](),
+		"RerunRequest":            reflect.TypeFor[wire.RerunRequest](),
 		"RevealReply":             reflect.TypeFor[wire.RevealReply](),
 		"Reveal":                  reflect.TypeFor[wire.Reveal](),
 		"ReceiptKeys":             reflect.TypeFor[wire.ReceiptKeys](),

@@ -104,6 +104,7 @@ var routes = []route{
 	{"GET", "/v1/tool-calls/{pendingId}/grant-preview", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).GrantPreview)},
 	{"POST", "/v1/respond", []Role{RoleApprover}, answer((*gate.Service).Respond)},
 	{"POST", "/v1/tool-calls/{pendingId}/cancel", []Role{RoleAgent, RoleApprover}, answer(cancelled((*gate.Service).Cancel))},
+	{"POST", "/v1/tool-calls/{pendingId}/rerun", []Role{RoleApprover}, answer((*gate.Service).Rerun)},
 	{"POST", "/v1/conversations/{conversationId}/cancel", []Role{RoleAgent, RoleApprover}, answer(cancelled((*gate.Service).CancelConversation))},
 	// Reports on a call its caller runs: started claims it, under a lease.
 	{"POST", "/v1/tool-calls/{pendingId}/started", runners, answer((*gate.Service).ClaimAt)},

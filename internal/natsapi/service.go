@@ -199,6 +199,7 @@ func (s *Service) endpoints() map[string]endpoint {
 		wire.EndpointCredsRevoke:        answer(g.RevokeCredential),
 		wire.EndpointReceipts:           answer(g.Receipts),
 		wire.EndpointReveal:             answer(g.Reveal),
+		wire.EndpointRerun:              answer(g.Rerun),
 		wire.EndpointReceiptsKey:        answer(g.ReceiptKeys),
 		wire.EndpointSucceeded:          answer(g.Complete),
 		wire.EndpointFailed:             answer(g.Fail),

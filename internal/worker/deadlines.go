@@ -14,9 +14,10 @@ type kind uint8
 const (
 	kindNone     kind = iota
 	kindApproval      // approvalTimeoutAt of a pending call: Expire it
-	// kindLease is lease.expiresAt of a call running its last attempt:
-	// fail it. (With attempts left, toolgate's request API offers it to
-	// executors again, as it offers a scheduled call once due:
+	// kindLease is lease.expiresAt of a running call no other executor
+	// may take over (machine.Entry.Reclaimable): end it with its outcome
+	// unknown. (A call of an idempotent tool with attempts left is
+	// offered to executors again instead, as a scheduled call once due:
 	// views.WorkQueue.)
 	kindLease
 	// kindReminder is reminderAt of a pending call nobody decided yet:
@@ -68,7 +69,7 @@ func deadlineOf(e *machine.Entry) (kind, int64) {
 		}
 		return k, at
 	case machine.StateExecuting:
-		if e.Lease != nil && e.AttemptsLeft() == 0 {
+		if e.Lease != nil && !e.Reclaimable() {
 			return kindLease, e.Lease.ExpiresAt
 		}
 	}

@@ -57,7 +57,8 @@ func TestDeadlineOf(t *testing.T) {
 		// Started by whoever takes it when due, reclaimed when its lease
 		// runs out: views.WorkQueue.
 		{"scheduled", written(&machine.Entry{Status: machine.StateScheduled, ScheduledExecutionTime: 200}, 100), kindNone, 0},
-		{"executing, attempts left", &machine.Entry{Status: machine.StateExecuting, Lease: &machine.Lease{ExpiresAt: 300}, ExecutionAttempts: 1}, kindNone, 0},
+		{"executing an idempotent tool, attempts left", &machine.Entry{Status: machine.StateExecuting, Lease: &machine.Lease{ExpiresAt: 300}, ExecutionAttempts: 1, Idempotent: true}, kindNone, 0},
+		{"executing a tool not idempotent, attempts left", &machine.Entry{Status: machine.StateExecuting, Lease: &machine.Lease{ExpiresAt: 300}, ExecutionAttempts: 1}, kindLease, 300},
 		{"executing its last attempt", executing("a.b", 300), kindLease, 300},
 		{"executing without a lease", &machine.Entry{Status: machine.StateExecuting}, kindNone, 0},
 		{"approved", &machine.Entry{Status: machine.StateApproved}, kindNone, 0},

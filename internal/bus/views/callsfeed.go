@@ -83,6 +83,7 @@ type CallHead struct {
 	Lease                  *machine.Lease       `json:"lease"`
 	ExecutionAttempts      int                  `json:"executionAttempts"`
 	MaxExecutionAttempts   int                  `json:"maxExecutionAttempts"`
+	Idempotent             bool                 `json:"idempotent"`
 	LastTransition         *struct {
 		At int64 `json:"at"`
 	} `json:"lastTransition"`
@@ -107,7 +108,7 @@ func headOf(e *machine.Entry) *CallHead {
 		PendingID: e.PendingID, Status: e.Status, ToolName: e.ToolName, CallerBotID: e.CallerBotID, Team: e.Team,
 		RequestedAt: e.RequestedAt, ScheduledExecutionTime: e.ScheduledExecutionTime, ApprovalTimeoutAt: e.ApprovalTimeoutAt,
 		ReminderAt: e.ReminderAt, Reminded: e.Reminded, Overdue: e.Overdue, Escalations: e.Escalations, Escalated: e.Escalated,
-		Lease: e.Lease, ExecutionAttempts: e.ExecutionAttempts, MaxExecutionAttempts: e.MaxExecutionAttempts,
+		Lease: e.Lease, ExecutionAttempts: e.ExecutionAttempts, MaxExecutionAttempts: e.MaxExecutionAttempts, Idempotent: e.Idempotent,
 	}
 	if e.LastTransition != nil {
 		h.LastTransition = &struct {
@@ -127,7 +128,7 @@ func (h *CallHead) Fill(e *machine.Entry) {
 		PendingID: h.PendingID, Status: h.Status, ToolName: h.ToolName, CallerBotID: h.CallerBotID, Team: h.Team,
 		RequestedAt: h.RequestedAt, ScheduledExecutionTime: h.ScheduledExecutionTime, ApprovalTimeoutAt: h.ApprovalTimeoutAt,
 		ReminderAt: h.ReminderAt, Reminded: h.Reminded, Overdue: h.Overdue, Escalations: h.Escalations, Escalated: h.Escalated,
-		Lease: h.Lease, ExecutionAttempts: h.ExecutionAttempts, MaxExecutionAttempts: h.MaxExecutionAttempts,
+		Lease: h.Lease, ExecutionAttempts: h.ExecutionAttempts, MaxExecutionAttempts: h.MaxExecutionAttempts, Idempotent: h.Idempotent,
 	}
 	if h.LastTransition != nil {
 		if last == nil {

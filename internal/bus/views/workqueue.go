@@ -162,9 +162,9 @@ func (st *workState) apply(r CallRevision, now time.Time, woken func(tool string
 	case h.Status == machine.StateScheduled:
 		c.at = time.UnixMilli(h.ScheduledExecutionTime)
 	case h.Status == machine.StateExecuting && h.Lease != nil &&
-		(&machine.Entry{ExecutionAttempts: h.ExecutionAttempts, MaxExecutionAttempts: h.MaxExecutionAttempts}).AttemptsLeft() > 0:
-		// Reclaimed once its lease runs out; on the last attempt the
-		// timer fails it instead.
+		(&machine.Entry{Idempotent: h.Idempotent, ExecutionAttempts: h.ExecutionAttempts, MaxExecutionAttempts: h.MaxExecutionAttempts}).Reclaimable():
+		// An idempotent tool's call is reclaimed once its lease runs out;
+		// any other, or the last attempt, the timer ends instead.
 		c.at = time.UnixMilli(h.Lease.ExpiresAt)
 	default:
 		return

@@ -67,13 +67,17 @@ func TestWorkQueue_ARefusedClaimIsOfferedAgain(t *testing.T) {
 	// A revision of the bucket is what counts: c.2 refused again, then
 	// claimed, is not offered at the end of its backoff.
 	q.Refused(c2, nil, time.Millisecond)
-	put(3, views.CallHead{PendingID: "c.2", Status: machine.StateExecuting, ToolName: "deploy", ExecutionAttempts: 1,
+	put(3, views.CallHead{PendingID: "c.2", Status: machine.StateExecuting, ToolName: "deploy", ExecutionAttempts: 1, Idempotent: true,
 		Lease: &machine.Lease{Holder: "x", ExpiresAt: time.Now().Add(time.Hour).UnixMilli()}})
+	// A tool not declared idempotent is never offered again once claimed:
+	// its run may have started.
+	put(4, views.CallHead{PendingID: "c.3", Status: machine.StateExecuting, ToolName: "deploy", ExecutionAttempts: 1,
+		Lease: &machine.Lease{Holder: "x", ExpiresAt: time.Now().Add(-time.Hour).UnixMilli()}})
 	ready, waiting, ok := q.Ready()
 	assert.True(t, ok)
-	assert.Equal(t, 0, ready)
+	assert.Equal(t, 0, ready, "c.3's lease ran out, but it is not idempotent")
 	assert.Equal(t, 1, waiting, "c.2, until its lease runs out")
-	assert.Equal(t, []string{"c.2"}, q.Held("x", nil, 0), "held by its claimant")
+	assert.Equal(t, []string{"c.2", "c.3"}, q.Held("x", nil, 0), "held by its claimant")
 }
 
 // TestWorkQueue_AWriteOfItsOwnIsOfferedBeforeTheWatchBringsIt: a call

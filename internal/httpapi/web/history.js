@@ -2,7 +2,7 @@
 
 import { $, h, jsonView } from './dom.js';
 import { prettyArgs, ago } from './format.js';
-import { PENDING, state } from './state.js';
+import { PENDING, state, canDecide } from './state.js';
 import { api, list } from './api.js';
 import { OUTCOMES, SCOPES, decidedBy } from './words.js';
 import { showSignIn } from './session.js';
@@ -66,7 +66,8 @@ export function renderHistory() {
 }
 
 function buildRow(e, open) {
-  const [label, tone] = OUTCOMES[e.status] || [e.status, 'muted'];
+  // A run whose executor was lost may have done its work: not a failure.
+  const [label, tone] = e.outcomeUnknown ? ['Result unknown', 'wait'] : OUTCOMES[e.status] || [e.status, 'muted'];
   const who = decidedBy(e);
   const t = when(e);
   const detailsId = `d-${e.pendingId}`;
@@ -81,6 +82,7 @@ function buildRow(e, open) {
           h('span', { class: 'tool mono' }, e.toolName),
           e.description && e.description !== e.toolName ? h('span', { class: 'row-desc' }, e.description) : null,
           e.originalArguments ? h('span', { class: 'pill pill-info pill-tiny' }, 'edited') : null,
+          e.rerunOf ? h('span', { class: 'pill pill-info pill-tiny', title: `Run again, as a person asked, after ${e.rerunOf}'s outcome was unknown` }, 'run again') : null,
           e.secretsMasked ? h('span', { class: 'pill pill-info pill-tiny secret-badge', title: 'Its arguments hold what looks like a credential, shown as [redacted]' }, 'Secret') : null,
           e.decisionScope && e.decisionScope !== 'once' ? h('span', { class: 'pill pill-muted pill-tiny' }, SCOPES[e.decisionScope] || e.decisionScope) : null),
         h('div', { class: 'row-sub' },
@@ -135,7 +137,33 @@ function buildTimeline(e, items) {
   }
   if (e.result !== undefined && e.result !== null) frag.append(argBlock(e.respondedBy ? `Result (answered by ${e.respondedBy})` : 'Result', e.result));
   if (e.error) frag.append(h('p', { class: 'field-error' }, e.error));
+  if (e.outcomeUnknown && canDecide()) frag.append(rerunForm(e));
   return frag;
+}
+
+// rerunForm runs once more a call whose outcome is unknown, when the
+// approver has checked what its lost run did: a new call, recorded as
+// their decision.
+function rerunForm(e) {
+  const reason = h('input', { class: 'reason', autocomplete: 'off', 'aria-label': 'Why run it again', placeholder: 'What you checked (recorded)', maxlength: 4096 });
+  const out = h('p', { role: 'status' });
+  const run = h('button', { type: 'submit', class: 'btn btn-approve btn-small', 'data-action': 'rerun',
+    title: 'The tool may have run: run it once more only if you know it did not, or that twice does no harm' }, 'Run again');
+  const form = h('form', { class: 'rerun' }, reason, run, out);
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    run.disabled = true;
+    try {
+      const again = await api('POST', `v1/tool-calls/${encodeURIComponent(e.pendingId)}/rerun`, { reason: reason.value });
+      out.className = '';
+      out.textContent = `Running again as ${again.pendingId}.`;
+    } catch (ex) {
+      out.className = 'field-error';
+      out.textContent = 'Not run again: ' + ex.message;
+      run.disabled = false;
+    }
+  });
+  return form;
 }
 
 // who names an actor for people: an executor process by its credential

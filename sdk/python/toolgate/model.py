@@ -151,7 +151,8 @@ class Entry:
     one of the states above, status_reason why it is there. The
     approval's deadline is approval_timeout_at, and who decided
     approved_or_rejected_by_user_id (at decision_time). result, error and
-    cost are how a run ended.
+    cost are how a run ended; outcome_unknown, that its executor was lost
+    while the tool may have run, which only a person runs again.
     """
 
     pending_id: str = ""
@@ -197,6 +198,9 @@ class Entry:
     permission_mode: str = ""
     description: str = ""
     max_execution_attempts: int = 0
+    idempotent: bool = False
+    outcome_unknown: bool = False
+    rerun_of: str = ""
     cost_reserved: float = 0.0
     cost_day: str = ""
     lease: Optional[Lease] = None

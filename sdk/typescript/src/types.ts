@@ -171,6 +171,12 @@ export interface Entry {
   permissionMode?: string;
   description?: string;
   maxExecutionAttempts?: number;
+  /** The policy declares the call's tool safe to run twice: only then is a call whose executor was lost run again by another executor. */
+  idempotent?: boolean;
+  /** It ended COMPLETED_FAILURE because its executor was lost while the tool may have run: whether it ran is not known; a person may run it again (rerun). */
+  outcomeUnknown?: boolean;
+  /** The call whose outcome was unknown that a person had run again as this one. */
+  rerunOf?: string;
   costReserved?: number;
   costDay?: string;
   lease?: Lease;
@@ -285,7 +291,7 @@ export const entryFields = Object.keys({
   reminded: 1, overdue: 1, autoRejectOnTimeout: 1, userIdToApprove: 1, approvers: 1, quorum: 1, votes: 1,
   escalations: 1, escalated: 1, approvedOrRejectedByUserId: 1, decisionTime: 1, decidedBy: 1, decisionScope: 1, result: 1,
   error: 1, cost: 1, team: 1, taskId: 1, estimatedCost: 1, currency: 1, overCostLimit: 1, permissionMode: 1, description: 1,
-  maxExecutionAttempts: 1, costReserved: 1, costDay: 1, lease: 1, receipts: 1, lastTransition: 1, priorTransition: 1,
+  maxExecutionAttempts: 1, idempotent: 1, outcomeUnknown: 1, rerunOf: 1, costReserved: 1, costDay: 1, lease: 1, receipts: 1, lastTransition: 1, priorTransition: 1,
   onTimeout: 1, respondable: 1, notEditable: 1, respondedBy: 1, interrupt: 1,
   reviews: 1,
 } satisfies Record<keyof Entry, 1>);

@@ -1,0 +1,104 @@
+package machine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// RerunSuffix ends the tool call id of a call run again (Rerun): the
+// first call's, with it after.
+const RerunSuffix = "-rerun"
+
+// Rerun runs again, once, a call whose outcome is unknown
+// (OutcomeUnknown: its executor was lost while the tool may have run),
+// when by, a person who may decide it, asks. Nothing else runs such a
+// call again: the tool is not declared idempotent, or it had no attempt
+// left.
+//
+// The answer is a new call, RerunOf the first: the same tool, arguments
+// (as they ran), caller, conversation, team and task, scheduled to run at
+// once, its creation by's decision (DecidedByHuman, with reason). Its
+// tool call id is the first one's with RerunSuffix, so a call is run again
+// at most once: asked again by by (an answer lost), Rerun answers the
+// same new call; asked by anyone else, it refuses, naming who asked. The
+// policy in force is asked first, as it would be of the call submitted
+// again: a call it now denies is not run again. A call under a quorum is
+// refused: one person cannot stand for its approvers.
+func (m *Machine) Rerun(ctx context.Context, pendingID, by, reason string) (*Entry, error) {
+	if by == "" {
+		return nil, fmt.Errorf("rerun %s: %w", pendingID, invalidf("by is required"))
+	}
+	first, _, err := m.store.Get(ctx, pendingID)
+	if err != nil {
+		return nil, fmt.Errorf("rerun %s: %w", pendingID, err)
+	}
+	if first.Status != StateCompletedFailure || !first.OutcomeUnknown {
+		return nil, fmt.Errorf("rerun %s: %w: only a call whose outcome is unknown is run again; it is %s", pendingID, ErrConflict, first.Status)
+	}
+	if err := first.mayDecide(by); err != nil {
+		return nil, fmt.Errorf("rerun %s: %w", pendingID, err)
+	}
+	if first.Quorum != nil {
+		return nil, fmt.Errorf("rerun %s: %w: it was approved by a quorum (%s), which one person cannot stand for: submit it again to ask them", pendingID, ErrForbidden, first.Needed())
+	}
+	c := first.Call()
+	c.ToolCallID += RerunSuffix
+	id := PendingID(c.ConversationID, c.ToolCallID)
+	if existing, _, err := m.store.Get(ctx, id); err == nil {
+		return rerunAgain(existing, by)
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("rerun %s: %w", pendingID, err)
+	}
+	if ec, ok := m.eval.(EditChecker); ok {
+		v, err := ec.EvaluateDry(ctx, c)
+		if err != nil {
+			return nil, fmt.Errorf("rerun %s: policy: %w", pendingID, err)
+		}
+		if v.Action == ActionDeny {
+			return nil, fmt.Errorf("rerun %s: %w: the policy in force denies it (%s)", pendingID, ErrForbidden, v.Reason)
+		}
+	}
+	now := m.now()
+	why := "run again, its outcome unknown, as " + by + " asked"
+	if reason != "" {
+		why += ": " + reason
+	}
+	e := &Entry{
+		PendingID: id, ToolCallID: c.ToolCallID, ToolName: first.ToolName, ToolArguments: first.ToolArguments,
+		ArgumentsDigest: first.ArgumentsDigest, PolicyRevision: first.PolicyRevision, Risk: first.Risk,
+		CallerBotID: first.CallerBotID, ConversationID: first.ConversationID, RequestedAt: now.UnixMilli(),
+		StatusReason: why, Team: first.Team, TaskID: first.TaskID, EstimatedCost: first.EstimatedCost,
+		Currency: first.Currency, PermissionMode: first.PermissionMode, Description: first.Description,
+		MaxExecutionAttempts: first.MaxExecutionAttempts, Idempotent: first.Idempotent, RerunOf: first.PendingID,
+		ScheduledExecutionTime: now.UnixMilli(), ApprovedOrRejectedByUserID: by, DecisionTime: now.UnixMilli(),
+		Status: StateScheduled, DecidedBy: DecidedByHuman,
+	}
+	e.LastTransition = &Transition{Event: EventSchedule, To: e.Status, Actor: by, Reason: why, DecidedBy: DecidedByHuman, At: now.UnixMilli(), Write: writeID()}
+	if err := m.seal(e); err != nil {
+		return nil, fmt.Errorf("rerun %s: %w", pendingID, err)
+	}
+	if _, err := m.store.Create(ctx, e); errors.Is(err, ErrExists) {
+		existing, _, err := m.store.Get(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("rerun %s: %w", pendingID, err)
+		}
+		return rerunAgain(existing, by)
+	} else if err != nil {
+		return nil, fmt.Errorf("rerun %s: %w", pendingID, err)
+	}
+	m.observe(ctx, e)
+	return e, nil
+}
+
+// rerunAgain answers a rerun asked when the call was run again already:
+// the new call, to the person who asked for it; a refusal naming them to
+// anyone else.
+func rerunAgain(e *Entry, by string) (*Entry, error) {
+	if e.ApprovedOrRejectedByUserID == by {
+		return e, nil
+	}
+	return nil, fmt.Errorf("rerun %s: %w: %s ran it again already, as %s, at %s", e.RerunOf, ErrConflict,
+		e.ApprovedOrRejectedByUserID, e.PendingID, time.UnixMilli(e.DecisionTime).UTC().Format(time.RFC3339))
+}
