@@ -32,6 +32,9 @@ type Decision struct {
 	// covers (wire.DecideRequest.GrantMatch); the application layer
 	// records grants, the machine only checks it comes with a scope.
 	GrantMatch string
+	// Identity is who By is at the OpenID provider that signed them in,
+	// when they decide signed in so: recorded with the decision.
+	Identity *Identity
 	// DecidedBy is what decided, when not a human approver (the default):
 	// an agent's classifier or a channel relaying its own prompt.
 	DecidedBy Decider
@@ -124,6 +127,7 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 		if d.RequestID != "" {
 			e.LastTransition.Write = d.RequestID
 		}
+		e.LastTransition.Identity = d.Identity
 		if d.Scope == ScopeTask && e.TaskID == "" {
 			return invalidf("scope task: the call names no task (it was submitted without a taskId)")
 		}
@@ -144,7 +148,7 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 				return nil // pending still: nobody has decided the call yet
 			}
 		}
-		e.ApprovedOrRejectedByUserID = d.By
+		e.ApprovedOrRejectedByUserID, e.DeciderIdentity = d.By, d.Identity
 		e.DecisionTime = now.UnixMilli()
 		e.LastTransition.DecidedBy = cmp.Or(d.DecidedBy, DecidedByHuman)
 		if e.Quorum != nil && d.Approve {
@@ -287,7 +291,7 @@ func (e *Entry) respond(d Decision, now time.Time) error {
 	}
 	e.Result = d.Result
 	e.RespondedBy = d.By
-	e.ApprovedOrRejectedByUserID = d.By
+	e.ApprovedOrRejectedByUserID, e.DeciderIdentity = d.By, d.Identity
 	e.DecisionTime = now.UnixMilli()
 	e.LastTransition.DecidedBy = DecidedByHuman
 	return nil

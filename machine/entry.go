@@ -69,7 +69,10 @@ type Entry struct {
 	Escalations                []Escalation `json:"escalations,omitempty"`
 	Escalated                  int          `json:"escalated,omitempty"`
 	ApprovedOrRejectedByUserID string       `json:"approvedOrRejectedByUserId,omitempty"`
-	DecisionTime               int64        `json:"decisionTime,omitempty"`
+	// DeciderIdentity is who ApprovedOrRejectedByUserID is at the OpenID
+	// provider that signed them in, when they decided signed in so.
+	DeciderIdentity *Identity `json:"deciderIdentity,omitempty"`
+	DecisionTime    int64     `json:"decisionTime,omitempty"`
 	// DecidedBy is what made the call's latest decision: the policy at
 	// submit, then an approval, rejection or timeout (the DecidedBy of
 	// the transition that made it).
@@ -174,6 +177,9 @@ type Transition struct {
 	// (the policy's verdict at submit, an approval or rejection, a
 	// timeout): Actor and Reason name who and which rule.
 	DecidedBy Decider `json:"decidedBy,omitempty"`
+	// Identity is who Actor is at the OpenID provider that signed them
+	// in, on a decision or vote made signed in so.
+	Identity *Identity `json:"identity,omitempty"`
 	// Edit is set on an approval that edited the call's arguments.
 	Edit *Edit `json:"edit,omitempty"`
 	// Interrupt is set on a rejection that asks the agent to stop its

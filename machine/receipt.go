@@ -62,6 +62,9 @@ type Receipt struct {
 	// Vote is a vote's say (event vote, under a quorum): "approve" or
 	// "reject".
 	Vote string `json:"vote,omitempty"`
+	// Identity is who Actor is at the OpenID provider that signed them
+	// in (Transition.Identity), on a decision or vote made signed in so.
+	Identity *Identity `json:"identity,omitempty"`
 }
 
 // Signer signs receipts: toolgate's receipt key.
@@ -87,7 +90,7 @@ func (m *Machine) seal(e *Entry) error {
 	r := Receipt{
 		Seq: len(e.Receipts) + 1, PendingID: e.PendingID, ToolName: e.ToolName, Caller: e.CallerBotID,
 		Event: t.Event, From: t.From, To: t.To, Actor: t.Actor, At: t.At, Reason: t.Reason, DecidedBy: t.DecidedBy,
-		ArgumentsDigest: e.ArgumentsDigest, Key: m.signer.PublicKey(),
+		ArgumentsDigest: e.ArgumentsDigest, Key: m.signer.PublicKey(), Identity: t.Identity,
 	}
 	if t.Event == EventApprove {
 		r.Scope = e.DecisionScope
@@ -191,6 +194,19 @@ func canonicalReceipt(r Receipt) ([]byte, error) {
 	str("decidedBy", string(r.DecidedBy), true)
 	str("event", string(r.Event), false)
 	str("from", string(r.From), true)
+	if id := r.Identity; id != nil {
+		// An object of its own, its members in the order of their
+		// names too; name and email absent when empty, as in its JSON.
+		field("identity")
+		b.WriteByte('{')
+		first = true
+		str("email", id.Email, true)
+		str("iss", id.Issuer, false)
+		str("name", id.Name, true)
+		str("sub", id.Subject, false)
+		b.WriteByte('}')
+		first = false
+	}
 	str("key", r.Key, false)
 	str("pendingId", r.PendingID, false)
 	str("prev", r.Prev, true)
@@ -388,6 +404,10 @@ func entryMatchesReceipts(e *Entry, c ReceiptCheck) error {
 		return fail(nil, "says %s decided the call, but no receipt records a decision by anyone", e.ApprovedOrRejectedByUserID)
 	case byUser != nil && e.ApprovedOrRejectedByUserID != byUser.Actor:
 		return fail(byUser, "says %q decided the call, but %s records the decision", e.ApprovedOrRejectedByUserID, byUser)
+	case byUser != nil && !sameIdentity(e.DeciderIdentity, byUser.Identity):
+		return fail(byUser, "deciderIdentity is %v, but %s records %v", e.DeciderIdentity, byUser, byUser.Identity)
+	case byUser == nil && e.DeciderIdentity != nil:
+		return fail(nil, "has a deciderIdentity, but no receipt records a decision by anyone")
 	case byUser != nil && byUser.Event == EventApprove && e.DecisionScope != byUser.Scope:
 		return fail(byUser, "decisionScope is %q, but %s records %q", e.DecisionScope, byUser, byUser.Scope)
 	case decided == nil && e.DecisionTime != 0:

@@ -90,7 +90,9 @@ func TestReceipts_CanonicalFormIsRFC8785OfTheJSON(t *testing.T) {
 		From: machine.StateExecuting, To: machine.StateCompletedSuccess, Actor: "exec/worker-2", At: 1795478400123,
 		Reason: "tab\there \"q\" \\ <&> \x1f \u2028 😀", Scope: machine.ScopeSession, ArgumentsDigest: "sha256:ab",
 		ResultDigest: "sha256:cd", Prev: "sha256:ef", Key: "NABC", Sig: "c2ln", Vote: "approve"}
-	for _, r := range []machine.Receipt{full, {Seq: 1, Event: machine.EventAsk, To: machine.StatePendingApproval}, {}} {
+	full.Identity = &machine.Identity{Issuer: "https://id.example.com/realms/x", Subject: "f:1\"2", Name: "Alice Ö", Email: "alice@example.com"}
+	signedIn := machine.Receipt{Seq: 2, Event: machine.EventApprove, Actor: "alice", Identity: &machine.Identity{Issuer: "https://id", Subject: "42"}}
+	for _, r := range []machine.Receipt{full, signedIn, {Seq: 1, Event: machine.EventAsk, To: machine.StatePendingApproval}, {}} {
 		got, err := machine.ReceiptCanonical(r)
 		require.NoError(t, err)
 		r.Sig = ""

@@ -149,8 +149,15 @@ func TestReceipts_VerifyNamesWhereAChainFails(t *testing.T) {
 	require.NoError(t, err)
 	run, err := m.Submit(ctx, call("verify", "2"))
 	require.NoError(t, err)
-	_, err = m.Decide(ctx, run.PendingID, machine.Decision{Approve: true, By: "alice"})
+	alice := &machine.Identity{Issuer: "https://id.example.com", Subject: "0f9e", Name: "Alice Liddell", Email: "alice@example.com"}
+	approved, err := m.Decide(ctx, run.PendingID, machine.Decision{Approve: true, By: "alice", Identity: alice})
 	require.NoError(t, err)
+	// Who decided, as the provider that signed her in knows her: on the
+	// transition (which the event carries), the entry and the receipt.
+	assert.Equal(t, alice, approved.LastTransition.Identity)
+	assert.Equal(t, alice, approved.DeciderIdentity)
+	assert.Equal(t, alice, approved.Receipts[1].Identity)
+	assert.Nil(t, rejected.DeciderIdentity, "a decision made without a sign-in records none")
 	_, err = m.Claim(ctx, run.PendingID, "exec-1", time.Minute)
 	require.NoError(t, err)
 	ran, err := m.Complete(ctx, run.PendingID, machine.Outcome{Holder: "exec-1", Result: json.RawMessage(`{"ok":true}`)})
@@ -201,6 +208,14 @@ func TestReceipts_VerifyNamesWhereAChainFails(t *testing.T) {
 		}, problem: "argumentsDigest is " + machine.ArgumentsDigest(json.RawMessage(`{"query":"rm -rf /"}`)) + ", but the last receipt, receipt 4 (succeed by exec-1"},
 		{name: "result rewritten", entry: ran, change: func(e *machine.Entry) { e.Result = json.RawMessage(`{"ok":false}`) },
 			problem: "result, error or cost do not match the outcome receipt 4 (succeed by exec-1"},
+		{name: "the decider's subject rewritten", entry: ran, change: func(e *machine.Entry) { e.DeciderIdentity.Subject = "mallory" },
+			problem: "deciderIdentity is Alice Liddell <alice@example.com>, subject mallory at https://id.example.com, but receipt 2 (approve by alice at"},
+		{name: "an identity given to a decision made without", entry: rejected, change: func(e *machine.Entry) { e.DeciderIdentity = alice },
+			problem: "deciderIdentity is Alice Liddell <alice@example.com>, subject 0f9e at https://id.example.com, but receipt 2 (reject by alice at"},
+		{name: "the receipt's identity rewritten", entry: ran, change: func(e *machine.Entry) {
+			e.Receipts[1].Identity.Subject = "mallory"
+			e.DeciderIdentity.Subject = "mallory"
+		}, seq: 2, problem: "signature does not verify"},
 		{name: "tool rewritten", entry: ran, change: func(e *machine.Entry) { e.ToolName = "Bash" },
 			seq: 1, problem: "records tool web_search, but the entry says Bash"},
 	} {

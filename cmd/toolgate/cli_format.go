@@ -221,6 +221,9 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 	if e.ApprovedOrRejectedByUserID != "" {
 		field("Decided by", "%s, %s", e.ApprovedOrRejectedByUserID, when(e.DecisionTime))
 	}
+	if id := e.DeciderIdentity; id != nil {
+		field("Signed in", "with single sign-on: %s", id)
+	}
 	if e.DecisionScope != "" {
 		field("Scope", "%s", e.DecisionScope)
 	}

@@ -178,3 +178,14 @@ func TestPrintEntry_ShowsWhatReviewersSaid(t *testing.T) {
 		DecidedBy: machine.DecidedByReviewer, ApprovedOrRejectedByUserID: "reviewer:bot"}, time.Now()))
 	assert.Regexp(t, `(?m)^Decided by:\s+reviewer \(reviewer:bot\)$`, b.String())
 }
+
+// TestPrintEntry_ShowsHowTheDeciderSignedIn: a person the OpenID provider
+// signed in is shown as the provider knows them.
+func TestPrintEntry_ShowsHowTheDeciderSignedIn(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	require.NoError(t, printEntry(&b, &machine.Entry{PendingID: "p", ToolName: "Bash", Status: machine.StateApproved,
+		DecidedBy: machine.DecidedByHuman, ApprovedOrRejectedByUserID: "alice", DecisionTime: 1,
+		DeciderIdentity: &machine.Identity{Issuer: "https://id.example.com", Subject: "5f0c", Name: "Alice Liddell", Email: "alice@example.com"}}, time.Now()))
+	assert.Regexp(t, `(?m)^Signed in:\s+with single sign-on: Alice Liddell <alice@example.com>, subject 5f0c at https://id.example.com$`, b.String())
+}

@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
+	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/server"
 )
 
@@ -41,6 +43,7 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.Var(&cfg.AllowedHosts, "allowed-hosts", "Host headers the HTTP API answers, comma-separated: names, addresses, *.domain or * (default: localhost, 127.0.0.1, ::1 and --http's host; * when --http listens on every address)")
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "file of HTTP bearer tokens, one per line: TOKEN USER ROLE[,ROLE…]")
 	fs.StringVar(&cfg.TokensData, "tokens-data", "", "HTTP bearer tokens inline, entries separated by ';'")
+	oidcFlags(fs, &cfg.OIDC)
 	fs.StringVar(&cfg.Metrics, "metrics", "", "HOST:PORT serving only /metrics, for a process without the http role (none by default)")
 	fs.DurationVar(&cfg.Retention, "retention", cfg.Retention, "how long a finished call stays in the tool_calls bucket before the timer moves it, with its history, to the archive (TOOL_ARCHIVE), where it is still read by id and conversation (0: it stays)")
 	fs.DurationVar(&cfg.ArchiveMaxAge, "archive-max-age", cfg.ArchiveMaxAge, "how long TOOL_ARCHIVE keeps a finished call (0: for ever)")
@@ -71,4 +74,25 @@ func serve(ctx context.Context, args []string, globals []globalFlag, env lookupE
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	cfg.memoryLimit.apply(log)
 	return (&server.Main{Config: cfg.Config, Log: log, Version: version}).Run(ctx)
+}
+
+// oidcFlags are single sign-on's settings (docs/approvers.md).
+func oidcFlags(fs *flag.FlagSet, o *httpapi.OIDC) {
+	list := func(into *[]string) func(string) error {
+		return func(v string) error {
+			*into = strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
+			return nil
+		}
+	}
+	fs.StringVar(&o.Issuer, "oidc-issuer", "", "single sign-on: the OpenID provider's issuer URL; the inbox signs people in there, and the HTTP API takes its tokens as bearer tokens (docs/approvers.md)")
+	fs.StringVar(&o.ClientID, "oidc-client-id", "", "single sign-on: the client ID toolgate is registered with at the provider")
+	fs.StringVar(&o.ClientSecret, "oidc-client-secret", "", "single sign-on: the client's secret (none for a public client, which PKCE alone protects)")
+	fs.StringVar(&o.Audience, "oidc-audience", "", "single sign-on: what a bearer token's aud must name (default: --oidc-client-id)")
+	fs.StringVar(&o.RedirectURL, "oidc-redirect-url", "", "single sign-on: the inbox's address and /auth/callback, registered at the provider (default: the address the browser used; give it behind a proxy, https:// keeps the cookies to TLS)")
+	fs.Func("oidc-scopes", "single sign-on: the scopes asked for, comma-separated (default openid,profile,email; Dex needs groups too)", list(&o.Scopes))
+	fs.StringVar(&o.UserClaim, "oidc-user-claim", "email", "single sign-on: the claim that is a person's toolgate name, the one the policy names approvers by (preferred_username, email, …)")
+	fs.StringVar(&o.RolesClaim, "oidc-roles-claim", "groups", "single sign-on: the claim that lists a person's groups or roles, a path through nested claims with dots (realm_access.roles)")
+	fs.Var(&o.Roles, "oidc-roles", "single sign-on: the claim's values mapped to toolgate roles, GROUP=ROLE[,ROLE…] separated by ';': 'payments-leads=approver;sre=admin'; a person with none signs in and may read nothing")
+	fs.StringVar(&o.SessionKey, "oidc-session-key", "", "single sign-on: the key (32 characters or more) that seals the inbox's session cookies, the same in every serve process; from TOOLGATE_OIDC_SESSION_KEY rather than the command line")
+	fs.DurationVar(&o.SessionTTL, "oidc-session-ttl", 8*time.Hour, "single sign-on: how long an inbox session lasts; roles are read from the claims at sign-in")
 }

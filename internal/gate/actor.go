@@ -20,6 +20,9 @@ type Actor struct {
 	// Key is the public key of the NATS credential the actor
 	// authenticated with, if it did: a revoked key is refused.
 	Key string
+	// Identity is who the actor is at the OpenID provider that signed
+	// them in, if one did: their decisions record it.
+	Identity *machine.Identity
 	// system marks toolgate itself: its own roles in this process, and
 	// requests from its own NATS identity. It may act under any name (an
 	// executor role names each of its executors).

@@ -72,10 +72,12 @@ func TestAPI_AllowedHosts(t *testing.T) {
 	g := toolgatetest.Start(t, toolgatetest.Options{Roles: []string{"relay", "http"}, Policy: testPolicy, Tokens: tokens})
 	toks, err := httpapi.ParseTokens([]byte(tokens))
 	require.NoError(t, err)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{
+	api, err := httpapi.New(httpapi.Config{
 		Gate: g.Service, Events: bustest.RunEventsFeed(t, g.JS), Tokens: toks, Log: bustest.Logger(),
 		AllowedHosts: []string{"toolgate.example.com", "*.internal.example", "10.0.0.7"},
-	}))
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	c := hostClient{t: t, url: srv.URL}
 	call := machine.Call{ToolCallID: "c1", ToolName: "web_search", Arguments: json.RawMessage(`{"query":"q"}`), ConversationID: "hosts"}

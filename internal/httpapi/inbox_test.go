@@ -69,6 +69,7 @@ type inboxServer struct {
 	*harness
 	srv  *httptest.Server
 	gate *gate.Service
+	tg   *toolgatetest.Gate
 	down atomic.Bool
 }
 
@@ -87,6 +88,8 @@ type inboxOptions struct {
 	// tools are built-in tools a serve role hosts (--tools), as a
 	// toolgate running its executor role does.
 	tools []string
+	// oidc signs people in at an OpenID provider (--oidc-…).
+	oidc *httpapi.OIDC
 }
 
 func startInbox(t *testing.T, policyDoc, tokenData string) *inboxServer {
@@ -100,16 +103,20 @@ func startInboxWith(t *testing.T, policyDoc, tokenData string, opts inboxOptions
 	if opts.analytics {
 		roles = append(roles, "analytics")
 	}
-	var configure func(*server.Config)
 	if len(opts.tools) > 0 {
 		roles = append(roles, "intake", "executor")
-		configure = func(c *server.Config) { c.Tools = opts.tools }
+	}
+	configure := func(c *server.Config) {
+		c.Tools = opts.tools
+		if opts.oidc != nil {
+			c.OIDC = *opts.oidc
+		}
 	}
 	g := toolgatetest.Start(t, toolgatetest.Options{Roles: roles, Policy: policyDoc, Tokens: tokenData, Clock: opts.now, Configure: configure})
 	// toolgate's API behind a server of the test's own, which can fail
 	// as a proxy would and drop every connection at once.
 	handler := g.Main.HTTPHandler()
-	in := &inboxServer{gate: g.Service}
+	in := &inboxServer{gate: g.Service, tg: g}
 	in.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if in.down.Load() && r.Method == "GET" && (r.URL.Path == "/v1/events" || r.URL.Path == "/v1/tool-calls") {
 			http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)

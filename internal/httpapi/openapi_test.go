@@ -86,6 +86,7 @@ var (
 		"Transition":              reflect.TypeFor[machine.Transition](),
 		"Edit":                    reflect.TypeFor[machine.Edit](),
 		"Lease":                   reflect.TypeFor[machine.Lease](),
+		"Identity":                reflect.TypeFor[machine.Identity](),
 		"Quorum":                  reflect.TypeFor[machine.Quorum](),
 		"Vote":                    reflect.TypeFor[machine.Vote](),
 		"Review":                  reflect.TypeFor[machine.Review](),

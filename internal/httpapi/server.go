@@ -31,7 +31,10 @@ type Config struct {
 	Events EventFollower
 	// Await is what Claude Code's HTTP hooks wait for a call with.
 	Await  AwaitFunc
-	Tokens *Tokens // nil or empty: open (loopback only)
+	Tokens *Tokens // nil or empty, and no OIDC: open (loopback only)
+	// OIDC, when enabled, signs people in at an OpenID provider and takes
+	// its tokens as bearer tokens, beside Tokens.
+	OIDC OIDC
 	// Gatherer serves /metrics.
 	Gatherer prometheus.Gatherer
 	// Ready reports whether the process can serve (NATS connected,
@@ -69,6 +72,7 @@ type Server struct {
 	cfg   Config
 	mux   *http.ServeMux
 	hosts *allowedHosts
+	oidc  *oidcAuth // nil without single sign-on
 }
 
 // route is one endpoint: who may call it and what it does. The table is
@@ -79,7 +83,7 @@ type Server struct {
 // have handlers of their own.
 type route struct {
 	method, path string
-	roles        []Role // nil: anyone, no token needed
+	roles        []Role // nil: anyone, no token needed; empty: anyone signed in
 	handle       func(s *Server, w http.ResponseWriter, r *http.Request, u User) error
 }
 
@@ -116,7 +120,8 @@ var routes = []route{
 	{"GET", "/v1/analytics", []Role{RoleViewer, RoleApprover}, answer(analyticsReport)},
 	{"GET", "/v1/budgets", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).Budgets)},
 	{"GET", "/v1/rate-limits", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).RateLimits)},
-	{"GET", "/v1/me", readers, (*Server).me},
+	// Anyone signed in, a person with no role too: the inbox says so.
+	{"GET", "/v1/me", []Role{}, (*Server).me},
 	{"POST", slackInteractionsPath, nil, (*Server).slackInteraction},
 	{"GET", "/v1/decision-tokens/{token}", nil, (*Server).showDecisionToken},
 	{"POST", "/v1/decision-tokens/{token}", nil, (*Server).redeemDecisionToken},
@@ -135,16 +140,64 @@ var routes = []route{
 	{"GET", "/v1/policy/shadow/report", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).PolicyShadowReport)},
 }
 
-// New returns the API server.
-func New(cfg Config) *Server {
+// New returns the API server, or what is wrong with cfg.OIDC.
+func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), hosts: newAllowedHosts(cfg.AllowedHosts)}
+	if cfg.OIDC.Enabled() {
+		a, err := newOIDCAuth(cfg.OIDC)
+		if err != nil {
+			return nil, err
+		}
+		s.oidc = a
+	}
 	for _, rt := range routes {
 		s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
 			s.serve(w, r, rt)
 		})
 	}
 	s.mux.Handle("GET /", inbox())
-	return s
+	// The inbox's sign-in: pages a browser is sent to, not the API's.
+	s.mux.HandleFunc("GET "+infoPath, s.signInInfo)
+	if s.oidc != nil {
+		s.mux.HandleFunc("GET "+loginPath, s.login)
+		s.mux.HandleFunc("GET "+callbackPath, s.callback)
+		s.mux.HandleFunc("POST "+logoutPath, s.logout)
+	}
+	return s, nil
+}
+
+// open reports whether the API is open: no tokens and no sign-in.
+func (s *Server) open() bool { return s.cfg.Tokens.Open() && s.oidc == nil }
+
+// authenticate returns the request's user: a bearer token's (the token
+// file's, else the OpenID provider's), else the inbox's session's, or
+// on an open API the name the request gives. session says the user came
+// by the session cookie, which a browser sends whatever page asked.
+func (s *Server) authenticate(r *http.Request, queryToken bool) (u User, session bool, err error) {
+	if s.open() {
+		return openUser(r), false, nil
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok && queryToken {
+		token = r.URL.Query().Get("access_token")
+	}
+	if token != "" {
+		if u, ok := s.cfg.Tokens.lookup(token); ok {
+			return u, false, nil
+		}
+		if s.oidc == nil || strings.Count(token, ".") != 2 {
+			return User{}, false, errUnauthorized("a valid bearer token is required")
+		}
+		u, _, err := s.oidc.verify(r.Context(), token, true)
+		return u, false, err
+	}
+	if s.oidc != nil {
+		if u, ok := s.oidc.sessionUser(r); ok {
+			return u, true, nil
+		}
+		return User{}, false, errUnauthorized("sign in, or give a valid bearer token")
+	}
+	return User{}, false, errUnauthorized("a valid bearer token is required")
 }
 
 // pathMatches reports whether path fits a route's pattern, whose {name}
@@ -271,16 +324,26 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	var u User
 	if rt.roles != nil {
-		var ok bool
 		// EventSource cannot set headers, so the event stream alone takes
 		// its token in the query; anywhere else it would end up in logs
 		// and Referer headers for nothing.
-		if u, ok = s.cfg.Tokens.authenticate(r, rt.path == "/v1/events"); !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
-			refuse(httpErr(http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"))
+		var session bool
+		var err error
+		if u, session, err = s.authenticate(r, rt.path == "/v1/events"); err != nil {
+			if he := (*httpError)(nil); errors.As(err, &he) && he.status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
+			}
+			refuse(err)
 			return
 		}
-		if !u.Can(rt.roles...) {
+		if session && r.Method != http.MethodGet && r.Header.Get("Origin") == "" {
+			// The cookie goes with whatever page asked: a change made
+			// by it must come from a page that says where it is, and
+			// is this server's (a different one was refused above).
+			refuse(httpErr(http.StatusForbidden, "forbidden", "a request signed in by the inbox's session must come from the inbox's page (Origin)"))
+			return
+		}
+		if len(rt.roles) > 0 && !u.Can(rt.roles...) {
 			refuse(httpErr(http.StatusForbidden, "forbidden",
 				fmt.Sprintf("%s may not %s %s: needs one of the roles %v", u.Name, rt.method, rt.path, rt.roles)))
 			return
@@ -377,10 +440,17 @@ type Me struct {
 	ID    string `json:"id"`
 	Roles []Role `json:"roles"`
 	Open  bool   `json:"open"` // no tokens configured
+	// Identity is who the caller is at the OpenID provider that signed
+	// them in, if one did.
+	Identity *machine.Identity `json:"identity,omitempty"`
+	// Session says the caller is signed in by the inbox's session
+	// cookie, which POST /auth/logout ends.
+	Session bool `json:"session,omitempty"`
 }
 
-func (s *Server) me(w http.ResponseWriter, _ *http.Request, u User) error {
-	writeJSON(w, http.StatusOK, Me{ID: u.Name, Roles: u.Roles, Open: s.cfg.Tokens.Open()})
+func (s *Server) me(w http.ResponseWriter, r *http.Request, u User) error {
+	_, bearer := r.Header["Authorization"]
+	writeJSON(w, http.StatusOK, Me{ID: u.Name, Roles: u.Roles, Open: s.open(), Identity: u.Identity, Session: u.Identity != nil && !bearer})
 	return nil
 }
 

@@ -73,8 +73,10 @@ func TestSlack_SignedClickDecidesOnceAndReplacesTheCard(t *testing.T) {
 	})
 	toks, err := httpapi.ParseTokens([]byte("alice-token-000000001 alice approver\n"))
 	require.NoError(t, err)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Gate: g.Service, Events: bustest.RunEventsFeed(t, g.JS), Tokens: toks, Log: bustest.Logger(),
-		SlackResponseURL: func(u *url.URL) bool { return u.Host == strings.TrimPrefix(responses.URL, "http://") }}))
+	api, err := httpapi.New(httpapi.Config{Gate: g.Service, Events: bustest.RunEventsFeed(t, g.JS), Tokens: toks, Log: bustest.Logger(),
+		SlackResponseURL: func(u *url.URL) bool { return u.Host == strings.TrimPrefix(responses.URL, "http://") }})
+	require.NoError(t, err)
+	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	waitNotifier(t, g)
 

@@ -68,7 +68,9 @@ func BenchmarkSSEFanout(b *testing.B) {
 	bustest.RunRelay(b, env.JS)
 	toks, err := httpapi.ParseTokens([]byte("viewer-token-00000001 vic viewer"))
 	require.NoError(b, err)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Gate: m, Events: bustest.RunEventsFeed(b, env.JS), Tokens: toks, Log: bustest.Logger()}))
+	api, err := httpapi.New(httpapi.Config{Gate: m, Events: bustest.RunEventsFeed(b, env.JS), Tokens: toks, Log: bustest.Logger()})
+	require.NoError(b, err)
+	srv := httptest.NewServer(api)
 	b.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
 
 	// The calls to approve, submitted before any client listens. Their

@@ -37,6 +37,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/views"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/internal/gate"
+	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/metrics/exporter"
 	"github.com/toolgate/toolgate/internal/natsapi"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -64,6 +65,9 @@ type Config struct {
 	Tools        []string      // built-in tools the executor role hosts
 	Lease        time.Duration // the executor role's lease on a running call
 	Metrics      string        // a listener serving only /metrics, for processes without the http role
+	// OIDC is single sign-on at an OpenID provider for the HTTP API and
+	// the inbox (docs/approvers.md), beside the tokens.
+	OIDC httpapi.OIDC
 	// Retention is how long a finished call stays in tool_calls before
 	// the timer role moves it to the archive (0: it stays).
 	Retention time.Duration

@@ -60,7 +60,7 @@ func checkHTTP(c Config) error {
 	if err := c.AllowedHosts.Validate(); err != nil {
 		return fmt.Errorf("--allowed-hosts: %v", err)
 	}
-	return nil
+	return c.OIDC.Check()
 }
 
 // listenHTTP builds the HTTP API and listens on its address before the
@@ -75,7 +75,7 @@ func listenHTTP(d *deps, log *slog.Logger) error {
 		return err
 	}
 	host, _, _ := splitHostPort(cfg.HTTP)
-	if tokens.Open() {
+	if tokens.Open() && !cfg.OIDC.Enabled() {
 		if !isLoopback(host) {
 			return fmt.Errorf("--http %s is not loopback: give bearer tokens with --tokens or --tokens-data", cfg.HTTP)
 		}
@@ -88,7 +88,7 @@ func listenHTTP(d *deps, log *slog.Logger) error {
 	if slices.Contains(hosts, "*") {
 		log.Info("HTTP API answers any Host header: give the names clients use with --allowed-hosts", "http", cfg.HTTP)
 	}
-	d.httpHandler = httpapi.New(httpapi.Config{
+	d.httpHandler, err = httpapi.New(httpapi.Config{
 		Gate:   d.gate,
 		Events: d.events,
 		Await: func(ctx context.Context, read client.ReadFunc, pendingID string, opts ...client.AwaitOption) (client.Outcome, error) {
@@ -106,7 +106,11 @@ func listenHTTP(d *deps, log *slog.Logger) error {
 		Log: log.With("role", "http"),
 
 		AllowedHosts: hosts,
+		OIDC:         cfg.OIDC,
 	})
+	if err != nil {
+		return err
+	}
 	d.httpListener, err = net.Listen("tcp", cfg.HTTP)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)

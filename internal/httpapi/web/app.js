@@ -117,7 +117,8 @@ async function sync() {
   try {
     page = await list({ status: PENDING });
   } catch (err) {
-    if (err.status === 401) return showSignIn('Your token is no longer accepted. Sign in again.');
+    if (err.status === 401) return showSignIn('Your sign-in is no longer accepted. Sign in again.');
+    if (err.status === 403) return setConn('signed-out'); // no role that reads calls: the notice says so
     retrySoon();
     return;
   }

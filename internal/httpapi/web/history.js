@@ -4,7 +4,7 @@ import { $, h, jsonView } from './dom.js';
 import { prettyArgs, ago } from './format.js';
 import { PENDING, state, canDecide } from './state.js';
 import { api, list } from './api.js';
-import { OUTCOMES, SCOPES, decidedBy } from './words.js';
+import { OUTCOMES, SCOPES, decidedBy, signedIn } from './words.js';
 import { showSignIn } from './session.js';
 import { remember } from './inbox.js';
 import { filters, matches } from './filters.js';
@@ -87,6 +87,7 @@ function buildRow(e, open) {
           e.decisionScope && e.decisionScope !== 'once' ? h('span', { class: 'pill pill-muted pill-tiny' }, SCOPES[e.decisionScope] || e.decisionScope) : null),
         h('div', { class: 'row-sub' },
           who ? h('span', {}, 'by ', h('span', { class: 'row-who' }, who)) : null,
+          e.deciderIdentity ? h('span', { class: 'row-signin' }, signedIn(e.deciderIdentity)) : null,
           e.statusReason ? h('span', { class: 'row-reason' }, `“${e.statusReason}”`) : null,
           h('span', { class: 'mono row-conv' }, e.conversationId))),
       h('div', { class: 'row-end' },

@@ -91,6 +91,13 @@ export function decidedBy(e) {
   return e.approvedOrRejectedByUserId || (e.lastTransition && e.lastTransition.actor) || '';
 }
 
+// signedIn says who a person is at the OpenID provider that signed them
+// in (an entry's deciderIdentity, a transition's identity).
+export function signedIn(id) {
+  const who = id.name && id.email ? `${id.name} <${id.email}>` : (id.name || id.email || '');
+  return `${who ? who + ', ' : ''}signed in at ${id.iss} as ${id.sub}`;
+}
+
 // byWhat says what made e's latest decision (e.decidedBy), in words
 // that follow a verb: " by alice", " by a rule of the policy".
 function byWhat(e) {
