@@ -339,6 +339,17 @@ func (c *Client) Rerun(ctx context.Context, r wire.RerunRequest) (*machine.Entry
 	return &e, nil
 }
 
+// Events reads a page of toolgate's events (TOOL_EVENTS) after r.After,
+// waiting up to r.WaitMs for the first: ask again after the reply's Last
+// to follow them. An agent's credential reads its own calls' only.
+func (c *Client) Events(ctx context.Context, r wire.EventsRequest) (*wire.EventsReply, error) {
+	var out wire.EventsReply
+	if err := c.request(ctx, wire.EndpointEvents, r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Decide approves or rejects the pending call r.PendingID. A call someone
 // (or the timer) already decided is refused with an error matching
 // machine.ErrConflict whose message says who decided it, when and why; a

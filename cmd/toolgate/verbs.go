@@ -92,6 +92,7 @@ func verbTable() []verb {
 it expires (approve --for 2h) or is revoked.
 `},
 		{name: "cancel", synopsis: "cancel ID | --conversation C", summary: "cancel a call, or a conversation's calls", cmd: cancelCmd},
+		{name: "events", synopsis: "events [--follow] [--since SEQ|DURATION]", summary: "the event stream, one line a transition (--json: JSON lines)", cmd: eventsCmd},
 		{name: "retry", synopsis: "retry ID [--reason R]", summary: "run once more a call whose outcome is unknown (its executor was lost)", cmd: retryCmd},
 		{name: "receipt", synopsis: "receipt ID [--json]", summary: "a call's signed receipts, one per transition (--json: the chain)", cmd: receiptCmd},
 		{name: "verify", synopsis: "verify FILE|ID [--key PUB]",

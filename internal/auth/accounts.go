@@ -17,7 +17,7 @@ var Endpoints = map[wire.Role][]string{
 	wire.RoleAgent: {
 		wire.EndpointSubmit, wire.EndpointGet, wire.EndpointList, wire.EndpointCancel, wire.EndpointCancelConversation,
 		wire.EndpointStarted, wire.EndpointHeartbeat, wire.EndpointRetry, wire.EndpointSucceeded, wire.EndpointFailed,
-		wire.EndpointDeniedTools, wire.EndpointReceipts, wire.EndpointReceiptsKey, wire.EndpointRecheck,
+		wire.EndpointDeniedTools, wire.EndpointReceipts, wire.EndpointReceiptsKey, wire.EndpointRecheck, wire.EndpointEvents,
 	},
 	wire.RoleExecutor: {
 		wire.EndpointGet, wire.EndpointList, wire.EndpointWork,
@@ -29,11 +29,11 @@ var Endpoints = map[wire.Role][]string{
 		wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointAnalytics, wire.EndpointPolicyGet, wire.EndpointDeniedTools,
 		wire.EndpointGrantsList, wire.EndpointGrantsRevoke, wire.EndpointGrantsPreview,
 		wire.EndpointPolicyDryRun, wire.EndpointPolicyExplain, wire.EndpointReceipts, wire.EndpointReceiptsKey,
-		wire.EndpointPolicyShadowGet, wire.EndpointPolicyShadowReport, wire.EndpointReveal, wire.EndpointRerun,
+		wire.EndpointPolicyShadowGet, wire.EndpointPolicyShadowReport, wire.EndpointReveal, wire.EndpointRerun, wire.EndpointEvents,
 	},
 	wire.RoleViewer: {wire.EndpointGet, wire.EndpointList, wire.EndpointBudgets, wire.EndpointRateLimits, wire.EndpointAnalytics, wire.EndpointPolicyGet, wire.EndpointDeniedTools, wire.EndpointGrantsList,
 		wire.EndpointGrantsPreview, wire.EndpointPolicyDryRun, wire.EndpointPolicyExplain, wire.EndpointReceipts, wire.EndpointReceiptsKey,
-		wire.EndpointPolicyShadowGet, wire.EndpointPolicyShadowReport, wire.EndpointReveal},
+		wire.EndpointPolicyShadowGet, wire.EndpointPolicyShadowReport, wire.EndpointReveal, wire.EndpointEvents},
 }
 
 // events are the subjects of the events, as approvers and viewers hear

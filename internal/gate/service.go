@@ -97,10 +97,14 @@ type Service struct {
 	reveals *stores.RevealLog
 }
 
-// EventsPosition says how far TOOL_EVENTS goes: the sequence of its last
-// event (0: none yet).
+// EventsPosition says how far TOOL_EVENTS goes (LastSeq: the sequence
+// of its last event, 0 when none yet), and reads it a page at a time.
 type EventsPosition interface {
 	LastSeq(ctx context.Context) (uint64, error)
+	// Page reads up to limit events in order from sequence from (0: from
+	// since, or those to come), waiting up to wait for the first, and
+	// says the sequence to read from next (views.EventsFeed.Page).
+	Page(ctx context.Context, from uint64, since time.Time, limit int, wait time.Duration) ([]wire.StreamEvent, uint64, error)
 }
 
 // limits is what of the policy Budgets shows, DeniedTools asks and

@@ -200,6 +200,7 @@ func (s *Service) endpoints() map[string]endpoint {
 		wire.EndpointReceipts:           answer(g.Receipts),
 		wire.EndpointReveal:             answer(g.Reveal),
 		wire.EndpointRerun:              answer(g.Rerun),
+		wire.EndpointEvents:             waiting(answer(g.Events)),
 		wire.EndpointReceiptsKey:        answer(g.ReceiptKeys),
 		wire.EndpointSucceeded:          answer(g.Complete),
 		wire.EndpointFailed:             answer(g.Fail),
