@@ -32,7 +32,9 @@
 //   - Counted by the process that did the work
 //     (toolgate_notifications_total, toolgate_transition_conflicts_total,
 //     toolgate_requeues_total): each process counts only its own. Sum
-//     them.
+//     them. toolgate_consumer_stalled_seconds, also the process's own (how
+//     long a durable consumer it runs has got nothing while messages
+//     wait), is read with max by (consumer).
 //
 // Why not one shared consumer, each process counting a share, so that sum
 // works? Its shares move whenever a replica restarts, a replica that dies

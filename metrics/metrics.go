@@ -31,6 +31,7 @@ const (
 	NameConsumerPending      = "toolgate_consumer_pending_messages"
 	NameConsumerAckPending   = "toolgate_consumer_ack_pending_messages"
 	NameConsumerRedeliveries = "toolgate_consumer_redelivered_messages"
+	NameConsumerStalled      = "toolgate_consumer_stalled_seconds"
 	NameAnalyticsLag         = "toolgate_analytics_lag_events"
 )
 

@@ -250,9 +250,22 @@ func (r *Runner) run(ctx context.Context) error {
 		iter.Stop()
 	})
 	slots := make(chan struct{}, r.cfg.Concurrency)
+	stalled := make(chan error, 1)
+	wg.Go(func() {
+		if err := WatchStall(runCtx, Watch{JS: r.js, Stream: r.cfg.Stream, Durable: r.cfg.Durable, Consumer: cons,
+			InHand: func() int { return len(slots) }, Log: r.log}); err != nil {
+			stalled <- err
+			endRun()
+		}
+	})
 	for {
 		msg, err := iter.Next()
 		if err != nil {
+			select {
+			case err := <-stalled:
+				return err
+			default:
+			}
 			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return nil
 			}

@@ -637,7 +637,8 @@ func (m *Main) deps(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		return nil, fmt.Errorf("stored policy: %w", err)
 	}
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		metrics.NewConsumerStalls(consumer.Stalled))
 	mx, err := metrics.For(registry)
 	if err != nil {
 		return nil, err

@@ -154,9 +154,24 @@ func (r *Relay) run(ctx context.Context) error {
 		ackerDone <- err
 	})
 
+	stalled := make(chan error, 1)
+	wg.Go(func() {
+		if err := consumer.WatchStall(ctx, consumer.Watch{JS: r.js, Stream: stream, Durable: r.cfg.Durable, Consumer: cons,
+			InHand: func() int { return len(inflight) }, Log: r.log.With("consumer", r.cfg.Durable)}); err != nil {
+			stalled <- err
+			cancel()
+		}
+	})
+
 	err = r.pump(ctx, iter, inflight)
 	close(inflight)
-	if aerr := <-ackerDone; aerr != nil {
+	aerr := <-ackerDone
+	select {
+	case err := <-stalled:
+		return fmt.Errorf("relay: %w", err)
+	default:
+	}
+	if aerr != nil {
 		return aerr
 	}
 	if ctx.Err() != nil && (errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, context.Canceled)) {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -60,6 +61,7 @@ func exportedMetrics(t *testing.T) map[string]map[string]bool {
 	reg.MustRegister(answers.Collector())
 	answers.ReviewerAnswer("r", metrics.ReviewerTimeout)
 	reg.MustRegister(metrics.NewAnalyticsLag(func(context.Context) (uint64, error) { return 1, nil }, slog.New(slog.DiscardHandler)))
+	reg.MustRegister(metrics.NewConsumerStalls(func() map[string]time.Duration { return map[string]time.Duration{"toolgate-relay": 0} }))
 	lag := NewConsumerLag(nil, slog.New(slog.DiscardHandler))
 	reg.MustRegister(collectorFunc{describe: lag.Describe, collect: func(ch chan<- prometheus.Metric) {
 		for _, d := range []*prometheus.Desc{lag.pending, lag.ackPending, lag.redelivered} {
@@ -114,7 +116,7 @@ func namedMetrics(t *testing.T) []string {
 			names = append(names, m[1])
 		}
 	}
-	require.Len(t, names, 19, "the Name constants of %s", metricsDir)
+	require.Len(t, names, 20, "the Name constants of %s", metricsDir)
 	return names
 }
 

@@ -44,7 +44,7 @@ teams:
 var evaluator = machine.EvaluatorFunc(func(_ context.Context, c machine.Call) (machine.Verdict, error) {
 	switch c.ToolName {
 	case "read_file":
-		return machine.Verdict{Action: machine.ActionRun, Reason: "readOnlyTools"}, nil
+		return machine.Verdict{Action: machine.ActionRun, Reason: "readOnlyTools", Idempotent: true}, nil
 	case "rm_rf":
 		return machine.Verdict{Action: machine.ActionDeny, Reason: "deny rm_rf"}, nil
 	case "send_email":
