@@ -175,6 +175,10 @@ type Channel struct {
 	// X-Toolgate-Timestamp), keyed with the bytes of the first secret, for
 	// receivers not yet moved. Deprecated: it goes in the next release.
 	LegacySignature bool `yaml:"legacySignature,omitempty" json:"legacySignature,omitempty"`
+	// Format is what a webhook's body is: the event envelope as published
+	// (absent), or cloudevents, the envelope as the data of a structured
+	// CloudEvent 1.0 (application/cloudevents+json), signed the same way.
+	Format WebhookFormat `yaml:"format,omitempty" json:"format,omitempty"`
 	// Topic is the ntfy topic (ntfy only, required there).
 	Topic string `yaml:"topic,omitempty" json:"topic,omitempty"`
 	// Approver is the toolgate identity a webhook's or an ntfy channel's

@@ -57,6 +57,13 @@ func WebhookKey(secret string) ([]byte, error) {
 	return key, nil
 }
 
+// WebhookFormat is what a webhook channel's body is.
+type WebhookFormat string
+
+// FormatCloudEvents sends each event as a structured CloudEvent 1.0
+// (wire.StructuredCloudEvent).
+const FormatCloudEvents WebhookFormat = "cloudevents"
+
 // SigningSecrets are the secrets, as written (values or references), that
 // sign a webhook channel's deliveries: Secret, if given, then Secrets.
 func (c Channel) SigningSecrets() []string {
@@ -74,6 +81,12 @@ func (c Channel) SigningSecrets() []string {
 func checkWebhook(errs *errorList, at func(string) string, c Channel) {
 	if c.LegacySignature && c.Type != ChannelWebhook && c.Type.Valid() {
 		errs.add(at("legacySignature"), "only a webhook's deliveries are signed")
+	}
+	switch {
+	case c.Format != "" && c.Format != FormatCloudEvents:
+		errs.add(at("format"), "must be cloudevents, or absent for toolgate's envelope, got %q", string(c.Format))
+	case c.Format != "" && c.Type != ChannelWebhook && c.Type.Valid():
+		errs.add(at("format"), "only a webhook's body has a format")
 	}
 	if c.Type != ChannelWebhook {
 		if len(c.Secrets) > 0 && c.Type.Valid() {

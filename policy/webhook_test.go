@@ -111,6 +111,10 @@ func TestParse_WebhookSecretErrorsNameTheField(t *testing.T) {
 			`policy: default.notify[0].secrets: only a webhook has several secrets`},
 		{"legacy on slack", `{type: slack, url: "https://h/x", legacySignature: true}`,
 			`policy: default.notify[0].legacySignature: only a webhook's deliveries are signed`},
+		{"unknown format", `{type: webhook, url: "https://h/x", secret: "` + a + `", format: cloudevent}`,
+			`policy: default.notify[0].format: must be cloudevents, or absent for toolgate's envelope, got "cloudevent"`},
+		{"format on ntfy", `{type: ntfy, url: "https://ntfy.sh", topic: t, format: cloudevents}`,
+			`policy: default.notify[0].format: only a webhook's body has a format`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -202,6 +202,15 @@ func (n *Notifier) webhookRequest(ctx context.Context, ch policy.Channel, ev *wi
 		}
 		keys[i] = k
 	}
+	contentType := "application/json"
+	if ch.Format == policy.FormatCloudEvents {
+		r := n.engine.Resolve(ev.Entry.Team, ev.Entry.ConversationID)
+		ce, err := wire.StructuredCloudEvent(ev, raw, r.InboxURL)
+		if err != nil {
+			return nil, fmt.Errorf("cloudevent: %w", err)
+		}
+		raw, contentType = ce, wire.CloudEventsContentType
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ch.URL, bytes.NewReader(raw))
 	if err != nil {
 		return nil, errors.New("bad webhook URL")
@@ -209,7 +218,7 @@ func (n *Notifier) webhookRequest(ctx context.Context, ch policy.Channel, ev *wi
 	// The attempt's time, not the event's: a retry an hour later is no
 	// replay, and a receiver's tolerance must not refuse it.
 	ts := n.now().Unix()
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	req.Header.Set(HeaderEvent, ev.Type)
 	req.Header.Set(HeaderDelivery, ev.ID)
 	req.Header.Set(HeaderWebhookID, ev.ID)

@@ -235,7 +235,10 @@ func (r *Relay) publish(msg jetstream.Msg) (relayed, error) {
 			event.Entry = masked
 			published, _ = json.Marshal(event)
 		}
-		fut, err := r.js.PublishMsgAsync(&nats.Msg{Subject: event.Type, Data: published}, jetstream.WithMsgID(event.ID))
+		// The CloudEvents attributes ride as headers (the NATS binding's
+		// binary mode); the body is the envelope as ever.
+		msg := &nats.Msg{Subject: event.Type, Data: published, Header: wire.CloudEventHeaders(&event)}
+		fut, err := r.js.PublishMsgAsync(msg, jetstream.WithMsgID(event.ID))
 		if err != nil {
 			return relayed{}, fmt.Errorf("relay: publish %s: %w", event.ID, err)
 		}
