@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/backup"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
@@ -100,6 +101,11 @@ func TestBackup_TakenUnderLoadRestoresIntoANewServerThatCarriesOn(t *testing.T) 
 	m, err := backup.ReadManifest(dir)
 	require.NoError(t, err)
 	assert.Equal(t, "KV_tool_calls", m.Streams[0].Name, "the calls are taken first")
+	var taken []string
+	for _, s := range m.Streams {
+		taken = append(taken, s.Name)
+	}
+	assert.ElementsMatch(t, bus.Streams(), taken, "every stream toolgate provisions")
 	assert.Contains(t, m.Trust, "keys.json")
 	t.Logf("backup: %d calls answered before it, %d after it started", len(before), len(answered)-len(before))
 
