@@ -73,41 +73,79 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		t.Replicas = 1
 	}
 	var b Buckets
-	for _, kv := range []struct {
-		dst *jetstream.KeyValue
-		cfg jetstream.KeyValueConfig
-	}{
-		{&b.Policies, jetstream.KeyValueConfig{Bucket: wire.PoliciesBucket, Description: "toolgate policy document", History: 16}},
-		{&b.Grants, jetstream.KeyValueConfig{Bucket: wire.GrantsBucket, Description: "toolgate session grants by conversation"}},
-		{&b.Budgets, jetstream.KeyValueConfig{Bucket: wire.BudgetsBucket, Description: "toolgate spending per team and day"}},
-		{&b.Identities, jetstream.KeyValueConfig{Bucket: wire.IdentitiesBucket, Description: "toolgate credentials issued and revoked, by public key", History: 8}},
-		// A token lives at most MaxDecisionTokenLife; a day more keeps a
-		// used one long enough to say it was used, not that it is unknown.
-		{&b.DecisionTokens, jetstream.KeyValueConfig{Bucket: wire.DecisionTokensBucket, Description: "toolgate one-time decision tokens, by SHA-256", TTL: MaxDecisionTokenLife + 24*time.Hour}},
-		// A window is at most policy.MaxRatePer long: a counter untouched
-		// for longer counts nothing, and goes.
-		{&b.RateLimits, jetstream.KeyValueConfig{Bucket: wire.RateLimitsBucket, Description: "toolgate rate rules' counters: the slots taken in each window", TTL: policy.MaxRatePer + time.Hour}},
-		{&b.ReceiptKeys, jetstream.KeyValueConfig{Bucket: wire.ReceiptKeysBucket, Description: "toolgate public receipt keys, one per process that signs receipts"}},
-		// A flow's window is at most policy.MaxFlowWithin long: a mark
-		// untouched for longer holds nothing back, and goes.
-		{&b.Flows, jetstream.KeyValueConfig{Bucket: wire.FlowsBucket, Description: "toolgate flows' marks: the latest completed call each flow's after matched, per conversation or caller", TTL: policy.MaxFlowWithin + time.Hour}},
-	} {
-		kv.cfg.Storage = jetstream.FileStorage
-		kv.cfg.Replicas = t.Replicas
+	dsts := map[string]*jetstream.KeyValue{
+		wire.PoliciesBucket: &b.Policies, wire.GrantsBucket: &b.Grants, wire.BudgetsBucket: &b.Budgets,
+		wire.IdentitiesBucket: &b.Identities, wire.DecisionTokensBucket: &b.DecisionTokens,
+		wire.RateLimitsBucket: &b.RateLimits, wire.ReceiptKeysBucket: &b.ReceiptKeys, wire.FlowsBucket: &b.Flows,
+	}
+	for _, cfg := range bucketConfigs() {
+		cfg.Storage = jetstream.FileStorage
+		cfg.Replicas = t.Replicas
 		bucket, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) {
-			return js.CreateOrUpdateKeyValue(ctx, kv.cfg)
+			return js.CreateOrUpdateKeyValue(ctx, cfg)
 		})
 		if err != nil {
-			return nil, fmt.Errorf("provision bucket %s: %w", kv.cfg.Bucket, err)
+			return nil, fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
 		}
-		*kv.dst = bucket
+		*dsts[cfg.Bucket] = bucket
 	}
 	calls, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.KeyValue, error) { return provisionCalls(ctx, js, t) })
 	if err != nil {
 		return nil, fmt.Errorf("provision bucket %s: %w", wire.CallsBucket, err)
 	}
 	b.Calls = calls
-	streams := []jetstream.StreamConfig{{
+	for _, cfg := range streamConfigs(t) {
+		st, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
+		if err != nil {
+			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+		}
+		switch cfg.Name {
+		case wire.ArchiveStream:
+			b.Archive = st
+		case wire.ShadowStream:
+			b.Shadow = st
+		case wire.RevealsStream:
+			b.Reveals = st
+		}
+	}
+	// Executors took work from a stream of their own, TOOL_WORK, before
+	// they asked the request API for it: what an older toolgate left there
+	// nobody reads.
+	if _, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (struct{}, error) {
+		if err := js.DeleteStream(ctx, retiredWorkStream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return struct{}{}, err
+		}
+		return struct{}{}, nil
+	}); err != nil {
+		return nil, fmt.Errorf("provision: delete stream %s: %w", retiredWorkStream, err)
+	}
+	return &b, nil
+}
+
+// bucketConfigs are the buckets Provision makes beside the calls', but
+// for their storage and replicas.
+func bucketConfigs() []jetstream.KeyValueConfig {
+	return []jetstream.KeyValueConfig{
+		{Bucket: wire.PoliciesBucket, Description: "toolgate policy document", History: 16},
+		{Bucket: wire.GrantsBucket, Description: "toolgate session grants by conversation"},
+		{Bucket: wire.BudgetsBucket, Description: "toolgate spending per team and day"},
+		{Bucket: wire.IdentitiesBucket, Description: "toolgate credentials issued and revoked, by public key", History: 8},
+		// A token lives at most MaxDecisionTokenLife; a day more keeps a
+		// used one long enough to say it was used, not that it is unknown.
+		{Bucket: wire.DecisionTokensBucket, Description: "toolgate one-time decision tokens, by SHA-256", TTL: MaxDecisionTokenLife + 24*time.Hour},
+		// A window is at most policy.MaxRatePer long: a counter untouched
+		// for longer counts nothing, and goes.
+		{Bucket: wire.RateLimitsBucket, Description: "toolgate rate rules' counters: the slots taken in each window", TTL: policy.MaxRatePer + time.Hour},
+		{Bucket: wire.ReceiptKeysBucket, Description: "toolgate public receipt keys, one per process that signs receipts"},
+		// A flow's window is at most policy.MaxFlowWithin long: a mark
+		// untouched for longer holds nothing back, and goes.
+		{Bucket: wire.FlowsBucket, Description: "toolgate flows' marks: the latest completed call each flow's after matched, per conversation or caller", TTL: policy.MaxFlowWithin + time.Hour},
+	}
+}
+
+// streamConfigs are the streams Provision makes.
+func streamConfigs(t Topology) []jetstream.StreamConfig {
+	return []jetstream.StreamConfig{{
 		Name:        wire.EventsStream,
 		Description: "toolgate: one event per tool-call transition",
 		Subjects:    wire.EventSubjects(),
@@ -164,32 +202,22 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Bucket
 		Storage:     jetstream.FileStorage,
 		Replicas:    t.Replicas,
 	}}
-	for _, cfg := range streams {
-		st, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
-		if err != nil {
-			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
-		}
-		switch cfg.Name {
-		case wire.ArchiveStream:
-			b.Archive = st
-		case wire.ShadowStream:
-			b.Shadow = st
-		case wire.RevealsStream:
-			b.Reveals = st
-		}
+}
+
+// Streams are the JetStream streams of every bucket and stream toolgate
+// provisions (Provision, ProvisionAnalytics), each bucket as its stream
+// (KV_<bucket>): what holds all that toolgate keeps, and what a backup
+// must take.
+func Streams() []string {
+	names := []string{"KV_" + wire.CallsBucket}
+	for _, cfg := range bucketConfigs() {
+		names = append(names, "KV_"+cfg.Bucket)
 	}
-	// Executors took work from a stream of their own, TOOL_WORK, before
-	// they asked the request API for it: what an older toolgate left there
-	// nobody reads.
-	if _, err := jsio.Attempts(ctx, provisionAttempt, func(ctx context.Context) (struct{}, error) {
-		if err := js.DeleteStream(ctx, retiredWorkStream); !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return struct{}{}, err
-		}
-		return struct{}{}, nil
-	}); err != nil {
-		return nil, fmt.Errorf("provision: delete stream %s: %w", retiredWorkStream, err)
+	names = append(names, "KV_"+wire.AnalyticsBucket)
+	for _, cfg := range streamConfigs(Topology{}) {
+		names = append(names, cfg.Name)
 	}
-	return &b, nil
+	return names
 }
 
 // retiredWorkStream is the stream older toolgates queued runnable calls on.

@@ -115,3 +115,23 @@ func TestProvision_DeletesTheRetiredWorkStream(t *testing.T) {
 	_, err = bus.Provision(ctx, env.JS, bus.Topology{Replicas: 1})
 	assert.NoError(t, err, "and again, with nothing to delete")
 }
+
+// TestStreams_NamesEveryStreamProvisioned: Streams is what a backup takes,
+// so a bucket or stream provisioned and not named there would be lost by
+// every backup.
+func TestStreams_NamesEveryStreamProvisioned(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Server(t)
+	_, js := bustest.Connect(t, srv.ClientURL())
+	_, err := bus.Provision(t.Context(), js, bus.Topology{Replicas: 1})
+	require.NoError(t, err)
+	_, err = bus.ProvisionAnalytics(t.Context(), js, 1)
+	require.NoError(t, err)
+	var provisioned []string
+	names := js.StreamNames(t.Context())
+	for name := range names.Name() {
+		provisioned = append(provisioned, name)
+	}
+	require.NoError(t, names.Err())
+	assert.ElementsMatch(t, provisioned, bus.Streams())
+}

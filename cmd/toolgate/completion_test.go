@@ -109,7 +109,7 @@ func TestCompletion_Bash(t *testing.T) {
 	require.NoError(t, err, "bash -n: %s", out)
 
 	lines := []struct{ line, want string }{
-		{"toolgate ", "analytics approve bench budget cancel claude-channel completion creds events grants help hook list mcp mcp-gateway pending policy receipt reject respond retry serve show stats submit verify version webhook-secret"},
+		{"toolgate ", "analytics approve backup bench budget cancel claude-channel completion creds events grants help hook list mcp mcp-gateway pending policy receipt reject respond restore retry serve show stats submit verify version webhook-secret"},
 		{"toolgate pen", "pending"},
 		{"toolgate p", "pending policy"},
 		{"toolgate pending --j", "--json"},

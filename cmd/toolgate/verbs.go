@@ -144,6 +144,8 @@ it expires (approve --for 2h) or is revoked.
 		{name: "stats", synopsis: "stats [--json]", summary: "approval analytics per tool, team, approver and hour,\nwith recommended policy changes", cmd: statsCmd},
 		{name: "bench", synopsis: "bench [--embedded]",
 			summary: "lifecycles per second and latencies, against the raw KV\ncompare-and-set rate (docs/performance.md)", cmd: benchCmd},
+		{name: "backup", synopsis: "backup DIR", summary: "back up the calls, events, policy, grants, budgets and keys into DIR", cmd: backupCmd},
+		{name: "restore", synopsis: "restore DIR", summary: "restore a backup before toolgate serves on it (docs/deploy.md)", cmd: restoreCmd},
 		{name: "analytics", synopsis: "analytics rebuild", summary: "re-derive the analytics from the start of TOOL_EVENTS",
 			subsColumn: 39,
 			subs: []verb{

@@ -12,9 +12,13 @@ import (
 	"sync"
 
 	"github.com/nats-io/jwt/v2"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/bus"
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/bus/stores"
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/wire"
@@ -174,4 +178,32 @@ func NATSConfig(data string, revoked []string) (string, error) {
 		return "", err
 	}
 	return keys.NATSConfig(revoked)
+}
+
+// TrustDir is where the trust chain's keys, and the receipt key, are
+// kept under the data directory: what a backup takes of it.
+func TrustDir(data string) string { return authDir(data) }
+
+// OpenStore starts the embedded NATS server over data's store, as serve
+// would but on a free loopback port, and connects to it with toolgate's
+// own credential, for work on the store while no serve runs on it
+// (toolgate restore). close shuts both down.
+func OpenStore(data string) (nc *nats.Conn, close func(), err error) {
+	keys, err := localTrust(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := embedded.StartServer(embedded.ServerConfig{
+		Host: "127.0.0.1", Port: -1, StoreDir: filepath.Join(data, "jetstream"),
+		Configure: func(o *natsserver.Options) error { return keys.Configure(o, nil) },
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err = bus.Connect(bus.ConnConfig{URLs: srv.ClientURL(), CredsFile: CredsPath(data, auth.ServerUser), Name: "toolgate restore"}, nats.InProcessServer(srv))
+	if err != nil {
+		srv.Shutdown()
+		return nil, nil, err
+	}
+	return nc, func() { nc.Close(); srv.Shutdown(); srv.WaitForShutdown() }, nil
 }
