@@ -258,6 +258,7 @@ func (s *session) run(ctx context.Context, u *upstream, tool string, meta mcp.Me
 		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
 	}
 	var res *mcp.CallToolResult
+	defer s.relate(ctx, u.name, nil)()
 	cs, err := u.session(ctx)
 	if err == nil {
 		res, err = cs.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: tool, Arguments: e.ToolArguments})

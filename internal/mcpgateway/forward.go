@@ -116,6 +116,9 @@ func hasResources(c *mcp.ServerCapabilities) bool   { return c.Resources != nil 
 func hasPrompts(c *mcp.ServerCapabilities) bool     { return c.Prompts != nil }
 func hasCompletions(c *mcp.ServerCapabilities) bool { return c.Completions != nil }
 func hasLogging(c *mcp.ServerCapabilities) bool     { return c.Logging != nil }
+func hasSubscribe(c *mcp.ServerCapabilities) bool {
+	return c.Resources != nil && c.Resources.Subscribe
+}
 
 func (s *session) listResources(ctx context.Context) (*mcp.ListResourcesResult, error) {
 	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
@@ -250,4 +253,56 @@ func (s *session) setLevel(ctx context.Context, p *mcp.SetLoggingLevelParams) {
 	_ = s.each(ctx, "logging/setLevel", hasLogging, func(_ *upstream, cs *mcp.ClientSession) error {
 		return cs.SetLoggingLevel(ctx, p)
 	})
+}
+
+// subscribe subscribes the client to a resource at every server that
+// offers subscriptions (resource URIs are the servers' own); the SDK then
+// passes on the servers' notifications/resources/updated for it.
+func (s *session) subscribe(ctx context.Context, r *mcp.SubscribeRequest) error {
+	return s.each(ctx, "resources/subscribe", hasSubscribe, func(_ *upstream, cs *mcp.ClientSession) error {
+		return cs.Subscribe(ctx, r.Params)
+	})
+}
+
+func (s *session) unsubscribe(ctx context.Context, r *mcp.UnsubscribeRequest) error {
+	return s.each(ctx, "resources/unsubscribe", hasSubscribe, func(_ *upstream, cs *mcp.ClientSession) error {
+		return cs.Unsubscribe(ctx, r.Params)
+	})
+}
+
+// elicit passes a server's elicitation/create on to the client, and the
+// client's answer back as it is: checking it against the form is the
+// server's to do (it may take an answer the form does not describe), and
+// so is filling in the form's defaults. The SDK's client and server both
+// would (Client's elicitation handling, ServerSession.Elicit): the
+// upstream client answers elicitation/create before its SDK does, and the
+// form goes to ServerSession.Elicit without its schema, which the sending
+// middleware (passSchema) puts back into the request the client receives.
+func (s *session) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
+	q := *p
+	if q.RequestedSchema != nil {
+		ctx = context.WithValue(ctx, elicitSchemaKey{}, q.RequestedSchema)
+		q.RequestedSchema = nil
+		if q.Mode == "" {
+			q.Mode = "form" // as the SDK infers it from the schema
+		}
+	}
+	return s.ss.Elicit(ctx, &q)
+}
+
+type elicitSchemaKey struct{}
+
+// passSchema is the sending middleware that gives an elicitation/create
+// the schema elicit took out of it.
+func passSchema(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if schema := ctx.Value(elicitSchemaKey{}); schema != nil && method == "elicitation/create" {
+			if p, ok := req.GetParams().(*mcp.ElicitParams); ok {
+				q := *p
+				q.RequestedSchema = schema
+				req = &mcp.ServerRequest[mcp.Params]{Session: req.GetSession().(*mcp.ServerSession), Params: &q}
+			}
+		}
+		return next(ctx, method, req)
+	}
 }

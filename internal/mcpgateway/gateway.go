@@ -343,6 +343,7 @@ type session struct {
 
 	mu       sync.Mutex
 	calls    map[*callCtx]struct{}
+	inflight []*inflight     // the client's requests being answered (related.go)
 	watching map[string]bool // the tasks' calls watched, by pendingId
 	closed   bool
 	// HTTP: the client's requests (and streams) open now, and when the
@@ -359,8 +360,10 @@ func (gw *Gateway) newSession() *session {
 	s := &session{gw: gw, calls: map[*callCtx]struct{}{}, watching: map[string]bool{}, ups: map[string]*upstream{}}
 	s.life, s.endLife = context.WithCancel(context.Background())
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: "toolgate-mcp-gateway", Title: "toolgate MCP gateway", Version: gw.opts.Version},
-		&mcp.ServerOptions{Logger: gw.sdkLog, SupportedProtocolVersions: supportedVersions})
+		&mcp.ServerOptions{Logger: gw.sdkLog, SupportedProtocolVersions: supportedVersions,
+			SubscribeHandler: s.subscribe, UnsubscribeHandler: s.unsubscribe})
 	s.srv.AddReceivingMiddleware(s.middleware)
+	s.srv.AddSendingMiddleware(passSchema)
 	if err := gw.tasks.install(s.srv, s); err != nil {
 		panic(err) // the extension's methods shadow none of MCP's: a bug
 	}
@@ -394,6 +397,7 @@ func internalError(err error) error {
 // handle answers the methods the gateway forwards.
 func (s *session) handle(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
 	if method != "initialize" {
+		defer s.relate(ctx, "", progressToken(req))()
 		// A 2026-07-28 client sends no initialize: the SDK takes its
 		// first request's _meta for it.
 		if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
@@ -454,6 +458,10 @@ func (s *session) initialize(ctx context.Context, method string, req mcp.Request
 	res, err := next(ctx, method, req)
 	if ir, ok := res.(*mcp.InitializeResult); ok && err == nil {
 		ir.Capabilities, ir.Instructions = s.capabilities()
+		// The SDK sends no log message until the client sets a level;
+		// the servers' messages are passed on as they send them, each
+		// server filtering at the level the client sets it to.
+		_, _ = next(ctx, "logging/setLevel", &mcp.ServerRequest[*mcp.SetLoggingLevelParams]{Session: ss, Params: &mcp.SetLoggingLevelParams{Level: "debug"}})
 	}
 	return res, err
 }
@@ -506,8 +514,8 @@ func (s *session) setup(ss *mcp.ServerSession, params *mcp.InitializeParams, ini
 }
 
 // capabilities are what the upstream servers can do together, and their
-// instructions. Tools are always offered; list changes are passed on.
-// Resource subscriptions are not forwarded.
+// instructions. Tools are always offered; list changes are passed on, and
+// resource subscriptions where a server offers them.
 func (s *session) capabilities() (*mcp.ServerCapabilities, string) {
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true},
 		Extensions: map[string]any{TasksExtension: map[string]any{}}}
@@ -520,7 +528,10 @@ func (s *session) capabilities() (*mcp.ServerCapabilities, string) {
 		ir := cs.InitializeResult()
 		if c := ir.Capabilities; c != nil {
 			if c.Resources != nil {
-				caps.Resources = &mcp.ResourceCapabilities{ListChanged: true}
+				if caps.Resources == nil {
+					caps.Resources = &mcp.ResourceCapabilities{ListChanged: true}
+				}
+				caps.Resources.Subscribe = caps.Resources.Subscribe || c.Resources.Subscribe
 			}
 			if c.Prompts != nil {
 				caps.Prompts = &mcp.PromptCapabilities{ListChanged: true}

@@ -1,0 +1,95 @@
+package mcpgateway
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// What a server sends while it answers a request (progress, log messages,
+// sampling and elicitation requests) goes to the client on the stream of
+// the client's request it relates to: over streamable HTTP that is the
+// response stream of the request, which the SDK finds by the request id
+// that the context of the request's handler carries. The gateway receives
+// those messages on its connection to the server, whose contexts carry
+// nothing of the client's request: so it keeps the client's requests in
+// flight, and sends each message with the context of the one it relates
+// to. A message that relates to none goes where the SDK sends what is
+// unrelated: the client's GET stream (on stdio, the one stream).
+
+// inflight is a client's request being answered: its handler's context,
+// the progress token it gave, and the server it was forwarded to ("" when
+// not one server).
+type inflight struct {
+	ctx    context.Context
+	token  string // "" when none
+	server string
+}
+
+// relate records a client's request in flight until the returned func.
+func (s *session) relate(ctx context.Context, server string, token any) func() {
+	r := &inflight{ctx: ctx, server: server, token: tokenKey(token)}
+	s.mu.Lock()
+	s.inflight = append(s.inflight, r)
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.inflight = slices.DeleteFunc(s.inflight, func(x *inflight) bool { return x == r })
+		s.mu.Unlock()
+	}
+}
+
+// related is the context to send the client a message with that server
+// sent with upstreamCtx: of the client's request in flight that gave the
+// progress token token, or else of the latest forwarded to server, or else
+// of the latest of any; upstreamCtx when there is none. It ends when
+// upstreamCtx does (the server cancelled its request), as the returned
+// func must be called when the message is sent.
+func (s *session) related(upstreamCtx context.Context, server string, token any) (context.Context, context.CancelFunc) {
+	key := tokenKey(token)
+	s.mu.Lock()
+	var to *inflight
+	for _, r := range slices.Backward(s.inflight) {
+		switch {
+		case key != "" && r.token == key:
+			to = r
+		case key == "" && to == nil && r.server == server:
+			to = r
+		}
+		if to != nil {
+			break
+		}
+	}
+	if to == nil && key == "" && len(s.inflight) > 0 {
+		to = s.inflight[len(s.inflight)-1]
+	}
+	s.mu.Unlock()
+	if to == nil {
+		return context.WithCancel(upstreamCtx)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(to.ctx))
+	stop := context.AfterFunc(upstreamCtx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// tokenKey compares progress tokens, which are strings or numbers.
+func tokenKey(token any) string {
+	if token == nil {
+		return ""
+	}
+	return fmt.Sprintf("%T:%v", token, token)
+}
+
+// progressToken is the progress token of a request's params, or nil.
+func progressToken(req mcp.Request) any {
+	if p, ok := req.GetParams().(interface{ GetProgressToken() any }); ok && !reflect.ValueOf(p).IsNil() {
+		return p.GetProgressToken()
+	}
+	return nil
+}
