@@ -228,10 +228,14 @@ func stopped(ctx context.Context) string {
 
 // progress tells the client how its call stands, when it asked to hear.
 func (s *session) progress(ctx context.Context, token any, message string) {
-	if token == nil || s.ss == nil {
+	if token == nil {
 		return
 	}
-	_ = s.ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Message: message})
+	ctx, ss, done := s.related(ctx, "", token)
+	defer done()
+	if ss != nil {
+		_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Message: message})
+	}
 }
 
 // run sends the claimed call to its server with the entry's arguments and
@@ -258,10 +262,10 @@ func (s *session) run(ctx context.Context, u *upstream, tool string, meta mcp.Me
 		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
 	}
 	var res *mcp.CallToolResult
-	defer s.relate(ctx, u.name, nil)()
+	defer s.relate(ctx, nil, u.name, nil)()
 	cs, err := u.session(ctx)
 	if err == nil {
-		res, err = cs.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: tool, Arguments: e.ToolArguments})
+		res, err = cs.CallTool(ctx, &mcp.CallToolParams{Meta: upstreamMeta(meta), Name: tool, Arguments: e.ToolArguments})
 	}
 	var rpcErr *jsonrpc.Error
 	switch {

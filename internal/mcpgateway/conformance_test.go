@@ -90,7 +90,7 @@ func TestConformance_ScenariosPassThroughTheGateway(t *testing.T) {
 				logs = append(logs, r.Params.Data)
 				mu.Unlock()
 			},
-		}).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: serveLoopback(t, gw), DisableStandaloneSSE: true}, nil)
+		}).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: serveLoopback(t, gw), DisableStandaloneSSE: true}, withSessions)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = cs.Close() })
 		_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "test_tool_with_logging", Arguments: map[string]any{}})

@@ -3,6 +3,7 @@ package mcpgateway
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 
@@ -21,17 +22,20 @@ import (
 // unrelated: the client's GET stream (on stdio, the one stream).
 
 // inflight is a client's request being answered: its handler's context,
-// the progress token it gave, and the server it was forwarded to ("" when
-// not one server).
+// the SDK's session it came in (over HTTP on the 2026-07-28 revision, each
+// request has one of its own), the progress token it gave, and the server
+// it was forwarded to ("" when not one server).
 type inflight struct {
 	ctx    context.Context
+	ss     *mcp.ServerSession
 	token  string // "" when none
 	server string
 }
 
-// relate records a client's request in flight until the returned func.
-func (s *session) relate(ctx context.Context, server string, token any) func() {
-	r := &inflight{ctx: ctx, server: server, token: tokenKey(token)}
+// relate records a client's request in flight, which came in ss, until
+// the returned func.
+func (s *session) relate(ctx context.Context, ss *mcp.ServerSession, server string, token any) func() {
+	r := &inflight{ctx: ctx, ss: ss, server: server, token: tokenKey(token)}
 	s.mu.Lock()
 	s.inflight = append(s.inflight, r)
 	s.mu.Unlock()
@@ -42,13 +46,14 @@ func (s *session) relate(ctx context.Context, server string, token any) func() {
 	}
 }
 
-// related is the context to send the client a message with that server
-// sent with upstreamCtx: of the client's request in flight that gave the
-// progress token token, or else of the latest forwarded to server, or else
-// of the latest of any; upstreamCtx when there is none. It ends when
-// upstreamCtx does (the server cancelled its request), as the returned
-// func must be called when the message is sent.
-func (s *session) related(upstreamCtx context.Context, server string, token any) (context.Context, context.CancelFunc) {
+// related is the context, and the SDK's session, to send the client a
+// message with that server sent with upstreamCtx: of the client's request
+// in flight that gave the progress token token, or else of the latest
+// forwarded to server, or else of the latest of any; upstreamCtx and the
+// session's first when there is none. The context ends when upstreamCtx
+// does (the server cancelled its request); the returned func must be
+// called when the message is sent.
+func (s *session) related(upstreamCtx context.Context, server string, token any) (context.Context, *mcp.ServerSession, context.CancelFunc) {
 	key := tokenKey(token)
 	s.mu.Lock()
 	var to *inflight
@@ -66,13 +71,18 @@ func (s *session) related(upstreamCtx context.Context, server string, token any)
 	if to == nil && key == "" && len(s.inflight) > 0 {
 		to = s.inflight[len(s.inflight)-1]
 	}
+	ss := s.ss
 	s.mu.Unlock()
 	if to == nil {
-		return context.WithCancel(upstreamCtx)
+		ctx, cancel := context.WithCancel(upstreamCtx)
+		return ctx, ss, cancel
+	}
+	if to.ss != nil {
+		ss = to.ss
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(to.ctx))
 	stop := context.AfterFunc(upstreamCtx, cancel)
-	return ctx, func() {
+	return ctx, ss, func() {
 		stop()
 		cancel()
 	}
@@ -92,4 +102,22 @@ func progressToken(req mcp.Request) any {
 		return p.GetProgressToken()
 	}
 	return nil
+}
+
+// upstreamMeta is a client request's _meta as its server is sent it: less
+// what names the client's revision and session on 2026-07-28 (its
+// protocol version, name, capabilities and log level), which is the
+// gateway's own to say toward the server, on the revision it negotiated.
+func upstreamMeta(m mcp.Meta) mcp.Meta {
+	if m == nil {
+		return nil
+	}
+	out := maps.Clone(m)
+	for _, k := range []string{mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientInfo, mcp.MetaKeyClientCapabilities, mcp.MetaKeyLogLevel} {
+		delete(out, k)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }

@@ -47,8 +47,10 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 	if u.closed {
 		return nil, errSessionEnded
 	}
-	// A connection outlives the request that needed it.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.s.gw.opts.UpstreamTimeout)
+	// A connection outlives the request that needed it, and takes nothing
+	// of it: the SDK reads the client's protocol revision from the
+	// context it connects with, which the client's request carries.
+	cctx, cancel := context.WithTimeout(context.Background(), u.s.gw.opts.UpstreamTimeout)
 	defer cancel()
 	cs, err := u.client().Connect(cctx, u.transport(), nil)
 	if err != nil {
@@ -155,22 +157,22 @@ func (u *upstream) client() *mcp.Client {
 			if p.Logger == "" {
 				p.Logger = u.name
 			}
-			ctx, done := s.related(ctx, u.name, nil)
+			ctx, ss, done := s.related(ctx, u.name, nil)
 			defer done()
-			_ = s.ss.Log(ctx, &p)
+			_ = ss.Log(ctx, &p)
 		},
 		ProgressNotificationHandler: func(ctx context.Context, r *mcp.ProgressNotificationClientRequest) {
-			ctx, done := s.related(ctx, u.name, r.Params.ProgressToken)
+			ctx, ss, done := s.related(ctx, u.name, r.Params.ProgressToken)
 			defer done()
-			_ = s.ss.NotifyProgress(ctx, r.Params)
+			_ = ss.NotifyProgress(ctx, r.Params)
 		},
 	}
 	if caps := s.clientCaps; caps != nil {
 		if caps.Sampling != nil {
 			opts.CreateMessageHandler = func(ctx context.Context, r *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-				ctx, done := s.related(ctx, u.name, nil)
+				ctx, ss, done := s.related(ctx, u.name, nil)
 				defer done()
-				return s.ss.CreateMessage(ctx, r.Params)
+				return ss.CreateMessage(ctx, r.Params)
 			}
 		}
 		if caps.Elicitation != nil {
@@ -189,9 +191,9 @@ func (u *upstream) client() *mcp.Client {
 				if method != "elicitation/create" || !ok || p == nil {
 					return next(ctx, method, req)
 				}
-				ctx, done := s.related(ctx, u.name, nil)
+				ctx, ss, done := s.related(ctx, u.name, nil)
 				defer done()
-				return s.elicit(ctx, p)
+				return elicit(ctx, ss, p)
 			}
 		})
 	}
