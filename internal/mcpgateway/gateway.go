@@ -213,8 +213,11 @@ func (gw *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
 // calls withdrawn, its upstream servers stopped.
 func (gw *Gateway) Handler() http.Handler {
 	gw.reaper.Do(func() { go gw.endIdleSessions() })
+	// The event store gives each message on a stream an event id, and
+	// replays to a client that reconnects with Last-Event-ID what it
+	// missed (2025-11-25 and before; 2026-07-28 has no resumption).
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return gw.newSession().srv },
-		&mcp.StreamableHTTPOptions{Logger: gw.sdkLog})
+		&mcp.StreamableHTTPOptions{Logger: gw.sdkLog, EventStore: mcp.NewMemoryEventStore(nil)})
 	// The SDK serves 2026-07-28, which has no HTTP sessions, only
 	// statelessly: each request is a session of the SDK's, which the
 	// gateway serves with the session of the client the request names.
