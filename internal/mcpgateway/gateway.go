@@ -367,13 +367,7 @@ func (gw *Gateway) Close() {
 func (gw *Gateway) all() []*session {
 	gw.mu.Lock()
 	defer gw.mu.Unlock()
-	out := slices.Collect(maps.Values(gw.sessions))
-	for _, s := range gw.sessionlessByName {
-		if !slices.Contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	return out
+	return append(slices.Collect(maps.Values(gw.sessions)), slices.Collect(maps.Values(gw.sessionlessByName))...)
 }
 
 // errGatewayStopped is why calls stop when the gateway does.

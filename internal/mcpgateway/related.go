@@ -58,13 +58,8 @@ func (s *session) related(upstreamCtx context.Context, server string, token any)
 	s.mu.Lock()
 	var to *inflight
 	for _, r := range slices.Backward(s.inflight) {
-		switch {
-		case key != "" && r.token == key:
+		if key != "" && r.token == key || key == "" && r.server == server {
 			to = r
-		case key == "" && to == nil && r.server == server:
-			to = r
-		}
-		if to != nil {
 			break
 		}
 	}
