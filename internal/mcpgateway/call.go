@@ -66,6 +66,9 @@ func (s *session) callHeld(reqCtx context.Context, req *mcp.CallToolRequest, u *
 	p := req.Params
 	// The call stops when the client cancels it or disconnects, or when
 	// its session ends.
+	// The client gives up at its timeout: the call is answered before,
+	// whatever its server does (see run).
+	deadline := time.Now().Add(s.gw.answerWithin())
 	ctx, cancel := context.WithCancelCause(reqCtx)
 	defer cancel(nil)
 	defer s.track(cancel)()
@@ -86,7 +89,14 @@ func (s *session) callHeld(reqCtx context.Context, req *mcp.CallToolRequest, u *
 		s.gw.log.Info("tools/call refused", "tool", call.ToolName, "pendingId", v.pendingID, "why", v.refusal)
 		return toolError(v.refusal, v.pendingID), nil
 	}
-	return s.run(ctx, u, tool, p.Meta, v.entry)
+	return s.run(ctx, u, tool, p.Meta, v.entry, deadline)
+}
+
+// answerWithin is how long after its request a held call is answered at
+// the latest: before the client gives up (Options.Timeout), keeping half
+// the wait's margin to record the outcome and answer.
+func (gw *Gateway) answerWithin() time.Duration {
+	return gw.opts.Timeout - client.WaitMargin(gw.opts.Timeout)/2
 }
 
 func unknownTool(name string) error {
@@ -228,18 +238,24 @@ func stopped(ctx context.Context) string {
 
 // progress tells the client how its call stands, when it asked to hear.
 func (s *session) progress(ctx context.Context, token any, message string) {
-	if token == nil || s.ss == nil {
+	if token == nil {
 		return
 	}
-	_ = s.ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Message: message})
+	ctx, ss, done := s.related(ctx, "", token)
+	defer done()
+	if ss != nil {
+		_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Message: message})
+	}
 }
 
 // run sends the claimed call to its server with the entry's arguments and
 // records the outcome. The server's answer goes back as it is: a result
 // (an error result is recorded as a failure), or its JSON-RPC error. A
-// server that fails mid-call (its process died, its connection broke) is
-// recorded as a failure and answered as a tool error.
-func (s *session) run(ctx context.Context, u *upstream, tool string, meta mcp.Meta, e *machine.Entry) (mcp.Result, error) {
+// server that fails mid-call (its process died, its connection broke), or
+// that has not answered by deadline (when not zero: the client's request
+// waits), is recorded as a failure and answered as a tool error; the
+// server is told the call is cancelled.
+func (s *session) run(ctx context.Context, u *upstream, tool string, meta mcp.Meta, e *machine.Entry, deadline time.Time) (mcp.Result, error) {
 	defer s.keepClaim(e.PendingID)()
 	if ctx.Err() != nil {
 		why := stopped(ctx) + " before the call was sent to MCP server " + u.name
@@ -258,9 +274,16 @@ func (s *session) run(ctx context.Context, u *upstream, tool string, meta mcp.Me
 		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
 	}
 	var res *mcp.CallToolResult
-	cs, err := u.session(ctx)
+	defer s.relate(ctx, nil, u.name, nil)()
+	callCtx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	cs, err := u.session(callCtx)
 	if err == nil {
-		res, err = cs.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: tool, Arguments: e.ToolArguments})
+		res, err = cs.CallTool(callCtx, &mcp.CallToolParams{Meta: upstreamMeta(meta), Name: tool, Arguments: e.ToolArguments})
 	}
 	var rpcErr *jsonrpc.Error
 	switch {
@@ -270,6 +293,11 @@ func (s *session) run(ctx context.Context, u *upstream, tool string, meta mcp.Me
 	case err == nil:
 		s.record(ctx, e, nil, toolAnsweredError+resultText(res))
 		return res, nil
+	case ctx.Err() == nil && callCtx.Err() != nil:
+		why := fmt.Sprintf("MCP server %s did not answer by the call's deadline, %s after the client asked (its timeout, %s, less the time to answer it)",
+			u.name, s.gw.answerWithin(), s.gw.opts.Timeout)
+		s.record(ctx, e, nil, why)
+		return toolError("toolgate: "+e.PendingID+": "+why, e.PendingID), nil
 	case ctx.Err() != nil:
 		why := stopped(ctx) + " while MCP server " + u.name + " ran the call"
 		s.record(ctx, e, nil, why)

@@ -16,6 +16,12 @@ import (
 // are followed, in the order of the servers' names. A server that cannot
 // be reached is left out (and logged) unless none can.
 
+// listCache is the caching hint of the lists (2026-07-28's ttlMs and
+// cacheScope): stale at once, and for this client only, as they are the
+// servers' of its session and, for tools, what the policy lets its
+// credential call now.
+var listCache = mcp.Cacheable{TTLMs: 0, CacheScope: "private"}
+
 // listTools lists the servers' tools, named as the client calls them,
 // leaving out those toolgate's policy denies whatever their arguments.
 func (s *session) listTools(ctx context.Context) (*mcp.ListToolsResult, error) {
@@ -57,7 +63,7 @@ func (s *session) listTools(ctx context.Context) (*mcp.ListToolsResult, error) {
 		s.gw.log.Error("tools/list: refused", "err", err)
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
 	}
-	out := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
+	out := &mcp.ListToolsResult{Tools: []*mcp.Tool{}, Cacheable: listCache}
 	for _, it := range items {
 		if _, no := denied[it.toolgate]; no {
 			continue
@@ -116,9 +122,12 @@ func hasResources(c *mcp.ServerCapabilities) bool   { return c.Resources != nil 
 func hasPrompts(c *mcp.ServerCapabilities) bool     { return c.Prompts != nil }
 func hasCompletions(c *mcp.ServerCapabilities) bool { return c.Completions != nil }
 func hasLogging(c *mcp.ServerCapabilities) bool     { return c.Logging != nil }
+func hasSubscribe(c *mcp.ServerCapabilities) bool {
+	return c.Resources != nil && c.Resources.Subscribe
+}
 
 func (s *session) listResources(ctx context.Context) (*mcp.ListResourcesResult, error) {
-	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
+	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}, Cacheable: listCache}
 	err := s.each(ctx, "resources/list", hasResources, func(u *upstream, cs *mcp.ClientSession) error {
 		for r, err := range cs.Resources(ctx, nil) {
 			if err != nil {
@@ -132,7 +141,7 @@ func (s *session) listResources(ctx context.Context) (*mcp.ListResourcesResult, 
 }
 
 func (s *session) listResourceTemplates(ctx context.Context) (*mcp.ListResourceTemplatesResult, error) {
-	out := &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}}
+	out := &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}, Cacheable: listCache}
 	err := s.each(ctx, "resources/templates/list", hasResources, func(u *upstream, cs *mcp.ClientSession) error {
 		for r, err := range cs.ResourceTemplates(ctx, nil) {
 			if err != nil {
@@ -154,7 +163,9 @@ func (s *session) readResource(ctx context.Context, p *mcp.ReadResourceParams) (
 		if res != nil {
 			return nil
 		}
-		r, err := cs.ReadResource(ctx, p)
+		q := *p
+		q.Meta = upstreamMeta(p.Meta)
+		r, err := cs.ReadResource(ctx, &q)
 		if err != nil {
 			if first == nil {
 				first = err
@@ -166,6 +177,9 @@ func (s *session) readResource(ctx context.Context, p *mcp.ReadResourceParams) (
 	})
 	switch {
 	case res != nil:
+		if res.CacheScope == "" {
+			res.CacheScope = "public" // the revision's default, when the server said none
+		}
 		return res, nil
 	case first != nil:
 		return nil, first
@@ -176,7 +190,7 @@ func (s *session) readResource(ctx context.Context, p *mcp.ReadResourceParams) (
 }
 
 func (s *session) listPrompts(ctx context.Context) (*mcp.ListPromptsResult, error) {
-	out := &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}
+	out := &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}, Cacheable: listCache}
 	err := s.each(ctx, "prompts/list", hasPrompts, func(u *upstream, cs *mcp.ClientSession) error {
 		for p, err := range cs.Prompts(ctx, nil) {
 			if err != nil {
@@ -201,7 +215,7 @@ func (s *session) getPrompt(ctx context.Context, p *mcp.GetPromptParams) (mcp.Re
 		return nil, err
 	}
 	q := *p
-	q.Name = name
+	q.Name, q.Meta = name, upstreamMeta(p.Meta)
 	return cs.GetPrompt(ctx, &q)
 }
 
@@ -218,7 +232,7 @@ func (s *session) complete(ctx context.Context, p *mcp.CompleteParams) (mcp.Resu
 			return nil, err
 		}
 		q, ref := *p, *p.Ref
-		ref.Name, q.Ref = name, &ref
+		ref.Name, q.Ref, q.Meta = name, &ref, upstreamMeta(p.Meta)
 		return cs.Complete(ctx, &q)
 	}
 	var res *mcp.CompleteResult
@@ -227,7 +241,9 @@ func (s *session) complete(ctx context.Context, p *mcp.CompleteParams) (mcp.Resu
 		if res != nil {
 			return nil
 		}
-		r, err := cs.Complete(ctx, p)
+		q := *p
+		q.Meta = upstreamMeta(p.Meta)
+		r, err := cs.Complete(ctx, &q)
 		switch {
 		case err != nil && first == nil:
 			first = err
@@ -250,4 +266,56 @@ func (s *session) setLevel(ctx context.Context, p *mcp.SetLoggingLevelParams) {
 	_ = s.each(ctx, "logging/setLevel", hasLogging, func(_ *upstream, cs *mcp.ClientSession) error {
 		return cs.SetLoggingLevel(ctx, p)
 	})
+}
+
+// subscribe subscribes the client to a resource at every server that
+// offers subscriptions (resource URIs are the servers' own); the SDK then
+// passes on the servers' notifications/resources/updated for it.
+func (s *session) subscribe(ctx context.Context, r *mcp.SubscribeRequest) error {
+	return s.each(ctx, "resources/subscribe", hasSubscribe, func(_ *upstream, cs *mcp.ClientSession) error {
+		return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: r.Params.URI, Meta: upstreamMeta(r.Params.Meta)})
+	})
+}
+
+func (s *session) unsubscribe(ctx context.Context, r *mcp.UnsubscribeRequest) error {
+	return s.each(ctx, "resources/unsubscribe", hasSubscribe, func(_ *upstream, cs *mcp.ClientSession) error {
+		return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: r.Params.URI, Meta: upstreamMeta(r.Params.Meta)})
+	})
+}
+
+// elicit passes a server's elicitation/create on to the client, and the
+// client's answer back as it is: checking it against the form is the
+// server's to do (it may take an answer the form does not describe), and
+// so is filling in the form's defaults. The SDK's client and server both
+// would (Client's elicitation handling, ServerSession.Elicit): the
+// upstream client answers elicitation/create before its SDK does, and the
+// form goes to ServerSession.Elicit without its schema, which the sending
+// middleware (passSchema) puts back into the request the client receives.
+func elicit(ctx context.Context, ss *mcp.ServerSession, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
+	q := *p
+	if q.RequestedSchema != nil {
+		ctx = context.WithValue(ctx, elicitSchemaKey{}, q.RequestedSchema)
+		q.RequestedSchema = nil
+		if q.Mode == "" {
+			q.Mode = "form" // as the SDK infers it from the schema
+		}
+	}
+	return ss.Elicit(ctx, &q)
+}
+
+type elicitSchemaKey struct{}
+
+// passSchema is the sending middleware that gives an elicitation/create
+// the schema elicit took out of it.
+func passSchema(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if schema := ctx.Value(elicitSchemaKey{}); schema != nil && method == "elicitation/create" {
+			if p, ok := req.GetParams().(*mcp.ElicitParams); ok {
+				q := *p
+				q.RequestedSchema = schema
+				req = &mcp.ServerRequest[mcp.Params]{Session: req.GetSession().(*mcp.ServerSession), Params: &q}
+			}
+		}
+		return next(ctx, method, req)
+	}
 }

@@ -1,6 +1,7 @@
 package mcpgateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -122,6 +125,9 @@ type Gateway struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session // by MCP session id: HTTP's
+	// sessionlessByName serves HTTP's requests on 2026-07-28, by client
+	// name (see sessionless).
+	sessionlessByName map[string]*session
 	// requests are the HTTP requests in flight that carry client
 	// messages, by the token the handler gave them (requestHeader).
 	requests sync.Map // string -> context.Context
@@ -179,7 +185,8 @@ func New(cfg *Config, g Gate, opts Options) (*Gateway, error) {
 	return &Gateway{
 		cfg: cfg, gate: g, opts: opts, wait: wait, servers: servers, namespaced: len(servers) > 1,
 		log: log, sdkLog: slog.New(sdkHandler{log.Handler()}), sessions: map[string]*session{},
-		metrics: newGauges(), stop: make(chan struct{}), tasks: jsonrpcTasks{},
+		sessionlessByName: map[string]*session{},
+		metrics:           newGauges(), stop: make(chan struct{}), tasks: jsonrpcTasks{},
 	}, nil
 }
 
@@ -206,8 +213,17 @@ func (gw *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
 // calls withdrawn, its upstream servers stopped.
 func (gw *Gateway) Handler() http.Handler {
 	gw.reaper.Do(func() { go gw.endIdleSessions() })
+	// The event store gives each message on a stream an event id, and
+	// replays to a client that reconnects with Last-Event-ID what it
+	// missed (2025-11-25 and before; 2026-07-28 has no resumption).
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return gw.newSession().srv },
-		&mcp.StreamableHTTPOptions{Logger: gw.sdkLog})
+		&mcp.StreamableHTTPOptions{Logger: gw.sdkLog, EventStore: mcp.NewMemoryEventStore(nil)})
+	// The SDK serves 2026-07-28, which has no HTTP sessions, only
+	// statelessly: each request is a session of the SDK's, which the
+	// gateway serves with the session of the client the request names.
+	sessionless := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		return r.Context().Value(sessionlessKey{}).(*session).srv
+	}, &mcp.StreamableHTTPOptions{Logger: gw.sdkLog, Stateless: true})
 	metrics := gw.metrics.handler()
 	return http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" && r.Method == http.MethodGet {
@@ -217,6 +233,16 @@ func (gw *Gateway) Handler() http.Handler {
 		gw.mu.Lock()
 		s := gw.sessions[r.Header.Get("Mcp-Session-Id")]
 		gw.mu.Unlock()
+		h := h
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Protocol-Version") >= protocolSessionless {
+			s = gw.sessionless(r)
+			if s == nil {
+				http.Error(w, "Bad Request: the request's body is not JSON-RPC", http.StatusBadRequest)
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), sessionlessKey{}, s))
+			h = sessionless
+		}
 		if s != nil {
 			defer s.begin()()
 			if r.Method == http.MethodDelete {
@@ -235,6 +261,51 @@ func (gw *Gateway) Handler() http.Handler {
 		h.ServeHTTP(w, r)
 	}))
 }
+
+// protocolSessionless is the first protocol revision without sessions:
+// over streamable HTTP each request says who its client is, in its _meta.
+const protocolSessionless = "2026-07-28"
+
+type sessionlessKey struct{}
+
+// sessionless is the session that serves an HTTP request on a revision
+// without sessions: one per client name (the clientInfo in the request's
+// _meta), whose upstream connections its requests share, ended when it
+// is idle as any HTTP session; nil when the body is not JSON. The body is
+// left as it was read.
+func (gw *Gateway) sessionless(r *http.Request) *session {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxSessionlessBody))
+	if err != nil {
+		return nil
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var msg struct {
+		Params struct {
+			Meta struct {
+				ClientInfo struct {
+					Name string `json:"name"`
+				} `json:"io.modelcontextprotocol/clientInfo"`
+			} `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &msg) != nil {
+		return nil
+	}
+	name := msg.Params.Meta.ClientInfo.Name
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	s := gw.sessionlessByName[name]
+	if s == nil || s.isClosed() {
+		s = gw.newSession()
+		s.sessionless = true
+		gw.sessionlessByName[name] = s
+	}
+	return s
+}
+
+// maxSessionlessBody bounds the body the gateway reads of a request on a
+// revision without sessions, to learn its client: the SDK's default.
+const maxSessionlessBody = 10 << 20
 
 // requestHeader names, on an HTTP request the gateway serves, the token
 // under which the handler keeps its context: a tools/call learns from it
@@ -268,14 +339,12 @@ func (gw *Gateway) endIdleSessions() {
 		case <-t.C:
 		}
 		now := gw.opts.Clock()
-		gw.mu.Lock()
 		var idle []*session
-		for _, s := range gw.sessions {
+		for _, s := range gw.all() {
 			if s.idleSince(now) >= gw.opts.IdleTimeout {
 				idle = append(idle, s)
 			}
 		}
-		gw.mu.Unlock()
 		for _, s := range idle {
 			gw.log.Info("ending an idle MCP session: its client went away", "conversation", s.conversation, "idle", gw.opts.IdleTimeout)
 			go s.end(errClientGone)
@@ -287,17 +356,18 @@ func (gw *Gateway) endIdleSessions() {
 // are withdrawn, and their upstream servers stopped.
 func (gw *Gateway) Close() {
 	gw.stopOnce.Do(func() { close(gw.stop) })
-	gw.mu.Lock()
-	var all []*session
-	for _, s := range gw.sessions {
-		all = append(all, s)
-	}
-	gw.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, s := range all {
+	for _, s := range gw.all() {
 		wg.Go(func() { s.close(errGatewayStopped) })
 	}
 	wg.Wait()
+}
+
+// all is every HTTP session.
+func (gw *Gateway) all() []*session {
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	return append(slices.Collect(maps.Values(gw.sessions)), slices.Collect(maps.Values(gw.sessionlessByName))...)
 }
 
 // errGatewayStopped is why calls stop when the gateway does.
@@ -316,9 +386,9 @@ var errClientDisconnected = errors.New("the MCP client disconnected")
 // supportedVersions are the protocol versions the gateway speaks to its
 // clients: the SDK's. A 2026-07-28 client has no initialize: its first
 // request, which carries its capabilities and name in _meta, opens the
-// session (over stdio: the connection is the session; the SDK's
-// streamable HTTP serves that revision to no client, and offers the older
-// ones). Toward each upstream server the SDK's client negotiates its own.
+// session (over stdio: the connection is the session; over HTTP, the
+// client's name: see sessionless). Toward each upstream server the SDK's
+// client negotiates its own.
 var supportedVersions = mcp.SupportedProtocolVersions()
 
 // session is one client's MCP session and its upstream connections.
@@ -332,7 +402,10 @@ type session struct {
 	conversation string
 	clientCaps   *mcp.ClientCapabilities
 	initialized  bool // by initialize: the client is on a revision before 2026-07-28
-	ups          map[string]*upstream
+	// sessionless: HTTP on 2026-07-28, where each request is a session
+	// of the SDK's (ss is the first's), and this one ends idle.
+	sessionless bool
+	ups         map[string]*upstream
 	// conn carries the session's messages, where the gateway serves the
 	// transport itself (stdio): notifications/tasks go on it.
 	conn *connTransport
@@ -343,6 +416,7 @@ type session struct {
 
 	mu       sync.Mutex
 	calls    map[*callCtx]struct{}
+	inflight []*inflight     // the client's requests being answered (related.go)
 	watching map[string]bool // the tasks' calls watched, by pendingId
 	closed   bool
 	// HTTP: the client's requests (and streams) open now, and when the
@@ -359,8 +433,17 @@ func (gw *Gateway) newSession() *session {
 	s := &session{gw: gw, calls: map[*callCtx]struct{}{}, watching: map[string]bool{}, ups: map[string]*upstream{}}
 	s.life, s.endLife = context.WithCancel(context.Background())
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: "toolgate-mcp-gateway", Title: "toolgate MCP gateway", Version: gw.opts.Version},
-		&mcp.ServerOptions{Logger: gw.sdkLog, SupportedProtocolVersions: supportedVersions})
+		&mcp.ServerOptions{Logger: gw.sdkLog, SupportedProtocolVersions: supportedVersions,
+			SubscribeHandler: s.subscribe, UnsubscribeHandler: s.unsubscribe,
+			// What the SDK's server may pass on: the lists' changes, and
+			// subscriptions (on 2026-07-28, subscriptions/listen agrees to
+			// no more). The client is told what the servers can do.
+			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true},
+				Prompts:   &mcp.PromptCapabilities{ListChanged: true},
+				Resources: &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
+				Logging:   &mcp.LoggingCapabilities{}}})
 	s.srv.AddReceivingMiddleware(s.middleware)
+	s.srv.AddSendingMiddleware(passSchema)
 	if err := gw.tasks.install(s.srv, s); err != nil {
 		panic(err) // the extension's methods shadow none of MCP's: a bug
 	}
@@ -394,9 +477,11 @@ func internalError(err error) error {
 // handle answers the methods the gateway forwards.
 func (s *session) handle(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
 	if method != "initialize" {
+		ss, _ := req.GetSession().(*mcp.ServerSession)
+		defer s.relate(ctx, ss, "", progressToken(req))()
 		// A 2026-07-28 client sends no initialize: the SDK takes its
 		// first request's _meta for it.
-		if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+		if ss != nil {
 			if ip := ss.InitializeParams(); ip != nil && s.setup(ss, ip, false) {
 				s.connectAll(ctx)
 			}
@@ -454,6 +539,10 @@ func (s *session) initialize(ctx context.Context, method string, req mcp.Request
 	res, err := next(ctx, method, req)
 	if ir, ok := res.(*mcp.InitializeResult); ok && err == nil {
 		ir.Capabilities, ir.Instructions = s.capabilities()
+		// The SDK sends no log message until the client sets a level;
+		// the servers' messages are passed on as they send them, each
+		// server filtering at the level the client sets it to.
+		_, _ = next(ctx, "logging/setLevel", &mcp.ServerRequest[*mcp.SetLoggingLevelParams]{Session: ss, Params: &mcp.SetLoggingLevelParams{Level: "debug"}})
 	}
 	return res, err
 }
@@ -492,6 +581,9 @@ func (s *session) setup(ss *mcp.ServerSession, params *mcp.InitializeParams, ini
 			s.gw.metrics.sessions.Inc()
 		}
 		s.mu.Unlock()
+		if s.sessionless {
+			return // ends idle, not with its first request
+		}
 		if ss.ID() != "" {
 			s.gw.mu.Lock()
 			s.gw.sessions[ss.ID()] = s
@@ -506,8 +598,8 @@ func (s *session) setup(ss *mcp.ServerSession, params *mcp.InitializeParams, ini
 }
 
 // capabilities are what the upstream servers can do together, and their
-// instructions. Tools are always offered; list changes are passed on.
-// Resource subscriptions are not forwarded.
+// instructions. Tools are always offered; list changes are passed on, and
+// resource subscriptions where a server offers them.
 func (s *session) capabilities() (*mcp.ServerCapabilities, string) {
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true},
 		Extensions: map[string]any{TasksExtension: map[string]any{}}}
@@ -520,7 +612,10 @@ func (s *session) capabilities() (*mcp.ServerCapabilities, string) {
 		ir := cs.InitializeResult()
 		if c := ir.Capabilities; c != nil {
 			if c.Resources != nil {
-				caps.Resources = &mcp.ResourceCapabilities{ListChanged: true}
+				if caps.Resources == nil {
+					caps.Resources = &mcp.ResourceCapabilities{ListChanged: true}
+				}
+				caps.Resources.Subscribe = caps.Resources.Subscribe || c.Resources.Subscribe
 			}
 			if c.Prompts != nil {
 				caps.Prompts = &mcp.PromptCapabilities{ListChanged: true}
@@ -585,6 +680,12 @@ func (s *session) idleSince(now time.Time) time.Duration {
 	return now.Sub(s.lastOpen)
 }
 
+func (s *session) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 // end closes the session for cause, and the SDK's session with it.
 func (s *session) end(cause error) {
 	s.close(cause)
@@ -618,13 +719,12 @@ func (s *session) close(cause error) {
 	}
 	s.mu.Unlock()
 	s.cancelCalls(cause)
-	if s.ss != nil && s.ss.ID() != "" {
-		s.gw.mu.Lock()
-		if s.gw.sessions[s.ss.ID()] == s {
-			delete(s.gw.sessions, s.ss.ID())
-		}
-		s.gw.mu.Unlock()
+	s.gw.mu.Lock()
+	if s.ss != nil && s.gw.sessions[s.ss.ID()] == s {
+		delete(s.gw.sessions, s.ss.ID())
 	}
+	maps.DeleteFunc(s.gw.sessionlessByName, func(_ string, x *session) bool { return x == s })
+	s.gw.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, u := range s.ups {
 		wg.Go(u.close)

@@ -601,7 +601,7 @@ func TestGateway_OverHTTPInFrontOfTwoServers(t *testing.T) {
 	changed := make(chan struct{}, 10)
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "1"}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
-	}).Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: srv.URL}, nil)
+	}).Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: srv.URL}, withSessions)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cs.Close() })
 

@@ -103,7 +103,7 @@ func TestGateway_HTTPSessionsEndWhenTheirClientsDie(t *testing.T) {
 	connect := func(name string, m *mortal) *mcp.ClientSession {
 		t.Helper()
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, nil).Connect(t.Context(),
-			&mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: m.httpClient()}, nil)
+			&mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: m.httpClient()}, withSessions)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = cs.Close() })
 		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": name}})

@@ -247,7 +247,7 @@ func (s *session) runTask(e *machine.Entry) {
 		s.gw.outcomes.put(e.PendingID, toolError("toolgate: "+e.PendingID+" was not run: "+why, e.PendingID), nil)
 		return
 	}
-	res, err := s.run(ctx, u, tool, nil, e)
+	res, err := s.run(ctx, u, tool, nil, e, time.Time{}) // nobody's request waits on a task
 	var rpcErr *jsonrpc.Error
 	switch {
 	case errors.As(err, &rpcErr):

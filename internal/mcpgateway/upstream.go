@@ -47,8 +47,10 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 	if u.closed {
 		return nil, errSessionEnded
 	}
-	// A connection outlives the request that needed it.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.s.gw.opts.UpstreamTimeout)
+	// A connection outlives the request that needed it, and takes nothing
+	// of it: the SDK reads the client's protocol revision from the
+	// context it connects with, which the client's request carries.
+	cctx, cancel := context.WithTimeout(context.Background(), u.s.gw.opts.UpstreamTimeout)
 	defer cancel()
 	cs, err := u.client().Connect(cctx, u.transport(), nil)
 	if err != nil {
@@ -147,30 +149,55 @@ func (u *upstream) client() *mcp.Client {
 		},
 		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { s.notifyListChanged("prompts") },
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { s.notifyListChanged("resources") },
+		ResourceUpdatedHandler: func(ctx context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
+			_ = s.srv.ResourceUpdated(ctx, r.Params) // to the client, when it subscribed
+		},
 		LoggingMessageHandler: func(ctx context.Context, r *mcp.LoggingMessageRequest) {
 			p := *r.Params
 			if p.Logger == "" {
 				p.Logger = u.name
 			}
-			_ = s.ss.Log(ctx, &p)
+			ctx, ss, done := s.related(ctx, u.name, nil)
+			defer done()
+			_ = ss.Log(ctx, &p)
 		},
 		ProgressNotificationHandler: func(ctx context.Context, r *mcp.ProgressNotificationClientRequest) {
-			_ = s.ss.NotifyProgress(ctx, r.Params)
+			ctx, ss, done := s.related(ctx, u.name, r.Params.ProgressToken)
+			defer done()
+			_ = ss.NotifyProgress(ctx, r.Params)
 		},
 	}
 	if caps := s.clientCaps; caps != nil {
 		if caps.Sampling != nil {
 			opts.CreateMessageHandler = func(ctx context.Context, r *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-				return s.ss.CreateMessage(ctx, r.Params)
+				ctx, ss, done := s.related(ctx, u.name, nil)
+				defer done()
+				return ss.CreateMessage(ctx, r.Params)
 			}
 		}
 		if caps.Elicitation != nil {
-			opts.ElicitationHandler = func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-				return s.ss.Elicit(ctx, r.Params)
+			// Declares the capability; elicitation/create is answered by
+			// the middleware below, before the SDK checks the answer.
+			opts.ElicitationHandler = func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				return nil, errors.New("unreachable")
 			}
 		}
 	}
-	return mcp.NewClient(&mcp.Implementation{Name: "toolgate-mcp-gateway", Version: s.gw.opts.Version}, opts)
+	c := mcp.NewClient(&mcp.Implementation{Name: "toolgate-mcp-gateway", Version: s.gw.opts.Version}, opts)
+	if opts.ElicitationHandler != nil {
+		c.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				p, ok := req.GetParams().(*mcp.ElicitParams)
+				if method != "elicitation/create" || !ok || p == nil {
+					return next(ctx, method, req)
+				}
+				ctx, ss, done := s.related(ctx, u.name, nil)
+				defer done()
+				return elicit(ctx, ss, p)
+			}
+		})
+	}
+	return c
 }
 
 // listTools lists every tool of the server, following its pages, and
