@@ -395,7 +395,8 @@ func entryMatchesReceipts(e *Entry, c ReceiptCheck) error {
 			// The timer's decision (a timeout's reject, cancel or
 			// approval), or the policy's.
 			decided = &rs[i]
-		case rs[i].Event == EventApprove || rs[i].Event == EventReject || rs[i].Event == EventRespond:
+		case rs[i].Event == EventApprove || rs[i].Event == EventReject || rs[i].Event == EventRespond,
+			rs[i].Event == EventSchedule && rs[i].DecidedBy == DecidedByHuman: // a run again a person asked for (Rerun)
 			decided, byUser = &rs[i], &rs[i]
 		}
 	}

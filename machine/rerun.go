@@ -11,22 +11,31 @@ import (
 // first call's, with it after.
 const RerunSuffix = "-rerun"
 
+// RerunRequest is a person's request to run a call again: who (By, and
+// Identity when an OpenID provider signed them in), and why.
+type RerunRequest struct {
+	By       string
+	Identity *Identity
+	Reason   string
+}
+
 // Rerun runs again, once, a call whose outcome is unknown
 // (OutcomeUnknown: its executor was lost while the tool may have run),
-// when by, a person who may decide it, asks. Nothing else runs such a
+// when r.By, a person who may decide it, asks. Nothing else runs such a
 // call again: the tool is not declared idempotent, or it had no attempt
 // left.
 //
 // The answer is a new call, RerunOf the first: the same tool, arguments
 // (as they ran), caller, conversation, team and task, scheduled to run at
-// once, its creation by's decision (DecidedByHuman, with reason). Its
+// once, its creation their decision (DecidedByHuman, with the reason). Its
 // tool call id is the first one's with RerunSuffix, so a call is run again
-// at most once: asked again by by (an answer lost), Rerun answers the
+// at most once: asked again by them (an answer lost), Rerun answers the
 // same new call; asked by anyone else, it refuses, naming who asked. The
 // policy in force is asked first, as it would be of the call submitted
 // again: a call it now denies is not run again. A call under a quorum is
 // refused: one person cannot stand for its approvers.
-func (m *Machine) Rerun(ctx context.Context, pendingID, by, reason string) (*Entry, error) {
+func (m *Machine) Rerun(ctx context.Context, pendingID string, r RerunRequest) (*Entry, error) {
+	by := r.By
 	if by == "" {
 		return nil, fmt.Errorf("rerun %s: %w", pendingID, invalidf("by is required"))
 	}
@@ -62,8 +71,8 @@ func (m *Machine) Rerun(ctx context.Context, pendingID, by, reason string) (*Ent
 	}
 	now := m.now()
 	why := "run again, its outcome unknown, as " + by + " asked"
-	if reason != "" {
-		why += ": " + reason
+	if r.Reason != "" {
+		why += ": " + r.Reason
 	}
 	e := &Entry{
 		PendingID: id, ToolCallID: c.ToolCallID, ToolName: first.ToolName, ToolArguments: first.ToolArguments,
@@ -72,10 +81,11 @@ func (m *Machine) Rerun(ctx context.Context, pendingID, by, reason string) (*Ent
 		StatusReason: why, Team: first.Team, TaskID: first.TaskID, EstimatedCost: first.EstimatedCost,
 		Currency: first.Currency, PermissionMode: first.PermissionMode, Description: first.Description,
 		MaxExecutionAttempts: first.MaxExecutionAttempts, Idempotent: first.Idempotent, RerunOf: first.PendingID,
-		ScheduledExecutionTime: now.UnixMilli(), ApprovedOrRejectedByUserID: by, DecisionTime: now.UnixMilli(),
+		ScheduledExecutionTime: now.UnixMilli(), ApprovedOrRejectedByUserID: by, DeciderIdentity: r.Identity, DecisionTime: now.UnixMilli(),
 		Status: StateScheduled, DecidedBy: DecidedByHuman,
 	}
-	e.LastTransition = &Transition{Event: EventSchedule, To: e.Status, Actor: by, Reason: why, DecidedBy: DecidedByHuman, At: now.UnixMilli(), Write: writeID()}
+	e.LastTransition = &Transition{Event: EventSchedule, To: e.Status, Actor: by, Reason: why, DecidedBy: DecidedByHuman, Identity: r.Identity,
+		At: now.UnixMilli(), Write: writeID()}
 	if err := m.seal(e); err != nil {
 		return nil, fmt.Errorf("rerun %s: %w", pendingID, err)
 	}

@@ -102,6 +102,8 @@ func TestExecutor_SIGKILLInsideAHandler(t *testing.T) {
 	killed, rerun = attempts(t, onceLog)
 	assert.Zero(t, killed.end)
 	assert.Greater(t, rerun.end, rerun.start, "run once more, to its end")
+	r = cli(t, url, "verify", again)
+	assert.Zero(t, r.code, "the run again's receipts verify: %s%s", r.stdout, r.stderr)
 	r = cli(t, url, "retry", once.PendingID)
 	require.Zero(t, r.code, r.stderr)
 	assert.Equal(t, fmt.Sprintf("%s was run again already, as %s (exec): COMPLETED_SUCCESS\n", once.PendingID, again), r.stdout, "run again once")
