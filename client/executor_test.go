@@ -25,10 +25,15 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
+// executorPolicy declares guarded idempotent: a lease that runs out on a
+// loaded machine is taken over, as the tests of refused calls and of
+// load expect, where no timer runs to end a lost run (the at-most-once
+// path has tests of its own: executor_lease_test.go).
 const executorPolicy = `
 default:
   requiresApprovalTools: [guarded]
   maxExecutionAttempts: 3
+  idempotent: [guarded]
 `
 
 // startExecutor runs the gate, a relay and an executor hosting handlers.

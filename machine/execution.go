@@ -90,6 +90,29 @@ func (m *Machine) Heartbeat(ctx context.Context, pendingID, holder string, lease
 	return e, nil
 }
 
+// HandAgain renews, for holder, the lease of a call claimed for it whose
+// claim it never had: holder says it does not hold the call (it asks for
+// work without naming it), so the attempt never started, and it gets the
+// same attempt again, under a fresh lease. It is the one command that
+// renews a lease that has run out: nothing else can have run the call
+// meanwhile, as a claim of it by another executor would hold the lease,
+// and the timer's end of it would have left EXECUTING. A call of a tool
+// not declared idempotent is so run, at most once, though its first claim
+// was lost.
+func (m *Machine) HandAgain(ctx context.Context, pendingID, holder string, lease time.Duration) (*Entry, error) {
+	e, err := m.transitionFrom(ctx, pendingID, latestRemembered, func(*Entry) (Event, string) { return EventHeartbeat, "" }, holder, func(e *Entry, now time.Time) error {
+		if e.Lease == nil || e.Lease.Holder != holder {
+			return &TransitionError{Event: EventHeartbeat, Entry: e}
+		}
+		e.Lease = &Lease{Holder: holder, ExpiresAt: now.Add(lease).UnixMilli()}
+		return nil
+	}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("hand again %s: %w", pendingID, err)
+	}
+	return e, nil
+}
+
 // Retry starts another attempt of a call whose attempt failed, for the
 // holder of its lease: attempts + 1 and a fresh lease. failed is the
 // attempt that failed; a retry for any other is refused, so that only the

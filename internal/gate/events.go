@@ -63,8 +63,9 @@ func (s *Service) Events(ctx context.Context, a Actor, r wire.EventsRequest) (*w
 				reply.Events = append(reply.Events, ev)
 			}
 		}
-		// A page the filters left empty is read on, while the wait lasts.
-		if len(reply.Events) > 0 || len(page) == 0 || time.Now().After(deadline) {
+		// A page the filters left empty is read on: a full one at once,
+		// the end of what the stream holds while the wait lasts.
+		if len(reply.Events) > 0 || len(page) == 0 || len(page) < limit && time.Now().After(deadline) {
 			return reply, nil
 		}
 		from, since = next, time.Time{}

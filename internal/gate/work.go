@@ -95,9 +95,17 @@ func (s *Service) takeWork(ctx context.Context, a Actor, r wire.WorkRequest, t *
 	// again, before anything new.
 	for _, id := range s.work.Held(holder, r.Running, answerGrace) {
 		e, _, err := s.calls.Get(ctx, id)
-		if err == nil && e.Status == machine.StateExecuting && e.Lease != nil && e.Lease.Holder == holder && e.Lease.ExpiresAt > s.now().UnixMilli() {
-			reply.Calls = append(reply.Calls, wire.WorkClaim{Entry: s.shown(a, e), RunnableSince: e.LastAttemptTime, Again: true})
+		if err != nil || e.Status != machine.StateExecuting || e.Lease == nil || e.Lease.Holder != holder {
+			continue
 		}
+		if e.Lease.ExpiresAt <= s.now().UnixMilli() {
+			// Its lease ran out before the executor asked again: the
+			// attempt never started, so it is renewed, not lost.
+			if e, err = s.observe(s.m.HandAgain(ctx, id, holder, lease)); err != nil {
+				continue
+			}
+		}
+		reply.Calls = append(reply.Calls, wire.WorkClaim{Entry: s.shown(a, e), RunnableSince: e.LastAttemptTime, Again: true})
 	}
 	if len(reply.Calls) > 0 {
 		return reply, nil

@@ -291,6 +291,33 @@ func TestTakeWork_AClaimWhoseAnswerWasLostIsHandedAgain(t *testing.T) {
 	assert.Equal(t, lost[0].LastAttemptTime, again[0].RunnableSince, "its lease counts from its claim")
 }
 
+// TestTakeWork_AClaimWhoseAnswerWasLostPastItsLeaseIsHandedAgain: the
+// executor asks again only after the lease of the claim it never had ran
+// out; it does not name the call, so the attempt never started: it is
+// handed to it again, the same attempt under a fresh lease, though its
+// tool is not declared idempotent.
+func TestTakeWork_AClaimWhoseAnswerWasLostPastItsLeaseIsHandedAgain(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bustest.Topologies[0])
+	s := workService(t, env, machine.Verdict{Action: machine.ActionRun})
+	e := submitCall(t, s, "lapsed", "c1", "deploy")
+	lost := take(t, s, wire.WorkRequest{Tools: []string{"deploy"}, WaitMs: 10_000, LeaseMs: 100, By: "x"})
+	require.Len(t, lost, 1, "claimed, and the answer lost")
+	var again []wire.WorkClaim
+	bustest.Eventually(t, 10*time.Second, 50*time.Millisecond, "handed again", func() (bool, any) {
+		reply, err := s.TakeWork(t.Context(), executor, wire.WorkRequest{Tools: []string{"deploy"}, By: "x", LeaseMs: 60_000})
+		require.NoError(t, err)
+		again = reply.Calls
+		return len(again) == 1, again
+	})
+	assert.True(t, again[0].Again)
+	assert.Equal(t, e.PendingID, again[0].Entry.PendingID)
+	assert.Equal(t, 1, again[0].Entry.ExecutionAttempts, "the same attempt")
+	assert.Greater(t, again[0].Entry.Lease.ExpiresAt, time.Now().Add(30*time.Second).UnixMilli(), "under a fresh lease")
+	_, err := s.Timer().AbandonLease(t.Context(), e.PendingID)
+	assert.ErrorIs(t, err, machine.ErrConflict, "not lost: its lease is live again")
+}
+
 // TestTakeWork_AWithdrawalEndsOnlyItsExecutorsWaits: an executor's
 // withdrawal ends its own requests that wait, with no call, and leaves
 // the calls that come after to others; another credential's withdrawal
