@@ -13,7 +13,8 @@ const RerunSuffix = "-rerun"
 
 // Rerun runs again, once, a call whose outcome is unknown
 // (OutcomeUnknown: its executor was lost while the tool may have run),
-// when by, a person who may decide it, asks. Nothing else runs such a
+// when by, a person who may decide it (named, or in one of groups the
+// call's approvers name), asks. Nothing else runs such a
 // call again: the tool is not declared idempotent, or it had no attempt
 // left.
 //
@@ -26,7 +27,7 @@ const RerunSuffix = "-rerun"
 // policy in force is asked first, as it would be of the call submitted
 // again: a call it now denies is not run again. A call under a quorum is
 // refused: one person cannot stand for its approvers.
-func (m *Machine) Rerun(ctx context.Context, pendingID, by, reason string) (*Entry, error) {
+func (m *Machine) Rerun(ctx context.Context, pendingID, by string, groups []string, reason string) (*Entry, error) {
 	if by == "" {
 		return nil, fmt.Errorf("rerun %s: %w", pendingID, invalidf("by is required"))
 	}
@@ -37,7 +38,8 @@ func (m *Machine) Rerun(ctx context.Context, pendingID, by, reason string) (*Ent
 	if first.Status != StateCompletedFailure || !first.OutcomeUnknown {
 		return nil, fmt.Errorf("rerun %s: %w: only a call whose outcome is unknown is run again; it is %s", pendingID, ErrConflict, first.Status)
 	}
-	if err := first.mayDecide(by); err != nil {
+	via, err := first.mayDecide(by, groups)
+	if err != nil {
 		return nil, fmt.Errorf("rerun %s: %w", pendingID, err)
 	}
 	if first.Quorum != nil {
@@ -75,7 +77,7 @@ func (m *Machine) Rerun(ctx context.Context, pendingID, by, reason string) (*Ent
 		ScheduledExecutionTime: now.UnixMilli(), ApprovedOrRejectedByUserID: by, DecisionTime: now.UnixMilli(),
 		Status: StateScheduled, DecidedBy: DecidedByHuman,
 	}
-	e.LastTransition = &Transition{Event: EventSchedule, To: e.Status, Actor: by, Reason: why, DecidedBy: DecidedByHuman, At: now.UnixMilli(), Write: writeID()}
+	e.LastTransition = &Transition{Event: EventSchedule, To: e.Status, Actor: by, Reason: why, DecidedBy: DecidedByHuman, ViaGroup: via, At: now.UnixMilli(), Write: writeID()}
 	if err := m.seal(e); err != nil {
 		return nil, fmt.Errorf("rerun %s: %w", pendingID, err)
 	}

@@ -35,12 +35,12 @@ func TestRerun_OnceByAPersonOnlyWhenTheOutcomeIsUnknown(t *testing.T) {
 	}
 	first := lost("rerun")
 
-	_, err := m.Rerun(ctx, first.PendingID, "mallory", "")
+	_, err := m.Rerun(ctx, first.PendingID, "mallory", nil, "")
 	assert.ErrorIs(t, err, machine.ErrForbidden, "not among its approvers")
-	_, err = m.Rerun(ctx, first.PendingID, "", "")
+	_, err = m.Rerun(ctx, first.PendingID, "", nil, "")
 	assert.ErrorIs(t, err, machine.ErrInvalid)
 
-	again, err := m.Rerun(ctx, first.PendingID, "bob", "checked: the deploy did not happen")
+	again, err := m.Rerun(ctx, first.PendingID, "bob", nil, "checked: the deploy did not happen")
 	require.NoError(t, err)
 	assert.Equal(t, machine.PendingID("rerun", "c1"+machine.RerunSuffix), again.PendingID)
 	assert.Equal(t, first.PendingID, again.RerunOf)
@@ -53,21 +53,21 @@ func TestRerun_OnceByAPersonOnlyWhenTheOutcomeIsUnknown(t *testing.T) {
 	assert.Equal(t, "bob", again.ApprovedOrRejectedByUserID)
 	assert.Contains(t, again.StatusReason, "checked: the deploy did not happen")
 
-	same, err := m.Rerun(ctx, first.PendingID, "bob", "")
+	same, err := m.Rerun(ctx, first.PendingID, "bob", nil, "")
 	require.NoError(t, err, "asked again by bob: the same answer")
 	assert.Equal(t, again.PendingID, same.PendingID)
-	_, err = m.Rerun(ctx, first.PendingID, "alice", "")
+	_, err = m.Rerun(ctx, first.PendingID, "alice", nil, "")
 	assert.ErrorIs(t, err, machine.ErrConflict, "run again once")
 	assert.ErrorContains(t, err, "bob ran it again already")
 
 	// A call that finished as it should is not run again.
-	_, err = m.Rerun(ctx, again.PendingID, "bob", "")
+	_, err = m.Rerun(ctx, again.PendingID, "bob", nil, "")
 	assert.ErrorIs(t, err, machine.ErrConflict)
 	_, err = m.Claim(ctx, again.PendingID, "exec-2", time.Minute)
 	require.NoError(t, err)
 	_, err = m.Complete(ctx, again.PendingID, machine.Outcome{Holder: "exec-2"})
 	require.NoError(t, err)
-	_, err = m.Rerun(ctx, again.PendingID, "bob", "")
+	_, err = m.Rerun(ctx, again.PendingID, "bob", nil, "")
 	assert.ErrorIs(t, err, machine.ErrConflict)
 	assert.ErrorContains(t, err, "only a call whose outcome is unknown is run again; it is COMPLETED_SUCCESS")
 }
