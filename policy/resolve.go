@@ -353,7 +353,7 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 	for i, c := range chans {
 		at := func(field string) string { return fmt.Sprintf("%s[%d].%s", path, i, field) }
 		if !c.Type.Valid() {
-			errs.add(at("type"), "must be webhook, slack or ntfy, got %q", string(c.Type))
+			errs.add(at("type"), "must be webhook, slack, ntfy or email, got %q", string(c.Type))
 		}
 		switch {
 		case c.URL == RedactedValue:
@@ -362,6 +362,7 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 			if msg := checkSecretRef(c.URL); msg != "" {
 				errs.add(at("url"), "%s", msg)
 			}
+		case c.Type == ChannelEmail: // checkEmail
 		default:
 			if msg := checkHTTPURL(c.URL); msg != "" {
 				errs.add(at("url"), "%s", msg)
@@ -390,8 +391,10 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 			errs.add(at("secret"), "at most %d bytes, got %d", maxSecretLen, len(c.Secret))
 		}
 		checkWebhook(errs, at, c)
+		checkEmail(errs, at, c)
 		checkDeciders(errs, at, c)
-		key := where{c.Type, c.URL, c.Topic}
+		// An email channel is its server and its recipients.
+		key := where{c.Type, c.URL, c.Topic + "\x00" + strings.Join(c.To, ",")}
 		if j, ok := seen[key]; ok {
 			errs.add(fmt.Sprintf("%s[%d]", path, i), "the same channel as %s[%d]", path, j)
 		} else {
@@ -506,6 +509,7 @@ func (p *Policy) clone() Policy {
 	for i := range c.Notify {
 		c.Notify[i].Secrets = slices.Clone(c.Notify[i].Secrets)
 		c.Notify[i].SlackUsers = maps.Clone(c.Notify[i].SlackUsers)
+		c.Notify[i].To = slices.Clone(c.Notify[i].To)
 	}
 	c.InboxURL = clonePtr(p.InboxURL)
 	c.Currency = clonePtr(p.Currency)
