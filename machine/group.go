@@ -16,9 +16,9 @@ const GroupPrefix = "group:"
 // whether it names one rather than a user.
 func GroupOf(entry string) (string, bool) { return strings.CutPrefix(entry, GroupPrefix) }
 
-// admits reports whether the list of people who lists admits by, whose
-// groups are groups: by named, or in a group it names. via is that
-// group, "" when by is named (a name says more than a group).
+// admits reports whether who, a list of people, admits by, a person in
+// groups: by named, or in a group the list names. via is that group, ""
+// when by is named (a name says more than a group).
 func admits(who []string, by string, groups []string) (via string, ok bool) {
 	if slices.Contains(who, by) {
 		return "", true
