@@ -180,3 +180,32 @@ func TestGroups_TooManyForTheSessionSignsInWithout(t *testing.T) {
 	var body httpapi.ErrorBody
 	assert.Equal(t, http.StatusForbidden, b.send("POST", in.srv.URL+"/v1/tool-calls/"+e.PendingID+"/decision", in.srv.URL, wire.DecideRequest{Approved: true}, &body))
 }
+
+// The Approve link a notification carries (an email's, without an
+// approver of its own: <inboxUrl>/#/calls/<id>?decision=approve), opened
+// by a payments lead who is not signed in: the inbox signs her in at the
+// provider, comes back to the call with Approve at hand, and one click
+// decides as her; the same link opened again says who decided.
+func TestGroups_ANotificationsLinkSignsInAndDecidesAsThePerson(t *testing.T) {
+	t.Parallel()
+	browser := startBrowser(t)
+	p := oidctest.Start(t, ssoAlice)
+	in := startInboxWith(t, groupsPolicy, adminToken+" root admin\n"+viewerToken+" vic viewer", inboxOptions{oidc: ssoConfig(p)})
+	p.AddClient(ssoClientID, ssoSecret, in.srv.URL+"/auth/callback")
+	pay := in.call(transfer("groups", "link-1"))
+	link := in.url + "/#/calls/" + pay.PendingID + "?decision=approve"
+
+	pg := openSignInPage(t, browser, link)
+	pg.providerSignIn("alice", "alice-password")
+	pg.until(`document.activeElement && document.activeElement.matches('` + card(pay.PendingID) + ` button[data-action="approve"]')`)
+	pg.do(click(button(pay.PendingID, "approve")), chromedp.WaitNotPresent(chromedp.CSS(card(pay.PendingID))))
+	approved := in.entry(pay.PendingID)
+	assert.Equal(t, machine.StateApproved, approved.Status)
+	assert.Equal(t, "alice", approved.ApprovedOrRejectedByUserID)
+	assert.Equal(t, aliceIdentity(p), approved.DeciderIdentity)
+	assert.Equal(t, "payments-leads", approved.DeciderViaGroup)
+
+	pg.do(chromedp.Navigate(in.url + "/#inbox"))
+	pg.do(chromedp.Navigate(link))
+	pg.textOnce("#link-note", "This call needs no decision any more", "approved by alice")
+}
