@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -35,6 +34,11 @@ type Decision struct {
 	// Identity is who By is at the OpenID provider that signed them in,
 	// when they decide signed in so: recorded with the decision.
 	Identity *Identity
+	// Groups are the groups By is in, as their sign-in says (the
+	// provider's claim, the token file): an entry group:NAME of the
+	// call's approvers admits them when NAME is one. Never the
+	// policy's to say.
+	Groups []string
 	// DecidedBy is what decided, when not a human approver (the default):
 	// an agent's classifier or a channel relaying its own prompt.
 	DecidedBy Decider
@@ -121,8 +125,12 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 			if err := e.mayReview(d); err != nil {
 				return err
 			}
-		} else if err := e.mayDecide(d.By); err != nil {
-			return err
+		} else {
+			via, err := e.mayDecide(d.By, d.Groups)
+			if err != nil {
+				return err
+			}
+			e.LastTransition.ViaGroup = via
 		}
 		if d.RequestID != "" {
 			e.LastTransition.Write = d.RequestID
@@ -148,7 +156,7 @@ func (m *Machine) Decide(ctx context.Context, pendingID string, d Decision) (*En
 				return nil // pending still: nobody has decided the call yet
 			}
 		}
-		e.ApprovedOrRejectedByUserID, e.DeciderIdentity = d.By, d.Identity
+		e.ApprovedOrRejectedByUserID, e.DeciderIdentity, e.DeciderViaGroup = d.By, d.Identity, e.LastTransition.ViaGroup
 		e.DecisionTime = now.UnixMilli()
 		e.LastTransition.DecidedBy = cmp.Or(d.DecidedBy, DecidedByHuman)
 		if e.Quorum != nil && d.Approve {
@@ -201,13 +209,14 @@ func (m *Machine) checkEdit(ctx context.Context, e *Entry, d Decision) (Risk, st
 	if err != nil {
 		return "", "", err
 	}
+	_, admitted := admits(v.Approvers, d.By, d.Groups)
 	switch {
 	case v.Action == ActionDeny:
 		return "", "", fmt.Errorf("%w: the edited call is denied by %s", ErrEditDenied, v.Reason)
 	case v.Action != ActionAsk:
 	case v.Approver != "" && v.Approver != d.By:
 		return "", "", fmt.Errorf("%w: the edited call may be approved only by %s, not %s (%s)", ErrForbidden, v.Approver, d.By, v.Reason)
-	case len(v.Approvers) > 0 && !slices.Contains(v.Approvers, d.By):
+	case len(v.Approvers) > 0 && !admitted:
 		return "", "", fmt.Errorf("%w: the edited call may be approved only by one of %v, not %s (%s)", ErrForbidden, v.Approvers, d.By, v.Reason)
 	}
 	return v.Risk, v.Description, nil
@@ -291,7 +300,7 @@ func (e *Entry) respond(d Decision, now time.Time) error {
 	}
 	e.Result = d.Result
 	e.RespondedBy = d.By
-	e.ApprovedOrRejectedByUserID, e.DeciderIdentity = d.By, d.Identity
+	e.ApprovedOrRejectedByUserID, e.DeciderIdentity, e.DeciderViaGroup = d.By, d.Identity, e.LastTransition.ViaGroup
 	e.DecisionTime = now.UnixMilli()
 	e.LastTransition.DecidedBy = DecidedByHuman
 	return nil

@@ -72,7 +72,11 @@ type Entry struct {
 	// DeciderIdentity is who ApprovedOrRejectedByUserID is at the OpenID
 	// provider that signed them in, when they decided signed in so.
 	DeciderIdentity *Identity `json:"deciderIdentity,omitempty"`
-	DecisionTime    int64     `json:"decisionTime,omitempty"`
+	// DeciderViaGroup is the group of the call's approvers (an entry
+	// group:NAME) that let ApprovedOrRejectedByUserID decide, when no
+	// entry named them.
+	DeciderViaGroup string `json:"deciderViaGroup,omitempty"`
+	DecisionTime    int64  `json:"decisionTime,omitempty"`
 	// DecidedBy is what made the call's latest decision: the policy at
 	// submit, then an approval, rejection or timeout (the DecidedBy of
 	// the transition that made it).
@@ -180,6 +184,10 @@ type Transition struct {
 	// Identity is who Actor is at the OpenID provider that signed them
 	// in, on a decision or vote made signed in so.
 	Identity *Identity `json:"identity,omitempty"`
+	// ViaGroup is the group of the call's approvers (an entry
+	// group:NAME) that let Actor decide or vote, when no entry named
+	// them.
+	ViaGroup string `json:"viaGroup,omitempty"`
 	// Edit is set on an approval that edited the call's arguments.
 	Edit *Edit `json:"edit,omitempty"`
 	// Interrupt is set on a rejection that asks the agent to stop its

@@ -15,8 +15,10 @@ import (
 // RejectMajority once most of those who may decide said no.
 type Quorum struct {
 	Required int `json:"required"`
-	// Of are the users whose approvals count (and who may decide the
-	// call); empty: the call's approvers, or anyone who may approve.
+	// Of are the users (and groups, GroupPrefix) whose approvals count
+	// (and who may decide the call); empty: the call's approvers, or
+	// anyone who may approve. Each person counts once, whatever groups
+	// they are in.
 	Of []string `json:"of,omitempty"`
 	// RejectWhen is RejectAny (default) or RejectMajority.
 	RejectWhen RejectWhen `json:"rejectWhen,omitempty"`
@@ -30,7 +32,8 @@ const (
 	// RejectAny: the first rejection rejects the call.
 	RejectAny RejectWhen = "any"
 	// RejectMajority: the call is rejected once more than half of those
-	// who may decide it said no.
+	// who may decide it said no (of the users named: a group's members
+	// cannot be counted).
 	RejectMajority RejectWhen = "majority"
 )
 
@@ -43,6 +46,9 @@ type Vote struct {
 	Approve bool   `json:"approve"`
 	At      int64  `json:"at"`
 	Reason  string `json:"reason,omitempty"`
+	// ViaGroup is the group that let By vote, when the deciders name
+	// By only through it (Transition.ViaGroup).
+	ViaGroup string `json:"viaGroup,omitempty"`
 }
 
 // Escalation is one tier of a call's escalation: at At (epoch ms), if
@@ -62,7 +68,8 @@ type EscalationTier struct {
 
 // Deciders are who may decide e now: the quorum's members, else its
 // approvers (or its one named approver), widened by every escalation
-// tier reached. nil means anyone who may approve calls.
+// tier reached; users and groups (GroupPrefix). nil means anyone who may
+// approve calls.
 func (e *Entry) Deciders() []string {
 	var base []string
 	switch {
@@ -151,34 +158,43 @@ func (e *Entry) Settles(approve bool) bool {
 
 // rejectsNow reports whether a rejection by by, on top of e's votes, ends
 // the call: always with RejectAny, with RejectMajority once more than
-// half of those who may decide said no (or at once when nobody is named).
+// half of the users who may decide said no (or at once when no user is
+// named). The policy lets no group into a majority's count (how many
+// are in it is the provider's to know), but an escalation tier may add
+// one, whose members then decide without changing the count.
 func (e *Entry) rejectsNow() bool {
 	if e.Quorum == nil || e.Quorum.RejectWhen != RejectMajority {
 		return true
 	}
-	who := e.Deciders()
-	if len(who) == 0 {
+	n := people(e.Deciders())
+	if n == 0 {
 		return true
 	}
-	return 2*(e.votes(false)+1) > len(who)
+	return 2*(e.votes(false)+1) > n
 }
 
-// mayDecide checks that by may decide e as it is now: a decider of it,
-// and not the agent that asked.
-func (e *Entry) mayDecide(by string) error {
+// mayDecide checks that by, in groups, may decide e as it is now: a
+// decider of it (named, or in a group named), and not the agent that
+// asked. via is the group that admits by, when no name does.
+func (e *Entry) mayDecide(by string, groups []string) (via string, err error) {
 	if by == e.CallerBotID {
-		return fmt.Errorf("%w: %s asked for this call and may not decide it", ErrForbidden, by)
+		return "", fmt.Errorf("%w: %s asked for this call and may not decide it", ErrForbidden, by)
 	}
 	who := e.Deciders()
-	switch {
-	case who == nil:
-		return nil
-	case len(who) == 1 && who[0] == e.UserIDToApprove && by != who[0]:
-		return fmt.Errorf("%w: only %s may decide this call, not %s", ErrForbidden, who[0], by)
-	case !slices.Contains(who, by):
-		return fmt.Errorf("%w: %s is not among this call's approvers %v", ErrForbidden, by, who)
+	if who == nil {
+		return "", nil
 	}
-	return nil
+	if len(who) == 1 && who[0] == e.UserIDToApprove && by != who[0] {
+		return "", fmt.Errorf("%w: only %s may decide this call, not %s", ErrForbidden, who[0], by)
+	}
+	via, ok := admits(who, by, groups)
+	if !ok {
+		if people(who) < len(who) {
+			return "", fmt.Errorf("%w: %s is not among this call's approvers %v, nor in a group they name", ErrForbidden, by, who)
+		}
+		return "", fmt.Errorf("%w: %s is not among this call's approvers %v", ErrForbidden, by, who)
+	}
+	return via, nil
 }
 
 // castVote records d on e, a call under a quorum, and says so in the
@@ -201,13 +217,16 @@ func (e *Entry) castVote(d Decision, now time.Time) error {
 		}
 		return fmt.Errorf("%w: %s %s this call already, and an approver counts once (%s)", ErrConflict, d.By, said, e.Needed())
 	}
-	e.Votes = append(slices.Clone(e.Votes), Vote{By: d.By, Approve: d.Approve, At: now.UnixMilli(), Reason: d.Reason})
+	e.Votes = append(slices.Clone(e.Votes), Vote{By: d.By, Approve: d.Approve, At: now.UnixMilli(), Reason: d.Reason, ViaGroup: e.LastTransition.ViaGroup})
 	if t := e.LastTransition; t.Event == EventVote {
 		said := "rejected"
 		if d.Approve {
 			said = "approved"
 		}
 		t.Reason = fmt.Sprintf("%s by %s: %s", said, d.By, e.Needed())
+		if t.ViaGroup != "" {
+			t.Reason = fmt.Sprintf("%s by %s (%s%s): %s", said, d.By, GroupPrefix, t.ViaGroup, e.Needed())
+		}
 		if n := e.votes(false); n > 0 {
 			t.Reason += fmt.Sprintf("; %d rejected", n)
 		}

@@ -65,6 +65,9 @@ type Receipt struct {
 	// Identity is who Actor is at the OpenID provider that signed them
 	// in (Transition.Identity), on a decision or vote made signed in so.
 	Identity *Identity `json:"identity,omitempty"`
+	// ViaGroup is the group that let Actor decide or vote
+	// (Transition.ViaGroup), when no name of the call's approvers did.
+	ViaGroup string `json:"viaGroup,omitempty"`
 }
 
 // Signer signs receipts: toolgate's receipt key.
@@ -90,7 +93,7 @@ func (m *Machine) seal(e *Entry) error {
 	r := Receipt{
 		Seq: len(e.Receipts) + 1, PendingID: e.PendingID, ToolName: e.ToolName, Caller: e.CallerBotID,
 		Event: t.Event, From: t.From, To: t.To, Actor: t.Actor, At: t.At, Reason: t.Reason, DecidedBy: t.DecidedBy,
-		ArgumentsDigest: e.ArgumentsDigest, Key: m.signer.PublicKey(), Identity: t.Identity,
+		ArgumentsDigest: e.ArgumentsDigest, Key: m.signer.PublicKey(), Identity: t.Identity, ViaGroup: t.ViaGroup,
 	}
 	if t.Event == EventApprove {
 		r.Scope = e.DecisionScope
@@ -218,6 +221,7 @@ func canonicalReceipt(r Receipt) ([]byte, error) {
 	str("sig", r.Sig, true)
 	str("to", string(r.To), false)
 	str("toolName", r.ToolName, false)
+	str("viaGroup", r.ViaGroup, true)
 	str("vote", r.Vote, true)
 	b.WriteByte('}')
 	return b.Bytes(), nil
@@ -409,6 +413,10 @@ func entryMatchesReceipts(e *Entry, c ReceiptCheck) error {
 		return fail(byUser, "deciderIdentity is %v, but %s records %v", e.DeciderIdentity, byUser, byUser.Identity)
 	case byUser == nil && e.DeciderIdentity != nil:
 		return fail(nil, "has a deciderIdentity, but no receipt records a decision by anyone")
+	case byUser != nil && e.DeciderViaGroup != byUser.ViaGroup:
+		return fail(byUser, "deciderViaGroup is %q, but %s records %q", e.DeciderViaGroup, byUser, byUser.ViaGroup)
+	case byUser == nil && e.DeciderViaGroup != "":
+		return fail(nil, "has a deciderViaGroup, but no receipt records a decision by anyone")
 	case byUser != nil && byUser.Event == EventApprove && e.DecisionScope != byUser.Scope:
 		return fail(byUser, "decisionScope is %q, but %s records %q", e.DecisionScope, byUser, byUser.Scope)
 	case decided == nil && e.DecisionTime != 0:
@@ -427,7 +435,7 @@ func entryMatchesReceipts(e *Entry, c ReceiptCheck) error {
 			}
 			return false
 		}
-		if !slices.ContainsFunc(rs, func(r Receipt) bool { return r.Actor == v.By && r.At == v.At && said(r) }) {
+		if !slices.ContainsFunc(rs, func(r Receipt) bool { return r.Actor == v.By && r.At == v.At && r.ViaGroup == v.ViaGroup && said(r) }) {
 			return fail(nil, "records that %s %s at %d, which no receipt records", v.By, map[bool]string{true: "approved", false: "rejected"}[v.Approve], v.At)
 		}
 	}

@@ -89,7 +89,7 @@ func TestReceipts_CanonicalFormIsRFC8785OfTheJSON(t *testing.T) {
 	full := machine.Receipt{Seq: 12, PendingID: "=YQ.c_1", ToolName: "Bash", Caller: "bot\u00e9", Event: machine.EventSucceed,
 		From: machine.StateExecuting, To: machine.StateCompletedSuccess, Actor: "exec/worker-2", At: 1795478400123,
 		Reason: "tab\there \"q\" \\ <&> \x1f \u2028 😀", Scope: machine.ScopeSession, ArgumentsDigest: "sha256:ab",
-		ResultDigest: "sha256:cd", Prev: "sha256:ef", Key: "NABC", Sig: "c2ln", Vote: "approve"}
+		ResultDigest: "sha256:cd", Prev: "sha256:ef", Key: "NABC", Sig: "c2ln", Vote: "approve", ViaGroup: "payments \"leads\""}
 	full.Identity = &machine.Identity{Issuer: "https://id.example.com/realms/x", Subject: "f:1\"2", Name: "Alice Ö", Email: "alice@example.com"}
 	signedIn := machine.Receipt{Seq: 2, Event: machine.EventApprove, Actor: "alice", Identity: &machine.Identity{Issuer: "https://id", Subject: "42"}}
 	for _, r := range []machine.Receipt{full, signedIn, {Seq: 1, Event: machine.EventAsk, To: machine.StatePendingApproval}, {}} {

@@ -12,16 +12,19 @@ import (
 const RerunSuffix = "-rerun"
 
 // RerunRequest is a person's request to run a call again: who (By, and
-// Identity when an OpenID provider signed them in), and why.
+// Identity when an OpenID provider signed them in), the groups their
+// sign-in says they are in, and why.
 type RerunRequest struct {
 	By       string
 	Identity *Identity
+	Groups   []string
 	Reason   string
 }
 
 // Rerun runs again, once, a call whose outcome is unknown
 // (OutcomeUnknown: its executor was lost while the tool may have run),
-// when r.By, a person who may decide it, asks. Nothing else runs such a
+// when r.By, a person who may decide it (named, or in one of r.Groups the
+// call's approvers name), asks. Nothing else runs such a
 // call again: the tool is not declared idempotent, or it had no attempt
 // left.
 //
@@ -46,7 +49,8 @@ func (m *Machine) Rerun(ctx context.Context, pendingID string, r RerunRequest) (
 	if first.Status != StateCompletedFailure || !first.OutcomeUnknown {
 		return nil, fmt.Errorf("rerun %s: %w: only a call whose outcome is unknown is run again; it is %s", pendingID, ErrConflict, first.Status)
 	}
-	if err := first.mayDecide(by); err != nil {
+	via, err := first.mayDecide(by, r.Groups)
+	if err != nil {
 		return nil, fmt.Errorf("rerun %s: %w", pendingID, err)
 	}
 	if first.Quorum != nil {
@@ -81,11 +85,11 @@ func (m *Machine) Rerun(ctx context.Context, pendingID string, r RerunRequest) (
 		StatusReason: why, Team: first.Team, TaskID: first.TaskID, EstimatedCost: first.EstimatedCost,
 		Currency: first.Currency, PermissionMode: first.PermissionMode, Description: first.Description,
 		MaxExecutionAttempts: first.MaxExecutionAttempts, Idempotent: first.Idempotent, RerunOf: first.PendingID,
-		ScheduledExecutionTime: now.UnixMilli(), ApprovedOrRejectedByUserID: by, DeciderIdentity: r.Identity, DecisionTime: now.UnixMilli(),
+		ScheduledExecutionTime: now.UnixMilli(), ApprovedOrRejectedByUserID: by, DeciderIdentity: r.Identity, DeciderViaGroup: via, DecisionTime: now.UnixMilli(),
 		Status: StateScheduled, DecidedBy: DecidedByHuman,
 	}
 	e.LastTransition = &Transition{Event: EventSchedule, To: e.Status, Actor: by, Reason: why, DecidedBy: DecidedByHuman, Identity: r.Identity,
-		At: now.UnixMilli(), Write: writeID()}
+		ViaGroup: via, At: now.UnixMilli(), Write: writeID()}
 	if err := m.seal(e); err != nil {
 		return nil, fmt.Errorf("rerun %s: %w", pendingID, err)
 	}

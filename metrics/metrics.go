@@ -37,7 +37,7 @@ const (
 
 // NotificationChannels are the channel types a notifier reports to
 // Notification (policy.ChannelType's values).
-var NotificationChannels = []string{string(policy.ChannelWebhook), string(policy.ChannelSlack), string(policy.ChannelNtfy)}
+var NotificationChannels = []string{string(policy.ChannelWebhook), string(policy.ChannelSlack), string(policy.ChannelNtfy), string(policy.ChannelEmail)}
 
 // NotificationNoChannel is the channel label of an event whose call names
 // no channel: its notification is always NotificationSkipped.

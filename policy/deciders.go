@@ -28,6 +28,8 @@ func checkDeciders(errs *errorList, at func(string) string, c Channel) {
 			errs.add(at("approver"), "a Slack channel decides as the clicking user: map Slack users with slackUsers (and give signingSecret) instead")
 		case len(c.Approver) > 256:
 			errs.add(at("approver"), "user id must be 1 to 256 bytes, got %d", len(c.Approver))
+		default:
+			checkOnePerson(errs, at("approver"), c.Approver, "the channel's decision links decide as that user")
 		}
 	}
 	if c.Type != ChannelSlack && c.Type.Valid() {
@@ -67,6 +69,8 @@ func checkDeciders(errs *errorList, at func(string) string, c Channel) {
 		}
 		if u := c.SlackUsers[id]; u == "" || len(u) > 256 {
 			errs.add(f, "toolgate user id must be 1 to 256 bytes, got %q", u)
+		} else {
+			checkOnePerson(errs, f, u, "a Slack user decides as one toolgate user")
 		}
 	}
 }

@@ -155,15 +155,17 @@ type Policy struct {
 
 // Channel is somewhere notifications go.
 type Channel struct {
-	// Type is how the channel is spoken to: webhook, slack or ntfy.
+	// Type is how the channel is spoken to: webhook, slack, ntfy or email.
 	Type ChannelType `yaml:"type" json:"type"`
-	// URL is the webhook's address, the Slack incoming webhook's, or the
-	// ntfy server's base (the topic is appended).
+	// URL is the webhook's address, the Slack incoming webhook's, the
+	// ntfy server's base (the topic is appended), or the SMTP server's
+	// (smtp://host:port, smtps://host:port).
 	URL string `yaml:"url" json:"url"`
 	// Secret signs a webhook's deliveries (Standard Webhooks: a whsec_
 	// secret, see NewWebhookSecret; a webhook needs it or Secrets); for
-	// ntfy it is an access token sent as a bearer token (optional). Slack
-	// takes none: its URL is the secret.
+	// ntfy it is an access token sent as a bearer token (optional); for
+	// email, the SMTP password of Username. Slack takes none: its URL is
+	// the secret.
 	Secret string `yaml:"secret,omitempty" json:"secret,omitempty"`
 	// Secrets are a webhook's signing secrets besides Secret: every one
 	// signs each delivery, so a receiver verifies with any of them, and a
@@ -192,6 +194,13 @@ type Channel struct {
 	// SlackUsers maps Slack user ids (U…, W…) to the toolgate identities
 	// they decide as (Slack only, with SigningSecret).
 	SlackUsers map[string]string `yaml:"slackUsers,omitempty" json:"slackUsers,omitempty"`
+	// From is the address an email channel's messages come from.
+	From string `yaml:"from,omitempty" json:"from,omitempty"`
+	// To are the addresses an email channel sends to, a message each.
+	To []string `yaml:"to,omitempty" json:"to,omitempty"`
+	// Username authenticates an email channel at its SMTP server, with
+	// Secret as the password.
+	Username string `yaml:"username,omitempty" json:"username,omitempty"`
 }
 
 // ChannelType says how a Channel is spoken to.
@@ -205,9 +214,11 @@ const (
 	ChannelSlack ChannelType = "slack"
 	// ChannelNtfy publishes to an ntfy topic (ntfy.sh or self-hosted).
 	ChannelNtfy ChannelType = "ntfy"
+	// ChannelEmail sends an email by SMTP (email.go).
+	ChannelEmail ChannelType = "email"
 )
 
-var channelTypes = []ChannelType{ChannelWebhook, ChannelSlack, ChannelNtfy}
+var channelTypes = []ChannelType{ChannelWebhook, ChannelSlack, ChannelNtfy, ChannelEmail}
 
 // Valid reports whether t is one of the kinds of channel.
 func (t ChannelType) Valid() bool { return slices.Contains(channelTypes, t) }

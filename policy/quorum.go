@@ -80,25 +80,34 @@ func compileQuorum(errs *errorList, scope string, p *Policy) map[string]compiled
 		case q.Required < 2 || q.Required > maxQuorum:
 			errs.add(f+".required", "must be 2 to %d (one approval is no quorum), got %d", maxQuorum, q.Required)
 			ok = false
-		case len(q.Of) > 0 && len(q.Of) < q.Required:
+		// A group holds as many people as its provider says: only a
+		// list of users alone can be counted here.
+		case len(q.Of) > 0 && !hasGroup(q.Of) && len(q.Of) < q.Required:
 			errs.add(f+".of", "lists %d users, fewer than the %d approvals required", len(q.Of), q.Required)
 			ok = false
 		case len(q.Of) == 0 && p.UserIDToApprove != nil:
 			errs.add(f+".of", "required: the scope's userIdToApprove is one approver, and %d must approve", q.Required)
 			ok = false
-		case len(q.Of) == 0 && len(p.Approvers) > 0 && len(p.Approvers) < q.Required:
+		case len(q.Of) == 0 && len(p.Approvers) > 0 && !hasGroup(p.Approvers) && len(p.Approvers) < q.Required:
 			errs.add(f+".required", "%d approvals, but the scope has only %d approvers", q.Required, len(p.Approvers))
 			ok = false
+		}
+		members, from := q.Of, "of names"
+		if len(members) == 0 {
+			members, from = p.Approvers, "the scope's approvers name"
 		}
 		switch {
 		case !q.RejectWhen.Valid():
 			errs.add(f+".rejectWhen", "must be any or majority, got %q", string(q.RejectWhen))
 			ok = false
-		case q.RejectWhen == machine.RejectMajority && len(q.Of) == 0 && len(p.Approvers) == 0:
+		case q.RejectWhen == machine.RejectMajority && len(members) == 0:
 			errs.add(f+".rejectWhen", "majority of whom: give of, or the scope's approvers")
 			ok = false
+		case q.RejectWhen == machine.RejectMajority && hasGroup(members):
+			errs.add(f+".rejectWhen", "majority: %s a group, whose members toolgate cannot count: name the people, or reject at the first no (any)", from)
+			ok = false
 		}
-		if !checkUsers(errs, f+".of", q.Of) {
+		if !checkPeople(errs, f+".of", q.Of) {
 			ok = false
 		}
 		if ok {
@@ -106,6 +115,14 @@ func compileQuorum(errs *errorList, scope string, p *Policy) map[string]compiled
 		}
 	}
 	return out
+}
+
+// hasGroup reports whether a list of people names a group.
+func hasGroup(people []string) bool {
+	return slices.ContainsFunc(people, func(u string) bool {
+		_, isGroup := machine.GroupOf(u)
+		return isGroup
+	})
 }
 
 // checkTiers checks a scope's escalate list: each tier later than the
@@ -123,11 +140,11 @@ func checkTiers(errs *errorList, path string, tiers Tiers) {
 		}
 		last = t.AfterMs
 		if len(t.To) == 0 {
-			errs.add(at+".to", "required: the users who may decide the call from then on")
+			errs.add(at+".to", "required: the users or groups who may decide the call from then on")
 		}
 		for j, u := range t.To {
-			if u == "" || len(u) > 256 {
-				errs.add(fmt.Sprintf("%s.to[%d]", at, j), "user id must be 1 to 256 bytes, got %q", u)
+			if msg := personProblem(u); msg != "" {
+				errs.add(fmt.Sprintf("%s.to[%d]", at, j), "%s", msg)
 			}
 		}
 	}

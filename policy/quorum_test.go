@@ -26,7 +26,7 @@ func TestParse_QuorumAndEscalateErrorsNameTheField(t *testing.T) {
 		{"default:\n  quorum: {deploy: {required: 2, rejectWhen: majority}}", `default.quorum["deploy"].rejectWhen: majority of whom: give of, or the scope's approvers`},
 		{"default:\n  escalate: [{afterMs: 0, to: [a]}]", `default.escalate[0].afterMs: must be >= 1, got 0`},
 		{"default:\n  escalate: [{afterMs: 2000, to: [a]}, {afterMs: 1000, to: [b]}]", `default.escalate[1].afterMs: must be later than the tier before (2000), got 1000`},
-		{"default:\n  escalate: [{afterMs: 1000}]", `default.escalate[0].to: required: the users who may decide the call from then on`},
+		{"default:\n  escalate: [{afterMs: 1000}]", `default.escalate[0].to: required: the users or groups who may decide the call from then on`},
 	} {
 		_, err := Parse([]byte(tc.doc))
 		require.Error(t, err, tc.doc)

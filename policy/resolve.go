@@ -13,6 +13,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/machine"
 )
@@ -297,11 +299,10 @@ func compileLayer(errs *errorList, scope string, src *Policy) *layer {
 	l.flows = compileFlows(errs, scope, p.Flows)
 	checkCost(errs, at("requireApprovalAboveCost"), p.RequireApprovalAboveCost)
 	checkCost(errs, at("dailyCostLimit"), p.DailyCostLimit)
-	checkUsers(errs, at("approvers"), p.Approvers)
+	checkPeople(errs, at("approvers"), p.Approvers)
 	if u := p.UserIDToApprove; u != nil {
 		switch {
-		case *u == "" || len(*u) > 256:
-			errs.add(at("userIdToApprove"), "user id must be 1 to 256 bytes, got %q", *u)
+		case !checkOnePerson(errs, at("userIdToApprove"), *u, "list a group in approvers instead"):
 		case len(p.Approvers) > 0 && !slices.Contains(p.Approvers, *u):
 			// machine.Decide wants both, so nobody could decide.
 			errs.add(at("userIdToApprove"), "%q is not among this scope's approvers %q", *u, []string(p.Approvers))
@@ -352,7 +353,7 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 	for i, c := range chans {
 		at := func(field string) string { return fmt.Sprintf("%s[%d].%s", path, i, field) }
 		if !c.Type.Valid() {
-			errs.add(at("type"), "must be webhook, slack or ntfy, got %q", string(c.Type))
+			errs.add(at("type"), "must be webhook, slack, ntfy or email, got %q", string(c.Type))
 		}
 		switch {
 		case c.URL == RedactedValue:
@@ -361,6 +362,7 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 			if msg := checkSecretRef(c.URL); msg != "" {
 				errs.add(at("url"), "%s", msg)
 			}
+		case c.Type == ChannelEmail: // checkEmail
 		default:
 			if msg := checkHTTPURL(c.URL); msg != "" {
 				errs.add(at("url"), "%s", msg)
@@ -389,8 +391,10 @@ func checkChannels(errs *errorList, path string, chans Channels) {
 			errs.add(at("secret"), "at most %d bytes, got %d", maxSecretLen, len(c.Secret))
 		}
 		checkWebhook(errs, at, c)
+		checkEmail(errs, at, c)
 		checkDeciders(errs, at, c)
-		key := where{c.Type, c.URL, c.Topic}
+		// An email channel is its server and its recipients.
+		key := where{c.Type, c.URL, c.Topic + "\x00" + strings.Join(c.To, ",")}
 		if j, ok := seen[key]; ok {
 			errs.add(fmt.Sprintf("%s[%d]", path, i), "the same channel as %s[%d]", path, j)
 		} else {
@@ -505,6 +509,7 @@ func (p *Policy) clone() Policy {
 	for i := range c.Notify {
 		c.Notify[i].Secrets = slices.Clone(c.Notify[i].Secrets)
 		c.Notify[i].SlackUsers = maps.Clone(c.Notify[i].SlackUsers)
+		c.Notify[i].To = slices.Clone(c.Notify[i].To)
 	}
 	c.InboxURL = clonePtr(p.InboxURL)
 	c.Currency = clonePtr(p.Currency)
@@ -670,24 +675,64 @@ func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 // formatNumber prints a cost as the document would: 100, 0.5.
 func formatNumber(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
-// checkUsers checks a list of toolgate user ids at path: each 1 to 256
-// bytes, none twice. It reports whether all are.
-func checkUsers(errs *errorList, path string, users []string) bool {
+// checkPeople checks a list of people at path (approvers, a quorum's
+// members, an escalation tier's): each a toolgate user id or a group
+// (group:NAME), none twice. It reports whether all are good.
+func checkPeople(errs *errorList, path string, people []string) bool {
 	ok := true
 	seen := map[string]bool{}
-	for i, u := range users {
+	for i, u := range people {
 		f := fmt.Sprintf("%s[%d]", path, i)
-		switch {
-		case u == "" || len(u) > 256:
-			errs.add(f, "user id must be 1 to 256 bytes, got %q", u)
+		if msg := personProblem(u); msg != "" {
+			errs.add(f, "%s", msg)
 			ok = false
-		case seen[u]:
+		} else if seen[u] {
 			errs.add(f, "%q is listed twice", u)
 			ok = false
 		}
 		seen[u] = true
 	}
 	return ok
+}
+
+// maxGroupName bounds NAME in group:NAME, as toolgate bounds each group's
+// name in a provider's claim.
+const maxGroupName = 256
+
+// personProblem says what is wrong with an entry of a list of people,
+// "" when nothing is: a user id is 1 to 256 bytes; group:NAME names a
+// group of 1 to 256 bytes of printable characters, without a space at
+// either end, as the provider spells it (payments-leads, /acme/sre, an
+// Entra ID object ID).
+func personProblem(u string) string {
+	g, isGroup := machine.GroupOf(u)
+	switch {
+	case !isGroup && (u == "" || len(u) > 256):
+		return fmt.Sprintf("user id must be 1 to 256 bytes, got %q", u)
+	case !isGroup:
+		return ""
+	case g == "" || len(g) > maxGroupName:
+		return fmt.Sprintf("%s needs a group's name of 1 to %d bytes, got %d in %q", machine.GroupPrefix, maxGroupName, len(g), u)
+	case !utf8.ValidString(g) || strings.ContainsFunc(g, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }):
+		return fmt.Sprintf("%q: a group's name is printable characters only", u)
+	case strings.TrimSpace(g) != g:
+		return fmt.Sprintf("%q: a group's name has no space at either end", u)
+	}
+	return ""
+}
+
+// checkOnePerson checks a field that names one user, never a group (the
+// user a channel's links decide as, userIdToApprove).
+func checkOnePerson(errs *errorList, path, u, why string) bool {
+	if _, isGroup := machine.GroupOf(u); isGroup {
+		errs.add(path, "%q: names one user, not a group: %s", u, why)
+		return false
+	}
+	if msg := personProblem(u); msg != "" {
+		errs.add(path, "%s", msg)
+		return false
+	}
+	return true
 }
 
 // revealRoles are the roles Policy.Reveal may name: those shown a call's

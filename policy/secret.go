@@ -138,7 +138,13 @@ func ResolveChannel(c Channel) (Channel, error) {
 	if r.Secret, err = ResolveSecret(c.Secret); err != nil {
 		return Channel{}, fmt.Errorf("secret: %w", err)
 	}
-	if IsSecretRef(c.URL) {
+	switch {
+	case !IsSecretRef(c.URL):
+	case c.Type == ChannelEmail:
+		if _, _, err := r.SMTPAddress(); err != nil {
+			return Channel{}, fmt.Errorf("url: policy: secret %s: %v", c.URL, err)
+		}
+	default:
 		if msg := checkHTTPURL(r.URL); msg != "" {
 			return Channel{}, fmt.Errorf("url: policy: secret %s: %s", c.URL, msg)
 		}

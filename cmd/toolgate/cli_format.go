@@ -132,6 +132,15 @@ func shortDuration(d time.Duration) string {
 	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
+// viaGroup says which group of a call's approvers let a person decide:
+// " (group:payments-leads)", or "" when they were named.
+func viaGroup(g string) string {
+	if g == "" {
+		return ""
+	}
+	return " (" + machine.GroupPrefix + g + ")"
+}
+
 // printEntry writes everything known of one call, a field a line.
 func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -202,7 +211,7 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 		field("Quorum", "%s", e.Needed())
 		for _, v := range e.Votes {
 			said := map[bool]string{true: "approved", false: "rejected"}[v.Approve]
-			field("", "%s %s, %s%s", said, v.By, when(v.At), map[bool]string{true: ": " + v.Reason}[v.Reason != ""])
+			field("", "%s %s%s, %s%s", said, v.By, viaGroup(v.ViaGroup), when(v.At), map[bool]string{true: ": " + v.Reason}[v.Reason != ""])
 		}
 	}
 	for i, t := range e.Escalations {
@@ -219,7 +228,7 @@ func printEntry(w io.Writer, e *machine.Entry, now time.Time) error {
 		field("Scheduled for", "%s", when(e.ScheduledExecutionTime))
 	}
 	if e.ApprovedOrRejectedByUserID != "" {
-		field("Decided by", "%s, %s", e.ApprovedOrRejectedByUserID, when(e.DecisionTime))
+		field("Decided by", "%s%s, %s", e.ApprovedOrRejectedByUserID, viaGroup(e.DeciderViaGroup), when(e.DecisionTime))
 	}
 	if id := e.DeciderIdentity; id != nil {
 		field("Signed in", "with single sign-on: %s", id)

@@ -186,6 +186,8 @@ func TestPrintEntry_ShowsHowTheDeciderSignedIn(t *testing.T) {
 	var b strings.Builder
 	require.NoError(t, printEntry(&b, &machine.Entry{PendingID: "p", ToolName: "Bash", Status: machine.StateApproved,
 		DecidedBy: machine.DecidedByHuman, ApprovedOrRejectedByUserID: "alice", DecisionTime: 1,
-		DeciderIdentity: &machine.Identity{Issuer: "https://id.example.com", Subject: "5f0c", Name: "Alice Liddell", Email: "alice@example.com"}}, time.Now()))
+		DeciderIdentity: &machine.Identity{Issuer: "https://id.example.com", Subject: "5f0c", Name: "Alice Liddell", Email: "alice@example.com"},
+		DeciderViaGroup: "payments-leads"}, time.Now()))
 	assert.Regexp(t, `(?m)^Signed in:\s+with single sign-on: Alice Liddell <alice@example.com>, subject 5f0c at https://id.example.com$`, b.String())
+	assert.Regexp(t, `(?m)^Decided by:\s+alice \(group:payments-leads\), `, b.String(), "the group that let her decide")
 }

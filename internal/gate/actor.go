@@ -23,6 +23,10 @@ type Actor struct {
 	// Identity is who the actor is at the OpenID provider that signed
 	// them in, if one did: their decisions record it.
 	Identity *machine.Identity
+	// Groups are the groups the actor is in, as their sign-in says (the
+	// provider's claim, the token file): a group:NAME entry of a call's
+	// approvers admits them when NAME is one.
+	Groups []string
 	// system marks toolgate itself: its own roles in this process, and
 	// requests from its own NATS identity. It may act under any name (an
 	// executor role names each of its executors).

@@ -262,7 +262,7 @@ func (s *Service) decide(ctx context.Context, a Actor, pendingID string, d machi
 	if err != nil {
 		return nil, err
 	}
-	d.By, d.Identity = by, a.Identity
+	d.By, d.Identity, d.Groups = by, a.Identity, a.Groups
 	if d.PersistRule && !a.Can(wire.RoleAdmin) {
 		return nil, fmt.Errorf("%w: persistRule: only an admin writes an approval into the policy; without it, \"always\" records a grant", machine.ErrForbidden)
 	}

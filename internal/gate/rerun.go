@@ -20,6 +20,6 @@ func (s *Service) Rerun(ctx context.Context, a Actor, r wire.RerunRequest) (*mac
 	if err != nil {
 		return nil, err
 	}
-	e, err := s.observe(s.m.Rerun(ctx, r.PendingID, machine.RerunRequest{By: by, Identity: a.Identity, Reason: r.Reason}))
+	e, err := s.observe(s.m.Rerun(ctx, r.PendingID, machine.RerunRequest{By: by, Identity: a.Identity, Groups: a.Groups, Reason: r.Reason}))
 	return s.shown(a, e), s.shownErr(a, err)
 }

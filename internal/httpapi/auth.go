@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/internal/gate"
+	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -44,9 +45,11 @@ type tokenEntry struct {
 // Open reports whether no tokens are configured.
 func (t *Tokens) Open() bool { return t == nil || len(t.entries) == 0 }
 
-// ParseTokens reads tokens, one per line: TOKEN USER ROLE[,ROLE…]. Blank
-// lines and lines starting with # are skipped; ";" also ends an entry, so
-// a list fits in one environment variable.
+// ParseTokens reads tokens, one per line: TOKEN USER ROLE[,ROLE…], and
+// optionally GROUP[,GROUP…], the groups the user is in (a policy's
+// group:NAME entries admit them). Blank lines and lines starting with #
+// are skipped; ";" also ends an entry, so a list fits in one environment
+// variable.
 func ParseTokens(data []byte) (*Tokens, error) {
 	t := &Tokens{}
 	var entries []string
@@ -69,13 +72,22 @@ func ParseTokens(data []byte) (*Tokens, error) {
 		}
 		n++
 		f := strings.Fields(entry)
-		if len(f) != 3 {
-			return nil, fmt.Errorf("tokens: entry %d: want TOKEN USER ROLE[,ROLE…], got %d fields", n, len(f))
+		if len(f) != 3 && len(f) != 4 {
+			return nil, fmt.Errorf("tokens: entry %d: want TOKEN USER ROLE[,ROLE…] [GROUP[,GROUP…]], got %d fields", n, len(f))
 		}
 		if len(f[0]) < 16 {
 			return nil, fmt.Errorf("tokens: entry %d (user %s): token must be at least 16 characters", n, f[1])
 		}
+		if _, isGroup := machine.GroupOf(f[1]); isGroup {
+			return nil, fmt.Errorf("tokens: entry %d: user %s: a user's name does not start with %s, which names a group in the policy", n, f[1], machine.GroupPrefix)
+		}
 		u := User{Name: f[1]}
+		if len(f) == 4 {
+			u.Groups = strings.Split(f[3], ",")
+			if len(u.Groups) > maxClaimValues || slices.ContainsFunc(u.Groups, func(g string) bool { return g == "" || len(g) > maxClaimString }) {
+				return nil, fmt.Errorf("tokens: entry %d (user %s): want at most %d groups of 1 to %d bytes, separated by commas", n, f[1], maxClaimValues, maxClaimString)
+			}
+		}
 		for _, r := range strings.Split(f[2], ",") {
 			if !slices.Contains(wire.Roles, Role(r)) {
 				return nil, fmt.Errorf("tokens: entry %d (user %s): unknown role %q: want agent, executor, approver, viewer or admin", n, f[1], r)

@@ -270,9 +270,9 @@ type page struct {
 	ctx context.Context
 }
 
-func openPage(t *testing.T, browser context.Context, url string) *page {
+func openPage(t *testing.T, browser context.Context, url string, opts ...chromedp.ContextOption) *page {
 	t.Helper()
-	tab, cancelTab := chromedp.NewContext(browser)
+	tab, cancelTab := chromedp.NewContext(browser, opts...)
 	// The tab lives as long as the context of its first Run: open it
 	// without a deadline, then bound what the test does on it with one,
 	// long enough for a whole subtest under -race on a loaded machine

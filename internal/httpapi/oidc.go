@@ -48,6 +48,9 @@ type OIDC struct {
 	// Roles maps the values of RolesClaim to toolgate's roles. A person
 	// with no value mapped signs in with no role, and may read nothing.
 	Roles RoleMap
+	// GroupsClaim names the claim that lists a person's groups, which a
+	// policy's group:NAME entries admit (default: RolesClaim's).
+	GroupsClaim string
 	// SessionKey seals the inbox's session cookies: every process that
 	// serves the inbox must have the same, so a session one made is good
 	// at all. At least 32 bytes.
@@ -84,7 +87,7 @@ func (o *OIDC) Check() error {
 	if o.SessionTTL < 0 {
 		return fmt.Errorf("--oidc-session-ttl: must be positive, got %s", o.SessionTTL)
 	}
-	for _, c := range []struct{ flag, claim string }{{"--oidc-user-claim", o.UserClaim}, {"--oidc-roles-claim", o.RolesClaim}} {
+	for _, c := range []struct{ flag, claim string }{{"--oidc-user-claim", o.UserClaim}, {"--oidc-roles-claim", o.RolesClaim}, {"--oidc-groups-claim", o.GroupsClaim}} {
 		for part := range strings.SplitSeq(c.claim, ".") {
 			if c.claim != "" && part == "" {
 				return fmt.Errorf("%s %q: want a claim's name, or a path of names with dots (realm_access.roles)", c.flag, c.claim)
@@ -109,6 +112,9 @@ func (o OIDC) withDefaults() OIDC {
 	}
 	if o.RolesClaim == "" {
 		o.RolesClaim = "groups"
+	}
+	if o.GroupsClaim == "" {
+		o.GroupsClaim = o.RolesClaim
 	}
 	if o.SessionTTL == 0 {
 		o.SessionTTL = 8 * time.Hour
@@ -320,16 +326,21 @@ func (a *oidcAuth) user(issuer, subject string, claims map[string]any) (User, er
 			return User{}, fmt.Errorf("email %s: the provider has not verified it, and a name taken from an email must be", name)
 		}
 	}
-	groups, err := claimStrings(claimAt(claims, a.cfg.RolesClaim))
+	values, err := claimStrings(claimAt(claims, a.cfg.RolesClaim))
 	if err != nil {
 		return User{}, fmt.Errorf("%s (--oidc-roles-claim): %w", a.cfg.RolesClaim, err)
 	}
-	u := User{Name: name, Identity: id}
-	for _, g := range groups {
-		for _, r := range a.cfg.Roles[g] {
+	u := User{Name: name, Identity: id, Groups: values}
+	for _, v := range values {
+		for _, r := range a.cfg.Roles[v] {
 			if !slices.Contains(u.Roles, r) {
 				u.Roles = append(u.Roles, r)
 			}
+		}
+	}
+	if a.cfg.GroupsClaim != a.cfg.RolesClaim {
+		if u.Groups, err = claimStrings(claimAt(claims, a.cfg.GroupsClaim)); err != nil {
+			return User{}, fmt.Errorf("%s (--oidc-groups-claim): %w", a.cfg.GroupsClaim, err)
 		}
 	}
 	return u, nil

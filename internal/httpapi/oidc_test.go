@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -72,7 +73,7 @@ func TestOIDC_BearerTokens(t *testing.T) {
 
 	var me httpapi.Me
 	require.Equal(t, http.StatusOK, in.do("GET", "/v1/me", valid, nil, &me))
-	assert.Equal(t, httpapi.Me{ID: "alice", Roles: []httpapi.Role{httpapi.RoleApprover, httpapi.RoleViewer}, Identity: aliceIdentity(p)}, me)
+	assert.Equal(t, httpapi.Me{ID: "alice", Roles: []httpapi.Role{httpapi.RoleApprover, httpapi.RoleViewer}, Groups: ssoAlice.Groups, Identity: aliceIdentity(p)}, me)
 
 	e := in.call(transfer("sso", "bearer-1"))
 	var decided machine.Entry
@@ -231,7 +232,7 @@ func TestOIDC_Session(t *testing.T) {
 
 	var me httpapi.Me
 	require.Equal(t, http.StatusOK, b.send("GET", in.srv.URL+"/v1/me", "", nil, &me))
-	assert.Equal(t, httpapi.Me{ID: "alice", Roles: []httpapi.Role{httpapi.RoleApprover, httpapi.RoleViewer}, Identity: aliceIdentity(p), Session: true}, me)
+	assert.Equal(t, httpapi.Me{ID: "alice", Roles: []httpapi.Role{httpapi.RoleApprover, httpapi.RoleViewer}, Groups: ssoAlice.Groups, Identity: aliceIdentity(p), Session: true}, me)
 
 	// Another process with the same key takes the session.
 	events := bustest.RunEventsFeed(t, in.tg.JS)
@@ -346,7 +347,7 @@ func TestOIDC_InboxSignIn(t *testing.T) {
 	in, p := startSSO(t)
 	pay := in.call(transfer("sso", "inbox-1"))
 
-	pg := openPage(t, browser, in.url)
+	pg := openSignInPage(t, browser, in.url)
 	pg.providerSignIn("alice", "alice-password")
 	pg.until(cardCount(1))
 	who := pg.textOnce("#who", "alice", "approver", "single sign-on")
@@ -377,6 +378,15 @@ func TestOIDC_InboxSignIn(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, pg.post("v1/tool-calls/"+push.PendingID+"/decision", `{"approved":true}`),
 		"his decision, sent from the page as the session, is refused")
 	assert.Equal(t, machine.StatePendingApproval, in.entry(push.PendingID).Status)
+}
+
+// openSignInPage opens a page on the inbox with cookies of its own. A
+// browser keeps a host's cookies whatever the port, and every test's
+// inbox is on 127.0.0.1: two tests signing in at once would take each
+// other's sign-in and session cookies.
+func openSignInPage(t *testing.T, browser context.Context, url string) *page {
+	t.Helper()
+	return openPage(t, browser, url, chromedp.WithNewBrowserContext())
 }
 
 // providerSignIn signs in from the inbox's sign-in screen: its single

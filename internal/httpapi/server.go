@@ -440,6 +440,10 @@ type Me struct {
 	ID    string `json:"id"`
 	Roles []Role `json:"roles"`
 	Open  bool   `json:"open"` // no tokens configured
+	// Groups are the groups the caller is in, as their sign-in says:
+	// a call whose approvers name one of them (group:NAME) is theirs to
+	// decide.
+	Groups []string `json:"groups,omitempty"`
 	// Identity is who the caller is at the OpenID provider that signed
 	// them in, if one did.
 	Identity *machine.Identity `json:"identity,omitempty"`
@@ -450,7 +454,7 @@ type Me struct {
 
 func (s *Server) me(w http.ResponseWriter, r *http.Request, u User) error {
 	_, bearer := r.Header["Authorization"]
-	writeJSON(w, http.StatusOK, Me{ID: u.Name, Roles: u.Roles, Open: s.open(), Identity: u.Identity, Session: u.Identity != nil && !bearer})
+	writeJSON(w, http.StatusOK, Me{ID: u.Name, Roles: u.Roles, Groups: u.Groups, Open: s.open(), Identity: u.Identity, Session: u.Identity != nil && !bearer})
 	return nil
 }
 

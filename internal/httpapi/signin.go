@@ -95,6 +95,7 @@ func (s *sealer) open(name, value string, v any) error {
 type session struct {
 	Name     string           `json:"n"`
 	Roles    []Role           `json:"r,omitempty"`
+	Groups   []string         `json:"g,omitempty"`
 	Identity machine.Identity `json:"i"`
 	Expires  int64            `json:"e"` // Unix seconds
 }
@@ -121,7 +122,7 @@ func (a *oidcAuth) sessionUser(r *http.Request) (User, bool) {
 		return User{}, false
 	}
 	id := s.Identity
-	return User{Name: s.Name, Roles: s.Roles, Identity: &id}, true
+	return User{Name: s.Name, Roles: s.Roles, Groups: s.Groups, Identity: &id}, true
 }
 
 // secure says whether cookies for r are sent over TLS only: when the
@@ -242,14 +243,23 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 		fail(errUnauthorized("the ID token's nonce is not this sign-in's"))
 		return
 	}
-	sess := session{Name: u.Name, Roles: u.Roles, Identity: *u.Identity, Expires: time.Now().Add(a.cfg.SessionTTL).Unix()}
+	sess := session{Name: u.Name, Roles: u.Roles, Groups: u.Groups, Identity: *u.Identity, Expires: time.Now().Add(a.cfg.SessionTTL).Unix()}
 	sealed, err := a.sessions.seal(sessionCookie, sess)
+	if err != nil && len(sess.Groups) > 0 {
+		// Most of such a session is the person's groups (a provider may
+		// send hundreds). Without them the person signs in still, and
+		// decides only what names them: fewer calls, never more.
+		s.logger().Warn("signed in without their groups: they do not fit the session cookie; have the provider send only the application's",
+			"user", u.Name, "groups", len(sess.Groups), "claim", a.cfg.GroupsClaim, "err", err)
+		sess.Groups = nil
+		sealed, err = a.sessions.seal(sessionCookie, sess)
+	}
 	if err != nil {
 		fail(errUnauthorized("%v", err))
 		return
 	}
 	a.setCookie(w, r, sessionCookie, "/", sealed, time.Unix(sess.Expires, 0))
-	s.logger().Info("signed in", "user", u.Name, "issuer", u.Identity.Issuer, "subject", u.Identity.Subject, "roles", u.Roles)
+	s.logger().Info("signed in", "user", u.Name, "issuer", u.Identity.Issuer, "subject", u.Identity.Subject, "roles", u.Roles, "groups", u.Groups)
 	http.Redirect(w, r, in.Return, http.StatusFound)
 }
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -27,6 +28,10 @@ import (
 type User struct {
 	Subject, Username, Password, Name, Email string
 	Groups                                   []string
+	// Claims are claims of the user's own beside the standard ones and
+	// groups (another list of groups or roles, a nested claim), in the
+	// ID tokens and the tokens of Token.
+	Claims map[string]any
 }
 
 // Provider is a running OpenID provider.
@@ -114,6 +119,7 @@ func (p *Provider) Token(t testing.TB, username, audience string, notBefore, exp
 		"nbf": notBefore.Unix(), "exp": expiry.Unix(),
 		"name": u.Name, "email": u.Email, "email_verified": true, "preferred_username": u.Username, "groups": u.Groups,
 	}
+	maps.Copy(claims, u.Claims)
 	raw, err := jwt.Signed(signer).Claims(claims).Serialize()
 	if err != nil {
 		t.Fatalf("oidctest: %v", err)

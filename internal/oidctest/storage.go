@@ -183,6 +183,9 @@ func (p *Provider) userinfo(info *oidc.UserInfo, subject string) error {
 	info.Subject, info.Name, info.PreferredUsername = u.Subject, u.Name, u.Username
 	info.Email, info.EmailVerified = u.Email, true
 	info.AppendClaims("groups", u.Groups)
+	for k, v := range u.Claims {
+		info.AppendClaims(k, v)
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -69,7 +70,7 @@ func (f NotificationCounterFunc) Notification(channel, result string) { f(channe
 // approval_timeout, cancelled) — the events machine's transition table
 // marks as notifying — it delivers to each channel the call's
 // policy names (notify, resolved for the call's team and conversation): a
-// signed webhook, a Slack message, an ntfy notification.
+// signed webhook, a Slack message, an ntfy notification, an email.
 //
 // Delivery is in two steps, so that one slow or dead channel never holds
 // up another, and a pending retry survives a restart:
@@ -105,17 +106,19 @@ func (f NotificationCounterFunc) Notification(channel, result string) { f(channe
 //
 // What each channel gets: a webhook, the wire.Event envelope exactly as
 // published on TOOL_EVENTS, signed as Standard Webhooks sign (see
-// HeaderWebhookSignature) with each of its secrets; Slack, a card
-// (blocks, with text as the fallback) naming the tool, the policy's
-// one-line description, caller, conversation, estimated cost and deadline,
-// with Approve and Reject buttons linking to <inboxUrl>/#/calls/<pendingId>
+// HeaderWebhookSignature) with each of its secrets; Slack, a card (blocks,
+// with text as the fallback) naming the tool, the policy's one-line
+// description, caller, conversation, estimated cost and deadline, with
+// Approve and Reject buttons linking to <inboxUrl>/#/calls/<pendingId>
 // (?decision=approve or reject), and for a decision a short message
 // ("deploy approved by alice"), as an incoming webhook cannot edit what it
 // posted; ntfy, the same as a notification with Title, Tags, Priority,
-// Click and view Actions headers. A Slack channel with its app's signing
+// Click and view Actions headers; email, a message by SMTP with a text and
+// an HTML part (notifier_email.go). A Slack channel with its app's signing
 // secret gets buttons that decide in Slack instead of links (action ids
-// gate.SlackAction*, value the pendingId); a webhook or ntfy channel that
-// names an approver gets one-time decision links (WithDecisionTokens).
+// gate.SlackAction*, value the pendingId); a webhook, ntfy or email
+// channel that names an approver gets one-time decision links
+// (WithDecisionTokens).
 //
 // The consumer on TOOL_EVENTS is created at the stream's end: a Notifier
 // started for the first time tells of what happens from then on, not of
@@ -139,6 +142,7 @@ type Notifier struct {
 	now        func() time.Time
 	ackWait    time.Duration
 	tokens     DecisionTokenIssuer
+	smtpTLS    *tls.Config
 
 	mu      sync.Mutex
 	stopped bool
@@ -336,11 +340,17 @@ func (n *Notifier) fanOut(ctx context.Context, msg consumer.Msg) error {
 }
 
 // ChannelKey names a channel on the bus: its type and a hash of where it
-// goes (URL and topic; not the secret, which may change), safe as a
+// goes (URL and topic, an email channel's addresses; not the secret,
+// which may change), safe as a
 // subject token and a consumer name, and revealing nothing of a Slack
 // URL, which is a secret.
 func ChannelKey(c policy.Channel) string {
-	h := sha256.Sum256([]byte(string(c.Type) + "\x00" + c.URL + "\x00" + c.Topic))
+	where := string(c.Type) + "\x00" + c.URL + "\x00" + c.Topic
+	if c.Type == policy.ChannelEmail {
+		// An email channel is its server and its addresses.
+		where += "\x00" + strings.Join(c.To, ",")
+	}
+	h := sha256.Sum256([]byte(where))
 	return string(c.Type) + "-" + hex.EncodeToString(h[:8])
 }
 

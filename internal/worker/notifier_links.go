@@ -32,7 +32,7 @@ func (f DecisionTokenIssuerFunc) IssueDecisionTokens(ctx context.Context, pendin
 }
 
 // WithDecisionTokens makes the notifier put one-time decision links in
-// the approval requests it sends to a webhook or ntfy channel that names
+// the approval requests it sends to a webhook, ntfy or email channel that names
 // an approver (and whose scope has an inboxUrl, the base of the links):
 // tokens issues them.
 func WithDecisionTokens(tokens DecisionTokenIssuer) NotifierOption {

@@ -139,6 +139,9 @@ func (n *Notifier) send(ctx context.Context, ch policy.Channel, inbox string, ev
 	if err != nil {
 		return &sendError{msg: err.Error()}
 	}
+	if ch.Type == policy.ChannelEmail {
+		return n.sendEmail(ctx, ch, newSummary(ev, inbox), links, ev.ID)
+	}
 	var req *http.Request
 	switch ch.Type {
 	case policy.ChannelWebhook:

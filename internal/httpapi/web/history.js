@@ -87,6 +87,7 @@ function buildRow(e, open) {
           e.decisionScope && e.decisionScope !== 'once' ? h('span', { class: 'pill pill-muted pill-tiny' }, SCOPES[e.decisionScope] || e.decisionScope) : null),
         h('div', { class: 'row-sub' },
           who ? h('span', {}, 'by ', h('span', { class: 'row-who' }, who)) : null,
+          e.deciderViaGroup ? h('span', { class: 'row-group', title: `The call's approvers name the group ${e.deciderViaGroup}, which ${who} is in` }, `via group ${e.deciderViaGroup}`) : null,
           e.deciderIdentity ? h('span', { class: 'row-signin' }, signedIn(e.deciderIdentity)) : null,
           e.statusReason ? h('span', { class: 'row-reason' }, `“${e.statusReason}”`) : null,
           h('span', { class: 'mono row-conv' }, e.conversationId))),

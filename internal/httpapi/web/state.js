@@ -34,4 +34,7 @@ export const state = {
 };
 
 export const roles = () => (state.me && state.me.roles) || [];
+// The groups the signed-in person is in, as their sign-in says: a call
+// whose approvers name one (group:NAME) is theirs to decide.
+export const groups = () => (state.me && state.me.groups) || [];
 export const canDecide = () => roles().includes('approver') || roles().includes('admin');

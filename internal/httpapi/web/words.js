@@ -1,7 +1,7 @@
 // What a call's entry says, in words: how its state reads, who may
 // decide it, and what became of it.
 
-import { PENDING, state, canDecide } from './state.js';
+import { PENDING, state, canDecide, groups } from './state.js';
 
 // How each state reads to a person, and its colour.
 export const OUTCOMES = {
@@ -28,11 +28,26 @@ export function whyNot(e) {
   if (!canDecide()) return '';
   if (e.callerBotId === me) return 'You asked for this call, so someone else decides it.';
   const who = deciders(e);
-  if (who && !who.includes(me)) return `Only ${joinNames(who)} can decide this call.`;
+  if (who && !admits(who, me)) return `Only ${joinNames(who.map(person))} can decide this call.`;
   const mine = (e.votes || []).find((v) => v.by === me);
   if (mine && mine.approve) return 'You approved this call; it waits for the others its quorum needs.';
   if (mine) return 'You rejected this call; it waits for the others to decide.';
   return '';
+}
+
+const GROUP = 'group:';
+
+// admits says whether a list of people (users and group:NAME) admits
+// me: named, or in a group it names (machine.admits).
+function admits(who, me) {
+  const mine = groups();
+  return who.includes(me) || who.some((u) => u.startsWith(GROUP) && mine.includes(u.slice(GROUP.length)));
+}
+
+// person is an entry of a list of people as it reads: a user's name, or
+// "members of payments-leads".
+function person(u) {
+  return u.startsWith(GROUP) ? `members of ${u.slice(GROUP.length)}` : u;
 }
 
 // deciders are who may decide e now, as toolgate counts them
@@ -65,7 +80,7 @@ export function quorumText(e) {
   const who = deciders(e);
   if (who) {
     const waiting = who.filter((u) => u !== e.callerBotId && !(e.votes || []).some((v) => v.by === u));
-    if (waiting.length) s += ` · still needed: ${left} of ${waiting.join(', ')}`;
+    if (waiting.length) s += ` · still needed: ${left} of ${waiting.map(person).join(', ')}`;
   } else {
     s += ` · still needed: ${left} more`;
   }
