@@ -34,9 +34,18 @@ const (
 	PermitOnFirstPermit = "permit_on_first_permit"
 )
 
-// AuthZENEntity is a subject or a resource of the information model: a
-// type, an id, and properties.
-type AuthZENEntity struct {
+// AuthZENSubject is the subject of the information model: for toolgate,
+// an agent (any type; its id the agent's credential's name).
+type AuthZENSubject struct {
+	Type       string          `json:"type"`
+	ID         string          `json:"id"`
+	Properties json.RawMessage `json:"properties,omitempty"`
+}
+
+// AuthZENResource is the resource of the information model: for
+// toolgate, a tool call (type AuthZENToolCall, its id the call's
+// toolCallId, its properties AuthZENCallProperties).
+type AuthZENResource struct {
 	Type       string          `json:"type"`
 	ID         string          `json:"id"`
 	Properties json.RawMessage `json:"properties,omitempty"`
@@ -54,10 +63,10 @@ type AuthZENAction struct {
 // resource the call (type tool_call, id its toolCallId, properties
 // AuthZENCallProperties). Each is required; the context is free-form.
 type AccessEvaluationRequest struct {
-	Subject  *AuthZENEntity  `json:"subject,omitempty"`
-	Action   *AuthZENAction  `json:"action,omitempty"`
-	Resource *AuthZENEntity  `json:"resource,omitempty"`
-	Context  json.RawMessage `json:"context,omitempty"`
+	Subject  *AuthZENSubject  `json:"subject,omitempty"`
+	Action   *AuthZENAction   `json:"action,omitempty"`
+	Resource *AuthZENResource `json:"resource,omitempty"`
+	Context  json.RawMessage  `json:"context,omitempty"`
 }
 
 // AuthZENCallProperties are the resource's properties toolgate reads:

@@ -179,7 +179,9 @@ func (s *Service) handOut(ctx context.Context, a Actor, e *machine.Entry, holder
 	case err != nil:
 		return s.undecided(err)
 	}
-	return s.decided(got, true)
+	d := s.decided(got, true)
+	d.Context.Message = e.StatusReason // the approval's reason, not the claim's
+	return d
 }
 
 // accessCall is the call an evaluation asks about.
@@ -216,6 +218,9 @@ func (s *Service) decided(e *machine.Entry, handed bool) wire.AccessDecision {
 		Follow:    &wire.AccessFollow{Subject: wire.EntrySubject(e.CallerBotID, e.PendingID)},
 	}
 	if handed {
+		if e.PriorTransition != nil {
+			c.Message = e.PriorTransition.Reason // the verdict the claim followed in the same write
+		}
 		switch {
 		case e.DecidedBy == machine.DecidedByGrant:
 			c.Reason = wire.AccessGranted

@@ -30,9 +30,9 @@ default:
 func evaluation(bot, id, tool, args string) wire.AccessEvaluationRequest {
 	props, _ := json.Marshal(map[string]any{"arguments": json.RawMessage(args), "conversationId": "conv"})
 	return wire.AccessEvaluationRequest{
-		Subject:  &wire.AuthZENEntity{Type: "agent", ID: bot},
+		Subject:  &wire.AuthZENSubject{Type: "agent", ID: bot},
 		Action:   &wire.AuthZENAction{Name: tool},
-		Resource: &wire.AuthZENEntity{Type: wire.AuthZENToolCall, ID: id, Properties: props},
+		Resource: &wire.AuthZENResource{Type: wire.AuthZENToolCall, ID: id, Properties: props},
 	}
 }
 
@@ -65,6 +65,7 @@ func TestEvaluate_TrueOnlyForACallToolgateRunsNow(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d.Decision, "%+v", d.Context)
 	assert.Equal(t, wire.AccessAllowed, d.Context.Reason)
+	assert.Equal(t, "readOnlyTools (default)", d.Context.Message, "what let it run")
 	assert.Equal(t, "conv.r1", d.Context.PendingID)
 	assert.NotEmpty(t, d.Context.ExpiresAt, "the end of the caller's lease")
 	e, err := g.Get(ctx, bot, wire.GetRequest{PendingID: "conv.r1"})
@@ -96,7 +97,7 @@ func TestEvaluate_TrueOnlyForACallToolgateRunsNow(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, wire.AccessApprovalRequired, d.Context.Reason, "asked again: the same pending call")
 
-	_, err = g.Decide(ctx, alice, wire.DecideRequest{PendingID: "conv.d1", Approved: true})
+	_, err = g.Decide(ctx, alice, wire.DecideRequest{PendingID: "conv.d1", Approved: true, Reason: "staging is fine"})
 	require.NoError(t, err)
 	d, err = g.Evaluate(ctx, bot, evaluation("bot", "d1", "deploy", `{"env":"prod"}`))
 	require.NoError(t, err)
@@ -111,6 +112,7 @@ func TestEvaluate_TrueOnlyForACallToolgateRunsNow(t *testing.T) {
 	require.True(t, d.Decision, "%+v", d.Context)
 	assert.Equal(t, wire.AccessApproved, d.Context.Reason)
 	assert.Equal(t, "alice", d.Context.DecidedBy)
+	assert.Equal(t, "staging is fine", d.Context.Message)
 	d, err = g.Evaluate(ctx, bot, asked)
 	require.NoError(t, err)
 	assert.False(t, d.Decision, "an approval is good once")
@@ -193,8 +195,8 @@ func TestEvaluate_OnlyAnAgentAsItself(t *testing.T) {
 	}
 
 	for name, req := range map[string]wire.AccessEvaluationRequest{
-		"a resource that is not a call": {Subject: &wire.AuthZENEntity{Type: "agent", ID: "bot"}, Action: &wire.AuthZENAction{Name: "read"},
-			Resource: &wire.AuthZENEntity{Type: "document", ID: "1"}},
+		"a resource that is not a call": {Subject: &wire.AuthZENSubject{Type: "agent", ID: "bot"}, Action: &wire.AuthZENAction{Name: "read"},
+			Resource: &wire.AuthZENResource{Type: "document", ID: "1"}},
 		"arguments that are not an object": evaluation("bot", "s4", "read", `[1]`),
 		"a tool name toolgate refuses":     evaluation("bot", "s5", "no spaces", `{}`),
 	} {
@@ -216,7 +218,7 @@ func TestEvaluations_DefaultsAndSemantics(t *testing.T) {
 	ctx := t.Context()
 	base := evaluation("bot", "", "read", `{}`)
 	call := func(id, tool string) wire.AccessEvaluationRequest {
-		return wire.AccessEvaluationRequest{Action: &wire.AuthZENAction{Name: tool}, Resource: &wire.AuthZENEntity{Type: wire.AuthZENToolCall, ID: id}}
+		return wire.AccessEvaluationRequest{Action: &wire.AuthZENAction{Name: tool}, Resource: &wire.AuthZENResource{Type: wire.AuthZENToolCall, ID: id}}
 	}
 	batch := func(semantic string, evals ...wire.AccessEvaluationRequest) []bool {
 		t.Helper()
