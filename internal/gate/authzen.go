@@ -146,8 +146,9 @@ func (s *Service) evaluate(ctx context.Context, a Actor, r wire.AccessEvaluation
 // handOut answers an evaluation of a call submitted before (by an
 // evaluation or a submit of the same id, same arguments): a call that
 // may run now, with the arguments the caller asked about, is claimed
-// for the caller. An approved one is asked of the policy in force first,
-// as an executor's gateway asks it before it runs one (Recheck).
+// for the caller. An approved one is asked of the policy in force first
+// (Recheck), as the MCP gateway asks before it runs one: a deny rule
+// added since the approval holds.
 func (s *Service) handOut(ctx context.Context, a Actor, e *machine.Entry, holder *machine.Claimant) wire.AccessDecision {
 	if !e.Runnable(s.now()) {
 		return s.decided(e, false)
