@@ -27,6 +27,13 @@ func (s *Service) Submit(ctx context.Context, a Actor, c machine.Call) (*machine
 // entry (false: it answers with the entry an earlier one created). Not
 // of a use case's shape: HTTP answers a new entry 201, a retry 200.
 func (s *Service) SubmitOnce(ctx context.Context, a Actor, c machine.Call) (*machine.Entry, bool, error) {
+	return s.submitOnce(ctx, a, c, nil)
+}
+
+// submitOnce is SubmitOnce. A call the policy lets run at once is
+// claimed in the same write for holder when it is given, else for an
+// executor whose request for work of its tool waits here, if one does.
+func (s *Service) submitOnce(ctx context.Context, a Actor, c machine.Call, holder *machine.Claimant) (*machine.Entry, bool, error) {
 	if err := a.require("submit calls", wire.RoleAgent); err != nil {
 		return nil, false, err
 	}
@@ -66,8 +73,12 @@ func (s *Service) SubmitOnce(ctx context.Context, a Actor, c machine.Call) (*mac
 			s.log.Warn("submit: the archive did not answer whether the call was retired; taking it as new", "toolCallId", c.ToolCallID, "err", err)
 		}
 	}
-	claimer := s.claimer(c.ToolName)
-	e, created, err := s.m.SubmitAndClaim(ctx, c, claimer.claimant())
+	claimer := &claimer{s: s} // claims for nobody
+	if holder == nil {
+		claimer = s.claimer(c.ToolName)
+		holder = claimer.claimant()
+	}
+	e, created, err := s.m.SubmitAndClaim(ctx, c, holder)
 	claimer.settle(e, err == nil && created)
 	if err == nil && created {
 		s.compareShadow(ctx, e) // enforces nothing, changes nothing

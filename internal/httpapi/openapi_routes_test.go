@@ -579,6 +579,41 @@ func TestOpenAPI_EveryRouteAnswersAsDocumented(t *testing.T) {
 		assert.Len(t, cancelled.Cancelled, 1)
 	})
 
+	step("the AuthZEN decision point", func(t *testing.T) {
+		evaluation := func(id, query string) wire.AccessEvaluationRequest {
+			return wire.AccessEvaluationRequest{
+				Subject:  &wire.AuthZENSubject{Type: "agent", ID: "bot-1"},
+				Action:   &wire.AuthZENAction{Name: "web_search"},
+				Resource: &wire.AuthZENResource{Type: wire.AuthZENToolCall, ID: id, Properties: json.RawMessage(`{"arguments":{"query":"` + query + `"},"conversationId":"spec-authzen"}`)},
+			}
+		}
+		var d wire.AccessDecision
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/access/v1/evaluation", token: specAgent, body: evaluation("z1", "q"),
+			header: http.Header{"X-Request-Id": {"spec-1"}}}, &d))
+		assert.False(t, d.Decision)
+		assert.Equal(t, wire.AccessApprovalRequired, d.Context.Reason)
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/access/v1/evaluation", token: specAgent, body: evaluation("z2", "forbidden fruit")}, &d))
+		assert.Equal(t, wire.AccessPolicyDenied, d.Context.Reason)
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/access/v1/evaluation", token: specAgent,
+			body: wire.AccessEvaluationRequest{Action: &wire.AuthZENAction{Name: "web_search"}}, badRequest: true}, nil))
+		other := evaluation("z3", "q")
+		other.Subject.ID = "bot-2"
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/access/v1/evaluation", token: specAgent, body: other}, nil))
+		assert.Equal(t, http.StatusForbidden, s.do(specCall{method: "POST", path: "/access/v1/evaluation", token: specViewer, body: evaluation("z3", "q")}, nil))
+		var batch wire.AccessEvaluationsReply
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "POST", path: "/access/v1/evaluations", token: specAgent, body: wire.AccessEvaluationsRequest{
+			AccessEvaluationRequest: evaluation("z4", "q4"),
+			Evaluations:             []wire.AccessEvaluationRequest{{}, {Resource: evaluation("z5", "forbidden x").Resource}},
+			Options:                 &wire.AccessEvaluationsOptions{EvaluationsSemantic: wire.DenyOnFirstDeny},
+		}}, &batch))
+		assert.Len(t, batch.Evaluations, 1, "the first is asked: false, and the batch stops")
+		assert.Equal(t, http.StatusBadRequest, s.do(specCall{method: "POST", path: "/access/v1/evaluations", token: specAgent, body: wire.AccessEvaluationsRequest{
+			Evaluations: []wire.AccessEvaluationRequest{evaluation("z6", "q"), {}}}}, nil))
+		var meta wire.AuthZENConfiguration
+		require.Equal(t, http.StatusOK, s.do(specCall{method: "GET", path: "/.well-known/authzen-configuration"}, &meta))
+		assert.Equal(t, g.HTTPURL+"/access/v1/evaluation", meta.AccessEvaluationEndpoint)
+	})
+
 	step("Claude Code's hooks", func(t *testing.T) {
 		// Claude Code's hooks: allowed by a rule, run, reported.
 		hookIn := `{"session_id":"spec-hook","transcript_path":"/t.jsonl","cwd":"/p","permission_mode":"default","hook_event_name":"PermissionRequest",` +

@@ -139,6 +139,13 @@ var (
 		"PolicyDocument":          reflect.TypeFor[wire.PolicyDocument](),
 		"PolicyShadowCleared":     reflect.TypeFor[wire.PolicyShadowCleared](),
 		"PolicyShadowReport":      reflect.TypeFor[wire.PolicyShadowReport](),
+		"AccessDecision":          reflect.TypeFor[wire.AccessDecision](),
+		"AccessEvaluationsReply":  reflect.TypeFor[wire.AccessEvaluationsReply](),
+		"AccessContext":           reflect.TypeFor[wire.AccessContext](),
+		"AccessBinding":           reflect.TypeFor[wire.AccessBinding](),
+		"AccessFollow":            reflect.TypeFor[wire.AccessFollow](),
+		"AccessError":             reflect.TypeFor[wire.AccessError](),
+		"AuthZENConfiguration":    reflect.TypeFor[wire.AuthZENConfiguration](),
 	}
 	requestSchemas = map[string]reflect.Type{
 		"Call":                       reflect.TypeFor[machine.Call](),
@@ -151,6 +158,13 @@ var (
 		"PolicyExplainRequest":       reflect.TypeFor[wire.PolicyExplainRequest](),
 		"PolicyShadowPromoteRequest": reflect.TypeFor[wire.PolicyShadowPromoteRequest](),
 		"Empty":                      reflect.TypeFor[struct{}](),
+		"AccessEvaluationRequest":    reflect.TypeFor[wire.AccessEvaluationRequest](),
+		"AccessEvaluationsRequest":   reflect.TypeFor[wire.AccessEvaluationsRequest](),
+		"AccessEvaluationsOptions":   reflect.TypeFor[wire.AccessEvaluationsOptions](),
+		"AuthZENSubject":             reflect.TypeFor[wire.AuthZENSubject](),
+		"AuthZENAction":              reflect.TypeFor[wire.AuthZENAction](),
+		"AuthZENResource":            reflect.TypeFor[wire.AuthZENResource](),
+		"AuthZENCallProperties":      reflect.TypeFor[wire.AuthZENCallProperties](),
 	}
 	// enumSchemas are the document's string enums and the values the
 	// code has.

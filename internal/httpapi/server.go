@@ -79,7 +79,8 @@ type Server struct {
 // the one list of the API: it registers the handlers and the OpenAPI test
 // checks the document against it. A route that is a use case of gate is
 // answer(use case); the others (event streams, Claude Code's hooks,
-// Slack's signed posts, decision links, the process's own endpoints)
+// Slack's signed posts, decision links, the AuthZEN API, whose requests
+// are read as its specification says, the process's own endpoints)
 // have handlers of their own.
 type route struct {
 	method, path string
@@ -138,6 +139,10 @@ var routes = []route{
 	{"POST", "/v1/policy/shadow/clear", []Role{RoleAdmin}, answer((*gate.Service).ClearPolicyShadow)},
 	{"POST", "/v1/policy/shadow/promote", []Role{RoleAdmin}, answer((*gate.Service).PromotePolicyShadow)},
 	{"GET", "/v1/policy/shadow/report", []Role{RoleViewer, RoleApprover}, answer((*gate.Service).PolicyShadowReport)},
+	// The OpenID AuthZEN Authorization API (authzen.go).
+	{"POST", wire.AuthZENEvaluationPath, []Role{RoleAgent}, (*Server).accessEvaluation},
+	{"POST", wire.AuthZENEvaluationsPath, []Role{RoleAgent}, (*Server).accessEvaluations},
+	{"GET", wire.AuthZENConfigurationPath, nil, (*Server).authzenConfiguration},
 }
 
 // New returns the API server, or what is wrong with cfg.OIDC.
@@ -295,6 +300,7 @@ func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
+	echoRequestID(w, r, rt.path)
 	refuse := func(err error) { writeError(w, s.cfg.Log, err) }
 	if rt.path == claudeCodeHookPath {
 		// Claude Code runs a call whose hook answers an error: its hooks
