@@ -130,24 +130,37 @@ func coreCreated(t Task) mcp.Result {
 
 // coreResult is what tasks/result answers for the ended task t: what the
 // tools/call would have answered without a task, a result or a JSON-RPC
-// error, the result naming its task.
+// error, the result naming its task. A result a server on 2026-07-28 gave
+// loses the resultType that revision added, which 2025-11-25 has not.
 func coreResult(t Task) (mcp.Result, error) {
 	if t.Error != nil {
 		return nil, &jsonrpc.Error{Code: t.Error.Code, Message: t.Error.Message}
 	}
-	res := toolError(t.StatusMessage, t.TaskID) // cancelled: no result of its own
-	if len(t.Result) > 0 {
-		res = &mcp.CallToolResult{}
-		if err := json.Unmarshal(t.Result, res); err != nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "toolgate: the result of " + t.TaskID + " is not a tool result: " + err.Error()}
-		}
+	result := t.Result
+	if len(result) == 0 { // cancelled: no result of its own
+		result = mustJSON(toolError(t.StatusMessage, t.TaskID))
 	}
-	if res.Meta == nil {
-		res.Meta = mcp.Meta{}
+	var res map[string]any
+	if err := json.Unmarshal(result, &res); err != nil || res == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("toolgate: the result of %s is not a tool result: %v", t.TaskID, err)}
 	}
-	res.Meta[metaRelatedTask] = map[string]any{"taskId": t.TaskID}
-	return res, nil
+	delete(res, "resultType")
+	meta, _ := res["_meta"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	meta[metaRelatedTask] = map[string]any{"taskId": t.TaskID}
+	res["_meta"] = meta
+	return &objectResult{object: res}, nil
 }
+
+// objectResult is a result whose JSON is object.
+type objectResult struct {
+	mcp.ResultBase
+	object map[string]any
+}
+
+func (r *objectResult) MarshalJSON() ([]byte, error) { return json.Marshal(r.object) }
 
 // form is which tasks the session's client speaks, for a request whose
 // _meta is meta: the extension when it declares it; else the core form
