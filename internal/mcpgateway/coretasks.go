@@ -188,13 +188,7 @@ func (s *session) asksForTask(meta mcp.Meta) bool {
 // to one of the credential's that waits gets that one's task.
 func (s *session) callAsCoreTask(ctx context.Context, call machine.Call) (mcp.Result, error) {
 	gw := s.gw
-	unlock := gw.creating.lock(call.Team + " " + call.ToolName + " " + machine.ArgumentsDigest(call.Arguments))
-	e := s.pendingTwin(ctx, call)
-	var err error
-	if e == nil {
-		e, err = gw.gate.Submit(ctx, call)
-	}
-	unlock()
+	e, err := s.submitOnce(ctx, call)
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("toolgate: %s was not run: submit: %v", call.ToolName, err)}
 	}

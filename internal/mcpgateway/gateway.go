@@ -113,7 +113,7 @@ type Gateway struct {
 
 	metrics *gauges
 
-	// tasks speaks the tasks extension; creating makes looking for a
+	// tasks speaks both forms of tasks; creating makes looking for a
 	// call's twin and submitting it one step, so that two identical
 	// calls at once get one task; outcomes keep what this process's runs
 	// of tasks answered; offered, the tasks whose client answered the
@@ -412,8 +412,9 @@ type session struct {
 	conversation string
 	clientCaps   *mcp.ClientCapabilities
 	initialized  bool // by initialize: the client is on a revision before 2026-07-28
-	// protocol is the revision the client asked for in initialize, which
-	// the gateway speaks (it speaks every revision before 2026-07-28).
+	// protocol is the revision the client asked for in initialize: the
+	// one the session speaks, when the SDK has it (it has 2025-11-25,
+	// whose own tasks the session then serves).
 	protocol string
 	// sessionless: HTTP on 2026-07-28, where each request is a session
 	// of the SDK's (ss is the first's), and this one ends idle.

@@ -47,19 +47,25 @@ const runAllowance = time.Hour
 // credential) while one waits gets that one's task.
 func (s *session) callAsTask(ctx context.Context, req *mcp.CallToolRequest, u *upstream, tool string, call machine.Call) (mcp.Result, error) {
 	gw := s.gw
-	unlock := gw.creating.lock(call.Team + " " + call.ToolName + " " + machine.ArgumentsDigest(call.Arguments))
-	e := s.pendingTwin(ctx, call)
-	var err error
-	if e == nil {
-		e, err = gw.gate.Submit(ctx, call)
-	}
-	unlock()
+	e, err := s.submitOnce(ctx, call)
 	if err != nil || e.Status != machine.StatePendingApproval {
 		return s.callHeld(ctx, req, u, tool, call)
 	}
 	s.watch(e.PendingID)
 	gw.log.Info("tools/call answered with a task", "tool", call.ToolName, "pendingId", e.PendingID)
 	return gw.tasks.created(gw.taskOf(ctx, e, false), formExtension), nil
+}
+
+// submitOnce submits call, unless an identical call of the credential
+// waits (pendingTwin): then that one is the answer. Two identical calls at
+// once are looked for and submitted one after the other.
+func (s *session) submitOnce(ctx context.Context, call machine.Call) (*machine.Entry, error) {
+	unlock := s.gw.creating.lock(call.Team + " " + call.ToolName + " " + machine.ArgumentsDigest(call.Arguments))
+	defer unlock()
+	if e := s.pendingTwin(ctx, call); e != nil {
+		return e, nil
+	}
+	return s.gw.gate.Submit(ctx, call)
 }
 
 // pendingTwin is the call of the gateway's credential that waits for a
