@@ -122,6 +122,7 @@ func TestMCPGateway_DocsEverySnippetWorks(t *testing.T) {
 	_, approver := g.ConnectAs(t, "approver")
 
 	seen := map[string]int{}
+	checkedReplies := 0
 	for _, s := range sections(t, doc) {
 		where := fmt.Sprintf("docs/mcp-gateway.md:%d (%s)", s.line, s.heading)
 		switch s.lang {
@@ -157,7 +158,7 @@ func TestMCPGateway_DocsEverySnippetWorks(t *testing.T) {
 				}
 			}
 		case "jsonl":
-			checkTasksExchange(t, where, s.text, replies, flags([]string{"mcp-gateway", "--config", "", "--nats", "", "--nats-creds", ""}), approver)
+			checkedReplies += checkTasksExchange(t, where, s.text, replies, flags([]string{"mcp-gateway", "--config", "", "--nats", "", "--nats-creds", ""}), approver)
 			seen["tasks"]++
 		case "json":
 			var top map[string]json.RawMessage
@@ -225,6 +226,7 @@ func TestMCPGateway_DocsEverySnippetWorks(t *testing.T) {
 			t.Errorf("%s: a %q block this test does not know", where, s.lang)
 		}
 	}
+	assert.Equal(t, len(replies), checkedReplies, "every reply the page shows belongs to an exchange it shows")
 	for _, kind := range []string{"config", "creds", "http", "Claude Desktop", "Cursor", "VS Code", "Codex", "tasks"} {
 		assert.Positive(t, seen[kind], "the page shows a %s snippet, and the test checked it", kind)
 	}
@@ -322,10 +324,12 @@ func runEcho(t *testing.T, where string, cs *mcp.ClientSession) {
 // checkTasksExchange sends a gateway started with args, on stdio, the
 // client's messages of the page's exchange (one per line), and holds what
 // it answers to the page's replies: the same fields, and the same
-// resultType, status and result. A tasks/get whose page reply is
+// resultType, status and result (a task's status, a tool result's
+// content, in the 2025-11-25 form). A tasks/get whose page reply is
 // completed waits for an approver to approve the task's call, as the page
-// says, and polls until it is.
-func checkTasksExchange(t *testing.T, where, script string, replies map[float64]map[string]any, args []string, approver *client.Client) {
+// says, and polls until it is; a tasks/result, which waits for the call
+// to end, is sent once it is approved.
+func checkTasksExchange(t *testing.T, where, script string, replies map[float64]map[string]any, args []string, approver *client.Client) int {
 	t.Helper()
 	cmd := exec.Command(toolgateBinary(t), args...)
 	stdin, err := cmd.StdinPipe()
@@ -341,7 +345,7 @@ func checkTasksExchange(t *testing.T, where, script string, replies map[float64]
 	}()
 	r := newRPC(t, stdin, stdout)
 	var taskID any
-	checked := 0
+	checked, shown := 0, 0
 	for line := range strings.SplitSeq(strings.TrimSpace(script), "\n") {
 		var msg map[string]any
 		require.NoError(t, json.Unmarshal([]byte(line), &msg), "%s: %s", where, line)
@@ -357,35 +361,52 @@ func checkTasksExchange(t *testing.T, where, script string, replies map[float64]
 			params["taskId"] = taskID // the page's stands for the one the call got
 		}
 		want := replies[id]
+		if want != nil {
+			shown++
+		}
 		wantResult, _ := want["result"].(map[string]any)
-		var got map[string]any
-		if method == "tasks/get" && wantResult["status"] == "completed" {
+		approve := func() {
 			_, err := approver.Decide(t.Context(), wire.DecideRequest{PendingID: taskID.(string), Approved: true, Reason: "docs"})
 			require.NoError(t, err, where)
+		}
+		var got map[string]any
+		switch {
+		case method == "tasks/get" && wantResult["status"] == "completed":
+			approve()
 			bustest.Eventually(t, 30*time.Second, 50*time.Millisecond, where+": the task completes", func() (bool, any) {
 				got = r.result(r.call(int(id), method, params))
 				return got["status"] == "completed", got
 			})
-		} else {
+		case method == "tasks/result":
+			approve()
+			got = r.result(r.call(int(id), method, params))
+		default:
 			got = r.result(r.call(int(id), method, params))
 		}
 		if method == "tools/call" {
 			taskID = got["taskId"]
+			if task, ok := got["task"].(map[string]any); ok {
+				taskID = task["taskId"]
+			}
 		}
 		if want == nil {
 			continue
 		}
 		checked++
 		assert.ElementsMatch(t, slices.Collect(maps.Keys(wantResult)), slices.Collect(maps.Keys(got)), "%s: the reply to %s has the page's fields", where, method)
-		for _, k := range []string{"resultType", "status", "result"} {
+		for _, k := range []string{"resultType", "status", "result", "content"} {
 			assert.Equal(t, withoutServerInfo(wantResult[k]), withoutServerInfo(got[k]), "%s: %s's %s", where, method, k)
+		}
+		if task, ok := wantResult["task"].(map[string]any); ok {
+			assert.Equal(t, task["status"], got["task"].(map[string]any)["status"], "%s: %s's task's status", where, method)
 		}
 		if msg, ok := wantResult["statusMessage"].(string); ok {
 			before, _, _ := strings.Cut(msg, " on ")
 			assert.True(t, strings.HasPrefix(got["statusMessage"].(string), before+" on "+taskID.(string)), "%s: %q, as the page's %q", where, got["statusMessage"], msg)
 		}
 	}
-	assert.Equal(t, len(replies), checked, "%s: every reply the page shows is one the exchange got: %s", where, &stderr)
+	assert.Equal(t, shown, checked, "%s: every reply the page shows is one the exchange got: %s", where, &stderr)
+	return checked
 }
 
 // withoutServerInfo is a tool's result without the name its server gives

@@ -54,8 +54,11 @@ func (s *session) callTool(reqCtx context.Context, req *mcp.CallToolRequest) (mc
 		ToolCallID: callIDPrefix + randomHex(12), ToolName: ToolName(server, tool), Arguments: args,
 		ConversationID: s.conversation, Team: s.gw.opts.Team,
 	}
-	if s.declares(p.Meta) {
+	switch {
+	case s.form(p.Meta) == formExtension:
 		return s.callAsTask(reqCtx, req, u, tool, call)
+	case s.asksForTask(p.Meta):
+		return s.callAsCoreTask(reqCtx, call)
 	}
 	return s.callHeld(reqCtx, req, u, tool, call)
 }

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -14,11 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/internal/mcpgateway"
+	"github.com/toolgate/toolgate/internal/mcpgateway/npmtest"
 	"github.com/toolgate/toolgate/toolgatetest"
 )
 
@@ -39,7 +36,7 @@ default:
 
 // TestConformance_ScenariosPassThroughTheGateway runs the official MCP
 // conformance suite's server scenarios (@modelcontextprotocol/conformance,
-// active and pending) against testdata/conformance/server.mjs, a server
+// active and pending) against npmtest/node/server.mjs, a server
 // written with the official TypeScript SDK, first directly and then
 // through the gateway over streamable HTTP, with the server behind it on
 // streamable HTTP and on stdio: every check that passes directly passes
@@ -49,8 +46,8 @@ func TestConformance_ScenariosPassThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	dir := installConformance(ctx, t)
-	node := filepath.Join(dir, "node_modules", ".bin", "node")
+	dir := npmtest.Install(ctx, t)
+	node := npmtest.Node(dir)
 	server := filepath.Join(dir, "server.mjs")
 
 	url := startConformanceServer(ctx, t, node, server)
@@ -174,11 +171,11 @@ func failing(checks []check) string {
 func runConformance(ctx context.Context, t *testing.T, dir, url string) map[string][]check {
 	t.Helper()
 	out := t.TempDir()
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "node_modules", ".bin", "node"),
+	cmd := exec.CommandContext(ctx, npmtest.Node(dir),
 		filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js"),
 		"server", "--url", url, "--suite", "all", "-o", out)
 	cmd.Dir = dir
-	cmd.Env = nodeEnv(dir)
+	cmd.Env = npmtest.Env(dir)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	cmd.WaitDelay = 5 * time.Second
@@ -210,7 +207,7 @@ func startConformanceServer(ctx context.Context, t *testing.T, node, server stri
 	t.Helper()
 	cmd := exec.CommandContext(ctx, node, server, "--port", "0")
 	cmd.Dir = filepath.Dir(server)
-	cmd.Env = nodeEnv(cmd.Dir)
+	cmd.Env = npmtest.Env(cmd.Dir)
 	cmd.Stderr = testWriter{t}
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -247,79 +244,10 @@ func serveLoopback(t *testing.T, gw *mcpgateway.Gateway) string {
 	return fmt.Sprintf("http://localhost:%d/mcp", l.Addr().(*net.TCPAddr).Port)
 }
 
-// nodeEnv is the environment of the Node processes the test starts, which
-// keep the code they compile in dir: a process after the first starts in
-// less CPU, which the gateway's sessions on stdio (a server process each)
-// add up.
-func nodeEnv(dir string) []string {
-	return append(os.Environ(), "NODE_COMPILE_CACHE="+filepath.Join(dir, ".node-compile-cache"))
-}
-
 // testWriter writes to the test's log.
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
-}
-
-// installConformance installs testdata/conformance's locked packages (the
-// suite, the TypeScript SDK and the Node they run on) with npm ci into a
-// directory of the user's cache named for the lock, when npm's record of
-// what it installed there (node_modules/.package-lock.json) is not the
-// lock's, and copies the test server beside them. Test processes install
-// one at a time.
-func installConformance(ctx context.Context, t *testing.T) string {
-	t.Helper()
-	src := filepath.Join("testdata", "conformance")
-	lockFile, err := os.ReadFile(filepath.Join(src, "package-lock.json"))
-	require.NoError(t, err)
-	cache, err := os.UserCacheDir()
-	require.NoError(t, err)
-	sum := sha256.Sum256(lockFile)
-	dir := filepath.Join(cache, "toolgate-test", "mcp-conformance-"+hex.EncodeToString(sum[:8]))
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	require.NoError(t, err)
-	defer lock.Close()
-	require.NoError(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
-	for _, f := range []string{"package.json", "package-lock.json", "server.mjs"} {
-		data, err := os.ReadFile(filepath.Join(src, f))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, f), data, 0o644))
-	}
-	if !installedMatchesLock(t, dir) {
-		npm, err := exec.LookPath("npm")
-		require.NoError(t, err, "the conformance test needs npm (apt-get install -y nodejs npm; .ci/run installs them)")
-		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "npm ci in %s:\n%s", dir, out)
-		require.True(t, installedMatchesLock(t, dir), "npm ci left node_modules/.package-lock.json unlike package-lock.json")
-	}
-	return dir
-}
-
-// installedMatchesLock reports whether dir's node_modules/.package-lock.json
-// lists exactly the packages its package-lock.json locks (its root entry
-// aside).
-func installedMatchesLock(t *testing.T, dir string) bool {
-	t.Helper()
-	read := func(path string) (map[string]any, bool) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, false
-		}
-		var l struct {
-			Packages map[string]any `json:"packages"`
-		}
-		require.NoError(t, json.Unmarshal(data, &l), path)
-		delete(l.Packages, "")
-		return l.Packages, true
-	}
-	want, ok := read(filepath.Join(dir, "package-lock.json"))
-	require.True(t, ok, "package-lock.json is missing")
-	got, ok := read(filepath.Join(dir, "node_modules", ".package-lock.json"))
-	return ok && reflect.DeepEqual(want, got)
 }

@@ -22,9 +22,11 @@
 // waiting (it cancels the request, or the request's connection drops) is
 // withdrawn at once. A client that declares the MCP tasks extension
 // (io.modelcontextprotocol/tasks) is answered at once, for a call that
-// waits on a human, with a task: the toolgate call, which it polls with
-// tasks/get and withdraws with tasks/cancel, and which any gateway with
-// the same credential answers for (see callAsTask). A call toolgate cannot be asked about (its
+// waits on a human, with a task, and so is a client of the 2025-11-25
+// revision that asks for one in the call (its own tasks: see
+// callAsCoreTask): the task is the toolgate call, which the client polls
+// with tasks/get and withdraws with tasks/cancel, and which any gateway
+// with the same credential answers for (see callAsTask). A call toolgate cannot be asked about (its
 // connection is down: see client.WithConnectWait) is refused, saying so,
 // and nothing is recorded of it.
 package mcpgateway

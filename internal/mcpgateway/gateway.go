@@ -113,7 +113,7 @@ type Gateway struct {
 
 	metrics *gauges
 
-	// tasks speaks the tasks extension; creating makes looking for a
+	// tasks speaks both forms of tasks; creating makes looking for a
 	// call's twin and submitting it one step, so that two identical
 	// calls at once get one task; outcomes keep what this process's runs
 	// of tasks answered; offered, the tasks whose client answered the
@@ -234,8 +234,22 @@ func (gw *Gateway) Handler() http.Handler {
 		s := gw.sessions[r.Header.Get("Mcp-Session-Id")]
 		gw.mu.Unlock()
 		h := h
+		var body []byte
+		if r.Method == http.MethodPost {
+			var err error
+			if body, err = io.ReadAll(io.LimitReader(r.Body, maxBody)); err != nil {
+				http.Error(w, "Bad Request: the request's body could not be read", http.StatusBadRequest)
+				return
+			}
+			// A body longer than read goes on to the SDK, which refuses it.
+			body = liftTask(body)
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+		}
 		if r.Method == http.MethodPost && r.Header.Get("Mcp-Protocol-Version") >= protocolSessionless {
-			s = gw.sessionless(r)
+			s = gw.sessionless(body)
 			if s == nil {
 				http.Error(w, "Bad Request: the request's body is not JSON-RPC", http.StatusBadRequest)
 				return
@@ -268,17 +282,12 @@ const protocolSessionless = "2026-07-28"
 
 type sessionlessKey struct{}
 
-// sessionless is the session that serves an HTTP request on a revision
-// without sessions: one per client name (the clientInfo in the request's
-// _meta), whose upstream connections its requests share, ended when it
-// is idle as any HTTP session; nil when the body is not JSON. The body is
-// left as it was read.
-func (gw *Gateway) sessionless(r *http.Request) *session {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxSessionlessBody))
-	if err != nil {
-		return nil
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+// sessionless is the session that serves an HTTP request whose body is
+// body on a revision without sessions: one per client name (the
+// clientInfo in the request's _meta), whose upstream connections its
+// requests share, ended when it is idle as any HTTP session; nil when the
+// body is not JSON.
+func (gw *Gateway) sessionless(body []byte) *session {
 	var msg struct {
 		Params struct {
 			Meta struct {
@@ -303,9 +312,10 @@ func (gw *Gateway) sessionless(r *http.Request) *session {
 	return s
 }
 
-// maxSessionlessBody bounds the body the gateway reads of a request on a
-// revision without sessions, to learn its client: the SDK's default.
-const maxSessionlessBody = 10 << 20
+// maxBody bounds the body the gateway reads of a request, to learn its
+// client (on a revision without sessions) and the task a tools/call asks
+// for (liftTask): the SDK's default.
+const maxBody = 10 << 20
 
 // requestHeader names, on an HTTP request the gateway serves, the token
 // under which the handler keeps its context: a tools/call learns from it
@@ -402,6 +412,10 @@ type session struct {
 	conversation string
 	clientCaps   *mcp.ClientCapabilities
 	initialized  bool // by initialize: the client is on a revision before 2026-07-28
+	// protocol is the revision the client asked for in initialize: the
+	// one the session speaks, when the SDK has it (it has 2025-11-25,
+	// whose own tasks the session then serves).
+	protocol string
 	// sessionless: HTTP on 2026-07-28, where each request is a session
 	// of the SDK's (ss is the first's), and this one ends idle.
 	sessionless bool
@@ -502,7 +516,11 @@ func (s *session) handle(ctx context.Context, method string, req mcp.Request, ne
 		}
 		return res, err
 	case "tools/list":
-		return s.listTools(ctx)
+		res, err := s.listTools(ctx)
+		if err == nil && s.form(nil) == formCore {
+			return coreListTools(res), nil
+		}
+		return res, err
 	case "tools/call":
 		return s.callTool(ctx, req.(*mcp.CallToolRequest))
 	case "resources/list":
@@ -543,6 +561,9 @@ func (s *session) initialize(ctx context.Context, method string, req mcp.Request
 		// the servers' messages are passed on as they send them, each
 		// server filtering at the level the client sets it to.
 		_, _ = next(ctx, "logging/setLevel", &mcp.ServerRequest[*mcp.SetLoggingLevelParams]{Session: ss, Params: &mcp.SetLoggingLevelParams{Level: "debug"}})
+		if s.form(nil) == formCore {
+			return coreInitialize(ir), nil
+		}
 	}
 	return res, err
 }
@@ -566,6 +587,9 @@ func (s *session) setup(ss *mcp.ServerSession, params *mcp.InitializeParams, ini
 		client := "mcp"
 		if params != nil {
 			s.clientCaps = params.Capabilities
+			if initialized {
+				s.protocol = params.ProtocolVersion
+			}
 			if params.ClientInfo != nil && params.ClientInfo.Name != "" {
 				client = params.ClientInfo.Name
 			}

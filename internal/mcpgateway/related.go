@@ -102,13 +102,14 @@ func progressToken(req mcp.Request) any {
 // upstreamMeta is a client request's _meta as its server is sent it: less
 // what names the client's revision and session on 2026-07-28 (its
 // protocol version, name, capabilities and log level), which is the
-// gateway's own to say toward the server, on the revision it negotiated.
+// gateway's own to say toward the server, on the revision it negotiated;
+// and less the task the client asked for, which is the gateway's.
 func upstreamMeta(m mcp.Meta) mcp.Meta {
 	if m == nil {
 		return nil
 	}
 	out := maps.Clone(m)
-	for _, k := range []string{mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientInfo, mcp.MetaKeyClientCapabilities, mcp.MetaKeyLogLevel} {
+	for _, k := range []string{mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientInfo, mcp.MetaKeyClientCapabilities, mcp.MetaKeyLogLevel, metaTask} {
 		delete(out, k)
 	}
 	if len(out) == 0 {

@@ -47,19 +47,25 @@ const runAllowance = time.Hour
 // credential) while one waits gets that one's task.
 func (s *session) callAsTask(ctx context.Context, req *mcp.CallToolRequest, u *upstream, tool string, call machine.Call) (mcp.Result, error) {
 	gw := s.gw
-	unlock := gw.creating.lock(call.Team + " " + call.ToolName + " " + machine.ArgumentsDigest(call.Arguments))
-	e := s.pendingTwin(ctx, call)
-	var err error
-	if e == nil {
-		e, err = gw.gate.Submit(ctx, call)
-	}
-	unlock()
+	e, err := s.submitOnce(ctx, call)
 	if err != nil || e.Status != machine.StatePendingApproval {
 		return s.callHeld(ctx, req, u, tool, call)
 	}
 	s.watch(e.PendingID)
 	gw.log.Info("tools/call answered with a task", "tool", call.ToolName, "pendingId", e.PendingID)
-	return gw.tasks.created(gw.taskOf(ctx, e, false)), nil
+	return gw.tasks.created(gw.taskOf(ctx, e, false), formExtension), nil
+}
+
+// submitOnce submits call, unless an identical call of the credential
+// waits (pendingTwin): then that one is the answer. Two identical calls at
+// once are looked for and submitted one after the other.
+func (s *session) submitOnce(ctx context.Context, call machine.Call) (*machine.Entry, error) {
+	unlock := s.gw.creating.lock(call.Team + " " + call.ToolName + " " + machine.ArgumentsDigest(call.Arguments))
+	defer unlock()
+	if e := s.pendingTwin(ctx, call); e != nil {
+		return e, nil
+	}
+	return s.gw.gate.Submit(ctx, call)
 }
 
 // pendingTwin is the call of the gateway's credential that waits for a
@@ -116,15 +122,22 @@ func (s *session) getTask(ctx context.Context, id string, meta mcp.Meta) (Task, 
 	if err != nil {
 		return Task{}, err
 	}
+	return s.gw.taskOf(ctx, s.follow(ctx, e), declaresURLElicitation(meta)), nil
+}
+
+// follow has the session take the call e of a task forward: claimed and
+// run here when it may run (the claimed entry is returned), watched while
+// it waits for a decision or its time.
+func (s *session) follow(ctx context.Context, e *machine.Entry) *machine.Entry {
 	switch {
 	case e.Runnable(time.Now()):
 		if claimed := s.advance(ctx, e); claimed != nil {
-			e = claimed
+			return claimed
 		}
 	case e.Status == machine.StatePendingApproval || e.Status == machine.StateScheduled:
-		s.watch(id)
+		s.watch(e.PendingID)
 	}
-	return s.gw.taskOf(ctx, e, declaresURLElicitation(meta)), nil
+	return e
 }
 
 // answered notes the client's answer to the task's offer of its decision
@@ -184,13 +197,9 @@ func (s *session) cancelTask(ctx context.Context, id string) error {
 	return nil
 }
 
-// declares reports whether the session's client declared the extension,
-// for a request whose _meta is meta.
-func (s *session) declares(meta mcp.Meta) bool { return declaresTasks(meta, s.clientCaps) }
-
 // watch follows the call of task id while the session lasts: once it is
-// approved, the session claims and runs it; when it ends, the client is
-// told. One watch per call and session.
+// approved, the session claims and runs it; when it ends, here or where
+// another claimed it, the client is told. One watch per call and session.
 func (s *session) watch(id string) {
 	s.mu.Lock()
 	if s.closed || s.watching[id] {
@@ -205,16 +214,26 @@ func (s *session) watch(id string) {
 			delete(s.watching, id)
 			s.mu.Unlock()
 		}()
-		o, err := s.gw.gate.Await(s.life, id)
-		if s.life.Err() != nil {
-			return
-		}
-		if err == nil && o.Runnable() && o.Entry != nil {
+		for {
+			o, err := s.gw.gate.Await(s.life, id)
+			if s.life.Err() != nil {
+				return
+			}
+			if err != nil || !o.Runnable() || o.Entry == nil {
+				s.notifyTask(id)
+				return
+			}
 			if s.advance(s.life, o.Entry) != nil {
 				return // the run tells the client
 			}
+			// Claimed elsewhere (Await then waits for its end), or the
+			// claim failed: look again in a while.
+			select {
+			case <-s.life.Done():
+				return
+			case <-time.After(time.Second):
+			}
 		}
-		s.notifyTask(id)
 	}()
 }
 
@@ -287,13 +306,14 @@ func (s *session) upstreamOf(ctx context.Context, toolName string) (*upstream, s
 }
 
 // notifyTask tells the client how task id stands, on its session's
-// connection, when it declared the extension and listens there: a client
-// that initialized a session over stdio. Over HTTP, and on 2026-07-28
-// (where a client listens only on the subscriptions it opens, which the
-// SDK offers for no task), the client polls.
+// connection, in the form of tasks it speaks, when it listens there: a
+// client that initialized a session over stdio. Over HTTP, and on
+// 2026-07-28 (where a client listens only on the subscriptions it opens,
+// which the SDK offers for no task), the client polls.
 func (s *session) notifyTask(id string) {
 	conn := s.conn.connection()
-	if conn == nil || !s.initialized || !declaresTasks(nil, s.clientCaps) || s.life.Err() != nil {
+	f := s.form(nil)
+	if conn == nil || !s.initialized || f == formNone || s.life.Err() != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.life, 30*time.Second)
@@ -302,7 +322,7 @@ func (s *session) notifyTask(id string) {
 	if err != nil {
 		return
 	}
-	if err := s.gw.tasks.notify(ctx, conn, s.gw.taskOf(ctx, e, false)); err != nil {
+	if err := s.gw.tasks.notify(ctx, conn, s.gw.taskOf(ctx, e, false), f); err != nil {
 		s.gw.log.Warn("notifications/tasks not sent", "taskId", id, "err", err)
 	}
 }

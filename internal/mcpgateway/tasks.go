@@ -113,7 +113,7 @@ type taskParams struct {
 	InputResponses json.RawMessage `json:"inputResponses,omitempty"`
 }
 
-// taskHandler answers the extension's methods for one session.
+// taskHandler answers the tasks' methods for one session, in either form.
 type taskHandler interface {
 	// getTask is the task id as it stands, to this session's client,
 	// for a request whose _meta is meta: errTaskNotFound when there is
@@ -124,24 +124,34 @@ type taskHandler interface {
 	answered(ctx context.Context, id string, responses json.RawMessage) error
 	// cancelTask withdraws the task's call, if it still waits.
 	cancelTask(ctx context.Context, id string) error
-	// declares reports whether the client declared the extension, for a
-	// request whose _meta is meta.
-	declares(meta mcp.Meta) bool
+	// cancelCoreTask withdraws the task's call as the core form has it:
+	// the task cancelled, or an error saying why it cannot be.
+	cancelCoreTask(ctx context.Context, id string) (Task, error)
+	// taskResult is the task once it has ended, waiting for it.
+	taskResult(ctx context.Context, id string) (Task, error)
+	// listTasks is a page of the tasks this client may see, from after
+	// cursor, and the cursor of the next page ("" when none).
+	listTasks(ctx context.Context, cursor string) ([]Task, string, error)
+	// form is which tasks the client speaks, for a request whose _meta
+	// is meta.
+	form(meta mcp.Meta) taskForm
 }
 
-// taskProtocol is how the extension reaches the wire: today the gateway's
-// own (jsonrpcTasks), over the SDK's custom methods.
+// taskProtocol is how the tasks reach the wire: today the gateway's own
+// (jsonrpcTasks), over the SDK's custom methods.
 type taskProtocol interface {
-	// install has srv answer the extension's methods with h.
+	// install has srv answer the tasks' methods with h.
 	install(srv *mcp.Server, h taskHandler) error
-	// created is the tools/call result that hands the client task t.
-	created(t Task) mcp.Result
+	// created is the tools/call result that hands the client task t, in
+	// its form.
+	created(t Task, f taskForm) mcp.Result
 	// notify tells the client of t's status over conn, which carries the
-	// session's messages.
-	notify(ctx context.Context, conn mcp.Connection, t Task) error
+	// session's messages, in its form.
+	notify(ctx context.Context, conn mcp.Connection, t Task, f taskForm) error
 }
 
-// jsonrpcTasks is the extension over the SDK's JSON-RPC layer.
+// jsonrpcTasks is the extension and the core form over the SDK's JSON-RPC
+// layer.
 type jsonrpcTasks struct{}
 
 var _ taskProtocol = jsonrpcTasks{}
@@ -150,38 +160,57 @@ var _ taskProtocol = jsonrpcTasks{}
 // credential's (the task id is not authority: toolgate's answer is).
 var errTaskNotFound = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Failed to retrieve task: Task not found"}
 
+// errCoreOnly answers a method of the core form only (tasks/result,
+// tasks/list) to a client of the extension.
+var errCoreOnly = &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found: the tasks extension has no such method (the 2025-11-25 revision's tasks do)"}
+
 func (jsonrpcTasks) install(srv *mcp.Server, h taskHandler) error {
 	missing := func() error {
 		data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}})
 		return &jsonrpc.Error{Code: codeMissingCapability, Message: "Missing required client capability", Data: data}
 	}
-	check := func(p *taskParams) error {
-		if !h.declares(p.Meta) {
-			return missing()
+	check := func(p *taskParams) (taskForm, error) {
+		if p == nil {
+			p = &taskParams{}
 		}
-		if p.TaskID == "" {
-			return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "taskId: required (the id a tools/call answered with)"}
+		f := h.form(p.Meta)
+		switch {
+		case f == formNone:
+			return f, missing()
+		case p.TaskID == "":
+			return f, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "taskId: required (the id a tools/call answered with)"}
+		case len(p.TaskID) > maxTaskID:
+			return f, errTaskNotFound
 		}
-		if len(p.TaskID) > maxTaskID {
-			return errTaskNotFound
-		}
-		return nil
+		return f, nil
 	}
-	if err := mcp.AddReceivingCustomMethod(srv, "tasks/get", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*taskResult, error) {
-		if err := check(p); err != nil {
+	if err := mcp.AddReceivingCustomMethod(srv, "tasks/get", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
+		f, err := check(p)
+		if err != nil {
 			return nil, err
 		}
 		t, err := h.getTask(ctx, p.TaskID, p.Meta)
 		if err != nil {
 			return nil, err
 		}
+		if f == formCore {
+			return &coreTaskResult{coreTask: coreOf(t)}, nil
+		}
 		return &taskResult{ResultType: "complete", Task: t}, nil
 	}); err != nil {
 		return err
 	}
-	if err := mcp.AddReceivingCustomMethod(srv, "tasks/cancel", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*emptyTaskResult, error) {
-		if err := check(p); err != nil {
+	if err := mcp.AddReceivingCustomMethod(srv, "tasks/cancel", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
+		f, err := check(p)
+		if err != nil {
 			return nil, err
+		}
+		if f == formCore {
+			t, err := h.cancelCoreTask(ctx, p.TaskID)
+			if err != nil {
+				return nil, err
+			}
+			return &coreTaskResult{coreTask: coreOf(t)}, nil
 		}
 		if err := h.cancelTask(ctx, p.TaskID); err != nil {
 			return nil, err
@@ -190,12 +219,54 @@ func (jsonrpcTasks) install(srv *mcp.Server, h taskHandler) error {
 	}); err != nil {
 		return err
 	}
+	if err := mcp.AddReceivingCustomMethod(srv, "tasks/result", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
+		f, err := check(p)
+		if err != nil {
+			return nil, err
+		}
+		if f != formCore {
+			return nil, errCoreOnly
+		}
+		t, err := h.taskResult(ctx, p.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		return coreResult(t)
+	}); err != nil {
+		return err
+	}
+	if err := mcp.AddReceivingCustomMethod(srv, "tasks/list", func(ctx context.Context, _ *mcp.ServerSession, p *listTasksParams) (*listTasksResult, error) {
+		if p == nil { // params are optional
+			p = &listTasksParams{}
+		}
+		switch h.form(p.Meta) {
+		case formNone:
+			return nil, missing()
+		case formExtension:
+			return nil, errCoreOnly
+		}
+		tasks, next, err := h.listTasks(ctx, p.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		r := &listTasksResult{Tasks: make([]coreTask, len(tasks)), NextCursor: next}
+		for i, t := range tasks {
+			r.Tasks[i] = coreOf(t)
+		}
+		return r, nil
+	}); err != nil {
+		return err
+	}
 	// The one thing a task asks of its client is to open the decision
 	// page: an answer to it is noted, any other ignored, as the extension
 	// has a server do with responses to nothing outstanding.
 	return mcp.AddReceivingCustomMethod(srv, "tasks/update", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*emptyTaskResult, error) {
-		if err := check(p); err != nil {
+		f, err := check(p)
+		if err != nil {
 			return nil, err
+		}
+		if f != formExtension {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found: tasks/update is the tasks extension's"}
 		}
 		if err := h.answered(ctx, p.TaskID, p.InputResponses); err != nil {
 			return nil, err
@@ -207,18 +278,25 @@ func (jsonrpcTasks) install(srv *mcp.Server, h taskHandler) error {
 // maxTaskID bounds a task id a client sends: a toolgate pendingId.
 const maxTaskID = 1024
 
-func (jsonrpcTasks) created(t Task) mcp.Result {
+func (jsonrpcTasks) created(t Task, f taskForm) mcp.Result {
+	if f == formCore {
+		return coreCreated(t)
+	}
 	r := &taskResult{ResultType: "task", Task: t}
 	r.Meta = mcp.Meta{MetaPendingID: t.TaskID}
 	return r
 }
 
-func (jsonrpcTasks) notify(ctx context.Context, conn mcp.Connection, t Task) error {
-	data, err := json.Marshal(t)
+func (jsonrpcTasks) notify(ctx context.Context, conn mcp.Connection, t Task, f taskForm) error {
+	method, params := "notifications/tasks", any(t)
+	if f == formCore {
+		method, params = "notifications/tasks/status", coreOf(t)
+	}
+	data, err := json.Marshal(params)
 	if err != nil {
 		return err
 	}
-	return conn.Write(ctx, &jsonrpc.Request{Method: "notifications/tasks", Params: data})
+	return conn.Write(ctx, &jsonrpc.Request{Method: method, Params: data})
 }
 
 // declaresTasks reports whether a client declared the tasks extension for
@@ -241,7 +319,8 @@ func declaresTasks(meta mcp.Meta, initialized *mcp.ClientCapabilities) bool {
 }
 
 // connTransport is a transport whose connection the session keeps, to
-// send what the SDK has no call for (notifications/tasks).
+// send what the SDK has no call for (the tasks' notifications), and whose
+// tools/call requests keep the task they ask for (liftingConn).
 type connTransport struct {
 	mcp.Transport
 	mu   sync.Mutex
@@ -251,6 +330,7 @@ type connTransport struct {
 func (t *connTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	c, err := t.Transport.Connect(ctx)
 	if err == nil {
+		c = liftingConn{c}
 		t.mu.Lock()
 		t.conn = c
 		t.mu.Unlock()

@@ -23,6 +23,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/mcpgateway"
+	"github.com/toolgate/toolgate/internal/mcpgateway/npmtest"
 	"github.com/toolgate/toolgate/machine"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -39,8 +40,14 @@ type raw struct {
 }
 
 // serveRaw serves one session of gw over a pipe and connects a raw client
-// to it, initialized with caps (nil: none) as client name.
+// to it, initialized on 2025-11-25 with caps (nil: none) as client name.
 func serveRaw(t *testing.T, gw *mcpgateway.Gateway, name string, caps map[string]any) *raw {
+	t.Helper()
+	return serveRawOn(t, gw, "2025-11-25", name, caps)
+}
+
+// serveRawOn is serveRaw on the protocol revision protocol.
+func serveRawOn(t *testing.T, gw *mcpgateway.Gateway, protocol, name string, caps map[string]any) *raw {
 	t.Helper()
 	gwEnd, clientEnd := net.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -84,7 +91,7 @@ func serveRaw(t *testing.T, gw *mcpgateway.Gateway, name string, caps map[string
 	if name == "" {
 		return r // a 2026-07-28 client: no initialize
 	}
-	r.result("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": caps,
+	r.result("initialize", map[string]any{"protocolVersion": protocol, "capabilities": caps,
 		"clientInfo": map[string]any{"name": name, "version": "1"}})
 	r.send(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
 	return r
@@ -201,7 +208,8 @@ func resultText(t *testing.T, task map[string]any) (string, bool) {
 // extension gets a task at once for a call that asks; the same call again
 // while it waits gets the same task; tasks/get says who must decide, then
 // the upstream's real result once approved, which ran once; the client
-// hears each end in notifications/tasks.
+// hears each end in notifications/tasks; each message is valid by the
+// extension's published schema.
 func TestTasks_ApprovalAnsweredWithATask(t *testing.T) {
 	t.Parallel()
 	e := start(t)
@@ -257,6 +265,12 @@ func TestTasks_ApprovalAnsweredWithATask(t *testing.T) {
 	assert.True(t, isError)
 	assert.Contains(t, text, "rejected by approver: not b")
 	assert.Len(t, e.received(), 1, "the rejected call never reached the upstream")
+
+	npmtest.RequireValidBy(t.Context(), t, npmtest.Install(t.Context(), t), []npmtest.Check{
+		{Schema: "CreateTaskResultV2Schema", Value: created}, {Schema: "GetTaskResultV2Schema", Value: done},
+		{Schema: "GetTaskResultV2Schema", Value: refused}, {Schema: "GetTaskResultV2Schema", Value: r.get(other["taskId"])},
+		{Schema: "TaskStatusNotificationV2Schema", Value: map[string]any{"jsonrpc": "2.0", "method": "notifications/tasks", "params": heard}},
+	})
 }
 
 // TestTasks_CancelWithdrawsTheCall: tasks/cancel withdraws the call, which
@@ -270,8 +284,13 @@ func TestTasks_CancelWithdrawsTheCall(t *testing.T) {
 	id := r.task("write_file", map[string]any{"path": "c.txt"})["taskId"]
 	ack := r.result("tasks/cancel", map[string]any{"taskId": id})
 	assert.Equal(t, "complete", ack["resultType"])
-	r.note(id, "cancelled")
-	assert.Equal(t, "cancelled", r.get(id)["status"])
+	heard := r.note(id, "cancelled")
+	cancelled := r.get(id)
+	assert.Equal(t, "cancelled", cancelled["status"])
+	npmtest.RequireValidBy(t.Context(), t, npmtest.Install(t.Context(), t), []npmtest.Check{
+		{Schema: "CancelTaskResultV2Schema", Value: ack}, {Schema: "GetTaskResultV2Schema", Value: cancelled},
+		{Schema: "TaskStatusNotificationV2Schema", Value: map[string]any{"jsonrpc": "2.0", "method": "notifications/tasks", "params": heard}},
+	})
 	e.ends(id.(string), machine.StateCancelled, "cancelled by the MCP client")
 	// Approving it now is refused: it is withdrawn.
 	_, err := e.approver.Decide(t.Context(), wire.DecideRequest{PendingID: id.(string), Approved: true})
@@ -280,9 +299,10 @@ func TestTasks_CancelWithdrawsTheCall(t *testing.T) {
 	assert.Empty(t, e.received(), "the upstream never saw the call")
 }
 
-// TestTasks_TheHandleIsNotAuthority: a client that did not declare the
-// extension is told so; a gateway with another credential finds no such
-// task; an unknown id is not found.
+// TestTasks_TheHandleIsNotAuthority: a client on a revision without tasks
+// of its own that did not declare the extension is told so (one on
+// 2025-11-25 finds the task in that revision's form); a gateway with
+// another credential finds no such task; an unknown id is not found.
 func TestTasks_TheHandleIsNotAuthority(t *testing.T) {
 	t.Parallel()
 	e := start(t)
@@ -290,9 +310,12 @@ func TestTasks_TheHandleIsNotAuthority(t *testing.T) {
 	r := serveRaw(t, e.gateway(files, mcpgateway.Options{}), "owner", withTasks)
 	id := r.task("write_file", map[string]any{"path": "d.txt"})["taskId"]
 
-	plain := serveRaw(t, e.gateway(files, mcpgateway.Options{}), "plain", nil)
+	plain := serveRawOn(t, e.gateway(files, mcpgateway.Options{}), "2025-06-18", "plain", nil)
 	err := plain.rpcError("tasks/get", map[string]any{"taskId": id})
 	assert.EqualValues(t, -32021, err["code"], "the extension was not declared: %v", err)
+	core := serveRaw(t, e.gateway(files, mcpgateway.Options{}), "core", nil).result("tasks/get", map[string]any{"taskId": id})
+	assert.Equal(t, "working", core["status"], "2025-11-25's own tasks: %v", core)
+	assert.NotContains(t, core, "resultType", "in that revision's form: %v", core)
 
 	issued, ierr := e.g.Client.IssueCredential(t.Context(), "other-agent", wire.RoleAgent)
 	require.NoError(t, ierr)
