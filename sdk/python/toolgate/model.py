@@ -42,6 +42,18 @@ class Edit:
 
 
 @dataclass
+class Identity:
+    """Who a person is at the OpenID provider that signed them in: the
+    provider (iss) and its subject identifier (sub), with the name and
+    email it gave (docs/approvers.md)."""
+
+    iss: str = ""
+    sub: str = ""
+    name: str = ""
+    email: str = ""
+
+
+@dataclass
 class Transition:
     """One move of a call: the event, from_ (the state it left) and to,
     who made it (actor) and why, and on a decision what decided it
@@ -57,6 +69,8 @@ class Transition:
     edit: Optional[Edit] = None
     interrupt: bool = False
     write: str = ""
+    identity: Optional[Identity] = None
+    via_group: str = ""
 
 
 @dataclass
@@ -93,6 +107,7 @@ class Vote:
     approve: bool = False
     at: int = 0
     reason: str = ""
+    via_group: str = ""
 
 
 @dataclass
@@ -140,6 +155,8 @@ class Receipt:
     key: str = ""
     sig: str = ""
     vote: str = ""
+    identity: Optional[Identity] = None
+    via_group: str = ""
 
 
 @dataclass
@@ -184,6 +201,8 @@ class Entry:
     escalations: List[Escalation] = field(default_factory=list)
     escalated: int = 0
     approved_or_rejected_by_user_id: str = ""
+    decider_identity: Optional[Identity] = None
+    decider_via_group: str = ""
     decision_time: int = 0
     decided_by: str = ""
     decision_scope: str = ""

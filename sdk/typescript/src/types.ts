@@ -30,6 +30,14 @@ export type Scope = "once" | "task" | "session" | "always";
 /** What decided a call (machine.Decider), on a transition that decides it. */
 export type Decider = "rule" | "grant" | "policy" | "human" | "quorum" | "timeout" | "classifier" | "channel" | "reviewer";
 
+/** Who a person is at the OpenID provider that signed them in (docs/approvers.md). */
+export interface Identity {
+  iss: string;
+  sub: string;
+  name?: string;
+  email?: string;
+}
+
 /** One move of an entry: the event, where from, who made it and why. */
 export interface Transition {
   event: string;
@@ -45,6 +53,10 @@ export interface Transition {
   /** Set on a rejection that asks the agent to stop its turn. */
   interrupt?: boolean;
   write?: string;
+  /** Who the actor is at the OpenID provider that signed them in, on a decision or vote made signed in so. */
+  identity?: Identity;
+  /** The group of the call's approvers (group:NAME) that let the actor decide or vote, when no entry named them. */
+  viaGroup?: string;
 }
 
 /** What an approver changed of a call's arguments. */
@@ -76,6 +88,8 @@ export interface Vote {
   approve: boolean;
   at: number;
   reason?: string;
+  /** The group that let the approver vote, when no name of the call's approvers did. */
+  viaGroup?: string;
 }
 
 /** What an automated reviewer said of a call it left to humans: an escalation, or an approval refused as beyond its reach. */
@@ -118,6 +132,8 @@ export interface Receipt {
   prev?: string;
   key: string;
   sig?: string;
+  identity?: Identity;
+  viaGroup?: string;
 }
 
 /** One tool call and everything that has happened to it. */
@@ -154,6 +170,10 @@ export interface Entry {
   escalations?: Escalation[];
   escalated?: number;
   approvedOrRejectedByUserId?: string;
+  /** Who approvedOrRejectedByUserId is at the OpenID provider that signed them in, when they decided signed in so. */
+  deciderIdentity?: Identity;
+  /** The group of the call's approvers (group:NAME) that let approvedOrRejectedByUserId decide, when no entry named them. */
+  deciderViaGroup?: string;
   decisionTime?: number;
   /** What made the call's latest decision: the policy at submit, then an approval, rejection or timeout. */
   decidedBy?: Decider;
@@ -289,7 +309,7 @@ export const entryFields = Object.keys({
   policyRevision: 1, callerBotId: 1, conversationId: 1, requestedAt: 1, status: 1, statusReason: 1,
   executionAttempts: 1, lastAttemptTime: 1, scheduledExecutionTime: 1, approvalTimeoutAt: 1, reminderAt: 1,
   reminded: 1, overdue: 1, autoRejectOnTimeout: 1, userIdToApprove: 1, approvers: 1, quorum: 1, votes: 1,
-  escalations: 1, escalated: 1, approvedOrRejectedByUserId: 1, decisionTime: 1, decidedBy: 1, decisionScope: 1, result: 1,
+  escalations: 1, escalated: 1, approvedOrRejectedByUserId: 1, deciderIdentity: 1, deciderViaGroup: 1, decisionTime: 1, decidedBy: 1, decisionScope: 1, result: 1,
   error: 1, cost: 1, team: 1, taskId: 1, estimatedCost: 1, currency: 1, overCostLimit: 1, permissionMode: 1, description: 1,
   maxExecutionAttempts: 1, idempotent: 1, outcomeUnknown: 1, rerunOf: 1, costReserved: 1, costDay: 1, lease: 1, receipts: 1, lastTransition: 1, priorTransition: 1,
   onTimeout: 1, respondable: 1, notEditable: 1, respondedBy: 1, interrupt: 1,
@@ -314,7 +334,7 @@ export const eventRequired = Object.keys({
 
 /** Every field of Transition. */
 export const transitionFields = Object.keys({
-  event: 1, from: 1, to: 1, actor: 1, reason: 1, decidedBy: 1, at: 1, edit: 1, interrupt: 1, write: 1,
+  event: 1, from: 1, to: 1, actor: 1, reason: 1, decidedBy: 1, at: 1, edit: 1, interrupt: 1, write: 1, identity: 1, viaGroup: 1,
 } satisfies Record<keyof Transition, 1>);
 
 /** The fields every Transition has. */
@@ -323,7 +343,7 @@ export const transitionRequired = Object.keys({ event: 1, to: 1, at: 1 } satisfi
 /** Every field of Receipt. */
 export const receiptFields = Object.keys({
   vote: 1, seq: 1, pendingId: 1, toolName: 1, caller: 1, event: 1, from: 1, to: 1, actor: 1, at: 1, reason: 1,
-  decidedBy: 1, scope: 1, argumentsDigest: 1, resultDigest: 1, prev: 1, key: 1, sig: 1,
+  decidedBy: 1, scope: 1, argumentsDigest: 1, resultDigest: 1, prev: 1, key: 1, sig: 1, identity: 1, viaGroup: 1,
 } satisfies Record<keyof Receipt, 1>);
 
 /** The fields every Receipt has. */
