@@ -9,7 +9,9 @@
 // Its other pieces serve every long-running loop of toolgate's server
 // over JetStream, Runner or not: RunRestarting runs one again after a
 // failure (the relay, the feeds of tool_calls and TOOL_EVENTS, the
-// analytics, the metrics exporter), Retry retries a step at start, and
+// analytics, the metrics exporter), WatchStall ends a run whose durable
+// consumer stalls (a Runner's, the relay's: stall.go), Retry retries a
+// step at start, and
 // Applied is the set of stream sequences an aggregate has taken in, which
 // makes a consumer idempotent. Durables, Durable, Delete, Consumers,
 // Bounds and Publish are what the workers, the metrics and the analytics
