@@ -31,6 +31,7 @@ type EntryHead struct {
 	ApprovalTimeoutAt          int64      `json:"approvalTimeoutAt"`
 	ApprovedOrRejectedByUserID string     `json:"approvedOrRejectedByUserId"`
 	DecisionTime               int64      `json:"decisionTime"`
+	OutcomeUnknown             bool       `json:"outcomeUnknown"`
 	LastAttemptTime            int64      `json:"lastAttemptTime"`
 	Cost                       float64    `json:"cost"`
 	EstimatedCost              float64    `json:"estimatedCost"`

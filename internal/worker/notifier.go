@@ -230,8 +230,9 @@ func NewNotifier(conn *bus.Conn, engine *policy.Engine, counter NotificationCoun
 	return n
 }
 
-// notifySubjects are the events a Notifier reads.
-var notifySubjects = wire.EventSubjectsOf(machine.Event.Notifies)
+// notifySubjects are the events a Notifier reads: those humans are told
+// of, and the failures, for a run whose outcome is unknown.
+var notifySubjects = wire.EventSubjectsOf(func(ev machine.Event) bool { return ev.Notifies() || ev == machine.EventFail })
 
 // Run notifies until ctx ends, then waits for the deliveries in flight
 // (each bounded by the HTTP timeout).
@@ -301,12 +302,16 @@ func (n *Notifier) fanOutRunner() *consumer.Runner {
 }
 
 // notifies reports whether ev is one a human is told of: its kind is, and
-// the call was waiting for a decision or starts to. A cancel of a call
-// nobody was asked about is not news to anyone.
-func notifies(ev *wire.Event) bool { return notifiesOf(ev.Event, ev.From, ev.To) }
+// the call was waiting for a decision or starts to, or it is the end of a
+// run whose outcome is unknown, which only a person runs again. A cancel
+// of a call nobody was asked about is not news to anyone.
+func notifies(ev *wire.Event) bool {
+	return notifiesOf(ev.Event, ev.From, ev.To, ev.Entry != nil && ev.Entry.OutcomeUnknown)
+}
 
-func notifiesOf(ev machine.Event, from, to machine.State) bool {
-	return ev.Notifies() && (from == machine.StatePendingApproval || to == machine.StatePendingApproval)
+func notifiesOf(ev machine.Event, from, to machine.State, outcomeUnknown bool) bool {
+	return ev == machine.EventFail && outcomeUnknown ||
+		ev.Notifies() && (from == machine.StatePendingApproval || to == machine.StatePendingApproval)
 }
 
 // fanOut queues one event's deliveries, one per channel.
@@ -315,7 +320,7 @@ func (n *Notifier) fanOut(ctx context.Context, msg consumer.Msg) error {
 	if err != nil || ev.Entry == nil || ev.ID == "" {
 		return consumer.Permanent(fmt.Errorf("notifier: undecodable event (err %v)", err))
 	}
-	if !notifiesOf(ev.Event, ev.From, ev.To) {
+	if !notifiesOf(ev.Event, ev.From, ev.To, ev.Entry.OutcomeUnknown) {
 		return nil
 	}
 	r := n.engine.Resolve(ev.Entry.Team, ev.Entry.ConversationID)

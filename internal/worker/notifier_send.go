@@ -307,6 +307,8 @@ func newSummary(ev *wire.Event, inbox string) summary {
 		}
 	case machine.EventRespond:
 		s.headline = s.tool + " answered by " + by + " (the tool did not run)"
+	case machine.EventFail:
+		s.headline = "Result unknown: " + s.tool + " may have run, and its executor was lost (toolgate retry " + e.PendingID + " runs it again)"
 	default:
 		s.headline = s.tool + ": " + string(ev.Event)
 	}

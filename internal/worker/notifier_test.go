@@ -665,10 +665,13 @@ func TestNotifier_TellsOfWhatAHumanWaitsOn(t *testing.T) {
 			assert.False(t, worker.Notifies(&wire.Event{Event: ev, From: from, To: to}), "%s from %q", ev, from)
 		}
 	}
+	// A run whose outcome is unknown is news: only a person runs it again.
+	assert.True(t, worker.Notifies(&wire.Event{Event: machine.EventFail, From: executing, To: machine.StateCompletedFailure,
+		Entry: &machine.Entry{OutcomeUnknown: true}}))
 	assert.Equal(t, []string{
 		wire.SubjectApprovalRequired, wire.SubjectApprovalGranted, wire.SubjectApprovalProgress, wire.SubjectApprovalRejected,
 		wire.SubjectApprovalEscalated, wire.SubjectApprovalTimeout, wire.SubjectApprovalOverdue, wire.SubjectApprovalReminder, wire.SubjectCancelled,
-		wire.SubjectApprovalResponded,
+		wire.SubjectExecutionFailed, wire.SubjectApprovalResponded,
 	}, worker.NotifySubjects)
 }
 
