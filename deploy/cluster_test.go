@@ -9,7 +9,6 @@ package deploy_test
 // test laid them out.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -108,31 +107,12 @@ func checkAnonymousRefused(t *testing.T, urls []string, opts ...nats.Option) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a process to write while the test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a toolgate process this test runs, restarted when it exits as
 // compose (restart: unless-stopped) and Kubernetes do.
 type proc struct {
 	where  string
-	http   string      // its HTTP API's address, if it serves one
-	stderr *syncBuffer // of every run, each exit noted
+	http   string          // its HTTP API's address, if it serves one
+	stderr *bustest.Buffer // of every run, each exit noted
 	stop   chan struct{}
 	done   chan struct{}
 
@@ -173,7 +153,7 @@ func hostArgs(t *testing.T, args, urls []string, fs containerFS) ([]string, stri
 
 func startToolgate(t *testing.T, where string, args []string, env map[string]string) *proc {
 	t.Helper()
-	p := &proc{where: where, stderr: &syncBuffer{}, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &proc{where: where, stderr: &bustest.Buffer{}, stop: make(chan struct{}), done: make(chan struct{})}
 	home, dir := t.TempDir(), t.TempDir()
 	start := func() (*exec.Cmd, chan error, error) {
 		cmd := exec.Command(toolgate(t).path, args...)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +16,6 @@ import (
 	"github.com/toolgate/toolgate/internal/servetest"
 	"github.com/toolgate/toolgate/wire"
 )
-
-// syncBuffer is a buffer a verb writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestCLI_EventsListsAndFollowsTransitions: `toolgate events` prints a
 // line a transition (its sequence first), as JSON lines with --json, and
@@ -71,7 +52,7 @@ func TestCLI_EventsListsAndFollowsTransitions(t *testing.T) {
 
 	// Followed from the approval on: the next call's transitions only.
 	fctx, stop := context.WithCancel(ctx)
-	var out syncBuffer
+	var out bustest.Buffer
 	done := make(chan int, 1)
 	go func() {
 		args := []string{"events", "--follow", "--since", strconv.FormatUint(last, 10), alice, "--nats", url, "--data", servetest.DataDir(t, url)}

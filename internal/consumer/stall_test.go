@@ -1,11 +1,9 @@
 package consumer_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,24 +17,6 @@ import (
 	"github.com/toolgate/toolgate/internal/consumer"
 	"github.com/toolgate/toolgate/internal/netfault"
 )
-
-// lockedBuffer is a log a test reads while a runner writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestRunner_AStalledConsumerIsNoticedAndRecovers runs a consumer over a
 // link whose replies are lost while messages wait: nothing is delivered
@@ -56,7 +36,7 @@ func TestRunner_AStalledConsumerIsNoticedAndRecovers(t *testing.T) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 
-	var logs lockedBuffer
+	var logs bustest.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	var handled atomic.Int32
 	cfg := testConfig("stall")
