@@ -33,6 +33,11 @@ func (s *Service) Events(ctx context.Context, a Actor, r wire.EventsRequest) (*w
 	if len(r.Types) > 64 {
 		return nil, fmt.Errorf("%w: types: %d names, at most 64", machine.ErrInvalid, len(r.Types))
 	}
+	for i, name := range r.Types {
+		if len(name) > 64 {
+			return nil, fmt.Errorf("%w: types[%d]: at most 64 bytes, got %d", machine.ErrInvalid, i, len(name))
+		}
+	}
 	if s.events == nil {
 		return nil, fmt.Errorf("%w: this process reads no events", wire.ErrUnavailable)
 	}
