@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,24 +47,7 @@ func TestMCPGateway_TheTypeScriptSDKsTasksOutliveASIGKILL(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(toolgateBinary(t), "mcp-gateway", "--config", config, "--http", addr,
 			"--nats", g.NATSURL, "--nats-creds", server.CredsPath(g.Data, "agent"))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its upstreams die with it
-		stderr := &syncWriter{w: &bytes.Buffer{}}
-		cmd.Stderr = stderr
-		require.NoError(t, cmd.Start())
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		kill := func() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		t.Cleanup(func() {
-			kill()
-			if t.Failed() {
-				stderr.mu.Lock()
-				t.Logf("the gateway's stderr:\n%s", stderr.w.(*bytes.Buffer).String())
-				stderr.mu.Unlock()
-			}
-		})
+		kill := startGateway(t, cmd)
 		bustest.Eventually(t, 30*time.Second, 20*time.Millisecond, "the gateway listening on "+addr, func() (bool, any) {
 			c, err := net.Dial("tcp", addr)
 			if err == nil {

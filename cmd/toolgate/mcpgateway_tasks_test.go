@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -46,28 +45,11 @@ func TestMCPGateway_TasksOutliveAGatewaySIGKILLed(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(toolgateBinary(t), "mcp-gateway", "--config", config,
 			"--nats", g.NATSURL, "--nats-creds", server.CredsPath(g.Data, "agent"), "--inbox-url", "https://toolgate.example")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its upstream dies with it
 		stdin, err := cmd.StdinPipe()
 		require.NoError(t, err)
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
-		stderr := &syncWriter{w: &bytes.Buffer{}}
-		cmd.Stderr = stderr
-		require.NoError(t, cmd.Start())
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		kill = func() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		t.Cleanup(func() {
-			kill()
-			if t.Failed() {
-				stderr.mu.Lock()
-				t.Logf("the gateway's stderr:\n%s", stderr.w.(*bytes.Buffer).String())
-				stderr.mu.Unlock()
-			}
-		})
+		kill = startGateway(t, cmd)
 		r = newRPC(t, stdin, stdout)
 		init := r.result(r.call(1, "initialize", map[string]any{
 			"protocolVersion": "2025-11-25",
@@ -159,4 +141,28 @@ func TestMCPGateway_TasksOutliveAGatewaySIGKILLed(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, e.Status, "%v: %s", pid, e.StatusReason)
 	}
+}
+
+// startGateway starts cmd, a `toolgate mcp-gateway`, in a process group
+// of its own (its upstreams die with it), and returns what SIGKILLs it;
+// it is killed when the test ends, and its stderr logged if it failed.
+func startGateway(t *testing.T, cmd *exec.Cmd) (kill func()) {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr := &bustest.Buffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	kill = func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+	}
+	t.Cleanup(func() {
+		kill()
+		if t.Failed() {
+			t.Logf("the gateway's stderr:\n%s", stderr)
+		}
+	})
+	return kill
 }
